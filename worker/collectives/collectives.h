@@ -1,0 +1,32 @@
+/*
+ * collectives.h - algorithm entry points (one file per algorithm).
+ *
+ * Contract for every rm__allreduce_<algo>: called after rm__coll_begin on a
+ * healthy communicator with world >= 2; `buf` already holds this rank's input
+ * (the public wrapper copies send to recv for out-of-place calls), and holds
+ * the fully reduced result on return with RM_OK (RM_AVG: the wrapper divides
+ * afterwards). Uses only transport.h requests and reduce.h kernels.
+ */
+#ifndef RM_WORKER_COLLECTIVES_H
+#define RM_WORKER_COLLECTIVES_H
+
+#include <stddef.h>
+
+#include "core/comm_int.h"
+#include "reduce/reduce.h"
+
+rm_status_t rm__allreduce_ring(rm_comm_t *c, void *buf, size_t count,
+                               rm_dtype_t dt, rm__reduce_fn_t fn);
+rm_status_t rm__allreduce_hd(rm_comm_t *c, void *buf, size_t count,
+                             rm_dtype_t dt, rm__reduce_fn_t fn);
+rm_status_t rm__allreduce_butterfly(rm_comm_t *c, void *buf, size_t count,
+                                    rm_dtype_t dt, rm__reduce_fn_t fn);
+rm_status_t rm__allreduce_tree(rm_comm_t *c, void *buf, size_t count,
+                               rm_dtype_t dt, rm__reduce_fn_t fn);
+
+/* Cost model (select.c): predicted microseconds of algo for bytes. */
+double rm__allreduce_predict(const rm_comm_t *c, rm_algo_t algo, size_t bytes);
+/* Calibrate c->cost on the live links (called once by rm_comm_init). */
+rm_status_t rm__cost_calibrate(rm_comm_t *c);
+
+#endif

@@ -1,0 +1,83 @@
+/*
+ * comm_int.h - the communicator's insides, shared by core/, collectives/ and
+ * transport/. Not installed; nothing outside worker/ includes it.
+ *
+ * Invariants:
+ *  1. rank, world, job_id, generation and peer addresses never change after
+ *     rm_comm_init; a new generation is a new communicator.
+ *  2. status is RM_OK until the first failure; then it never changes again
+ *     (sticky; set only through rm__comm_fail, first writer wins).
+ *  3. coll_seq is incremented once per collective call by rm__coll_begin, on
+ *     every rank in the same order; frames carry it.
+ *  4. aborted is set by rm_comm_abort from any thread; the progress engine
+ *     wakes through wake_fd and fails every wait with RM_ERR_ABORTED.
+ */
+#ifndef RM_WORKER_COMM_INT_H
+#define RM_WORKER_COMM_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+#include "transport/transport.h"
+
+struct rm__tcp_state; /* transport/tcp/tcp_int.h */
+
+/* alpha-beta cost model of this communicator's links (collectives/select.c) */
+typedef struct rm__cost_model {
+  double alpha_us;    /* per-message latency, microseconds */
+  double beta_us_per_byte; /* inverse bandwidth */
+  double gamma_us_per_byte; /* reduction cost per byte */
+  int calibrated;     /* 1 when measured on live links */
+} rm__cost_model_t;
+
+struct rm_comm {
+  uint64_t job_id;
+  uint64_t generation;
+  int rank;
+  int world;
+  char **peers;          /* world "host:port" strings, owned */
+  int timeout_ms;
+  int connect_timeout_ms;
+  rm_algo_t algorithm;   /* default for rm_allreduce */
+
+  rm_endpoint_t *endpoint;   /* borrowed or owned, see owns_endpoint */
+  int owns_endpoint;
+  const rm__transport_ops_t **pair_transport; /* per peer rank */
+
+  uint64_t coll_seq;     /* invariant 3 */
+  rm__cost_model_t cost;
+
+  /* sticky error (invariant 2) */
+  pthread_mutex_t err_lock;
+  rm_status_t status;    /* read with __atomic_load_n */
+  int failed_peer;
+  char last_error[512];
+
+  int aborted;           /* invariant 4, atomic */
+  int wake_fd[2];        /* pipe: abort writes a byte */
+
+  /* scratch memory reused across collectives (grown on demand) */
+  void *scratch;
+  size_t scratch_size;
+
+  struct rm__tcp_state *tcp;
+  size_t bytes_sent;     /* by this rank, cumulative */
+};
+
+/* Record the first failure (later calls keep the first); returns the sticky
+ * status. peer may be -1. fmt describes it in words. */
+rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,
+                          const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Start a collective: check the sticky status and abort flag, bump coll_seq.
+ * Returns the sticky status if the communicator already failed. */
+rm_status_t rm__coll_begin(rm_comm_t *c);
+
+/* Scratch buffer of at least n bytes (RM_ERR_NOMEM on failure). Valid until
+ * the next rm__scratch call or destroy. */
+rm_status_t rm__scratch(rm_comm_t *c, size_t n, void **out);
+
+#endif
