@@ -1,0 +1,365 @@
+/*
+ * coord.h - the coordinator's C interface (module tier, STYLE.md 2).
+ *
+ * The coordinator owns job and membership state: jobs and their state
+ * machine, rendezvous (rank assignment + peer lists per generation),
+ * heartbeat liveness, named barriers with deadlines, step reports, and the
+ * event log. It persists all of it in one SQLite file and serves workers over
+ * gRPC (proto/ringmaster/v1/). api/ (REST, metrics, SSE, CLI) and the `ringmaster`
+ * binary call this header; nothing here knows about HTTP or JSON.
+ *
+ * Lifecycle:
+ *
+ *   rm_coord_options_init(&o);  o.db_path = ...; o.grpc_addr = ...;
+ *   rm_coord_open(&o, &c, err, sizeof err);   opens/migrates the db, resumes
+ *                                             jobs, starts the gRPC server
+ *   ... rm_coord_submit / rm_coord_job_get / ... from any thread ...
+ *   rm_coord_close(c);                        graceful gRPC shutdown, flush
+ *
+ * THREAD SAFETY. Every rm_coord_* function may be called from any thread at
+ * any time between open and close (the REST server calls from its own
+ * threads). Calls are serialised internally by one state mutex; none blocks
+ * longer than one SQLite transaction, except rm_coord_event_wait, which blocks
+ * up to its timeout WITHOUT holding the state mutex. rm_coord_close must not
+ * race with other calls (stop the HTTP server first).
+ *
+ * DURABILITY. Every state change a caller or worker is told about is committed
+ * to SQLite (WAL) before the answer is sent, so a coordinator killed with
+ * SIGKILL and restarted on the same file still has every acknowledged job,
+ * worker and event. Jobs that were forming or running resume at the next
+ * generation as their workers reconnect.
+ *
+ * MEMORY. Functions that return arrays allocate them as ONE block (nested
+ * pointers point inside that block) that the caller frees with
+ * rm_coord_free(). Strings in structs are fixed-size, NUL-terminated arrays,
+ * so every struct can be copied with '='.
+ *
+ * ERRORS. rm_status_t from ringmaster.h: RM_ERR_NOT_FOUND (unknown job),
+ * RM_ERR_INVALID_ARG (bad spec or argument; rm_coord_error_t names the
+ * field), RM_ERR_DENIED (operation not allowed in the job's state, e.g.
+ * cancelling a finished job), RM_ERR_SYSTEM (SQLite or OS failure; message in
+ * rm_coord_error_t when one is passed).
+ */
+#ifndef RM_COORDINATOR_COORD_H
+#define RM_COORDINATOR_COORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rm_coord rm_coord_t;
+
+/* ---- options ---- */
+typedef struct rm_coord_options {
+  const char *db_path;   /* SQLite file; default "./ringmaster.db" */
+  const char *grpc_addr; /* "host:port" to listen on, port 0 = free port;
+                            default "127.0.0.1:7070" */
+  /* Defaults for jobs whose spec leaves them 0. */
+  int heartbeat_timeout_ms;  /* default 10000 */
+  int barrier_timeout_ms;    /* default 60000 */
+  /* Largest gRPC message accepted, bytes; bigger ones get RESOURCE_EXHAUSTED.
+   * Default 4 MiB. */
+  int max_message_bytes;
+  /* Recent step reports kept in memory per job (ring buffer). Default 4096. */
+  int step_window;
+  /* Mutual TLS for the gRPC port: all three set = TLS with client
+   * certificates required and verified against tls_ca; all NULL = plaintext.
+   * PEM file paths. */
+  const char *tls_cert;
+  const char *tls_key;
+  const char *tls_ca;
+  /* Optional bearer token required (metadata "authorization: Bearer T") on
+   * the job service (SubmitJob, CancelJob, ...). NULL = no check. Worker calls
+   * are always checked against the job's own worker token. */
+  const char *admin_token;
+} rm_coord_options_t;
+
+/* Fill *o with the defaults above. */
+void rm_coord_options_init(rm_coord_options_t *o);
+
+/* Open the database (creating it and applying migrations), resume stored
+ * jobs, start the gRPC server. OUT: *out only on success; on failure err
+ * holds a sentence saying what failed (bad address, db locked, ...). */
+rm_status_t rm_coord_open(const rm_coord_options_t *o, rm_coord_t **out,
+                          char *err, size_t errlen);
+/* "host:port" the gRPC server really bound (port resolved). Borrowed, valid
+ * until close. */
+const char *rm_coord_grpc_address(const rm_coord_t *c);
+/* Graceful stop: refuse new calls, answer parked calls UNAVAILABLE, wait a
+ * short grace period, cancel the rest, close the database. NULL is a no-op. */
+void rm_coord_close(rm_coord_t *c);
+/* Free any array returned by this interface. NULL is a no-op. */
+void rm_coord_free(void *p);
+
+/* ---- errors naming a field ---- */
+typedef struct rm_coord_error {
+  char field[48];    /* spec field at fault ("world_size"), "" if none */
+  char message[256]; /* a sentence for humans */
+} rm_coord_error_t;
+
+/* ---- job spec ---- */
+#define RM_COORD_NAME_MAX 64
+#define RM_COORD_OPTS_MAX 512
+
+typedef struct rm_job_spec {
+  char name[RM_COORD_NAME_MAX]; /* required: [A-Za-z0-9._-]{1,63} */
+  /* Fixed-size job: world_size > 0 and min/max 0 (or equal to it).
+   * Elastic job: world_size 0, 1 <= min_workers <= max_workers; the group
+   * forms with max_workers, or with >= min_workers once no worker joined for
+   * a settle time. Up to 65536. */
+  int world_size;
+  int min_workers;
+  int max_workers;
+  char algorithm[16];            /* rm_algo_parse names; "" = "auto" */
+  char dtype[8];                 /* rm_dtype_parse names; "" = "f32" */
+  char workload[32];             /* "allreduce" (default), "train", ... */
+  char workload_options[RM_COORD_OPTS_MAX]; /* "key=value,..." for the workload */
+  uint64_t steps;                /* steps to run; 0 = 100 */
+  char launcher[16];             /* "local" (default), "slurm", "k8s", "none" */
+  int heartbeat_timeout_ms;      /* 0 = coordinator default; >= 100 */
+  int barrier_timeout_ms;        /* 0 = coordinator default; >= 100 */
+  char on_failure[16];           /* "fail" (default), "shrink", "replace" */
+  int max_restarts;              /* for "replace"; >= 0 */
+  char straggler_policy[16];     /* "none" (default), "backup", "deadline", "coded" */
+  int backup_workers;            /* for "backup"; >= 0 */
+  uint64_t checkpoint_every;     /* steps between checkpoints; 0 = never */
+} rm_job_spec_t;
+
+/* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */
+void rm_job_spec_init(rm_job_spec_t *s);
+/* Check every field; RM_ERR_INVALID_ARG with err->field set on the first bad
+ * one. Empty strings are replaced by their defaults in *s (hence not const).
+ * Policies accepted by the parser but not implemented by this build
+ * ("shrink", "replace", straggler policies other than "none") are refused
+ * with a message saying so. */
+rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);
+
+/* ---- job state machine (diagram in coordinator/job.c) ----
+ *   pending -> forming -> running -> succeeded | failed | cancelled
+ *   running -> forming (membership change: coordinator restart, issue 6) */
+typedef enum {
+  RM_JOB_PENDING = 0,   /* submitted, no worker joined yet */
+  RM_JOB_FORMING = 1,   /* workers joining; ranks not yet assigned */
+  RM_JOB_RUNNING = 2,   /* a generation is published and workers step */
+  RM_JOB_SUCCEEDED = 3, /* every member left after its last step */
+  RM_JOB_FAILED = 4,    /* reason says why (worker lost, worker error, ...) */
+  RM_JOB_CANCELLED = 5,
+  RM_JOB_STATE_COUNT
+} rm_job_state_t;
+
+const char *rm_job_state_name(rm_job_state_t s); /* "running"; "unknown" */
+/* Parse "pending" ... "cancelled"; RM_ERR_INVALID_ARG otherwise. */
+rm_status_t rm_job_state_parse(const char *s, rm_job_state_t *out);
+static inline int rm_job_state_terminal(rm_job_state_t s)
+{
+  return s >= RM_JOB_SUCCEEDED;
+}
+
+typedef struct rm_job_info {
+  uint64_t id;
+  rm_job_spec_t spec;       /* as validated (defaults filled) */
+  rm_job_state_t state;
+  char token[72];           /* the worker token (secret: show once) */
+  char reason[256];         /* why it failed/was cancelled; "" otherwise */
+  uint64_t generation;      /* 0 until the first group formed */
+  int world;                /* members of the current generation, 0 if none */
+  int workers_joined;       /* workers known in the current/forming group */
+  int workers_alive;        /* ... of which not lost/left */
+  uint64_t step;            /* steps every member has completed (min) */
+  int restarts;             /* re-formations so far */
+  int64_t created_ms;       /* wall clock, ms since epoch */
+  int64_t started_ms;       /* first generation formed; 0 if never */
+  int64_t finished_ms;      /* terminal; 0 if not */
+  int64_t updated_ms;       /* last state change */
+} rm_job_info_t;
+
+/* Validate and store a new job. OUT: *out (with id and token) on success.
+ * err may be NULL. */
+rm_status_t rm_coord_submit(rm_coord_t *c, const rm_job_spec_t *spec,
+                            rm_job_info_t *out, rm_coord_error_t *err);
+rm_status_t rm_coord_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
+
+typedef struct rm_job_filter {
+  int state;       /* rm_job_state_t, or -1 for any */
+  uint64_t offset; /* jobs to skip (newest first) */
+  uint32_t limit;  /* max jobs returned; 0 = 100; capped at 1000 */
+} rm_job_filter_t;
+
+/* Newest first. *out: array of *n jobs (free with rm_coord_free); *total:
+ * how many match the filter ignoring offset/limit (may be NULL). */
+rm_status_t rm_coord_job_list(rm_coord_t *c, const rm_job_filter_t *f,
+                              rm_job_info_t **out, size_t *n, size_t *total);
+/* Cancel: parked worker calls are answered, workers are told at their next
+ * call. RM_ERR_DENIED if the job is already terminal. reason may be NULL. */
+rm_status_t rm_coord_job_cancel(rm_coord_t *c, uint64_t id,
+                                const char *reason);
+/* Mark a job failed from outside (a launcher could not start its workers).
+ * RM_ERR_DENIED if already terminal. */
+rm_status_t rm_coord_job_fail(rm_coord_t *c, uint64_t id, const char *reason);
+
+/* ---- workers ---- */
+typedef enum {
+  RM_WORKER_JOINING = 0, /* joined, waiting for the group to form */
+  RM_WORKER_RUNNING = 1, /* member of the current generation */
+  RM_WORKER_LOST = 2,    /* missed its heartbeat deadline / call cancelled */
+  RM_WORKER_LEFT = 3,    /* left cleanly after its last step */
+  RM_WORKER_FAILED = 4,  /* left reporting an error */
+  RM_WORKER_STATE_COUNT
+} rm_worker_state_t;
+
+const char *rm_worker_state_name(rm_worker_state_t s);
+
+typedef struct rm_worker_info {
+  uint64_t id;            /* unique per coordinator db */
+  uint64_t job_id;
+  int rank;               /* -1 until ranks are assigned */
+  char host[128];
+  char data_addr[160];    /* data-plane "host:port" */
+  char devices[256];      /* what the agent reported ("cpu", "cuda:0 ...") */
+  rm_worker_state_t state;
+  uint64_t generation;    /* generation it last joined */
+  int64_t last_heartbeat_ms;  /* wall clock of its last call */
+  int64_t ms_since_heartbeat; /* now - last call, ms */
+  uint64_t step;          /* last step reported */
+  double step_ms;         /* duration of that step (compute+comm+wait) */
+  double compute_ms, comm_ms, wait_ms; /* its phases */
+  int straggler;          /* flagged by straggler detection (issue 6) */
+} rm_worker_info_t;
+
+/* Workers of a job (current and past generations), by rank then id. */
+rm_status_t rm_coord_job_workers(rm_coord_t *c, uint64_t job_id,
+                                 rm_worker_info_t **out, size_t *n);
+
+/* ---- events ---- */
+typedef struct rm_event {
+  uint64_t seq;        /* global, strictly increasing, never reused */
+  uint64_t job_id;     /* 0 for coordinator-wide events */
+  int64_t time_ms;     /* wall clock */
+  char kind[32];       /* "job_submitted", "job_state", "worker_joined",
+                          "worker_lost", "generation", "barrier_broken", ...*/
+  int rank;            /* -1 if not about one rank */
+  uint64_t generation;
+  char message[256];   /* a sentence for humans */
+} rm_event_t;
+
+/* Events with seq > after_seq, oldest first, of one job (job_id != 0) or all
+ * (job_id == 0), at most limit (0 = 1000). From SQLite: complete history. */
+rm_status_t rm_coord_events(rm_coord_t *c, uint64_t job_id, uint64_t after_seq,
+                            uint32_t limit, rm_event_t **out, size_t *n);
+/* Seq of the newest event (0 if none). */
+uint64_t rm_coord_event_seq(rm_coord_t *c);
+/* Block until an event newer than after_seq exists or timeout_ms passes (or
+ * close). Returns the newest seq. For SSE: loop { wait; rm_coord_events }. */
+uint64_t rm_coord_event_wait(rm_coord_t *c, uint64_t after_seq, int timeout_ms);
+
+/* Callback flavour: cb runs on a coordinator thread right after each event
+ * is committed, with no coordinator lock held. It must not block; it may
+ * call rm_coord_event_seq/rm_coord_events but not (un)subscribe. Returns a
+ * subscription id > 0, or 0 when the table (64 entries) is full. */
+typedef void (*rm_coord_event_cb)(void *ctx, const rm_event_t *ev);
+int rm_coord_subscribe(rm_coord_t *c, rm_coord_event_cb cb, void *ctx);
+void rm_coord_unsubscribe(rm_coord_t *c, int id);
+
+/* ---- barriers ---- */
+typedef enum {
+  RM_BARRIER_OPEN = 0,
+  RM_BARRIER_RELEASED = 1,
+  RM_BARRIER_BROKEN = 2
+} rm_barrier_state_t;
+
+typedef struct rm_barrier_member {
+  int rank;
+  uint64_t step;               /* its last reported step */
+  rm_worker_state_t state;
+  int64_t ms_since_heartbeat;
+} rm_barrier_member_t;
+
+typedef struct rm_barrier_info {
+  char name[RM_COORD_NAME_MAX];
+  uint64_t generation;
+  rm_barrier_state_t state;
+  int64_t opened_ms, deadline_ms, closed_ms; /* wall clock; closed 0 if open */
+  int arrived, expected;
+  char reason[160];            /* why broken ("deadline", "rank 2 lost") */
+  size_t n_missing;
+  rm_barrier_member_t *missing; /* ranks not arrived (inside the block) */
+} rm_barrier_info_t;
+
+/* Open barriers first, then recently closed ones (at most 64). */
+rm_status_t rm_coord_job_barriers(rm_coord_t *c, uint64_t job_id,
+                                  rm_barrier_info_t **out, size_t *n);
+
+/* ---- step timings ---- */
+typedef struct rm_step_sample {
+  int rank;
+  uint64_t step;
+  uint64_t generation;
+  int64_t time_ms;           /* when reported, wall clock */
+  double compute_ms, comm_ms, wait_ms;
+  double loss, accuracy;     /* NaN when not meaningful */
+  uint64_t allreduce_bytes;
+} rm_step_sample_t;
+
+/* Most recent samples from the in-memory window, oldest first; rank -1 = all
+ * ranks; limit 0 = the whole window. */
+rm_status_t rm_coord_job_steps(rm_coord_t *c, uint64_t job_id, int rank,
+                               uint32_t limit, rm_step_sample_t **out,
+                               size_t *n);
+
+/* ---- counters (for /metrics) ---- */
+#define RM_COORD_STEP_BUCKETS 12
+/* Upper bounds (seconds) of the step-time histogram buckets; +Inf implied. */
+extern const double rm_coord_step_bucket_le[RM_COORD_STEP_BUCKETS];
+
+typedef struct rm_coord_counters {
+  uint64_t jobs_by_state[RM_JOB_STATE_COUNT];       /* gauge, all stored jobs */
+  uint64_t workers_by_state[RM_WORKER_STATE_COUNT]; /* gauge, jobs not terminal */
+  uint64_t grpc_calls_total;
+  uint64_t grpc_errors_total;     /* calls answered with a non-OK status */
+  uint64_t barriers_released_total;
+  uint64_t barriers_broken_total;
+  uint64_t barrier_waits_open;    /* gauge: workers parked in a barrier */
+  double barrier_wait_seconds_sum; /* over released/broken waits */
+  uint64_t barrier_wait_count;
+  uint64_t steps_reported_total;
+  double step_seconds_sum;
+  uint64_t step_seconds_bucket[RM_COORD_STEP_BUCKETS + 1]; /* not cumulative;
+                                                   last = +Inf overflow */
+  uint64_t allreduce_bytes_total;
+  double allreduce_seconds_total;
+  uint64_t workers_lost_total;
+  uint64_t stragglers_flagged;    /* gauge */
+  uint64_t events_total;
+  uint64_t generations_total;
+} rm_coord_counters_t;
+
+void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out);
+
+/* ---- launcher hook (coordinator/launch/, issue 5) ----
+ * A launcher starts the workers of a submitted job. start() runs with no
+ * coordinator lock held, right after the job is stored, and must not block
+ * for long (spawn and return); a failure message makes the job failed.
+ * stop() is called when the job becomes terminal. Jobs with launcher "none"
+ * never call these; jobs naming a launcher nobody registered stay pending
+ * with an event saying so (start workers by hand). */
+typedef struct rm_coord_launcher {
+  const char *name; /* "local", "slurm", "k8s" */
+  rm_status_t (*start)(void *ctx, const rm_job_info_t *job,
+                       const char *coord_addr, char *err, size_t errlen);
+  void (*stop)(void *ctx, const rm_job_info_t *job);
+  void *ctx;
+} rm_coord_launcher_t;
+
+/* Register before or after open; at most 8. The struct is copied. */
+rm_status_t rm_coord_register_launcher(rm_coord_t *c,
+                                       const rm_coord_launcher_t *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RM_COORDINATOR_COORD_H */
