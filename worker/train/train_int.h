@@ -1,0 +1,171 @@
+/*
+ * train_int.h - internal interface of the training workloads (worker/train/).
+ *
+ * Pieces, each in its own file:
+ *
+ *   opts.c      "key=value,key=value" option strings, numbers with K/M/G
+ *   dataset.c   CSV loader, deterministic train/test split, standardisation
+ *   mlp.c       two-layer perceptron: forward, backward, SGD with momentum
+ *   trainer.c   one synchronous data-parallel step: global batch -> this
+ *               rank's shard -> local gradient sum -> all-reduce -> update
+ *   train_workload.c, synthetic_workload.c   the rm_workload_ops_t tables
+ *   ref_main.c  rm-train-ref, the single-process reference trainer
+ *
+ * Nothing here is thread-safe; one thread drives one trainer.
+ */
+#ifndef RM_TRAIN_INT_H
+#define RM_TRAIN_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+#include "train.h"
+
+/* ---- small helpers (opts.c) ---- */
+
+/* splitmix64: tiny, seedable, identical on every platform. */
+static inline uint64_t rm__rng_next(uint64_t *s)
+{
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+/* Uniform in [0, 1) with 24 random bits (exact in float). */
+static inline float rm__rng_unit(uint64_t *s)
+{
+  return (float)(rm__rng_next(s) >> 40) * (1.0f / 16777216.0f);
+}
+/* Uniform in [0, n) (multiply-shift; bias < n / 2^64, irrelevant here). */
+static inline uint32_t rm__rng_below(uint64_t *s, uint32_t n)
+{
+  return (uint32_t)(((unsigned __int128)rm__rng_next(s) * n) >> 64);
+}
+/* Fisher-Yates permutation of 0..n-1 from seed. */
+void rm__permute(uint32_t *perm, uint32_t n, uint64_t seed);
+
+/* 64-bit FNV-1a over bytes. */
+uint64_t rm__fnv1a(const void *data, size_t len);
+
+/* Option strings. rm__opt_next() splits off the next "key=value" pair from
+ * *p (advancing it) into key/val; returns 1 for a pair, 0 at the end, -1 on
+ * a malformed or over-long pair (err filled). */
+int rm__opt_next(const char **p, char *key, size_t klen, char *val,
+                 size_t vlen, char *err, size_t errlen);
+/* Parse helpers: fill err naming `key` and return RM_ERR_INVALID_ARG when
+ * val is not a number in [lo, hi]. u64 accepts K/M/G (powers of 1024). */
+rm_status_t rm__opt_u64(const char *key, const char *val, uint64_t lo,
+                        uint64_t hi, uint64_t *out, char *err, size_t errlen);
+rm_status_t rm__opt_double(const char *key, const char *val, double lo,
+                           double hi, double *out, char *err, size_t errlen);
+
+/* ---- dataset (dataset.c) ---- */
+
+typedef struct rm__dataset {
+  uint32_t n;       /* rows */
+  uint32_t dim;     /* features per row */
+  uint32_t classes; /* labels are 0..classes-1 */
+  float *x;         /* n * dim, row-major, owned */
+  uint8_t *y;       /* n, owned */
+} rm__dataset_t;
+
+/* Load a headerless CSV whose rows are dim numbers then an integer label in
+ * [0, classes). dim is taken from the first row; every row must agree. On
+ * error err says which file, line and field; *out is untouched. */
+rm_status_t rm__dataset_load_csv(const char *path, uint32_t classes,
+                                 rm__dataset_t *out, char *err, size_t errlen);
+/* Deterministic split: a permutation from seed; the first n / test_div rows
+ * of it form the test set, the rest the training set (same row order as the
+ * permutation). Both OUT sets are new; `all` is untouched. */
+rm_status_t rm__dataset_split(const rm__dataset_t *all, uint64_t seed,
+                              uint32_t test_div, rm__dataset_t *train,
+                              rm__dataset_t *test);
+/* Standardise every feature with the TRAINING set's mean and standard
+ * deviation (a constant feature keeps scale 1), applied to both sets. */
+void rm__dataset_standardize(rm__dataset_t *train, rm__dataset_t *test);
+void rm__dataset_free(rm__dataset_t *d);
+
+/* ---- the model (mlp.c) ---- */
+
+enum { RM__ACT_RELU = 0, RM__ACT_TANH = 1 };
+
+/* in -> hidden (act) -> out, softmax cross-entropy. Parameters live in one
+ * contiguous f32 array so one all-reduce moves the whole gradient:
+ *
+ *   offset                      size            what
+ *   0                           hidden * in     W1, row j = hidden unit j
+ *   hidden*in                   hidden          b1
+ *   hidden*(in+1)               out * hidden    W2, row k = class k
+ *   hidden*(in+1) + out*hidden  out             b2
+ */
+typedef struct rm__mlp {
+  uint32_t in, hidden, out;
+  int act;
+  size_t nparams;
+  float *params;   /* nparams, owned */
+  float *velocity; /* nparams, momentum buffer, owned */
+  float *scratch;  /* per-sample activations, owned */
+} rm__mlp_t;
+
+/* Glorot-uniform weights (He-uniform for ReLU) from seed, zero biases: the
+ * same bytes on every rank and every run with the same seed. */
+rm_status_t rm__mlp_init(rm__mlp_t *m, uint32_t in, uint32_t hidden,
+                         uint32_t out, int act, uint64_t seed);
+void rm__mlp_free(rm__mlp_t *m);
+/* One sample: adds its loss gradient to grad (nparams floats, NOT zeroed
+ * here), adds its cross-entropy to *loss and 1 to *correct when the argmax
+ * is the label. grad may be NULL for a forward pass only. */
+void rm__mlp_sample(rm__mlp_t *m, const float *x, unsigned label,
+                    float *grad, double *loss, uint32_t *correct);
+/* velocity = momentum * velocity + grad; params -= lr * velocity. */
+void rm__mlp_sgd(rm__mlp_t *m, const float *grad, float lr, float momentum);
+/* Mean loss and accuracy over a whole dataset (forward only). */
+void rm__mlp_evaluate(rm__mlp_t *m, const rm__dataset_t *d, double *loss,
+                      double *accuracy);
+
+/* ---- one data-parallel step (trainer.c) ---- */
+
+typedef struct rm__train_cfg {
+  const char *dataset; /* CSV path */
+  uint32_t batch;      /* GLOBAL batch, split across ranks */
+  uint32_t hidden;
+  int act;
+  float lr, momentum;
+  uint64_t seed;       /* init and data order */
+  uint64_t split_seed; /* train/test split */
+} rm__train_cfg_t;
+
+typedef struct rm__trainer {
+  rm__train_cfg_t cfg;
+  rm__dataset_t train, test;
+  rm__mlp_t model;
+  uint64_t step;        /* steps completed */
+  float *grad;          /* nparams + 2 (loss sum, correct count), owned */
+  float *prev;          /* params then velocity before the last step */
+  int have_prev;
+  uint32_t *perm;       /* data order of epoch perm_epoch */
+  uint64_t perm_epoch;
+  double last_loss, last_acc;
+} rm__trainer_t;
+
+/* Load, split, standardise, initialise. err names what is wrong. */
+rm_status_t rm__trainer_init(rm__trainer_t *t, const rm__train_cfg_t *cfg,
+                             char *err, size_t errlen);
+void rm__trainer_free(rm__trainer_t *t);
+uint64_t rm__trainer_steps_per_epoch(const rm__trainer_t *t);
+/* One step of the global batch on this rank's shard. comm NULL means a
+ * single process with no data plane (rank 0 of 1). Fills rep. */
+rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
+                             rm_step_report_t *rep);
+/* Before steps of a new generation: make every rank hold the parameters of
+ * step start_step (roll back a step that not every member finished, copy
+ * from the lowest rank that holds them). */
+rm_status_t rm__trainer_resync(rm__trainer_t *t, rm_comm_t *comm,
+                               uint64_t start_step);
+uint64_t rm__trainer_checksum(const rm__trainer_t *t);
+
+/* For tests: the live state behind a `train` workload's opaque pointer. */
+rm__trainer_t *rm__train_workload_trainer(void *state);
+
+#endif
