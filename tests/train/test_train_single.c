@@ -300,6 +300,53 @@ static void test_resume(void)
   rm__workload_train.destroy(two);
 }
 
+/* Save at step 40, load into a fresh trainer, train on to 80: bitwise equal
+ * to 80 uninterrupted steps. Damaged or foreign files are refused. */
+static void test_checkpoint(void)
+{
+  char path[] = "/tmp/rm-train-ckpt-XXXXXX", err[512] = "";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  close(fd);
+  void *a = make_train("steps=80"), *b = make_train("steps=80");
+  void *other = make_train("steps=80,hidden=16");
+  if (!a || !b || !other) return;
+  rm__trainer_t *ta = rm__train_workload_trainer(a);
+  rm__trainer_t *tb = rm__train_workload_trainer(b);
+  CHECK(run_steps(a, 0, 40) == RM_OK, "40 steps");
+  CHECK(rm__trainer_save(ta, path, err, sizeof(err)) == RM_OK, "%s", err);
+  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_OK, "%s", err);
+  CHECK(tb->step == 40 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
+        "loaded state differs");
+  CHECK(run_steps(a, 40, 0) == RM_OK && run_steps(b, 40, 0) == RM_OK, "run");
+  CHECK(ta->step == 80 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
+        "40 + checkpoint + 40 steps differ from 80");
+  rm__trainer_t *to = rm__train_workload_trainer(other);
+  CHECK(rm__trainer_load(to, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+            strstr(err, "another model"), "foreign model: %s", err);
+  /* Flip one payload byte, then truncate: both refused, trainer intact. */
+  uint64_t before = rm__trainer_checksum(tb);
+  FILE *f = fopen(path, "r+b");
+  fseek(f, 100, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, 100, SEEK_SET);
+  fputc(c ^ 1, f);
+  fclose(f);
+  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+            strstr(err, "checksum"), "corrupt: %s", err);
+  CHECK(truncate(path, 1000) == 0, "truncate");
+  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+            strstr(err, "truncated"), "truncated: %s", err);
+  CHECK(rm__trainer_checksum(tb) == before && tb->step == 80,
+        "failed load changed the trainer");
+  unlink(path);
+  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_NOT_FOUND,
+        "missing: %s", err);
+  rm__workload_train.destroy(a);
+  rm__workload_train.destroy(b);
+  rm__workload_train.destroy(other);
+}
+
 static int count_steps(void *ctx, const rm_step_report_t *r)
 {
   int *n = ctx;
@@ -337,6 +384,7 @@ static const struct {
     {"loader", test_loader_errors},    {"options", test_option_errors},
     {"determinism", test_split_and_determinism},
     {"resume", test_resume},           {"synthetic", test_synthetic},
+    {"checkpoint", test_checkpoint},
 };
 
 int main(int argc, char **argv)

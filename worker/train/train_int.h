@@ -6,6 +6,7 @@
  *   opts.c      "key=value,key=value" option strings, numbers with K/M/G
  *   dataset.c   CSV loader, deterministic train/test split, standardisation
  *   mlp.c       two-layer perceptron: forward, backward, SGD with momentum
+ *   checkpoint.c  trainer state on disk (atomic write, checked load)
  *   trainer.c   one synchronous data-parallel step: global batch -> this
  *               rank's shard -> local gradient sum -> all-reduce -> update
  *   train_workload.c, synthetic_workload.c   the rm_workload_ops_t tables
@@ -158,12 +159,30 @@ uint64_t rm__trainer_steps_per_epoch(const rm__trainer_t *t);
  * single process with no data plane (rank 0 of 1). Fills rep. */
 rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
                              rm_step_report_t *rep);
+/* The two halves of a step, for schemes that choose who computes which rows
+ * (backup workers, deadlines, gradient coding; issue 6):
+ * shard_grad: sum of per-sample gradients of rows [lo, hi) of global batch
+ * `step` into grad (nparams + 2 floats: then loss sum, correct count;
+ * zeroed first). apply: grad holds such sums over `rows` samples in total;
+ * divide by rows, keep the previous state (roll-back), SGD, step += 1. */
+void rm__trainer_shard_grad(rm__trainer_t *t, uint64_t step, uint32_t lo,
+                            uint32_t hi, float *grad);
+void rm__trainer_apply(rm__trainer_t *t, float *grad, uint32_t rows);
 /* Before steps of a new generation: make every rank hold the parameters of
  * step start_step (roll back a step that not every member finished, copy
  * from the lowest rank that holds them). */
 rm_status_t rm__trainer_resync(rm__trainer_t *t, rm_comm_t *comm,
                                uint64_t start_step);
 uint64_t rm__trainer_checksum(const rm__trainer_t *t);
+
+/* Checkpoints (checkpoint.c): step, parameters and momentum, written
+ * atomically (tmp, fsync, rename, fsync dir). load() refuses a file of
+ * another model shape or seed, a truncated one or a bad checksum, and then
+ * leaves the trainer untouched. */
+rm_status_t rm__trainer_save(const rm__trainer_t *t, const char *path,
+                             char *err, size_t errlen);
+rm_status_t rm__trainer_load(rm__trainer_t *t, const char *path, char *err,
+                             size_t errlen);
 
 /* For tests: the live state behind a `train` workload's opaque pointer. */
 rm__trainer_t *rm__train_workload_trainer(void *state);

@@ -128,26 +128,47 @@ static const uint32_t *global_batch(rm__trainer_t *t, uint64_t s)
 
 static double ms_between(int64_t a, int64_t b) { return (b - a) / 1e6; }
 
+void rm__trainer_shard_grad(rm__trainer_t *t, uint64_t step, uint32_t lo,
+                            uint32_t hi, float *grad)
+{
+  size_t np = t->model.nparams;
+  uint32_t dim = t->train.dim;
+  const uint32_t *batch = global_batch(t, step);
+  double loss = 0;
+  uint32_t correct = 0;
+  memset(grad, 0, (np + 2) * sizeof(float));
+  for (uint32_t i = lo; i < hi; i++)
+    rm__mlp_sample(&t->model, t->train.x + (size_t)batch[i] * dim,
+                   t->train.y[batch[i]], grad, &loss, &correct);
+  grad[np] = (float)loss;
+  grad[np + 1] = (float)correct;
+}
+
+void rm__trainer_apply(rm__trainer_t *t, float *grad, uint32_t rows)
+{
+  size_t np = t->model.nparams;
+  for (size_t i = 0; i < np; i++) grad[i] /= (float)rows;
+  memcpy(t->prev, t->model.params, np * sizeof(float));
+  memcpy(t->prev + np, t->model.velocity, np * sizeof(float));
+  t->have_prev = 1;
+  rm__mlp_sgd(&t->model, grad, t->cfg.lr, t->cfg.momentum);
+  t->step++;
+  t->last_loss = grad[np] / rows;
+  t->last_acc = grad[np + 1] / rows;
+}
+
 rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
                              rm_step_report_t *rep)
 {
   int rank = comm ? rm_comm_rank(comm) : 0;
   int world = comm ? rm_comm_world(comm) : 1;
   size_t np = t->model.nparams;
-  uint32_t B = t->cfg.batch, dim = t->train.dim;
+  uint32_t B = t->cfg.batch;
   uint32_t lo = (uint32_t)((uint64_t)B * rank / world);
   uint32_t hi = (uint32_t)((uint64_t)B * (rank + 1) / world);
 
   int64_t t0 = rm__now_ns();
-  const uint32_t *batch = global_batch(t, t->step);
-  double loss = 0;
-  uint32_t correct = 0;
-  memset(t->grad, 0, (np + 2) * sizeof(float));
-  for (uint32_t i = lo; i < hi; i++)
-    rm__mlp_sample(&t->model, t->train.x + (size_t)batch[i] * dim,
-                   t->train.y[batch[i]], t->grad, &loss, &correct);
-  t->grad[np] = (float)loss;
-  t->grad[np + 1] = (float)correct;
+  rm__trainer_shard_grad(t, t->step, lo, hi, t->grad);
   int64_t t1 = rm__now_ns();
   if (comm) {
     rm_status_t st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32,
@@ -155,16 +176,9 @@ rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
     if (st != RM_OK) return st; /* I2 */
   }
   int64_t t2 = rm__now_ns();
-  for (size_t i = 0; i < np; i++) t->grad[i] /= (float)B;
-  memcpy(t->prev, t->model.params, np * sizeof(float));
-  memcpy(t->prev + np, t->model.velocity, np * sizeof(float));
-  t->have_prev = 1;
-  rm__mlp_sgd(&t->model, t->grad, t->cfg.lr, t->cfg.momentum);
-  t->step++;
+  rm__trainer_apply(t, t->grad, B);
   int64_t t3 = rm__now_ns();
 
-  t->last_loss = t->grad[np] / B;
-  t->last_acc = t->grad[np + 1] / B;
   memset(rep, 0, sizeof(*rep));
   rep->step = t->step;
   rep->compute_ms = ms_between(t0, t1) + ms_between(t2, t3);
