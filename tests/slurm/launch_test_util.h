@@ -1,0 +1,31 @@
+/* launch_test_util.h - small helpers for the launcher tests. */
+#ifndef RM_TEST_LAUNCH_UTIL_H
+#define RM_TEST_LAUNCH_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int lt_failures;
+
+#define LT_CHECK(cond)                                                        \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      lt_failures++;                                                          \
+    }                                                                         \
+  } while (0)
+
+/* mkdtemp under $TMPDIR or /tmp; static buffer is the caller's (len >= 64). */
+void lt_tmpdir(char *buf, size_t len, const char *tag);
+/* Write text to path with mode. Exits on failure. */
+void lt_write(const char *path, const char *text, int mode);
+/* Whole file as a malloc'd NUL-terminated string, or NULL. */
+char *lt_read(const char *path);
+/* Number of open fds of this process. */
+int lt_count_fds(void);
+/* rm -rf dir (fork/exec, waits). */
+void lt_rmrf(const char *dir);
+/* 1 if path's contents contain needle. */
+int lt_file_has(const char *path, const char *needle);
+
+#endif

@@ -1,0 +1,285 @@
+/*
+ * test_launch_slurm.c - the slurm launcher.
+ *
+ *   test_launch_slurm script  no cluster needed: the generated batch script
+ *       (#SBATCH lines, `bash -n`, and the argv srun really receives, through
+ *       a fake srun on PATH, with a token and args that need quoting); a
+ *       refusing sbatch fails start with sbatch's message; the squeue/sacct
+ *       state mapping and scancel, through fake commands on PATH.
+ *   test_launch_slurm rig     against a running cluster (SLURM_CONF set, see
+ *       run_rig_test.sh): a 2-task job through sbatch+srun with per-task logs
+ *       and SLURM_PROCID, scancel of a running job, a refused submission.
+ */
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launch.h"
+#include "launch_test_util.h"
+
+static char g_dir[256], g_worker[300], g_fake[300];
+
+static const char k_fake_worker[] =
+    "#!/bin/sh\n"
+    "echo \"procid=$SLURM_PROCID ntasks=$SLURM_NTASKS args=$*\"\n"
+    "mode=; for a in \"$@\"; do mode=$a; done\n"
+    "case \"$mode\" in\n"
+    "  ok) exit 0 ;;\n"
+    "  sleep) exec sleep 300 ;;\n"
+    "esac\n"
+    "exit 99\n";
+
+static void spec_init(rm_launch_spec_t *s, const char *sub, int world,
+                      const char *const *extra)
+{
+  static char logdir[400];
+  memset(s, 0, sizeof *s);
+  snprintf(logdir, sizeof logdir, "%s/%s", g_dir, sub);
+  s->job_id = "j-7";
+  s->token = "tok";
+  s->coordinator = "127.0.0.1:7070";
+  s->world = world;
+  s->extra_args = extra;
+  s->worker_path = g_worker;
+  s->log_dir = logdir;
+  s->poll_interval_ms = 1;
+  s->cmd_timeout_ms = 30000;
+}
+
+static char *render(const rm_launch_spec_t *s)
+{
+  char *text = NULL, err[256];
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  LT_CHECK(rm__launch_render(&rm__launcher_slurm, s, f, err, sizeof err) == RM_OK);
+  fclose(f);
+  return text;
+}
+
+/* Run a shell command line and return its stdout (malloc'd). */
+static char *sh(const char *cmd)
+{
+  char *out = NULL;
+  size_t len = 0;
+  FILE *p = popen(cmd, "r"), *m = open_memstream(&out, &len);
+  int c;
+  while (p != NULL && (c = fgetc(p)) != EOF) fputc(c, m);
+  int rc = p ? pclose(p) : -1;
+  fclose(m);
+  if (rc != 0) fprintf(stderr, "  '%s' exited %d\n", cmd, rc);
+  return out;
+}
+
+static void case_script(void)
+{
+  const char *extra[] = {"--steps", "a b", NULL};
+  const char *sb[] = {"--exclusive", NULL};
+  rm_launch_spec_t s;
+  char path[600], cmd[1400], want[600];
+  spec_init(&s, "script", 3, extra);
+  s.token = "to'k $x";
+  s.workload = "train";
+  s.slurm_partition = "debug";
+  s.slurm_time_limit_min = 5;
+  s.slurm_sbatch_args = sb;
+  char *t = render(&s);
+  LT_CHECK(strncmp(t, "#!/bin/bash\n", 12) == 0);
+  LT_CHECK(strstr(t, "\n#SBATCH --job-name=ringmaster-j-7\n") != NULL);
+  LT_CHECK(strstr(t, "\n#SBATCH --ntasks=3\n") != NULL);
+  LT_CHECK(strstr(t, "\n#SBATCH --partition=debug\n") != NULL);
+  LT_CHECK(strstr(t, "\n#SBATCH --time=5\n") != NULL);
+  LT_CHECK(strstr(t, "\n#SBATCH --exclusive\n") != NULL);
+  snprintf(want, sizeof want, "\n#SBATCH --output=%s/slurm-%%j.out\n", s.log_dir);
+  LT_CHECK(strstr(t, want) != NULL);
+  LT_CHECK(strstr(t, "exec srun --kill-on-bad-exit=1") != NULL);
+  snprintf(path, sizeof path, "%s/rendered.sbatch", g_dir);
+  lt_write(path, t, 0600);
+  free(t);
+  snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
+  t = sh(cmd);
+  LT_CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
+  free(t);
+  /* The fake srun prints one <arg> per line: quoting must survive. */
+  snprintf(cmd, sizeof cmd, "bash '%s'", path);
+  t = sh(cmd);
+  snprintf(want, sizeof want, "<--output=%s/worker-%%t.log>\n<%s>\n<--coordinator>\n"
+           "<127.0.0.1:7070>\n<--job>\n<j-7>\n<--token>\n<to'k $x>\n<--workload>\n"
+           "<train>\n<--steps>\n<a b>\n", s.log_dir, g_worker);
+  LT_CHECK(t != NULL && strstr(t, want) != NULL);
+  if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);
+  free(t);
+  s.log_dir = "/tmp/with space";
+  char err[256];
+  LT_CHECK(rm__launch_render(&rm__launcher_slurm, &s, stdout, err, sizeof err) ==
+           RM_ERR_INVALID_ARG && strstr(err, "log_dir"));
+}
+
+static void fake_state(const char *cmd, const char *text)
+{
+  char path[400];
+  snprintf(path, sizeof path, "%s/%s.state", g_fake, cmd);
+  lt_write(path, text, 0644);
+}
+
+static rm_launch_state_t poll_now(rm__launch_t *l, char *msg, size_t len)
+{
+  rm_launch_state_t st = RM_LAUNCH_PENDING;
+  usleep(2000); /* past the 1 ms poll cache */
+  LT_CHECK(rm__launch_poll(l, &st, msg, len) == RM_OK);
+  return st;
+}
+
+static void case_fake_cluster(void)
+{
+  rm_launch_spec_t s;
+  rm__launch_t *l = NULL;
+  char err[512], path[600];
+  struct stat sb;
+  spec_init(&s, "fake", 2, NULL);
+  fake_state("sbatch", "fail");
+  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
+           RM_ERR_UNAVAILABLE);
+  LT_CHECK(l == NULL && strstr(err, "Invalid partition name specified") != NULL);
+  snprintf(path, sizeof path, "%s/job.sbatch", s.log_dir);
+  LT_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+
+  fake_state("sbatch", "ok");
+  fake_state("squeue", "PENDING\n");
+  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  if (l == NULL) return;
+  LT_CHECK(strcmp(rm__launch_external_id(l), "4242") == 0);
+  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_PENDING);
+  fake_state("squeue", "RUNNING\n");
+  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_RUNNING);
+  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
+  snprintf(path, sizeof path, "%s/scancel.args", g_fake);
+  LT_CHECK(lt_file_has(path, "4242"));
+  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLING);
+  fake_state("squeue", "");
+  fake_state("sacct", "CANCELLED by 0\n");
+  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLED);
+  rm__launch_destroy(l);
+
+  static const struct { const char *sq, *sa; rm_launch_state_t want; const char *msg; } m[] = {
+      {"COMPLETED\n", "", RM_LAUNCH_SUCCEEDED, ""},
+      {"", "FAILED\n", RM_LAUNCH_FAILED, "ended FAILED"},
+      {"TIMEOUT\n", "", RM_LAUNCH_FAILED, "ended TIMEOUT"},
+      {"", "CANCELLED by 0\n", RM_LAUNCH_FAILED, "cancelled outside ringmaster"},
+      {"", "", RM_LAUNCH_FAILED, "unknown to squeue and sacct"},
+  };
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    l = NULL;
+    fake_state("squeue", m[i].sq);
+    fake_state("sacct", m[i].sa);
+    LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+    if (l == NULL) continue;
+    LT_CHECK(poll_now(l, err, sizeof err) == m[i].want);
+    LT_CHECK(strstr(err, m[i].msg) != NULL);
+    rm__launch_destroy(l);
+  }
+}
+
+/* Fake sbatch/squeue/sacct/scancel/srun, driven by files in g_fake. */
+static void install_fakes(void)
+{
+  char path[400], *old = getenv("PATH"), newpath[4096];
+  static const struct { const char *name, *body; } f[] = {
+      {"srun", "#!/bin/sh\nprintf '<%s>\\n' \"$@\"\n"},
+      {"sbatch", "#!/bin/sh\nif [ \"$(cat \"$RM_FAKE_DIR/sbatch.state\")\" = fail ]; then\n"
+                 "  echo 'sbatch: error: Batch job submission failed: Invalid partition "
+                 "name specified' >&2; exit 1; fi\necho '4242;cluster'\n"},
+      {"squeue", "#!/bin/sh\ncat \"$RM_FAKE_DIR/squeue.state\" 2>/dev/null\n"},
+      {"sacct", "#!/bin/sh\ncat \"$RM_FAKE_DIR/sacct.state\" 2>/dev/null\n"},
+      {"scancel", "#!/bin/sh\necho \"$@\" > \"$RM_FAKE_DIR/scancel.args\"\n"},
+  };
+  snprintf(g_fake, sizeof g_fake, "%s/fakebin", g_dir);
+  mkdir(g_fake, 0755);
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", g_fake, f[i].name);
+    lt_write(path, f[i].body, 0755);
+  }
+  snprintf(newpath, sizeof newpath, "%s:%s", g_fake, old ? old : "/usr/bin:/bin");
+  setenv("PATH", newpath, 1);
+  setenv("RM_FAKE_DIR", g_fake, 1);
+}
+
+/* ---- against a real cluster ---- */
+
+static rm_launch_state_t wait_for(rm__launch_t *l, rm_launch_state_t want, int ms)
+{
+  rm_launch_state_t st = RM_LAUNCH_PENDING;
+  char msg[512];
+  for (int waited = 0; waited < ms; waited += 100) {
+    LT_CHECK(rm__launch_poll(l, &st, msg, sizeof msg) == RM_OK);
+    if (st == want || rm__launch_state_final(st)) break;
+    usleep(100000);
+  }
+  if (st != want) fprintf(stderr, "  state %s, wanted %s: %s\n", rm__launch_state_name(st),
+                          rm__launch_state_name(want), msg);
+  return st;
+}
+
+static void case_rig(void)
+{
+  const char *ok[] = {"ok", NULL}, *slp[] = {"sleep", NULL};
+  rm_launch_spec_t s;
+  rm__launch_t *l = NULL;
+  char err[512], path[600];
+  spec_init(&s, "rig-ok", 2, ok);
+  s.poll_interval_ms = 200;
+  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  if (l == NULL) { fprintf(stderr, "  start: %s\n", err); return; }
+  LT_CHECK(wait_for(l, RM_LAUNCH_SUCCEEDED, 120000) == RM_LAUNCH_SUCCEEDED);
+  for (int i = 0; i < 2; i++) {
+    char want[64];
+    snprintf(path, sizeof path, "%s/worker-%d.log", s.log_dir, i);
+    snprintf(want, sizeof want, "procid=%d ntasks=2 args=--coordinator", i);
+    LT_CHECK(lt_file_has(path, want));
+  }
+  snprintf(path, sizeof path, "%s/slurm-%s.out", s.log_dir, rm__launch_external_id(l));
+  LT_CHECK(access(path, F_OK) == 0);
+  rm__launch_destroy(l);
+
+  l = NULL;
+  spec_init(&s, "rig-cancel", 2, slp);
+  s.poll_interval_ms = 200;
+  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  if (l == NULL) return;
+  LT_CHECK(wait_for(l, RM_LAUNCH_RUNNING, 120000) == RM_LAUNCH_RUNNING);
+  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
+  LT_CHECK(wait_for(l, RM_LAUNCH_CANCELLED, 120000) == RM_LAUNCH_CANCELLED);
+  rm__launch_destroy(l);
+
+  l = NULL;
+  spec_init(&s, "rig-refused", 1, ok);
+  s.slurm_partition = "nosuchpartition";
+  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
+           RM_ERR_UNAVAILABLE);
+  LT_CHECK(l == NULL && strstr(err, "sbatch refused the job") &&
+           strstr(err, "nvalid partition"));
+  fprintf(stderr, "  refusal message: %s\n", err);
+}
+
+int main(int argc, char **argv)
+{
+  const char *mode = argc > 1 ? argv[1] : "script";
+  lt_tmpdir(g_dir, sizeof g_dir, "launch-slurm");
+  snprintf(g_worker, sizeof g_worker, "%s/fake-worker", g_dir);
+  lt_write(g_worker, k_fake_worker, 0755);
+  if (strcmp(mode, "rig") == 0) {
+    if (getenv("SLURM_CONF") == NULL) {
+      fprintf(stderr, "rig mode needs SLURM_CONF (run through run_rig_test.sh)\n");
+      return 2;
+    }
+    case_rig();
+  } else {
+    install_fakes();
+    case_script();
+    case_fake_cluster();
+  }
+  if (lt_failures == 0) lt_rmrf(g_dir);
+  else fprintf(stderr, "kept %s for inspection\n", g_dir);
+  printf("%s %s: %d failure(s)\n", lt_failures ? "FAIL" : "PASS", mode, lt_failures);
+  return lt_failures ? 1 : 0;
+}
