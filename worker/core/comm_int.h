@@ -62,6 +62,7 @@ struct rm_comm {
   void *scratch;
   size_t scratch_size;
 
+  int destroying;         /* set by rm_comm_destroy: close_all may free */
   struct rm__tcp_state *tcp;
   size_t bytes_sent;     /* by this rank, cumulative */
 };

@@ -98,4 +98,12 @@ typedef struct rm__transport_ops {
 
 extern const rm__transport_ops_t rm__tcp_transport;
 
+/* ---- used by core/ (transport.c) ---- */
+/* Pick a transport for every peer (priority list, first can_connect wins)
+ * and run connect_all of each transport picked. */
+rm_status_t rm__transport_connect(rm_comm_t *c);
+/* close_all of every transport in use; idempotent. reason RM_OK = graceful
+ * (peers are told BYE), else peers are told ABORT with the sticky failure. */
+void rm__transport_close(rm_comm_t *c, rm_status_t reason);
+
 #endif

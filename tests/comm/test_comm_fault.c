@@ -1,0 +1,166 @@
+/*
+ * test_comm_fault - failures in the middle of traffic, real processes.
+ *
+ *   kill   4 ranks loop ring shifts of 16 MiB; rank 2 gets SIGKILL.
+ *          Every survivor must return RM_ERR_PEER_LOST naming rank 2.
+ *   stop   same, rank 2 gets SIGSTOP; deadline 1000 ms. Every survivor must
+ *          return RM_ERR_TIMEOUT or RM_ERR_PEER_LOST naming rank 2.
+ *   abort  2 ranks; rank 0 waits for a message that never comes while a
+ *          second thread calls rm_comm_abort(): the wait returns
+ *          RM_ERR_ABORTED, later calls too (sticky); rank 1 then learns that
+ *          rank 0 is gone (RM_ERR_PEER_LOST naming 0).
+ * No timing is asserted: the harness deadline only catches hangs.
+ */
+#include <pthread.h>
+
+#include "harness.h"
+
+#include "core/comm_int.h"
+#include "transport/transport.h"
+
+#define VICTIM 2
+
+static void ring_loop(harness_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_result_t *res = &h->res[rank];
+  size_t n = 16u << 20;
+  unsigned char *sb = malloc(n), *rb = malloc(n);
+  int right = (rank + 1) % h->world, left = (rank + h->world - 1) % h->world;
+  rm_status_t st;
+
+  harness_config(h, rank, &cfg);
+  cfg.timeout_ms = *(int *)arg;
+  memset(sb, rank, n);
+  st = rm_comm_init(&cfg, &c);
+  res->status = st;
+  if (st != RM_OK) return;
+  res->value = 1; /* "connected": the parent waits for this before the fault */
+  for (long it = 0; it < 1000000 && st == RM_OK; it++) {
+    st = rm__coll_begin(c);
+    if (st == RM_OK) st = rm__sendrecv(c, right, sb, n, 0, left, rb, n, 0);
+  }
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  /* sticky: the next call fails the same way */
+  if (rm__coll_begin(c) != st) res->bad++;
+  rm_comm_destroy(c);
+  free(sb);
+  free(rb);
+}
+
+static int run_ring_fault(int sig, int timeout_ms)
+{
+  harness_t h;
+  int bad = 0;
+  if (harness_open(&h, 4) != 0) H_FAIL("harness_open");
+  harness_start(&h, ring_loop, &timeout_ms);
+  double until = h_now_ms() + 30000;
+  for (int r = 0; r < 4; r++)
+    while (h.res[r].value == 0 && h_now_ms() < until) usleep(1000);
+  usleep(300 * 1000); /* let large transfers be in flight */
+  kill(h.pid[VICTIM], sig);
+  if (sig == SIGSTOP) {
+    /* survivors must give up on their own; then clean the victim up */
+    double end = h_now_ms() + 60000;
+    for (int r = 0; r < 4; r++)
+      while (r != VICTIM && !h.res[r].done && h_now_ms() < end) usleep(2000);
+    kill(h.pid[VICTIM], SIGKILL);
+  }
+  bad += harness_wait(&h, 60000, VICTIM);
+  for (int r = 0; r < 4; r++) {
+    rm_result_t *res = &h.res[r];
+    int ok_status = sig == SIGKILL ? res->status == RM_ERR_PEER_LOST
+                                   : (res->status == RM_ERR_TIMEOUT ||
+                                      res->status == RM_ERR_PEER_LOST);
+    if (r == VICTIM) continue;
+    printf("rank %d: %s, blames rank %d: %s\n", r, rm_status_name(res->status),
+           res->failed_peer, res->msg);
+    if (!res->done || !ok_status || res->failed_peer != VICTIM || res->bad) {
+      fprintf(stderr, "FAIL: rank %d done=%d status=%s peer=%d sticky-bad=%d\n",
+              r, res->done, rm_status_name(res->status), res->failed_peer,
+              res->bad);
+      bad++;
+    }
+  }
+  harness_close(&h);
+  return bad;
+}
+
+static void *abort_later(void *arg)
+{
+  usleep(200 * 1000);
+  rm_comm_abort(arg);
+  return NULL;
+}
+
+static void abort_rank(harness_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_result_t *res = &h->res[rank];
+  uint64_t v = 0;
+  rm__req_t rq;
+  pthread_t th;
+  rm_status_t st;
+
+  harness_config(h, rank, &cfg);
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return;
+  }
+  if (rank == 0) {
+    rm__coll_begin(c);
+    pthread_create(&th, NULL, abort_later, c);
+    st = rm__irecv(c, 1, &v, sizeof v, 0, &rq);
+    if (st == RM_OK) st = rm__wait(c, &rq);
+    pthread_join(th, NULL);
+    if (rm__coll_begin(c) != RM_ERR_ABORTED) res->bad++;
+    if (rm_comm_status(c) != RM_ERR_ABORTED) res->bad++;
+    if (rm_comm_last_error(c)[0] == '\0') res->bad++;
+  } else {
+    /* waits for rank 0's message, which never comes: rank 0's abort must
+     * reach us as a lost peer (well before the 10 s deadline) */
+    rm__coll_begin(c);
+    st = rm__irecv(c, 0, &v, sizeof v, 0, &rq);
+    if (st == RM_OK) st = rm__wait(c, &rq);
+  }
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+}
+
+static int run_abort(void)
+{
+  harness_t h;
+  int bad;
+  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
+  harness_start(&h, abort_rank, NULL);
+  bad = harness_wait(&h, 60000, -1);
+  for (int r = 0; r < 2; r++)
+    printf("rank %d: %s peer %d: %s\n", r, rm_status_name(h.res[r].status),
+           h.res[r].failed_peer, h.res[r].msg);
+  if (h.res[0].status != RM_ERR_ABORTED || h.res[0].bad) bad++;
+  if (h.res[1].status != RM_ERR_PEER_LOST || h.res[1].failed_peer != 0) bad++;
+  harness_close(&h);
+  return bad;
+}
+
+int main(int argc, char **argv)
+{
+  int bad;
+  const char *mode = argc > 1 ? argv[1] : "kill";
+  if (strcmp(mode, "kill") == 0)
+    bad = run_ring_fault(SIGKILL, 10000);
+  else if (strcmp(mode, "stop") == 0)
+    bad = run_ring_fault(SIGSTOP, 1000);
+  else if (strcmp(mode, "abort") == 0)
+    bad = run_abort();
+  else
+    H_FAIL("unknown mode %s", mode);
+  printf("%s: %s\n", mode, bad ? "FAIL" : "ok");
+  return bad ? 1 : 0;
+}

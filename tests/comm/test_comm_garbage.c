@@ -1,0 +1,177 @@
+/*
+ * test_comm_garbage - hostile bytes on a rank's data port.
+ *
+ * Rank 0 is a real process (rm_comm_init, world 2); the test process plays
+ * rank 1 over raw sockets. Before its proper HELLO it opens stray
+ * connections (HTTP-like garbage, a truncated header, a HELLO for another
+ * job): rank 0 must reject them and still connect. Then, per case, rank 0
+ * posts a 1000-byte receive and the fake peer sends one bad thing:
+ *
+ *   case      fake peer sends                         rank 0 must return
+ *   good      a correct DATA frame                    RM_OK, bytes intact
+ *   magic     48 bytes of garbage                     RM_ERR_PROTOCOL
+ *   trunc     a header for 1000 bytes, 100, then EOF  RM_ERR_PEER_LOST
+ *   length    a header claiming 2^62 bytes            RM_ERR_PROTOCOL
+ *   gen       a DATA frame of another generation      RM_ERR_STALE_GENERATION
+ *   seq       a DATA frame of another collective      RM_ERR_PROTOCOL
+ * and in every failing case failed_peer == 1. Run also under ASan/UBSan.
+ */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "harness.h"
+
+#include "addr.h"
+#include "core/comm_int.h"
+#include "transport/tcp/tcp_int.h"
+#include "transport/transport.h"
+
+enum { C_GOOD, C_MAGIC, C_TRUNC, C_LENGTH, C_GEN, C_SEQ, C_COUNT };
+static const char *const names[C_COUNT] = {"good", "magic", "trunc",
+                                           "length", "gen", "seq"};
+static const rm_status_t expect[C_COUNT] = {
+    RM_OK, RM_ERR_PROTOCOL, RM_ERR_PEER_LOST,
+    RM_ERR_PROTOCOL, RM_ERR_STALE_GENERATION, RM_ERR_PROTOCOL};
+
+static const char *g_fake_addr = "127.0.0.1:1"; /* never dialled by rank 0 */
+
+static void real_rank0(harness_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_result_t *res = &h->res[0];
+  unsigned char buf[1000];
+  rm__req_t rq;
+  rm_status_t st;
+
+  harness_config(h, 0, &cfg);
+  cfg.world = 2; /* the parent forked us with h->world = 1 */
+  cfg.timeout_ms = 5000;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return;
+  }
+  memset(buf, 0, sizeof buf);
+  st = rm__coll_begin(c);
+  if (st == RM_OK) st = rm__irecv(c, 1, buf, sizeof buf, 0, &rq);
+  if (st == RM_OK) st = rm__wait(c, &rq);
+  for (int i = 0; st == RM_OK && i < (int)sizeof buf; i++)
+    if (buf[i] != (unsigned char)(i * 3)) res->bad++;
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+}
+
+static int dial(const char *addr)
+{
+  char host[64];
+  int port, fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  rm__addr_split(addr, host, sizeof host, &port);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) H_FAIL("connect");
+  return fd;
+}
+
+static void frame(unsigned char *out, int type, uint64_t job, uint64_t gen,
+                  uint64_t seq, uint64_t tag, uint64_t len)
+{
+  rm__frame_t f = {RM__TCP_MAGIC, RM__TCP_VERSION, (uint16_t)type, job, gen,
+                   seq, tag, len};
+  rm__frame_encode(&f, out);
+}
+
+static void put(int fd, const void *p, size_t n)
+{
+  if (write(fd, p, n) != (ssize_t)n) H_FAIL("write");
+}
+
+/* Stray connections, then the real handshake; returns the data fd. */
+static int fake_connect(harness_t *h)
+{
+  unsigned char hdr[RM__TCP_HDR];
+  const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxx";
+  int fd;
+
+  fd = dial(h->addr[0]);
+  put(fd, http, RM__TCP_HDR);
+  close(fd);
+  fd = dial(h->addr[0]);
+  put(fd, "RMFR", 4);
+  close(fd);
+  fd = dial(h->addr[0]);
+  frame(hdr, RM__FRAME_HELLO, 7, 1, 1, 2, 0); /* another job */
+  put(fd, hdr, sizeof hdr);
+  close(fd);
+
+  fd = dial(h->addr[0]);
+  frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
+  put(fd, hdr, sizeof hdr);
+  if (read(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no HELLO reply");
+  rm__frame_t f;
+  rm__frame_decode(hdr, &f);
+  if (f.type != RM__FRAME_HELLO || f.seq != 0) H_FAIL("bad HELLO reply");
+  return fd;
+}
+
+static void fake_send(int fd, int cs)
+{
+  unsigned char hdr[RM__TCP_HDR], data[1000];
+  for (int i = 0; i < (int)sizeof data; i++) data[i] = (unsigned char)(i * 3);
+  switch (cs) {
+  case C_GOOD: frame(hdr, RM__FRAME_DATA, 42, 1, 1, 0, 1000); break;
+  case C_MAGIC: memset(hdr, 0xa5, sizeof hdr); break;
+  case C_TRUNC: frame(hdr, RM__FRAME_DATA, 42, 1, 1, 0, 1000); break;
+  case C_LENGTH: frame(hdr, RM__FRAME_DATA, 42, 1, 1, 0, 1ull << 62); break;
+  case C_GEN: frame(hdr, RM__FRAME_DATA, 42, 9, 1, 0, 1000); break;
+  case C_SEQ: frame(hdr, RM__FRAME_DATA, 42, 1, 5, 0, 1000); break;
+  }
+  put(fd, hdr, sizeof hdr);
+  put(fd, data, cs == C_TRUNC ? 100 : sizeof data);
+  if (cs == C_TRUNC) shutdown(fd, SHUT_WR);
+}
+
+static int run_case(int cs)
+{
+  harness_t h;
+  int bad, fd;
+  char buf[256];
+  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
+  h.peers[1] = g_fake_addr;
+  h.world = 1; /* fork only rank 0; rank 1 is us */
+  harness_start(&h, real_rank0, NULL);
+  h.world = 2;
+  h.pid[1] = -1;
+  fd = fake_connect(&h);
+  fake_send(fd, cs);
+  /* keep the connection open until rank 0 is done (except trunc) */
+  double end = h_now_ms() + 30000;
+  while (!h.res[0].done && h_now_ms() < end) usleep(2000);
+  while (read(fd, buf, sizeof buf) > 0) {
+  }
+  close(fd);
+  h.world = 1;
+  bad = harness_wait(&h, 30000, -1);
+  h.world = 2;
+  rm_result_t *r = &h.res[0];
+  printf("%-7s rank 0: %s peer %d: %s\n", names[cs], rm_status_name(r->status),
+         r->failed_peer, r->msg);
+  if (!r->done || r->status != (int)expect[cs] || r->bad ||
+      (cs != C_GOOD && r->failed_peer != 1))
+    bad++;
+  harness_close(&h);
+  return bad;
+}
+
+int main(void)
+{
+  int bad = 0;
+  for (int cs = 0; cs < C_COUNT; cs++) bad += run_case(cs);
+  printf("garbage: %s\n", bad ? "FAIL" : "ok");
+  return bad ? 1 : 0;
+}

@@ -1,0 +1,260 @@
+/*
+ * comm.c - communicator lifecycle and the sticky error.
+ *
+ * States of a communicator (invariants in comm_int.h):
+ *
+ *   rm_comm_init ──► HEALTHY ──first failure (rm__comm_fail)──► FAILED
+ *                       │                                          │
+ *                       └──── rm_comm_abort (any thread) ──────────┤
+ *                                                                  ▼
+ *                         rm_comm_destroy (from HEALTHY or FAILED) ──► freed
+ *
+ * Transitions and who performs them:
+ *  - HEALTHY -> FAILED: rm__comm_fail(), called by the progress engine (peer
+ *    lost, deadline, protocol) or by rm_comm_abort() from any thread. The
+ *    first caller wins under err_lock; status is published with a release
+ *    store so lock-free readers (rm_comm_status) see last_error filled in.
+ *  - abort also writes one byte to wake_fd so a thread blocked in poll()
+ *    inside the progress engine returns at once and sees the failure.
+ *  - The progress engine, on seeing FAILED, closes the transports
+ *    (rm__transport_close with the failure) so peers learn of it promptly.
+ *  - destroy from HEALTHY closes gracefully (peers are told BYE).
+ */
+#define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/collectives.h"
+#include "core/comm_int.h"
+#include "rm_check.h"
+#include "rm_log.h"
+#include "rm_param.h"
+
+RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
+RM_PARAM(connect_timeout_ms, "RINGMASTER_CONNECT_TIMEOUT_MS", 0)
+
+/* Calibration lives in collectives/select.c; until that file is linked in,
+ * the communicator keeps the default cost model. */
+extern rm_status_t rm__cost_calibrate(rm_comm_t *c) __attribute__((weak));
+
+void rm_comm_config_init(rm_comm_config_t *cfg)
+{
+  const char *algo = rm__env_str("RINGMASTER_ALGO", NULL);
+  if (cfg == NULL) return;
+  memset(cfg, 0, sizeof *cfg);
+  cfg->timeout_ms = (int)rm__param_timeout_ms();
+  cfg->connect_timeout_ms = (int)rm__param_connect_timeout_ms();
+  cfg->algorithm = RM_ALGO_AUTO;
+  if (algo != NULL && rm_algo_parse(algo, &cfg->algorithm) != RM_OK) {
+    RM_WARN("ignoring RINGMASTER_ALGO=%s: not an algorithm; using auto", algo);
+    cfg->algorithm = RM_ALGO_AUTO;
+  }
+}
+
+static rm_status_t check_config(const rm_comm_config_t *cfg)
+{
+  if (cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world) {
+    RM_ERROR("rm_comm_init: rank %d / world %d out of range", cfg->rank,
+             cfg->world);
+    return RM_ERR_INVALID_ARG;
+  }
+  if ((unsigned)cfg->algorithm >= RM_ALGO_COUNT) return RM_ERR_INVALID_ARG;
+  if (cfg->world > 1 && cfg->peers == NULL) return RM_ERR_INVALID_ARG;
+  for (int i = 0; cfg->peers != NULL && i < cfg->world; i++) {
+    if (cfg->peers[i] == NULL) {
+      RM_ERROR("rm_comm_init: peers[%d] is NULL", i);
+      return RM_ERR_INVALID_ARG;
+    }
+  }
+  return RM_OK;
+}
+
+static rm_status_t copy_peers(rm_comm_t *c, const rm_comm_config_t *cfg)
+{
+  c->peers = calloc((size_t)c->world, sizeof *c->peers);
+  if (c->peers == NULL) return RM_ERR_NOMEM;
+  for (int i = 0; i < c->world; i++) {
+    const char *p = cfg->peers ? cfg->peers[i] : "127.0.0.1:0";
+    c->peers[i] = strdup(p);
+    if (c->peers[i] == NULL) return RM_ERR_NOMEM;
+  }
+  return RM_OK;
+}
+
+static void set_defaults(rm_comm_t *c, const rm_comm_config_t *cfg)
+{
+  int64_t t = rm__param_timeout_ms();
+  c->job_id = cfg->job_id;
+  c->generation = cfg->generation;
+  c->rank = cfg->rank;
+  c->world = cfg->world;
+  c->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : (int)t;
+  c->connect_timeout_ms =
+      cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : c->timeout_ms;
+  c->algorithm = cfg->algorithm;
+  c->status = RM_OK;
+  c->failed_peer = -1;
+  c->wake_fd[0] = c->wake_fd[1] = -1;
+  /* uncalibrated guesses for loopback TCP; rm__cost_calibrate refines them */
+  c->cost.alpha_us = 25.0;
+  c->cost.beta_us_per_byte = 1.0 / 2000.0;  /* 2 GB/s */
+  c->cost.gamma_us_per_byte = 1.0 / 4000.0; /* 4 GB/s reduce */
+  c->cost.calibrated = 0;
+}
+
+/* Frees what rm_comm_init allocated; safe on a partly built communicator. */
+static void comm_free(rm_comm_t *c)
+{
+  if (c->owns_endpoint) rm_endpoint_close(c->endpoint);
+  for (int i = 0; c->peers != NULL && i < c->world; i++) free(c->peers[i]);
+  free(c->peers);
+  free(c->pair_transport);
+  free(c->scratch);
+  if (c->wake_fd[0] >= 0) close(c->wake_fd[0]);
+  if (c->wake_fd[1] >= 0) close(c->wake_fd[1]);
+  pthread_mutex_destroy(&c->err_lock);
+  free(c);
+}
+
+rm_status_t rm_comm_init(const rm_comm_config_t *cfg, rm_comm_t **out)
+{
+  rm_status_t st;
+  rm_comm_t *c;
+
+  if (cfg == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  RM_CHECK(check_config(cfg));
+  c = calloc(1, sizeof *c);
+  if (c == NULL) return RM_ERR_NOMEM;
+  pthread_mutex_init(&c->err_lock, NULL);
+  set_defaults(c, cfg);
+  RM_CHECK_GOTO(copy_peers(c, cfg), st, fail);
+  if (pipe2(c->wake_fd, O_NONBLOCK | O_CLOEXEC) != 0) {
+    RM_ERROR("rm_comm_init: pipe2: %s", strerror(errno));
+    st = RM_ERR_SYSTEM;
+    goto fail;
+  }
+  c->endpoint = cfg->endpoint;
+  if (c->endpoint == NULL && c->world > 1) {
+    RM_CHECK_GOTO(rm_endpoint_open(c->peers[c->rank], &c->endpoint), st, fail);
+    c->owns_endpoint = 1;
+  }
+  RM_CHECK_GOTO(rm__transport_connect(c), st, fail_transport);
+  if (rm__cost_calibrate != NULL && c->world > 1)
+    RM_CHECK_GOTO(rm__cost_calibrate(c), st, fail_transport);
+  RM_DEBUG("communicator job %llu gen %llu rank %d/%d ready",
+           (unsigned long long)c->job_id, (unsigned long long)c->generation,
+           c->rank, c->world);
+  *out = c;
+  return RM_OK;
+
+fail_transport:
+  c->destroying = 1;
+  rm__transport_close(c, st);
+fail:
+  comm_free(c);
+  return st;
+}
+
+void rm_comm_abort(rm_comm_t *c)
+{
+  char b = 1;
+  ssize_t n;
+  if (c == NULL) return;
+  __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
+  rm__comm_fail(c, RM_ERR_ABORTED, -1, "communicator aborted by the user");
+  n = write(c->wake_fd[1], &b, 1); /* full pipe is fine: already awake */
+  (void)n;
+}
+
+void rm_comm_destroy(rm_comm_t *c)
+{
+  if (c == NULL) return;
+  c->destroying = 1;
+  rm__transport_close(c, rm_comm_status(c));
+  comm_free(c);
+}
+
+int rm_comm_rank(const rm_comm_t *c) { return c ? c->rank : -1; }
+int rm_comm_world(const rm_comm_t *c) { return c ? c->world : 0; }
+uint64_t rm_comm_generation(const rm_comm_t *c) { return c ? c->generation : 0; }
+
+rm_status_t rm_comm_status(const rm_comm_t *c)
+{
+  if (c == NULL) return RM_ERR_INVALID_ARG;
+  return __atomic_load_n(&c->status, __ATOMIC_ACQUIRE);
+}
+
+const char *rm_comm_last_error(const rm_comm_t *c)
+{
+  if (c == NULL || rm_comm_status(c) == RM_OK) return "";
+  return c->last_error; /* written once, before status was published */
+}
+
+int rm_comm_failed_peer(const rm_comm_t *c)
+{
+  if (c == NULL || rm_comm_status(c) == RM_OK) return -1;
+  return c->failed_peer;
+}
+
+rm_status_t rm_comm_set_algorithm(rm_comm_t *c, rm_algo_t a)
+{
+  if (c == NULL || (unsigned)a >= RM_ALGO_COUNT) return RM_ERR_INVALID_ARG;
+  c->algorithm = a;
+  return RM_OK;
+}
+
+rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,
+                          const char *fmt, ...)
+{
+  va_list ap;
+  rm_status_t cur;
+
+  pthread_mutex_lock(&c->err_lock);
+  cur = __atomic_load_n(&c->status, __ATOMIC_ACQUIRE);
+  if (cur == RM_OK && st != RM_OK) {
+    int n = snprintf(c->last_error, sizeof c->last_error, "%s: ",
+                     rm_status_name(st));
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof c->last_error)
+      vsnprintf(c->last_error + n, sizeof c->last_error - (size_t)n, fmt, ap);
+    va_end(ap);
+    c->failed_peer = peer;
+    __atomic_store_n(&c->status, st, __ATOMIC_RELEASE);
+    cur = st;
+    if (st != RM_ERR_ABORTED)
+      RM_WARN("rank %d: %s", c->rank, c->last_error);
+  }
+  pthread_mutex_unlock(&c->err_lock);
+  return cur;
+}
+
+rm_status_t rm__coll_begin(rm_comm_t *c)
+{
+  rm_status_t st = rm_comm_status(c);
+  if (st != RM_OK) return st;
+  if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
+    return rm__comm_fail(c, RM_ERR_ABORTED, -1, "communicator aborted");
+  c->coll_seq++;
+  return RM_OK;
+}
+
+rm_status_t rm__scratch(rm_comm_t *c, size_t n, void **out)
+{
+  if (n > c->scratch_size) {
+    void *p;
+    free(c->scratch); /* contents need not survive: avoid realloc's copy */
+    c->scratch = NULL;
+    c->scratch_size = 0;
+    p = malloc(n);
+    if (p == NULL) return RM_ERR_NOMEM;
+    c->scratch = p;
+    c->scratch_size = n;
+  }
+  *out = c->scratch;
+  return RM_OK;
+}

@@ -1,0 +1,113 @@
+/*
+ * names.c - the public enumerations in words: status codes (generated from
+ * RM_STATUS_MAP), dtypes, ops and algorithms, and their parsers.
+ */
+#include <string.h>
+#include <strings.h>
+
+#include "ringmaster/ringmaster.h"
+
+const char *rm_status_name(rm_status_t st)
+{
+  switch (st) {
+#define RM__STATUS_NAME(name, code, text) \
+  case RM_##name:                         \
+    return "RM_" #name;
+    RM_STATUS_MAP(RM__STATUS_NAME)
+#undef RM__STATUS_NAME
+  }
+  return "RM_UNKNOWN";
+}
+
+const char *rm_status_string(rm_status_t st)
+{
+  switch (st) {
+#define RM__STATUS_TEXT(name, code, text) \
+  case RM_##name:                         \
+    return text;
+    RM_STATUS_MAP(RM__STATUS_TEXT)
+#undef RM__STATUS_TEXT
+  }
+  return "RM_UNKNOWN";
+}
+
+static const struct {
+  const char *name;
+  size_t size;
+} g_dtypes[RM_DTYPE_COUNT] = {
+    [RM_F32] = {"f32", 4}, [RM_F64] = {"f64", 8}, [RM_F16] = {"f16", 2},
+    [RM_BF16] = {"bf16", 2}, [RM_I32] = {"i32", 4}, [RM_I64] = {"i64", 8},
+    [RM_U8] = {"u8", 1},
+};
+
+static const char *const g_ops[RM_OP_COUNT] = {
+    [RM_SUM] = "sum", [RM_PROD] = "prod", [RM_MIN] = "min",
+    [RM_MAX] = "max", [RM_AVG] = "avg",
+};
+
+static const char *const g_algos[RM_ALGO_COUNT] = {
+    [RM_ALGO_AUTO] = "auto", [RM_ALGO_RING] = "ring",
+    [RM_ALGO_HALVING_DOUBLING] = "hd", [RM_ALGO_BUTTERFLY] = "butterfly",
+    [RM_ALGO_TREE] = "tree",
+};
+
+size_t rm_dtype_size(rm_dtype_t dt)
+{
+  return ((unsigned)dt < RM_DTYPE_COUNT) ? g_dtypes[dt].size : 0;
+}
+
+const char *rm_dtype_name(rm_dtype_t dt)
+{
+  return ((unsigned)dt < RM_DTYPE_COUNT) ? g_dtypes[dt].name : "unknown";
+}
+
+const char *rm_op_name(rm_op_t op)
+{
+  return ((unsigned)op < RM_OP_COUNT) ? g_ops[op] : "unknown";
+}
+
+const char *rm_algo_name(rm_algo_t a)
+{
+  return ((unsigned)a < RM_ALGO_COUNT) ? g_algos[a] : "unknown";
+}
+
+rm_status_t rm_dtype_parse(const char *s, rm_dtype_t *out)
+{
+  if (s == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  for (int i = 0; i < RM_DTYPE_COUNT; i++) {
+    if (strcasecmp(s, g_dtypes[i].name) == 0) {
+      *out = (rm_dtype_t)i;
+      return RM_OK;
+    }
+  }
+  return RM_ERR_INVALID_ARG;
+}
+
+rm_status_t rm_op_parse(const char *s, rm_op_t *out)
+{
+  if (s == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  for (int i = 0; i < RM_OP_COUNT; i++) {
+    if (strcasecmp(s, g_ops[i]) == 0) {
+      *out = (rm_op_t)i;
+      return RM_OK;
+    }
+  }
+  return RM_ERR_INVALID_ARG;
+}
+
+rm_status_t rm_algo_parse(const char *s, rm_algo_t *out)
+{
+  if (s == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  if (strcasecmp(s, "halving_doubling") == 0 ||
+      strcasecmp(s, "halving-doubling") == 0) {
+    *out = RM_ALGO_HALVING_DOUBLING;
+    return RM_OK;
+  }
+  for (int i = 0; i < RM_ALGO_COUNT; i++) {
+    if (strcasecmp(s, g_algos[i]) == 0) {
+      *out = (rm_algo_t)i;
+      return RM_OK;
+    }
+  }
+  return RM_ERR_INVALID_ARG;
+}

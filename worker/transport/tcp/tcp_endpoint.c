@@ -1,0 +1,180 @@
+/*
+ * tcp_endpoint.c - rm_endpoint_t: a listening TCP socket that a worker keeps
+ * across generations, plus socket helpers for the handshake.
+ *
+ * Early arrivals: while one generation's rm_comm_init runs, a peer that has
+ * already moved to a later generation may connect. Its connection and HELLO
+ * are stashed on the endpoint (at most RM__STASH_MAX) and handed to the
+ * rm_comm_init of that generation, so nobody has to reconnect.
+ */
+#define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP */
+#include "transport/tcp/tcp_int.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "addr.h"
+#include "rm_log.h"
+#include "rm_param.h"
+
+#define RM__STASH_MAX 256
+
+RM_PARAM(sockbuf, "RINGMASTER_TCP_SOCKBUF", 0) /* 0 = kernel autotuning */
+
+typedef struct stash_entry {
+  int fd;
+  rm__frame_t hello;
+} stash_entry_t;
+
+struct rm_endpoint {
+  int fd;
+  char address[NI_MAXHOST + NI_MAXSERV + 4];
+  stash_entry_t stash[RM__STASH_MAX];
+  int nstash;
+};
+
+int rm__tcp_set_opts(int fd)
+{
+  int one = 1;
+  int64_t buf = rm__param_sockbuf();
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0)
+    return -1;
+  if (buf > 0) {
+    int b = (int)buf;
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof b);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &b, sizeof b);
+  }
+  return 0;
+}
+
+int rm__tcp_resolve(const char *addr, struct sockaddr_storage *ss,
+                    socklen_t *sslen, char *why, size_t whylen)
+{
+  char host[256], port_s[16];
+  struct addrinfo hints, *res = NULL;
+  int port, rc;
+
+  if (rm__addr_split(addr, host, sizeof host, &port) != 0) {
+    snprintf(why, whylen, "malformed address \"%s\" (want host:port)", addr);
+    return -1;
+  }
+  snprintf(port_s, sizeof port_s, "%d", port);
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+  rc = getaddrinfo(host, port_s, &hints, &res);
+  if (rc != 0 || res == NULL) {
+    snprintf(why, whylen, "cannot resolve \"%s\": %s", host, gai_strerror(rc));
+    return -1;
+  }
+  memcpy(ss, res->ai_addr, res->ai_addrlen);
+  *sslen = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+static void format_addr(const struct sockaddr_storage *ss, char *out,
+                        size_t outlen)
+{
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo((const struct sockaddr *)ss, sizeof *ss, host, sizeof host,
+                  serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    snprintf(out, outlen, "?:?");
+    return;
+  }
+  if (ss->ss_family == AF_INET6)
+    snprintf(out, outlen, "[%s]:%s", host, serv);
+  else
+    snprintf(out, outlen, "%s:%s", host, serv);
+}
+
+rm_status_t rm_endpoint_open(const char *bind_addr, rm_endpoint_t **out)
+{
+  rm_status_t st = RM_OK;
+  struct sockaddr_storage ss;
+  socklen_t sslen = sizeof ss;
+  rm_endpoint_t *ep = NULL;
+  char why[300];
+  int one = 1;
+
+  if (bind_addr == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  if (rm__tcp_resolve(bind_addr, &ss, &sslen, why, sizeof why) != 0) {
+    RM_ERROR("rm_endpoint_open: %s", why);
+    return RM_ERR_INVALID_ARG;
+  }
+  ep = calloc(1, sizeof *ep);
+  if (ep == NULL) return RM_ERR_NOMEM;
+  ep->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (ep->fd < 0) goto sys_fail;
+  (void)setsockopt(ep->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(ep->fd, (struct sockaddr *)&ss, sslen) != 0) goto sys_fail;
+  if (listen(ep->fd, 1024) != 0) goto sys_fail;
+  sslen = sizeof ss;
+  if (getsockname(ep->fd, (struct sockaddr *)&ss, &sslen) != 0) goto sys_fail;
+  format_addr(&ss, ep->address, sizeof ep->address);
+  RM_DEBUG("endpoint listening on %s", ep->address);
+  *out = ep;
+  return RM_OK;
+
+sys_fail:
+  RM_ERROR("rm_endpoint_open(%s): %s", bind_addr, strerror(errno));
+  st = RM_ERR_SYSTEM;
+  if (ep->fd >= 0) close(ep->fd);
+  free(ep);
+  return st;
+}
+
+const char *rm_endpoint_address(const rm_endpoint_t *ep)
+{
+  return ep ? ep->address : "";
+}
+
+void rm_endpoint_close(rm_endpoint_t *ep)
+{
+  if (ep == NULL) return;
+  for (int i = 0; i < ep->nstash; i++) close(ep->stash[i].fd);
+  if (ep->fd >= 0) close(ep->fd);
+  free(ep);
+}
+
+int rm__endpoint_fd(const rm_endpoint_t *ep) { return ep ? ep->fd : -1; }
+
+int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello)
+{
+  if (ep->nstash == RM__STASH_MAX) {
+    /* drop the oldest: a peer that moved on twice will reconnect */
+    close(ep->stash[0].fd);
+    memmove(ep->stash, ep->stash + 1, (RM__STASH_MAX - 1) * sizeof ep->stash[0]);
+    ep->nstash--;
+  }
+  ep->stash[ep->nstash].fd = fd;
+  ep->stash[ep->nstash].hello = *hello;
+  ep->nstash++;
+  return 0;
+}
+
+int rm__endpoint_take(rm_endpoint_t *ep, uint64_t job, uint64_t gen,
+                      rm__frame_t *hello)
+{
+  for (int i = 0; i < ep->nstash; i++) {
+    stash_entry_t *e = &ep->stash[i];
+    if (e->hello.job != job || e->hello.generation > gen) continue;
+    int fd = e->fd;
+    int match = e->hello.generation == gen;
+    *hello = e->hello;
+    memmove(e, e + 1, (size_t)(ep->nstash - i - 1) * sizeof *e);
+    ep->nstash--;
+    if (match) return fd;
+    close(fd); /* older than the generation now forming: useless */
+    i--;
+  }
+  return -1;
+}

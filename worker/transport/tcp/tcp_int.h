@@ -1,0 +1,117 @@
+/*
+ * tcp_int.h - private to the TCP transport (worker/transport/tcp/).
+ *
+ * Topology: a full mesh, one full-duplex TCP connection per unordered pair of
+ * ranks. Rank i actively connects to every rank j < i and accepts from every
+ * rank j > i; the handshake (tcp_connect.c) identifies the accepted side.
+ *
+ * Wire format. Every message is a fixed 48-byte header, followed by `length`
+ * payload bytes for DATA frames only. All integers little-endian.
+ *
+ *   offset size field       DATA           HELLO          BYE   ABORT
+ *   ------ ---- ----------- -------------- -------------- ----- ------------
+ *        0    4 magic       "RMFR" (0x52 0x4d 0x46 0x52)
+ *        4    2 version     RM__TCP_VERSION (1)
+ *        6    2 type        1              2              3     4
+ *        8    8 job id      comm job       comm job       job   job
+ *       16    8 generation  comm gen       comm gen       gen   gen
+ *       24    8 seq         collective seq sender rank    0     status code
+ *       32    8 tag         element offset world size     0     failed rank+1
+ *       40    8 length      payload bytes  0              0     0
+ *
+ * Rules (a frame that breaks one is an error on that connection, naming it):
+ *  - magic or version wrong, unknown type, job or length differs from what
+ *    the posted receive expects, seq or tag differs: RM_ERR_PROTOCOL;
+ *  - generation differs from the communicator's: RM_ERR_STALE_GENERATION;
+ *  - HELLO is only valid during the handshake; BYE announces a graceful
+ *    close (the end of stream that follows is not a failure); ABORT carries
+ *    the sender's sticky failure (status, rank it blames) and ends the stream;
+ *  - end of stream or reset without a BYE first: RM_ERR_PEER_LOST.
+ *
+ * Flow control: a DATA payload is read only straight into a posted receive
+ * buffer (zero copy). Without a posted receive the connection reads at most
+ * the next header and then stops reading, so TCP back-pressure stalls the
+ * sender: a send completes when its bytes are in the kernel, and a large send
+ * to a peer that never posts the receive does not complete (post receives
+ * before waiting on sends, e.g. rm__sendrecv).
+ */
+#ifndef RM_WORKER_TCP_INT_H
+#define RM_WORKER_TCP_INT_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "core/comm_int.h"
+
+#define RM__TCP_HDR 48
+#define RM__TCP_VERSION 1
+#define RM__TCP_MAGIC 0x52464d52u /* "RMFR" read as little-endian u32 */
+
+typedef enum {
+  RM__FRAME_DATA = 1,
+  RM__FRAME_HELLO = 2,
+  RM__FRAME_BYE = 3,
+  RM__FRAME_ABORT = 4
+} rm__frame_type_t;
+
+typedef struct rm__frame {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint64_t job;
+  uint64_t generation;
+  uint64_t seq;
+  uint64_t tag;
+  uint64_t length;
+} rm__frame_t;
+
+/* tcp_frame.c */
+void rm__frame_encode(const rm__frame_t *f, unsigned char out[RM__TCP_HDR]);
+void rm__frame_decode(const unsigned char in[RM__TCP_HDR], rm__frame_t *f);
+/* A header with (magic, version, type, job, generation) of c. */
+void rm__frame_init(rm__frame_t *f, const rm_comm_t *c, rm__frame_type_t t);
+/* Check magic, version, type range; RM_OK or RM_ERR_PROTOCOL with a reason. */
+rm_status_t rm__frame_check(const rm__frame_t *f, const char **why);
+
+/* One connection (one peer). Queues hold borrowed requests (transport.h). */
+typedef struct rm__tcp_conn {
+  int fd;                /* -1 when not connected / closed */
+  int peer;
+  rm__req_t *sq_head, *sq_tail; /* sends, FIFO */
+  rm__req_t *rq_head, *rq_tail; /* receives, FIFO */
+  unsigned char rhdr[RM__TCP_HDR]; /* header being read ahead */
+  int rhdr_got;
+  int send_mid_frame;    /* 1 while a frame is partly written */
+  int bye;               /* peer announced a graceful close */
+  int rdhup;             /* peer shut its write side; stop asking POLLRDHUP */
+} rm__tcp_conn_t;
+
+struct rm__tcp_state {
+  rm__tcp_conn_t *conns; /* world entries; conns[rank].fd == -1 */
+  struct pollfd *pfds;   /* world + 1 (wake fd) */
+  int *pfd_peer;         /* pfds index -> peer */
+  int closed;            /* close_all ran */
+};
+
+/* tcp_endpoint.c: socket helpers shared by endpoint and handshake. */
+int rm__tcp_set_opts(int fd); /* TCP_NODELAY, buffers; 0 or -1 */
+/* Resolve "host:port" to a sockaddr; 0 or -1 (msg in why). */
+int rm__tcp_resolve(const char *addr, struct sockaddr_storage *ss,
+                    socklen_t *sslen, char *why, size_t whylen);
+/* Listening socket of an endpoint (-1 if none). */
+int rm__endpoint_fd(const rm_endpoint_t *ep);
+/* Connections accepted for a later generation, kept on the endpoint: push
+ * one (fd + its HELLO), or take one whose generation matches (fd or -1). */
+int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello);
+int rm__endpoint_take(rm_endpoint_t *ep, uint64_t job, uint64_t gen,
+                      rm__frame_t *hello);
+
+/* tcp_connect.c */
+rm_status_t rm__tcp_connect_all(rm_comm_t *c);
+/* tcp_progress.c */
+rm_status_t rm__tcp_state_new(rm_comm_t *c);
+void rm__tcp_state_free(rm_comm_t *c);
+
+#endif

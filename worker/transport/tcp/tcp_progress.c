@@ -1,0 +1,533 @@
+/*
+ * tcp_progress.c - the TCP transport's progress engine and ops table.
+ *
+ * Per connection and direction a FIFO of posted requests (transport.h). One
+ * progress call:
+ *   1. optimistic pass: for every connection with posted work, write/read
+ *      without blocking (sendmsg/readv, MSG_DONTWAIT); if any byte moved,
+ *      return at once so the caller can re-check its request;
+ *   2. otherwise poll() every connection plus the wake pipe for at most
+ *      timeout_ms: POLLOUT where sends are queued, POLLIN where a receive is
+ *      posted or the next header is not read yet, POLLRDHUP once to learn of
+ *      a peer that closed; then serve what became ready.
+ *
+ * Receive state machine of a connection:
+ *
+ *   HEADER (rhdr_got < 48) --48 bytes--> check (tcp_int.h rules)
+ *      DATA, no receive posted -> HELD (no POLLIN until one is posted)
+ *      DATA matching the head receive -> PAYLOAD -> complete -> HEADER
+ *      BYE -> HEADER (bye=1; end of stream now means "left")
+ *      ABORT -> fail the communicator with the sender's reason
+ *   end of stream: after BYE -> closed quietly (an error only if a request
+ *   is posted to that peer); before BYE -> RM_ERR_PEER_LOST.
+ *
+ * Sends: the head requests of the queue (up to MAX_BATCH) go out in one
+ * sendmsg (header + payload iovecs), so small frames share a syscall.
+ *
+ * Closing (close_all): a communicator that fails tells each peer ABORT (when
+ * that connection is between frames) and shuts down its write side, so the
+ * survivors learn who failed; the fds are closed by rm_comm_destroy, which
+ * on a healthy communicator sends BYE first.
+ */
+#define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "rm_log.h"
+#include "transport/tcp/tcp_int.h"
+
+#define MAX_BATCH 8
+
+static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
+                             const char *fmt, ...)
+{
+  char msg[300];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return rm__comm_fail(c, st, k->peer, "peer rank %d (%s): %s", k->peer,
+                       c->peers[k->peer], msg);
+}
+
+static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
+                                  const rm__frame_t *f);
+
+/* Look at what waits unread on connection k without blocking: 1 = an ABORT
+ * frame (adopted, *st set), 2 = end of stream between frames with no BYE
+ * (the peer process died without a word), 0 = nothing conclusive. */
+static int probe(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
+{
+  rm__frame_t f;
+  const char *why;
+  int boundary = k->rhdr_got == 0 &&
+                 (k->rq_head == NULL || k->rq_head->hdr_done == 0);
+  while (k->rhdr_got < RM__TCP_HDR) {
+    ssize_t n = recv(k->fd, k->rhdr + k->rhdr_got,
+                     (size_t)(RM__TCP_HDR - k->rhdr_got), MSG_DONTWAIT);
+    if (n == 0 && boundary && !k->bye) return 2;
+    if (n <= 0) return 0;
+    k->rhdr_got += (int)n;
+  }
+  rm__frame_decode(k->rhdr, &f);
+  if (rm__frame_check(&f, &why) != RM_OK || f.type != RM__FRAME_ABORT ||
+      f.job != c->job_id || f.generation != c->generation)
+    return 0;
+  *st = on_abort_frame(c, k, &f);
+  return 1;
+}
+
+/* Connection k broke without an ABORT from k. k may be only a messenger:
+ * a rank that failed while in the middle of a frame toward us cannot send
+ * ABORT. Prefer, in order: an ABORT waiting on k or on any connection (it
+ * names the rank that failed first); another connection that ended between
+ * frames without a word (that process died); else blame k. */
+static int root_cause(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
+{
+  int dead = -1;
+  if (probe(c, k, st) == 1) return 1;
+  for (int p = 0; p < c->world; p++) {
+    rm__tcp_conn_t *j = &c->tcp->conns[p];
+    if (j == k || j->fd < 0) continue;
+    int r = probe(c, j, st);
+    if (r == 1) return 1;
+    if (r == 2 && dead < 0) dead = p;
+  }
+  if (dead < 0) return 0;
+  *st = conn_fail(c, &c->tcp->conns[dead], RM_ERR_PEER_LOST,
+                  "connection closed without goodbye (peer died?)");
+  return 1;
+}
+
+static rm_status_t io_error(rm_comm_t *c, rm__tcp_conn_t *k, int err,
+                            const char *what)
+{
+  rm_status_t st;
+  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT) {
+    if (root_cause(c, k, &st)) return st;
+    return conn_fail(c, k, RM_ERR_PEER_LOST, "connection lost while %s: %s",
+                     what, strerror(err));
+  }
+  return conn_fail(c, k, RM_ERR_SYSTEM, "%s failed: %s", what, strerror(err));
+}
+
+/* ---- sending ---- */
+
+static void pop_send(rm__tcp_conn_t *k)
+{
+  rm__req_t *r = k->sq_head;
+  k->sq_head = r->next;
+  if (k->sq_head == NULL) k->sq_tail = NULL;
+  r->next = NULL;
+  r->complete = 1;
+}
+
+/* Account n written bytes to the queued requests, completing whole ones. */
+static void advance_sends(rm__tcp_conn_t *k, size_t n)
+{
+  while (n > 0 && k->sq_head != NULL) {
+    rm__req_t *r = k->sq_head;
+    size_t h = (size_t)(RM__TCP_HDR - r->hdr_done);
+    size_t take = n < h ? n : h;
+    r->hdr_done += (int)take;
+    n -= take;
+    take = n < r->len - r->done ? n : r->len - r->done;
+    r->done += take;
+    n -= take;
+    k->send_mid_frame = 1;
+    if (r->hdr_done == RM__TCP_HDR && r->done == r->len) {
+      pop_send(k);
+      k->send_mid_frame = 0;
+    }
+  }
+  /* zero-length frames already fully written complete here too */
+  while (k->sq_head && k->sq_head->hdr_done == RM__TCP_HDR &&
+         k->sq_head->done == k->sq_head->len)
+    pop_send(k);
+}
+
+static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
+{
+  while (k->sq_head != NULL) {
+    struct iovec iov[2 * MAX_BATCH];
+    struct msghdr msg;
+    int n = 0;
+    ssize_t w;
+    for (rm__req_t *r = k->sq_head; r != NULL && n < 2 * MAX_BATCH; r = r->next) {
+      if (r->hdr_done < RM__TCP_HDR) {
+        iov[n].iov_base = r->hdr + r->hdr_done;
+        iov[n++].iov_len = (size_t)(RM__TCP_HDR - r->hdr_done);
+      }
+      if (r->done < r->len) {
+        iov[n].iov_base = (char *)r->buf + r->done;
+        iov[n++].iov_len = r->len - r->done;
+      }
+    }
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)n;
+    w = sendmsg(k->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return RM_OK;
+      return io_error(c, k, errno, "sending");
+    }
+    *moved = 1;
+    advance_sends(k, (size_t)w);
+  }
+  return RM_OK;
+}
+
+/* ---- receiving ---- */
+
+static rm_status_t on_eof(rm_comm_t *c, rm__tcp_conn_t *k)
+{
+  rm_status_t st;
+  if (k->bye && k->rhdr_got == 0) {
+    close(k->fd);
+    k->fd = -1;
+    if (k->rq_head != NULL)
+      return conn_fail(c, k, RM_ERR_PEER_LOST,
+                       "peer closed its communicator with a receive pending");
+    return RM_OK;
+  }
+  if (root_cause(c, k, &st)) return st;
+  if (k->rhdr_got > 0 || (k->rq_head && k->rq_head->hdr_done))
+    return conn_fail(c, k, RM_ERR_PEER_LOST,
+                     "connection closed in the middle of a frame "
+                     "(truncated frame; peer died?)");
+  return conn_fail(c, k, RM_ERR_PEER_LOST,
+                   "connection closed without goodbye (peer died?)");
+}
+
+static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
+                                  const rm__frame_t *f)
+{
+  rm_status_t st = (rm_status_t)f->seq;
+  int blamed = (int)f->tag - 1;
+  if (st == RM_ERR_ABORTED || st == RM_OK || (unsigned)st > RM_ERR_INTERNAL ||
+      blamed < 0 || blamed >= c->world || blamed == c->rank) {
+    /* the peer itself gave up (or blames us / nobody): it is what we lost */
+    return conn_fail(c, k, RM_ERR_PEER_LOST,
+                     "peer failed its communicator (%s)", rm_status_name(st));
+  }
+  return rm__comm_fail(c, st, blamed,
+                       "peer rank %d (%s) failed with %s blaming rank %d (%s)",
+                       k->peer, c->peers[k->peer], rm_status_name(st), blamed,
+                       c->peers[blamed]);
+}
+
+/* A full header is in k->rhdr. RM_OK with *held = 1 when it waits for a
+ * receive to be posted. */
+static rm_status_t on_header(rm_comm_t *c, rm__tcp_conn_t *k, int *held)
+{
+  rm__frame_t f;
+  const char *why;
+  rm__req_t *r = k->rq_head;
+
+  *held = 0;
+  rm__frame_decode(k->rhdr, &f);
+  if (rm__frame_check(&f, &why) != RM_OK)
+    return conn_fail(c, k, RM_ERR_PROTOCOL, "%s", why);
+  if (f.job != c->job_id)
+    return conn_fail(c, k, RM_ERR_PROTOCOL, "frame for job %llu, expected %llu",
+                     (unsigned long long)f.job, (unsigned long long)c->job_id);
+  if (f.generation != c->generation)
+    return conn_fail(c, k, RM_ERR_STALE_GENERATION,
+                     "frame of generation %llu, expected %llu",
+                     (unsigned long long)f.generation,
+                     (unsigned long long)c->generation);
+  switch (f.type) {
+  case RM__FRAME_ABORT: return on_abort_frame(c, k, &f);
+  case RM__FRAME_HELLO:
+    return conn_fail(c, k, RM_ERR_PROTOCOL, "HELLO after the handshake");
+  case RM__FRAME_BYE: k->bye = 1; k->rhdr_got = 0; return RM_OK;
+  default: break;
+  }
+  if (r == NULL) {
+    *held = 1;
+    return RM_OK;
+  }
+  if (f.seq != r->seq || f.tag != r->tag || f.length != r->len)
+    return conn_fail(c, k, RM_ERR_PROTOCOL,
+                     "frame (collective %llu, tag %llu, %llu bytes) does not "
+                     "match the posted receive (collective %llu, tag %llu, "
+                     "%zu bytes)",
+                     (unsigned long long)f.seq, (unsigned long long)f.tag,
+                     (unsigned long long)f.length, (unsigned long long)r->seq,
+                     (unsigned long long)r->tag, r->len);
+  r->hdr_done = RM__TCP_HDR;
+  return RM_OK;
+}
+
+static void pop_recv(rm__tcp_conn_t *k)
+{
+  rm__req_t *r = k->rq_head;
+  k->rq_head = r->next;
+  if (k->rq_head == NULL) k->rq_tail = NULL;
+  r->next = NULL;
+  r->complete = 1;
+  k->rhdr_got = 0;
+}
+
+/* Read the rest of a header; when a receive is posted, read straight on
+ * into its buffer (the header is checked before those bytes count). */
+static ssize_t read_header(rm__tcp_conn_t *k, size_t *extra)
+{
+  struct iovec iov[2];
+  int n = 1;
+  ssize_t got;
+  iov[0].iov_base = k->rhdr + k->rhdr_got;
+  iov[0].iov_len = (size_t)(RM__TCP_HDR - k->rhdr_got);
+  if (k->rq_head != NULL && k->rq_head->len > 0) {
+    iov[1].iov_base = k->rq_head->buf;
+    iov[1].iov_len = k->rq_head->len;
+    n = 2;
+  }
+  got = readv(k->fd, iov, n);
+  *extra = 0;
+  if (got > 0) {
+    size_t h = iov[0].iov_len;
+    k->rhdr_got += (int)((size_t)got < h ? (size_t)got : h);
+    *extra = (size_t)got > h ? (size_t)got - h : 0;
+  }
+  return got;
+}
+
+static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
+{
+  rm_status_t st;
+  for (;;) {
+    rm__req_t *r = k->rq_head;
+    ssize_t got;
+    if (k->rhdr_got < RM__TCP_HDR) {
+      size_t extra;
+      int held;
+      got = read_header(k, &extra);
+      if (got == 0) return on_eof(c, k);
+      if (got < 0) goto io;
+      *moved = 1;
+      if (k->rhdr_got < RM__TCP_HDR) continue;
+      if ((st = on_header(c, k, &held)) != RM_OK || held) return st;
+      if (k->bye || r == NULL) continue;
+      r->done = extra;
+    } else if (r == NULL) {
+      return RM_OK; /* HELD */
+    } else if (r->hdr_done == 0) {
+      int held;
+      if ((st = on_header(c, k, &held)) != RM_OK) return st;
+    } else if (r->done < r->len) {
+      got = read(k->fd, (char *)r->buf + r->done, r->len - r->done);
+      if (got == 0) return on_eof(c, k);
+      if (got < 0) goto io;
+      *moved = 1;
+      r->done += (size_t)got;
+    }
+    if (r != NULL && r->hdr_done == RM__TCP_HDR && r->done == r->len)
+      pop_recv(k);
+    continue;
+  io:
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return RM_OK;
+    return io_error(c, k, errno, "receiving");
+  }
+}
+
+static int wants_read(const rm__tcp_conn_t *k)
+{
+  return k->rq_head != NULL || k->rhdr_got < RM__TCP_HDR;
+}
+
+/* ---- ops ---- */
+
+static int tcp_available(void) { return 1; }
+static int tcp_can_connect(const rm_comm_t *c, int peer) { return 1; }
+
+static rm_status_t tcp_post(rm_comm_t *c, rm__req_t *req)
+{
+  rm__tcp_conn_t *k = &c->tcp->conns[req->peer];
+  if (k->fd < 0)
+    return conn_fail(c, k, RM_ERR_PEER_LOST,
+                     "peer closed its communicator; cannot %s",
+                     req->kind == RM__REQ_SEND ? "send" : "receive");
+  if (req->kind == RM__REQ_SEND) {
+    rm__frame_t f;
+    rm__frame_init(&f, c, RM__FRAME_DATA);
+    f.seq = req->seq;
+    f.tag = req->tag;
+    f.length = req->len;
+    rm__frame_encode(&f, req->hdr);
+    if (k->sq_tail) k->sq_tail->next = req; else k->sq_head = req;
+    k->sq_tail = req;
+  } else {
+    if (k->rq_tail) k->rq_tail->next = req; else k->rq_head = req;
+    k->rq_tail = req;
+  }
+  return RM_OK;
+}
+
+static rm_status_t serve(rm_comm_t *c, rm__tcp_conn_t *k, int rd, int *moved)
+{
+  rm_status_t st = RM_OK;
+  if (k->fd >= 0 && k->sq_head != NULL) st = do_send(c, k, moved);
+  if (st == RM_OK && k->fd >= 0 && rd) st = do_recv(c, k, moved);
+  return st;
+}
+
+static int build_pollset(rm_comm_t *c)
+{
+  struct rm__tcp_state *s = c->tcp;
+  int n = 1;
+  s->pfds[0].fd = c->wake_fd[0];
+  s->pfds[0].events = POLLIN;
+  for (int p = 0; p < c->world; p++) {
+    rm__tcp_conn_t *k = &s->conns[p];
+    short ev = 0;
+    if (k->fd < 0) continue;
+    if (k->sq_head) ev |= POLLOUT;
+    if (wants_read(k)) ev |= POLLIN;
+    if (!k->rdhup) ev |= POLLRDHUP;
+    s->pfds[n].fd = k->fd;
+    s->pfds[n].events = ev;
+    s->pfd_peer[n++] = p;
+  }
+  return n;
+}
+
+static rm_status_t serve_ready(rm_comm_t *c, int n)
+{
+  struct rm__tcp_state *s = c->tcp;
+  int moved = 0;
+  for (int i = 1; i < n; i++) {
+    short re = s->pfds[i].revents;
+    rm__tcp_conn_t *k = &s->conns[s->pfd_peer[i]];
+    rm_status_t st;
+    if (re == 0) continue;
+    if ((re & POLLRDHUP) && !(s->pfds[i].events & POLLIN)) k->rdhup = 1;
+    if (re & POLLERR) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      return io_error(c, k, err ? err : ECONNRESET, "polling");
+    }
+    st = serve(c, k, (re & (POLLIN | POLLHUP | POLLRDHUP)) && wants_read(k),
+               &moved);
+    if (st != RM_OK) return st;
+  }
+  return RM_OK;
+}
+
+static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
+{
+  struct rm__tcp_state *s = c->tcp;
+  int moved = 0, n, r;
+  char drain[64];
+
+  if (s == NULL || s->closed) return rm_comm_status(c);
+  for (int p = 0; p < c->world; p++) {
+    rm__tcp_conn_t *k = &s->conns[p];
+    if (k->sq_head == NULL && k->rq_head == NULL) continue;
+    rm_status_t st = serve(c, k, k->rq_head != NULL, &moved);
+    if (st != RM_OK) return st;
+  }
+  n = build_pollset(c);
+  r = poll(s->pfds, (nfds_t)n, moved ? 0 : timeout_ms);
+  if (r < 0) return errno == EINTR ? RM_OK : RM_ERR_SYSTEM;
+  if (s->pfds[0].revents & POLLIN)
+    while (read(c->wake_fd[0], drain, sizeof drain) > 0) {
+    }
+  if (r > 0) return serve_ready(c, n);
+  return rm_comm_status(c);
+}
+
+/* Best-effort, non-blocking: one control frame to a connection that is
+ * between frames. */
+static void send_control(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t reason)
+{
+  rm__frame_t f;
+  unsigned char h[RM__TCP_HDR];
+  ssize_t w;
+  if (k->send_mid_frame) return;
+  rm__frame_init(&f, c, reason == RM_OK ? RM__FRAME_BYE : RM__FRAME_ABORT);
+  if (reason != RM_OK) {
+    f.seq = (uint64_t)reason;
+    f.tag = (uint64_t)(c->failed_peer + 1);
+  }
+  rm__frame_encode(&f, h);
+  w = send(k->fd, h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)w;
+}
+
+static void tcp_close_all(rm_comm_t *c, rm_status_t reason)
+{
+  struct rm__tcp_state *s = c->tcp;
+  if (s == NULL) return;
+  for (int p = 0; p < c->world; p++) {
+    rm__tcp_conn_t *k = &s->conns[p];
+    /* requests may be freed by their owners once we return: forget them */
+    k->sq_head = k->sq_tail = k->rq_head = k->rq_tail = NULL;
+    if (k->fd < 0) continue;
+    if (!s->closed) {
+      send_control(c, k, reason);
+      shutdown(k->fd, SHUT_WR);
+    }
+    if (c->destroying) {
+      close(k->fd);
+      k->fd = -1;
+    }
+  }
+  s->closed = 1;
+  if (c->destroying) rm__tcp_state_free(c);
+}
+
+rm_status_t rm__tcp_state_new(rm_comm_t *c)
+{
+  struct rm__tcp_state *s = calloc(1, sizeof *s);
+  if (s == NULL) return RM_ERR_NOMEM;
+  s->conns = calloc((size_t)c->world, sizeof *s->conns);
+  s->pfds = calloc((size_t)c->world + 1, sizeof *s->pfds);
+  s->pfd_peer = calloc((size_t)c->world + 1, sizeof *s->pfd_peer);
+  c->tcp = s;
+  if (s->conns == NULL || s->pfds == NULL || s->pfd_peer == NULL) {
+    rm__tcp_state_free(c);
+    return RM_ERR_NOMEM;
+  }
+  for (int p = 0; p < c->world; p++) {
+    s->conns[p].fd = -1;
+    s->conns[p].peer = p;
+  }
+  return RM_OK;
+}
+
+void rm__tcp_state_free(rm_comm_t *c)
+{
+  struct rm__tcp_state *s = c->tcp;
+  if (s == NULL) return;
+  for (int p = 0; s->conns != NULL && p < c->world; p++)
+    if (s->conns[p].fd >= 0) close(s->conns[p].fd);
+  free(s->conns);
+  free(s->pfds);
+  free(s->pfd_peer);
+  free(s);
+  c->tcp = NULL;
+}
+
+const rm__transport_ops_t rm__tcp_transport = {
+    .name = "tcp",
+    .available = tcp_available,
+    .can_connect = tcp_can_connect,
+    .connect_all = rm__tcp_connect_all,
+    .post = tcp_post,
+    .progress = tcp_progress,
+    .close_all = tcp_close_all,
+};

@@ -1,0 +1,186 @@
+/*
+ * transport.c - the request API of transport.h over the transport plug-ins:
+ * transport selection, posting, and the wait loop with its deadline.
+ *
+ * Selection: g_priority is walked for every peer; the first transport that
+ * is available() in this process and can_connect() to that peer carries the
+ * pair. Then connect_all() runs once per transport that carries any pair.
+ *
+ * Wait loop (rm__wait), one iteration:
+ *   1. req complete -> return its status;
+ *   2. sticky failure (peer, deadline, abort from another thread) -> close
+ *      the transports with it (peers get ABORT frames) and return it;
+ *   3. no byte of progress on req for timeout_ms -> fail RM_ERR_TIMEOUT
+ *      naming req->peer;
+ *   4. progress every transport in use, blocking at most until the deadline
+ *      (one transport) or not at all (several: they are polled in turn).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm_int.h"
+#include "rm_check.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "transport/transport.h"
+
+static const rm__transport_ops_t *const g_priority[] = {&rm__tcp_transport};
+#define NPRIO ((int)(sizeof g_priority / sizeof g_priority[0]))
+
+static int transport_used(const rm_comm_t *c, const rm__transport_ops_t *t)
+{
+  for (int p = 0; p < c->world; p++)
+    if (c->pair_transport[p] == t) return 1;
+  return 0;
+}
+
+rm_status_t rm__transport_connect(rm_comm_t *c)
+{
+  int avail[NPRIO];
+
+  c->pair_transport = calloc((size_t)c->world, sizeof *c->pair_transport);
+  if (c->pair_transport == NULL) return RM_ERR_NOMEM;
+  for (int i = 0; i < NPRIO; i++) avail[i] = g_priority[i]->available();
+  for (int p = 0; p < c->world; p++) {
+    if (p == c->rank) continue;
+    for (int i = 0; i < NPRIO && c->pair_transport[p] == NULL; i++)
+      if (avail[i] && g_priority[i]->can_connect(c, p))
+        c->pair_transport[p] = g_priority[i];
+    if (c->pair_transport[p] == NULL) {
+      RM_ERROR("no transport can reach peer rank %d (%s)", p, c->peers[p]);
+      return RM_ERR_UNSUPPORTED;
+    }
+  }
+  for (int i = 0; i < NPRIO; i++)
+    if (transport_used(c, g_priority[i])) RM_CHECK(g_priority[i]->connect_all(c));
+  return RM_OK;
+}
+
+void rm__transport_close(rm_comm_t *c, rm_status_t reason)
+{
+  if (c->pair_transport == NULL) return;
+  for (int i = 0; i < NPRIO; i++)
+    if (transport_used(c, g_priority[i])) g_priority[i]->close_all(c, reason);
+}
+
+static rm_status_t post(rm_comm_t *c, int peer, rm__req_kind_t kind,
+                        void *buf, size_t len, uint64_t tag, rm__req_t *req)
+{
+  rm_status_t st = rm_comm_status(c);
+  if (req == NULL || peer < 0 || peer >= c->world || peer == c->rank ||
+      (buf == NULL && len > 0))
+    return RM_ERR_INVALID_ARG;
+  if (st != RM_OK) return st;
+  memset(req, 0, offsetof(rm__req_t, hdr));
+  req->peer = peer;
+  req->kind = kind;
+  req->buf = buf;
+  req->len = len;
+  req->tag = tag;
+  req->seq = c->coll_seq;
+  req->status = RM_OK;
+  if (kind == RM__REQ_SEND) c->bytes_sent += len;
+  return c->pair_transport[peer]->post(c, req);
+}
+
+rm_status_t rm__isend(rm_comm_t *c, int peer, const void *buf, size_t len,
+                      uint64_t tag, rm__req_t *req)
+{
+  return post(c, peer, RM__REQ_SEND, (void *)buf, len, tag, req);
+}
+
+rm_status_t rm__irecv(rm_comm_t *c, int peer, void *buf, size_t len,
+                      uint64_t tag, rm__req_t *req)
+{
+  return post(c, peer, RM__REQ_RECV, buf, len, tag, req);
+}
+
+static rm_status_t progress_all(rm_comm_t *c, int timeout_ms)
+{
+  int n = 0;
+  rm_status_t st = RM_OK;
+  for (int i = 0; i < NPRIO; i++) n += transport_used(c, g_priority[i]);
+  for (int i = 0; i < NPRIO && st == RM_OK; i++)
+    if (transport_used(c, g_priority[i]))
+      st = g_priority[i]->progress(c, n == 1 ? timeout_ms : 0);
+  return st;
+}
+
+static rm_status_t failed(rm_comm_t *c)
+{
+  rm_status_t st = rm_comm_status(c);
+  rm__transport_close(c, st);
+  return st;
+}
+
+rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
+{
+  size_t mark = req->done + (size_t)req->hdr_done;
+  int64_t last = rm__now_ns();
+  int64_t span = (int64_t)c->timeout_ms * 1000000LL;
+
+  for (;;) {
+    if (req->complete) return req->status;
+    if (rm_comm_status(c) != RM_OK) return failed(c);
+    int left = rm__ms_left(last + span);
+    if (left == 0) {
+      rm__comm_fail(c, RM_ERR_TIMEOUT, req->peer,
+                    "no progress from peer rank %d (%s) for %d ms while "
+                    "%s %zu bytes (%zu done, collective %llu)",
+                    req->peer, c->peers[req->peer], c->timeout_ms,
+                    req->kind == RM__REQ_SEND ? "sending" : "receiving",
+                    req->len, req->done, (unsigned long long)req->seq);
+      return failed(c);
+    }
+    if (progress_all(c, left) != RM_OK) return failed(c);
+    if (req->done + (size_t)req->hdr_done != mark) {
+      mark = req->done + (size_t)req->hdr_done;
+      last = rm__now_ns();
+    }
+  }
+}
+
+rm_status_t rm__waitall(rm_comm_t *c, rm__req_t *const *reqs, int n)
+{
+  for (int i = 0; i < n; i++)
+    if (reqs[i] != NULL) RM_CHECK(rm__wait(c, reqs[i]));
+  return RM_OK;
+}
+
+rm_status_t rm__test(rm_comm_t *c, rm__req_t *req, int *done)
+{
+  *done = 0;
+  if (!req->complete) {
+    if (rm_comm_status(c) != RM_OK || progress_all(c, 0) != RM_OK)
+      return failed(c);
+  }
+  *done = req->complete;
+  return req->complete ? req->status : RM_OK;
+}
+
+rm_status_t rm__sendrecv(rm_comm_t *c, int send_peer, const void *sbuf,
+                         size_t slen, uint64_t stag, int recv_peer, void *rbuf,
+                         size_t rlen, uint64_t rtag)
+{
+  rm__req_t sreq, rreq;
+  rm__req_t *reqs[2] = {NULL, NULL};
+
+  /* validate both sides first: a failed second post must not leave the
+   * first request queued on this stack frame */
+  if (send_peer >= c->world || recv_peer >= c->world ||
+      (send_peer >= 0 && send_peer == c->rank) ||
+      (recv_peer >= 0 && recv_peer == c->rank) ||
+      (send_peer >= 0 && sbuf == NULL && slen > 0) ||
+      (recv_peer >= 0 && rbuf == NULL && rlen > 0))
+    return RM_ERR_INVALID_ARG;
+  if (recv_peer >= 0) {
+    RM_CHECK(rm__irecv(c, recv_peer, rbuf, rlen, rtag, &rreq));
+    reqs[0] = &rreq;
+  }
+  if (send_peer >= 0) {
+    RM_CHECK(rm__isend(c, send_peer, sbuf, slen, stag, &sreq));
+    reqs[1] = &sreq;
+  }
+  return rm__waitall(c, reqs, 2);
+}
