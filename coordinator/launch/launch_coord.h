@@ -1,0 +1,88 @@
+/*
+ * launch_coord.h - glue between the coordinator (coord.h) and the launchers.
+ *
+ * The coordinator registers the launchers with one call at start-up:
+ *
+ *   rm_launch_coord_options_t lo;  rm_launch_coord_options_init(&lo);
+ *   lo.coord = c;  lo.job_fail = rm_coord_job_fail;  lo.log_dir = "...";
+ *   rm_launch_coord_t *lc;  rm_launch_coord_create(&lo, &lc);
+ *   rm_launch_coord_register(lc, c, rm_coord_register_launcher);
+ *   ...
+ *   rm_coord_close(c);  rm_launch_coord_destroy(lc, 1);
+ *
+ * For every job the coordinator asks to start (rm_coord_launcher_t.start),
+ * the bridge builds an rm_launch_spec_t from the job (id, token, world =
+ * world_size or max_workers, workload) and starts it through the job's
+ * launcher; the per-job folder is <log_dir>/job-<id>. A monitor thread polls
+ * every live handle every 200 ms (slurm polls squeue at most every 2 s);
+ * when a launch ends FAILED before the coordinator saw the job end, it calls
+ * job_fail(coord, id, "worker 1 exited with status 3; log ...") so the job
+ * fails with the launcher's reason. stop (job became terminal): a job that
+ * succeeded gets grace_ms to exit by itself, any other is cancelled at once
+ * (local: SIGTERM then SIGKILL after grace_ms; slurm: scancel).
+ *
+ * job_fail is called with no bridge lock held; start/stop never call into the
+ * coordinator. So the coordinator may call start/stop with or without its own
+ * lock held.
+ *
+ * The bridge does not link the coordinator: the two coordinator functions it
+ * needs are passed in (job_fail, register), so rm_launch stays a leaf library.
+ */
+#ifndef RM_COORDINATOR_LAUNCH_COORD_H
+#define RM_COORDINATOR_LAUNCH_COORD_H
+
+#include <stdio.h>
+
+#include "coord.h"
+#include "launch.h"
+
+typedef struct {
+  const char *log_dir;        /* base folder; default "ringmaster-logs" */
+  const char *worker_path;    /* NULL: see launch.h "Worker binary" */
+  const char *advertise_addr; /* address workers dial, instead of the bound
+                                 one (needed when bound to 0.0.0.0 for Slurm
+                                 nodes or pods); NULL = coord_addr */
+  int grace_ms;               /* 0 = 10000 */
+  const char *slurm_partition;
+  int slurm_time_limit_min;
+  const char *k8s_image;
+  const char *k8s_namespace;
+  rm_coord_t *coord;          /* passed back to job_fail */
+  rm_status_t (*job_fail)(rm_coord_t *c, uint64_t id, const char *reason);
+} rm_launch_coord_options_t;
+
+typedef struct rm_launch_coord rm_launch_coord_t;
+
+void rm_launch_coord_options_init(rm_launch_coord_options_t *o);
+/* Copies the options (strings too) and starts the monitor thread. */
+rm_status_t rm_launch_coord_create(const rm_launch_coord_options_t *o,
+                                   rm_launch_coord_t **out, char *err,
+                                   size_t errlen);
+/* Calls reg(c, l) for "local", "slurm" and "k8s" (pass
+ * rm_coord_register_launcher). */
+rm_status_t rm_launch_coord_register(rm_launch_coord_t *b, rm_coord_t *c,
+                                     rm_status_t (*reg)(rm_coord_t *,
+                                                        const rm_coord_launcher_t *));
+/* Stops the monitor; with cancel_running, cancels what still runs and waits
+ * up to grace_ms + 5 s for local workers to go. NULL is a no-op. */
+void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running);
+
+/* Launches being monitored (not yet final). */
+int rm_launch_coord_active(rm_launch_coord_t *b);
+/* <log_dir>/job-<id>/worker-<index>.log (local and slurm), for the API. */
+void rm_launch_coord_log_path(const rm_launch_coord_t *b, uint64_t job_id,
+                              int index, char *buf, size_t len);
+
+/* The spec a job launches with; strings point into job, b and buf. */
+void rm_launch_coord_spec(const rm_launch_coord_t *b, const rm_job_info_t *job,
+                          const char *coord_addr, char *buf, size_t len,
+                          rm_launch_spec_t *spec);
+
+/* `ringmaster k8s-manifest JOB`: the worker manifests of a stored job.
+ * image/ns may be NULL (defaults). */
+rm_status_t rm_launch_k8s_manifest(const rm_job_info_t *job,
+                                   const char *coord_addr, const char *image,
+                                   const char *ns, FILE *out, char *err,
+                                   size_t errlen);
+
+#endif
