@@ -1,0 +1,375 @@
+/*
+ * cli.c - `ringmaster submit|jobs|job|cancel`: a REST client of the
+ * coordinator's /api/v1 (plain sockets, see httpc.h). Human-readable tables
+ * by default, the server's JSON with --json.
+ *
+ * Exit codes (RM_CLI_EXIT_* in api.h, also printed by the usage text):
+ *   0 ok, 1 server error (5xx, other), 2 usage, 3 not found (404),
+ *   4 unauthorized (401/403), 5 server unreachable or no answer in time,
+ *   6 request refused (400/409/413: bad spec, job already finished, ...)
+ */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "auth.h"
+#include "httpc.h"
+#include "table.h"
+
+typedef struct {
+  const char *server;
+  char token[RM_API_TOKEN_MAX + 1];
+  int json;
+  int timeout_ms;
+  const char *state;
+  const char *limit;
+  const char *offset;
+  const char *reason;
+} cli_t;
+
+static const char k_usage[] =
+    "usage: ringmaster COMMAND [options]\n"
+    "  submit FILE|-            submit a job spec (JSON; '-' reads stdin)\n"
+    "  jobs [--state S] [--limit N] [--offset N]\n"
+    "                           list jobs, newest first\n"
+    "  job ID                   show a job, its workers and open barriers\n"
+    "  cancel ID [--reason T]   cancel a job\n"
+    "options:\n"
+    "  --server URL     coordinator REST address (env RINGMASTER_SERVER,\n"
+    "                   default http://127.0.0.1:8080)\n"
+    "  --token T        API token for submit/cancel (env RINGMASTER_API_TOKEN)\n"
+    "  --token-file F   read the token from F (env RINGMASTER_API_TOKEN_FILE)\n"
+    "  --json           print the server's JSON instead of tables\n"
+    "  --timeout MS     deadline for the whole request (default 10000)\n"
+    "exit codes: 0 ok, 1 server error, 2 usage, 3 not found, 4 unauthorized,\n"
+    "            5 server unreachable, 6 request refused (bad spec, conflict)\n";
+
+const char *rm_cli_usage(void) { return k_usage; }
+
+int rm_cli_is_command(const char *cmd)
+{
+  static const char *const cmds[] = {"submit", "jobs", "job", "cancel", NULL};
+  for (int i = 0; cmd && cmds[i]; i++)
+    if (strcmp(cmd, cmds[i]) == 0) return 1;
+  return 0;
+}
+
+static int exit_for(int status)
+{
+  if (status >= 200 && status < 300) return RM_CLI_EXIT_OK;
+  if (status == 401 || status == 403) return RM_CLI_EXIT_UNAUTHORIZED;
+  if (status == 404) return RM_CLI_EXIT_NOT_FOUND;
+  if (status == 400 || status == 409 || status == 413) return RM_CLI_EXIT_INVALID;
+  return RM_CLI_EXIT_SERVER;
+}
+
+static char *read_input(const char *path, size_t *len)
+{
+  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+  char *buf = NULL;
+  size_t cap = 0, n = 0;
+  if (f == NULL) return NULL;
+  for (;;) {
+    if (n == cap) {
+      char *nb;
+      cap = cap ? cap * 2 : 4096;
+      if (cap > (16u << 20) || (nb = realloc(buf, cap + 1)) == NULL) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  if (f != stdin) fclose(f);
+  if (buf) buf[n] = '\0';
+  *len = n;
+  return buf;
+}
+
+/* One request; on an HTTP error prints the server's error message. Returns
+ * the exit code and, on 2xx, the parsed JSON body in *out (new reference). */
+static int call(cli_t *c, const char *method, const char *path, const char *body, json_t **out)
+{
+  rm__http_reply_t r;
+  char err[256];
+  json_t *j;
+  int code;
+
+  *out = NULL;
+  if (rm__http_request(c->server, method, path, c->token, body, body ? strlen(body) : 0,
+                       c->timeout_ms, &r, err, sizeof err) != 0) {
+    fprintf(stderr, "ringmaster: %s: %s\n", c->server, err);
+    return RM_CLI_EXIT_UNREACHABLE;
+  }
+  code = exit_for(r.status);
+  j = json_loadb(r.body, r.len, 0, NULL);
+  if (code != RM_CLI_EXIT_OK) {
+    json_t *e = json_object_get(json_object_get(j, "error"), "message");
+    json_t *fld = json_object_get(json_object_get(j, "error"), "field");
+    fprintf(stderr, "ringmaster: HTTP %d: %s%s%s%s\n", r.status,
+            json_is_string(e) ? json_string_value(e) : r.body, json_is_string(fld) ? " (field " : "",
+            json_is_string(fld) ? json_string_value(fld) : "", json_is_string(fld) ? ")" : "");
+    json_decref(j);
+  } else if (j == NULL) {
+    fprintf(stderr, "ringmaster: the server's answer is not JSON\n");
+    code = RM_CLI_EXIT_SERVER;
+  } else {
+    *out = j;
+  }
+  free(r.body);
+  return code;
+}
+
+static void print_json(json_t *j)
+{
+  char *s = json_dumps(j, JSON_INDENT(2));
+  if (s) puts(s);
+  free(s);
+}
+
+static const char *jstr(json_t *o, const char *k)
+{
+  json_t *v = json_object_get(o, k);
+  return json_is_string(v) ? json_string_value(v) : "";
+}
+
+static long long jint(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
+
+static void fmt_age(char *buf, size_t len, long long ms_epoch)
+{
+  long long s = ms_epoch ? (long long)time(NULL) - ms_epoch / 1000 : -1;
+  if (s < 0) snprintf(buf, len, "-");
+  else if (s < 120) snprintf(buf, len, "%llds ago", s);
+  else if (s < 7200) snprintf(buf, len, "%lldm ago", s / 60);
+  else if (s < 172800) snprintf(buf, len, "%lldh ago", s / 3600);
+  else snprintf(buf, len, "%lldd ago", s / 86400);
+}
+
+static void print_jobs(json_t *arr)
+{
+  static const char *const hdr[] = {">ID", "NAME", "STATE", ">WORKERS", ">STEP", "CREATED",
+                                    "REASON"};
+  rm__table_t *t = rm__table_new(7, hdr);
+  size_t i;
+  json_t *j;
+  json_array_foreach(arr, i, j) {
+    char id[24], workers[32], step[48], age[32];
+    json_t *spec = json_object_get(j, "spec");
+    long long size = jint(spec, "world_size") ? jint(spec, "world_size") : jint(spec, "max_workers");
+    snprintf(id, sizeof id, "%lld", jint(j, "id"));
+    snprintf(workers, sizeof workers, "%lld/%lld", jint(j, "workers_alive"), size);
+    snprintf(step, sizeof step, "%lld/%lld", jint(j, "step"), jint(j, "steps_total"));
+    fmt_age(age, sizeof age, jint(j, "created_ms"));
+    const char *row[] = {id, jstr(spec, "name"), jstr(j, "state"), workers, step, age,
+                         jstr(j, "reason")};
+    rm__table_row(t, row);
+  }
+  rm__table_print(t, stdout);
+  rm__table_free(t);
+}
+
+static void print_job(json_t *j)
+{
+  json_t *spec = json_object_get(j, "spec");
+  printf("job %lld  %s\n", jint(j, "id"), jstr(spec, "name"));
+  printf("  state       %s%s%s\n", jstr(j, "state"), *jstr(j, "reason") ? "  - " : "",
+         jstr(j, "reason"));
+  printf("  progress    step %lld of %lld, generation %lld, %lld of %lld workers alive\n",
+         jint(j, "step"), jint(j, "steps_total"), jint(j, "generation"), jint(j, "workers_alive"),
+         jint(j, "workers_joined"));
+  printf("  workload    %s (%s)  algorithm %s  dtype %s  launcher %s\n", jstr(spec, "workload"),
+         *jstr(spec, "workload_options") ? jstr(spec, "workload_options") : "defaults",
+         jstr(spec, "algorithm"), jstr(spec, "dtype"), jstr(spec, "launcher"));
+  if (*jstr(j, "token")) printf("  worker token %s (shown once)\n", jstr(j, "token"));
+}
+
+static void print_workers(json_t *arr)
+{
+  static const char *const hdr[] = {">RANK", "STATE", "HOST", "DATA ADDR", ">STEP",
+                                    ">STEP MS", ">HEARTBEAT", "FLAGS"};
+  rm__table_t *t = rm__table_new(8, hdr);
+  size_t i;
+  json_t *w;
+  json_array_foreach(arr, i, w) {
+    char rank[16], step[24], ms[32], hb[32];
+    json_t *sm = json_object_get(w, "step_ms");
+    snprintf(rank, sizeof rank, "%lld", jint(w, "rank"));
+    snprintf(step, sizeof step, "%lld", jint(w, "step"));
+    snprintf(ms, sizeof ms, json_is_number(sm) ? "%.1f" : "-", json_number_value(sm));
+    snprintf(hb, sizeof hb, "%.1fs", (double)jint(w, "ms_since_heartbeat") / 1000.0);
+    const char *row[] = {rank, jstr(w, "state"), jstr(w, "host"), jstr(w, "data_addr"), step, ms,
+                         hb, json_is_true(json_object_get(w, "straggler")) ? "straggler" : ""};
+    rm__table_row(t, row);
+  }
+  printf("\nworkers\n");
+  rm__table_print(t, stdout);
+  rm__table_free(t);
+}
+
+static void print_barriers(json_t *arr)
+{
+  size_t i, k;
+  json_t *b, *m;
+  json_array_foreach(arr, i, b) {
+    if (strcmp(jstr(b, "state"), "open") != 0) continue;
+    printf("\nbarrier '%s' (generation %lld): %lld of %lld arrived; waiting for", jstr(b, "name"),
+           jint(b, "generation"), jint(b, "arrived"), jint(b, "expected"));
+    json_array_foreach(json_object_get(b, "missing"), k, m)
+      printf("%s rank %lld (step %lld, %s, silent %.1fs)", k ? "," : "", jint(m, "rank"),
+             jint(m, "step"), jstr(m, "state"), (double)jint(m, "ms_since_heartbeat") / 1000.0);
+    printf("\n");
+  }
+}
+
+static int cmd_job(cli_t *c, const char *id)
+{
+  char path[160];
+  json_t *job, *w = NULL, *b = NULL;
+  int code;
+  snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+  code = call(c, "GET", path, NULL, &job);
+  if (code) return code;
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/workers", id);
+  code = call(c, "GET", path, NULL, &w);
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/barriers", id);
+  if (!code) code = call(c, "GET", path, NULL, &b);
+  if (!code && c->json) {
+    json_object_set(job, "workers", json_object_get(w, "workers"));
+    json_object_set(job, "barriers", json_object_get(b, "barriers"));
+    print_json(job);
+  } else if (!code) {
+    print_job(job);
+    print_workers(json_object_get(w, "workers"));
+    print_barriers(json_object_get(b, "barriers"));
+  }
+  json_decref(job);
+  json_decref(w);
+  json_decref(b);
+  return code;
+}
+
+static int cmd_jobs(cli_t *c)
+{
+  char path[256];
+  json_t *r;
+  int code;
+  snprintf(path, sizeof path, "/api/v1/jobs?limit=%s&offset=%s%s%s", c->limit ? c->limit : "100",
+           c->offset ? c->offset : "0", c->state ? "&state=" : "", c->state ? c->state : "");
+  code = call(c, "GET", path, NULL, &r);
+  if (code) return code;
+  if (c->json) print_json(r);
+  else print_jobs(json_object_get(r, "jobs"));
+  json_decref(r);
+  return code;
+}
+
+static int cmd_submit(cli_t *c, const char *file)
+{
+  size_t len = 0;
+  char *body = read_input(file, &len);
+  json_t *r;
+  int code;
+  if (body == NULL) {
+    fprintf(stderr, "ringmaster: cannot read job spec %s\n", file);
+    return RM_CLI_EXIT_USAGE;
+  }
+  code = call(c, "POST", "/api/v1/jobs", body, &r);
+  free(body);
+  if (code) return code;
+  if (c->json) print_json(r);
+  else print_job(r);
+  json_decref(r);
+  return code;
+}
+
+static int cmd_cancel(cli_t *c, const char *id)
+{
+  char path[160];
+  json_t *r, *body = json_pack("{s:s}", "reason", c->reason ? c->reason : "cancelled from the CLI");
+  char *text = json_dumps(body, JSON_COMPACT);
+  int code;
+  json_decref(body);
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/cancel", id);
+  code = call(c, "POST", path, text ? text : "{}", &r);
+  free(text);
+  if (code) return code;
+  if (c->json) print_json(r);
+  else printf("job %lld %s\n", jint(r, "id"), jstr(r, "state"));
+  json_decref(r);
+  return code;
+}
+
+static int parse_args(cli_t *c, int argc, char **argv)
+{
+  static const struct option opts[] = {
+      {"server", required_argument, 0, 's'}, {"token", required_argument, 0, 't'},
+      {"token-file", required_argument, 0, 'f'}, {"json", no_argument, 0, 'j'},
+      {"timeout", required_argument, 0, 'T'}, {"state", required_argument, 0, 'S'},
+      {"limit", required_argument, 0, 'l'}, {"offset", required_argument, 0, 'o'},
+      {"reason", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  const char *token = NULL, *token_file = NULL;
+  char err[256];
+  int ch, gen;
+
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "s:t:f:jT:S:l:o:r:h", opts, NULL)) != -1) {
+    switch (ch) {
+    case 's': c->server = optarg; break;
+    case 't': token = optarg; break;
+    case 'f': token_file = optarg; break;
+    case 'j': c->json = 1; break;
+    case 'T': c->timeout_ms = atoi(optarg); break;
+    case 'S': c->state = optarg; break;
+    case 'l': c->limit = optarg; break;
+    case 'o': c->offset = optarg; break;
+    case 'r': c->reason = optarg; break;
+    default: return -1;
+    }
+  }
+  if (c->timeout_ms <= 0) c->timeout_ms = 10000;
+  if ((token || token_file || getenv("RINGMASTER_API_TOKEN") ||
+       getenv("RINGMASTER_API_TOKEN_FILE")) &&
+      (rm__auth_resolve(token, token_file, c->token, sizeof c->token, &gen, err, sizeof err) != 0)) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
+static int is_id(const char *s)
+{
+  if (s == NULL || *s == '\0' || strlen(s) > 20) return 0;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9') return 0;
+  return 1;
+}
+
+int rm_cli_main(int argc, char **argv)
+{
+  cli_t c;
+  const char *cmd = argc > 1 ? argv[1] : "";
+  const char *arg;
+
+  memset(&c, 0, sizeof c);
+  c.server = getenv("RINGMASTER_SERVER");
+  if (c.server == NULL || *c.server == '\0') c.server = "http://127.0.0.1:8080";
+  if (!rm_cli_is_command(cmd) || parse_args(&c, argc - 1, argv + 1) != 0) goto usage;
+  /* getopt ran over argv + 1 (argc - 1 entries) and moved operands last. */
+  arg = optind < argc - 1 ? argv[1 + optind] : NULL;
+  if (optind + (arg != NULL) != argc - 1) goto usage; /* stray extra arguments */
+  if (strcmp(cmd, "jobs") == 0 && arg == NULL) return cmd_jobs(&c);
+  if (strcmp(cmd, "submit") == 0 && arg) return cmd_submit(&c, arg);
+  if (strcmp(cmd, "job") == 0 && is_id(arg)) return cmd_job(&c, arg);
+  if (strcmp(cmd, "cancel") == 0 && is_id(arg)) return cmd_cancel(&c, arg);
+usage:
+  fputs(k_usage, stderr);
+  return RM_CLI_EXIT_USAGE;
+}

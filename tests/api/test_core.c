@@ -1,0 +1,167 @@
+/*
+ * test_core.c - unit tests of api/ pieces that need no server: the strict
+ * job-spec parser (every refusal names its field), the Prometheus writer
+ * (format details; the CTest "api_prom_promtool" runs promtool on its
+ * output), constant-time token compare and bearer parsing.
+ *
+ *   test_api_core            run the checks
+ *   test_api_core --prom     print a sample exposition for promtool
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "jobspec.h"
+#include "prom.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
+      failures++;                                                                     \
+    }                                                                                 \
+  } while (0)
+
+static void expect_refused(const char *body, const char *code, const char *field)
+{
+  rm_job_spec_t s;
+  rm_api_spec_error_t e;
+  memset(&s, 0, sizeof s);
+  int rc = rm__jobspec_parse(body, strlen(body), &s, &e);
+  if (rc != -1 || strcmp(e.code, code) != 0 || strcmp(e.field, field) != 0) {
+    fprintf(stderr, "spec %s: want %s/%s, got rc %d %s/%s (%s)\n", body, code, field, rc, e.code,
+            e.field, e.message);
+    failures++;
+  }
+}
+
+static void test_jobspec(void)
+{
+  rm_job_spec_t s;
+  rm_api_spec_error_t e;
+  const char *ok = "{\"name\":\"dp-4\",\"world_size\":4,\"algorithm\":\"ring\",\"dtype\":\"f32\","
+                   "\"workload\":\"allreduce\",\"workload_options\":{\"count\":1024,\"lr\":0.5,"
+                   "\"verify\":true,\"mode\":\"fast\"},\"steps\":50,\"launcher\":\"none\","
+                   "\"heartbeat_timeout_ms\":3000,\"barrier_timeout_ms\":9000}";
+  memset(&s, 0, sizeof s);
+  CHECK(rm__jobspec_parse(ok, strlen(ok), &s, &e) == 0);
+  CHECK(strcmp(s.name, "dp-4") == 0);
+  CHECK(s.world_size == 4 && s.steps == 50 && s.heartbeat_timeout_ms == 3000);
+  CHECK(strcmp(s.workload_options, "count=1024,lr=0.5,verify=1,mode=fast") == 0);
+  CHECK(strcmp(s.launcher, "none") == 0 && strcmp(s.algorithm, "ring") == 0);
+
+  memset(&s, 0, sizeof s);
+  CHECK(rm__jobspec_parse("{\"name\":\"x\",\"workload_options\":\"a=1,b=2\"}", 41, &s, &e) == 0);
+  CHECK(strcmp(s.workload_options, "a=1,b=2") == 0);
+
+  expect_refused("", "invalid_json", "");
+  expect_refused("{\"name\":", "invalid_json", "");
+  expect_refused("[1,2]", "invalid_type", "");
+  expect_refused("{}", "missing_field", "name");
+  expect_refused("{\"name\":\"a\",\"colour\":1}", "unknown_field", "colour");
+  expect_refused("{\"name\":\"a\",\"name\":\"b\"}", "invalid_json", "");
+  expect_refused("{\"name\":7}", "invalid_type", "name");
+  expect_refused("{\"name\":\"a\",\"world_size\":\"4\"}", "invalid_type", "world_size");
+  expect_refused("{\"name\":\"a\",\"world_size\":2.5}", "invalid_type", "world_size");
+  expect_refused("{\"name\":\"a\",\"world_size\":-1}", "invalid_value", "world_size");
+  expect_refused("{\"name\":\"a\",\"world_size\":99999999999}", "invalid_value", "world_size");
+  expect_refused("{\"name\":\"a\",\"steps\":true}", "invalid_type", "steps");
+  expect_refused("{\"name\":\"a\",\"algorithm\":null}", "invalid_type", "algorithm");
+  expect_refused("{\"name\":\"a\",\"workload_options\":[1]}", "invalid_type", "workload_options");
+  expect_refused("{\"name\":\"a\",\"workload_options\":{\"x\":[1]}}", "invalid_type",
+                 "workload_options.x");
+  expect_refused("{\"name\":\"a\",\"workload_options\":{\"x\":\"a,b\"}}", "invalid_value",
+                 "workload_options.x");
+  expect_refused("{\"name\":\"a\",\"workload_options\":{\"bad key\":1}}", "invalid_value",
+                 "workload_options.bad key");
+  expect_refused("{\"name\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                 "aaaaaaa\"}", "invalid_value", "name");
+  expect_refused("{\"name\":\"a\\u0000b\"}", "invalid_json", "");
+}
+
+static void test_prom(FILE *out)
+{
+  rm__sbuf_t b;
+  const double le[] = {0.01, 0.1, 1};
+  const uint64_t counts[] = {1, 2, 0, 3};
+  rm__prom_hist_t h = {le, 3, counts, 9.5};
+  const char *l[] = {"state", "run\"ning\\\n", NULL};
+  char *text;
+
+  rm__sbuf_init(&b);
+  rm__prom_family(&b, "ringmaster_test_jobs", RM_PROM_GAUGE, "Jobs by state (help with \\).");
+  rm__prom_sample(&b, "ringmaster_test_jobs", l, 3);
+  rm__prom_family(&b, "ringmaster_test_bytes_total", RM_PROM_COUNTER, "Bytes.");
+  rm__prom_sample(&b, "ringmaster_test_bytes_total", NULL, 1.5e12);
+  rm__prom_family(&b, "ringmaster_test_ratio", RM_PROM_GAUGE, "A ratio.");
+  rm__prom_sample(&b, "ringmaster_test_ratio", NULL, 0.25);
+  rm__prom_sample(&b, "ringmaster_test_ratio", (const char *[]){"x", "nan", NULL}, NAN);
+  rm__prom_family(&b, "ringmaster_test_seconds", RM_PROM_HISTOGRAM, "Step time.");
+  rm__prom_histogram(&b, "ringmaster_test_seconds", NULL, &h);
+  text = rm__sbuf_take(&b, NULL);
+  if (out) {
+    fputs(text, out);
+  } else {
+    CHECK(strstr(text, "# HELP ringmaster_test_jobs Jobs by state (help with \\\\).\n"));
+    CHECK(strstr(text, "# TYPE ringmaster_test_jobs gauge\n"));
+    CHECK(strstr(text, "ringmaster_test_jobs{state=\"run\\\"ning\\\\\\n\"} 3\n"));
+    CHECK(strstr(text, "ringmaster_test_bytes_total 1500000000000\n"));
+    CHECK(strstr(text, "ringmaster_test_ratio 0.25\n"));
+    CHECK(strstr(text, "ringmaster_test_ratio{x=\"nan\"} NaN\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_bucket{le=\"0.01\"} 1\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_bucket{le=\"0.1\"} 3\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_bucket{le=\"1\"} 3\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_bucket{le=\"+Inf\"} 6\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_sum 9.5\n"));
+    CHECK(strstr(text, "ringmaster_test_seconds_count 6\n"));
+  }
+  free(text);
+}
+
+static void test_auth(void)
+{
+  char tok[RM_API_TOKEN_MAX + 1], err[256];
+  int gen;
+  CHECK(rm__ct_streq("secret", "secret"));
+  CHECK(!rm__ct_streq("secret", "secreT"));
+  CHECK(!rm__ct_streq("secret", "secre"));
+  CHECK(!rm__ct_streq("secret", "secrets"));
+  CHECK(!rm__ct_streq("secret", ""));
+  CHECK(rm__auth_check("abc", "Bearer abc"));
+  CHECK(rm__auth_check("abc", "bearer   abc"));
+  CHECK(!rm__auth_check("abc", "Basic abc"));
+  CHECK(!rm__auth_check("abc", "Bearer abd"));
+  CHECK(!rm__auth_check("abc", NULL));
+  CHECK(!rm__auth_check("", "Bearer "));
+  unsetenv("RINGMASTER_API_TOKEN");
+  unsetenv("RINGMASTER_API_TOKEN_FILE");
+  CHECK(rm__auth_resolve("flag", NULL, tok, sizeof tok, &gen, err, sizeof err) == 0);
+  CHECK(strcmp(tok, "flag") == 0 && gen == 0);
+  setenv("RINGMASTER_API_TOKEN", "fromenv", 1);
+  CHECK(rm__auth_resolve(NULL, NULL, tok, sizeof tok, &gen, err, sizeof err) == 0);
+  CHECK(strcmp(tok, "fromenv") == 0 && gen == 0);
+  unsetenv("RINGMASTER_API_TOKEN");
+  CHECK(rm__auth_resolve(NULL, "/nonexistent/token", tok, sizeof tok, &gen, err, sizeof err) ==
+        -1);
+  CHECK(strstr(err, "/nonexistent/token") != NULL);
+  CHECK(rm__auth_resolve(NULL, NULL, tok, sizeof tok, &gen, err, sizeof err) == 0);
+  CHECK(gen == 1 && strlen(tok) == 32);
+}
+
+int main(int argc, char **argv)
+{
+  if (argc > 1 && strcmp(argv[1], "--prom") == 0) {
+    test_prom(stdout);
+    return 0;
+  }
+  test_jobspec();
+  test_prom(NULL);
+  test_auth();
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("api core: all checks passed\n");
+  return failures ? 1 : 0;
+}
