@@ -6,7 +6,8 @@
  * addresses are known and no port can be taken by someone else; each child
  * keeps its own endpoint and closes the others. Results come back through a
  * MAP_SHARED array (one rm_result_t per rank). Every wait has a deadline:
- * harness_wait() SIGKILLs whatever is still running when it expires.
+ * harness_wait() SIGKILLs whatever is still running when it expires. A
+ * rank that exits non-zero (e.g. LeakSanitizer found a leak) fails the test.
  */
 #ifndef RM_TESTS_COMM_HARNESS_H
 #define RM_TESTS_COMM_HARNESS_H
@@ -109,8 +110,8 @@ static inline void harness_start(harness_t *h, harness_rank_fn fn, void *arg)
         if (o != r) rm_endpoint_close(h->ep[o]);
       fn(h, r, arg);
       h->res[r].done = 1;
-      fflush(NULL);
-      _exit(0);
+      rm_endpoint_close(h->ep[r]);
+      exit(0); /* not _exit: LeakSanitizer runs at exit in every rank */
     }
     h->pid[r] = p;
   }

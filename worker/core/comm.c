@@ -29,7 +29,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "collectives/collectives.h"
 #include "core/comm_int.h"
 #include "rm_check.h"
 #include "rm_log.h"
@@ -38,9 +37,6 @@
 RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
 RM_PARAM(connect_timeout_ms, "RINGMASTER_CONNECT_TIMEOUT_MS", 0)
 
-/* Calibration lives in collectives/select.c; until that file is linked in,
- * the communicator keeps the default cost model. */
-extern rm_status_t rm__cost_calibrate(rm_comm_t *c) __attribute__((weak));
 
 void rm_comm_config_init(rm_comm_config_t *cfg)
 {
@@ -100,7 +96,9 @@ static void set_defaults(rm_comm_t *c, const rm_comm_config_t *cfg)
   c->status = RM_OK;
   c->failed_peer = -1;
   c->wake_fd[0] = c->wake_fd[1] = -1;
-  /* uncalibrated guesses for loopback TCP; rm__cost_calibrate refines them */
+  /* uncalibrated guesses for loopback TCP; collectives/select.c calibrates
+   * on the live links the first time `auto` has to choose (lazily, so that
+   * creating a communicator stays cheap) */
   c->cost.alpha_us = 25.0;
   c->cost.beta_us_per_byte = 1.0 / 2000.0;  /* 2 GB/s */
   c->cost.gamma_us_per_byte = 1.0 / 4000.0; /* 4 GB/s reduce */
@@ -144,8 +142,6 @@ rm_status_t rm_comm_init(const rm_comm_config_t *cfg, rm_comm_t **out)
     c->owns_endpoint = 1;
   }
   RM_CHECK_GOTO(rm__transport_connect(c), st, fail_transport);
-  if (rm__cost_calibrate != NULL && c->world > 1)
-    RM_CHECK_GOTO(rm__cost_calibrate(c), st, fail_transport);
   RM_DEBUG("communicator job %llu gen %llu rank %d/%d ready",
            (unsigned long long)c->job_id, (unsigned long long)c->generation,
            c->rank, c->world);
