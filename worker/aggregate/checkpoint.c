@@ -1,0 +1,467 @@
+/*
+ * checkpoint.c - checkpoint files: format, atomic write, validated read,
+ * newest-valid lookup and keep-last-K cleanup.
+ *
+ * FILE FORMAT (version 1). A 64-byte header, then payload_len bytes of
+ * payload (the workload's model state, opaque here). All integers are
+ * little-endian whatever the host.
+ *
+ *   offset size description
+ *   ------ ---- -------------------------------------------------------------
+ *        0    8 magic "RMCKPT\n\x1a" (a text-mode or truncating copy shows)
+ *        8    4 format version, 1
+ *       12    4 header length in bytes, 64 (room to grow: readers of a later
+ *               version may skip a longer header)
+ *       16    8 job id
+ *       24    8 step (the state after this step's update)
+ *       32    8 generation that wrote the file
+ *       40    4 writer rank (int32, >= 0)
+ *       44    4 world size when written (int32, >= 1)
+ *       48    8 payload length in bytes
+ *       56    4 CRC-32 of the payload
+ *       60    4 CRC-32 of header bytes 0..59
+ *       64    - payload
+ *
+ * A file is VALID iff: size >= 64; magic, version 1 and header length 64;
+ * header CRC matches; size == 64 + payload length (shorter = truncated,
+ * longer = trailing bytes); payload CRC matches. Anything else is rejected
+ * with a message naming the file and the first check that failed.
+ *
+ * ATOMIC WRITE. final = <dir>/ckpt-j<job>-r<rank>-s<step:020>.rmck,
+ * temp = <dir>/.ckpt-...rmck.tmp (same directory, hence same file system,
+ * so rename(2) is atomic):
+ *   1. open temp (O_TRUNC), write header + payload, fsync(temp), close
+ *   2. rename(temp, final)        the only step that makes the file visible
+ *   3. fsync(dir)                 makes the rename itself durable
+ * Crash analysis: before 2 the final name is untouched (older checkpoints,
+ * which have other names, stay valid; the temp is garbage that prune removes
+ * and readers never look at, since they only list ckpt-*.rmck names);
+ * after 2 the final name refers to a complete, fsynced file; without 3 a
+ * power loss may forget the rename, never tear the file. Readers still
+ * validate everything, so a disk that lies about fsync yields a rejected
+ * file and rm__ckpt_latest falls back to an older one.
+ *
+ * Zero-padded steps make name order equal step order, but the code parses
+ * the step rather than relying on it.
+ */
+#include "aggregate/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rm_log.h"
+
+void (*rm__ckpt_test_hook)(const char *stage);
+
+static const uint8_t ckpt_magic[8] = {'R', 'M', 'C', 'K', 'P', 'T', '\n', 0x1a};
+
+/* ---- CRC-32 ---- */
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    crc_table[i] = c;
+  }
+}
+
+uint32_t rm__crc32(uint32_t crc, const void *data, size_t len)
+{
+  const uint8_t *p = data;
+  pthread_once(&crc_once, crc_init);
+  crc = ~crc;
+  for (size_t i = 0; i < len; i++) crc = crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+/* ---- helpers ---- */
+static void seterr(char *err, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t n, const char *fmt, ...)
+{
+  if (err == NULL || n == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get32(const uint8_t *p)
+{
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static void pack_header(uint8_t *h, const rm__ckpt_meta_t *m, uint32_t pcrc)
+{
+  memcpy(h, ckpt_magic, 8);
+  put32(h + 8, RM__CKPT_VERSION);
+  put32(h + 12, RM__CKPT_HEADER_LEN);
+  put64(h + 16, m->job_id);
+  put64(h + 24, m->step);
+  put64(h + 32, m->generation);
+  put32(h + 40, (uint32_t)m->rank);
+  put32(h + 44, (uint32_t)m->world);
+  put64(h + 48, m->payload_len);
+  put32(h + 56, pcrc);
+  put32(h + 60, rm__crc32(0, h, 60));
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* 1 = full read, 0 = EOF before len, -1 = error */
+static int read_all(int fd, void *buf, size_t len)
+{
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = read(fd, p, len > (1u << 30) ? (1u << 30) : len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) return 0;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 1;
+}
+
+rm_status_t rm__ckpt_path(const char *dir, uint64_t job_id, int rank,
+                          uint64_t step, char *buf, size_t len)
+{
+  if (dir == NULL || buf == NULL || rank < 0) return RM_ERR_INVALID_ARG;
+  int n = snprintf(buf, len, "%s/ckpt-j%" PRIu64 "-r%d-s%020" PRIu64 ".rmck",
+                   dir, job_id, rank, step);
+  return (n < 0 || (size_t)n >= len) ? RM_ERR_INVALID_ARG : RM_OK;
+}
+
+static int fsync_dir(const char *dir)
+{
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+rm_status_t rm__ckpt_write(const char *dir, const rm__ckpt_meta_t *meta,
+                           const void *payload, char *path, size_t path_len,
+                           char *err, size_t errlen)
+{
+  char fin[4096], tmp[4096 + 16];
+  uint8_t h[RM__CKPT_HEADER_LEN];
+  rm_status_t st = RM_OK;
+  int fd = -1;
+  if (meta == NULL || meta->world < 1 || (meta->payload_len > 0 && payload == NULL) ||
+      rm__ckpt_path(dir, meta->job_id, meta->rank, meta->step, fin, sizeof fin) != RM_OK) {
+    seterr(err, errlen, "checkpoint write: invalid arguments");
+    return RM_ERR_INVALID_ARG;
+  }
+  snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, strrchr(fin, '/') + 1);
+  pack_header(h, meta, rm__crc32(0, payload, (size_t)meta->payload_len));
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    seterr(err, errlen, "checkpoint %s: open: %s", tmp, strerror(errno));
+    return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
+  }
+  if (write_all(fd, h, sizeof h) != 0 ||
+      write_all(fd, payload, (size_t)meta->payload_len) != 0 || fsync(fd) != 0) {
+    seterr(err, errlen, "checkpoint %s: write/fsync: %s", tmp, strerror(errno));
+    st = RM_ERR_SYSTEM;
+    goto fail;
+  }
+  if (close(fd) != 0) {
+    fd = -1;
+    seterr(err, errlen, "checkpoint %s: close: %s", tmp, strerror(errno));
+    st = RM_ERR_SYSTEM;
+    goto fail;
+  }
+  fd = -1;
+  if (rm__ckpt_test_hook != NULL) rm__ckpt_test_hook("synced");
+  if (rename(tmp, fin) != 0) {
+    seterr(err, errlen, "checkpoint %s: rename: %s", fin, strerror(errno));
+    st = RM_ERR_SYSTEM;
+    goto fail;
+  }
+  if (fsync_dir(dir) != 0) {
+    /* the file is complete and visible; only its durability is in doubt */
+    seterr(err, errlen, "checkpoint %s: fsync of directory: %s", fin, strerror(errno));
+    return RM_ERR_SYSTEM;
+  }
+  if (path != NULL) snprintf(path, path_len, "%s", fin);
+  return RM_OK;
+fail:
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+  return st;
+}
+
+static rm_status_t check_header(const char *path, const uint8_t *h,
+                                uint64_t size, rm__ckpt_meta_t *m,
+                                char *err, size_t errlen)
+{
+  if (memcmp(h, ckpt_magic, 8) != 0) {
+    seterr(err, errlen, "checkpoint %s: bad magic (not a checkpoint file)", path);
+    return RM_ERR_INVALID_ARG;
+  }
+  if (get32(h + 8) != RM__CKPT_VERSION || get32(h + 12) != RM__CKPT_HEADER_LEN) {
+    seterr(err, errlen, "checkpoint %s: unsupported version %u (header %u bytes)",
+           path, get32(h + 8), get32(h + 12));
+    return RM_ERR_INVALID_ARG;
+  }
+  if (get32(h + 60) != rm__crc32(0, h, 60)) {
+    seterr(err, errlen, "checkpoint %s: header checksum mismatch (corrupt)", path);
+    return RM_ERR_INVALID_ARG;
+  }
+  m->job_id = get64(h + 16);
+  m->step = get64(h + 24);
+  m->generation = get64(h + 32);
+  m->rank = (int)get32(h + 40);
+  m->world = (int)get32(h + 44);
+  m->payload_len = get64(h + 48);
+  if (size - RM__CKPT_HEADER_LEN != m->payload_len) {
+    seterr(err, errlen, "checkpoint %s: %s: file has %" PRIu64 " payload bytes, "
+           "header says %" PRIu64, path,
+           size - RM__CKPT_HEADER_LEN < m->payload_len ? "truncated" : "trailing bytes",
+           size - RM__CKPT_HEADER_LEN, m->payload_len);
+    return RM_ERR_INVALID_ARG;
+  }
+  return RM_OK;
+}
+
+rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
+                          void **payload, char *err, size_t errlen)
+{
+  uint8_t h[RM__CKPT_HEADER_LEN];
+  rm__ckpt_meta_t m;
+  struct stat sb;
+  void *buf = NULL;
+  rm_status_t st = RM_OK;
+  if (path == NULL || meta == NULL || payload == NULL) return RM_ERR_INVALID_ARG;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    seterr(err, errlen, "checkpoint %s: open: %s", path, strerror(errno));
+    return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
+  }
+  if (fstat(fd, &sb) != 0) {
+    seterr(err, errlen, "checkpoint %s: fstat: %s", path, strerror(errno));
+    st = RM_ERR_SYSTEM;
+    goto out;
+  }
+  if ((uint64_t)sb.st_size < RM__CKPT_HEADER_LEN) {
+    seterr(err, errlen, "checkpoint %s: truncated: %lld bytes, shorter than the "
+           "%d-byte header", path, (long long)sb.st_size, RM__CKPT_HEADER_LEN);
+    st = RM_ERR_INVALID_ARG;
+    goto out;
+  }
+  if (read_all(fd, h, sizeof h) != 1) {
+    seterr(err, errlen, "checkpoint %s: reading header failed", path);
+    st = RM_ERR_SYSTEM;
+    goto out;
+  }
+  st = check_header(path, h, (uint64_t)sb.st_size, &m, err, errlen);
+  if (st != RM_OK) goto out;
+  if (m.payload_len > 0) {
+    buf = malloc((size_t)m.payload_len);
+    if (buf == NULL) {
+      seterr(err, errlen, "checkpoint %s: no memory for %" PRIu64 " bytes", path,
+             m.payload_len);
+      st = RM_ERR_NOMEM;
+      goto out;
+    }
+    if (read_all(fd, buf, (size_t)m.payload_len) != 1) {
+      seterr(err, errlen, "checkpoint %s: reading payload failed (changed while read?)", path);
+      st = RM_ERR_SYSTEM;
+      goto out;
+    }
+  }
+  if (rm__crc32(0, buf, (size_t)m.payload_len) != get32(h + 56)) {
+    seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
+    st = RM_ERR_INVALID_ARG;
+    goto out;
+  }
+  *meta = m;
+  *payload = buf;
+  buf = NULL;
+out:
+  free(buf);
+  close(fd);
+  return st;
+}
+
+/* ---- listing: steps of (job, rank) in dir, newest first ---- */
+static int parse_name(const char *name, uint64_t job_id, int rank, uint64_t *step)
+{
+  char want[128];
+  uint64_t j, s;
+  int r;
+  if (sscanf(name, "ckpt-j%" SCNu64 "-r%d-s%" SCNu64 ".rmck", &j, &r, &s) != 3)
+    return 0;
+  if (j != job_id || r != rank) return 0;
+  snprintf(want, sizeof want, "ckpt-j%" PRIu64 "-r%d-s%020" PRIu64 ".rmck", j, r, s);
+  if (strcmp(want, name) != 0) return 0; /* strict: exactly our own names */
+  *step = s;
+  return 1;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x < y) - (x > y);
+}
+
+/* OUT *steps (malloc'd, newest first), *n. */
+static rm_status_t list_steps(const char *dir, uint64_t job_id, int rank,
+                              uint64_t **steps, size_t *n, char *err, size_t errlen)
+{
+  DIR *d = opendir(dir);
+  uint64_t *v = NULL, s;
+  size_t cnt = 0, cap = 0;
+  struct dirent *e;
+  if (d == NULL) {
+    seterr(err, errlen, "checkpoint dir %s: %s", dir, strerror(errno));
+    return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
+  }
+  while ((e = readdir(d)) != NULL) {
+    if (!parse_name(e->d_name, job_id, rank, &s)) continue;
+    if (cnt == cap) {
+      size_t ncap = cap ? 2 * cap : 16;
+      uint64_t *nv = realloc(v, ncap * sizeof *nv);
+      if (nv == NULL) {
+        free(v);
+        closedir(d);
+        return RM_ERR_NOMEM;
+      }
+      v = nv;
+      cap = ncap;
+    }
+    v[cnt++] = s;
+  }
+  closedir(d);
+  if (cnt > 1) qsort(v, cnt, sizeof *v, cmp_desc);
+  *steps = v;
+  *n = cnt;
+  return RM_OK;
+}
+
+rm_status_t rm__ckpt_latest(const char *dir, uint64_t job_id, int rank,
+                            char *path, size_t path_len, rm__ckpt_meta_t *meta,
+                            char *err, size_t errlen)
+{
+  uint64_t *steps = NULL;
+  size_t n = 0;
+  char p[4096], why[4096 + 512];
+  if (dir == NULL || rank < 0) return RM_ERR_INVALID_ARG;
+  rm_status_t st = list_steps(dir, job_id, rank, &steps, &n, err, errlen);
+  if (st != RM_OK) return st;
+  st = RM_ERR_NOT_FOUND;
+  seterr(err, errlen, "no valid checkpoint of job %" PRIu64 " rank %d in %s",
+         job_id, rank, dir);
+  for (size_t i = 0; i < n; i++) {
+    rm__ckpt_meta_t m;
+    void *payload = NULL;
+    if (rm__ckpt_path(dir, job_id, rank, steps[i], p, sizeof p) != RM_OK) continue;
+    rm_status_t rst = rm__ckpt_read(p, &m, &payload, why, sizeof why);
+    free(payload);
+    if (rst == RM_OK && (m.job_id != job_id || m.rank != rank || m.step != steps[i])) {
+      snprintf(why, sizeof why, "checkpoint %s: header names job %" PRIu64
+               " rank %d step %" PRIu64 ", not its file name", p, m.job_id, m.rank, m.step);
+      rst = RM_ERR_INVALID_ARG;
+    }
+    if (rst == RM_ERR_NOMEM) { st = rst; break; }
+    if (rst != RM_OK) {
+      RM_WARN("skipping invalid checkpoint: %s", why);
+      continue;
+    }
+    if (path != NULL) snprintf(path, path_len, "%s", p);
+    if (meta != NULL) *meta = m;
+    st = RM_OK;
+    break;
+  }
+  free(steps);
+  return st;
+}
+
+static int remove_temps(const char *dir, uint64_t job_id, int rank)
+{
+  char prefix[96];
+  int removed = 0;
+  struct dirent *e;
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  int pl = snprintf(prefix, sizeof prefix, ".ckpt-j%" PRIu64 "-r%d-s", job_id, rank);
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (strncmp(e->d_name, prefix, (size_t)pl) != 0 || len < 9 ||
+        strcmp(e->d_name + len - 9, ".rmck.tmp") != 0)
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+  }
+  closedir(d);
+  return removed;
+}
+
+rm_status_t rm__ckpt_prune(const char *dir, uint64_t job_id, int rank,
+                           int keep, int *removed, char *err, size_t errlen)
+{
+  uint64_t *steps = NULL;
+  size_t n = 0;
+  char p[4096];
+  int gone = 0;
+  if (dir == NULL || rank < 0 || keep < 1) return RM_ERR_INVALID_ARG;
+  rm_status_t st = list_steps(dir, job_id, rank, &steps, &n, err, errlen);
+  if (st != RM_OK) return st;
+  for (size_t i = (size_t)keep; i < n; i++) {
+    if (rm__ckpt_path(dir, job_id, rank, steps[i], p, sizeof p) != RM_OK) continue;
+    if (unlink(p) == 0) {
+      gone++;
+    } else if (errno != ENOENT) {
+      seterr(err, errlen, "checkpoint %s: unlink: %s", p, strerror(errno));
+      st = RM_ERR_SYSTEM;
+    }
+  }
+  free(steps);
+  gone += remove_temps(dir, job_id, rank);
+  if (gone > 0 && fsync_dir(dir) != 0 && st == RM_OK) {
+    seterr(err, errlen, "checkpoint dir %s: fsync: %s", dir, strerror(errno));
+    st = RM_ERR_SYSTEM;
+  }
+  if (removed != NULL) *removed = gone;
+  return st;
+}
