@@ -1,0 +1,239 @@
+/*
+ * api.c - the public job functions of coord.h (submit, get, list, cancel,
+ * workers, barriers, steps, counters). Each takes the coordinator lock for
+ * one short critical section; loaded jobs answer from memory, others from
+ * SQLite.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+static void make_token(char *out, size_t len)
+{
+  unsigned char raw[24];
+  FILE *f = fopen("/dev/urandom", "rb");
+  if (!f || fread(raw, 1, sizeof raw, f) != sizeof raw) {
+    RM_ERROR("cannot read /dev/urandom for a job token");
+    abort();
+  }
+  fclose(f);
+  for (size_t i = 0; i < sizeof raw && 2 * i + 2 < len; i++)
+    snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
+                              rm_job_info_t *out, rm_coord_error_t *err)
+{
+  rm_job_spec_t s = *spec;
+  rm_status_t st = rm_job_spec_validate(&s, err);
+  if (st != RM_OK) return st;
+  rm__job_t *j = rm__job_new(c, &s);
+  make_token(j->info.token, sizeof j->info.token);
+  j->info.created_ms = j->info.updated_ms = rm__wall_ms();
+  rm__store_job_insert(c, j);
+  rm__event(c, j, "job_submitted", -1, "job %s submitted: %d workers, "
+            "workload %s, %llu steps, launcher %s", s.name,
+            s.world_size ? s.world_size : s.max_workers, s.workload,
+            (unsigned long long)s.steps, s.launcher);
+  if (strcmp(s.launcher, "none")) {
+    if (c->nlaunch == c->caplaunch) {
+      c->caplaunch = c->caplaunch ? 2 * c->caplaunch : 8;
+      c->launch_q = rm__xrealloc(c->launch_q, c->caplaunch * sizeof *c->launch_q);
+    }
+    c->launch_q[c->nlaunch++] = j->info.id;
+  }
+  if (out) *out = j->info;
+  return RM_OK;
+}
+
+rm_status_t rm_coord_submit(rm_coord_t *c, const rm_job_spec_t *spec,
+                            rm_job_info_t *out, rm_coord_error_t *err)
+{
+  rm__lock(c);
+  rm_status_t st = rm__submit_locked(c, spec, out, err);
+  rm__unlock(c);
+  return st;
+}
+
+rm_status_t rm__job_get_locked(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
+{
+  rm__job_t *j = rm__job_find(c, id);
+  if (j) {
+    rm__job_info_refresh(j);
+    *out = j->info;
+    return RM_OK;
+  }
+  return rm__store_job_get(c, id, out);
+}
+
+rm_status_t rm_coord_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
+{
+  rm__lock(c);
+  rm_status_t st = rm__job_get_locked(c, id, out);
+  rm__unlock(c);
+  return st;
+}
+
+rm_status_t rm__job_list_locked(rm_coord_t *c, const rm_job_filter_t *f,
+                                rm_job_info_t **out, size_t *n, size_t *total)
+{
+  rm_status_t st = rm__store_job_list(c, f, out, n, total);
+  for (size_t i = 0; st == RM_OK && i < *n; i++) {
+    rm__job_t *j = rm__job_find(c, (*out)[i].id);
+    if (j) {
+      rm__job_info_refresh(j);
+      (*out)[i] = j->info;
+    }
+  }
+  return st;
+}
+
+rm_status_t rm_coord_job_list(rm_coord_t *c, const rm_job_filter_t *f,
+                              rm_job_info_t **out, size_t *n, size_t *total)
+{
+  rm_job_filter_t any = {-1, 0, 0};
+  rm__lock(c);
+  rm_status_t st = rm__job_list_locked(c, f ? f : &any, out, n, total);
+  rm__unlock(c);
+  return st;
+}
+
+rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
+                                rm_job_state_t to, const char *reason)
+{
+  rm__job_t *j = rm__job_find(c, id);
+  rm_job_info_t info;
+  if (!j) {
+    rm_status_t st = rm__store_job_get(c, id, &info);
+    return st == RM_OK ? RM_ERR_DENIED : st; /* not loaded = terminal */
+  }
+  if (rm_job_state_terminal(j->info.state)) return RM_ERR_DENIED;
+  rm__job_set_state(c, j, to, reason);
+  return RM_OK;
+}
+
+rm_status_t rm_coord_job_cancel(rm_coord_t *c, uint64_t id, const char *reason)
+{
+  rm__lock(c);
+  rm_status_t st = rm__job_stop_locked(c, id, RM_JOB_CANCELLED,
+                                       reason && *reason ? reason : "cancelled by user");
+  rm__unlock(c);
+  return st;
+}
+
+rm_status_t rm_coord_job_fail(rm_coord_t *c, uint64_t id, const char *reason)
+{
+  rm__lock(c);
+  rm_status_t st = rm__job_stop_locked(c, id, RM_JOB_FAILED,
+                                       reason && *reason ? reason : "failed");
+  rm__unlock(c);
+  return st;
+}
+
+static void worker_info(const rm__job_t *j, const rm__worker_t *w,
+                        rm_worker_info_t *o, int64_t now_ms)
+{
+  memset(o, 0, sizeof *o);
+  o->id = w->id;
+  o->job_id = j->info.id;
+  o->rank = w->rank;
+  memcpy(o->host, w->host, sizeof o->host);
+  memcpy(o->data_addr, w->data_addr, sizeof o->data_addr);
+  memcpy(o->devices, w->devices, sizeof o->devices);
+  o->state = w->state;
+  o->generation = w->generation;
+  o->last_heartbeat_ms = w->last_wall_ms;
+  o->ms_since_heartbeat = now_ms - w->last_wall_ms;
+  o->step = w->step;
+  o->step_ms = w->step_ms;
+  o->compute_ms = w->compute_ms;
+  o->comm_ms = w->comm_ms;
+  o->wait_ms = w->wait_ms;
+  o->straggler = w->straggler;
+}
+
+static int by_rank(const void *a, const void *b)
+{
+  const rm_worker_info_t *x = a, *y = b;
+  if ((x->rank < 0) != (y->rank < 0)) return x->rank < 0 ? 1 : -1;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+rm_status_t rm_coord_job_workers(rm_coord_t *c, uint64_t job_id,
+                                 rm_worker_info_t **out, size_t *n)
+{
+  rm_status_t st = RM_OK;
+  rm_job_info_t info;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, job_id);
+  if (j) {
+    int64_t now = rm__wall_ms();
+    *out = rm__xcalloc(j->nw ? j->nw : 1, sizeof **out);
+    for (size_t i = 0; i < j->nw; i++) worker_info(j, &j->w[i], &(*out)[i], now);
+    *n = j->nw;
+    qsort(*out, *n, sizeof **out, by_rank);
+  } else if ((st = rm__store_job_get(c, job_id, &info)) == RM_OK) {
+    st = rm__store_workers(c, job_id, out, n);
+  }
+  rm__unlock(c);
+  return st;
+}
+
+rm_status_t rm_coord_job_steps(rm_coord_t *c, uint64_t job_id, int rank,
+                               uint32_t limit, rm_step_sample_t **out,
+                               size_t *n)
+{
+  rm_status_t st = RM_OK;
+  rm_job_info_t info;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, job_id);
+  *out = NULL;
+  *n = 0;
+  if (j) {
+    size_t k = 0;
+    *out = rm__xcalloc(j->ring_n ? j->ring_n : 1, sizeof **out);
+    for (size_t i = 0; i < j->ring_n; i++) {
+      size_t at = (j->ring_head + j->ring_cap - j->ring_n + i) % j->ring_cap;
+      if (rank < 0 || j->ring[at].rank == rank) (*out)[k++] = j->ring[at];
+    }
+    if (limit && k > limit) {
+      memmove(*out, *out + (k - limit), limit * sizeof **out);
+      k = limit;
+    }
+    *n = k;
+  } else {
+    st = rm__store_job_get(c, job_id, &info);
+    if (st == RM_OK) *out = rm__xcalloc(1, sizeof **out);
+  }
+  rm__unlock(c);
+  return st;
+}
+
+void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out)
+{
+  rm__lock(c);
+  *out = c->ctr;
+  memset(out->jobs_by_state, 0, sizeof out->jobs_by_state);
+  memset(out->workers_by_state, 0, sizeof out->workers_by_state);
+  rm__store_job_counts(c, out->jobs_by_state);
+  out->barrier_waits_open = 0;
+  out->stragglers_flagged = 0;
+  for (size_t i = 0; i < c->njobs; i++) {
+    rm__job_t *j = c->jobs[i];
+    if (rm_job_state_terminal(j->info.state)) continue;
+    for (size_t k = 0; k < j->nw; k++) {
+      out->workers_by_state[j->w[k].state]++;
+      out->stragglers_flagged += j->w[k].straggler != 0;
+    }
+    for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
+      out->barrier_waits_open += p->kind == RM__PARK_BARRIER;
+  }
+  rm__unlock(c);
+}

@@ -1,0 +1,250 @@
+/*
+ * barrier.c - named barriers with deadlines.
+ *
+ * A barrier is (job, generation, name). The first member to arrive opens it
+ * with deadline = now + timeout (the caller's, else the job's
+ * barrier_timeout_ms); every arrival parks its call.
+ *
+ *   OPEN --(all members of the generation arrived)--> RELEASED
+ *   OPEN --(deadline | member lost/failed | job stopped)--> BROKEN
+ *
+ * On either transition every parked waiter is answered; a BROKEN answer
+ * lists the ranks that had not arrived with what each last reported (step,
+ * state, ms since its last call) - the "who is hanging" a stuck job needs.
+ * Closed barriers are stored (table barriers) and kept in memory (the newest
+ * 64). A member arriving at a name whose barrier already BROKE in this
+ * generation is answered at once with that outcome; a name that was RELEASED
+ * opens a new instance (names may be reused round after round).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+#define KEEP_CLOSED 64
+
+static void answer(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
+                   rm__park_t *p)
+{
+  Ringmaster__V1__BarrierResponse r = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
+  Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
+  int64_t now = rm__now_ns();
+  r.released = b->state == RM_BARRIER_RELEASED;
+  r.reason = b->reason;
+  r.arrived = (uint32_t)b->arrived;
+  r.expected = (uint32_t)b->expected;
+  if (b->n_missing) {
+    m = rm__xcalloc((size_t)b->n_missing, sizeof *m);
+    mp = rm__xcalloc((size_t)b->n_missing, sizeof *mp);
+    for (int i = 0; i < b->n_missing; i++) {
+      ringmaster__v1__missing_rank__init(&m[i]);
+      m[i].rank = (uint32_t)b->missing[i].rank;
+      m[i].step = b->missing[i].step;
+      m[i].state = (Ringmaster__V1__WorkerState)b->missing[i].state;
+      m[i].ms_since_heartbeat = b->missing[i].ms_since_heartbeat;
+      int idx = b->missing[i].rank < j->nmembers ? j->members[b->missing[i].rank] : -1;
+      m[i].host = idx >= 0 ? j->w[idx].host : (char *)"";
+      mp[i] = &m[i];
+    }
+    r.n_missing = (size_t)b->n_missing;
+    r.missing = mp;
+  }
+  if (p->arrived_ns) {
+    c->ctr.barrier_wait_seconds_sum += (double)(now - p->arrived_ns) / 1e9;
+    c->ctr.barrier_wait_count++;
+  }
+  rm__reply(c, p->call, 0, NULL, &r.base);
+  free(m);
+  free(mp);
+}
+
+static void close_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
+                          rm_barrier_state_t st, const char *reason)
+{
+  int64_t now_ns = rm__now_ns();
+  b->state = st;
+  b->closed_ms = rm__wall_ms();
+  snprintf(b->reason, sizeof b->reason, "%s", reason);
+  b->missing = rm__xcalloc((size_t)(b->expected - b->arrived) + 1,
+                           sizeof *b->missing);
+  for (int r = 0; r < b->expected; r++) {
+    if (b->here[r]) continue;
+    rm__worker_t *w = r < j->nmembers ? &j->w[j->members[r]] : NULL;
+    rm_barrier_member_t *m = &b->missing[b->n_missing++];
+    m->rank = r;
+    m->step = w ? w->step : 0;
+    m->state = w ? w->state : RM_WORKER_LOST;
+    m->ms_since_heartbeat = w ? (now_ns - w->last_ns) / 1000000 : -1;
+  }
+  if (st == RM_BARRIER_RELEASED) c->ctr.barriers_released_total++;
+  else c->ctr.barriers_broken_total++;
+  rm__store_barrier(c, j, b);
+  if (st == RM_BARRIER_BROKEN) {
+    char ranks[96] = "";
+    size_t len = 0;
+    for (int i = 0; i < b->n_missing && len + 12 < sizeof ranks; i++)
+      len += (size_t)snprintf(ranks + len, sizeof ranks - len, "%s%d",
+                              i ? "," : "", b->missing[i].rank);
+    rm__event(c, j, "barrier_broken", -1, "barrier '%s' broken (%s): %d of "
+              "%d arrived, missing ranks %s", b->name, reason, b->arrived,
+              b->expected, ranks);
+  }
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind == RM__PARK_BARRIER && p->barrier == b) answer(c, j, b, p);
+  }
+  free(b->here);
+  b->here = NULL;
+}
+
+static void prune(rm__job_t *j)
+{
+  int closed = 0;
+  for (rm__barrier_t **pp = &j->barriers; *pp;) {
+    rm__barrier_t *b = *pp;
+    if (b->state != RM_BARRIER_OPEN && ++closed > KEEP_CLOSED) {
+      *pp = b->next;
+      free(b->missing);
+      free(b->here);
+      free(b);
+      continue;
+    }
+    pp = &b->next;
+  }
+}
+
+void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                        const char *name, int timeout_ms, rm__park_t *p)
+{
+  rm__barrier_t *b = NULL;
+  for (rm__barrier_t *x = j->barriers; x && !b; x = x->next)
+    if (x->generation == j->info.generation && !strcmp(x->name, name) &&
+        x->state != RM_BARRIER_RELEASED)
+      b = x;
+  p->kind = RM__PARK_BARRIER;
+  p->arrived_ns = rm__now_ns();
+  if (b && b->state == RM_BARRIER_BROKEN) {
+    p->arrived_ns = 0;
+    answer(c, j, b, p);
+    return;
+  }
+  if (!b) {
+    if (timeout_ms <= 0) timeout_ms = rm__job_barrier_ms(c, j);
+    b = rm__xcalloc(1, sizeof *b);
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->generation = j->info.generation;
+    b->expected = j->nmembers;
+    b->here = rm__xcalloc((size_t)j->nmembers, 1);
+    b->opened_ms = rm__wall_ms();
+    b->deadline_ms = b->opened_ms + timeout_ms;
+    b->deadline_ns = p->arrived_ns + (int64_t)timeout_ms * 1000000;
+    b->next = j->barriers;
+    j->barriers = b;
+    prune(j);
+  }
+  p->barrier = b;
+  rm__park_link(j, p);
+  if (!b->here[w->rank]) {
+    b->here[w->rank] = 1;
+    b->arrived++;
+  }
+  if (b->arrived == b->expected)
+    close_barrier(c, j, b, RM_BARRIER_RELEASED, "all members arrived");
+}
+
+void rm__barrier_break_all(rm_coord_t *c, rm__job_t *j, const char *reason)
+{
+  for (rm__barrier_t *b = j->barriers; b; b = b->next)
+    if (b->state == RM_BARRIER_OPEN) close_barrier(c, j, b, RM_BARRIER_BROKEN, reason);
+}
+
+void rm__barrier_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
+{
+  for (rm__barrier_t *b = j->barriers; b; b = b->next)
+    if (b->state == RM_BARRIER_OPEN && now_ns >= b->deadline_ns) {
+      char why[64];
+      snprintf(why, sizeof why, "deadline after %lld ms",
+               (long long)(b->deadline_ms - b->opened_ms));
+      close_barrier(c, j, b, RM_BARRIER_BROKEN, why);
+    }
+}
+
+static size_t barriers_size(rm__job_t *j, size_t *nb)
+{
+  size_t bytes = 0;
+  *nb = 0;
+  for (rm__barrier_t *b = j->barriers; b; b = b->next) {
+    int miss = b->state == RM_BARRIER_OPEN ? b->expected - b->arrived : b->n_missing;
+    bytes += sizeof(rm_barrier_info_t) + (size_t)miss * sizeof(rm_barrier_member_t);
+    (*nb)++;
+  }
+  return bytes;
+}
+
+static void fill_one(rm__job_t *j, rm__barrier_t *b, rm_barrier_info_t *o,
+                     rm_barrier_member_t *m, int64_t now_ns)
+{
+  memset(o, 0, sizeof *o);
+  memcpy(o->name, b->name, sizeof o->name);
+  o->generation = b->generation;
+  o->state = b->state;
+  o->opened_ms = b->opened_ms;
+  o->deadline_ms = b->deadline_ms;
+  o->closed_ms = b->closed_ms;
+  o->arrived = b->arrived;
+  o->expected = b->expected;
+  memcpy(o->reason, b->reason, sizeof o->reason);
+  o->missing = m;
+  if (b->state != RM_BARRIER_OPEN) {
+    memcpy(m, b->missing, (size_t)b->n_missing * sizeof *m);
+    o->n_missing = (size_t)b->n_missing;
+    return;
+  }
+  for (int r = 0; r < b->expected; r++) {
+    if (b->here[r]) continue;
+    rm__worker_t *w = r < j->nmembers ? &j->w[j->members[r]] : NULL;
+    m[o->n_missing].rank = r;
+    m[o->n_missing].step = w ? w->step : 0;
+    m[o->n_missing].state = w ? w->state : RM_WORKER_LOST;
+    m[o->n_missing].ms_since_heartbeat = w ? (now_ns - w->last_ns) / 1000000 : -1;
+    o->n_missing++;
+  }
+}
+
+rm_status_t rm_coord_job_barriers(rm_coord_t *c, uint64_t job_id,
+                                  rm_barrier_info_t **out, size_t *n)
+{
+  rm_status_t st = RM_OK;
+  rm_job_info_t info;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, job_id);
+  *out = NULL;
+  *n = 0;
+  if (!j) {
+    st = rm__store_job_get(c, job_id, &info);
+    if (st == RM_OK) *out = rm__xcalloc(1, sizeof **out);
+    goto out;
+  }
+  size_t nb, bytes = barriers_size(j, &nb);
+  char *blk = rm__xcalloc(1, bytes + 1);
+  rm_barrier_info_t *arr = (rm_barrier_info_t *)blk;
+  rm_barrier_member_t *m = (rm_barrier_member_t *)(blk + nb * sizeof *arr);
+  int64_t now = rm__now_ns();
+  size_t k = 0;
+  for (int pass = 0; pass < 2; pass++) /* open ones first */
+    for (rm__barrier_t *b = j->barriers; b; b = b->next) {
+      if ((b->state == RM_BARRIER_OPEN) != (pass == 0)) continue;
+      fill_one(j, b, &arr[k], m, now);
+      m += arr[k].n_missing;
+      k++;
+    }
+  *out = arr;
+  *n = k;
+out:
+  rm__unlock(c);
+  return st;
+}

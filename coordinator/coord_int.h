@@ -1,0 +1,245 @@
+/*
+ * coord_int.h - coordinator internals shared by its files (module-private
+ * tier, STYLE.md 2). Not for api/.
+ *
+ * LOCKING. One mutex, c->mu, guards everything below (jobs, workers,
+ * barriers, parked calls, counters, the SQLite connection). Every entry
+ * point takes it with rm__lock() and leaves with rm__unlock():
+ *
+ *   rm__lock(c)    mutex + "BEGIN"
+ *   ... mutate memory, write SQLite, queue replies with rm__reply() ...
+ *   rm__unlock(c)  "COMMIT", THEN send the queued gRPC replies (so every
+ *                  answer a client sees is durable), release the mutex, then
+ *                  run event callbacks and launcher starts with no lock held.
+ *
+ * PARKED CALLS. Long-polling calls (Join waiting for the group, Barrier,
+ * Watch) are rm__park_t entries linked into their job; whoever changes the
+ * state they wait for (a gRPC handler, the 100 ms tick, an API thread) answers
+ * them with rm__reply(). A call cancelled by its client is unparked by the
+ * server (rm__park_drop) before its memory goes.
+ */
+#ifndef RM_COORDINATOR_COORD_INT_H
+#define RM_COORDINATOR_COORD_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "coord.h"
+#include "store.h"
+#include "ringmaster/v1/messages.pb-c.h"
+
+typedef struct rm__call rm__call_t; /* server.c */
+typedef struct rm__server rm__server_t;
+
+enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH };
+
+typedef struct rm__park {
+  struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */
+  rm__call_t *call;
+  int kind;
+  uint64_t job_id;
+  uint64_t worker_id;
+  int64_t deadline_ns;          /* JOIN: end of the long poll */
+  struct rm__barrier *barrier;  /* BARRIER */
+  int64_t arrived_ns;           /* BARRIER: for wait-time counters */
+  uint64_t watch_seq;           /* WATCH: last seq sent */
+  int watch_sending;            /* WATCH: a message is in flight */
+  int watch_done;               /* WATCH: final status queued */
+} rm__park_t;
+
+typedef struct rm__worker {
+  uint64_t id;
+  int rank;                     /* -1 until assigned */
+  int prev_rank;                /* rank before a re-formation, -1 */
+  char host[128];
+  char data_addr[160];
+  char devices[256];
+  rm_worker_state_t state;
+  int in_group;                 /* joining set or current member */
+  uint64_t generation;
+  int64_t last_ns;              /* monotonic, last call */
+  int64_t last_wall_ms;
+  int64_t joined_ms;
+  int rank_hint, world_hint;
+  uint64_t step, steps_done;
+  double step_ms, compute_ms, comm_ms, wait_ms;
+  int straggler;
+  /* step summary accumulator, flushed to SQLite every 16 reports */
+  uint64_t acc_first, acc_last, acc_count, acc_bytes;
+  double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
+} rm__worker_t;
+
+typedef struct rm__barrier {
+  struct rm__barrier *next;
+  char name[RM_COORD_NAME_MAX];
+  uint64_t generation;
+  rm_barrier_state_t state;
+  int64_t opened_ms, deadline_ms, closed_ms; /* wall */
+  int64_t deadline_ns;
+  int expected, arrived;
+  uint8_t *here;                /* [expected], by rank */
+  char reason[160];
+  int n_missing;
+  rm_barrier_member_t *missing; /* snapshot when closed */
+} rm__barrier_t;
+
+typedef struct rm__job {
+  rm_job_info_t info;
+  rm__worker_t *w;              /* every worker of the job, in id order */
+  size_t nw, capw;
+  int *members;                 /* index into w, by rank, current generation */
+  int nmembers;
+  rm__park_t parked;            /* sentinel */
+  rm__barrier_t *barriers;      /* newest first */
+  rm_step_sample_t *ring;       /* recent step reports */
+  size_t ring_cap, ring_head, ring_n;
+  int64_t last_join_ns;
+  int64_t reform_deadline_ns;   /* 0 = none */
+  uint64_t start_step;
+  int launch_pending;
+} rm__job_t;
+
+typedef struct rm__out {
+  rm__call_t *call;
+  int code;                     /* grpc_status_code; -1 = stream message */
+  char *details;
+  void *bb;                     /* grpc_byte_buffer *, may be NULL */
+} rm__out_t;
+
+struct rm_coord {
+  rm_coord_options_t opt;       /* strings owned (strdup) */
+  pthread_mutex_t mu;
+  sqlite3 *db;
+  int in_txn;
+  rm__job_t **jobs;             /* loaded jobs (all active + recent) */
+  size_t njobs, capjobs;
+  rm__out_t *out;               /* replies waiting for COMMIT */
+  size_t nout, capout;
+  uint64_t last_seq;
+  pthread_cond_t ev_cond;
+  rm_event_t *cbq;              /* events waiting for callbacks */
+  size_t ncbq, capcbq;
+  uint64_t *launch_q;           /* job ids to launch after unlock */
+  size_t nlaunch, caplaunch;
+  pthread_mutex_t sub_mu;
+  struct { rm_coord_event_cb cb; void *ctx; int id; } subs[64];
+  int next_sub_id;
+  rm_coord_launcher_t launchers[8];
+  int nlaunchers;
+  rm_coord_counters_t ctr;      /* counters; gauges filled on read */
+  rm__server_t *srv;
+  char grpc_addr[160];
+  int closing;
+};
+
+/* ---- lock.c-ish helpers (coord.c) ---- */
+void rm__lock(rm_coord_t *c);
+void rm__unlock(rm_coord_t *c);
+/* Record an event (SQLite + callbacks + watchers). Under lock. */
+void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id); /* loaded jobs only */
+
+/* ---- api.c: the public functions, for callers already under lock ---- */
+rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
+                              rm_job_info_t *out, rm_coord_error_t *err);
+rm_status_t rm__job_get_locked(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
+rm_status_t rm__job_list_locked(rm_coord_t *c, const rm_job_filter_t *f,
+                                rm_job_info_t **out, size_t *n, size_t *total);
+rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
+                                rm_job_state_t to, const char *reason);
+
+/* ---- store.c: SQLite ---- */
+rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
+                           size_t errlen);
+void rm__store_close(rm_coord_t *c);
+int rm__store_exec(rm_coord_t *c, const char *sql); /* 0 ok */
+void rm__store_job_insert(rm_coord_t *c, rm__job_t *j);
+void rm__store_job_update(rm_coord_t *c, rm__job_t *j);
+void rm__store_worker_insert(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
+void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
+void rm__store_generation(rm_coord_t *c, rm__job_t *j);
+void rm__store_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b);
+void rm__store_step_summary(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
+uint64_t rm__store_event(rm_coord_t *c, const rm_event_t *ev);
+/* Load every non-terminal job with its workers (restart). */
+rm_status_t rm__store_load_active(rm_coord_t *c);
+rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
+rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
+                               rm_job_info_t **out, size_t *n, size_t *total);
+rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
+                              rm_worker_info_t **out, size_t *n);
+rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
+                             uint32_t limit, rm_event_t **out, size_t *n);
+void rm__store_job_counts(rm_coord_t *c, uint64_t *by_state);
+
+/* ---- job.c: state machine, rendezvous, liveness, barriers ---- */
+rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec);
+void rm__job_free(rm__job_t *j);
+rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
+rm__worker_t *rm__job_worker_add(rm__job_t *j); /* appended; id set by caller */
+void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
+                       const char *reason);
+void rm__job_try_form(rm_coord_t *c, rm__job_t *j);
+void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                         const char *why);
+void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
+                         const char *error);
+void rm__job_resume(rm_coord_t *c, rm__job_t *j); /* after restart */
+void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                  const rm_step_sample_t *s);
+int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j);
+int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j);
+void rm__job_info_refresh(rm__job_t *j);
+
+/* ---- barrier.c ---- */
+/* Arrive at barrier `name` for member w; parks p or answers at once. */
+void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                        const char *name, int timeout_ms, rm__park_t *p);
+/* Break every open barrier of j with reason (member lost, job stopped). */
+void rm__barrier_break_all(rm_coord_t *c, rm__job_t *j, const char *reason);
+void rm__barrier_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+
+/* ---- park list ---- */
+void rm__park_link(rm__job_t *j, rm__park_t *p);
+void rm__park_unlink(rm__park_t *p);
+/* Server: the call behind p is finished or cancelled. Under lock. */
+void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled);
+/* Answer parked calls of j (joins get their answer, watchers are kicked). */
+void rm__watch_kick(rm_coord_t *c, rm__job_t *j);
+void rm__watch_next(rm_coord_t *c, rm__park_t *p); /* after a send completed */
+
+/* ---- server.c: gRPC ---- */
+rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen);
+void rm__server_stop(rm_coord_t *c);
+/* Queue the final answer of a call (code = grpc_status_code; resp may be
+ * NULL on error). Unparks it. Sent after COMMIT. Under lock. */
+void rm__reply(rm_coord_t *c, rm__call_t *call, int code, const char *details,
+               const ProtobufCMessage *resp);
+/* Queue one message of a server stream. Under lock. */
+void rm__stream_send(rm_coord_t *c, rm__call_t *call,
+                     const ProtobufCMessage *msg);
+rm__park_t *rm__call_park(rm__call_t *call);
+void rm__out_flush(rm_coord_t *c); /* after COMMIT, under lock */
+
+/* ---- rpc.c: handlers (under lock) ---- */
+enum {
+  RM__M_JOIN, RM__M_HEARTBEAT, RM__M_BARRIER, RM__M_REPORT_STEP, RM__M_WATCH,
+  RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL, RM__M_COUNT
+};
+typedef struct rm__method {
+  const char *path;                         /* "/ringmaster.v1.Worker/Join" */
+  const ProtobufCMessageDescriptor *req;
+  int admin;                                /* job service: admin token */
+} rm__method_t;
+extern const rm__method_t rm__methods[RM__M_COUNT];
+/* Handle one parsed request: answer with rm__reply or park. Under lock.
+ * admin_ok: the call carried the admin token (or none is configured). */
+/* Answer a parked Join (formed or not, by the job's state). rpc.c. */
+void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p);
+void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
+                      const ProtobufCMessage *req, int admin_ok);
+
+#endif

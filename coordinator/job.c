@@ -1,0 +1,490 @@
+/*
+ * job.c - the job state machine, rendezvous and liveness.
+ *
+ *                  first Join           group complete
+ *   submit -> PENDING --------> FORMING ---------------> RUNNING
+ *                |                 ^                      |   |
+ *                |                 +----------------------+   | every member
+ *                |                  coordinator restart        | left ok
+ *                |                  (rm__job_resume)           v
+ *                |                                         SUCCEEDED
+ *                +--(any non-terminal)-- cancel ----------> CANCELLED
+ *                +--(any non-terminal)-- member lost/failed,
+ *                                        re-formation deadline,
+ *                                        launcher failure ----> FAILED
+ *
+ * Transition -> function: every one goes through rm__job_set_state(), which
+ * stores the job row and writes a "job_state" event in the same transaction.
+ * FORMING -> RUNNING is rm__job_try_form(); RUNNING -> FORMING is
+ * rm__job_resume(); member loss goes through on_member_down(), the policy
+ * hook where issue 6 adds "shrink" and "replace" (today: "fail").
+ *
+ * Invariants:
+ *  1. A worker is a member of the current generation iff state == RUNNING and
+ *     generation == job generation; members[rank] indexes it in w[].
+ *  2. Workers are appended in id order (ids come from SQLite's rowid), so
+ *     rm__job_worker() is a binary search.
+ *  3. A terminal job answers every parked call (joins: not formed + state;
+ *     barriers: broken; watchers: end of stream after the last event).
+ *
+ * RANKS (assign_ranks): when every candidate carries a distinct launcher hint
+ * (SLURM_PROCID, completion index) in [0, world), the hints are the ranks.
+ * Otherwise, when re-forming, workers keep their previous order; otherwise
+ * workers are grouped by host in order of each host's first join, join order
+ * within a host, so a ring crosses hosts as few times as possible.
+ */
+#define _GNU_SOURCE /* qsort_r */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+#define ELASTIC_SETTLE_NS (1000LL * 1000000LL)
+
+rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec)
+{
+  rm__job_t *j = rm__xcalloc(1, sizeof *j);
+  j->info.spec = *spec;
+  j->info.state = RM_JOB_PENDING;
+  j->parked.next = j->parked.prev = &j->parked;
+  j->ring_cap = (size_t)c->opt.step_window;
+  j->ring = rm__xcalloc(j->ring_cap, sizeof *j->ring);
+  if (c->njobs == c->capjobs) {
+    c->capjobs = c->capjobs ? 2 * c->capjobs : 16;
+    c->jobs = rm__xrealloc(c->jobs, c->capjobs * sizeof *c->jobs);
+  }
+  c->jobs[c->njobs++] = j;
+  return j;
+}
+
+void rm__job_free(rm__job_t *j)
+{
+  rm__barrier_t *b = j->barriers;
+  while (b) {
+    rm__barrier_t *next = b->next;
+    free(b->here);
+    free(b->missing);
+    free(b);
+    b = next;
+  }
+  free(j->w);
+  free(j->members);
+  free(j->ring);
+  free(j);
+}
+
+rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t id)
+{
+  size_t lo = 0, hi = j->nw;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (j->w[mid].id == id) return &j->w[mid];
+    if (j->w[mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+rm__worker_t *rm__job_worker_add(rm__job_t *j)
+{
+  if (j->nw == j->capw) {
+    j->capw = j->capw ? 2 * j->capw : 8;
+    j->w = rm__xrealloc(j->w, j->capw * sizeof *j->w);
+  }
+  rm__worker_t *w = &j->w[j->nw++];
+  memset(w, 0, sizeof *w);
+  w->rank = w->prev_rank = -1;
+  w->rank_hint = -1;
+  w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
+  w->acc_loss = w->acc_acc = NAN;
+  w->last_ns = rm__now_ns();
+  return w;
+}
+
+int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j)
+{
+  int v = j->info.spec.heartbeat_timeout_ms;
+  return v > 0 ? v : c->opt.heartbeat_timeout_ms;
+}
+
+int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j)
+{
+  int v = j->info.spec.barrier_timeout_ms;
+  return v > 0 ? v : c->opt.barrier_timeout_ms;
+}
+
+static int is_member(const rm__job_t *j, const rm__worker_t *w)
+{
+  return w->state == RM_WORKER_RUNNING && w->generation == j->info.generation;
+}
+
+void rm__job_info_refresh(rm__job_t *j)
+{
+  int joined = 0, alive = 0;
+  uint64_t minstep = UINT64_MAX;
+  for (size_t i = 0; i < j->nw; i++) {
+    const rm__worker_t *w = &j->w[i];
+    joined += w->in_group;
+    alive += w->in_group && w->state <= RM_WORKER_RUNNING;
+    if (is_member(j, w) && w->step < minstep) minstep = w->step;
+  }
+  j->info.workers_joined = joined;
+  j->info.workers_alive = alive;
+  if (j->info.state == RM_JOB_RUNNING && minstep != UINT64_MAX)
+    j->info.step = minstep;
+}
+
+void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
+                       const char *reason)
+{
+  rm_job_state_t old = j->info.state;
+  if (old == st || rm_job_state_terminal(old)) return;
+  rm__job_info_refresh(j);
+  j->info.state = st;
+  j->info.updated_ms = rm__wall_ms();
+  snprintf(j->info.reason, sizeof j->info.reason, "%s", reason ? reason : "");
+  if (rm_job_state_terminal(st)) j->info.finished_ms = j->info.updated_ms;
+  rm__store_job_update(c, j);
+  rm__event(c, j, "job_state", -1, "%s -> %s%s%s", rm_job_state_name(old),
+            rm_job_state_name(st), reason && *reason ? ": " : "",
+            reason ? reason : "");
+  if (!rm_job_state_terminal(st)) return;
+  for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c, j, &j->w[i]);
+  char why[200];
+  snprintf(why, sizeof why, "job %s: %s", rm_job_state_name(st),
+           reason ? reason : "");
+  rm__barrier_break_all(c, j, why);
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind == RM__PARK_JOIN) rm__job_answer_join(c, j, p);
+  }
+}
+
+/* ---- rendezvous ---- */
+static int cmp_hint(const void *a, const void *b, void *ctx)
+{
+  const rm__worker_t *w = ctx;
+  int x = *(const int *)a, y = *(const int *)b;
+  return w[x].rank_hint - w[y].rank_hint;
+}
+
+static int cmp_prev(const void *a, const void *b, void *ctx)
+{
+  const rm__worker_t *w = ctx;
+  int x = *(const int *)a, y = *(const int *)b;
+  int px = w[x].prev_rank < 0 ? 1 << 30 : w[x].prev_rank;
+  int py = w[y].prev_rank < 0 ? 1 << 30 : w[y].prev_rank;
+  return px != py ? (px < py ? -1 : 1) : (x < y ? -1 : 1);
+}
+
+static int hints_usable(const rm__worker_t *w, const int *idx, int n)
+{
+  uint8_t *seen = rm__xcalloc((size_t)n, 1);
+  int ok = 1;
+  for (int i = 0; i < n && ok; i++) {
+    int h = w[idx[i]].rank_hint;
+    if (h < 0 || h >= n || seen[h]) ok = 0;
+    else seen[h] = 1;
+  }
+  free(seen);
+  return ok;
+}
+
+static int group_by_host(const rm__worker_t *w, int *idx, int n)
+{
+  int *out = rm__xmalloc((size_t)n * sizeof *out), k = 0;
+  uint8_t *done = rm__xcalloc((size_t)n, 1);
+  for (int i = 0; i < n; i++) {
+    if (done[i]) continue;
+    for (int m = i; m < n; m++) /* every worker on host of i, join order */
+      if (!done[m] && !strcmp(w[idx[m]].host, w[idx[i]].host)) {
+        out[k++] = idx[m];
+        done[m] = 1;
+      }
+  }
+  memcpy(idx, out, (size_t)n * sizeof *idx);
+  free(out);
+  free(done);
+  return 0;
+}
+
+static const char *assign_ranks(rm__job_t *j, int *idx, int n)
+{
+  int any_prev = 0;
+  for (int i = 0; i < n; i++) any_prev |= j->w[idx[i]].prev_rank >= 0;
+  if (hints_usable(j->w, idx, n)) {
+    qsort_r(idx, (size_t)n, sizeof *idx, cmp_hint, j->w);
+    return "launcher hints";
+  }
+  if (any_prev) {
+    qsort_r(idx, (size_t)n, sizeof *idx, cmp_prev, j->w);
+    return "previous ranks";
+  }
+  group_by_host(j->w, idx, n);
+  return "hosts grouped";
+}
+
+static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
+{
+  const char *how = assign_ranks(j, idx, n);
+  uint64_t start = UINT64_MAX;
+  j->info.generation++;
+  c->ctr.generations_total++;
+  free(j->members);
+  j->members = rm__xmalloc((size_t)n * sizeof *j->members);
+  j->nmembers = n;
+  for (int r = 0; r < n; r++) {
+    rm__worker_t *w = &j->w[idx[r]];
+    j->members[r] = idx[r];
+    w->rank = w->prev_rank = r;
+    w->state = RM_WORKER_RUNNING;
+    w->generation = j->info.generation;
+    w->last_ns = rm__now_ns();
+    if (w->steps_done < start) start = w->steps_done;
+    rm__store_worker_update(c, j, w);
+  }
+  j->start_step = start == UINT64_MAX ? 0 : start;
+  j->info.world = n;
+  j->info.step = j->start_step;
+  j->reform_deadline_ns = 0;
+  if (!j->info.started_ms) j->info.started_ms = rm__wall_ms();
+  rm__store_generation(c, j);
+  rm__event(c, j, "generation", -1, "generation %llu formed: %d workers "
+            "(ranks: %s), starting after step %llu",
+            (unsigned long long)j->info.generation, n, how,
+            (unsigned long long)j->start_step);
+  rm__job_set_state(c, j, RM_JOB_RUNNING, NULL);
+  for (rm__park_t *p = j->parked.next, *nx; p != &j->parked; p = nx) {
+    nx = p->next;
+    if (p->kind == RM__PARK_JOIN) rm__job_answer_join(c, j, p);
+  }
+}
+
+void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
+{
+  const rm_job_spec_t *s = &j->info.spec;
+  if (j->info.state != RM_JOB_PENDING && j->info.state != RM_JOB_FORMING) return;
+  int target = s->world_size ? s->world_size : s->max_workers;
+  int *idx = rm__xmalloc((j->nw ? j->nw : 1) * sizeof *idx), n = 0;
+  for (size_t i = 0; i < j->nw; i++)
+    if (j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING && n < target)
+      idx[n++] = (int)i;
+  int settled = !s->world_size && n >= s->min_workers &&
+                rm__now_ns() - j->last_join_ns >= ELASTIC_SETTLE_NS;
+  if (n > 0 && (n == target || settled)) form(c, j, idx, n);
+  free(idx);
+}
+
+/* ---- loss and departure ---- */
+/* Policy hook: a member of the current generation is gone (lost or failed).
+ * on_failure "fail" (the only policy this build accepts) fails the job.
+ * Issue 6: "shrink" re-forms with the survivors (>= min_workers) at the next
+ * generation; "replace" waits for a standby/relaunched worker (max_restarts). */
+static void on_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                           const char *reason)
+{
+  char why[512];
+  snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);
+  rm__barrier_break_all(c, j, why);
+  rm__job_set_state(c, j, RM_JOB_FAILED, why);
+}
+
+void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                         const char *why)
+{
+  if (w->state >= RM_WORKER_LOST) return;
+  int member = is_member(j, w);
+  w->state = RM_WORKER_LOST;
+  c->ctr.workers_lost_total++;
+  rm__store_worker_update(c, j, w);
+  rm__event(c, j, "worker_lost", w->rank, "worker %llu (rank %d, %s) lost: %s",
+            (unsigned long long)w->id, w->rank, w->host, why);
+  if (!member) {
+    w->in_group = 0; /* a forming slot frees up */
+    return;
+  }
+  if (j->info.state == RM_JOB_RUNNING) {
+    char r[200];
+    snprintf(r, sizeof r, "lost: %s", why);
+    on_member_down(c, j, w, r);
+  }
+}
+
+void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
+                         const char *error)
+{
+  int member = is_member(j, w);
+  if (w->state >= RM_WORKER_LOST) return;
+  w->state = ok ? RM_WORKER_LEFT : RM_WORKER_FAILED;
+  rm__store_step_summary(c, j, w);
+  rm__store_worker_update(c, j, w);
+  rm__event(c, j, ok ? "worker_left" : "worker_failed", w->rank,
+            "worker %llu (rank %d, %s) %s%s after step %llu",
+            (unsigned long long)w->id, w->rank, w->host,
+            ok ? "finished" : "failed: ", ok ? "" : error,
+            (unsigned long long)w->step);
+  if (!member) {
+    w->in_group = 0;
+    return;
+  }
+  if (!ok) {
+    char r[200];
+    snprintf(r, sizeof r, "failed: %s", error);
+    on_member_down(c, j, w, r);
+    return;
+  }
+  for (int r = 0; r < j->nmembers; r++)
+    if (j->w[j->members[r]].state != RM_WORKER_LEFT) return;
+  char why[128];
+  snprintf(why, sizeof why, "all %d workers finished", j->nmembers);
+  rm__job_info_refresh(j);
+  rm__job_set_state(c, j, RM_JOB_SUCCEEDED, why);
+}
+
+/* After a coordinator restart: members must re-join; the job re-forms at the
+ * next generation (same ranks when the same workers come back). */
+void rm__job_resume(rm_coord_t *c, rm__job_t *j)
+{
+  int expected = 0;
+  int64_t now = rm__now_ns();
+  if (j->info.state == RM_JOB_PENDING) return;
+  for (size_t i = 0; i < j->nw; i++) {
+    rm__worker_t *w = &j->w[i];
+    w->in_group = 0;
+    w->last_ns = now;
+    if (w->state <= RM_WORKER_RUNNING) {
+      expected++;
+      w->prev_rank = w->state == RM_WORKER_RUNNING ? w->rank : -1;
+      w->state = RM_WORKER_JOINING;
+    }
+  }
+  int wait_ms = rm__job_barrier_ms(c, j);
+  if (wait_ms < 3 * rm__job_heartbeat_ms(c, j)) wait_ms = 3 * rm__job_heartbeat_ms(c, j);
+  j->reform_deadline_ns = now + (int64_t)wait_ms * 1000000;
+  if (j->info.state == RM_JOB_RUNNING) j->info.restarts++;
+  rm__event(c, j, "coordinator_restarted", -1, "coordinator restarted: "
+            "waiting up to %d ms for %d workers to re-join at the next "
+            "generation", wait_ms, expected);
+  rm__job_set_state(c, j, RM_JOB_FORMING, "re-forming after coordinator restart");
+}
+
+void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                  const rm_step_sample_t *s)
+{
+  double ms = s->compute_ms + s->comm_ms + s->wait_ms;
+  w->step = s->step;
+  w->steps_done = s->step;
+  w->step_ms = ms;
+  w->compute_ms = s->compute_ms;
+  w->comm_ms = s->comm_ms;
+  w->wait_ms = s->wait_ms;
+  j->ring[j->ring_head] = *s;
+  j->ring_head = (j->ring_head + 1) % j->ring_cap;
+  if (j->ring_n < j->ring_cap) j->ring_n++;
+  c->ctr.steps_reported_total++;
+  c->ctr.step_seconds_sum += ms / 1000.0;
+  c->ctr.allreduce_bytes_total += s->allreduce_bytes;
+  c->ctr.allreduce_seconds_total += s->comm_ms / 1000.0;
+  int b = 0;
+  while (b < RM_COORD_STEP_BUCKETS && ms / 1000.0 > rm_coord_step_bucket_le[b]) b++;
+  c->ctr.step_seconds_bucket[b]++;
+  if (!w->acc_count) {
+    w->acc_first = s->step;
+    w->acc_max = 0;
+  }
+  w->acc_last = s->step;
+  w->acc_count++;
+  w->acc_bytes += s->allreduce_bytes;
+  w->acc_step += ms;
+  if (ms > w->acc_max) w->acc_max = ms;
+  w->acc_compute += s->compute_ms;
+  w->acc_comm += s->comm_ms;
+  w->acc_wait += s->wait_ms;
+  w->acc_loss = s->loss;
+  w->acc_acc = s->accuracy;
+  if (w->acc_count >= 16) {
+    rm__store_step_summary(c, j, w);
+    rm__store_worker_update(c, j, w);
+  }
+}
+
+/* ---- the 100 ms tick ---- */
+static void tick_liveness(rm_coord_t *c, rm__job_t *j, int64_t now)
+{
+  int64_t hb = (int64_t)rm__job_heartbeat_ms(c, j) * 1000000;
+  for (size_t i = 0; i < j->nw && !rm_job_state_terminal(j->info.state); i++) {
+    rm__worker_t *w = &j->w[i];
+    int live = is_member(j, w) || (w->in_group && w->state == RM_WORKER_JOINING);
+    if (!live || now - w->last_ns <= hb) continue;
+    if (!is_member(j, w)) { /* joining: a parked Join keeps it alive */
+      int parked = 0;
+      for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
+        parked |= p->kind == RM__PARK_JOIN && p->worker_id == w->id;
+      if (parked) continue;
+    }
+    char why[128];
+    snprintf(why, sizeof why, "no heartbeat for %lld ms (timeout %d ms)",
+             (long long)((now - w->last_ns) / 1000000), rm__job_heartbeat_ms(c, j));
+    rm__job_worker_lost(c, j, w, why);
+  }
+}
+
+void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now)
+{
+  if (rm_job_state_terminal(j->info.state)) return;
+  tick_liveness(c, j, now);
+  if (j->info.state == RM_JOB_FORMING || j->info.state == RM_JOB_PENDING) {
+    rm__job_try_form(c, j);
+    if (j->reform_deadline_ns && now > j->reform_deadline_ns &&
+        j->info.state == RM_JOB_FORMING) {
+      char why[160];
+      rm__job_info_refresh(j);
+      snprintf(why, sizeof why, "re-formation timed out: %d of %d workers "
+               "re-joined", j->info.workers_joined,
+               j->info.spec.world_size ? j->info.spec.world_size
+                                       : j->info.spec.min_workers);
+      rm__job_set_state(c, j, RM_JOB_FAILED, why);
+    }
+  }
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind == RM__PARK_JOIN && now >= p->deadline_ns)
+      rm__job_answer_join(c, j, p);
+  }
+  rm__barrier_tick(c, j, now);
+}
+
+/* ---- parked calls ---- */
+void rm__park_link(rm__job_t *j, rm__park_t *p)
+{
+  p->next = &j->parked;
+  p->prev = j->parked.prev;
+  j->parked.prev->next = p;
+  j->parked.prev = p;
+}
+
+void rm__park_unlink(rm__park_t *p)
+{
+  if (!p->next) return;
+  p->prev->next = p->next;
+  p->next->prev = p->prev;
+  p->next = p->prev = NULL;
+}
+
+void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
+{
+  if (!p->next) return;
+  rm__job_t *j = rm__job_find(c, p->job_id);
+  rm__park_unlink(p);
+  if (!j || !cancelled || p->kind != RM__PARK_JOIN) return;
+  rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  if (w && w->state == RM_WORKER_JOINING && w->in_group &&
+      !rm_job_state_terminal(j->info.state))
+    rm__job_worker_lost(c, j, w, "its Join call was cancelled before the "
+                        "group formed");
+}

@@ -1,0 +1,89 @@
+/*
+ * main.c - the `ringmaster` binary: `ringmaster serve ...` runs the
+ * coordinator until SIGINT/SIGTERM.
+ *
+ * Prints one machine-readable line per bound port on stdout, e.g.
+ *   ringmaster: grpc listening on 127.0.0.1:43123
+ * (tests and scripts start it with port 0 and read the line).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coord.h"
+#include "rm_log.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) { stop_flag = sig; }
+
+static void usage(FILE *f)
+{
+  fprintf(f,
+          "usage: ringmaster serve [--db FILE] [--grpc HOST:PORT] [--http HOST:PORT]\n"
+          "                        [--heartbeat-timeout-ms N] [--barrier-timeout-ms N]\n"
+          "                        [--max-message-bytes N] [--admin-token T]\n"
+          "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
+          /* ---- REST/CLI (issue 4): add `ringmaster submit|jobs|job|cancel` here ---- */
+          );
+}
+
+static int serve(int argc, char **argv)
+{
+  rm_coord_options_t o;
+  const char *http = NULL;
+  rm_coord_t *c = NULL;
+  char err[512];
+  rm_coord_options_init(&o);
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define OPT(name) (!strcmp(a, name) && v && ++i)
+    if (OPT("--db")) o.db_path = v;
+    else if (OPT("--grpc")) o.grpc_addr = v;
+    else if (OPT("--http")) http = v;
+    else if (OPT("--heartbeat-timeout-ms")) o.heartbeat_timeout_ms = atoi(v);
+    else if (OPT("--barrier-timeout-ms")) o.barrier_timeout_ms = atoi(v);
+    else if (OPT("--max-message-bytes")) o.max_message_bytes = atoi(v);
+    else if (OPT("--admin-token")) o.admin_token = v;
+    else if (OPT("--tls-cert")) o.tls_cert = v;
+    else if (OPT("--tls-key")) o.tls_key = v;
+    else if (OPT("--tls-ca")) o.tls_ca = v;
+    else {
+      fprintf(stderr, "ringmaster serve: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return 2;
+    }
+#undef OPT
+  }
+  if (rm_coord_open(&o, &c, err, sizeof err) != RM_OK) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return 1;
+  }
+  printf("ringmaster: grpc listening on %s\n", rm_coord_grpc_address(c));
+  /* ---- REST API (issue 4): start the HTTP server on `http` here and print
+   *      "ringmaster: http listening on HOST:PORT". ---- */
+  if (http) fprintf(stderr, "ringmaster: --http %s: the REST API is not part of this build yet\n", http);
+  fflush(stdout);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  while (!stop_flag) pause();
+  /* ---- REST API (issue 4): stop the HTTP server here, before close. ---- */
+  rm_coord_close(c);
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  if (argc >= 2 && !strcmp(argv[1], "serve")) return serve(argc - 2, argv + 2);
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    usage(stdout);
+    return 0;
+  }
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,384 @@
+/*
+ * rpc.c - the Worker service handlers (proto/ringmaster/v1/service.proto).
+ * Called by server.c under the coordinator lock with a parsed request; each
+ * answers with rm__reply() or parks the call (Join, Barrier, Watch).
+ *
+ * Checks, in this order, on every worker call (check_worker):
+ *   job known?            no  -> NOT_FOUND
+ *   token matches?        no  -> UNAUTHENTICATED
+ *   worker known?         no  -> NOT_FOUND
+ *   job finished?         yes -> the handler answers with the job state
+ *   member of the job's current generation, same generation number?
+ *                         no  -> FAILED_PRECONDITION "stale generation ..."
+ * Join skips the last check: it is how a worker reaches a new generation.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "rpc_int.h"
+
+#define JOIN_WAIT_MAX_MS 60000
+
+const rm__method_t rm__methods[RM__M_COUNT] = {
+    [RM__M_JOIN] = {"/ringmaster.v1.Worker/Join", &ringmaster__v1__join_request__descriptor, 0},
+    [RM__M_HEARTBEAT] = {"/ringmaster.v1.Worker/Heartbeat", &ringmaster__v1__heartbeat_request__descriptor, 0},
+    [RM__M_BARRIER] = {"/ringmaster.v1.Worker/Barrier", &ringmaster__v1__barrier_request__descriptor, 0},
+    [RM__M_REPORT_STEP] = {"/ringmaster.v1.Worker/ReportStep", &ringmaster__v1__report_step_request__descriptor, 0},
+    [RM__M_WATCH] = {"/ringmaster.v1.Worker/Watch", &ringmaster__v1__watch_request__descriptor, 0},
+    [RM__M_LEAVE] = {"/ringmaster.v1.Worker/Leave", &ringmaster__v1__leave_request__descriptor, 0},
+    [RM__M_SUBMIT] = {"/ringmaster.v1.Jobs/SubmitJob", &ringmaster__v1__submit_job_request__descriptor, 1},
+    [RM__M_GET] = {"/ringmaster.v1.Jobs/GetJob", &ringmaster__v1__get_job_request__descriptor, 1},
+    [RM__M_LIST] = {"/ringmaster.v1.Jobs/ListJobs", &ringmaster__v1__list_jobs_request__descriptor, 1},
+    [RM__M_CANCEL] = {"/ringmaster.v1.Jobs/CancelJob", &ringmaster__v1__cancel_job_request__descriptor, 1},
+};
+
+static int token_eq(const char *a, const char *b)
+{
+  size_t la = strlen(a), lb = strlen(b);
+  unsigned diff = la != lb;
+  for (size_t i = 0; i < la && i < lb; i++) diff |= (unsigned)(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
+{
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  rm__reply(c, call, code, msg, NULL);
+  return -1;
+}
+
+/* Finds job and token; 0 ok. */
+static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                     const char *token, rm__job_t **jp)
+{
+  rm__job_t *j = rm__job_find(c, job_id);
+  rm_job_info_t info;
+  if (!j) {
+    if (rm__store_job_get(c, job_id, &info) != RM_OK)
+      return fail(c, call, RM__GRPC_NOT_FOUND, "job %llu not found",
+                  (unsigned long long)job_id);
+    if (!token_eq(info.token, token ? token : ""))
+      return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
+                  (unsigned long long)job_id);
+    return fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is %s",
+                (unsigned long long)job_id, rm_job_state_name(info.state));
+  }
+  if (!token_eq(j->info.token, token ? token : ""))
+    return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
+                (unsigned long long)job_id);
+  *jp = j;
+  return 0;
+}
+
+static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                        const char *token, uint64_t gen, uint64_t worker_id,
+                        rm__job_t **jp, rm__worker_t **wp)
+{
+  rm__job_t *j;
+  if (check_job(c, call, job_id, token, &j)) return -1;
+  rm__worker_t *w = rm__job_worker(j, worker_id);
+  if (!w)
+    return fail(c, call, RM__GRPC_NOT_FOUND, "worker %llu not in job %llu",
+                (unsigned long long)worker_id, (unsigned long long)job_id);
+  w->last_ns = rm__now_ns();
+  w->last_wall_ms = rm__wall_ms();
+  *jp = j;
+  *wp = w;
+  if (rm_job_state_terminal(j->info.state)) return 0;
+  if (j->info.state != RM_JOB_RUNNING || gen != j->info.generation ||
+      w->generation != gen || w->state != RM_WORKER_RUNNING)
+    return fail(c, call, RM__GRPC_FAILED_PRECONDITION,
+                "stale generation %llu: job %llu is %s at generation %llu, "
+                "worker %llu is %s; join again",
+                (unsigned long long)gen, (unsigned long long)job_id,
+                rm_job_state_name(j->info.state),
+                (unsigned long long)j->info.generation,
+                (unsigned long long)worker_id, rm_worker_state_name(w->state));
+  return 0;
+}
+
+/* ---- Join ---- */
+void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
+{
+  Ringmaster__V1__JoinResponse r = RINGMASTER__V1__JOIN_RESPONSE__INIT;
+  Ringmaster__V1__JobSpec spec;
+  Ringmaster__V1__Peer *peers = NULL, **pp = NULL;
+  rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  r.worker_id = p->worker_id;
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  rm__pb_spec_from(&spec, &j->info.spec);
+  r.spec = &spec;
+  if (j->info.state == RM_JOB_RUNNING && w && w->state == RM_WORKER_RUNNING &&
+      w->generation == j->info.generation) {
+    int n = j->nmembers;
+    peers = rm__xcalloc((size_t)n, sizeof *peers);
+    pp = rm__xcalloc((size_t)n, sizeof *pp);
+    for (int i = 0; i < n; i++) {
+      rm__worker_t *m = &j->w[j->members[i]];
+      ringmaster__v1__peer__init(&peers[i]);
+      peers[i].rank = (uint32_t)i;
+      peers[i].host = m->host;
+      peers[i].data_addr = m->data_addr;
+      peers[i].worker_id = m->id;
+      pp[i] = &peers[i];
+    }
+    r.formed = 1;
+    r.generation = j->info.generation;
+    r.rank = (uint32_t)w->rank;
+    r.world = (uint32_t)n;
+    r.n_peers = (size_t)n;
+    r.peers = pp;
+    r.start_step = j->start_step;
+    int hb = rm__job_heartbeat_ms(c, j) / 4;
+    r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
+  }
+  rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  free(peers);
+  free(pp);
+}
+
+static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
+{
+  const rm_job_spec_t *s = &j->info.spec;
+  int target = s->world_size ? s->world_size : s->max_workers, n = 0;
+  if (j->info.state == RM_JOB_RUNNING) {
+    fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is running with "
+         "its full group (generation %llu)", (unsigned long long)j->info.id,
+         (unsigned long long)j->info.generation);
+    return NULL;
+  }
+  for (size_t i = 0; i < j->nw; i++)
+    n += j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING;
+  if (n >= target) {
+    fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu already has its %d "
+         "workers", (unsigned long long)j->info.id, target);
+    return NULL;
+  }
+  return rm__job_worker_add(j);
+}
+
+static void on_join(rm_coord_t *c, rm__call_t *call,
+                    const Ringmaster__V1__JoinRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t tmp, *w = NULL;
+  if (check_job(c, call, q->job_id, q->token, &j)) return;
+  memset(&tmp, 0, sizeof tmp);
+  if (rm__pb_str(tmp.host, sizeof tmp.host, q->host) ||
+      rm__pb_str(tmp.data_addr, sizeof tmp.data_addr, q->data_addr) ||
+      rm__pb_str(tmp.devices, sizeof tmp.devices, q->devices) ||
+      !tmp.data_addr[0] || !strchr(tmp.data_addr, ':')) {
+    fail(c, call, RM__GRPC_INVALID_ARGUMENT, "host, data_addr (host:port) or "
+         "devices missing or too long");
+    return;
+  }
+  rm__park_t *p = rm__call_park(call);
+  if (rm_job_state_terminal(j->info.state)) {
+    p->worker_id = q->worker_id;
+    rm__job_answer_join(c, j, p);
+    return;
+  }
+  if (q->worker_id) w = rm__job_worker(j, q->worker_id);
+  if (w && w->state >= RM_WORKER_LOST) w = NULL;
+  if (w && w->state == RM_WORKER_RUNNING && w->generation == j->info.generation &&
+      j->info.state == RM_JOB_RUNNING && q->generation < j->info.generation) {
+    p->worker_id = w->id; /* repeated join: answer the current group */
+    rm__job_answer_join(c, j, p);
+    return;
+  }
+  if (w && w->state == RM_WORKER_RUNNING) w = NULL; /* member of an old group */
+  int fresh = !w;
+  if (fresh && !(w = join_new(c, call, j))) return;
+  memcpy(w->host, tmp.host, sizeof w->host);
+  memcpy(w->data_addr, tmp.data_addr, sizeof w->data_addr);
+  memcpy(w->devices, tmp.devices, sizeof w->devices);
+  w->rank_hint = q->world_hint > 0 ? q->rank_hint : -1;
+  w->world_hint = q->world_hint;
+  if (q->steps_done > w->steps_done) w->steps_done = q->steps_done;
+  w->state = RM_WORKER_JOINING;
+  w->last_ns = rm__now_ns();
+  w->last_wall_ms = rm__wall_ms();
+  if (fresh) {
+    w->joined_ms = w->last_wall_ms;
+    rm__store_worker_insert(c, j, w);
+  } else {
+    rm__store_worker_update(c, j, w);
+  }
+  if (!w->in_group)
+    rm__event(c, j, "worker_joined", -1, "worker %llu joined from %s (data %s%s)",
+              (unsigned long long)w->id, w->host, w->data_addr,
+              fresh ? "" : ", re-joining");
+  w->in_group = 1;
+  j->last_join_ns = w->last_ns;
+  if (j->info.state == RM_JOB_PENDING)
+    rm__job_set_state(c, j, RM_JOB_FORMING, "first worker joined");
+  p->kind = RM__PARK_JOIN;
+  p->call = call;
+  p->job_id = j->info.id;
+  p->worker_id = w->id;
+  uint32_t wait = q->wait_ms > JOIN_WAIT_MAX_MS ? JOIN_WAIT_MAX_MS : q->wait_ms;
+  p->deadline_ns = w->last_ns + (int64_t)wait * 1000000;
+  rm__park_link(j, p);
+  rm__job_try_form(c, j);
+  if (p->next && !wait) rm__job_answer_join(c, j, p);
+}
+
+/* ---- the others ---- */
+static void on_heartbeat(rm_coord_t *c, rm__call_t *call,
+                         const Ringmaster__V1__HeartbeatRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  Ringmaster__V1__HeartbeatResponse r = RINGMASTER__V1__HEARTBEAT_RESPONSE__INIT;
+  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+    return;
+  if (q->step > w->step) w->step = q->step;
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  r.generation = j->info.generation;
+  r.reason = j->info.reason;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
+
+static void on_barrier(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__BarrierRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+    return;
+  if (!q->name || !q->name[0] || strlen(q->name) >= RM_COORD_NAME_MAX) {
+    fail(c, call, RM__GRPC_INVALID_ARGUMENT, "barrier name: 1 to 63 bytes");
+    return;
+  }
+  if (rm_job_state_terminal(j->info.state)) {
+    fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is %s: %s",
+         (unsigned long long)j->info.id, rm_job_state_name(j->info.state),
+         j->info.reason);
+    return;
+  }
+  if (q->step > w->step) w->step = q->step;
+  rm__park_t *p = rm__call_park(call);
+  p->call = call;
+  p->job_id = j->info.id;
+  p->worker_id = w->id;
+  int timeout = q->timeout_ms > 86400000u ? 86400000 : (int)q->timeout_ms;
+  rm__barrier_arrive(c, j, w, q->name, timeout, p);
+}
+
+static void on_report_step(rm_coord_t *c, rm__call_t *call,
+                           const Ringmaster__V1__ReportStepRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  Ringmaster__V1__ReportStepResponse r = RINGMASTER__V1__REPORT_STEP_RESPONSE__INIT;
+  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+    return;
+  if (!rm_job_state_terminal(j->info.state)) {
+    rm_step_sample_t s;
+    memset(&s, 0, sizeof s);
+    s.rank = w->rank;
+    s.step = q->step;
+    s.generation = q->generation;
+    s.time_ms = w->last_wall_ms;
+    s.compute_ms = isfinite(q->compute_ms) && q->compute_ms >= 0 ? q->compute_ms : 0;
+    s.comm_ms = isfinite(q->comm_ms) && q->comm_ms >= 0 ? q->comm_ms : 0;
+    s.wait_ms = isfinite(q->wait_ms) && q->wait_ms >= 0 ? q->wait_ms : 0;
+    s.loss = q->loss;
+    s.accuracy = q->accuracy;
+    s.allreduce_bytes = q->allreduce_bytes;
+    rm__job_step(c, j, w, &s);
+  }
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  r.generation = j->info.generation;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
+
+static void on_leave(rm_coord_t *c, rm__call_t *call,
+                     const Ringmaster__V1__LeaveRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  Ringmaster__V1__LeaveResponse r = RINGMASTER__V1__LEAVE_RESPONSE__INIT;
+  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+    return;
+  if (q->step > w->step) w->step = q->step;
+  if (!rm_job_state_terminal(j->info.state))
+    rm__job_worker_left(c, j, w, q->ok, q->error && q->error[0] ? q->error : "unknown error");
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
+
+/* ---- Watch: a server stream of the job's events ---- */
+static void on_watch(rm_coord_t *c, rm__call_t *call,
+                     const Ringmaster__V1__WatchRequest *q)
+{
+  rm__job_t *j;
+  if (check_job(c, call, q->job_id, q->token, &j)) return;
+  rm__park_t *p = rm__call_park(call);
+  p->kind = RM__PARK_WATCH;
+  p->call = call;
+  p->job_id = j->info.id;
+  p->worker_id = q->worker_id;
+  p->watch_seq = q->after_seq;
+  rm__park_link(j, p);
+  rm__watch_next(c, p);
+}
+
+void rm__watch_next(rm_coord_t *c, rm__park_t *p)
+{
+  rm_event_t *ev = NULL;
+  size_t n = 0;
+  rm__job_t *j = rm__job_find(c, p->job_id);
+  if (!p->next || p->watch_sending || !j) return;
+  rm__store_events(c, p->job_id, p->watch_seq, 1, &ev, &n);
+  if (n) {
+    Ringmaster__V1__Event e = RINGMASTER__V1__EVENT__INIT;
+    e.seq = ev->seq;
+    e.job_id = ev->job_id;
+    e.time_ms = ev->time_ms;
+    e.kind = ev->kind;
+    e.rank = ev->rank;
+    e.generation = ev->generation;
+    e.message = ev->message;
+    p->watch_seq = ev->seq;
+    rm__stream_send(c, p->call, &e.base);
+  } else if (rm_job_state_terminal(j->info.state)) {
+    rm__reply(c, p->call, RM__GRPC_OK, NULL, NULL); /* end of stream */
+  }
+  free(ev);
+}
+
+void rm__watch_kick(rm_coord_t *c, rm__job_t *j)
+{
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind == RM__PARK_WATCH) rm__watch_next(c, p);
+  }
+}
+
+void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
+                      const ProtobufCMessage *req, int admin_ok)
+{
+  switch (method) {
+  case RM__M_JOIN: on_join(c, call, (const void *)req); break;
+  case RM__M_HEARTBEAT: on_heartbeat(c, call, (const void *)req); break;
+  case RM__M_BARRIER: on_barrier(c, call, (const void *)req); break;
+  case RM__M_REPORT_STEP: on_report_step(c, call, (const void *)req); break;
+  case RM__M_WATCH: on_watch(c, call, (const void *)req); break;
+  case RM__M_LEAVE: on_leave(c, call, (const void *)req); break;
+  default: rm__rpc_jobs(c, call, method, req, admin_ok); break;
+  }
+}

@@ -1,0 +1,85 @@
+/*
+ * rpc_conv.c - conversions between protobuf-c messages and coord.h structs.
+ * Strings in the protobuf structs point INTO the C structs: pack before the
+ * C struct goes away (rm__reply packs at once).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rpc_int.h"
+
+void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
+{
+  ringmaster__v1__job_spec__init(o);
+  o->name = s->name;
+  o->world_size = (uint32_t)s->world_size;
+  o->min_workers = (uint32_t)s->min_workers;
+  o->max_workers = (uint32_t)s->max_workers;
+  o->algorithm = s->algorithm;
+  o->dtype = s->dtype;
+  o->workload = s->workload;
+  o->workload_options = s->workload_options;
+  o->steps = s->steps;
+  o->launcher = s->launcher;
+  o->heartbeat_timeout_ms = (uint32_t)s->heartbeat_timeout_ms;
+  o->barrier_timeout_ms = (uint32_t)s->barrier_timeout_ms;
+  o->on_failure = s->on_failure;
+  o->max_restarts = (uint32_t)s->max_restarts;
+  o->straggler_policy = s->straggler_policy;
+  o->backup_workers = (uint32_t)s->backup_workers;
+  o->checkpoint_every = s->checkpoint_every;
+}
+
+void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
+                     rm_job_info_t *in, int with_token)
+{
+  ringmaster__v1__job__init(o);
+  rm__pb_spec_from(spec, &in->spec);
+  o->id = in->id;
+  o->spec = spec;
+  o->state = (Ringmaster__V1__JobState)in->state;
+  o->reason = in->reason;
+  o->generation = in->generation;
+  o->world = (uint32_t)in->world;
+  o->step = in->step;
+  o->created_ms = in->created_ms;
+  o->finished_ms = in->finished_ms;
+  o->token = with_token ? in->token : (char *)"";
+}
+
+/* Copy a protobuf string into a fixed array; -1 when it does not fit. */
+int rm__pb_str(char *dst, size_t len, const char *src)
+{
+  size_t n = src ? strlen(src) : 0;
+  if (n >= len) return -1;
+  memcpy(dst, src ? src : "", n + 1);
+  return 0;
+}
+
+static int u32_to_int(uint32_t v, int *out)
+{
+  if (v > 0x7fffffff) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+/* Returns the name of the offending field, or NULL. */
+const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
+{
+  rm_job_spec_init(s);
+  s->workload[0] = s->launcher[0] = s->on_failure[0] = 0;
+  s->straggler_policy[0] = s->algorithm[0] = s->dtype[0] = 0;
+  s->steps = in->steps;
+  s->checkpoint_every = in->checkpoint_every;
+#define STR(f) if (rm__pb_str(s->f, sizeof s->f, in->f)) return #f
+#define INT(f) if (u32_to_int(in->f, &s->f)) return #f
+  STR(name); STR(algorithm); STR(dtype); STR(workload); STR(workload_options);
+  STR(launcher); STR(on_failure); STR(straggler_policy);
+  INT(world_size); INT(min_workers); INT(max_workers);
+  INT(heartbeat_timeout_ms); INT(barrier_timeout_ms); INT(max_restarts);
+  INT(backup_workers);
+#undef STR
+#undef INT
+  return NULL;
+}

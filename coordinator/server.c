@@ -1,0 +1,496 @@
+/*
+ * server.c - the gRPC C-core server: one completion queue, one polling
+ * thread that never blocks (it only takes c->mu for short critical sections).
+ *
+ * Call lifecycle (tags are call pointers with the op kind in the low 2 bits):
+ *
+ *   T_REQUEST  a generic grpc_server_request_call completed: post the next
+ *              one at once (exactly one is always outstanding, so methods we
+ *              do not know still reach us and get UNIMPLEMENTED), then start
+ *              RECV_MESSAGE (T_RECV) and RECV_CLOSE_ON_SERVER (T_CLOSE).
+ *   T_RECV     parse with protobuf-c (INVALID_ARGUMENT when it fails), then
+ *              rm__rpc_dispatch under the lock: it answers (rm__reply) or
+ *              parks the call. Messages over max_message_bytes are refused by
+ *              the core itself with RESOURCE_EXHAUSTED.
+ *   T_SEND     a reply batch finished (for Watch streams: send the next
+ *              event). Answers are queued by rm__reply and started by
+ *              rm__out_flush after COMMIT, from whichever thread holds the
+ *              lock: grpc_call_start_batch is thread-safe, and its completion
+ *              lands on this queue, which is how other threads wake it.
+ *   T_CLOSE    the call is over; cancelled = the client went away: unpark
+ *              (a Join cancelled while forming frees its slot).
+ *
+ * A call's memory is reference counted: one reference per outstanding batch;
+ * the last completion frees it. The queue times out every 100 ms to run the
+ * tick (heartbeat deadlines, barrier deadlines, long-poll ends).
+ *
+ * Shutdown (rm__server_stop): answer parked calls UNAVAILABLE,
+ * grpc_server_shutdown_and_notify, wait a 1 s grace period, then
+ * grpc_server_cancel_all_calls, wait for the notification, destroy the
+ * server, shut the queue down and drain it until GRPC_QUEUE_SHUTDOWN.
+ */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "addr.h"
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
+#define TICK_NS (100LL * 1000000LL)
+
+struct rm__call {
+  rm_coord_t *c;
+  grpc_call *call;
+  grpc_call_details details;
+  grpc_metadata_array md;
+  grpc_byte_buffer *recv;
+  int cancelled;
+  int refs; /* atomic */
+  int method;
+  rm__park_t park;
+  int answered; /* final status queued; under c->mu */
+  int md_sent;  /* initial metadata started; under c->mu */
+  grpc_byte_buffer *send_bb;
+  grpc_slice status_slice;
+  int has_status_slice;
+} __attribute__((aligned(8)));
+
+struct rm__server {
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int shutdown_done;
+  int stopping;
+};
+
+static int shutdown_tag;
+
+static void *tag_of(rm__call_t *k, int kind) { return (char *)k + kind; }
+
+rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
+
+static void call_unref(rm__call_t *k)
+{
+  if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL)) return;
+  if (k->call) grpc_call_unref(k->call);
+  grpc_call_details_destroy(&k->details);
+  grpc_metadata_array_destroy(&k->md);
+  if (k->recv) grpc_byte_buffer_destroy(k->recv);
+  if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
+  if (k->has_status_slice) grpc_slice_unref(k->status_slice);
+  free(k);
+}
+
+static void post_request(rm_coord_t *c)
+{
+  rm__call_t *k = rm__xcalloc(1, sizeof *k);
+  k->c = c;
+  k->refs = 1;
+  k->method = -1;
+  grpc_call_details_init(&k->details);
+  grpc_metadata_array_init(&k->md);
+  if (grpc_server_request_call(c->srv->server, &k->call, &k->details, &k->md,
+                               c->srv->cq, c->srv->cq,
+                               tag_of(k, T_REQUEST)) != GRPC_CALL_OK) {
+    RM_ERROR("grpc_server_request_call failed");
+    call_unref(k);
+  }
+}
+
+static grpc_byte_buffer *pack(const ProtobufCMessage *m)
+{
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = rm__xmalloc(len ? len : 1);
+  protobuf_c_message_pack(m, buf);
+  grpc_slice s = grpc_slice_new(buf, len, free);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+static void out_push(rm_coord_t *c, rm__call_t *k, int code,
+                     const char *details, grpc_byte_buffer *bb)
+{
+  if (c->nout == c->capout) {
+    c->capout = c->capout ? 2 * c->capout : 16;
+    c->out = rm__xrealloc(c->out, c->capout * sizeof *c->out);
+  }
+  rm__out_t *o = &c->out[c->nout++];
+  o->call = k;
+  o->code = code;
+  o->details = details ? rm__xstrdup(details) : NULL;
+  o->bb = bb;
+  __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* held by the outbox */
+}
+
+void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
+               const ProtobufCMessage *resp)
+{
+  if (k->answered) return;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  if (code != GRPC_STATUS_OK) c->ctr.grpc_errors_total++;
+  out_push(c, k, code, details ? details : "",
+           code == GRPC_STATUS_OK && resp ? pack(resp) : NULL);
+}
+
+void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
+{
+  if (k->answered) return;
+  k->park.watch_sending = 1;
+  out_push(c, k, -1, NULL, pack(msg));
+}
+
+void rm__out_flush(rm_coord_t *c)
+{
+  for (size_t i = 0; i < c->nout; i++) {
+    rm__out_t *o = &c->out[i];
+    rm__call_t *k = o->call;
+    grpc_op ops[3];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    if (!k->md_sent) {
+      ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+      k->md_sent = 1;
+    }
+    if (o->bb) {
+      ops[n].op = GRPC_OP_SEND_MESSAGE;
+      ops[n++].data.send_message.send_message = o->bb;
+      k->send_bb = o->bb;
+    }
+    if (o->code >= 0) {
+      k->status_slice = grpc_slice_from_copied_string(o->details);
+      k->has_status_slice = 1;
+      ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+      ops[n].data.send_status_from_server.status = (grpc_status_code)o->code;
+      ops[n++].data.send_status_from_server.status_details = &k->status_slice;
+    }
+    /* the outbox reference becomes the batch's reference */
+    if (grpc_call_start_batch(k->call, ops, n, tag_of(k, T_SEND), NULL) !=
+        GRPC_CALL_OK) {
+      RM_WARN("grpc_call_start_batch (reply) failed");
+      call_unref(k);
+    }
+    free(o->details);
+  }
+  c->nout = 0;
+}
+
+/* ---- events on the queue ---- */
+static int find_method(const grpc_slice *m)
+{
+  for (int i = 0; i < RM__M_COUNT; i++) {
+    size_t len = strlen(rm__methods[i].path);
+    if (GRPC_SLICE_LENGTH(*m) == len &&
+        !memcmp(GRPC_SLICE_START_PTR(*m), rm__methods[i].path, len))
+      return i;
+  }
+  return -1;
+}
+
+static void start_ops(rm__call_t *k, grpc_op *ops, size_t n, int kind)
+{
+  __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
+  if (grpc_call_start_batch(k->call, ops, n, tag_of(k, kind), NULL) !=
+      GRPC_CALL_OK) {
+    RM_WARN("grpc_call_start_batch failed");
+    call_unref(k);
+  }
+}
+
+static void on_request(rm_coord_t *c, rm__call_t *k, int ok)
+{
+  grpc_op op;
+  if (!ok) { /* server shutting down */
+    call_unref(k);
+    return;
+  }
+  if (!c->srv->stopping) post_request(c);
+  k->method = find_method(&k->details.method);
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &k->cancelled;
+  start_ops(k, &op, 1, T_CLOSE);
+  if (k->method < 0) {
+    rm__lock(c);
+    c->ctr.grpc_calls_total++;
+    rm__reply(c, k, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL);
+    rm__unlock(c);
+  } else {
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &k->recv;
+    start_ops(k, &op, 1, T_RECV);
+  }
+  call_unref(k); /* the request's reference */
+}
+
+static int admin_ok(rm_coord_t *c, rm__call_t *k)
+{
+  const char *tok = c->opt.admin_token;
+  if (!tok || !rm__methods[k->method].admin) return 1;
+  for (size_t i = 0; i < k->md.count; i++) {
+    const grpc_metadata *m = &k->md.metadata[i];
+    const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
+    size_t vl = GRPC_SLICE_LENGTH(m->value);
+    if (grpc_slice_str_cmp(m->key, "authorization") == 0 && vl == 7 + strlen(tok) &&
+        !memcmp(v, "Bearer ", 7) && !memcmp(v + 7, tok, vl - 7))
+      return 1;
+  }
+  return 0;
+}
+
+static void on_recv(rm_coord_t *c, rm__call_t *k, int ok)
+{
+  ProtobufCMessage *msg = NULL;
+  const rm__method_t *m = &rm__methods[k->method];
+  if (ok && k->recv) {
+    grpc_byte_buffer_reader rd;
+    if (grpc_byte_buffer_reader_init(&rd, k->recv)) {
+      grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+      msg = protobuf_c_message_unpack(m->req, NULL, GRPC_SLICE_LENGTH(s),
+                                      GRPC_SLICE_START_PTR(s));
+      grpc_slice_unref(s);
+      grpc_byte_buffer_reader_destroy(&rd);
+    }
+  }
+  rm__lock(c);
+  c->ctr.grpc_calls_total++;
+  if (!ok || !k->recv) {
+    rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "no request message", NULL);
+  } else if (!msg) {
+    char why[160];
+    snprintf(why, sizeof why, "malformed %s message", m->req->name);
+    rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, why, NULL);
+  } else if (c->closing) {
+    rm__reply(c, k, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down", NULL);
+  } else {
+    rm__rpc_dispatch(c, k, k->method, msg, admin_ok(c, k));
+  }
+  rm__unlock(c);
+  if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+  call_unref(k);
+}
+
+static void on_send(rm_coord_t *c, rm__call_t *k)
+{
+  rm__lock(c);
+  if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
+  k->send_bb = NULL;
+  if (k->has_status_slice) grpc_slice_unref(k->status_slice);
+  k->has_status_slice = 0;
+  if (k->park.kind == RM__PARK_WATCH && !k->answered) {
+    k->park.watch_sending = 0;
+    rm__watch_next(c, &k->park);
+  }
+  rm__unlock(c);
+  call_unref(k);
+}
+
+static void on_close(rm_coord_t *c, rm__call_t *k)
+{
+  rm__lock(c);
+  rm__park_drop(c, &k->park, k->cancelled);
+  if (k->cancelled) k->answered = 1;
+  rm__unlock(c);
+  call_unref(k);
+}
+
+static void tick(rm_coord_t *c)
+{
+  int64_t now = rm__now_ns();
+  rm__lock(c);
+  for (size_t i = 0; i < c->njobs; i++) rm__job_tick(c, c->jobs[i], now);
+  rm__unlock(c);
+}
+
+static void *cq_thread(void *arg)
+{
+  rm_coord_t *c = arg;
+  rm__server_t *s = c->srv;
+  int64_t next_tick = rm__now_ns() + TICK_NS;
+  rm__log_set_tag("coord");
+  for (;;) {
+    gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                   gpr_time_from_millis(rm__ms_left(next_tick),
+                                                        GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(s->cq, dl, NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type == GRPC_OP_COMPLETE) {
+      if (ev.tag == &shutdown_tag) {
+        pthread_mutex_lock(&s->mu);
+        s->shutdown_done = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        continue;
+      }
+      rm__call_t *k = (rm__call_t *)((uintptr_t)ev.tag & ~(uintptr_t)3);
+      switch ((uintptr_t)ev.tag & 3) {
+      case T_REQUEST: on_request(c, k, ev.success); break;
+      case T_RECV: on_recv(c, k, ev.success); break;
+      case T_SEND: on_send(c, k); break;
+      default: on_close(c, k); break;
+      }
+    }
+    if (rm__now_ns() >= next_tick) {
+      if (!s->stopping) tick(c);
+      next_tick = rm__now_ns() + TICK_NS;
+    }
+  }
+  return NULL;
+}
+
+/* ---- start / stop ---- */
+static char *read_file(const char *path, char *err, size_t errlen)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  long len;
+  if (!f || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+    snprintf(err, errlen, "cannot read %s", path);
+    goto out;
+  }
+  buf = rm__xmalloc((size_t)len + 1);
+  if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+    snprintf(err, errlen, "cannot read %s", path);
+    free(buf);
+    buf = NULL;
+    goto out;
+  }
+  buf[len] = 0;
+out:
+  if (f) fclose(f);
+  return buf;
+}
+
+static grpc_server_credentials *make_creds(rm_coord_t *c, char *err,
+                                           size_t errlen)
+{
+  const rm_coord_options_t *o = &c->opt;
+  if (!o->tls_cert && !o->tls_key && !o->tls_ca)
+    return grpc_insecure_server_credentials_create();
+  if (!o->tls_cert || !o->tls_key || !o->tls_ca) {
+    snprintf(err, errlen, "TLS needs all of --tls-cert, --tls-key and --tls-ca");
+    return NULL;
+  }
+  grpc_server_credentials *creds = NULL;
+  char *cert = read_file(o->tls_cert, err, errlen);
+  char *key = cert ? read_file(o->tls_key, err, errlen) : NULL;
+  char *ca = key ? read_file(o->tls_ca, err, errlen) : NULL;
+  if (ca) {
+    grpc_ssl_pem_key_cert_pair pair = {key, cert};
+    creds = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        NULL);
+    if (!creds) snprintf(err, errlen, "TLS credentials rejected by gRPC");
+  }
+  free(cert);
+  free(key);
+  free(ca);
+  return creds;
+}
+
+rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
+{
+  char host[128];
+  int port;
+  if (rm__addr_split(c->opt.grpc_addr, host, sizeof host, &port)) {
+    snprintf(err, errlen, "bad gRPC address '%s' (want host:port)", c->opt.grpc_addr);
+    return RM_ERR_INVALID_ARG;
+  }
+  grpc_init();
+  rm__server_t *s = rm__xcalloc(1, sizeof *s);
+  grpc_arg args[2];
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = c->opt.max_message_bytes;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = GRPC_ARG_ALLOW_REUSEPORT;
+  args[1].value.integer = 0;
+  grpc_channel_args ca = {2, args};
+  grpc_server_credentials *creds = make_creds(c, err, errlen);
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->cv, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  s->server = grpc_server_create(&ca, NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  c->srv = s;
+  int bound = creds ? grpc_server_add_http2_port(s->server, c->opt.grpc_addr, creds) : 0;
+  if (creds) grpc_server_credentials_release(creds);
+  if (bound <= 0) {
+    if (creds) snprintf(err, errlen, "cannot listen on %s (address in use or "
+                        "not local?)", c->opt.grpc_addr);
+    grpc_server_destroy(s->server);
+    s->server = NULL;
+    rm__server_stop(c);
+    return RM_ERR_SYSTEM;
+  }
+  snprintf(c->grpc_addr, sizeof c->grpc_addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d",
+           host, bound);
+  grpc_server_start(s->server);
+  post_request(c);
+  pthread_create(&s->thread, NULL, cq_thread, c);
+  RM_INFO("gRPC server on %s%s", c->grpc_addr, c->opt.tls_ca ? " (mutual TLS)" : "");
+  return RM_OK;
+}
+
+static int wait_shutdown(rm__server_t *s, int ms)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_mutex_lock(&s->mu);
+  while (!s->shutdown_done)
+    if (pthread_cond_timedwait(&s->cv, &s->mu, &ts)) break;
+  int done = s->shutdown_done;
+  pthread_mutex_unlock(&s->mu);
+  return done;
+}
+
+void rm__server_stop(rm_coord_t *c)
+{
+  rm__server_t *s = c->srv;
+  if (!s) return;
+  if (s->server) {
+    rm__lock(c);
+    s->stopping = 1;
+    for (size_t i = 0; i < c->njobs; i++) {
+      rm__job_t *j = c->jobs[i];
+      while (j->parked.next != &j->parked)
+        rm__reply(c, j->parked.next->call, GRPC_STATUS_UNAVAILABLE,
+                  "coordinator shutting down", NULL);
+    }
+    rm__unlock(c);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &shutdown_tag);
+    if (!wait_shutdown(s, 1000)) {
+      grpc_server_cancel_all_calls(s->server);
+      while (!wait_shutdown(s, 1000)) RM_WARN("waiting for gRPC shutdown");
+    }
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_shutdown(s->cq);
+    pthread_join(s->thread, NULL);
+  } else {
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                      NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    }
+  }
+  grpc_completion_queue_destroy(s->cq);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  c->srv = NULL;
+  grpc_shutdown();
+}

@@ -1,0 +1,277 @@
+/*
+ * store.c - the coordinator's SQLite persistence.
+ *
+ * One connection, used only under c->mu. WAL journal with synchronous=NORMAL:
+ * a commit is in the WAL file before rm__unlock() sends any answer, which
+ * survives SIGKILL of the coordinator (not power loss; use FULL for that).
+ *
+ * Migrations (migrations/NNNN_*.sql) are compiled in (embed_migrations.cmake)
+ * and applied in order at open: migration i runs iff PRAGMA user_version < i+1,
+ * inside one transaction that also sets user_version = i+1, so a crash
+ * mid-migration leaves the previous version intact.
+ *
+ * Tables: jobs, workers, generations, barriers, step_summaries, events (see
+ * migrations/0001_initial.sql). Memory holds the live view of loaded jobs;
+ * these tables are the durable record and the source for finished jobs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+static void copy_text(char *dst, size_t len, const unsigned char *s)
+{
+  snprintf(dst, len, "%s", s ? (const char *)s : "");
+}
+
+static sqlite3_stmt *prep(rm_coord_t *c, const char *sql)
+{
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    RM_ERROR("sqlite prepare failed: %s (%s)", sqlite3_errmsg(c->db), sql);
+    abort(); /* a bug in our SQL, not an input problem */
+  }
+  return st;
+}
+
+static void step_done(rm_coord_t *c, sqlite3_stmt *st)
+{
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    RM_ERROR("sqlite step failed: %s", sqlite3_errmsg(c->db));
+  sqlite3_finalize(st);
+}
+
+int rm__store_exec(rm_coord_t *c, const char *sql)
+{
+  char *msg = NULL;
+  int rc = sqlite3_exec(c->db, sql, NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    RM_ERROR("sqlite: %s: %s", sql, msg ? msg : "?");
+    sqlite3_free(msg);
+    return -1;
+  }
+  return 0;
+}
+
+static int migrate(rm_coord_t *c, char *err, size_t errlen)
+{
+  sqlite3_stmt *st = prep(c, "PRAGMA user_version");
+  int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+  sqlite3_finalize(st);
+  if (version > rm__migration_count) {
+    snprintf(err, errlen, "database schema version %d is newer than this "
+             "binary knows (%d)", version, rm__migration_count);
+    return -1;
+  }
+  for (int i = version; i < rm__migration_count; i++) {
+    char *msg = NULL, pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d", i + 1);
+    if (sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(c->db, rm__migrations[i].sql, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(c->db, pragma, NULL, NULL, &msg) != SQLITE_OK ||
+        sqlite3_exec(c->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+      snprintf(err, errlen, "migration %s failed: %s", rm__migrations[i].name,
+               msg ? msg : sqlite3_errmsg(c->db));
+      sqlite3_free(msg);
+      sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
+      return -1;
+    }
+    RM_INFO("applied migration %s", rm__migrations[i].name);
+  }
+  return 0;
+}
+
+rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
+                           size_t errlen)
+{
+  if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                      SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    snprintf(err, errlen, "cannot open database %s: %s", path,
+             c->db ? sqlite3_errmsg(c->db) : "out of memory");
+    goto fail;
+  }
+  sqlite3_busy_timeout(c->db, 5000);
+  if (rm__store_exec(c, "PRAGMA journal_mode=WAL") ||
+      rm__store_exec(c, "PRAGMA synchronous=NORMAL") ||
+      rm__store_exec(c, "PRAGMA foreign_keys=ON")) {
+    snprintf(err, errlen, "cannot configure database %s: %s", path,
+             sqlite3_errmsg(c->db));
+    goto fail;
+  }
+  if (migrate(c, err, errlen)) goto fail;
+  return RM_OK;
+fail:
+  sqlite3_close(c->db);
+  c->db = NULL;
+  return RM_ERR_SYSTEM;
+}
+
+void rm__store_close(rm_coord_t *c)
+{
+  if (c->db) sqlite3_close(c->db);
+  c->db = NULL;
+}
+
+/* ---- jobs ---- */
+#define JOB_COLS                                                              \
+  "id,name,world_size,min_workers,max_workers,algorithm,dtype,workload,"      \
+  "workload_options,steps,launcher,heartbeat_timeout_ms,barrier_timeout_ms,"  \
+  "on_failure,max_restarts,straggler_policy,backup_workers,checkpoint_every," \
+  "state,token,reason,generation,world,step,restarts,created_ms,started_ms,"  \
+  "finished_ms,updated_ms"
+
+static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
+{
+  const rm_job_spec_t *s = &in->spec;
+  int i = 1;
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)in->id);
+  sqlite3_bind_text(st, i++, s->name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, s->world_size);
+  sqlite3_bind_int(st, i++, s->min_workers);
+  sqlite3_bind_int(st, i++, s->max_workers);
+  sqlite3_bind_text(st, i++, s->algorithm, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, s->dtype, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, s->workload, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, s->workload_options, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)s->steps);
+  sqlite3_bind_text(st, i++, s->launcher, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, s->heartbeat_timeout_ms);
+  sqlite3_bind_int(st, i++, s->barrier_timeout_ms);
+  sqlite3_bind_text(st, i++, s->on_failure, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, s->max_restarts);
+  sqlite3_bind_text(st, i++, s->straggler_policy, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, s->backup_workers);
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)s->checkpoint_every);
+  sqlite3_bind_int(st, i++, in->state);
+  sqlite3_bind_text(st, i++, in->token, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, in->reason, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)in->generation);
+  sqlite3_bind_int(st, i++, in->world);
+  sqlite3_bind_int64(st, i++, (sqlite3_int64)in->step);
+  sqlite3_bind_int(st, i++, in->restarts);
+  sqlite3_bind_int64(st, i++, in->created_ms);
+  sqlite3_bind_int64(st, i++, in->started_ms);
+  sqlite3_bind_int64(st, i++, in->finished_ms);
+  sqlite3_bind_int64(st, i++, in->updated_ms);
+}
+
+static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
+{
+  rm_job_spec_t *s = &o->spec;
+  int i = 0;
+  memset(o, 0, sizeof *o);
+  o->id = (uint64_t)sqlite3_column_int64(st, i++);
+  copy_text(s->name, sizeof s->name, sqlite3_column_text(st, i++));
+  s->world_size = sqlite3_column_int(st, i++);
+  s->min_workers = sqlite3_column_int(st, i++);
+  s->max_workers = sqlite3_column_int(st, i++);
+  copy_text(s->algorithm, sizeof s->algorithm, sqlite3_column_text(st, i++));
+  copy_text(s->dtype, sizeof s->dtype, sqlite3_column_text(st, i++));
+  copy_text(s->workload, sizeof s->workload, sqlite3_column_text(st, i++));
+  copy_text(s->workload_options, sizeof s->workload_options,
+            sqlite3_column_text(st, i++));
+  s->steps = (uint64_t)sqlite3_column_int64(st, i++);
+  copy_text(s->launcher, sizeof s->launcher, sqlite3_column_text(st, i++));
+  s->heartbeat_timeout_ms = sqlite3_column_int(st, i++);
+  s->barrier_timeout_ms = sqlite3_column_int(st, i++);
+  copy_text(s->on_failure, sizeof s->on_failure, sqlite3_column_text(st, i++));
+  s->max_restarts = sqlite3_column_int(st, i++);
+  copy_text(s->straggler_policy, sizeof s->straggler_policy,
+            sqlite3_column_text(st, i++));
+  s->backup_workers = sqlite3_column_int(st, i++);
+  s->checkpoint_every = (uint64_t)sqlite3_column_int64(st, i++);
+  o->state = (rm_job_state_t)sqlite3_column_int(st, i++);
+  copy_text(o->token, sizeof o->token, sqlite3_column_text(st, i++));
+  copy_text(o->reason, sizeof o->reason, sqlite3_column_text(st, i++));
+  o->generation = (uint64_t)sqlite3_column_int64(st, i++);
+  o->world = sqlite3_column_int(st, i++);
+  o->step = (uint64_t)sqlite3_column_int64(st, i++);
+  o->restarts = sqlite3_column_int(st, i++);
+  o->created_ms = sqlite3_column_int64(st, i++);
+  o->started_ms = sqlite3_column_int64(st, i++);
+  o->finished_ms = sqlite3_column_int64(st, i++);
+  o->updated_ms = sqlite3_column_int64(st, i++);
+}
+
+void rm__store_job_insert(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
+                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  bind_job(st, &j->info);
+  sqlite3_bind_null(st, 1);
+  step_done(c, st);
+  j->info.id = (uint64_t)sqlite3_last_insert_rowid(c->db);
+}
+
+void rm__store_job_update(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = prep(c, "UPDATE jobs SET state=?2, reason=?3, "
+                          "generation=?4, world=?5, step=?6, restarts=?7, "
+                          "started_ms=?8, finished_ms=?9, updated_ms=?10 "
+                          "WHERE id=?1");
+  const rm_job_info_t *in = &j->info;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)in->id);
+  sqlite3_bind_int(st, 2, in->state);
+  sqlite3_bind_text(st, 3, in->reason, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)in->generation);
+  sqlite3_bind_int(st, 5, in->world);
+  sqlite3_bind_int64(st, 6, (sqlite3_int64)in->step);
+  sqlite3_bind_int(st, 7, in->restarts);
+  sqlite3_bind_int64(st, 8, in->started_ms);
+  sqlite3_bind_int64(st, 9, in->finished_ms);
+  sqlite3_bind_int64(st, 10, in->updated_ms);
+  step_done(c, st);
+}
+
+rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
+{
+  sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE id=?");
+  rm_status_t rc = RM_ERR_NOT_FOUND;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    read_job(st, out);
+    rc = RM_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
+rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
+                               rm_job_info_t **out, size_t *n, size_t *total)
+{
+  uint32_t limit = f->limit ? (f->limit > 1000 ? 1000 : f->limit) : 100;
+  sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE ?1<0 OR "
+                          "state=?1 ORDER BY id DESC LIMIT ?2 OFFSET ?3");
+  rm_job_info_t *arr = rm__xcalloc(limit ? limit : 1, sizeof *arr);
+  size_t k = 0;
+  sqlite3_bind_int(st, 1, f->state);
+  sqlite3_bind_int64(st, 2, limit);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)f->offset);
+  while (k < limit && sqlite3_step(st) == SQLITE_ROW) read_job(st, &arr[k++]);
+  sqlite3_finalize(st);
+  if (total) {
+    st = prep(c, "SELECT count(*) FROM jobs WHERE ?1<0 OR state=?1");
+    sqlite3_bind_int(st, 1, f->state);
+    *total = sqlite3_step(st) == SQLITE_ROW ? (size_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+  }
+  *out = arr;
+  *n = k;
+  return RM_OK;
+}
+
+void rm__store_job_counts(rm_coord_t *c, uint64_t *by_state)
+{
+  sqlite3_stmt *st = prep(c, "SELECT state, count(*) FROM jobs GROUP BY state");
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    int s = sqlite3_column_int(st, 0);
+    if (s >= 0 && s < RM_JOB_STATE_COUNT)
+      by_state[s] = (uint64_t)sqlite3_column_int64(st, 1);
+  }
+  sqlite3_finalize(st);
+}

@@ -1,0 +1,277 @@
+/*
+ * store_rows.c - SQLite rows other than jobs: workers, generations,
+ * barriers, step summaries, events, and loading active jobs at restart.
+ * Same rules as store.c: called under c->mu inside rm__lock's transaction.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+static sqlite3_stmt *prep(rm_coord_t *c, const char *sql)
+{
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+    RM_ERROR("sqlite prepare failed: %s (%s)", sqlite3_errmsg(c->db), sql);
+    abort();
+  }
+  return st;
+}
+
+static void step_done(rm_coord_t *c, sqlite3_stmt *st)
+{
+  int rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    RM_ERROR("sqlite step failed: %s", sqlite3_errmsg(c->db));
+  sqlite3_finalize(st);
+}
+
+static void copy_text(char *dst, size_t len, const unsigned char *s)
+{
+  snprintf(dst, len, "%s", s ? (const char *)s : "");
+}
+
+/* ---- workers ---- */
+void rm__store_worker_insert(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
+                          "devices,state,generation,joined_ms,"
+                          "last_heartbeat_ms,step) VALUES (?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int(st, 2, w->rank);
+  sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 4, w->data_addr, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 5, w->devices, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 6, w->state);
+  sqlite3_bind_int64(st, 7, (sqlite3_int64)w->generation);
+  sqlite3_bind_int64(st, 8, w->joined_ms);
+  sqlite3_bind_int64(st, 9, w->last_wall_ms);
+  sqlite3_bind_int64(st, 10, (sqlite3_int64)w->step);
+  step_done(c, st);
+  w->id = (uint64_t)sqlite3_last_insert_rowid(c->db);
+}
+
+void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
+                          "data_addr=?4, devices=?5, state=?6, generation=?7, "
+                          "last_heartbeat_ms=?8, step=?9 WHERE id=?1");
+  (void)j;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
+  sqlite3_bind_int(st, 2, w->rank);
+  sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 4, w->data_addr, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 5, w->devices, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 6, w->state);
+  sqlite3_bind_int64(st, 7, (sqlite3_int64)w->generation);
+  sqlite3_bind_int64(st, 8, w->last_wall_ms);
+  sqlite3_bind_int64(st, 9, (sqlite3_int64)w->step);
+  step_done(c, st);
+}
+
+rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
+                              rm_worker_info_t **out, size_t *n)
+{
+  sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
+                          "generation,last_heartbeat_ms,step FROM workers "
+                          "WHERE job_id=? ORDER BY rank<0, rank, id");
+  size_t k = 0, cap = 16;
+  rm_worker_info_t *arr = rm__xcalloc(cap, sizeof *arr);
+  int64_t now = rm__wall_ms();
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (k == cap) arr = rm__xrealloc(arr, (cap *= 2) * sizeof *arr);
+    rm_worker_info_t *w = &arr[k++];
+    memset(w, 0, sizeof *w);
+    w->id = (uint64_t)sqlite3_column_int64(st, 0);
+    w->job_id = job_id;
+    w->rank = sqlite3_column_int(st, 1);
+    copy_text(w->host, sizeof w->host, sqlite3_column_text(st, 2));
+    copy_text(w->data_addr, sizeof w->data_addr, sqlite3_column_text(st, 3));
+    copy_text(w->devices, sizeof w->devices, sqlite3_column_text(st, 4));
+    w->state = (rm_worker_state_t)sqlite3_column_int(st, 5);
+    w->generation = (uint64_t)sqlite3_column_int64(st, 6);
+    w->last_heartbeat_ms = sqlite3_column_int64(st, 7);
+    w->ms_since_heartbeat = now - w->last_heartbeat_ms;
+    w->step = (uint64_t)sqlite3_column_int64(st, 8);
+    w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
+  }
+  sqlite3_finalize(st);
+  *out = arr;
+  *n = k;
+  return RM_OK;
+}
+
+/* ---- generations, barriers, step summaries ---- */
+void rm__store_generation(rm_coord_t *c, rm__job_t *j)
+{
+  size_t cap = 64 + (size_t)j->nmembers * 200, len = 0;
+  char *peers = rm__xmalloc(cap);
+  peers[0] = 0;
+  for (int r = 0; r < j->nmembers; r++) {
+    const rm__worker_t *w = &j->w[j->members[r]];
+    len += (size_t)snprintf(peers + len, cap - len, "%d %llu %s %s\n", r,
+                            (unsigned long long)w->id, w->host, w->data_addr);
+    if (len >= cap) len = cap - 1;
+  }
+  sqlite3_stmt *st = prep(c, "INSERT OR REPLACE INTO generations(job_id,"
+                          "generation,world,formed_ms,start_step,peers) "
+                          "VALUES (?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)j->info.generation);
+  sqlite3_bind_int(st, 3, j->nmembers);
+  sqlite3_bind_int64(st, 4, rm__wall_ms());
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)j->start_step);
+  sqlite3_bind_text(st, 6, peers, -1, SQLITE_TRANSIENT);
+  step_done(c, st);
+  free(peers);
+}
+
+void rm__store_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b)
+{
+  size_t cap = 16 + (size_t)b->n_missing * 8, len = 0;
+  char *missing = rm__xmalloc(cap);
+  missing[0] = 0;
+  for (int i = 0; i < b->n_missing; i++)
+    len += (size_t)snprintf(missing + len, cap - len, "%s%d", i ? " " : "",
+                            b->missing[i].rank);
+  sqlite3_stmt *st = prep(c, "INSERT INTO barriers(job_id,generation,name,"
+                          "state,opened_ms,closed_ms,arrived,expected,reason,"
+                          "missing) VALUES (?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)b->generation);
+  sqlite3_bind_text(st, 3, b->name, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 4, b->state);
+  sqlite3_bind_int64(st, 5, b->opened_ms);
+  sqlite3_bind_int64(st, 6, b->closed_ms);
+  sqlite3_bind_int(st, 7, b->arrived);
+  sqlite3_bind_int(st, 8, b->expected);
+  sqlite3_bind_text(st, 9, b->reason, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 10, missing, -1, SQLITE_TRANSIENT);
+  step_done(c, st);
+  free(missing);
+}
+
+void rm__store_step_summary(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  if (!w->acc_count) return;
+  double n = (double)w->acc_count;
+  sqlite3_stmt *st = prep(c, "INSERT INTO step_summaries(job_id,rank,"
+                          "generation,first_step,last_step,count,mean_step_ms,"
+                          "max_step_ms,mean_compute_ms,mean_comm_ms,"
+                          "mean_wait_ms,last_loss,last_accuracy,"
+                          "allreduce_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int(st, 2, w->rank);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)w->generation);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)w->acc_first);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)w->acc_last);
+  sqlite3_bind_int64(st, 6, (sqlite3_int64)w->acc_count);
+  sqlite3_bind_double(st, 7, w->acc_step / n);
+  sqlite3_bind_double(st, 8, w->acc_max);
+  sqlite3_bind_double(st, 9, w->acc_compute / n);
+  sqlite3_bind_double(st, 10, w->acc_comm / n);
+  sqlite3_bind_double(st, 11, w->acc_wait / n);
+  if (isnan(w->acc_loss)) sqlite3_bind_null(st, 12);
+  else sqlite3_bind_double(st, 12, w->acc_loss);
+  if (isnan(w->acc_acc)) sqlite3_bind_null(st, 13);
+  else sqlite3_bind_double(st, 13, w->acc_acc);
+  sqlite3_bind_int64(st, 14, (sqlite3_int64)w->acc_bytes);
+  step_done(c, st);
+  w->acc_count = w->acc_bytes = 0;
+  w->acc_step = w->acc_max = w->acc_compute = w->acc_comm = w->acc_wait = 0;
+}
+
+/* ---- events ---- */
+uint64_t rm__store_event(rm_coord_t *c, const rm_event_t *ev)
+{
+  sqlite3_stmt *st = prep(c, "INSERT INTO events(job_id,time_ms,kind,rank,"
+                          "generation,message) VALUES (?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)ev->job_id);
+  sqlite3_bind_int64(st, 2, ev->time_ms);
+  sqlite3_bind_text(st, 3, ev->kind, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 4, ev->rank);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)ev->generation);
+  sqlite3_bind_text(st, 6, ev->message, -1, SQLITE_TRANSIENT);
+  step_done(c, st);
+  return (uint64_t)sqlite3_last_insert_rowid(c->db);
+}
+
+rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
+                             uint32_t limit, rm_event_t **out, size_t *n)
+{
+  sqlite3_stmt *st = prep(c, "SELECT seq,job_id,time_ms,kind,rank,generation,"
+                          "message FROM events WHERE seq>?1 AND (?2=0 OR "
+                          "job_id=?2) ORDER BY seq LIMIT ?3");
+  size_t k = 0, cap = 16;
+  rm_event_t *arr = rm__xcalloc(cap, sizeof *arr);
+  if (!limit) limit = 1000;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)after);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(st, 3, limit);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (k == cap) arr = rm__xrealloc(arr, (cap *= 2) * sizeof *arr);
+    rm_event_t *e = &arr[k++];
+    e->seq = (uint64_t)sqlite3_column_int64(st, 0);
+    e->job_id = (uint64_t)sqlite3_column_int64(st, 1);
+    e->time_ms = sqlite3_column_int64(st, 2);
+    copy_text(e->kind, sizeof e->kind, sqlite3_column_text(st, 3));
+    e->rank = sqlite3_column_int(st, 4);
+    e->generation = (uint64_t)sqlite3_column_int64(st, 5);
+    copy_text(e->message, sizeof e->message, sqlite3_column_text(st, 6));
+  }
+  sqlite3_finalize(st);
+  *out = arr;
+  *n = k;
+  return RM_OK;
+}
+
+/* ---- restart ---- */
+static void load_workers(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
+                          "generation,joined_ms,last_heartbeat_ms,step FROM "
+                          "workers WHERE job_id=? ORDER BY id");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    rm__worker_t *w = rm__job_worker_add(j);
+    w->id = (uint64_t)sqlite3_column_int64(st, 0);
+    w->rank = sqlite3_column_int(st, 1);
+    copy_text(w->host, sizeof w->host, sqlite3_column_text(st, 2));
+    copy_text(w->data_addr, sizeof w->data_addr, sqlite3_column_text(st, 3));
+    copy_text(w->devices, sizeof w->devices, sqlite3_column_text(st, 4));
+    w->state = (rm_worker_state_t)sqlite3_column_int(st, 5);
+    w->generation = (uint64_t)sqlite3_column_int64(st, 6);
+    w->joined_ms = sqlite3_column_int64(st, 7);
+    w->last_wall_ms = sqlite3_column_int64(st, 8);
+    w->step = w->steps_done = (uint64_t)sqlite3_column_int64(st, 9);
+  }
+  sqlite3_finalize(st);
+}
+
+rm_status_t rm__store_load_active(rm_coord_t *c)
+{
+  sqlite3_stmt *st = prep(c, "SELECT id FROM jobs WHERE state<3 ORDER BY id");
+  size_t n = 0, cap = 16;
+  uint64_t *ids = rm__xmalloc(cap * sizeof *ids);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (n == cap) ids = rm__xrealloc(ids, (cap *= 2) * sizeof *ids);
+    ids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  for (size_t i = 0; i < n; i++) {
+    rm_job_info_t info;
+    if (rm__store_job_get(c, ids[i], &info) != RM_OK) continue;
+    rm__job_t *j = rm__job_new(c, &info.spec);
+    j->info = info;
+    load_workers(c, j);
+    rm__job_resume(c, j);
+  }
+  free(ids);
+  return RM_OK;
+}
