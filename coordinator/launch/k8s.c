@@ -8,7 +8,8 @@
  *                             by {app.kubernetes.io/name: ringmaster-worker,
  *                             ringmaster.io/job: <id>}, publishes not-ready
  *                             addresses so peers resolve before readiness
- *   Job     rm-<id>-workers   completionMode: Indexed, completions ==
+ *   Job     rm-<id>-workers   label ringmaster.io/world-size: "<world>",
+ *                             completionMode: Indexed, completions ==
  *                             parallelism == world, backoffLimit 0,
  *                             template.spec.subdomain == the Service's name,
  *                             pod labels == the Service's selector;
@@ -81,7 +82,7 @@ static void meta(FILE *f, const char *name, const rm_launch_spec_t *spec,
     fputc('\n', f);
   }
   fprintf(f, "  labels:\n    app.kubernetes.io/name: ringmaster-worker\n"
-             "    app.kubernetes.io/part-of: ringmaster\n    ringmaster.io/job: %s\n",
+             "    app.kubernetes.io/part-of: ringmaster\n    ringmaster.io/job: \"%s\"\n",
           label);
 }
 
@@ -113,10 +114,11 @@ static void render_job(FILE *f, const rm_launch_spec_t *spec, const char *label)
   char name[64];
   snprintf(name, sizeof name, "rm-%s-workers", label);
   meta(f, name, spec, label);
+  fprintf(f, "    ringmaster.io/world-size: \"%d\"\n", spec->world);
   fprintf(f, "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
              "  backoffLimit: 0\n  template:\n    metadata:\n      labels:\n"
              "        app.kubernetes.io/name: ringmaster-worker\n"
-             "        ringmaster.io/job: %s\n    spec:\n      subdomain: %s\n"
+             "        ringmaster.io/job: \"%s\"\n    spec:\n      subdomain: %s\n"
              "      restartPolicy: Never\n      containers:\n        - name: worker\n"
              "          image: ",
           spec->world, spec->world, label, name);
@@ -153,7 +155,7 @@ static rm_status_t k8s_render(const rm_launch_spec_t *spec, FILE *f, char *err,
   meta(f, name, spec, label);
   fprintf(f, "spec:\n  clusterIP: None\n  publishNotReadyAddresses: true\n"
              "  selector:\n    app.kubernetes.io/name: ringmaster-worker\n"
-             "    ringmaster.io/job: %s\n---\n", label);
+             "    ringmaster.io/job: \"%s\"\n---\n", label);
   render_job(f, spec, label);
   return ferror(f) ? rm__launch_err(err, errlen, RM_ERR_SYSTEM, "write failed") : RM_OK;
 }

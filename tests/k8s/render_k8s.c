@@ -1,0 +1,32 @@
+/*
+ * render_k8s.c - print the worker manifests the coordinator renders for a job
+ * (the code behind `ringmaster k8s-manifest JOB`), for the validator:
+ *
+ *   render_k8s JOB_ID WORLD COORDINATOR TOKEN [IMAGE [NAMESPACE]] | node validate.mjs -
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "launch_coord.h"
+
+int main(int argc, char **argv)
+{
+  rm_job_info_t job;
+  char err[256];
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s JOB_ID WORLD COORDINATOR TOKEN [IMAGE [NAMESPACE]]\n", argv[0]);
+    return 2;
+  }
+  memset(&job, 0, sizeof job);
+  job.id = strtoull(argv[1], NULL, 10);
+  job.spec.world_size = atoi(argv[2]);
+  snprintf(job.spec.workload, sizeof job.spec.workload, "train");
+  snprintf(job.token, sizeof job.token, "%s", argv[4]);
+  if (rm_launch_k8s_manifest(&job, argv[3], argc > 5 ? argv[5] : NULL,
+                             argc > 6 ? argv[6] : NULL, stdout, err, sizeof err) != RM_OK) {
+    fprintf(stderr, "render_k8s: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
