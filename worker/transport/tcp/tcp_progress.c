@@ -40,9 +40,20 @@
 #include <unistd.h>
 
 #include "rm_log.h"
+#include "rm_param.h"
 #include "transport/tcp/tcp_int.h"
 
 #define MAX_BATCH 8
+
+/* Most bytes one sendmsg/read moves: keeps each copy cache-sized and lets
+ * a rank alternate between its send and receive streams. 0 = no cap. */
+RM_PARAM(tcp_chunk, "RINGMASTER_TCP_CHUNK", 256 * 1024)
+
+static size_t chunk_cap(size_t want)
+{
+  int64_t cap = rm__param_tcp_chunk();
+  return (cap > 0 && want > (size_t)cap) ? (size_t)cap : want;
+}
 
 static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
                              const char *fmt, ...)
@@ -163,14 +174,17 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     struct msghdr msg;
     int n = 0;
     ssize_t w;
-    for (rm__req_t *r = k->sq_head; r != NULL && n < 2 * MAX_BATCH; r = r->next) {
+    size_t room = chunk_cap((size_t)-1);
+    for (rm__req_t *r = k->sq_head; r && n < 2 * MAX_BATCH && room; r = r->next) {
       if (r->hdr_done < RM__TCP_HDR) {
         iov[n].iov_base = r->hdr + r->hdr_done;
         iov[n++].iov_len = (size_t)(RM__TCP_HDR - r->hdr_done);
       }
       if (r->done < r->len) {
+        size_t take = r->len - r->done < room ? r->len - r->done : room;
         iov[n].iov_base = (char *)r->buf + r->done;
-        iov[n++].iov_len = r->len - r->done;
+        iov[n++].iov_len = take;
+        room -= take;
       }
     }
     memset(&msg, 0, sizeof msg);
@@ -184,6 +198,7 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     }
     *moved = 1;
     advance_sends(k, (size_t)w);
+    if ((size_t)w >= chunk_cap((size_t)-1)) break; /* let receives run */
   }
   return RM_OK;
 }
@@ -327,11 +342,13 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       int held;
       if ((st = on_header(c, k, &held)) != RM_OK) return st;
     } else if (r->done < r->len) {
-      got = read(k->fd, (char *)r->buf + r->done, r->len - r->done);
+      got = read(k->fd, (char *)r->buf + r->done, chunk_cap(r->len - r->done));
       if (got == 0) return on_eof(c, k);
       if (got < 0) goto io;
       *moved = 1;
       r->done += (size_t)got;
+      if ((size_t)got >= chunk_cap((size_t)-1) && r->done < r->len)
+        return RM_OK; /* one chunk per call: let sends run */
     }
     if (r != NULL && r->hdr_done == RM__TCP_HDR && r->done == r->len)
       pop_recv(k);
