@@ -14,6 +14,9 @@
 
 #include "coord.h"
 #include "rm_log.h"
+#if RM_HAVE_API
+#include "api.h"
+#endif
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { stop_flag = sig; }
@@ -25,14 +28,16 @@ static void usage(FILE *f)
           "                        [--heartbeat-timeout-ms N] [--barrier-timeout-ms N]\n"
           "                        [--max-message-bytes N] [--admin-token T]\n"
           "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-          /* ---- REST/CLI (issue 4): add `ringmaster submit|jobs|job|cancel` here ---- */
-          );
+          "                        [--api-token T | --api-token-file F]\n");
+#if RM_HAVE_API
+  fputs(rm_cli_usage(), f);
+#endif
 }
 
 static int serve(int argc, char **argv)
 {
   rm_coord_options_t o;
-  const char *http = NULL;
+  const char *http = NULL, *api_token = NULL, *api_token_file = NULL;
   rm_coord_t *c = NULL;
   char err[512];
   rm_coord_options_init(&o);
@@ -49,6 +54,8 @@ static int serve(int argc, char **argv)
     else if (OPT("--tls-cert")) o.tls_cert = v;
     else if (OPT("--tls-key")) o.tls_key = v;
     else if (OPT("--tls-ca")) o.tls_ca = v;
+    else if (OPT("--api-token")) api_token = v;
+    else if (OPT("--api-token-file")) api_token_file = v;
     else {
       fprintf(stderr, "ringmaster serve: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -63,7 +70,26 @@ static int serve(int argc, char **argv)
   printf("ringmaster: grpc listening on %s\n", rm_coord_grpc_address(c));
   /* ---- REST API (issue 4): start the HTTP server on `http` here and print
    *      "ringmaster: http listening on HOST:PORT". ---- */
-  if (http) fprintf(stderr, "ringmaster: --http %s: the REST API is not part of this build yet\n", http);
+#if RM_HAVE_API
+  rm_api_t *api = NULL;
+  if (http) {
+    rm_api_options_t ao;
+    rm_api_options_init(&ao);
+    ao.listen = http;
+    ao.token = api_token;
+    ao.token_file = api_token_file;
+    if (rm_api_start(&ao, c, &api, err, sizeof err) != RM_OK) {
+      fprintf(stderr, "ringmaster: %s\n", err);
+      rm_coord_close(c);
+      return 1;
+    }
+    printf("ringmaster: http listening on %s\n", rm_api_address(api));
+  }
+#else
+  (void)api_token;
+  (void)api_token_file;
+  if (http) fprintf(stderr, "ringmaster: --http %s: the REST API is not part of this build\n", http);
+#endif
   fflush(stdout);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -73,6 +99,9 @@ static int serve(int argc, char **argv)
   signal(SIGPIPE, SIG_IGN);
   while (!stop_flag) pause();
   /* ---- REST API (issue 4): stop the HTTP server here, before close. ---- */
+#if RM_HAVE_API
+  rm_api_stop(api);
+#endif
   rm_coord_close(c);
   return 0;
 }
@@ -80,6 +109,9 @@ static int serve(int argc, char **argv)
 int main(int argc, char **argv)
 {
   if (argc >= 2 && !strcmp(argv[1], "serve")) return serve(argc - 2, argv + 2);
+#if RM_HAVE_API
+  if (argc >= 2 && rm_cli_is_command(argv[1])) return rm_cli_main(argc, argv);
+#endif
   if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
     usage(stdout);
     return 0;

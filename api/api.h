@@ -1,0 +1,59 @@
+/*
+ * api.h - the REST API, /metrics, server-sent events, dashboard and CLI
+ * (module tier). Used by coordinator/main.c; calls only coord.h.
+ *
+ *   rm_api_options_init(&o); o.listen = "127.0.0.1:8080";
+ *   rm_api_start(&o, coord, &api, err, sizeof err);   serves until stop
+ *   rm_api_address(api)                               bound "host:port"
+ *   rm_api_stop(api);                                 before rm_coord_close
+ *
+ * The CLI (`ringmaster submit|jobs|job|cancel`) is a REST client; its exit
+ * codes are RM_CLI_EXIT_* (also in `ringmaster help`).
+ */
+#ifndef RM_API_API_H
+#define RM_API_API_H
+
+#include <stddef.h>
+
+#include "coord.h"
+
+typedef struct rm_api rm_api_t;
+
+typedef struct rm_api_options {
+  const char *listen;     /* "host:port", port 0 = free port; default "127.0.0.1:8080" */
+  const char *token;      /* --api-token; NULL = see auth.h for the fallbacks */
+  const char *token_file; /* --api-token-file */
+  size_t max_body;        /* request body limit, bytes; 0 = 1 MiB */
+  int sse_keepalive_ms;   /* 0 = RINGMASTER_SSE_KEEPALIVE_MS or 15000 */
+  int tick_ms;            /* progress push period; 0 = RINGMASTER_API_TICK_MS or 1000 */
+  const char *chartjs_path; /* NULL = RINGMASTER_CHARTJS or Debian libjs-chart.js path */
+} rm_api_options_t;
+
+void rm_api_options_init(rm_api_options_t *o);
+/* Start serving on o->listen. OUT: *out on success; err says why not. */
+rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t **out,
+                         char *err, size_t errlen);
+/* "host:port" really bound. Borrowed, valid until stop. */
+const char *rm_api_address(const rm_api_t *api);
+/* Ends SSE streams, stops the HTTP server and joins its threads. NULL ok. */
+void rm_api_stop(rm_api_t *api);
+
+/* ---- CLI ---- */
+enum {
+  RM_CLI_EXIT_OK = 0,
+  RM_CLI_EXIT_SERVER = 1,      /* the server answered an error (4xx/5xx other than below) */
+  RM_CLI_EXIT_USAGE = 2,       /* bad command line or unreadable input file */
+  RM_CLI_EXIT_NOT_FOUND = 3,   /* 404: no such job */
+  RM_CLI_EXIT_UNAUTHORIZED = 4,/* 401: missing or wrong token */
+  RM_CLI_EXIT_UNREACHABLE = 5, /* could not connect / no answer within the deadline */
+  RM_CLI_EXIT_INVALID = 6      /* 400/409: the server refused the request (bad spec, ...) */
+};
+
+/* 1 when argv[1] is a CLI subcommand (submit, jobs, job, cancel). */
+int rm_cli_is_command(const char *cmd);
+/* Run the CLI; returns the process exit code. */
+int rm_cli_main(int argc, char **argv);
+/* Usage text of the CLI subcommands (for `ringmaster help`). */
+const char *rm_cli_usage(void);
+
+#endif

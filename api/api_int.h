@@ -1,0 +1,142 @@
+/*
+ * api_int.h - private to api/: the server object, requests, responses, the
+ * route table and the helpers handlers share.
+ *
+ * Request flow (libmicrohttpd, one thread per connection):
+ *
+ *   1st access call     allocate rm__req_t; Content-Length > max_body -> 413
+ *                       at once (the body is never read)
+ *   upload calls        append to req->body; past max_body -> discard, flag
+ *   last call           route: no path match -> 404; path but not method ->
+ *                       405 + Allow; route needs auth and the bearer token
+ *                       is wrong -> 401 (before the handler, so nothing is
+ *                       changed); body flagged too large -> 413; else handler
+ *   completed callback  free rm__req_t
+ *
+ * A handler fills rm__resp_t: a status and a heap body (JSON or text), or a
+ * ready MHD response (SSE, static files). Errors always go through
+ * rm__resp_error() so every error body is {"error":{"code","message","field"}}.
+ */
+#ifndef RM_API_API_INT_H
+#define RM_API_API_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "api.h"
+#include "auth.h"
+#include "sse.h"
+
+struct MHD_Daemon;
+struct MHD_Connection;
+struct MHD_Response;
+
+#define RM__ROUTE_PARAMS 3
+
+typedef struct rm__asset {
+  const char *path; /* URL path, "/", "/static/app.js", "/api/v1/openapi.json" */
+  const char *content_type;
+  const unsigned char *data;
+  size_t len;
+} rm__asset_t;
+
+/* Generated at build time from web/ and api/openapi.json (embed.cmake). */
+extern const rm__asset_t rm__assets[];
+extern const size_t rm__assets_count;
+
+struct rm_api {
+  rm_coord_t *coord;
+  struct MHD_Daemon *daemon;
+  rm__sse_hub_t *hub;
+  char token[RM_API_TOKEN_MAX + 1];
+  char address[160];
+  size_t max_body;
+  int tick_ms;
+  int sub_id;
+  char *chartjs; /* file contents read at start, NULL when absent */
+  size_t chartjs_len;
+  char chartjs_path[256];
+  /* progress ticker */
+  pthread_t ticker;
+  int ticker_started;
+  pthread_mutex_t tick_lock;
+  pthread_cond_t tick_cond;
+  int stopping;
+  /* HTTP counters for /metrics (atomics) */
+  uint64_t http_requests[6]; /* by status class: 1xx..5xx, [0] other */
+  uint64_t sse_events_published;
+};
+
+typedef struct rm__req {
+  rm_api_t *api;
+  struct MHD_Connection *conn;
+  const char *method;
+  const char *url;
+  char *body;
+  size_t body_len;
+  int too_large;
+  int is_head;
+  char params[RM__ROUTE_PARAMS][128]; /* captured {segments} of the path */
+} rm__req_t;
+
+typedef struct rm__resp {
+  unsigned status;
+  char *body; /* heap, owned; NUL-terminated */
+  size_t len;
+  const char *content_type;
+  struct MHD_Response *raw; /* when set, used as is (status still applies) */
+  const void *persistent;   /* when set: body that outlives the server (not freed) */
+  char allow[64];           /* 405 */
+  char location[96];        /* 201 */
+} rm__resp_t;
+
+typedef void (*rm__handler_t)(rm__req_t *req, rm__resp_t *resp);
+
+#define RM__ROUTE_AUTH 1
+
+typedef struct rm__route {
+  const char *method;
+  const char *pattern; /* "/api/v1/jobs/{}/cancel"; "{}" captures one segment */
+  rm__handler_t fn;
+  int flags;
+} rm__route_t;
+
+extern const rm__route_t rm__routes[];
+
+/* ---- helpers (http.c) ---- */
+/* Takes ownership of j (decref'd). */
+void rm__resp_json(rm__resp_t *r, unsigned status, json_t *j);
+void rm__resp_text(rm__resp_t *r, unsigned status, const char *ctype, char *heap_body,
+                   size_t len);
+/* Static bytes (embedded asset, cached file): sent without a copy. */
+void rm__resp_static(rm__resp_t *r, const char *ctype, const void *data, size_t len);
+void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char *field,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Query parameter or NULL (borrowed). */
+const char *rm__req_query(rm__req_t *req, const char *name);
+const char *rm__req_header(rm__req_t *req, const char *name);
+
+/* Parse a decimal u64 (no sign, no junk, no overflow). 0 ok, -1 bad. */
+int rm__parse_u64(const char *s, uint64_t *out);
+
+/* ---- JSON views of coordinator structs (json.c) ---- */
+json_t *rm__json_job(const rm_job_info_t *j, int with_token);
+json_t *rm__json_spec(const rm_job_spec_t *s);
+json_t *rm__json_worker(const rm_worker_info_t *w);
+json_t *rm__json_event(const rm_event_t *e);
+json_t *rm__json_barrier(const rm_barrier_info_t *b);
+json_t *rm__json_step(const rm_step_sample_t *s);
+json_t *rm__json_num(double v); /* null for NaN/Inf */
+json_t *rm__json_str(const char *s); /* never NULL: non-UTF-8 bytes become '?' */
+
+/* ---- pieces ---- */
+int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t errlen);
+void rm__http_stop(rm_api_t *api);
+void rm__metrics_render(rm_api_t *api, rm__resp_t *resp);   /* metrics.c */
+int rm__ticker_start(rm_api_t *api);                          /* ticker.c */
+void rm__ticker_stop(rm_api_t *api);
+void rm__static_serve(rm__req_t *req, rm__resp_t *resp);       /* static.c */
+void rm__chartjs_load(rm_api_t *api, const char *path);
+
+#endif

@@ -1,0 +1,359 @@
+/*
+ * handlers.c - the route table and the /api/v1 endpoints. Each handler turns
+ * one request into coordinator calls (coord.h) and one JSON answer. Status
+ * mapping from rm_status_t:
+ *
+ *   RM_OK                 200 (201 for submit)
+ *   RM_ERR_INVALID_ARG    400 invalid_value, field from rm_coord_error_t
+ *   RM_ERR_NOT_FOUND      404 not_found
+ *   RM_ERR_DENIED         409 conflict (e.g. cancelling a finished job)
+ *   anything else         500 internal (message logged and returned)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_int.h"
+#include "jobspec.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+static void coord_error(rm__resp_t *resp, rm_status_t st, const char *what, uint64_t id)
+{
+  switch (st) {
+  case RM_ERR_NOT_FOUND:
+    rm__resp_error(resp, 404, "not_found", NULL, "no job %llu", (unsigned long long)id);
+    break;
+  case RM_ERR_DENIED:
+    rm__resp_error(resp, 409, "conflict", NULL, "%s: not allowed in the job's current state",
+                   what);
+    break;
+  case RM_ERR_INVALID_ARG:
+    rm__resp_error(resp, 400, "invalid_value", NULL, "%s: invalid argument", what);
+    break;
+  default:
+    RM_WARN("api: %s failed: %s", what, rm_status_name(st));
+    rm__resp_error(resp, 500, "internal", NULL, "%s failed: %s", what, rm_status_string(st));
+  }
+}
+
+/* The {id} capture as a job id; 404 for anything that is not a number. */
+static int job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id)
+{
+  if (rm__parse_u64(req->params[0], id) != 0 || *id == 0) {
+    rm__resp_error(resp, 404, "not_found", NULL, "no job '%.64s'", req->params[0]);
+    return -1;
+  }
+  return 0;
+}
+
+/* Optional integer query parameter in [lo, hi]; 400 naming it otherwise. */
+static int query_u64(rm__req_t *req, rm__resp_t *resp, const char *name, uint64_t lo, uint64_t hi,
+                     uint64_t *out)
+{
+  const char *s = rm__req_query(req, name);
+  uint64_t v;
+  if (s == NULL) return 0;
+  if (rm__parse_u64(s, &v) != 0 || v < lo || v > hi) {
+    rm__resp_error(resp, 400, "invalid_value", name, "query parameter %s must be an integer in "
+                   "%llu..%llu", name, (unsigned long long)lo, (unsigned long long)hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static void h_health(rm__req_t *req, rm__resp_t *resp)
+{
+  rm__resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static void h_ready(rm__req_t *req, rm__resp_t *resp)
+{
+  rm_job_filter_t f = {.state = -1, .offset = 0, .limit = 1};
+  rm_job_info_t *jobs = NULL;
+  size_t n = 0;
+  rm_status_t st = rm_coord_job_list(req->api->coord, &f, &jobs, &n, NULL);
+  rm_coord_free(jobs);
+  if (st != RM_OK) {
+    rm__resp_error(resp, 503, "unavailable", NULL, "coordinator store not ready: %s",
+                   rm_status_string(st));
+    return;
+  }
+  rm__resp_json(resp, 200, json_pack("{s:s,s:s}", "status", "ready", "grpc",
+                                     rm_coord_grpc_address(req->api->coord)));
+}
+
+static void h_submit(rm__req_t *req, rm__resp_t *resp)
+{
+  rm_job_spec_t spec;
+  rm_api_spec_error_t perr;
+  rm_coord_error_t cerr;
+  rm_job_info_t info;
+  rm_status_t st;
+
+  rm_job_spec_init(&spec);
+  if (req->body_len == 0) {
+    rm__resp_error(resp, 400, "invalid_json", NULL, "the request body must be a JSON job spec");
+    return;
+  }
+  if (rm__jobspec_parse(req->body, req->body_len, &spec, &perr) != 0) {
+    rm__resp_error(resp, 400, perr.code, perr.field, "%s", perr.message);
+    return;
+  }
+  memset(&cerr, 0, sizeof cerr);
+  st = rm_coord_submit(req->api->coord, &spec, &info, &cerr);
+  if (st == RM_ERR_INVALID_ARG) {
+    rm__resp_error(resp, 400, "invalid_value", cerr.field, "%s",
+                   cerr.message[0] ? cerr.message : "invalid job spec");
+    return;
+  }
+  if (st != RM_OK) {
+    coord_error(resp, st, "submit", 0);
+    return;
+  }
+  snprintf(resp->location, sizeof resp->location, "/api/v1/jobs/%llu",
+           (unsigned long long)info.id);
+  rm__resp_json(resp, 201, rm__json_job(&info, 1));
+}
+
+static void h_list(rm__req_t *req, rm__resp_t *resp)
+{
+  rm_job_filter_t f = {.state = -1, .offset = 0, .limit = 100};
+  const char *state = rm__req_query(req, "state");
+  uint64_t limit = 100, offset = 0;
+  rm_job_info_t *jobs = NULL;
+  size_t n = 0, total = 0;
+  json_t *arr, *next;
+  rm_status_t st;
+
+  if (state && *state) {
+    rm_job_state_t s;
+    if (rm_job_state_parse(state, &s) != RM_OK) {
+      rm__resp_error(resp, 400, "invalid_value", "state", "state must be one of pending, "
+                     "forming, running, succeeded, failed, cancelled");
+      return;
+    }
+    f.state = (int)s;
+  }
+  if (query_u64(req, resp, "limit", 1, 1000, &limit) || query_u64(req, resp, "offset", 0,
+                                                                  UINT64_MAX / 2, &offset))
+    return;
+  f.limit = (uint32_t)limit;
+  f.offset = offset;
+  st = rm_coord_job_list(req->api->coord, &f, &jobs, &n, &total);
+  if (st != RM_OK) {
+    coord_error(resp, st, "list jobs", 0);
+    return;
+  }
+  arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_job(&jobs[i], 0));
+  rm_coord_free(jobs);
+  next = offset + n < total ? json_integer((json_int_t)(offset + n)) : json_null();
+  rm__resp_json(resp, 200, json_pack("{s:o,s:I,s:I,s:I,s:o}", "jobs", arr, "total",
+                                     (json_int_t)total, "offset", (json_int_t)offset, "limit",
+                                     (json_int_t)limit, "next_offset", next));
+}
+
+static void h_get(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id;
+  rm_job_info_t info;
+  rm_status_t st;
+  if (job_id(req, resp, &id)) return;
+  st = rm_coord_job_get(req->api->coord, id, &info);
+  if (st != RM_OK) coord_error(resp, st, "get job", id);
+  else rm__resp_json(resp, 200, rm__json_job(&info, 0));
+}
+
+/* Optional body {"reason": "..."}; strict like the job spec. */
+static int cancel_reason(rm__req_t *req, rm__resp_t *resp, char *reason, size_t len)
+{
+  json_error_t jerr;
+  json_t *root, *v;
+  const char *k;
+  int rc = -1;
+
+  snprintf(reason, len, "cancelled over the REST API");
+  if (req->body_len == 0) return 0;
+  root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+  if (root == NULL || !json_is_object(root)) {
+    rm__resp_error(resp, 400, "invalid_json", NULL, "body must be a JSON object: %s",
+                   root ? "not an object" : jerr.text);
+    goto exit;
+  }
+  json_object_foreach(root, k, v) {
+    if (strcmp(k, "reason") != 0) {
+      rm__resp_error(resp, 400, "unknown_field", "reason", "unknown field '%.48s'", k);
+      goto exit;
+    }
+    if (!json_is_string(v) || json_string_length(v) >= len) {
+      rm__resp_error(resp, 400, "invalid_type", "reason",
+                     "reason must be a string of at most %zu characters", len - 1);
+      goto exit;
+    }
+    snprintf(reason, len, "%s", json_string_value(v));
+  }
+  rc = 0;
+exit:
+  json_decref(root);
+  return rc;
+}
+
+static void h_cancel(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id;
+  char reason[200];
+  rm_job_info_t info;
+  rm_status_t st;
+
+  if (job_id(req, resp, &id) || cancel_reason(req, resp, reason, sizeof reason)) return;
+  st = rm_coord_job_cancel(req->api->coord, id, reason);
+  if (st == RM_ERR_DENIED && rm_coord_job_get(req->api->coord, id, &info) == RM_OK) {
+    rm__resp_error(resp, 409, "conflict", NULL, "job %llu is already %s",
+                   (unsigned long long)id, rm_job_state_name(info.state));
+    return;
+  }
+  if (st == RM_OK) st = rm_coord_job_get(req->api->coord, id, &info);
+  if (st != RM_OK) coord_error(resp, st, "cancel job", id);
+  else rm__resp_json(resp, 200, rm__json_job(&info, 0));
+}
+
+static void h_workers(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id;
+  rm_worker_info_t *w = NULL;
+  size_t n = 0;
+  rm_status_t st;
+  json_t *arr;
+
+  if (job_id(req, resp, &id)) return;
+  st = rm_coord_job_workers(req->api->coord, id, &w, &n);
+  if (st != RM_OK) {
+    coord_error(resp, st, "list workers", id);
+    return;
+  }
+  arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_worker(&w[i]));
+  rm_coord_free(w);
+  rm__resp_json(resp, 200, json_pack("{s:I,s:o}", "job_id", (json_int_t)id, "workers", arr));
+}
+
+static void h_events(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id, after = 0, limit = 1000;
+  rm_event_t *ev = NULL;
+  size_t n = 0;
+  rm_status_t st;
+  rm_job_info_t info;
+  json_t *arr;
+
+  if (job_id(req, resp, &id)) return;
+  if (query_u64(req, resp, "after", 0, UINT64_MAX / 2, &after) ||
+      query_u64(req, resp, "limit", 1, 1000, &limit))
+    return;
+  st = rm_coord_job_get(req->api->coord, id, &info); /* 404 for unknown jobs */
+  if (st == RM_OK) st = rm_coord_events(req->api->coord, id, after, (uint32_t)limit, &ev, &n);
+  if (st != RM_OK) {
+    coord_error(resp, st, "list events", id);
+    return;
+  }
+  arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_event(&ev[i]));
+  if (n) after = ev[n - 1].seq;
+  rm_coord_free(ev);
+  rm__resp_json(resp, 200, json_pack("{s:I,s:o,s:I}", "job_id", (json_int_t)id, "events", arr,
+                                     "next_after", (json_int_t)after));
+}
+
+static void h_barriers(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id;
+  rm_barrier_info_t *b = NULL;
+  size_t n = 0;
+  rm_status_t st;
+  json_t *arr;
+
+  if (job_id(req, resp, &id)) return;
+  st = rm_coord_job_barriers(req->api->coord, id, &b, &n);
+  if (st != RM_OK) {
+    coord_error(resp, st, "list barriers", id);
+    return;
+  }
+  arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_barrier(&b[i]));
+  rm_coord_free(b);
+  rm__resp_json(resp, 200, json_pack("{s:I,s:I,s:o}", "job_id", (json_int_t)id, "now_ms",
+                                     (json_int_t)rm__wall_ms(), "barriers", arr));
+}
+
+static void h_steps(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id, rank = UINT64_MAX, limit = 0;
+  rm_step_sample_t *s = NULL;
+  size_t n = 0;
+  rm_status_t st;
+  json_t *arr;
+
+  if (job_id(req, resp, &id)) return;
+  if (query_u64(req, resp, "rank", 0, 65535, &rank) ||
+      query_u64(req, resp, "limit", 1, 100000, &limit))
+    return;
+  st = rm_coord_job_steps(req->api->coord, id, rank == UINT64_MAX ? -1 : (int)rank,
+                          (uint32_t)limit, &s, &n);
+  if (st != RM_OK) {
+    coord_error(resp, st, "list steps", id);
+    return;
+  }
+  arr = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_step(&s[i]));
+  rm_coord_free(s);
+  rm__resp_json(resp, 200, json_pack("{s:I,s:o}", "job_id", (json_int_t)id, "steps", arr));
+}
+
+static void h_sse(rm__req_t *req, rm__resp_t *resp)
+{
+  const char *job = rm__req_query(req, "job");
+  const char *last = rm__req_header(req, "Last-Event-ID");
+  uint64_t id = 0, last_id = 0;
+
+  if (last == NULL) last = rm__req_query(req, "last_event_id");
+  if (job && *job && (rm__parse_u64(job, &id) != 0 || id == 0)) {
+    rm__resp_error(resp, 400, "invalid_value", "job", "job must be a job id");
+    return;
+  }
+  if (last && *last && rm__parse_u64(last, &last_id) != 0) {
+    rm__resp_error(resp, 400, "invalid_value", "Last-Event-ID", "Last-Event-ID must be an "
+                   "event id");
+    return;
+  }
+  resp->raw = rm__sse_response(req->api->hub, job, last_id);
+  if (resp->raw == NULL) {
+    rm__resp_error(resp, 500, "internal", NULL, "cannot create the event stream");
+    return;
+  }
+  resp->status = 200;
+}
+
+static void h_metrics(rm__req_t *req, rm__resp_t *resp) { rm__metrics_render(req->api, resp); }
+
+const rm__route_t rm__routes[] = {
+    {"GET", "/", rm__static_serve, 0},
+    {"GET", "/index.html", rm__static_serve, 0},
+    {"GET", "/jobs/{}", rm__static_serve, 0},
+    {"GET", "/static/{}", rm__static_serve, 0},
+    {"GET", "/healthz", h_health, 0},
+    {"GET", "/readyz", h_ready, 0},
+    {"GET", "/metrics", h_metrics, 0},
+    {"GET", "/api/v1/openapi.json", rm__static_serve, 0},
+    {"GET", "/api/v1/events", h_sse, 0},
+    {"GET", "/api/v1/jobs", h_list, 0},
+    {"POST", "/api/v1/jobs", h_submit, RM__ROUTE_AUTH},
+    {"GET", "/api/v1/jobs/{}", h_get, 0},
+    {"DELETE", "/api/v1/jobs/{}", h_cancel, RM__ROUTE_AUTH},
+    {"POST", "/api/v1/jobs/{}/cancel", h_cancel, RM__ROUTE_AUTH},
+    {"GET", "/api/v1/jobs/{}/workers", h_workers, 0},
+    {"GET", "/api/v1/jobs/{}/events", h_events, 0},
+    {"GET", "/api/v1/jobs/{}/barriers", h_barriers, 0},
+    {"GET", "/api/v1/jobs/{}/steps", h_steps, 0},
+    {NULL, NULL, NULL, 0}};

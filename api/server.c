@@ -1,0 +1,97 @@
+/*
+ * server.c - rm_api_start/stop: wires the pieces together.
+ *
+ * Start order (stop is the reverse, so no thread ever sees freed state):
+ *   resolve token -> load Chart.js -> SSE hub -> subscribe to coordinator
+ *   events (forwarded into the hub) -> progress ticker -> HTTP daemon.
+ * Stop: close the hub (ends SSE streams) -> stop the HTTP daemon (joins
+ * connection threads) -> stop the ticker -> unsubscribe -> free the hub.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_int.h"
+#include "rm_alloc.h"
+#include "rm_log.h"
+#include "rm_param.h"
+
+RM_PARAM(sse_keepalive_ms, "RINGMASTER_SSE_KEEPALIVE_MS", 15000)
+RM_PARAM(api_tick_ms, "RINGMASTER_API_TICK_MS", 1000)
+
+void rm_api_options_init(rm_api_options_t *o)
+{
+  memset(o, 0, sizeof *o);
+  o->listen = "127.0.0.1:8080";
+  o->max_body = 1 << 20;
+}
+
+/* Coordinator thread, right after an event is committed: must not block. */
+static void on_event(void *ctx, const rm_event_t *ev)
+{
+  rm_api_t *api = ctx;
+  json_t *j = rm__json_event(ev);
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  char job[24] = "";
+
+  json_decref(j);
+  if (text == NULL) return;
+  if (ev->job_id) snprintf(job, sizeof job, "%llu", (unsigned long long)ev->job_id);
+  rm__sse_publish(api->hub, job, "event", text);
+  __atomic_fetch_add(&api->sse_events_published, 1, __ATOMIC_RELAXED);
+  free(text);
+}
+
+rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t **out, char *err,
+                         size_t errlen)
+{
+  rm_api_t *api = rm__xcalloc(1, sizeof *api);
+  int generated = 0, keepalive;
+
+  api->coord = coord;
+  api->max_body = o->max_body ? o->max_body : (1 << 20);
+  api->tick_ms = o->tick_ms > 0 ? o->tick_ms : (int)rm__param_api_tick_ms();
+  if (api->tick_ms < 10) api->tick_ms = 10;
+  keepalive = o->sse_keepalive_ms > 0 ? o->sse_keepalive_ms : (int)rm__param_sse_keepalive_ms();
+  if (rm__auth_resolve(o->token, o->token_file, api->token, sizeof api->token, &generated, err,
+                       errlen) != 0)
+    goto fail;
+  rm__chartjs_load(api, o->chartjs_path);
+  api->hub = rm__sse_hub_new(4096, keepalive);
+  api->sub_id = rm_coord_subscribe(coord, on_event, api);
+  if (api->sub_id <= 0) {
+    snprintf(err, errlen, "cannot subscribe to coordinator events (table full)");
+    goto fail;
+  }
+  if (rm__ticker_start(api) != 0) {
+    snprintf(err, errlen, "cannot start the progress thread");
+    goto fail;
+  }
+  if (rm__http_start(api, o->listen ? o->listen : "127.0.0.1:8080", err, errlen) != 0) goto fail;
+  if (generated)
+    RM_WARN("api: no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN);"
+            " generated one for this run: %s",
+            api->token);
+  RM_INFO("api: REST API and dashboard on http://%s/ (metrics /metrics, API /api/v1)",
+          api->address);
+  *out = api;
+  return RM_OK;
+fail:
+  rm_api_stop(api);
+  return RM_ERR_SYSTEM;
+}
+
+const char *rm_api_address(const rm_api_t *api) { return api->address; }
+
+void rm_api_stop(rm_api_t *api)
+{
+  if (api == NULL) return;
+  if (api->hub) rm__sse_hub_close(api->hub);
+  rm__http_stop(api);
+  rm__ticker_stop(api);
+  if (api->sub_id > 0) rm_coord_unsubscribe(api->coord, api->sub_id);
+  rm__sse_hub_free(api->hub);
+  free(api->chartjs);
+  memset(api->token, 0, sizeof api->token);
+  free(api);
+}

@@ -1,0 +1,351 @@
+/*
+ * app.js - ringmaster dashboard. Two views, routed on location.pathname:
+ *   /            jobs list (state, progress) + submit form
+ *   /jobs/{id}   one job: workers table, step-time chart per worker,
+ *                all-reduce throughput chart, stall panel, event timeline
+ *
+ * Data: one REST fetch per view to get the current state, then live updates
+ * from the server-sent event stream /api/v1/events (?job=ID on a job page):
+ *   progress  job state/step, workers, new step samples, open barriers
+ *   event     a coordinator event (timeline; job/worker changes re-fetch the
+ *             affected resource once)
+ *   reset     events were missed: re-fetch the view
+ * Nothing polls; the only timer re-renders "waiting for N s" texts locally.
+ */
+'use strict';
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const el = (tag, attrs = {}, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === 'class') e.className = v; else if (k === 'text') e.textContent = v; else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+};
+const fmtInt = (n) => (n == null ? '-' : Number(n).toLocaleString('en-US'));
+const fmtMs = (v) => (v == null ? '-' : v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0));
+const fmtSecs = (ms) => (ms < 60000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.floor(ms / 60000)} min ${Math.round((ms % 60000) / 1000)} s`);
+const fmtAge = (ms) => { if (!ms) return '-'; const s = (Date.now() - ms) / 1000;
+  return s < 60 ? `${Math.max(0, Math.round(s))} s ago` : s < 3600 ? `${Math.round(s / 60)} min ago` : s < 86400 ? `${Math.round(s / 3600)} h ago` : new Date(ms).toLocaleDateString(); };
+const fmtTime = (ms) => new Date(ms).toLocaleTimeString('en-GB', { hour12: false });
+const badge = (state) => el('span', { class: `badge ${state}`, text: state });
+const token = () => localStorage.getItem('ringmaster.token') || '';
+
+async function api(path, opts = {}) {
+  const headers = { Accept: 'application/json' };
+  if (opts.body) headers['Content-Type'] = 'application/json';
+  if (opts.auth && token()) headers.Authorization = `Bearer ${token()}`;
+  const r = await fetch(path, { method: opts.method || 'GET', headers, body: opts.body });
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) { const e = new Error((data.error && data.error.message) || `HTTP ${r.status}`); e.field = data.error && data.error.field; e.status = r.status; throw e; }
+  return data;
+}
+
+/* ---- live stream ---- */
+let source = null;
+function stream(query, handlers) {
+  if (source) source.close();
+  const live = $('#live');
+  source = new EventSource(`/api/v1/events${query}`);
+  source.onopen = () => { live.className = 'live on'; $('#live-text').textContent = 'live'; };
+  source.onerror = () => { live.className = 'live off'; $('#live-text').textContent = 'reconnecting'; };
+  for (const [type, fn] of Object.entries(handlers))
+    source.addEventListener(type, (m) => { try { fn(JSON.parse(m.data)); } catch (err) { console.error(err); } });
+}
+const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
+
+/* ---- jobs view ---- */
+function jobRow(j) {
+  const size = j.spec.world_size || j.spec.max_workers;
+  const pct = j.steps_total ? Math.min(100, (100 * j.step) / j.steps_total) : 0;
+  const tr = el('tr', { class: 'link', 'data-id': j.id },
+    el('td', { class: 'num', text: j.id }), el('td', { text: j.spec.name }), el('td', {}, badge(j.state)),
+    el('td', { class: 'num', text: `${j.workers_alive}/${size}` }),
+    el('td', {}, el('div', { class: 'progress-cell' }, el('div', { class: 'progress' }, el('div', { class: 'bar', style: `width:${pct}%` })),
+      el('span', { class: 'muted', text: `${fmtInt(j.step)} / ${fmtInt(j.steps_total)}` }))),
+    el('td', { class: 'muted', text: fmtAge(j.created_ms), title: new Date(j.created_ms).toLocaleString() }));
+  tr.addEventListener('click', () => go(`/jobs/${j.id}`));
+  return tr;
+}
+
+async function viewJobs() {
+  const app = $('#app');
+  app.replaceChildren($('#tpl-jobs').content.cloneNode(true));
+  const body = $('#jobs-table tbody');
+  const load = async () => {
+    const data = await api('/api/v1/jobs?limit=100');
+    body.replaceChildren(...data.jobs.map(jobRow));
+    $('#jobs-empty').hidden = data.jobs.length > 0;
+    $('#jobs-total').textContent = `${data.total} job${data.total === 1 ? '' : 's'}`;
+  };
+  const reload = debounce(load, 250);
+  await load();
+  stream('', {
+    event: (e) => { if (e.kind.startsWith('job') || e.kind === 'generation') reload(); },
+    progress: (p) => {
+      const tr = body.querySelector(`tr[data-id="${p.job_id}"]`);
+      if (!tr) { reload(); return; }
+      const pct = p.steps_total ? Math.min(100, (100 * p.step) / p.steps_total) : 0;
+      tr.children[2].replaceChildren(badge(p.state));
+      tr.children[3].textContent = `${p.workers_alive}/${tr.children[3].textContent.split('/')[1]}`;
+      tr.querySelector('.bar').style.width = `${pct}%`;
+      tr.querySelector('.progress-cell .muted').textContent = `${fmtInt(p.step)} / ${fmtInt(p.steps_total)}`;
+    },
+    reset: reload,
+  });
+  setupForm();
+}
+
+function setupForm() {
+  const form = $('#submit-form');
+  form.token.value = token();
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    const msg = $('#submit-msg');
+    form.querySelectorAll('.bad').forEach((i) => i.classList.remove('bad'));
+    localStorage.setItem('ringmaster.token', form.token.value.trim());
+    const spec = { name: form.name.value.trim(), world_size: Number(form.world_size.value), steps: Number(form.steps.value),
+      workload: form.workload.value, algorithm: form.algorithm.value, launcher: form.launcher.value, dtype: form.dtype.value };
+    if (form.workload_options.value.trim()) spec.workload_options = form.workload_options.value.trim();
+    msg.className = 'form-msg'; msg.textContent = 'Submitting...';
+    try {
+      const job = await api('/api/v1/jobs', { method: 'POST', body: JSON.stringify(spec), auth: true });
+      msg.className = 'form-msg ok'; msg.textContent = `Job ${job.id} submitted.`;
+      go(`/jobs/${job.id}`);
+    } catch (err) {
+      msg.className = 'form-msg err';
+      msg.textContent = err.status === 401 ? 'Unauthorized: enter the server\'s API token.' : err.message;
+      const input = err.field && form.elements[err.field.split('.')[0]];
+      if (input) input.classList.add('bad');
+      if (err.status === 401) form.token.classList.add('bad');
+    }
+  });
+}
+
+/* ---- job view ---- */
+const PALETTE = ['#2563eb', '#0891b2', '#7c3aed', '#0d9488', '#4f46e5', '#0284c7', '#9333ea', '#059669'];
+const MAX_POINTS = 300;
+
+function makeCharts() {
+  if (typeof Chart === 'undefined') {
+    $('#app').prepend(el('div', { class: 'notice', text: 'Charts are unavailable: Chart.js is not installed on the server (Debian package libjs-chart.js).' }));
+    return null;
+  }
+  Chart.defaults.font.family = getComputedStyle(document.body).fontFamily;
+  Chart.defaults.color = '#64748b';
+  const common = { animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
+    interaction: { mode: 'nearest', intersect: false },
+    scales: { x: { type: 'linear', title: { display: true, text: 'step' }, ticks: { precision: 0 }, grid: { color: '#f1f5f9' } },
+      y: { beginAtZero: true, grid: { color: '#f1f5f9' } } },
+    plugins: { legend: { position: 'bottom', labels: { boxWidth: 12, boxHeight: 2 } } } };
+  const stepChart = new Chart($('#step-chart'), { type: 'line', data: { datasets: [] },
+    options: { ...common, scales: { ...common.scales, y: { ...common.scales.y, title: { display: true, text: 'ms' } } } } });
+  const tputChart = new Chart($('#tput-chart'), { type: 'line', data: { datasets: [{ label: 'all-reduce GB/s', data: [], borderColor: '#0d9488',
+    backgroundColor: 'rgba(13,148,136,.12)', fill: true, pointRadius: 0, borderWidth: 2, tension: 0.2 }] },
+    options: { ...common, plugins: { legend: { display: false } }, scales: { ...common.scales, y: { ...common.scales.y, title: { display: true, text: 'GB/s' } } } } });
+  return { stepChart, tputChart };
+}
+
+class JobView {
+  constructor(id) { this.id = id; this.seen = new Set(); this.byStep = new Map(); this.stragglers = new Set(); this.barriers = []; this.offset = 0; this.lastEvent = 0; }
+
+  async start() {
+    const app = $('#app');
+    app.replaceChildren($('#tpl-job').content.cloneNode(true));
+    this.charts = makeCharts();
+    $('#cancel-btn').addEventListener('click', () => this.cancel());
+    await this.loadAll();
+    stream(`?job=${this.id}`, {
+      progress: (p) => { if (p.job_id === this.id) this.onProgress(p); },
+      event: (e) => this.onEvent(e),
+      reset: () => this.loadAll(),
+    });
+    this.timer = setInterval(() => this.renderStall(), 1000);
+  }
+
+  stop() { clearInterval(this.timer); }
+
+  async loadAll() {
+    const base = `/api/v1/jobs/${this.id}`;
+    const [job, workers, events, barriers, steps] = await Promise.all([api(base), api(`${base}/workers`),
+      api(`${base}/events`), api(`${base}/barriers`), api(`${base}/steps?limit=4000`)]);
+    this.renderJob(job);
+    this.renderWorkers(workers.workers);
+    $('#timeline').replaceChildren();
+    events.events.forEach((e) => this.addEvent(e));
+    this.setBarriers(barriers.barriers, barriers.now_ms);
+    this.addSamples(steps.steps);
+  }
+
+  renderJob(j) {
+    this.job = j;
+    $('#job-id').textContent = `job ${j.id}`;
+    $('#job-name').textContent = j.spec.name;
+    const s = j.spec;
+    const size = s.world_size ? `${s.world_size} workers` : `${s.min_workers}-${s.max_workers} workers (elastic)`;
+    $('#job-meta').innerHTML = '';
+    $('#job-meta').append(`${size} · workload `, el('b', { text: s.workload }), ` · algorithm `, el('b', { text: s.algorithm }),
+      ` · ${s.dtype} · launcher ${s.launcher} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
+    this.renderState(j.state, j.step, j.steps_total);
+  }
+
+  renderState(state, step, total) {
+    $('#job-state').replaceWith(Object.assign(badge(state), { id: 'job-state' }));
+    $('#job-bar').style.width = `${total ? Math.min(100, (100 * step) / total) : 0}%`;
+    $('#job-progress').textContent = `step ${fmtInt(step)} of ${fmtInt(total)}`;
+    $('#cancel-btn').disabled = ['succeeded', 'failed', 'cancelled'].includes(state);
+  }
+
+  renderWorkers(workers) {
+    const body = $('#workers-table tbody');
+    const current = workers.filter((w) => w.rank >= 0 || w.state === 'joining');
+    this.stragglers = new Set(current.filter((w) => w.straggler).map((w) => w.rank));
+    body.replaceChildren(...current.map((w) => el('tr', { class: `${w.straggler ? 'straggler' : ''} ${w.state === 'lost' ? 'lost' : ''}`, 'data-rank': w.rank },
+      el('td', { class: 'num', text: w.rank < 0 ? '-' : w.rank }),
+      el('td', {}, badge(w.state), ...(w.straggler ? [el('span', { class: 'badge straggler', text: 'straggler' })] : [])),
+      el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
+      el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
+      el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }))));
+    $('#workers-empty').hidden = current.length > 0;
+    const alive = current.filter((w) => w.state === 'running' || w.state === 'joining').length;
+    const lost = current.filter((w) => w.state === 'lost').length;
+    $('#workers-summary').textContent = `${alive} alive${lost ? `, ${lost} lost` : ''}`;
+    this.styleDatasets();
+  }
+
+  addEvent(e) {
+    if (e.seq <= this.lastEvent) return;
+    this.lastEvent = e.seq;
+    const bad = /lost|fail|broken|cancel|error/.test(e.kind), good = /succeeded|released|formed|generation/.test(e.kind);
+    const li = el('li', {}, el('span', { class: 't', text: fmtTime(e.time_ms) }),
+      el('span', { class: `k ${bad ? 'bad' : good ? 'good' : ''}`, text: e.kind.replace(/_/g, ' ') }), el('span', { text: e.message }));
+    $('#timeline').prepend(li);
+  }
+
+  onEvent(e) {
+    if (e.job_id !== this.id) return;
+    this.addEvent(e);
+    if (!this.refetch) this.refetch = debounce(async () => {
+      const base = `/api/v1/jobs/${this.id}`;
+      const [job, workers] = await Promise.all([api(base), api(`${base}/workers`)]);
+      this.renderJob(job); this.renderWorkers(workers.workers);
+    }, 200);
+    if (/^(job|worker|generation|barrier)/.test(e.kind)) this.refetch();
+  }
+
+  onProgress(p) {
+    this.renderState(p.state, p.step, p.steps_total);
+    if (this.job) { this.job.step = p.step; this.job.state = p.state; }
+    this.renderWorkers(p.workers.map((w) => ({ ...w, ms_since_heartbeat: w.ms_since_heartbeat })));
+    this.addSamples(p.samples);
+    this.setBarriers(p.barriers, p.now_ms);
+  }
+
+  addSamples(samples) {
+    if (!this.charts) return;
+    const { stepChart, tputChart } = this.charts;
+    let changed = false;
+    for (const s of samples) {
+      const key = `${s.generation}:${s.rank}:${s.step}`;
+      if (this.seen.has(key)) continue;
+      this.seen.add(key); changed = true;
+      let ds = stepChart.data.datasets.find((d) => d.rank === s.rank);
+      if (!ds) {
+        ds = { label: `rank ${s.rank}`, rank: s.rank, data: [], pointRadius: 0, borderWidth: 1.5, tension: 0.15 };
+        stepChart.data.datasets.push(ds);
+        stepChart.data.datasets.sort((a, b) => a.rank - b.rank);
+      }
+      const total = (s.compute_ms || 0) + (s.comm_ms || 0) + (s.wait_ms || 0);
+      ds.data.push({ x: s.step, y: total });
+      if (ds.data.length > MAX_POINTS) ds.data.shift();
+      if (s.comm_ms > 0 && s.allreduce_bytes > 0) {
+        const agg = this.byStep.get(s.step) || { sum: 0, n: 0 };
+        agg.sum += s.allreduce_bytes / (s.comm_ms / 1000) / 1e9; agg.n += 1;
+        this.byStep.set(s.step, agg);
+      }
+    }
+    if (!changed) return;
+    for (const ds of stepChart.data.datasets) ds.data.sort((a, b) => a.x - b.x);
+    const steps = [...this.byStep.keys()].sort((a, b) => a - b).slice(-MAX_POINTS);
+    for (const k of [...this.byStep.keys()]) if (k < steps[0]) this.byStep.delete(k);
+    tputChart.data.datasets[0].data = steps.map((k) => ({ x: k, y: this.byStep.get(k).sum / this.byStep.get(k).n }));
+    this.styleDatasets();
+    tputChart.update('none');
+  }
+
+  /* Stragglers stand out: flagged by the coordinator, or a recent median
+   * step time 1.5x above the median of all ranks. */
+  styleDatasets() {
+    if (!this.charts) return;
+    const { stepChart } = this.charts;
+    const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.floor(s.length / 2)] : 0; };
+    const recent = stepChart.data.datasets.map((d) => median(d.data.slice(-20).map((p) => p.y)));
+    const overall = median(recent);
+    stepChart.data.datasets.forEach((d, i) => {
+      const slow = this.stragglers.has(d.rank) || (overall > 0 && recent[i] > 1.5 * overall && stepChart.data.datasets.length > 1);
+      d.borderColor = slow ? '#dc2626' : PALETTE[d.rank % PALETTE.length];
+      d.borderWidth = slow ? 3 : 1.5;
+      d.label = slow ? `rank ${d.rank} (straggler)` : `rank ${d.rank}`;
+      d.order = slow ? 0 : 1;
+    });
+    stepChart.update('none');
+  }
+
+  setBarriers(barriers, nowMs) {
+    this.barriers = barriers.filter((b) => b.state === 'open' && b.missing.length > 0);
+    this.skew = nowMs ? nowMs - Date.now() : 0;
+    this.renderStall();
+  }
+
+  /* In words: which ranks have not reached which barrier, for how long. */
+  renderStall() {
+    const panel = $('#stall');
+    if (!panel) return;
+    const now = Date.now() + (this.skew || 0);
+    const items = [];
+    let critical = false;
+    for (const b of this.barriers) {
+      const waited = now - b.opened_ms;
+      if (waited < 2000) continue; /* a normal barrier closes quickly */
+      const left = b.deadline_ms - now;
+      critical ||= left < 0.25 * (b.deadline_ms - b.opened_ms);
+      const ranks = b.missing.map((m) => m.rank);
+      const who = ranks.length === 1 ? `Rank ${ranks[0]} has` : `Ranks ${ranks.slice(0, -1).join(', ')} and ${ranks[ranks.length - 1]} have`;
+      const details = b.missing.map((m) => `rank ${m.rank}: last step ${fmtInt(m.step)}, ${m.state}, heartbeat ${fmtSecs(m.ms_since_heartbeat)} ago`).join('; ');
+      items.push(el('li', {}, el('b', { text: `${who} not reached barrier "${b.name}" after ${fmtSecs(waited)}` }),
+        ` (generation ${b.generation}, ${b.arrived} of ${b.expected} arrived, ${left > 0 ? `deadline in ${fmtSecs(left)}` : 'deadline passed'}). ${details}.`));
+    }
+    panel.hidden = items.length === 0;
+    panel.classList.toggle('critical', critical);
+    $('#stall-list').replaceChildren(...items);
+  }
+
+  async cancel() {
+    const btn = $('#cancel-btn');
+    btn.disabled = true;
+    try {
+      const j = await api(`/api/v1/jobs/${this.id}/cancel`, { method: 'POST', body: JSON.stringify({ reason: 'cancelled from the dashboard' }), auth: true });
+      this.renderJob(j);
+    } catch (err) {
+      alert(err.status === 401 ? 'Unauthorized: set the API token in the submit form first.' : err.message);
+      btn.disabled = false;
+    }
+  }
+}
+
+/* ---- router ---- */
+let view = null;
+function go(path) { history.pushState({}, '', path); route(); }
+async function route() {
+  if (view && view.stop) view.stop();
+  view = null;
+  const m = location.pathname.match(/^\/jobs\/(\d+)$/);
+  try {
+    if (m) { view = new JobView(Number(m[1])); await view.start(); } else await viewJobs();
+  } catch (err) {
+    $('#app').replaceChildren(el('div', { class: 'card' }, el('h2', { text: 'Error' }), el('p', { text: err.message })));
+  }
+}
+window.addEventListener('popstate', route);
+route();
