@@ -1,18 +1,23 @@
 /*
  * coord_bridge.c - the coordinator's launchers (see launch_coord.h).
  *
- * State: a table of entries {job id, handle, stop_at, reported}, guarded by
- * b->mu, and one monitor thread.
+ * Threads: the coordinator calls start/stop from its threads; one monitor
+ * thread owns the table of live launches {job id, handle, stop_at}. start and
+ * stop only append to two small queues under b->mu (held for a few
+ * instructions, never across a fork or a poll), so they never wait for a
+ * squeue that hangs, whatever lock the coordinator holds when calling them.
  *
- *   start()  -> rm__launch_start; EXTERNAL launches (k8s) are not kept
- *   monitor  every 200 ms, for each entry:
- *              stop_at passed and not cancelled -> rm__launch_cancel
- *              poll: FAILED (not cancelled)     -> queue job_fail(reason)
- *                    final                      -> destroy, drop the entry
- *            then, without b->mu, job_fail for the queued ones
- *   stop()   -> stop_at = now (+ grace_ms when the job succeeded, so workers
- *              that are leaving on their own are not killed mid-exit)
- *   destroy  -> stop the monitor; optionally cancel and wait for the rest
+ *   start()   rm__launch_start (forks here, on the caller's thread); a handle
+ *             that is EXTERNAL (k8s) is dropped, others are queued
+ *   stop()    queue {job, at = now (+ grace_ms if the job succeeded, so
+ *             workers leaving on their own are not killed mid-exit)}
+ *   monitor   every 200 ms (or when woken): take both queues; for each entry:
+ *               stop_at passed, not cancelled -> rm__launch_cancel
+ *               poll FAILED, no stop asked    -> job_fail(coord, id, reason)
+ *               final                         -> destroy, drop
+ *             job_fail is called with no bridge lock held.
+ *   shutdown  stop the monitor, optionally cancel what runs and wait; later
+ *             start() answers RM_ERR_UNAVAILABLE, stop() does nothing
  */
 #include "launch_coord.h"
 #include "launch_int.h"
@@ -37,26 +42,47 @@ typedef struct {
 } entry_t;
 
 typedef struct {
+  uint64_t job;
+  int64_t at_ns;
+} stop_req_t;
+
+typedef struct {
   rm_launch_coord_t *b;
   const rm__launcher_ops_t *ops;
 } reg_ctx_t;
+
+/* A growable array of fixed-size items. */
+typedef struct {
+  void *v;
+  int n, cap;
+} vec_t;
 
 struct rm_launch_coord {
   rm_launch_coord_options_t o;
   char *log_dir, *worker_path, *advertise, *partition, *image, *ns;
   reg_ctx_t regs[3];
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* guards the queues, quit, closed */
   pthread_cond_t cv;
   pthread_t thread;
-  int quit;
-  entry_t *e;
-  int n, cap;
+  int started, quit, closed;
+  vec_t q_start, q_stop; /* entry_t, stop_req_t: filled by start/stop */
+  vec_t table;           /* entry_t: the monitor's own (after shutdown: destroy's) */
+  int live;              /* table.n as last published by the monitor */
 };
 
 typedef struct {
   uint64_t job;
   char reason[256];
 } failure_t;
+
+static void *vec_push(vec_t *v, size_t size)
+{
+  if (v->n == v->cap) {
+    v->cap = v->cap ? 2 * v->cap : 16;
+    v->v = rm__xrealloc(v->v, (size_t)v->cap * size);
+  }
+  return (char *)v->v + (size_t)v->n++ * size;
+}
 
 void rm_launch_coord_options_init(rm_launch_coord_options_t *o)
 {
@@ -104,6 +130,11 @@ static rm_status_t bridge_start(void *ctx, const rm_job_info_t *job,
   rm_launch_spec_t spec;
   rm__launch_t *h = NULL;
   rm_launch_state_t st;
+  pthread_mutex_lock(&b->mu);
+  int closed = b->closed;
+  pthread_mutex_unlock(&b->mu);
+  if (closed)
+    return rm__launch_err(err, errlen, RM_ERR_UNAVAILABLE, "coordinator is shutting down");
   rm_launch_coord_spec(b, job, coord_addr, buf, sizeof buf, &spec);
   rm_status_t rc = rm__launch_start(r->ops, &spec, &h, err, errlen);
   if (rc != RM_OK) {
@@ -115,11 +146,8 @@ static rm_status_t bridge_start(void *ctx, const rm_job_info_t *job,
     return RM_OK;
   }
   pthread_mutex_lock(&b->mu);
-  if (b->n == b->cap) {
-    b->cap = b->cap ? 2 * b->cap : 16;
-    b->e = rm__xrealloc(b->e, (size_t)b->cap * sizeof *b->e);
-  }
-  b->e[b->n++] = (entry_t){.job = job->id, .h = h};
+  *(entry_t *)vec_push(&b->q_start, sizeof(entry_t)) = (entry_t){.job = job->id, .h = h};
+  pthread_cond_signal(&b->cv);
   pthread_mutex_unlock(&b->mu);
   return RM_OK;
 }
@@ -131,39 +159,56 @@ static void bridge_stop(void *ctx, const rm_job_info_t *job)
   int64_t at = rm__now_ns() +
                (job->state == RM_JOB_SUCCEEDED ? (int64_t)grace * 1000000LL : 0);
   pthread_mutex_lock(&b->mu);
-  for (int i = 0; i < b->n; i++)
-    if (b->e[i].job == job->id && b->e[i].stop_at_ns == 0) b->e[i].stop_at_ns = at;
-  pthread_cond_signal(&b->cv);
+  if (!b->closed) {
+    *(stop_req_t *)vec_push(&b->q_stop, sizeof(stop_req_t)) = (stop_req_t){job->id, at};
+    pthread_cond_signal(&b->cv);
+  }
   pthread_mutex_unlock(&b->mu);
 }
 
-/* One pass over the table; fills fails (capacity b->n) and returns how many. */
-static int monitor_pass(rm_launch_coord_t *b, failure_t *fails)
+/* Move the queues into the table (caller holds b->mu). */
+static void take_queues(rm_launch_coord_t *b)
+{
+  entry_t *qs = b->q_start.v;
+  stop_req_t *qp = b->q_stop.v;
+  for (int i = 0; i < b->q_start.n; i++)
+    *(entry_t *)vec_push(&b->table, sizeof(entry_t)) = qs[i];
+  entry_t *e = b->table.v;
+  for (int k = 0; k < b->q_stop.n; k++)
+    for (int i = 0; i < b->table.n; i++)
+      if (e[i].job == qp[k].job && e[i].stop_at_ns == 0) e[i].stop_at_ns = qp[k].at_ns;
+  b->q_start.n = b->q_stop.n = 0;
+}
+
+/* One pass over the table (no lock held); returns the failures to report. */
+static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
 {
   int nf = 0;
   int64_t now = rm__now_ns();
-  for (int i = 0; i < b->n;) {
-    entry_t *e = &b->e[i];
+  entry_t *e = b->table.v;
+  failure_t *fails = b->table.n ? rm__xcalloc((size_t)b->table.n, sizeof *fails) : NULL;
+  for (int i = 0; i < b->table.n;) {
     rm_launch_state_t st;
     char msg[256] = "", err[256];
-    if (e->stop_at_ns != 0 && !e->cancelled && now >= e->stop_at_ns) {
-      if (rm__launch_cancel(e->h, err, sizeof err) != RM_OK)
-        RM_WARN("job %" PRIu64 ": cancel failed: %s", e->job, err);
-      e->cancelled = 1;
+    if (e[i].stop_at_ns != 0 && !e[i].cancelled && now >= e[i].stop_at_ns) {
+      if (rm__launch_cancel(e[i].h, err, sizeof err) != RM_OK)
+        RM_WARN("job %" PRIu64 ": cancel failed: %s", e[i].job, err);
+      e[i].cancelled = 1;
     }
-    if (rm__launch_poll(e->h, &st, msg, sizeof msg) != RM_OK || !rm__launch_state_final(st)) {
+    if (rm__launch_poll(e[i].h, &st, msg, sizeof msg) != RM_OK || !rm__launch_state_final(st)) {
       i++;
       continue;
     }
-    if (st == RM_LAUNCH_FAILED && e->stop_at_ns == 0) {
-      fails[nf].job = e->job;
+    if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0) {
+      fails[nf].job = e[i].job;
       snprintf(fails[nf].reason, sizeof fails[nf].reason, "%s", msg);
       nf++;
     }
-    RM_INFO("job %" PRIu64 ": launch %s %s", e->job, rm__launch_state_name(st), msg);
-    rm__launch_destroy(e->h);
-    b->e[i] = b->e[--b->n];
+    RM_INFO("job %" PRIu64 ": launch %s %s", e[i].job, rm__launch_state_name(st), msg);
+    rm__launch_destroy(e[i].h);
+    e[i] = e[--b->table.n];
   }
+  *out = fails;
   return nf;
 }
 
@@ -172,14 +217,16 @@ static void *monitor(void *arg)
   rm_launch_coord_t *b = arg;
   pthread_mutex_lock(&b->mu);
   while (!b->quit) {
-    failure_t *fails = b->n ? rm__xcalloc((size_t)b->n, sizeof *fails) : NULL;
-    int nf = monitor_pass(b, fails);
+    take_queues(b);
     pthread_mutex_unlock(&b->mu);
+    failure_t *fails = NULL;
+    int nf = monitor_pass(b, &fails);
     for (int i = 0; i < nf; i++)
       if (b->o.job_fail != NULL) b->o.job_fail(b->o.coord, fails[i].job, fails[i].reason);
     free(fails);
     pthread_mutex_lock(&b->mu);
-    if (b->quit) break;
+    b->live = b->table.n;
+    if (b->quit || b->q_start.n || b->q_stop.n) continue;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += MONITOR_PERIOD_MS * 1000000L;
@@ -208,11 +255,11 @@ rm_status_t rm_launch_coord_create(const rm_launch_coord_options_t *o,
   pthread_cond_init(&b->cv, NULL);
   int rc = pthread_create(&b->thread, NULL, monitor, b);
   if (rc != 0) {
-    b->quit = 1; /* destroy must not join */
     rm_launch_coord_destroy(b, 0);
     return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "launcher monitor thread: %s",
                           strerror(rc));
   }
+  b->started = 1;
   *out = b;
   return RM_OK;
 }
@@ -233,36 +280,38 @@ rm_status_t rm_launch_coord_register(rm_launch_coord_t *b, rm_coord_t *c,
 int rm_launch_coord_active(rm_launch_coord_t *b)
 {
   pthread_mutex_lock(&b->mu);
-  int n = b->n;
+  int n = b->live + b->q_start.n;
   pthread_mutex_unlock(&b->mu);
   return n;
 }
 
-/* Cancel everything and poll until final or the deadline; destroy all. */
-static void cancel_all(rm_launch_coord_t *b)
+void rm_launch_coord_shutdown(rm_launch_coord_t *b, int cancel_running)
 {
   char err[256];
   rm_launch_state_t st;
+  pthread_mutex_lock(&b->mu);
+  int join = b->started && !b->quit;
+  b->quit = b->closed = 1;
+  pthread_cond_signal(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+  if (join) pthread_join(b->thread, NULL);
+  take_queues(b); /* the monitor is gone: the table is ours */
+  if (!cancel_running) return;
   int grace = b->o.grace_ms > 0 ? b->o.grace_ms : RM_LAUNCH_DEFAULT_GRACE_MS;
-  for (int i = 0; i < b->n; i++) rm__launch_cancel(b->e[i].h, err, sizeof err);
-  for (int i = 0; i < b->n; i++) {
-    if (rm__launch_wait(b->e[i].h, grace + 5000, &st, err, sizeof err) != RM_OK)
-      RM_WARN("job %" PRIu64 ": workers still running at shutdown", b->e[i].job);
-  }
+  entry_t *e = b->table.v;
+  for (int i = 0; i < b->table.n; i++) rm__launch_cancel(e[i].h, err, sizeof err);
+  for (int i = 0; i < b->table.n; i++)
+    if (rm__launch_wait(e[i].h, grace + 5000, &st, err, sizeof err) != RM_OK)
+      RM_WARN("job %" PRIu64 ": workers still running at shutdown", e[i].job);
 }
 
 void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running)
 {
   if (b == NULL) return;
-  pthread_mutex_lock(&b->mu);
-  int joinable = !b->quit;
-  b->quit = 1;
-  pthread_cond_signal(&b->cv);
-  pthread_mutex_unlock(&b->mu);
-  if (joinable) pthread_join(b->thread, NULL);
-  if (cancel_running) cancel_all(b);
-  for (int i = 0; i < b->n; i++) rm__launch_destroy(b->e[i].h);
-  free(b->e);
+  rm_launch_coord_shutdown(b, cancel_running);
+  entry_t *e = b->table.v;
+  for (int i = 0; i < b->table.n; i++) rm__launch_destroy(e[i].h);
+  free(b->table.v), free(b->q_start.v), free(b->q_stop.v);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
   free(b->log_dir), free(b->worker_path), free(b->advertise);

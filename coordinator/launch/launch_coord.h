@@ -8,7 +8,8 @@
  *   rm_launch_coord_t *lc;  rm_launch_coord_create(&lo, &lc);
  *   rm_launch_coord_register(lc, c, rm_coord_register_launcher);
  *   ...
- *   rm_coord_close(c);  rm_launch_coord_destroy(lc, 1);
+ *   rm_launch_coord_shutdown(lc, 1);   cancel local workers, stop watching
+ *   rm_coord_close(c);  rm_launch_coord_destroy(lc, 0);
  *
  * For every job the coordinator asks to start (rm_coord_launcher_t.start),
  * the bridge builds an rm_launch_spec_t from the job (id, token, world =
@@ -21,9 +22,11 @@
  * succeeded gets grace_ms to exit by itself, any other is cancelled at once
  * (local: SIGTERM then SIGKILL after grace_ms; slurm: scancel).
  *
- * job_fail is called with no bridge lock held; start/stop never call into the
- * coordinator. So the coordinator may call start/stop with or without its own
- * lock held.
+ * job_fail is called from the monitor thread with no bridge lock held;
+ * start/stop never call into the coordinator and stop never blocks (it only
+ * queues), so the coordinator may call stop with its own lock held. start
+ * forks (local) or runs sbatch (slurm, up to cmd_timeout_ms): call it without
+ * the coordinator lock, as coord.c's run_launches does.
  *
  * The bridge does not link the coordinator: the two coordinator functions it
  * needs are passed in (job_fail, register), so rm_launch stays a leaf library.
@@ -64,7 +67,12 @@ rm_status_t rm_launch_coord_register(rm_launch_coord_t *b, rm_coord_t *c,
                                      rm_status_t (*reg)(rm_coord_t *,
                                                         const rm_coord_launcher_t *));
 /* Stops the monitor; with cancel_running, cancels what still runs and waits
- * up to grace_ms + 5 s for local workers to go. NULL is a no-op. */
+ * up to grace_ms + 5 s for it to go. Afterwards start() answers
+ * RM_ERR_UNAVAILABLE and stop() does nothing, so the coordinator may still
+ * call them while it closes. Call before rm_coord_close(). Idempotent. */
+void rm_launch_coord_shutdown(rm_launch_coord_t *b, int cancel_running);
+/* Shutdown (if not done) and free. Call after rm_coord_close(), when the
+ * coordinator can no longer call start/stop. NULL is a no-op. */
 void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running);
 
 /* Launches being monitored (not yet final). */

@@ -133,7 +133,13 @@ int main(void)
   LT_CHECK(strstr(text, "completions: 4\n") && strstr(text, "subdomain: rm-14-workers\n") &&
            strstr(text, "namespace: \"ml\"") && strstr(text, "image: \"img:1\""));
   free(text);
-  rm_launch_coord_destroy(b, 1);
+  /* After shutdown (before the coordinator closes) start refuses, stop is a no-op. */
+  rm_launch_coord_shutdown(b, 1);
+  job_init(&j, 15, 1, "ok");
+  LT_CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
+           RM_ERR_UNAVAILABLE);
+  g_local.stop(g_local.ctx, &j);
+  rm_launch_coord_destroy(b, 0);
 
   if (lt_failures == 0) lt_rmrf(dir);
   printf("%s: %d failure(s)\n", lt_failures ? "FAIL" : "PASS", lt_failures);
