@@ -4,6 +4,7 @@
  * process training with batch B.
  *
  *   test_train_multi N B STEPS [verify]
+ *   test_train_multi resume N B             (see resume_main)
  *   test_train_multi synthetic N OPTIONS   (the synthetic workload on N
  *                                           ranks; it verifies every result)
  *
@@ -40,6 +41,7 @@
 typedef struct args {
   int batch, steps, verify;
   const char *synthetic; /* options of a synthetic run instead, or NULL */
+  int resume;            /* the two-generation resume scenario */
 } args_t;
 
 typedef struct cb_ctx {
@@ -165,8 +167,15 @@ static int rank_main(rm_comm_t *comm, void *arg)
 
 /* Child body: build the communicator from the harness endpoints, run, and
  * exit nonzero on any failure (the harness reaps with a deadline). */
+static int resume_main(harness_t *h, int rank, const args_t *a);
+
 static void child(harness_t *h, int rank, void *arg)
 {
+  if (((const args_t *)arg)->resume) {
+    int rc = resume_main(h, rank, arg);
+    fflush(NULL);
+    exit(rc);
+  }
   rm_comm_config_t cfg;
   rm_comm_t *comm = NULL;
   harness_config(h, rank, &cfg);
@@ -178,6 +187,75 @@ static void child(harness_t *h, int rank, void *arg)
   h->res[rank].bad = rc;
   fflush(NULL);
   if (rc) exit(1);
+}
+
+/* Two generations on the same endpoints. Generation 1 trains steps 1..20.
+ * Then rank 1 restarts (a fresh workload at step 0) and the last rank
+ * applies a step 21 of its own that nobody else finished. Generation 2 runs
+ * from start_step 20 to 40: the last rank must roll back, rank 1 must get
+ * step 20's parameters from rank 0, checksums must agree after every step,
+ * and the end must match one process training 40 steps. */
+static int resume_main(harness_t *h, int rank, const args_t *a)
+{
+  char opts[512];
+  int fails = 0, world = h->world;
+  void *w = create(a, opts, sizeof(opts));
+  uint64_t *all = calloc((size_t)world, sizeof(uint64_t));
+  for (uint64_t gen = 1; gen <= 2 && w; gen++) {
+    rm_comm_config_t cfg;
+    rm_comm_t *comm = NULL;
+    harness_config(h, rank, &cfg);
+    cfg.generation = gen;
+    if (rm_comm_init(&cfg, &comm) != RM_OK) {
+      fprintf(stderr, "rank %d gen %llu: comm init failed\n", rank,
+              (unsigned long long)gen);
+      fails++;
+      break;
+    }
+    cb_ctx_t c = {.comm = comm, .world = world, .all = all};
+    rm_workload_env_t env = {.comm = comm, .rank = rank, .world = world,
+                             .start_step = gen == 1 ? 0 : 20,
+                             .max_steps = gen == 1 ? 20 : 40,
+                             .report = after_step, .report_ctx = &c};
+    rm_status_t st = rm__workload_train.run(w, &env);
+    if (st != RM_OK || c.st != RM_OK || c.mismatched || c.steps != 20) {
+      fprintf(stderr, "rank %d gen %llu: %s, %llu steps, %llu mismatched\n",
+              rank, (unsigned long long)gen, rm_status_name(st),
+              (unsigned long long)c.steps, (unsigned long long)c.mismatched);
+      fails++;
+    }
+    rm_comm_destroy(comm);
+    if (gen == 1 && rank == 1) { /* a replaced worker */
+      rm__workload_train.destroy(w);
+      w = create(a, opts, sizeof(opts));
+    } else if (gen == 1 && rank == world - 1) { /* ran ahead by one step */
+      rm__trainer_t *t = rm__train_workload_trainer(w);
+      rm__trainer_shard_grad(t, t->step, 0, 1, t->grad);
+      rm__trainer_apply(t, t->grad, 1);
+    }
+  }
+  void *ref = create(a, opts, sizeof(opts));
+  rm_workload_env_t solo = {.rank = 0, .world = 1, .max_steps = 40};
+  if (!w || !ref || rm__workload_train.run(ref, &solo) != RM_OK) return 1;
+  rm__trainer_t *td = rm__train_workload_trainer(w);
+  rm__trainer_t *tr = rm__train_workload_trainer(ref);
+  double max_abs = 0;
+  for (size_t i = 0; i < tr->model.nparams; i++)
+    max_abs = fmax(max_abs, fabs((double)td->model.params[i] -
+                                 tr->model.params[i]));
+  if (td->step != 40 || max_abs > 1e-4) {
+    fprintf(stderr, "rank %d: step %llu, max abs diff %.3g vs reference\n",
+            rank, (unsigned long long)td->step, max_abs);
+    fails++;
+  }
+  if (rank == 0)
+    printf("resume N=%d: 20 steps, rank 1 replaced, rank %d one step ahead, "
+           "20 more steps: max abs diff %.3g vs one process\n", world,
+           world - 1, max_abs);
+  free(all);
+  rm__workload_train.destroy(w);
+  rm__workload_train.destroy(ref);
+  return fails ? 1 : 0;
 }
 
 static int run_world(int world, args_t *a, double limit_ms)
@@ -195,6 +273,12 @@ static int run_world(int world, args_t *a, double limit_ms)
 
 int main(int argc, char **argv)
 {
+  if (argc == 4 && !strcmp(argv[1], "resume")) {
+    args_t a = {.batch = atoi(argv[3]), .steps = 40, .resume = 1};
+    int rc = run_world(atoi(argv[2]), &a, 120000);
+    printf("%s\n", rc == 0 ? "ok" : "FAILED");
+    return rc == 0 ? 0 : 1;
+  }
   if (argc == 4 && !strcmp(argv[1], "synthetic")) {
     args_t a = {.synthetic = argv[3]};
     int rc = run_world(atoi(argv[2]), &a, 120000);
