@@ -1,0 +1,403 @@
+/*
+ * agent.c - ringmaster-worker's life: join, build the communicator, run the
+ * workload, report, leave; re-join when the coordinator moves to a new
+ * generation.
+ *
+ *   open data endpoint
+ *   loop:
+ *     JOIN (long-poll until the group forms; UNAVAILABLE -> retry with
+ *           backoff until connect_timeout_ms, then exit 3 with the reason)
+ *     job finished?             -> exit (0 succeeded, 1 otherwise)
+ *     rm_comm_init(peers of this generation)
+ *     heartbeat thread on; workload run(); heartbeat thread off
+ *     finished all steps        -> LEAVE ok, exit 0
+ *     coordinator said stale    -> destroy comm, loop (re-join)
+ *     data-plane error          -> wait (2 heartbeat timeouts) for the
+ *                                  coordinator to decide: job failed -> exit 1,
+ *                                  new generation -> loop, else LEAVE failed
+ *
+ * "Stale" is learned from the heartbeat thread or a step report: the job's
+ * generation moved on, the job ended, or the coordinator refused our
+ * generation (FAILED_PRECONDITION, e.g. after it restarted). The heartbeat
+ * thread then aborts the communicator (rm_comm_abort is thread-safe) so a
+ * collective blocked on peers returns at once.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "control.h"
+#include "ringmaster/ringmaster.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "workloads/workload.h"
+
+enum { G_OK = 0, G_DEADLINE = 4, G_NOT_FOUND = 5, G_FAILED_PRECONDITION = 9,
+       G_UNAVAILABLE = 14, G_UNAUTHENTICATED = 16 };
+
+typedef struct agent {
+  const rm_agent_opts_t *o;
+  rm__ctl_t *ctl;
+  rm_endpoint_t *ep;
+  char host[128];
+  uint64_t worker_id, generation, steps_done, max_steps;
+  int rank, world, hb_interval_ms;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int hb_stop;
+  int stale;        /* under mu */
+  int job_state;    /* last known, under mu */
+  char reason[256]; /* under mu */
+  rm_comm_t *comm;  /* under mu, for abort */
+  const rm_workload_ops_t *wl;
+  void *wl_state;
+} agent_t;
+
+
+
+static void sleep_ms(int ms)
+{
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void mark_stale(agent_t *a, int job_state, const char *why)
+{
+  pthread_mutex_lock(&a->mu);
+  if (!a->stale) RM_INFO("coordinator moved on: %s", why);
+  a->stale = 1;
+  if (job_state >= 0) a->job_state = job_state;
+  if (why && !a->reason[0]) snprintf(a->reason, sizeof a->reason, "%s", why);
+  if (a->comm) rm_comm_abort(a->comm);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* ---- heartbeats ---- */
+static int heartbeat_once(agent_t *a)
+{
+  Ringmaster__V1__HeartbeatRequest q = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
+  Ringmaster__V1__HeartbeatResponse *r = NULL;
+  char msg[256];
+  q.job_id = a->o->job_id;
+  q.token = (char *)a->o->token;
+  q.generation = a->generation;
+  q.worker_id = a->worker_id;
+  q.step = a->steps_done;
+  int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/Heartbeat", &q.base,
+                        &ringmaster__v1__heartbeat_response__descriptor,
+                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  if (rc == G_OK) {
+    if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+      mark_stale(a, r->job_state, r->reason[0] ? r->reason : "job finished");
+    else if (r->generation != a->generation)
+      mark_stale(a, -1, "new generation");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else if (rc == G_FAILED_PRECONDITION || rc == G_NOT_FOUND ||
+             rc == G_UNAUTHENTICATED) {
+    mark_stale(a, -1, msg);
+  } else {
+    RM_DEBUG("heartbeat: status %d: %s", rc, msg);
+  }
+  return rc;
+}
+
+static void *hb_thread(void *arg)
+{
+  agent_t *a = arg;
+  rm__log_set_tag("heartbeat");
+  pthread_mutex_lock(&a->mu);
+  while (!a->hb_stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t ns = ts.tv_nsec + (int64_t)a->hb_interval_ms * 1000000;
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+    if (a->hb_stop) break;
+    pthread_mutex_unlock(&a->mu);
+    heartbeat_once(a);
+    pthread_mutex_lock(&a->mu);
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+/* ---- join ---- */
+static int join(agent_t *a, Ringmaster__V1__JoinResponse **out)
+{
+  int backoff = 100;
+  int64_t give_up = rm__now_ns() + (int64_t)a->o->connect_timeout_ms * 1000000;
+  char msg[256];
+  for (;;) {
+    Ringmaster__V1__JoinRequest q = RINGMASTER__V1__JOIN_REQUEST__INIT;
+    Ringmaster__V1__JoinResponse *r = NULL;
+    q.job_id = a->o->job_id;
+    q.token = (char *)a->o->token;
+    q.generation = a->generation;
+    q.worker_id = a->worker_id;
+    q.host = a->host;
+    q.data_addr = (char *)rm_endpoint_address(a->ep);
+    q.devices = "cpu";
+    q.rank_hint = a->o->rank_hint;
+    q.world_hint = a->o->world_hint;
+    q.wait_ms = 5000;
+    q.steps_done = a->steps_done;
+    int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/Join", &q.base,
+                          &ringmaster__v1__join_response__descriptor,
+                          (ProtobufCMessage **)&r, 10000, msg, sizeof msg);
+    if (rc == G_OK) {
+      a->worker_id = r->worker_id;
+      if (r->formed || r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED) {
+        *out = r;
+        return 0;
+      }
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      give_up = rm__now_ns() + (int64_t)a->o->connect_timeout_ms * 1000000;
+      backoff = 100;
+      continue;
+    }
+    if (rc != G_UNAVAILABLE && rc != G_DEADLINE) {
+      fprintf(stderr, "ringmaster-worker: the coordinator refused to let us "
+              "join job %llu: %s (status %d)\n",
+              (unsigned long long)a->o->job_id, msg, rc);
+      return -1;
+    }
+    if (rm__now_ns() > give_up) {
+      fprintf(stderr, "ringmaster-worker: coordinator %s unreachable for %d ms, "
+              "giving up: %s\n", a->o->coordinator, a->o->connect_timeout_ms, msg);
+      return -1;
+    }
+    RM_INFO("coordinator %s unavailable (%s); retrying in %d ms",
+            a->o->coordinator, msg, backoff);
+    sleep_ms(backoff);
+    backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+  }
+}
+
+/* ---- steps ---- */
+static int report(void *ctx, const rm_step_report_t *s)
+{
+  agent_t *a = ctx;
+  Ringmaster__V1__ReportStepRequest q = RINGMASTER__V1__REPORT_STEP_REQUEST__INIT;
+  Ringmaster__V1__ReportStepResponse *r = NULL;
+  char msg[256];
+  a->steps_done = s->step;
+  q.job_id = a->o->job_id;
+  q.token = (char *)a->o->token;
+  q.generation = a->generation;
+  q.worker_id = a->worker_id;
+  q.step = s->step;
+  q.compute_ms = s->compute_ms;
+  q.comm_ms = s->comm_ms;
+  q.wait_ms = s->wait_ms;
+  q.loss = s->loss;
+  q.accuracy = s->accuracy;
+  q.allreduce_bytes = s->allreduce_bytes;
+  q.param_checksum = s->param_checksum;
+  int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
+                        &ringmaster__v1__report_step_response__descriptor,
+                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  if (rc == G_OK) {
+    if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+      mark_stale(a, r->job_state, "job finished");
+    else if (r->generation != a->generation)
+      mark_stale(a, -1, "new generation");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else if (rc == G_FAILED_PRECONDITION || rc == G_NOT_FOUND) {
+    mark_stale(a, -1, msg);
+  }
+  pthread_mutex_lock(&a->mu);
+  int stop = a->stale;
+  pthread_mutex_unlock(&a->mu);
+  return stop;
+}
+
+static int leave(agent_t *a, int ok, const char *error)
+{
+  Ringmaster__V1__LeaveRequest q = RINGMASTER__V1__LEAVE_REQUEST__INIT;
+  Ringmaster__V1__LeaveResponse *r = NULL;
+  char msg[256], summary[512] = "";
+  if (a->wl && a->wl->summary && a->wl_state) a->wl->summary(a->wl_state, summary, sizeof summary);
+  q.job_id = a->o->job_id;
+  q.token = (char *)a->o->token;
+  q.generation = a->generation;
+  q.worker_id = a->worker_id;
+  q.ok = ok;
+  q.error = (char *)(error ? error : "");
+  q.step = a->steps_done;
+  q.summary = summary;
+  for (int i = 0; i < 5; i++) {
+    int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/Leave", &q.base,
+                          &ringmaster__v1__leave_response__descriptor,
+                          (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+    if (rc == G_OK) {
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      return 0;
+    }
+    if (rc != G_UNAVAILABLE) break;
+    sleep_ms(500 << i);
+  }
+  RM_WARN("leave: %s", msg);
+  return -1;
+}
+
+/* After a data-plane failure: give the coordinator two heartbeat timeouts to
+ * decide (job failed, or a new generation). 1 = re-join, 0 = give up. */
+static int await_decision(agent_t *a)
+{
+  int64_t until = rm__now_ns() + (int64_t)a->hb_interval_ms * 8 * 1000000;
+  while (rm__now_ns() < until) {
+    heartbeat_once(a);
+    pthread_mutex_lock(&a->mu);
+    int stale = a->stale;
+    pthread_mutex_unlock(&a->mu);
+    if (stale) return 1;
+    sleep_ms(200);
+  }
+  return 0;
+}
+
+static int make_workload(agent_t *a, const Ringmaster__V1__JobSpec *spec)
+{
+  const char *name = a->o->workload ? a->o->workload : spec->workload;
+  const char *opts = a->o->workload_options ? a->o->workload_options
+                                            : spec->workload_options;
+  char err[256] = "";
+  if (a->wl) return 0;
+  a->max_steps = a->o->steps ? a->o->steps : spec->steps;
+  a->wl = rm__workload_find(name);
+  if (!a->wl) snprintf(err, sizeof err, "unknown workload '%s'", name);
+  else if (a->wl->create(opts, &a->wl_state, err, sizeof err) != RM_OK)
+    a->wl_state = NULL;
+  if (a->wl_state) return 0;
+  fprintf(stderr, "ringmaster-worker: %s\n", err);
+  leave(a, 0, err);
+  return -1;
+}
+
+/* One generation. Returns 0 done, 1 re-join, -1 failed. */
+static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *comm = NULL;
+  const char **peers = calloc(r->n_peers ? r->n_peers : 1, sizeof *peers);
+  pthread_t hb;
+  int ret = -1;
+  char err[300];
+  for (size_t i = 0; i < r->n_peers; i++) peers[i] = r->peers[i]->data_addr;
+  rm_comm_config_init(&cfg);
+  cfg.job_id = a->o->job_id;
+  cfg.generation = r->generation;
+  cfg.rank = (int)r->rank;
+  cfg.world = (int)r->world;
+  cfg.peers = peers;
+  cfg.endpoint = a->ep;
+  if (a->o->data_timeout_ms > 0) cfg.timeout_ms = a->o->data_timeout_ms;
+  if (r->spec && r->spec->algorithm[0]) rm_algo_parse(r->spec->algorithm, &cfg.algorithm);
+  a->generation = r->generation;
+  a->rank = (int)r->rank;
+  a->world = (int)r->world;
+  a->hb_interval_ms = r->heartbeat_interval_ms ? (int)r->heartbeat_interval_ms : 1000;
+  a->hb_stop = 0;
+  pthread_create(&hb, NULL, hb_thread, a);
+  RM_INFO("generation %llu: rank %d of %d", (unsigned long long)a->generation,
+          a->rank, a->world);
+  rm_status_t st = rm_comm_init(&cfg, &comm);
+  if (st == RM_OK) {
+    rm_workload_env_t env = {comm, a->rank, a->world, r->start_step, a->max_steps,
+                             report, a};
+    pthread_mutex_lock(&a->mu);
+    a->comm = comm;
+    if (a->stale) rm_comm_abort(comm);
+    pthread_mutex_unlock(&a->mu);
+    if (a->steps_done < r->start_step) a->steps_done = r->start_step;
+    st = a->wl->run(a->wl_state, &env);
+    snprintf(err, sizeof err, "%s: %s", rm_status_name(st),
+             st == RM_OK ? "" : rm_comm_last_error(comm));
+  } else {
+    snprintf(err, sizeof err, "communicator setup failed: %s", rm_status_name(st));
+  }
+  pthread_mutex_lock(&a->mu);
+  a->hb_stop = 1;
+  a->comm = NULL;
+  pthread_cond_broadcast(&a->cv);
+  int stale = a->stale;
+  pthread_mutex_unlock(&a->mu);
+  pthread_join(hb, NULL);
+  if (comm) rm_comm_destroy(comm);
+  free(peers);
+  if (st == RM_OK && a->steps_done >= a->max_steps) {
+    ret = leave(a, 1, NULL) == 0 ? 0 : -1;
+  } else if (stale || (st != RM_ERR_INTERNAL && await_decision(a))) {
+    ret = 1;
+  } else {
+    fprintf(stderr, "ringmaster-worker: rank %d failed: %s\n", a->rank, err);
+    leave(a, 0, err);
+  }
+  return ret;
+}
+
+int rm__agent_run(const rm_agent_opts_t *o)
+{
+  agent_t a;
+  char err[256];
+  int rc = 3;
+  memset(&a, 0, sizeof a);
+  a.o = o;
+  pthread_mutex_init(&a.mu, NULL);
+  pthread_cond_init(&a.cv, NULL);
+  if (o->host) snprintf(a.host, sizeof a.host, "%s", o->host);
+  else if (gethostname(a.host, sizeof a.host)) snprintf(a.host, sizeof a.host, "unknown");
+  a.host[sizeof a.host - 1] = 0;
+  if (rm_endpoint_open(o->data_addr ? o->data_addr : "127.0.0.1:0", &a.ep) != RM_OK) {
+    fprintf(stderr, "ringmaster-worker: cannot listen on data address %s\n",
+            o->data_addr ? o->data_addr : "127.0.0.1:0");
+    return 3;
+  }
+  a.ctl = rm__ctl_open(o->coordinator, o->tls_ca, o->tls_cert, o->tls_key, err, sizeof err);
+  if (!a.ctl) {
+    fprintf(stderr, "ringmaster-worker: %s\n", err);
+    goto out;
+  }
+  for (;;) {
+    Ringmaster__V1__JoinResponse *r = NULL;
+    if (join(&a, &r)) {
+      rc = 3;
+      break;
+    }
+    if (!r->formed) { /* the job is over */
+      rc = r->job_state == RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
+      fprintf(stderr, "ringmaster-worker: job %llu is %s\n", (unsigned long long)o->job_id,
+              r->job_state == RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? "succeeded"
+              : r->job_state == RINGMASTER__V1__JOB_STATE__JOB_STATE_CANCELLED ? "cancelled" : "failed");
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      break;
+    }
+    pthread_mutex_lock(&a.mu);
+    a.stale = 0;
+    a.reason[0] = 0;
+    pthread_mutex_unlock(&a.mu);
+    if (make_workload(&a, r->spec)) {
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      rc = 1;
+      break;
+    }
+    int g = run_generation(&a, r);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (g == 1) continue;
+    rc = g == 0 ? 0 : 1;
+    break;
+  }
+out:
+  if (a.wl && a.wl_state) a.wl->destroy(a.wl_state);
+  rm__ctl_close(a.ctl);
+  rm_endpoint_close(a.ep);
+  pthread_cond_destroy(&a.cv);
+  pthread_mutex_destroy(&a.mu);
+  return rc;
+}
