@@ -15,7 +15,10 @@
  *   gen       a DATA frame of another generation      RM_ERR_STALE_GENERATION
  *   seq       a DATA frame of another collective      RM_ERR_PROTOCOL
  * and in every failing case failed_peer == 1. Run also under ASan/UBSan.
+ * Last, "stash": a HELLO for generation 2 that arrives while rank 0 forms
+ * generation 1 is parked on the endpoint and used by generation 2.
  */
+#include <sys/time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -36,22 +39,14 @@ static const rm_status_t expect[C_COUNT] = {
 
 static const char *g_fake_addr = "127.0.0.1:1"; /* never dialled by rank 0 */
 
-static void real_rank0(harness_t *h, int rank, void *arg)
+/* Receive 1000 bytes from rank 1 in the communicator's first collective,
+ * record the outcome, destroy. */
+static void real_rank0_recv(rm_comm_t *c, rm_result_t *res)
 {
-  rm_comm_config_t cfg;
-  rm_comm_t *c = NULL;
-  rm_result_t *res = &h->res[0];
   unsigned char buf[1000];
   rm__req_t rq;
   rm_status_t st;
 
-  harness_config(h, 0, &cfg);
-  cfg.world = 2; /* the parent forked us with h->world = 1 */
-  cfg.timeout_ms = 5000;
-  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
-    res->status = st;
-    return;
-  }
   memset(buf, 0, sizeof buf);
   st = rm__coll_begin(c);
   if (st == RM_OK) st = rm__irecv(c, 1, buf, sizeof buf, 0, &rq);
@@ -62,6 +57,22 @@ static void real_rank0(harness_t *h, int rank, void *arg)
   res->failed_peer = rm_comm_failed_peer(c);
   snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
   rm_comm_destroy(c);
+}
+
+static void real_rank0(harness_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_status_t st;
+
+  harness_config(h, 0, &cfg);
+  cfg.world = 2; /* the parent forked us with h->world = 1 */
+  cfg.timeout_ms = 5000;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    h->res[0].status = st;
+    return;
+  }
+  real_rank0_recv(c, &h->res[0]);
 }
 
 static int dial(const char *addr)
@@ -168,10 +179,79 @@ static int run_case(int cs)
   return bad;
 }
 
+/* Early arrival: the fake peer sends its generation-2 HELLO while rank 0 is
+ * still forming generation 1. Rank 0 must keep that connection on its
+ * endpoint, finish generation 1 on a second connection, and answer the
+ * parked one in generation 2's init; data then flows on it. */
+static void real_rank0_two_gens(harness_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_result_t *res = &h->res[0];
+  rm_status_t st;
+
+  harness_config(h, 0, &cfg);
+  cfg.world = 2;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return;
+  }
+  rm_comm_destroy(c);
+  cfg.generation = 2;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return;
+  }
+  real_rank0_recv(c, res);
+}
+
+static int run_stash(void)
+{
+  harness_t h;
+  unsigned char hdr[RM__TCP_HDR];
+  struct timeval tv = {10, 0};
+  rm__frame_t f;
+  int bad, early, now;
+  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
+  h.peers[1] = g_fake_addr;
+  h.world = 1;
+  harness_start(&h, real_rank0_two_gens, NULL);
+  h.world = 2;
+  early = dial(h.addr[0]);
+  setsockopt(early, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  frame(hdr, RM__FRAME_HELLO, 42, 2, 1, 2, 0);
+  put(early, hdr, sizeof hdr);
+  usleep(100 * 1000); /* rank 0 reads it during generation 1's init */
+  now = dial(h.addr[0]);
+  frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
+  put(now, hdr, sizeof hdr);
+  if (read(now, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no gen-1 reply");
+  if (read(early, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no gen-2 reply");
+  rm__frame_decode(hdr, &f);
+  if (f.type != RM__FRAME_HELLO || f.generation != 2) H_FAIL("bad gen-2 reply");
+  {
+    unsigned char data[1000];
+    for (int i = 0; i < (int)sizeof data; i++) data[i] = (unsigned char)(i * 3);
+    frame(hdr, RM__FRAME_DATA, 42, 2, 1, 0, 1000);
+    put(early, hdr, sizeof hdr);
+    put(early, data, sizeof data);
+  }
+  h.world = 1;
+  bad = harness_wait(&h, 30000, -1);
+  h.world = 2;
+  printf("stash   rank 0: %s: %s\n", rm_status_name(h.res[0].status), h.res[0].msg);
+  if (!h.res[0].done || h.res[0].status != RM_OK || h.res[0].bad) bad++;
+  close(early);
+  close(now);
+  harness_close(&h);
+  return bad;
+}
+
 int main(void)
 {
   int bad = 0;
   for (int cs = 0; cs < C_COUNT; cs++) bad += run_case(cs);
+  bad += run_stash();
   printf("garbage: %s\n", bad ? "FAIL" : "ok");
   return bad ? 1 : 0;
 }
