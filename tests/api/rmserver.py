@@ -1,0 +1,92 @@
+"""rmserver.py - start a real `ringmaster serve` on free ports for tests.
+
+The server is started with --grpc 127.0.0.1:0 --http 127.0.0.1:0 and a temp
+SQLite file; the bound ports are read from its stdout lines
+"ringmaster: grpc listening on HOST:PORT" / "ringmaster: http listening on
+HOST:PORT" (with a deadline). stop() sends SIGTERM to that PID, waits, and
+SIGKILLs it if it does not exit in time.
+"""
+import http.client
+import json
+import os
+import select
+import signal
+import subprocess
+import tempfile
+import time
+
+
+class Server:
+    def __init__(self, binary, token="test-token", env=None, extra=()):
+        self.tmp = tempfile.TemporaryDirectory(prefix="rm-api-")
+        self.token = token
+        e = dict(os.environ)
+        e.update({"RINGMASTER_API_TOKEN": token, "RINGMASTER_LOG_LEVEL": "warn"})
+        e.update(env or {})
+        self.log = open(os.path.join(self.tmp.name, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--db", os.path.join(self.tmp.name, "rm.db"), "--grpc", "127.0.0.1:0",
+             "--http", "127.0.0.1:0", *extra],
+            stdout=subprocess.PIPE, stderr=self.log, env=e)
+        self.http = self.grpc = None
+        deadline = time.monotonic() + 20
+        buf = b""
+        fd = self.proc.stdout.fileno()
+        while (self.http is None or self.grpc is None) and time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.5)
+            if not r:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            data = os.read(fd, 4096)  # raw reads: no hidden buffering behind select()
+            if not data:
+                break
+            buf += data
+            for line in buf.decode(errors="replace").splitlines():
+                if line.startswith("ringmaster: http listening on "):
+                    self.http = line.rsplit(" ", 1)[1].strip()
+                if line.startswith("ringmaster: grpc listening on "):
+                    self.grpc = line.rsplit(" ", 1)[1].strip()
+        if self.http is None:
+            self.stop()
+            raise RuntimeError("ringmaster serve did not print its http address")
+        self.host, port = self.http.rsplit(":", 1)
+        self.port = int(port)
+
+    def request(self, method, path, body=None, token=None, headers=None, raw=None):
+        """Returns (status, headers dict lower-cased, parsed JSON or text)."""
+        c = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = "Bearer " + token
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        if data is not None:
+            h.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace")
+        hdrs = {k.lower(): v for k, v in r.getheaders()}
+        c.close()
+        if method != "HEAD" and hdrs.get("content-type", "").startswith("application/json"):
+            return r.status, hdrs, json.loads(text)
+        return r.status, hdrs, text
+
+    def submit(self, **spec):
+        spec.setdefault("launcher", "none")
+        spec.setdefault("world_size", 1)
+        st, _, j = self.request("POST", "/api/v1/jobs", spec, token=self.token)
+        assert st == 201, (st, j)
+        return j
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+        self.log.close()
+        self.tmp.cleanup()
+        return self.proc.returncode
