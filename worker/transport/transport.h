@@ -15,7 +15,10 @@
  * Progress: requests advance only inside rm__wait / rm__waitall / rm__test
  * (single-threaded progress engine per communicator; the caller's thread).
  * All posted requests of the communicator progress in any of these calls,
- * so a rank sends and receives at once.
+ * so a rank sends and receives at once. There is no buffering of messages
+ * nobody has posted a receive for (TCP reads payload only into posted
+ * buffers): a large send completes only once the peer posts the matching
+ * receive, so post receives before waiting on sends (rm__sendrecv does).
  *
  * Deadlines: a wait fails with RM_ERR_TIMEOUT when the request it waits for
  * sees no byte of progress for comm->timeout_ms; RM_ERR_PEER_LOST when the
