@@ -368,13 +368,8 @@ rm_status_t rm_straggler_leave(rm_straggler_t *d, uint64_t worker,
   return RM_OK;
 }
 
-rm_status_t rm_straggler_get(const rm_straggler_t *d, uint64_t worker,
-                             rm_straggler_info_t *out)
+static void fill_info(const worker_t *w, rm_straggler_info_t *out)
 {
-  int pos;
-  if (d == NULL || out == NULL) return RM_ERR_INVALID_ARG;
-  if (!find(d, worker, &pos)) return RM_ERR_NOT_FOUND;
-  const worker_t *w = &d->w[pos];
   memset(out, 0, sizeof *out);
   out->worker = w->id;
   out->flagged = w->flagged;
@@ -386,7 +381,25 @@ rm_status_t rm_straggler_get(const rm_straggler_t *d, uint64_t worker,
   out->step_ms = w->med[M_STEP];
   out->reference_ms = w->reference;
   out->score = w->reference > 0.0 ? w->med[M_COMPUTE] / w->reference : 1.0;
+}
+
+rm_status_t rm_straggler_get(const rm_straggler_t *d, uint64_t worker,
+                             rm_straggler_info_t *out)
+{
+  int pos;
+  if (d == NULL || out == NULL) return RM_ERR_INVALID_ARG;
+  if (!find(d, worker, &pos)) return RM_ERR_NOT_FOUND;
+  fill_info(&d->w[pos], out);
   return RM_OK;
+}
+
+int rm_straggler_list(const rm_straggler_t *d, rm_straggler_info_t *out,
+                      int cap)
+{
+  int n = 0;
+  for (; d != NULL && out != NULL && n < cap && n < d->n; n++)
+    fill_info(&d->w[n], &out[n]);
+  return n;
 }
 
 int rm_straggler_workers(const rm_straggler_t *d) { return d ? d->n : 0; }

@@ -111,6 +111,10 @@ rm_status_t rm_straggler_leave(rm_straggler_t *d, uint64_t worker,
 /* Current view of one worker. RM_ERR_NOT_FOUND for an unknown worker. */
 rm_status_t rm_straggler_get(const rm_straggler_t *d, uint64_t worker,
                              rm_straggler_info_t *out);
+/* Up to cap workers' views, ordered by worker id. Returns how many were
+ * written (the total is rm_straggler_workers). */
+int rm_straggler_list(const rm_straggler_t *d, rm_straggler_info_t *out,
+                      int cap);
 /* Number of tracked workers / currently flagged ones. */
 int rm_straggler_workers(const rm_straggler_t *d);
 int rm_straggler_flagged(const rm_straggler_t *d);

@@ -100,10 +100,10 @@ static void test_round_trip(void)
 static rm_status_t damaged(const char *src, int how, char *err, size_t errlen)
 {
   char bad[512];
-  unsigned char buf[4096 + 64];
+  unsigned char buf[4096 + 64 + 1];
   snprintf(bad, sizeof bad, "%s/damaged.bin", dir);
   int in = open(src, O_RDONLY);
-  ssize_t n = read(in, buf, sizeof buf);
+  ssize_t n = read(in, buf, 4096 + 64);
   close(in);
   CHECK(n == 4096 + 64);
   switch (how) {

@@ -83,6 +83,10 @@ static void test_slow_worker_flagged(void)
   CHECK(rm_straggler_get(d, 0, &info) == RM_OK);
   CHECK(info.flagged == 0 && info.score > 0.9 && info.score < 1.1);
   CHECK(rm_straggler_flagged(d) == 1 && rm_straggler_workers(d) == 8);
+  rm_straggler_info_t all[8];
+  CHECK(rm_straggler_list(d, all, 8) == 8);
+  for (int w = 0; w < 8; w++) CHECK(all[w].worker == (uint64_t)w && all[w].flagged == (w == 3));
+  CHECK(rm_straggler_list(d, all, 2) == 2);
   rm_straggler_destroy(d);
 }
 

@@ -143,7 +143,7 @@ rm_status_t rm__gradcode_decode(const rm__gradcode_t *gc, const uint8_t *coeff,
     if (ones != 1) return RM_ERR_INVALID_ARG;
   }
   int used = 0;
-  for (int w = 0; w < gc->n; w++) {
+  for (int w = 0; w < gc->n && count > 0; w++) {
     if (coeff[w] == 0) continue;
     if (used++ == 0)
       memcpy(out, msgs[w], count * esz);
