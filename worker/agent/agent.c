@@ -109,7 +109,6 @@ static int heartbeat_once(agent_t *a)
 static void *hb_thread(void *arg)
 {
   agent_t *a = arg;
-  rm__log_set_tag("heartbeat");
   pthread_mutex_lock(&a->mu);
   while (!a->hb_stop) {
     struct timespec ts;
@@ -180,6 +179,7 @@ static int join(agent_t *a, Ringmaster__V1__JoinResponse **out)
 }
 
 /* ---- steps ---- */
+/* 0 left, 1 refused for a stale generation (re-join and leave again), -1. */
 static int report(void *ctx, const rm_step_report_t *s)
 {
   agent_t *a = ctx;
@@ -238,6 +238,10 @@ static int leave(agent_t *a, int ok, const char *error)
     if (rc == G_OK) {
       protobuf_c_message_free_unpacked(&r->base, NULL);
       return 0;
+    }
+    if (rc == G_FAILED_PRECONDITION) { /* new generation: re-join first */
+      RM_INFO("leave refused (%s): re-joining", msg);
+      return 1;
     }
     if (rc != G_UNAVAILABLE) break;
     sleep_ms(500 << i);
@@ -332,7 +336,7 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
   if (comm) rm_comm_destroy(comm);
   free(peers);
   if (st == RM_OK && a->steps_done >= a->max_steps) {
-    ret = leave(a, 1, NULL) == 0 ? 0 : -1;
+    ret = leave(a, 1, NULL); /* 0 done, 1 re-join, -1 failed */
   } else if (stale || (st != RM_ERR_INTERNAL && await_decision(a))) {
     ret = 1;
   } else {
