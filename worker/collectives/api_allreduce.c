@@ -1,0 +1,80 @@
+/*
+ * api_allreduce.c - rm_allreduce / rm_allreduce_ex: argument checks, the
+ * out-of-place copy, algorithm resolution (select.c), the run, avg scaling.
+ *
+ * Argument errors (NULL communicator, NULL buffer with count > 0, bad dtype,
+ * op or algorithm, a byte size that overflows size_t) return
+ * RM_ERR_INVALID_ARG before anything else happens: the collective sequence
+ * is not advanced and the communicator is not failed, so it stays usable.
+ * Everything after rm__coll_begin is a real collective on every rank, even
+ * for count 0 or world 1 (they return at once).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "collectives/coll_int.h"
+#include "rm_check.h"
+#include "rm_clock.h"
+
+typedef rm_status_t (*algo_fn_t)(rm_comm_t *, void *, size_t, rm_dtype_t,
+                                 rm__reduce_fn_t);
+
+static const algo_fn_t g_algos[RM_ALGO_COUNT] = {
+    [RM_ALGO_RING] = rm__allreduce_ring,
+    [RM_ALGO_HALVING_DOUBLING] = rm__allreduce_hd,
+    [RM_ALGO_BUTTERFLY] = rm__allreduce_butterfly,
+    [RM_ALGO_TREE] = rm__allreduce_tree,
+};
+
+rm_status_t rm__check_buf(const void *buf, size_t count, rm_dtype_t dt)
+{
+  size_t esz = rm_dtype_size(dt);
+  if (esz == 0 || count > SIZE_MAX / esz || (count > 0 && buf == NULL))
+    return RM_ERR_INVALID_ARG;
+  return RM_OK;
+}
+
+static rm_status_t check_args(rm_comm_t *c, const void *send, void *recv,
+                              size_t count, rm_dtype_t dt, rm_op_t op,
+                              rm_algo_t algo)
+{
+  if (c == NULL || (unsigned)op >= RM_OP_COUNT || (unsigned)algo >= RM_ALGO_COUNT)
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__check_buf(send, count, dt));
+  return rm__check_buf(recv, count, dt);
+}
+
+rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
+                            size_t count, rm_dtype_t dt, rm_op_t op,
+                            rm_algo_t algo, rm_allreduce_info_t *info)
+{
+  int64_t t0 = rm__now_ns();
+  size_t sent0, esz;
+  rm_algo_t chosen = RM_ALGO_RING;
+  double predicted = 0.0;
+  RM_CHECK(check_args(comm, send, recv, count, dt, op, algo));
+  RM_CHECK(rm__coll_begin(comm));
+  esz = rm_dtype_size(dt);
+  sent0 = comm->bytes_sent;
+  if (send != recv && count > 0)
+    memcpy(recv, send, count * esz);
+  if (rm_comm_world(comm) > 1 && count > 0) {
+    RM_CHECK(rm__allreduce_resolve(comm, algo, count * esz, &chosen, &predicted));
+    RM_CHECK(g_algos[chosen](comm, recv, count, dt, rm__reduce_fn(dt, op)));
+  }
+  if (op == RM_AVG)
+    rm__scale_avg(recv, count, dt, rm_comm_world(comm));
+  if (info) {
+    info->algorithm = chosen;
+    info->predicted_us = predicted;
+    info->elapsed_us = (double)(rm__now_ns() - t0) / 1e3;
+    info->bytes_sent = comm->bytes_sent - sent0;
+  }
+  return RM_OK;
+}
+
+rm_status_t rm_allreduce(rm_comm_t *comm, const void *send, void *recv,
+                         size_t count, rm_dtype_t dt, rm_op_t op)
+{
+  return rm_allreduce_ex(comm, send, recv, count, dt, op, RM_ALGO_AUTO, NULL);
+}

@@ -1,0 +1,158 @@
+/*
+ * api_coll.c - the other public collectives: reduce-scatter and all-gather
+ * (ring halves), broadcast and reduce (binomial trees, any root), all-to-all
+ * (pairwise exchange) and barrier (dissemination).
+ *
+ * Argument errors return RM_ERR_INVALID_ARG before rm__coll_begin (the
+ * communicator is not failed). Then each call is a collective on every rank.
+ *
+ * all-to-all, pairwise exchange: N-1 steps; at step s rank r sends block
+ * (r+s) mod N to rank r+s and receives block (r-s) mod N from rank r-s
+ * (tag: the element offset of the block at the receiver). Every link is used
+ * once, no rank receives from two at a time. Cost (N-1)(alpha + n/N beta).
+ *
+ * barrier, dissemination: ceil(log2 N) rounds; in round k (distance 2^k)
+ * rank r sends a one-byte token to r + 2^k and waits for one from r - 2^k.
+ * After the last round every rank has (transitively) heard from all.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll_int.h"
+#include "rm_check.h"
+
+rm_status_t rm__check_buf(const void *buf, size_t count, rm_dtype_t dt);
+
+static rm_status_t check_n(const rm_comm_t *c, const void *buf, size_t count,
+                           rm_dtype_t dt, size_t mult)
+{
+  if (c == NULL || (mult > 1 && count > SIZE_MAX / mult))
+    return RM_ERR_INVALID_ARG;
+  return rm__check_buf(buf, count * mult, dt);
+}
+
+rm_status_t rm_reduce_scatter(rm_comm_t *comm, const void *send, void *recv,
+                              size_t recv_count, rm_dtype_t dt, rm_op_t op)
+{
+  size_t n, esz;
+  char *tmp;
+  rm_status_t st = RM_OK;
+  RM_CHECK(check_n(comm, recv, recv_count, dt, 1));
+  n = (size_t)rm_comm_world(comm);
+  RM_CHECK(check_n(comm, send, recv_count, dt, n));
+  if ((unsigned)op >= RM_OP_COUNT)
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__coll_begin(comm));
+  esz = rm_dtype_size(dt);
+  if (recv_count == 0)
+    return RM_OK;
+  tmp = malloc(n * recv_count * esz);
+  if (!tmp)
+    return RM_ERR_NOMEM;
+  memcpy(tmp, send, n * recv_count * esz);
+  if (n > 1)
+    RM_CHECK_GOTO(rm__ring_reduce_scatter(comm, tmp, n * recv_count, dt,
+                                          rm__reduce_fn(dt, op)), st, out);
+  memmove(recv, tmp + (size_t)rm_comm_rank(comm) * recv_count * esz, recv_count * esz);
+  if (op == RM_AVG)
+    rm__scale_avg(recv, recv_count, dt, (int)n);
+out:
+  free(tmp);
+  return st;
+}
+
+rm_status_t rm_allgather(rm_comm_t *comm, const void *send, void *recv,
+                         size_t send_count, rm_dtype_t dt)
+{
+  size_t n, esz;
+  RM_CHECK(check_n(comm, send, send_count, dt, 1));
+  n = (size_t)rm_comm_world(comm);
+  RM_CHECK(check_n(comm, recv, send_count, dt, n));
+  RM_CHECK(rm__coll_begin(comm));
+  esz = rm_dtype_size(dt);
+  if (send_count == 0)
+    return RM_OK;
+  memmove((char *)recv + (size_t)rm_comm_rank(comm) * send_count * esz, send,
+          send_count * esz);
+  if (n == 1)
+    return RM_OK;
+  return rm__ring_allgather(comm, recv, n * send_count, dt);
+}
+
+rm_status_t rm_broadcast(rm_comm_t *comm, void *buf, size_t count,
+                         rm_dtype_t dt, int root)
+{
+  RM_CHECK(check_n(comm, buf, count, dt, 1));
+  if (root < 0 || root >= rm_comm_world(comm))
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__coll_begin(comm));
+  if (rm_comm_world(comm) == 1)
+    return RM_OK;
+  return rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
+}
+
+rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
+                      size_t count, rm_dtype_t dt, rm_op_t op, int root)
+{
+  RM_CHECK(check_n(comm, send, count, dt, 1));
+  if (root < 0 || root >= rm_comm_world(comm) || (unsigned)op >= RM_OP_COUNT)
+    return RM_ERR_INVALID_ARG;
+  int is_root = rm_comm_rank(comm) == root;
+  if (is_root)
+    RM_CHECK(check_n(comm, recv, count, dt, 1));
+  RM_CHECK(rm__coll_begin(comm));
+  size_t esz = rm_dtype_size(dt);
+  if (count == 0)
+    return RM_OK;
+  if (rm_comm_world(comm) == 1) {
+    memmove(recv, send, count * esz);
+  } else {
+    RM_CHECK(rm__tree_reduce(comm, send, is_root ? recv : NULL, count, esz,
+                             rm__reduce_fn(dt, op), root));
+  }
+  if (is_root && op == RM_AVG)
+    rm__scale_avg(recv, count, dt, rm_comm_world(comm));
+  return RM_OK;
+}
+
+rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
+                        size_t count, rm_dtype_t dt)
+{
+  int n, r;
+  size_t esz, blk;
+  RM_CHECK(check_n(comm, send, count, dt, 1));
+  n = rm_comm_world(comm);
+  RM_CHECK(check_n(comm, send, count, dt, (size_t)n));
+  RM_CHECK(check_n(comm, recv, count, dt, (size_t)n));
+  if (count > 0 && send == recv)
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__coll_begin(comm));
+  r = rm_comm_rank(comm);
+  esz = rm_dtype_size(dt);
+  blk = count * esz;
+  if (count == 0)
+    return RM_OK;
+  memcpy((char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk, blk);
+  for (int s = 1; s < n; s++) {
+    int to = (r + s) % n, from = (r - s + n) % n;
+    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk,
+                          (uint64_t)r * count, from, (char *)recv + (size_t)from * blk,
+                          blk, (uint64_t)from * count));
+  }
+  return RM_OK;
+}
+
+rm_status_t rm_barrier(rm_comm_t *comm)
+{
+  int n, r;
+  char token = 1, got = 0;
+  if (comm == NULL)
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__coll_begin(comm));
+  n = rm_comm_world(comm);
+  r = rm_comm_rank(comm);
+  for (int k = 1; k < n; k *= 2)
+    RM_CHECK(rm__sendrecv(comm, (r + k) % n, &token, 1, (uint64_t)k,
+                          (r - k + n) % n, &got, 1, (uint64_t)k));
+  return RM_OK;
+}

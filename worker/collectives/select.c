@@ -1,0 +1,190 @@
+/*
+ * select.c - the `auto` all-reduce choice: an alpha-beta-gamma cost model per
+ * algorithm, calibrated lazily on the live links.
+ *
+ * Model (n bytes, N ranks, p = largest power of two <= N, d = ceil(log2 N),
+ * fold = 2 alpha + 2 n beta + n gamma when N != p, else 0):
+ *
+ *   ring       2(N-1) alpha + 2 (N-1)/N n beta + (N-1)/N n gamma
+ *   hd         2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma + fold
+ *   butterfly  log2(p) (alpha + n beta + n gamma) + fold
+ *   tree       2 d alpha + 2 d n beta + d n gamma   (root link carries d n
+ *              each way; pipelining hides the depth, not that)
+ *
+ * alpha: one message's latency; beta: inverse bandwidth per byte while every
+ * rank sends at once (what the algorithms do); gamma: reduction time per byte
+ * (f32 sum). Calibration (rm__cost_calibrate), the first time auto is used:
+ * every rank exchanges with its ring neighbours (send right, receive left,
+ * all at once) 8-byte messages 16 times and 256 KiB messages 4 times
+ * (medians), and times the f32 sum kernel on 256 KiB; then rank 0's three
+ * numbers are broadcast, so every rank holds the same model and picks the
+ * same algorithm. Before calibration (rm_allreduce_choose on a fresh
+ * communicator) the defaults below are used.
+ *
+ * Precedence of the algorithm for one call: rm_allreduce_ex's algo, else the
+ * communicator's (rm_comm_set_algorithm, else RINGMASTER_ALGO), else auto.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/coll_int.h"
+#include "rm_check.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+#define DEF_ALPHA_US 25.0
+#define DEF_BETA_US_PER_B (1.0 / 1000.0)  /* 1 GB/s */
+#define DEF_GAMMA_US_PER_B (1.0 / 4000.0) /* 4 GB/s */
+#define CAL_SMALL_ITERS 16
+#define CAL_BIG_ITERS 4
+#define CAL_BIG_BYTES (256u * 1024u)
+
+static void model_of(const rm_comm_t *c, double *a, double *b, double *g)
+{
+  if (c->cost.calibrated) {
+    *a = c->cost.alpha_us;
+    *b = c->cost.beta_us_per_byte;
+    *g = c->cost.gamma_us_per_byte;
+  } else {
+    *a = DEF_ALPHA_US;
+    *b = DEF_BETA_US_PER_B;
+    *g = DEF_GAMMA_US_PER_B;
+  }
+}
+
+double rm__allreduce_predict(const rm_comm_t *c, rm_algo_t algo, size_t bytes)
+{
+  double a, b, g, n = (double)bytes;
+  int N = rm_comm_world(c), p = rm__pow2_floor(N), lp = 0, d = 0;
+  model_of(c, &a, &b, &g);
+  if (N <= 1)
+    return 0.0;
+  while ((1 << lp) < p)
+    lp++;
+  while ((1 << d) < N)
+    d++;
+  double fold = N != p ? 2 * a + 2 * n * b + n * g : 0.0;
+  double fr = (double)(N - 1) / N, fp = (double)(p - 1) / p;
+  switch (algo) {
+  case RM_ALGO_RING: return 2 * (N - 1) * a + 2 * fr * n * b + fr * n * g;
+  case RM_ALGO_HALVING_DOUBLING:
+    return 2 * lp * a + 2 * fp * n * b + fp * n * g + fold;
+  case RM_ALGO_BUTTERFLY: return lp * (a + n * b + n * g) + fold;
+  case RM_ALGO_TREE: return 2 * d * a + 2 * d * n * b + d * n * g;
+  default: return INFINITY;
+  }
+}
+
+rm_algo_t rm_allreduce_choose(const rm_comm_t *comm, size_t bytes,
+                              double *predicted_us)
+{
+  rm_algo_t best = RM_ALGO_RING;
+  double best_us = INFINITY;
+  if (comm == NULL)
+    return RM_ALGO_RING;
+  for (int a = RM_ALGO_RING; a < RM_ALGO_COUNT; a++) {
+    double us = rm__allreduce_predict(comm, (rm_algo_t)a, bytes);
+    if (us < best_us) {
+      best_us = us;
+      best = (rm_algo_t)a;
+    }
+  }
+  if (predicted_us)
+    *predicted_us = best_us;
+  return best;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* Median microseconds of `iters` ring-neighbour exchanges of len bytes. */
+static rm_status_t ring_exchange_us(rm_comm_t *c, char *sbuf, char *rbuf,
+                                    size_t len, int iters, double *us)
+{
+  int n = rm_comm_world(c), r = rm_comm_rank(c);
+  double t[CAL_SMALL_ITERS];
+  for (int i = 0; i < iters; i++) {
+    int64_t t0 = rm__now_ns();
+    RM_CHECK(rm__sendrecv(c, (r + 1) % n, sbuf, len, (uint64_t)i,
+                          (r + n - 1) % n, rbuf, len, (uint64_t)i));
+    t[i] = (double)(rm__now_ns() - t0) / 1e3;
+  }
+  qsort(t, (size_t)iters, sizeof t[0], cmp_double);
+  *us = t[iters / 2];
+  return RM_OK;
+}
+
+static double gamma_measure(char *a, const char *b)
+{
+  rm__reduce_fn_t fn = rm__reduce_fn(RM_F32, RM_SUM);
+  double best = INFINITY;
+  for (int i = 0; i < 3; i++) {
+    int64_t t0 = rm__now_ns();
+    fn(a, b, CAL_BIG_BYTES / 4);
+    double us = (double)(rm__now_ns() - t0) / 1e3;
+    best = us < best ? us : best;
+  }
+  return best / CAL_BIG_BYTES;
+}
+
+rm_status_t rm__cost_calibrate(rm_comm_t *c)
+{
+  rm_status_t st = RM_OK;
+  double small_us, big_us, m[3];
+  char *buf = calloc(2, CAL_BIG_BYTES);
+  if (!buf)
+    return RM_ERR_NOMEM;
+  if (rm_comm_world(c) > 1) {
+    RM_CHECK_GOTO(ring_exchange_us(c, buf, buf + CAL_BIG_BYTES, 8, 1, &small_us), st, out);
+    RM_CHECK_GOTO(ring_exchange_us(c, buf, buf + CAL_BIG_BYTES, 8, CAL_SMALL_ITERS,
+                                   &small_us), st, out);
+    RM_CHECK_GOTO(ring_exchange_us(c, buf, buf + CAL_BIG_BYTES, CAL_BIG_BYTES,
+                                   CAL_BIG_ITERS, &big_us), st, out);
+  } else {
+    small_us = DEF_ALPHA_US;
+    big_us = DEF_ALPHA_US + CAL_BIG_BYTES * DEF_BETA_US_PER_B;
+  }
+  m[0] = small_us;
+  m[1] = (big_us - small_us) / CAL_BIG_BYTES;
+  if (m[1] < 1e-6) /* faster than 1 TB/s is a measuring error */
+    m[1] = 1e-6;
+  m[2] = gamma_measure(buf, buf + CAL_BIG_BYTES);
+  if (rm_comm_world(c) > 1) /* everybody uses rank 0's numbers */
+    RM_CHECK_GOTO(rm__tree_bcast(c, m, 3, sizeof(double), 0), st, out);
+  c->cost.alpha_us = m[0];
+  c->cost.beta_us_per_byte = m[1];
+  c->cost.gamma_us_per_byte = m[2];
+  c->cost.calibrated = 1;
+  RM_DEBUG("cost model calibrated: alpha %.1f us, beta %.3f GB/s, gamma %.3f GB/s",
+           m[0], 1e-3 / m[1], 1e-3 / m[2]);
+out:
+  free(buf);
+  return st;
+}
+
+/* Resolve `algo` for one call (see precedence above); calibrates on first
+ * use of auto. *predicted_us: the model's time for the one chosen. */
+rm_status_t rm__allreduce_resolve(rm_comm_t *c, rm_algo_t algo, size_t bytes,
+                                  rm_algo_t *out, double *predicted_us)
+{
+  rm_algo_t a = algo != RM_ALGO_AUTO ? algo : c->algorithm;
+  double pred[RM_ALGO_COUNT] = {0};
+  if (a == RM_ALGO_AUTO && !c->cost.calibrated && rm_comm_world(c) > 1)
+    RM_CHECK(rm__cost_calibrate(c));
+  if (a == RM_ALGO_AUTO)
+    a = rm_allreduce_choose(c, bytes, NULL);
+  for (int k = RM_ALGO_RING; k < RM_ALGO_COUNT; k++)
+    pred[k] = rm__allreduce_predict(c, (rm_algo_t)k, bytes);
+  RM_DEBUG("allreduce %zu bytes, world %d: %s%s (predicted us: ring %.1f, hd %.1f, "
+           "butterfly %.1f, tree %.1f)", bytes, rm_comm_world(c), rm_algo_name(a),
+           algo == RM_ALGO_AUTO && c->algorithm == RM_ALGO_AUTO ? " by auto" : "",
+           pred[RM_ALGO_RING], pred[RM_ALGO_HALVING_DOUBLING],
+           pred[RM_ALGO_BUTTERFLY], pred[RM_ALGO_TREE]);
+  *out = a;
+  *predicted_us = pred[a];
+  return RM_OK;
+}
