@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "rm_log.h"
@@ -180,28 +181,53 @@ static int fsync_dir(const char *dir)
   return rc;
 }
 
-rm_status_t rm__ckpt_write(const char *dir, const rm__ckpt_meta_t *meta,
-                           const void *payload, char *path, size_t path_len,
-                           char *err, size_t errlen)
+/* payload length and (crc not NULL) CRC over the iovs; -1 for a NULL base
+ * with a length */
+static int iov_sum(const struct iovec *iov, int iovcnt, uint64_t *len,
+                   uint32_t *crc)
+{
+  *len = 0;
+  if (crc != NULL) *crc = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    if (iov[i].iov_len > 0 && iov[i].iov_base == NULL) return -1;
+    *len += iov[i].iov_len;
+    if (crc != NULL) *crc = rm__crc32(*crc, iov[i].iov_base, iov[i].iov_len);
+  }
+  return 0;
+}
+
+rm_status_t rm__ckpt_writev(const char *dir, const rm__ckpt_meta_t *meta,
+                            const struct iovec *iov, int iovcnt, char *path,
+                            size_t path_len, char *err, size_t errlen)
 {
   char fin[4096], tmp[4096 + 16];
   uint8_t h[RM__CKPT_HEADER_LEN];
+  rm__ckpt_meta_t m;
+  uint32_t crc;
   rm_status_t st = RM_OK;
   int fd = -1;
-  if (meta == NULL || meta->world < 1 || (meta->payload_len > 0 && payload == NULL) ||
+  if (meta == NULL || meta->world < 1 || iovcnt < 0 || (iovcnt > 0 && iov == NULL) ||
+      iov_sum(iov, iovcnt, &m.payload_len, &crc) != 0 ||
       rm__ckpt_path(dir, meta->job_id, meta->rank, meta->step, fin, sizeof fin) != RM_OK) {
     seterr(err, errlen, "checkpoint write: invalid arguments");
     return RM_ERR_INVALID_ARG;
   }
+  m.job_id = meta->job_id;
+  m.step = meta->step;
+  m.generation = meta->generation;
+  m.rank = meta->rank;
+  m.world = meta->world;
   snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, strrchr(fin, '/') + 1);
-  pack_header(h, meta, rm__crc32(0, payload, (size_t)meta->payload_len));
+  pack_header(h, &m, crc);
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     seterr(err, errlen, "checkpoint %s: open: %s", tmp, strerror(errno));
     return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
   }
-  if (write_all(fd, h, sizeof h) != 0 ||
-      write_all(fd, payload, (size_t)meta->payload_len) != 0 || fsync(fd) != 0) {
+  int bad = write_all(fd, h, sizeof h);
+  for (int i = 0; i < iovcnt && bad == 0; i++)
+    bad = write_all(fd, iov[i].iov_base, iov[i].iov_len);
+  if (bad != 0 || fsync(fd) != 0) {
     seterr(err, errlen, "checkpoint %s: write/fsync: %s", tmp, strerror(errno));
     st = RM_ERR_SYSTEM;
     goto fail;
@@ -230,6 +256,17 @@ fail:
   if (fd >= 0) close(fd);
   unlink(tmp);
   return st;
+}
+
+rm_status_t rm__ckpt_write(const char *dir, const rm__ckpt_meta_t *meta,
+                           const void *payload, char *path, size_t path_len,
+                           char *err, size_t errlen)
+{
+  struct iovec one;
+  if (meta == NULL) return RM_ERR_INVALID_ARG;
+  one.iov_base = (void *)(uintptr_t)payload; /* only read */
+  one.iov_len = (size_t)meta->payload_len;
+  return rm__ckpt_writev(dir, meta, &one, 1, path, path_len, err, errlen);
 }
 
 static rm_status_t check_header(const char *path, const uint8_t *h,
@@ -265,15 +302,13 @@ static rm_status_t check_header(const char *path, const uint8_t *h,
   return RM_OK;
 }
 
-rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
-                          void **payload, char *err, size_t errlen)
+/* Open path, read and check its header. OUT *fd (open, positioned at the
+ * payload), *m, h[]. On failure nothing stays open. */
+static rm_status_t open_checked(const char *path, int *fd_out, rm__ckpt_meta_t *m,
+                                uint8_t *h, char *err, size_t errlen)
 {
-  uint8_t h[RM__CKPT_HEADER_LEN];
-  rm__ckpt_meta_t m;
   struct stat sb;
-  void *buf = NULL;
   rm_status_t st = RM_OK;
-  if (path == NULL || meta == NULL || payload == NULL) return RM_ERR_INVALID_ARG;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     seterr(err, errlen, "checkpoint %s: open: %s", path, strerror(errno));
@@ -282,46 +317,97 @@ rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
   if (fstat(fd, &sb) != 0) {
     seterr(err, errlen, "checkpoint %s: fstat: %s", path, strerror(errno));
     st = RM_ERR_SYSTEM;
-    goto out;
-  }
-  if ((uint64_t)sb.st_size < RM__CKPT_HEADER_LEN) {
+  } else if ((uint64_t)sb.st_size < RM__CKPT_HEADER_LEN) {
     seterr(err, errlen, "checkpoint %s: truncated: %lld bytes, shorter than the "
            "%d-byte header", path, (long long)sb.st_size, RM__CKPT_HEADER_LEN);
     st = RM_ERR_INVALID_ARG;
-    goto out;
-  }
-  if (read_all(fd, h, sizeof h) != 1) {
+  } else if (read_all(fd, h, RM__CKPT_HEADER_LEN) != 1) {
     seterr(err, errlen, "checkpoint %s: reading header failed", path);
     st = RM_ERR_SYSTEM;
-    goto out;
+  } else {
+    st = check_header(path, h, (uint64_t)sb.st_size, m, err, errlen);
   }
-  st = check_header(path, h, (uint64_t)sb.st_size, &m, err, errlen);
-  if (st != RM_OK) goto out;
+  if (st != RM_OK) {
+    close(fd);
+    return st;
+  }
+  *fd_out = fd;
+  return RM_OK;
+}
+
+/* read the payload into iov (exactly m->payload_len bytes) and check its CRC */
+static rm_status_t read_payload(const char *path, int fd, const uint8_t *h,
+                                const struct iovec *iov, int iovcnt,
+                                char *err, size_t errlen)
+{
+  uint32_t crc = 0;
+  for (int i = 0; i < iovcnt; i++) {
+    if (iov[i].iov_len > 0 && read_all(fd, iov[i].iov_base, iov[i].iov_len) != 1) {
+      seterr(err, errlen, "checkpoint %s: reading payload failed (changed while read?)", path);
+      return RM_ERR_SYSTEM;
+    }
+    crc = rm__crc32(crc, iov[i].iov_base, iov[i].iov_len);
+  }
+  if (crc != get32(h + 56)) {
+    seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
+    return RM_ERR_INVALID_ARG;
+  }
+  return RM_OK;
+}
+
+rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
+                          void **payload, char *err, size_t errlen)
+{
+  uint8_t h[RM__CKPT_HEADER_LEN];
+  rm__ckpt_meta_t m;
+  struct iovec one = {NULL, 0};
+  int fd = -1;
+  if (path == NULL || meta == NULL || payload == NULL) return RM_ERR_INVALID_ARG;
+  rm_status_t st = open_checked(path, &fd, &m, h, err, errlen);
+  if (st != RM_OK) return st;
   if (m.payload_len > 0) {
-    buf = malloc((size_t)m.payload_len);
-    if (buf == NULL) {
+    one.iov_len = (size_t)m.payload_len;
+    one.iov_base = malloc(one.iov_len);
+    if (one.iov_base == NULL) {
       seterr(err, errlen, "checkpoint %s: no memory for %" PRIu64 " bytes", path,
              m.payload_len);
       st = RM_ERR_NOMEM;
       goto out;
     }
-    if (read_all(fd, buf, (size_t)m.payload_len) != 1) {
-      seterr(err, errlen, "checkpoint %s: reading payload failed (changed while read?)", path);
-      st = RM_ERR_SYSTEM;
-      goto out;
-    }
   }
-  if (rm__crc32(0, buf, (size_t)m.payload_len) != get32(h + 56)) {
-    seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
-    st = RM_ERR_INVALID_ARG;
-    goto out;
-  }
+  st = read_payload(path, fd, h, &one, 1, err, errlen);
+  if (st != RM_OK) goto out;
   *meta = m;
-  *payload = buf;
-  buf = NULL;
+  *payload = one.iov_base;
+  one.iov_base = NULL;
 out:
-  free(buf);
+  free(one.iov_base);
   close(fd);
+  return st;
+}
+
+rm_status_t rm__ckpt_readv(const char *path, rm__ckpt_meta_t *meta,
+                           const struct iovec *iov, int iovcnt, char *err,
+                           size_t errlen)
+{
+  uint8_t h[RM__CKPT_HEADER_LEN];
+  rm__ckpt_meta_t m;
+  uint64_t cap;
+  int fd = -1;
+  if (path == NULL || meta == NULL || iovcnt < 0 || (iovcnt > 0 && iov == NULL) ||
+      iov_sum(iov, iovcnt, &cap, NULL) != 0)
+    return RM_ERR_INVALID_ARG;
+  rm_status_t st = open_checked(path, &fd, &m, h, err, errlen);
+  if (st != RM_OK) return st;
+  if (m.payload_len != cap) {
+    seterr(err, errlen, "checkpoint %s: payload is %" PRIu64 " bytes, the buffers "
+           "hold %" PRIu64 " (different model?)", path, m.payload_len, cap);
+    st = RM_ERR_INVALID_ARG;
+  } else {
+    st = read_payload(path, fd, h, iov, iovcnt, err, errlen);
+  }
+  close(fd);
+  if (st == RM_OK) *meta = m;
   return st;
 }
 

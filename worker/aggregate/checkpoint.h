@@ -9,6 +9,8 @@
  *   ...after a restart...
  *   rm__ckpt_latest(dir, J, r, path, sizeof path, &m, err, sizeof err);
  *   rm__ckpt_read(path, &m, &payload, err, sizeof err);   free(payload)
+ * or, for state kept in several arrays (parameters + optimizer state):
+ *   rm__ckpt_writev(dir, &m, iov, 2, ...);  rm__ckpt_readv(path, &m, iov, 2, ...)
  *
  * One writer per (dir, job, rank) at a time (ranks may share a dir). Errors:
  * RM_ERR_INVALID_ARG for bad arguments AND for a file that is not a valid
@@ -22,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "ringmaster/ringmaster.h"
 
@@ -51,10 +54,25 @@ rm_status_t rm__ckpt_write(const char *dir, const rm__ckpt_meta_t *meta,
                            const void *payload, char *path, size_t path_len,
                            char *err, size_t errlen);
 
+/* The same with the payload gathered from iovcnt buffers (for example
+ * parameters, then the optimizer's momentum); meta->payload_len is ignored
+ * and the header gets the sum of the lengths. */
+rm_status_t rm__ckpt_writev(const char *dir, const rm__ckpt_meta_t *meta,
+                            const struct iovec *iov, int iovcnt, char *path,
+                            size_t path_len, char *err, size_t errlen);
+
 /* Read and validate one file. OUT *meta and *payload (malloc'd, caller
  * frees; NULL when payload_len is 0) only on success. */
 rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
                           void **payload, char *err, size_t errlen);
+
+/* Read and validate one file into caller buffers whose lengths must add up
+ * to the payload length exactly (else RM_ERR_INVALID_ARG saying both sizes).
+ * OUT *meta only on success; on failure the buffers' contents are
+ * unspecified (restore nothing from them). */
+rm_status_t rm__ckpt_readv(const char *path, rm__ckpt_meta_t *meta,
+                           const struct iovec *iov, int iovcnt, char *err,
+                           size_t errlen);
 
 /* The newest checkpoint of (job, rank) in dir that validates completely;
  * invalid newer files are skipped with a warning (a torn or corrupt file
