@@ -41,12 +41,11 @@
  * validate everything, so a disk that lies about fsync yields a rejected
  * file and rm__ckpt_latest falls back to an older one.
  *
- * Zero-padded steps make name order equal step order, but the code parses
- * the step rather than relying on it.
+ * Directory listing, newest-valid lookup and keep-last-K live in
+ * checkpoint_dir.c.
  */
 #include "aggregate/checkpoint.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -59,7 +58,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "rm_log.h"
+#include "aggregate/checkpoint_int.h"
 
 void (*rm__ckpt_test_hook)(const char *stage);
 
@@ -88,9 +87,7 @@ uint32_t rm__crc32(uint32_t crc, const void *data, size_t len)
 }
 
 /* ---- helpers ---- */
-static void seterr(char *err, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t n, const char *fmt, ...)
+void rm__ckpt_seterr(char *err, size_t n, const char *fmt, ...)
 {
   if (err == NULL || n == 0) return;
   va_list ap;
@@ -172,7 +169,7 @@ rm_status_t rm__ckpt_path(const char *dir, uint64_t job_id, int rank,
   return (n < 0 || (size_t)n >= len) ? RM_ERR_INVALID_ARG : RM_OK;
 }
 
-static int fsync_dir(const char *dir)
+int rm__ckpt_fsync_dir(const char *dir)
 {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return -1;
@@ -209,7 +206,7 @@ rm_status_t rm__ckpt_writev(const char *dir, const rm__ckpt_meta_t *meta,
   if (meta == NULL || meta->world < 1 || iovcnt < 0 || (iovcnt > 0 && iov == NULL) ||
       iov_sum(iov, iovcnt, &m.payload_len, &crc) != 0 ||
       rm__ckpt_path(dir, meta->job_id, meta->rank, meta->step, fin, sizeof fin) != RM_OK) {
-    seterr(err, errlen, "checkpoint write: invalid arguments");
+    rm__ckpt_seterr(err, errlen, "checkpoint write: invalid arguments");
     return RM_ERR_INVALID_ARG;
   }
   m.job_id = meta->job_id;
@@ -221,33 +218,33 @@ rm_status_t rm__ckpt_writev(const char *dir, const rm__ckpt_meta_t *meta,
   pack_header(h, &m, crc);
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    seterr(err, errlen, "checkpoint %s: open: %s", tmp, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: open: %s", tmp, strerror(errno));
     return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
   }
   int bad = write_all(fd, h, sizeof h);
   for (int i = 0; i < iovcnt && bad == 0; i++)
     bad = write_all(fd, iov[i].iov_base, iov[i].iov_len);
   if (bad != 0 || fsync(fd) != 0) {
-    seterr(err, errlen, "checkpoint %s: write/fsync: %s", tmp, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: write/fsync: %s", tmp, strerror(errno));
     st = RM_ERR_SYSTEM;
     goto fail;
   }
   if (close(fd) != 0) {
     fd = -1;
-    seterr(err, errlen, "checkpoint %s: close: %s", tmp, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: close: %s", tmp, strerror(errno));
     st = RM_ERR_SYSTEM;
     goto fail;
   }
   fd = -1;
   if (rm__ckpt_test_hook != NULL) rm__ckpt_test_hook("synced");
   if (rename(tmp, fin) != 0) {
-    seterr(err, errlen, "checkpoint %s: rename: %s", fin, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: rename: %s", fin, strerror(errno));
     st = RM_ERR_SYSTEM;
     goto fail;
   }
-  if (fsync_dir(dir) != 0) {
+  if (rm__ckpt_fsync_dir(dir) != 0) {
     /* the file is complete and visible; only its durability is in doubt */
-    seterr(err, errlen, "checkpoint %s: fsync of directory: %s", fin, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: fsync of directory: %s", fin, strerror(errno));
     return RM_ERR_SYSTEM;
   }
   if (path != NULL) snprintf(path, path_len, "%s", fin);
@@ -274,16 +271,16 @@ static rm_status_t check_header(const char *path, const uint8_t *h,
                                 char *err, size_t errlen)
 {
   if (memcmp(h, ckpt_magic, 8) != 0) {
-    seterr(err, errlen, "checkpoint %s: bad magic (not a checkpoint file)", path);
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: bad magic (not a checkpoint file)", path);
     return RM_ERR_INVALID_ARG;
   }
   if (get32(h + 8) != RM__CKPT_VERSION || get32(h + 12) != RM__CKPT_HEADER_LEN) {
-    seterr(err, errlen, "checkpoint %s: unsupported version %u (header %u bytes)",
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: unsupported version %u (header %u bytes)",
            path, get32(h + 8), get32(h + 12));
     return RM_ERR_INVALID_ARG;
   }
   if (get32(h + 60) != rm__crc32(0, h, 60)) {
-    seterr(err, errlen, "checkpoint %s: header checksum mismatch (corrupt)", path);
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: header checksum mismatch (corrupt)", path);
     return RM_ERR_INVALID_ARG;
   }
   m->job_id = get64(h + 16);
@@ -293,7 +290,7 @@ static rm_status_t check_header(const char *path, const uint8_t *h,
   m->world = (int)get32(h + 44);
   m->payload_len = get64(h + 48);
   if (size - RM__CKPT_HEADER_LEN != m->payload_len) {
-    seterr(err, errlen, "checkpoint %s: %s: file has %" PRIu64 " payload bytes, "
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: %s: file has %" PRIu64 " payload bytes, "
            "header says %" PRIu64, path,
            size - RM__CKPT_HEADER_LEN < m->payload_len ? "truncated" : "trailing bytes",
            size - RM__CKPT_HEADER_LEN, m->payload_len);
@@ -311,18 +308,18 @@ static rm_status_t open_checked(const char *path, int *fd_out, rm__ckpt_meta_t *
   rm_status_t st = RM_OK;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    seterr(err, errlen, "checkpoint %s: open: %s", path, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: open: %s", path, strerror(errno));
     return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
   }
   if (fstat(fd, &sb) != 0) {
-    seterr(err, errlen, "checkpoint %s: fstat: %s", path, strerror(errno));
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: fstat: %s", path, strerror(errno));
     st = RM_ERR_SYSTEM;
   } else if ((uint64_t)sb.st_size < RM__CKPT_HEADER_LEN) {
-    seterr(err, errlen, "checkpoint %s: truncated: %lld bytes, shorter than the "
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: truncated: %lld bytes, shorter than the "
            "%d-byte header", path, (long long)sb.st_size, RM__CKPT_HEADER_LEN);
     st = RM_ERR_INVALID_ARG;
   } else if (read_all(fd, h, RM__CKPT_HEADER_LEN) != 1) {
-    seterr(err, errlen, "checkpoint %s: reading header failed", path);
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: reading header failed", path);
     st = RM_ERR_SYSTEM;
   } else {
     st = check_header(path, h, (uint64_t)sb.st_size, m, err, errlen);
@@ -343,13 +340,13 @@ static rm_status_t read_payload(const char *path, int fd, const uint8_t *h,
   uint32_t crc = 0;
   for (int i = 0; i < iovcnt; i++) {
     if (iov[i].iov_len > 0 && read_all(fd, iov[i].iov_base, iov[i].iov_len) != 1) {
-      seterr(err, errlen, "checkpoint %s: reading payload failed (changed while read?)", path);
+      rm__ckpt_seterr(err, errlen, "checkpoint %s: reading payload failed (changed while read?)", path);
       return RM_ERR_SYSTEM;
     }
     crc = rm__crc32(crc, iov[i].iov_base, iov[i].iov_len);
   }
   if (crc != get32(h + 56)) {
-    seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
     return RM_ERR_INVALID_ARG;
   }
   return RM_OK;
@@ -369,7 +366,7 @@ rm_status_t rm__ckpt_read(const char *path, rm__ckpt_meta_t *meta,
     one.iov_len = (size_t)m.payload_len;
     one.iov_base = malloc(one.iov_len);
     if (one.iov_base == NULL) {
-      seterr(err, errlen, "checkpoint %s: no memory for %" PRIu64 " bytes", path,
+      rm__ckpt_seterr(err, errlen, "checkpoint %s: no memory for %" PRIu64 " bytes", path,
              m.payload_len);
       st = RM_ERR_NOMEM;
       goto out;
@@ -400,7 +397,7 @@ rm_status_t rm__ckpt_readv(const char *path, rm__ckpt_meta_t *meta,
   rm_status_t st = open_checked(path, &fd, &m, h, err, errlen);
   if (st != RM_OK) return st;
   if (m.payload_len != cap) {
-    seterr(err, errlen, "checkpoint %s: payload is %" PRIu64 " bytes, the buffers "
+    rm__ckpt_seterr(err, errlen, "checkpoint %s: payload is %" PRIu64 " bytes, the buffers "
            "hold %" PRIu64 " (different model?)", path, m.payload_len, cap);
     st = RM_ERR_INVALID_ARG;
   } else {
@@ -408,146 +405,5 @@ rm_status_t rm__ckpt_readv(const char *path, rm__ckpt_meta_t *meta,
   }
   close(fd);
   if (st == RM_OK) *meta = m;
-  return st;
-}
-
-/* ---- listing: steps of (job, rank) in dir, newest first ---- */
-static int parse_name(const char *name, uint64_t job_id, int rank, uint64_t *step)
-{
-  char want[128];
-  uint64_t j, s;
-  int r;
-  if (sscanf(name, "ckpt-j%" SCNu64 "-r%d-s%" SCNu64 ".rmck", &j, &r, &s) != 3)
-    return 0;
-  if (j != job_id || r != rank) return 0;
-  snprintf(want, sizeof want, "ckpt-j%" PRIu64 "-r%d-s%020" PRIu64 ".rmck", j, r, s);
-  if (strcmp(want, name) != 0) return 0; /* strict: exactly our own names */
-  *step = s;
-  return 1;
-}
-
-static int cmp_desc(const void *a, const void *b)
-{
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x < y) - (x > y);
-}
-
-/* OUT *steps (malloc'd, newest first), *n. */
-static rm_status_t list_steps(const char *dir, uint64_t job_id, int rank,
-                              uint64_t **steps, size_t *n, char *err, size_t errlen)
-{
-  DIR *d = opendir(dir);
-  uint64_t *v = NULL, s;
-  size_t cnt = 0, cap = 0;
-  struct dirent *e;
-  if (d == NULL) {
-    seterr(err, errlen, "checkpoint dir %s: %s", dir, strerror(errno));
-    return errno == ENOENT ? RM_ERR_NOT_FOUND : RM_ERR_SYSTEM;
-  }
-  while ((e = readdir(d)) != NULL) {
-    if (!parse_name(e->d_name, job_id, rank, &s)) continue;
-    if (cnt == cap) {
-      size_t ncap = cap ? 2 * cap : 16;
-      uint64_t *nv = realloc(v, ncap * sizeof *nv);
-      if (nv == NULL) {
-        free(v);
-        closedir(d);
-        return RM_ERR_NOMEM;
-      }
-      v = nv;
-      cap = ncap;
-    }
-    v[cnt++] = s;
-  }
-  closedir(d);
-  if (cnt > 1) qsort(v, cnt, sizeof *v, cmp_desc);
-  *steps = v;
-  *n = cnt;
-  return RM_OK;
-}
-
-rm_status_t rm__ckpt_latest(const char *dir, uint64_t job_id, int rank,
-                            char *path, size_t path_len, rm__ckpt_meta_t *meta,
-                            char *err, size_t errlen)
-{
-  uint64_t *steps = NULL;
-  size_t n = 0;
-  char p[4096], why[4096 + 512];
-  if (dir == NULL || rank < 0) return RM_ERR_INVALID_ARG;
-  rm_status_t st = list_steps(dir, job_id, rank, &steps, &n, err, errlen);
-  if (st != RM_OK) return st;
-  st = RM_ERR_NOT_FOUND;
-  seterr(err, errlen, "no valid checkpoint of job %" PRIu64 " rank %d in %s",
-         job_id, rank, dir);
-  for (size_t i = 0; i < n; i++) {
-    rm__ckpt_meta_t m;
-    void *payload = NULL;
-    if (rm__ckpt_path(dir, job_id, rank, steps[i], p, sizeof p) != RM_OK) continue;
-    rm_status_t rst = rm__ckpt_read(p, &m, &payload, why, sizeof why);
-    free(payload);
-    if (rst == RM_OK && (m.job_id != job_id || m.rank != rank || m.step != steps[i])) {
-      snprintf(why, sizeof why, "checkpoint %s: header names job %" PRIu64
-               " rank %d step %" PRIu64 ", not its file name", p, m.job_id, m.rank, m.step);
-      rst = RM_ERR_INVALID_ARG;
-    }
-    if (rst == RM_ERR_NOMEM) { st = rst; break; }
-    if (rst != RM_OK) {
-      RM_WARN("skipping invalid checkpoint: %s", why);
-      continue;
-    }
-    if (path != NULL) snprintf(path, path_len, "%s", p);
-    if (meta != NULL) *meta = m;
-    st = RM_OK;
-    break;
-  }
-  free(steps);
-  return st;
-}
-
-static int remove_temps(const char *dir, uint64_t job_id, int rank)
-{
-  char prefix[96];
-  int removed = 0;
-  struct dirent *e;
-  DIR *d = opendir(dir);
-  if (d == NULL) return 0;
-  int pl = snprintf(prefix, sizeof prefix, ".ckpt-j%" PRIu64 "-r%d-s", job_id, rank);
-  while ((e = readdir(d)) != NULL) {
-    size_t len = strlen(e->d_name);
-    if (strncmp(e->d_name, prefix, (size_t)pl) != 0 || len < 9 ||
-        strcmp(e->d_name + len - 9, ".rmck.tmp") != 0)
-      continue;
-    if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
-  }
-  closedir(d);
-  return removed;
-}
-
-rm_status_t rm__ckpt_prune(const char *dir, uint64_t job_id, int rank,
-                           int keep, int *removed, char *err, size_t errlen)
-{
-  uint64_t *steps = NULL;
-  size_t n = 0;
-  char p[4096];
-  int gone = 0;
-  if (dir == NULL || rank < 0 || keep < 1) return RM_ERR_INVALID_ARG;
-  rm_status_t st = list_steps(dir, job_id, rank, &steps, &n, err, errlen);
-  if (st != RM_OK) return st;
-  for (size_t i = (size_t)keep; i < n; i++) {
-    if (rm__ckpt_path(dir, job_id, rank, steps[i], p, sizeof p) != RM_OK) continue;
-    if (unlink(p) == 0) {
-      gone++;
-    } else if (errno != ENOENT) {
-      seterr(err, errlen, "checkpoint %s: unlink: %s", p, strerror(errno));
-      st = RM_ERR_SYSTEM;
-    }
-  }
-  free(steps);
-  gone += remove_temps(dir, job_id, rank);
-  if (gone > 0 && fsync_dir(dir) != 0 && st == RM_OK) {
-    seterr(err, errlen, "checkpoint dir %s: fsync: %s", dir, strerror(errno));
-    st = RM_ERR_SYSTEM;
-  }
-  if (removed != NULL) *removed = gone;
   return st;
 }
