@@ -1,0 +1,281 @@
+/*
+ * rm_bench - all-reduce bandwidth benchmark, nccl-tests style, over the
+ * public API only.
+ *
+ *   rm_bench [-n WORLD] [-b MIN] [-e MAX] [-f FACTOR] [-s SIZE,SIZE...]
+ *            [-a ALGO,ALGO...] [-t DTYPE] [-i ITERS] [-w WARMUP]
+ *   rm_bench --rank R --world N --peers H:P,H:P,...   (one rank per process,
+ *            e.g. one per network namespace; only rank 0 prints)
+ *
+ * Defaults: WORLD 2 (forked on 127.0.0.1), sizes 8 B .. 256 MiB x2, every
+ * algorithm and auto, f32 sum. Method (same as ../shared/peers): in place;
+ * per iteration restore the input from a pristine copy (untimed), barrier,
+ * time one rm_allreduce_ex, take the max over ranks (untimed all-reduce),
+ * check every element (untimed). Inputs (r+1)*((i%1021)+1) (f32/f64/ints;
+ * (r+1)*((i%7)+1) for f16/bf16/u8) so sums are exact. Per size and algorithm
+ * one line: size, count, type, op, algorithm (auto: "auto>ring" = what auto
+ * ran), median us, algbw = bytes/median (GB/s, 1e9), busbw = algbw*2(N-1)/N,
+ * #wrong = wrong elements over all ranks and iterations.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ringmaster/ringmaster.h"
+
+#define MAX_SIZES 64
+#define MAX_WORLD 64
+
+typedef struct opts {
+  size_t sizes[MAX_SIZES];
+  int nsizes;
+  rm_algo_t algos[8];
+  int nalgos;
+  rm_dtype_t dt;
+  int iters, warmup;
+} opts_t;
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int small_type(rm_dtype_t dt) { return dt == RM_F16 || dt == RM_BF16 || dt == RM_U8; }
+
+static double in_val(rm_dtype_t dt, int r, size_t i)
+{
+  return (double)(r + 1) * (double)(small_type(dt) ? i % 7 + 1 : i % 1021 + 1);
+}
+
+/* f16/bf16 of a small integer (exact): built from the bits directly. */
+static uint16_t half_of(double v, int bf)
+{
+  int e = 0;
+  unsigned m = (unsigned)v;
+  if (m == 0) return 0;
+  while ((m >> e) > 1) e++;
+  if (bf) return (uint16_t)(((unsigned)(e + 127) << 7) | ((m << 7 >> e) & 0x7F));
+  return (uint16_t)(((unsigned)(e + 15) << 10) | ((m << 10 >> e) & 0x3FF));
+}
+
+static void put(void *b, size_t i, rm_dtype_t dt, double v)
+{
+  switch (dt) {
+  case RM_F32: ((float *)b)[i] = (float)v; break;
+  case RM_F64: ((double *)b)[i] = v; break;
+  case RM_F16: ((uint16_t *)b)[i] = half_of(v, 0); break;
+  case RM_BF16: ((uint16_t *)b)[i] = half_of(v, 1); break;
+  case RM_I32: ((int32_t *)b)[i] = (int32_t)v; break;
+  case RM_I64: ((int64_t *)b)[i] = (int64_t)v; break;
+  default: ((uint8_t *)b)[i] = (uint8_t)v; break;
+  }
+}
+
+static int iters_for(const opts_t *o, size_t bytes)
+{
+  size_t it = ((size_t)256 << 20) / (bytes ? bytes : 1);
+  if (o->iters > 0) return o->iters;
+  if (it > 200) it = 200;
+  if (it < 5) it = 5;
+  return (int)it;
+}
+
+/* One (size, algorithm) cell: returns 0 or -1 on a collective error. */
+static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
+                    char *buf, char *pristine, char *want)
+{
+  int n = rm_comm_world(c), r = rm_comm_rank(c), it = iters_for(o, bytes);
+  size_t es = rm_dtype_size(o->dt), count = bytes / es ? bytes / es : 1;
+  double *t = calloc((size_t)it, sizeof(double));
+  double wrong = 0;
+  rm_allreduce_info_t info = {0};
+  for (int k = -o->warmup; k < it; k++) {
+    memcpy(buf, pristine, count * es);
+    if (rm_barrier(c) != RM_OK) goto fail;
+    double t0 = now_us();
+    if (rm_allreduce_ex(c, buf, buf, count, o->dt, RM_SUM, algo, &info) != RM_OK) goto fail;
+    double dt = now_us() - t0;
+    if (rm_allreduce(c, &dt, &dt, 1, RM_F64, RM_MAX) != RM_OK) goto fail;
+    if (k >= 0) t[k] = dt;
+    for (size_t i = 0; i < count; i++)
+      if (memcmp(buf + i * es, want + i * es, es) != 0) wrong++;
+  }
+  if (rm_allreduce(c, &wrong, &wrong, 1, RM_F64, RM_SUM) != RM_OK) goto fail;
+  qsort(t, (size_t)it, sizeof t[0], cmp_d);
+  if (r == 0) {
+    double med = t[it / 2], algbw = (double)(count * es) / med / 1e3;
+    char name[32];
+    snprintf(name, sizeof name, "%s%s%s", rm_algo_name(algo), algo == RM_ALGO_AUTO ? ">" : "",
+             algo == RM_ALGO_AUTO ? rm_algo_name(info.algorithm) : "");
+    printf("%12zu %12zu %5s %4s %2d %-15s %11.1f %9.3f %9.3f %7.0f\n", count * es, count,
+           rm_dtype_name(o->dt), "sum", n, name, med, algbw,
+           algbw * 2.0 * (n - 1) / n, wrong);
+    fflush(stdout);
+  }
+  free(t);
+  return 0;
+fail:
+  fprintf(stderr, "rank %d: all-reduce failed: %s\n", r, rm_comm_last_error(c));
+  free(t);
+  return -1;
+}
+
+static int bench_rank(rm_comm_t *c, const opts_t *o)
+{
+  size_t maxb = 0, es = rm_dtype_size(o->dt);
+  int rc = 0, n = rm_comm_world(c), r = rm_comm_rank(c);
+  for (int s = 0; s < o->nsizes; s++) maxb = o->sizes[s] > maxb ? o->sizes[s] : maxb;
+  size_t maxc = maxb / es + 1;
+  char *buf = malloc(maxc * es), *pristine = malloc(maxc * es), *want = malloc(maxc * es);
+  if (!buf || !pristine || !want) { fprintf(stderr, "no memory\n"); return 1; }
+  for (size_t i = 0; i < maxc; i++) {
+    put(pristine, i, o->dt, in_val(o->dt, r, i));
+    put(want, i, o->dt, in_val(o->dt, 0, i) * n * (n + 1) / 2);
+  }
+  if (r == 0)
+    printf("# rm_bench: world %d, in place, time = median over iterations of the max over ranks\n"
+           "# %10s %12s %5s %4s %2s %-15s %11s %9s %9s %7s\n", n, "size(B)", "count", "type",
+           "op", "n", "algorithm", "time(us)", "algbw", "busbw", "#wrong");
+  for (int s = 0; s < o->nsizes && rc == 0; s++)
+    for (int a = 0; a < o->nalgos && rc == 0; a++)
+      rc = run_cell(c, o, o->sizes[s], o->algos[a], buf, pristine, want);
+  free(buf); free(pristine); free(want);
+  return rc ? 1 : 0;
+}
+
+static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, const opts_t *o)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c;
+  rm_comm_config_init(&cfg);
+  cfg.job_id = 1;
+  cfg.generation = 1;
+  cfg.rank = rank;
+  cfg.world = world;
+  cfg.peers = peers;
+  cfg.endpoint = ep;
+  if (cfg.connect_timeout_ms == 0) cfg.connect_timeout_ms = 60000;
+  rm_status_t st = rm_comm_init(&cfg, &c);
+  if (st != RM_OK) {
+    fprintf(stderr, "rank %d: rm_comm_init: %s\n", rank, rm_status_name(st));
+    return 1;
+  }
+  int rc = bench_rank(c, o);
+  rm_comm_destroy(c);
+  return rc;
+}
+
+/* Fork `world` ranks on 127.0.0.1; wait for all. */
+static int run_forked(int world, const opts_t *o)
+{
+  rm_endpoint_t *ep[MAX_WORLD];
+  static char addr[MAX_WORLD][128];
+  const char *peers[MAX_WORLD];
+  pid_t pid[MAX_WORLD];
+  int bad = 0;
+  for (int r = 0; r < world; r++) {
+    if (rm_endpoint_open("127.0.0.1:0", &ep[r]) != RM_OK) return 1;
+    snprintf(addr[r], sizeof addr[r], "%s", rm_endpoint_address(ep[r]));
+    peers[r] = addr[r];
+  }
+  fflush(NULL);
+  for (int r = 0; r < world; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) {
+      for (int q = 0; q < world; q++)
+        if (q != r) rm_endpoint_close(ep[q]);
+      int rc = run_one(r, world, peers, ep[r], o);
+      rm_endpoint_close(ep[r]);
+      fflush(NULL);
+      _exit(rc);
+    }
+  }
+  for (int r = 0; r < world; r++) {
+    int status;
+    if (pid[r] > 0 && waitpid(pid[r], &status, 0) == pid[r] &&
+        (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+      bad++;
+      for (int q = 0; q < world; q++) /* one failed: the rest would wait */
+        if (q != r && pid[q] > 0) kill(pid[q], SIGTERM);
+    }
+  }
+  for (int r = 0; r < world; r++) rm_endpoint_close(ep[r]);
+  return bad ? 1 : 0;
+}
+
+static int parse_list(char *arg, char **items, int max)
+{
+  int k = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(arg, ",", &save); tok && k < max; tok = strtok_r(NULL, ",", &save))
+    items[k++] = tok;
+  return k;
+}
+
+static void usage(void)
+{
+  fprintf(stderr, "usage: rm_bench [-n WORLD] [-b MIN] [-e MAX] [-f FACTOR] [-s SIZES]\n"
+                  "  [-a ALGOS] [-t DTYPE] [-i ITERS] [-w WARMUP]\n"
+                  "  [--rank R --world N --peers H:P,...]\n");
+}
+
+int main(int argc, char **argv)
+{
+  opts_t o = {.dt = RM_F32, .warmup = 2};
+  size_t minb = 8, maxb = (size_t)256 << 20, factor = 2;
+  int world = 2, rank = -1;
+  char *peers_arg = NULL, *algos_arg = NULL, *sizes_arg = NULL, *items[MAX_WORLD];
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) { usage(); return 2; }
+    i++;
+    if (!strcmp(a, "-n") || !strcmp(a, "--world")) world = atoi(v);
+    else if (!strcmp(a, "--rank")) rank = atoi(v);
+    else if (!strcmp(a, "--peers")) peers_arg = strdup(v);
+    else if (!strcmp(a, "-b")) minb = strtoull(v, NULL, 0);
+    else if (!strcmp(a, "-e")) maxb = strtoull(v, NULL, 0);
+    else if (!strcmp(a, "-f")) factor = strtoull(v, NULL, 0);
+    else if (!strcmp(a, "-s")) sizes_arg = strdup(v);
+    else if (!strcmp(a, "-a")) algos_arg = strdup(v);
+    else if (!strcmp(a, "-i")) o.iters = atoi(v);
+    else if (!strcmp(a, "-w")) o.warmup = atoi(v);
+    else if (!strcmp(a, "-t")) {
+      if (rm_dtype_parse(v, &o.dt) != RM_OK) { usage(); return 2; }
+    } else { usage(); return 2; }
+  }
+  if (sizes_arg) {
+    int k = parse_list(sizes_arg, items, MAX_SIZES);
+    for (int j = 0; j < k; j++) o.sizes[o.nsizes++] = strtoull(items[j], NULL, 0);
+  } else {
+    for (size_t b = minb; b <= maxb && o.nsizes < MAX_SIZES; b *= (factor > 1 ? factor : 2))
+      o.sizes[o.nsizes++] = b;
+  }
+  if (algos_arg) {
+    int k = parse_list(algos_arg, items, 8);
+    for (int j = 0; j < k; j++)
+      if (rm_algo_parse(items[j], &o.algos[o.nalgos++]) != RM_OK) { usage(); return 2; }
+  } else {
+    rm_algo_t all[] = {RM_ALGO_RING, RM_ALGO_HALVING_DOUBLING, RM_ALGO_BUTTERFLY,
+                       RM_ALGO_TREE, RM_ALGO_AUTO};
+    memcpy(o.algos, all, sizeof all);
+    o.nalgos = 5;
+  }
+  if (world < 1 || world > MAX_WORLD) { usage(); return 2; }
+  if (rank < 0)
+    return run_forked(world, &o);
+  if (!peers_arg || parse_list(peers_arg, items, MAX_WORLD) != world) { usage(); return 2; }
+  return run_one(rank, world, (const char **)items, NULL, &o);
+}
