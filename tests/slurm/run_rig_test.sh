@@ -74,7 +74,7 @@ echo "== slurm launcher on the rig"
 
 if [ -n "$rm_bin" ] && [ -n "$worker_bin" ]; then
   echo "== real ringmaster job through Slurm"
-  "$here/real_job.sh" "$rm_bin" "$worker_bin" "$base"
+  "$here/real_job.sh" "$rm_bin" "$worker_bin" "$base" "$test_bin"
 else
   echo "NOTE: ringmaster/ringmaster-worker targets not built; real-job part not run"
 fi

@@ -9,8 +9,11 @@
  *   test_launch_slurm rig     against a running cluster (SLURM_CONF set, see
  *       run_rig_test.sh): a 2-task job through sbatch+srun with per-task logs
  *       and SLURM_PROCID, scancel of a running job, a refused submission.
+ *   test_launch_slurm launch JOB TOKEN COORD WORKER WORLD LOGDIR
+ *       helper for real_job.sh: real workers through the launcher.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -261,9 +264,36 @@ static void case_rig(void)
   fprintf(stderr, "  refusal message: %s\n", err);
 }
 
+/* `launch JOB TOKEN COORD WORKER WORLD LOGDIR`: start a real worker job
+ * through the slurm launcher and wait (5 min) for Slurm to report it done;
+ * exit 0 on SUCCEEDED. Used by real_job.sh against a real coordinator. */
+static int launch_real(char **a)
+{
+  rm_launch_spec_t s;
+  rm__launch_t *l = NULL;
+  char err[512];
+  memset(&s, 0, sizeof s);
+  s.job_id = a[0];
+  s.token = a[1];
+  s.coordinator = a[2];
+  s.worker_path = a[3];
+  s.world = atoi(a[4]);
+  s.log_dir = a[5];
+  s.poll_interval_ms = 500;
+  if (rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) != RM_OK) {
+    fprintf(stderr, "start: %s\n", err);
+    return 1;
+  }
+  rm_launch_state_t st = wait_for(l, RM_LAUNCH_SUCCEEDED, 300000);
+  printf("slurm job %s: %s\n", rm__launch_external_id(l), rm__launch_state_name(st));
+  rm__launch_destroy(l);
+  return st == RM_LAUNCH_SUCCEEDED ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "script";
+  if (strcmp(mode, "launch") == 0 && argc == 8) return launch_real(argv + 2);
   lt_tmpdir(g_dir, sizeof g_dir, "launch-slurm");
   snprintf(g_worker, sizeof g_worker, "%s/fake-worker", g_dir);
   lt_write(g_worker, k_fake_worker, 0755);
