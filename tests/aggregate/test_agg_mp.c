@@ -84,6 +84,24 @@ static int test_masked(rm_comm_t *c, int rank, int world)
     for (int r = 0; r < world; r += 2) sum += value(r, j);
     EXPECT(recv[j] == sum);
   }
+  /* empty vector; f64 and i64 averages (integers divide truncating) */
+  EXPECT(rm__masked_allreduce(c, NULL, NULL, 0, RM_F32, RM_AVG, member, 0, NULL) == RM_OK);
+  double d = rank + 0.5;
+  int64_t i = 10 * rank + 1;
+  int k = rm__members_count(member, world);
+  EXPECT(rm__masked_allreduce(c, &d, &d, 1, RM_F64, RM_AVG, member, 0, NULL) == RM_OK);
+  EXPECT(rm__masked_allreduce(c, &i, &i, 1, RM_I64, RM_AVG, member, 0, NULL) == RM_OK);
+  double dsum = 0;
+  int64_t isum = 0;
+  for (int r = 0; r < world; r += 2) {
+    dsum += r + 0.5;
+    isum += 10 * r + 1;
+  }
+  EXPECT(d == dsum / k && i == isum / k);
+  /* bad arguments fail locally, before any collective */
+  EXPECT(rm__masked_allreduce(c, send, recv, D, RM_F32, RM_MAX, member, 0, NULL) == RM_ERR_INVALID_ARG);
+  memset(member, 0, (size_t)world);
+  EXPECT(rm__masked_allreduce(c, send, recv, D, RM_F32, RM_SUM, member, 0, NULL) == RM_ERR_INVALID_ARG);
   return 0;
 }
 
