@@ -17,6 +17,9 @@
 #if RM_HAVE_API
 #include "api.h"
 #endif
+#ifdef RM_HAVE_LAUNCH
+#include "launch_coord.h"
+#endif
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { stop_flag = sig; }
@@ -28,7 +31,9 @@ static void usage(FILE *f)
           "                        [--heartbeat-timeout-ms N] [--barrier-timeout-ms N]\n"
           "                        [--max-message-bytes N] [--admin-token T]\n"
           "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
-          "                        [--api-token T | --api-token-file F]\n");
+          "                        [--api-token T | --api-token-file F]\n"
+          "                        [--log-dir DIR] [--worker PATH] [--advertise HOST:PORT]\n"
+          "                        [--slurm-partition P] [--k8s-image IMAGE]\n");
 #if RM_HAVE_API
   fputs(rm_cli_usage(), f);
 #endif
@@ -38,6 +43,8 @@ static int serve(int argc, char **argv)
 {
   rm_coord_options_t o;
   const char *http = NULL, *api_token = NULL, *api_token_file = NULL;
+  const char *log_dir = "ringmaster-logs", *worker = NULL, *advertise = NULL;
+  const char *slurm_partition = NULL, *k8s_image = NULL;
   rm_coord_t *c = NULL;
   char err[512];
   rm_coord_options_init(&o);
@@ -56,6 +63,11 @@ static int serve(int argc, char **argv)
     else if (OPT("--tls-ca")) o.tls_ca = v;
     else if (OPT("--api-token")) api_token = v;
     else if (OPT("--api-token-file")) api_token_file = v;
+    else if (OPT("--log-dir")) log_dir = v;
+    else if (OPT("--worker")) worker = v;
+    else if (OPT("--advertise")) advertise = v;
+    else if (OPT("--slurm-partition")) slurm_partition = v;
+    else if (OPT("--k8s-image")) k8s_image = v;
     else {
       fprintf(stderr, "ringmaster serve: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -68,6 +80,31 @@ static int serve(int argc, char **argv)
     return 1;
   }
   printf("ringmaster: grpc listening on %s\n", rm_coord_grpc_address(c));
+#ifdef RM_HAVE_LAUNCH
+  /* Launchers (local, slurm, k8s): the coordinator asks them to start a
+   * job's workers when it is submitted and to stop them when it ends. */
+  rm_launch_coord_t *lc = NULL;
+  {
+    rm_launch_coord_options_t lo;
+    rm_launch_coord_options_init(&lo);
+    lo.coord = c;
+    lo.job_fail = rm_coord_job_fail;
+    lo.log_dir = log_dir;
+    lo.worker_path = worker;
+    lo.advertise_addr = advertise;
+    lo.slurm_partition = slurm_partition;
+    lo.k8s_image = k8s_image;
+    if (rm_launch_coord_create(&lo, &lc, err, sizeof err) != RM_OK ||
+        rm_launch_coord_register(lc, c, rm_coord_register_launcher) != RM_OK) {
+      fprintf(stderr, "ringmaster: launchers: %s\n", err);
+      rm_launch_coord_destroy(lc, 0);
+      rm_coord_close(c);
+      return 1;
+    }
+  }
+#else
+  (void)log_dir; (void)worker; (void)advertise; (void)slurm_partition; (void)k8s_image;
+#endif
   /* ---- REST API (issue 4): start the HTTP server on `http` here and print
    *      "ringmaster: http listening on HOST:PORT". ---- */
 #if RM_HAVE_API
@@ -97,12 +134,25 @@ static int serve(int argc, char **argv)
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  while (!stop_flag) pause();
+  /* Block the signals, then wait for them atomically: no lost wake-up. */
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  while (!stop_flag) sigsuspend(&old);
+  sigprocmask(SIG_SETMASK, &old, NULL);
   /* ---- REST API (issue 4): stop the HTTP server here, before close. ---- */
 #if RM_HAVE_API
   rm_api_stop(api);
 #endif
+#ifdef RM_HAVE_LAUNCH
+  rm_launch_coord_shutdown(lc, 1);
+#endif
   rm_coord_close(c);
+#ifdef RM_HAVE_LAUNCH
+  rm_launch_coord_destroy(lc, 0);
+#endif
   return 0;
 }
 
