@@ -186,6 +186,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
     return;
   }
   rm__park_t *p = rm__call_park(call);
+  p->call = call;
   if (rm_job_state_terminal(j->info.state)) {
     p->worker_id = q->worker_id;
     rm__job_answer_join(c, j, p);

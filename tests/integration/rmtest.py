@@ -1,0 +1,165 @@
+"""rmtest.py - shared helpers for the integration tests.
+
+Starts a real `ringmaster serve` on 127.0.0.1:0 (the bound port is read from
+its "ringmaster: grpc listening on HOST:PORT" line), real ringmaster-worker
+processes, and generates Python gRPC stubs from proto/ at test time into a
+temporary folder (Debian's python3-grpcio + grpc_tools). Every wait has a
+deadline; every process started is stopped by PID at the end.
+"""
+import argparse
+import shutil
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77  # CTest SKIP_RETURN_CODE
+
+
+def args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--coordinator", required=True)
+    p.add_argument("--worker", required=True)
+    p.add_argument("--proto", required=True)
+    return p.parse_args()
+
+
+class Env:
+    def __init__(self, a):
+        self.a = a
+        # RM_KEEP=1 keeps the folder (logs, db) for a post-mortem.
+        self.dir = tempfile.mkdtemp(prefix="rm-it-")
+        self.procs = []
+        try:
+            import grpc  # noqa: F401
+            from grpc_tools import protoc
+        except ImportError as e:
+            print("SKIP: python3-grpcio / grpc_tools missing:", e)
+            sys.exit(SKIP)
+        out = os.path.join(self.dir, "py")
+        os.makedirs(out)
+        inc = os.path.join(os.path.dirname(protoc.__file__), "_proto")
+        rc = protoc.main(["protoc", "-I" + a.proto, "-I" + inc, "--python_out=" + out,
+                          "--grpc_python_out=" + out,
+                          os.path.join(a.proto, "ringmaster/v1/messages.proto"),
+                          os.path.join(a.proto, "ringmaster/v1/service.proto")])
+        assert rc == 0, "protoc failed"
+        sys.path.insert(0, out)
+        import grpc
+        from ringmaster.v1 import messages_pb2, service_pb2_grpc
+        self.grpc, self.m, self.s = grpc, messages_pb2, service_pb2_grpc
+        self.db = os.path.join(self.dir, "ringmaster.db")
+        self.coord = None
+        self.addr = None
+
+    # ---- coordinator ----
+    def start_coordinator(self, addr="127.0.0.1:0", extra=()):
+        log = open(os.path.join(self.dir, "coord.log"), "ab")
+        p = subprocess.Popen([self.a.coordinator, "serve", "--db", self.db, "--grpc", addr,
+                              *extra], stdout=subprocess.PIPE, stderr=log)
+        self.procs.append(p)
+        deadline = time.time() + 20
+        line = b""
+        while time.time() < deadline:
+            line = p.stdout.readline()
+            if b"grpc listening on" in line or not line:
+                break
+        assert b"grpc listening on" in line, "coordinator did not start: %r" % line
+        self.addr = line.decode().split()[-1]
+        self.coord = p
+        self.channel = self.grpc.insecure_channel(self.addr)
+        self.jobs = self.s.JobsStub(self.channel)
+        self.worker = self.s.WorkerStub(self.channel)
+        return p
+
+    def kill_coordinator(self, sig=signal.SIGKILL):
+        self.coord.send_signal(sig)
+        self.coord.wait(timeout=20)
+        self.channel.close()
+
+    def submit(self, **spec):
+        spec.setdefault("launcher", "none")
+        r = self.jobs.SubmitJob(self.m.SubmitJobRequest(spec=self.m.JobSpec(**spec)), timeout=10)
+        return r.job
+
+    def get(self, job_id):
+        return self.jobs.GetJob(self.m.GetJobRequest(job_id=job_id), timeout=10).job
+
+    def wait_job(self, job_id, pred, timeout=60):
+        deadline = time.time() + timeout
+        j = None
+        while time.time() < deadline:
+            try:
+                j = self.get(job_id)
+                if pred(j):
+                    return j
+            except self.grpc.RpcError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("job %d: condition not met in %d s; last %s" % (job_id, timeout, j))
+
+    def events(self, job_id, token, after=0, timeout=3):
+        """Every event of the job so far, through the Watch stream."""
+        out = []
+        st = self.worker.Watch(self.m.WatchRequest(job_id=job_id, token=token, after_seq=after),
+                               timeout=timeout)
+        try:
+            for ev in st:
+                out.append(ev)
+        except self.grpc.RpcError as e:
+            if e.code() != self.grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        return out
+
+    # ---- workers ----
+    def start_worker(self, job, i, extra=()):
+        log = open(os.path.join(self.dir, "worker%d.log" % i), "ab")
+        p = subprocess.Popen([self.a.worker, "--coordinator", self.addr, "--job", str(job.id),
+                              "--token", job.token, "--host", "host%d" % (i % 2), *extra],
+                             stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def worker_log(self, i):
+        with open(os.path.join(self.dir, "worker%d.log" % i), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=20)
+        if os.environ.get("RM_KEEP"):
+            print("kept", self.dir)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wait_exit(p, timeout):
+    try:
+        return p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("process %d did not exit within %d s" % (p.pid, timeout))
+
+
+def main(test):
+    env = Env(args())
+    ok = False
+    try:
+        test(env)
+        ok = True
+    finally:
+        if not ok:
+            try:
+                with open(os.path.join(env.dir, "coord.log"), "rb") as f:
+                    sys.stderr.write(f.read().decode(errors="replace")[-6000:])
+            except OSError:
+                pass
+        env.close()
+    print("PASS")
