@@ -1,0 +1,70 @@
+"""Bad input gets its status code and the coordinator keeps serving:
+malformed protobuf bytes -> INVALID_ARGUMENT, oversized message ->
+RESOURCE_EXHAUSTED, wrong token -> UNAUTHENTICATED, unknown job -> NOT_FOUND,
+stale generation -> FAILED_PRECONDITION, unknown method -> UNIMPLEMENTED."""
+import os
+import threading
+
+import rmtest
+
+
+def test(env):
+    env.start_coordinator(extra=["--max-message-bytes", "65536"])
+    g, m, W = env.grpc, env.m, env.worker
+    job = env.submit(name="errors", world_size=2, heartbeat_timeout_ms=60000)
+    res = {}
+
+    def join(i):
+        res[i] = W.Join(m.JoinRequest(job_id=job.id, token=job.token, host="h",
+                                      data_addr="127.0.0.1:%d" % (30000 + i), wait_ms=10000),
+                        timeout=20)
+    ts = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    r = res[0]
+    assert r.formed and r.generation == 1
+    ok = dict(job_id=job.id, token=job.token, generation=r.generation, worker_id=r.worker_id)
+
+    def code(fn):
+        try:
+            fn()
+        except g.RpcError as e:
+            return e.code()
+        return g.StatusCode.OK
+
+    raw = env.channel.unary_unary("/ringmaster.v1.Worker/Heartbeat")
+    rawjob = env.channel.unary_unary("/ringmaster.v1.Jobs/SubmitJob")
+    cases = [
+        ("malformed", lambda: raw(b"\xff\xff\xff\xff\xff\xff", timeout=5), g.StatusCode.INVALID_ARGUMENT),
+        ("truncated", lambda: raw(b"\x0a\x20abc", timeout=5), g.StatusCode.INVALID_ARGUMENT),
+        ("garbage submit", lambda: rawjob(os.urandom(1) and b"\x0a\x05\x0a\x03\xff\xfe", timeout=5), None),
+        ("oversized", lambda: raw(b"\x12" + b"\x80" * 70000, timeout=5), g.StatusCode.RESOURCE_EXHAUSTED),
+        ("wrong token", lambda: W.Heartbeat(m.HeartbeatRequest(**dict(ok, token="nope")), timeout=5),
+         g.StatusCode.UNAUTHENTICATED),
+        ("unknown job", lambda: W.Heartbeat(m.HeartbeatRequest(**dict(ok, job_id=999)), timeout=5),
+         g.StatusCode.NOT_FOUND),
+        ("unknown worker", lambda: W.Heartbeat(m.HeartbeatRequest(**dict(ok, worker_id=999)), timeout=5),
+         g.StatusCode.NOT_FOUND),
+        ("stale generation", lambda: W.Heartbeat(m.HeartbeatRequest(**dict(ok, generation=0)), timeout=5),
+         g.StatusCode.FAILED_PRECONDITION),
+        ("stale barrier", lambda: W.Barrier(m.BarrierRequest(name="x", **dict(ok, generation=7)), timeout=5),
+         g.StatusCode.FAILED_PRECONDITION),
+        ("bad barrier name", lambda: W.Barrier(m.BarrierRequest(name="", **ok), timeout=5),
+         g.StatusCode.INVALID_ARGUMENT),
+        ("unknown method", lambda: env.channel.unary_unary("/ringmaster.v1.Worker/Nope")(b"", timeout=5),
+         g.StatusCode.UNIMPLEMENTED),
+        ("bad spec", lambda: env.submit(name="x", world_size=0), g.StatusCode.INVALID_ARGUMENT),
+        ("third worker", lambda: W.Join(m.JoinRequest(job_id=job.id, token=job.token, host="h",
+                                                      data_addr="127.0.0.1:1"), timeout=5),
+         g.StatusCode.FAILED_PRECONDITION),
+    ]
+    for name, fn, want in cases:
+        got = code(fn)
+        if want is not None:
+            assert got == want, (name, got, want)
+        # and the coordinator still serves
+        assert code(lambda: W.Heartbeat(m.HeartbeatRequest(**ok), timeout=5)) == g.StatusCode.OK, name
+    assert env.coord.poll() is None
+
+
+rmtest.main(test)
