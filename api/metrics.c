@@ -5,8 +5,8 @@
  *   ringmaster_build_info{version}                 gauge 1
  *   ringmaster_jobs{state}                         gauge, stored jobs by state
  *   ringmaster_workers{state}                      gauge, workers of live jobs
- *   ringmaster_job_step{job,name}                  gauge, running jobs only
- *   ringmaster_job_workers_alive{job,name}         gauge, running jobs only
+ *   ringmaster_job_step{job_id,name}               gauge, running jobs only
+ *   ringmaster_job_workers_alive{job_id,name}       gauge, running jobs only
  *   ringmaster_grpc_calls_total / _errors_total    counters
  *   ringmaster_barriers_total{outcome}             counter released|broken
  *   ringmaster_barrier_waiting                     gauge, workers parked
@@ -37,14 +37,14 @@ static void per_job(rm_api_t *api, rm__sbuf_t *b)
   rm__prom_family(b, "ringmaster_job_step", RM_PROM_GAUGE,
                   "Steps every member of a running job has completed.");
   for (size_t i = 0; i < n; i++) {
-    const char *l[] = {"job", id, "name", jobs[i].spec.name, NULL};
+    const char *l[] = {"job_id", id, "name", jobs[i].spec.name, NULL};
     snprintf(id, sizeof id, "%llu", (unsigned long long)jobs[i].id);
     rm__prom_sample(b, "ringmaster_job_step", l, (double)jobs[i].step);
   }
   rm__prom_family(b, "ringmaster_job_workers_alive", RM_PROM_GAUGE,
                   "Workers of a running job that are not lost or gone.");
   for (size_t i = 0; i < n; i++) {
-    const char *l[] = {"job", id, "name", jobs[i].spec.name, NULL};
+    const char *l[] = {"job_id", id, "name", jobs[i].spec.name, NULL};
     snprintf(id, sizeof id, "%llu", (unsigned long long)jobs[i].id);
     rm__prom_sample(b, "ringmaster_job_workers_alive", l, jobs[i].workers_alive);
   }

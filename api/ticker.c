@@ -76,19 +76,35 @@ static json_t *workers_json(rm_api_t *api, uint64_t id, uint64_t *h)
   return arr;
 }
 
+/* New samples since the last tick, at most SAMPLES_PER_RANK newest per rank
+ * (a fast job reports thousands of steps a second; the chart needs a trace,
+ * not every point), in step order. */
+#define SAMPLES_PER_RANK 64
+#define RANKS_TRACKED 4096
 static json_t *samples_json(rm_api_t *api, uint64_t id, jobmem_t *m, uint64_t *h)
 {
   rm_step_sample_t *s = NULL;
   size_t n = 0;
   int64_t newest = m->last_sample_ms;
   json_t *arr = json_array();
+  unsigned short *per_rank;
+  unsigned char *keep;
 
-  if (rm_coord_job_steps(api->coord, id, -1, 512, &s, &n) != RM_OK) return arr;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i].time_ms < m->last_sample_ms) continue;
+  if (rm_coord_job_steps(api->coord, id, -1, 8192, &s, &n) != RM_OK) return arr;
+  per_rank = rm__xcalloc(RANKS_TRACKED, sizeof *per_rank);
+  keep = rm__xcalloc(n ? n : 1, 1);
+  for (size_t i = n; i-- > 0;) { /* newest first */
+    int r = s[i].rank;
+    if (s[i].time_ms < m->last_sample_ms || r < 0 || r >= RANKS_TRACKED) continue;
+    if (per_rank[r] >= SAMPLES_PER_RANK) continue;
+    per_rank[r]++;
+    keep[i] = 1;
     if (s[i].time_ms > newest) newest = s[i].time_ms;
-    json_array_append_new(arr, rm__json_step(&s[i]));
   }
+  for (size_t i = 0; i < n; i++)
+    if (keep[i]) json_array_append_new(arr, rm__json_step(&s[i]));
+  free(keep);
+  free(per_rank);
   rm_coord_free(s);
   *h = mix(*h, (uint64_t)newest);
   m->last_sample_ms = newest;

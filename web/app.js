@@ -134,7 +134,7 @@ function makeCharts() {
   }
   Chart.defaults.font.family = getComputedStyle(document.body).fontFamily;
   Chart.defaults.color = '#64748b';
-  const common = { animation: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
+  const common = { animation: false, spanGaps: false, responsive: true, maintainAspectRatio: false, parsing: false, normalized: true,
     interaction: { mode: 'nearest', intersect: false },
     scales: { x: { type: 'linear', title: { display: true, text: 'step' }, ticks: { precision: 0 }, grid: { color: '#f1f5f9' } },
       y: { beginAtZero: true, grid: { color: '#f1f5f9' } } },
@@ -257,6 +257,8 @@ class JobView {
         stepChart.data.datasets.sort((a, b) => a.rank - b.rank);
       }
       const total = (s.compute_ms || 0) + (s.comm_ms || 0) + (s.wait_ms || 0);
+      const prev = ds.data[ds.data.length - 1];
+      if (prev && s.step > prev.x + 1) ds.data.push({ x: prev.x + 1, y: null }); /* sampled: show a gap */
       ds.data.push({ x: s.step, y: total });
       if (ds.data.length > MAX_POINTS) ds.data.shift();
       if (s.comm_ms > 0 && s.allreduce_bytes > 0) {
@@ -269,7 +271,12 @@ class JobView {
     for (const ds of stepChart.data.datasets) ds.data.sort((a, b) => a.x - b.x);
     const steps = [...this.byStep.keys()].sort((a, b) => a - b).slice(-MAX_POINTS);
     for (const k of [...this.byStep.keys()]) if (k < steps[0]) this.byStep.delete(k);
-    tputChart.data.datasets[0].data = steps.map((k) => ({ x: k, y: this.byStep.get(k).sum / this.byStep.get(k).n }));
+    const pts = [];
+    for (const k of steps) {
+      if (pts.length && k > pts[pts.length - 1].x + 1) pts.push({ x: pts[pts.length - 1].x + 1, y: null });
+      pts.push({ x: k, y: this.byStep.get(k).sum / this.byStep.get(k).n });
+    }
+    tputChart.data.datasets[0].data = pts;
     this.styleDatasets();
     tputChart.update('none');
   }
@@ -280,7 +287,7 @@ class JobView {
     if (!this.charts) return;
     const { stepChart } = this.charts;
     const median = (a) => { const s = [...a].sort((x, y) => x - y); return s.length ? s[Math.floor(s.length / 2)] : 0; };
-    const recent = stepChart.data.datasets.map((d) => median(d.data.slice(-20).map((p) => p.y)));
+    const recent = stepChart.data.datasets.map((d) => median(d.data.slice(-20).filter((p) => p.y != null).map((p) => p.y)));
     const overall = median(recent);
     stepChart.data.datasets.forEach((d, i) => {
       const slow = this.stragglers.has(d.rank) || (overall > 0 && recent[i] > 1.5 * overall && stepChart.data.datasets.length > 1);

@@ -1,0 +1,161 @@
+#!/usr/bin/env node
+/*
+ * dashboard.test.js - end-to-end test of the web dashboard in real headless
+ * Chromium (Debian's /usr/bin/chromium driven by playwright-core).
+ *
+ *   1. start `ringmaster serve` on free ports (heartbeat timeout 2 s)
+ *   2. open the dashboard, submit a 3-worker job in the form (launcher
+ *      "none"); the worker token is read from the form's own POST answer
+ *   3. start 3 real `ringmaster-worker` processes for that job
+ *   4. see the workers table fill with 3 running workers and the step chart
+ *      gain points (it moves)
+ *   5. SIGKILL one worker and see a worker marked lost in the table
+ *   6. screenshots go to the artifacts folder (job-running.png,
+ *      job-lost.png, jobs.png)
+ * Every wait has a deadline; every process is stopped by PID.
+ *
+ * usage: node dashboard.test.js --ringmaster PATH --worker PATH --artifacts DIR
+ * exit 0 pass, 1 fail, 77 skipped (no chromium / playwright-core)
+ */
+'use strict';
+const { spawn } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+
+function arg(name, def) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : def;
+}
+const RINGMASTER = arg('ringmaster');
+const WORKER = arg('worker');
+const ARTIFACTS = arg('artifacts', path.join(__dirname, '../../artifacts'));
+const CHROMIUM = process.env.RINGMASTER_CHROMIUM || '/usr/bin/chromium';
+const TOKEN = 'e2e-token-' + process.pid;
+
+let chromium;
+try { ({ chromium } = require('playwright-core')); } catch (e) {
+  console.log('SKIP: npm playwright-core not installed (cd tests/e2e && npm ci)'); process.exit(77);
+}
+if (!fs.existsSync(CHROMIUM)) { console.log(`SKIP: ${CHROMIUM} not found (Debian package chromium)`); process.exit(77); }
+
+const procs = [];
+function startServer(tmp) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(RINGMASTER, ['serve', '--db', path.join(tmp, 'rm.db'), '--grpc', '127.0.0.1:0', '--http', '127.0.0.1:0',
+      '--heartbeat-timeout-ms', '2000'], { env: { ...process.env, RINGMASTER_API_TOKEN: TOKEN, RINGMASTER_LOG_LEVEL: 'warn',
+      RINGMASTER_API_TICK_MS: '500' }, stdio: ['ignore', 'pipe', fs.openSync(path.join(tmp, 'server.log'), 'w')] });
+    procs.push(p);
+    let out = '';
+    const timer = setTimeout(() => reject(new Error('server did not print its addresses in 20 s')), 20000);
+    p.stdout.on('data', (d) => {
+      out += d;
+      const http = out.match(/http listening on (\S+)/), grpc = out.match(/grpc listening on (\S+)/);
+      if (http && grpc) { clearTimeout(timer); resolve({ http: http[1], grpc: grpc[1] }); }
+    });
+    p.on('exit', (code) => reject(new Error(`server exited early (${code})`)));
+  });
+}
+
+function startWorker(grpc, job, token, tmp, i) {
+  const log = fs.openSync(path.join(tmp, `worker-${i}.log`), 'w');
+  const p = spawn(WORKER, ['--coordinator', grpc, '--job', String(job), '--token', token,
+    '--workload-options', 'count=65536', '--steps', '1000000'],
+    { env: { ...process.env, RINGMASTER_LOG_LEVEL: 'warn' }, stdio: ['ignore', log, log] });
+  procs.push(p);
+  return p;
+}
+
+async function stopAll() {
+  for (const p of procs.reverse()) {
+    if (p.exitCode !== null || p.signalCode !== null) continue;
+    const done = new Promise((r) => p.once('exit', r));
+    p.kill('SIGTERM');
+    const t = setTimeout(() => { try { p.kill('SIGKILL'); } catch (e) { /* gone */ } }, 10000);
+    await done;
+    clearTimeout(t);
+  }
+}
+
+async function main() {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'rm-e2e-'));
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  let ctx = null;
+  let page = null;
+  try {
+    const srv = await startServer(tmp);
+    const base = `http://${srv.http}`;
+    ctx = await chromium.launchPersistentContext(path.join(tmp, 'profile'), {
+      executablePath: CHROMIUM, headless: true, viewport: { width: 1440, height: 1100 },
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    page = ctx.pages()[0] || await ctx.newPage();
+    page.setDefaultTimeout(30000);
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+
+    await page.goto(`${base}/`);
+    await page.waitForSelector('#submit-form');
+    await page.waitForSelector('#live.on');
+    await page.fill('input[name=name]', 'e2e-allreduce');
+    await page.fill('input[name=world_size]', '3');
+    await page.fill('input[name=steps]', '1000000');
+    await page.selectOption('select[name=launcher]', 'none');
+    await page.fill('input[name=workload_options]', 'count=65536');
+    await page.fill('input[name=token]', TOKEN);
+    const [resp] = await Promise.all([
+      page.waitForResponse((r) => r.url().endsWith('/api/v1/jobs') && r.request().method() === 'POST'),
+      page.click('#submit-form button[type=submit]'),
+    ]);
+    if (resp.status() !== 201) throw new Error(`submit answered ${resp.status()}: ${await resp.text()}`);
+    const job = await resp.json();
+    await page.waitForURL(`${base}/jobs/${job.id}`);
+    await page.waitForSelector('#job-name:has-text("e2e-allreduce")');
+
+    const workers = [0, 1, 2].map((i) => startWorker(srv.grpc, job.id, job.token, tmp, i));
+    await page.waitForFunction(() => document.querySelectorAll('#workers-table tbody tr .badge.running').length === 3,
+      null, { timeout: 30000 });
+    const points = () => page.evaluate(() => {
+      const c = Chart.getChart('step-chart');
+      return c ? c.data.datasets.reduce((n, d) => n + d.data.length, 0) : -1;
+    });
+    await page.waitForFunction(() => { const c = Chart.getChart('step-chart'); return c && c.data.datasets.length === 3 && c.data.datasets.every((d) => d.data.length > 0); },
+      null, { timeout: 30000 });
+    const before = await points();
+    await page.waitForFunction((n) => Chart.getChart('step-chart').data.datasets.reduce((s, d) => s + d.data.length, 0) > n,
+      before, { timeout: 30000 });
+    const tput = await page.evaluate(() => Chart.getChart('tput-chart').data.datasets[0].data.length);
+    if (tput === 0) throw new Error('all-reduce throughput chart has no points');
+    await page.waitForFunction(() => /step [1-9]/.test(document.querySelector('#job-progress').textContent), null, { timeout: 30000 });
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-running.png'), fullPage: true });
+
+    workers[2].kill('SIGKILL');
+    await page.waitForFunction(() => document.querySelectorAll('#workers-table tbody tr .badge.lost').length >= 1,
+      null, { timeout: 30000 });
+    const timeline = await page.textContent('#timeline');
+    if (!/lost/.test(timeline)) throw new Error('event timeline does not mention the lost worker');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-lost.png'), fullPage: true });
+
+    await page.click('.crumbs a');
+    await page.waitForSelector(`#jobs-table tr[data-id="${job.id}"]`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'jobs.png'), fullPage: true });
+    if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
+    console.log(`e2e dashboard: passed; screenshots in ${ARTIFACTS}`);
+    return 0;
+  } catch (err) {
+    console.error('FAIL:', err.message);
+    if (page) await page.screenshot({ path: path.join(ARTIFACTS, 'failure.png'), fullPage: true }).catch(() => {});
+    const server = procs[0];
+    if (server && (server.exitCode !== null || server.signalCode !== null))
+      console.error(`the coordinator died during the test: exit ${server.exitCode} signal ${server.signalCode}`);
+    for (const f of fs.readdirSync(tmp)) if (f.endsWith('.log')) console.error(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').slice(-1500)}`);
+    return 1;
+  } finally {
+    if (ctx) await ctx.close().catch(() => {});
+    await stopAll();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+}
+
+main().then((code) => process.exit(code));
