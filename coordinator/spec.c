@@ -7,8 +7,10 @@
  * so nobody submits a "shrink" job that silently behaves like "fail".
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coord.h"
 
@@ -67,6 +69,41 @@ static int one_of(const char *v, const char *const *words)
   for (; *words; words++)
     if (!strcmp(v, *words)) return 1;
   return 0;
+}
+
+/* The train workload's dataset=PATH option, when the local launcher will run
+ * the workers on this host: refuse a file the workers could not open before
+ * anything is launched (for slurm/k8s the path is on other machines, and the
+ * worker reports it). Options are "key=value,..." (worker/train/opts.c). */
+static rm_status_t check_dataset(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  char path[RM_COORD_OPTS_MAX], msg[200];
+  const char *p = s->workload_options;
+  if (strcmp(s->workload, "train") || strcmp(s->launcher, "local")) return RM_OK;
+  while (*p) {
+    const char *end = strchr(p, ',');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    while (n && isspace((unsigned char)*p)) p++, n--;
+    if (n > 8 && !strncmp(p, "dataset", 7)) {
+      const char *v = p + 7;
+      while (v < p + n && isspace((unsigned char)*v)) v++;
+      if (v < p + n && *v == '=') {
+        v++;
+        while (v < p + n && isspace((unsigned char)*v)) v++;
+        size_t m = (size_t)(p + n - v);
+        while (m && isspace((unsigned char)v[m - 1])) m--;
+        snprintf(path, sizeof path, "%.*s", (int)m, v);
+        if (access(path, R_OK) != 0) {
+          snprintf(msg, sizeof msg, "dataset '%.96s' is not readable on "
+                   "the coordinator's host (local launcher): %s", path,
+                   strerror(errno));
+          return bad(err, "workload_options", msg);
+        }
+      }
+    }
+    p += n + (end != NULL);
+  }
+  return RM_OK;
 }
 
 #define DEFAULT(f, v) \
@@ -140,6 +177,8 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   if (s->barrier_timeout_ms && (s->barrier_timeout_ms < 100 ||
                                 s->barrier_timeout_ms > 86400000))
     return bad(err, "barrier_timeout_ms", "must be 0 (default) or 100..86400000");
+  st = check_dataset(s, err);
+  if (st != RM_OK) return st;
   if (s->max_restarts < 0) return bad(err, "max_restarts", "must be >= 0");
   if (s->backup_workers < 0) return bad(err, "backup_workers", "must be >= 0");
   return RM_OK;
