@@ -30,6 +30,7 @@
 #include "ringmaster/v1/messages.pb-c.h"
 
 typedef struct rm__call rm__call_t; /* server.c */
+typedef struct rm__blob rm__blob_t; /* server.c: shared packed bytes */
 typedef struct rm__server rm__server_t;
 
 enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH };
@@ -98,6 +99,9 @@ typedef struct rm__job {
   int64_t reform_deadline_ns;   /* 0 = none */
   uint64_t start_step;
   int launch_pending;
+  rm__blob_t *join_tail;        /* packed peers + spec of this generation,
+                                   shared by every Join answer (rpc.c) */
+  uint64_t join_tail_gen;
 } rm__job_t;
 
 typedef struct rm__out {
@@ -218,6 +222,14 @@ void rm__server_stop(rm_coord_t *c);
  * NULL on error). Unparks it. Sent after COMMIT. Under lock. */
 void rm__reply(rm_coord_t *c, rm__call_t *call, int code, const char *details,
                const ProtobufCMessage *resp);
+/* Pack m once into a reference-counted buffer that many answers can end
+ * with (protobuf: concatenated encodings merge, so a per-call head followed
+ * by a shared tail is one message). */
+rm__blob_t *rm__blob_pack(const ProtobufCMessage *m);
+void rm__blob_unref(rm__blob_t *b);
+/* rm__reply with status OK whose message is head's encoding + tail's. */
+void rm__reply_tail(rm_coord_t *c, rm__call_t *call,
+                    const ProtobufCMessage *head, rm__blob_t *tail);
 /* Queue one message of a server stream. Under lock. */
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);

@@ -110,44 +110,61 @@ static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   return 0;
 }
 
-/* ---- Join ---- */
+/* ---- Join ----
+ * A formed answer is a small per-worker head (worker id, rank, generation,
+ * ...) followed by the generation's peer list and spec, packed once per
+ * generation and shared: N answers cost O(N) memory, not O(N^2). */
+static rm__blob_t *join_tail(rm__job_t *j)
+{
+  if (j->join_tail && j->join_tail_gen == j->info.generation) return j->join_tail;
+  Ringmaster__V1__JoinResponse t = RINGMASTER__V1__JOIN_RESPONSE__INIT;
+  Ringmaster__V1__JobSpec spec;
+  int n = j->nmembers;
+  Ringmaster__V1__Peer *peers = rm__xcalloc((size_t)n + 1, sizeof *peers);
+  Ringmaster__V1__Peer **pp = rm__xcalloc((size_t)n + 1, sizeof *pp);
+  for (int i = 0; i < n; i++) {
+    rm__worker_t *m = &j->w[j->members[i]];
+    ringmaster__v1__peer__init(&peers[i]);
+    peers[i].rank = (uint32_t)i;
+    peers[i].host = m->host;
+    peers[i].data_addr = m->data_addr;
+    peers[i].worker_id = m->id;
+    pp[i] = &peers[i];
+  }
+  rm__pb_spec_from(&spec, &j->info.spec);
+  t.spec = &spec;
+  t.n_peers = (size_t)n;
+  t.peers = pp;
+  rm__blob_unref(j->join_tail);
+  j->join_tail = rm__blob_pack(&t.base);
+  j->join_tail_gen = j->info.generation;
+  free(peers);
+  free(pp);
+  return j->join_tail;
+}
+
 void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
 {
   Ringmaster__V1__JoinResponse r = RINGMASTER__V1__JOIN_RESPONSE__INIT;
   Ringmaster__V1__JobSpec spec;
-  Ringmaster__V1__Peer *peers = NULL, **pp = NULL;
   rm__worker_t *w = rm__job_worker(j, p->worker_id);
   r.worker_id = p->worker_id;
   r.job_state = (Ringmaster__V1__JobState)j->info.state;
-  rm__pb_spec_from(&spec, &j->info.spec);
-  r.spec = &spec;
   if (j->info.state == RM_JOB_RUNNING && w && w->state == RM_WORKER_RUNNING &&
       w->generation == j->info.generation) {
-    int n = j->nmembers;
-    peers = rm__xcalloc((size_t)n, sizeof *peers);
-    pp = rm__xcalloc((size_t)n, sizeof *pp);
-    for (int i = 0; i < n; i++) {
-      rm__worker_t *m = &j->w[j->members[i]];
-      ringmaster__v1__peer__init(&peers[i]);
-      peers[i].rank = (uint32_t)i;
-      peers[i].host = m->host;
-      peers[i].data_addr = m->data_addr;
-      peers[i].worker_id = m->id;
-      pp[i] = &peers[i];
-    }
     r.formed = 1;
     r.generation = j->info.generation;
     r.rank = (uint32_t)w->rank;
-    r.world = (uint32_t)n;
-    r.n_peers = (size_t)n;
-    r.peers = pp;
+    r.world = (uint32_t)j->nmembers;
     r.start_step = j->start_step;
     int hb = rm__job_heartbeat_ms(c, j) / 4;
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
+    rm__reply_tail(c, p->call, &r.base, join_tail(j));
+    return;
   }
+  rm__pb_spec_from(&spec, &j->info.spec);
+  r.spec = &spec;
   rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
-  free(peers);
-  free(pp);
 }
 
 static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)

@@ -144,6 +144,43 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
            code == GRPC_STATUS_OK && resp ? pack(resp) : NULL);
 }
 
+struct rm__blob {
+  grpc_slice slice;
+};
+
+rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
+{
+  rm__blob_t *b = rm__xmalloc(sizeof *b);
+  size_t len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = rm__xmalloc(len ? len : 1);
+  protobuf_c_message_pack(m, buf);
+  b->slice = grpc_slice_new(buf, len, free);
+  return b;
+}
+
+void rm__blob_unref(rm__blob_t *b)
+{
+  if (!b) return;
+  grpc_slice_unref(b->slice);
+  free(b);
+}
+
+void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                    rm__blob_t *tail)
+{
+  if (k->answered) return;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  size_t len = protobuf_c_message_get_packed_size(head);
+  uint8_t *buf = rm__xmalloc(len ? len : 1);
+  protobuf_c_message_pack(head, buf);
+  grpc_slice parts[2] = {grpc_slice_new(buf, len, free), grpc_slice_ref(tail->slice)};
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
+  grpc_slice_unref(parts[0]);
+  grpc_slice_unref(parts[1]);
+  out_push(c, k, GRPC_STATUS_OK, "", bb);
+}
+
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
 {
   if (k->answered) return;
