@@ -132,7 +132,13 @@ void rm__job_info_refresh(rm__job_t *j)
     const rm__worker_t *w = &j->w[i];
     joined += w->in_group;
     alive += w->in_group && w->state <= RM_WORKER_RUNNING;
-    if (is_member(j, w) && w->step < minstep) minstep = w->step;
+    /* members, and members of this generation that finished (LEFT): once
+     * the last one leaves nobody is a member, and the job's step must still
+     * be where they all ended, not the last value a reader refreshed */
+    if ((is_member(j, w) || (w->state == RM_WORKER_LEFT &&
+                             w->generation == j->info.generation)) &&
+        w->step < minstep)
+      minstep = w->step;
   }
   j->info.workers_joined = joined;
   j->info.workers_alive = alive;
