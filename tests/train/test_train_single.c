@@ -304,17 +304,16 @@ static void test_resume(void)
  * to 80 uninterrupted steps. Damaged or foreign files are refused. */
 static void test_checkpoint(void)
 {
-  char path[] = "/tmp/rm-train-ckpt-XXXXXX", err[512] = "";
-  int fd = mkstemp(path);
-  CHECK(fd >= 0, "mkstemp");
-  close(fd);
+  char dir[] = "/tmp/rm-train-ckpt-XXXXXX", path[4096] = "", err[512] = "";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
   void *a = make_train("steps=80"), *b = make_train("steps=80");
   void *other = make_train("steps=80,hidden=16");
   if (!a || !b || !other) return;
   rm__trainer_t *ta = rm__train_workload_trainer(a);
   rm__trainer_t *tb = rm__train_workload_trainer(b);
   CHECK(run_steps(a, 0, 40) == RM_OK, "40 steps");
-  CHECK(rm__trainer_save(ta, path, err, sizeof(err)) == RM_OK, "%s", err);
+  CHECK(rm__trainer_save(ta, dir, 7, 0, 1, path, sizeof(path), err,
+                         sizeof(err)) == RM_OK, "%s", err);
   CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_OK, "%s", err);
   CHECK(tb->step == 40 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
         "loaded state differs");
@@ -342,6 +341,7 @@ static void test_checkpoint(void)
   unlink(path);
   CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_NOT_FOUND,
         "missing: %s", err);
+  rmdir(dir);
   rm__workload_train.destroy(a);
   rm__workload_train.destroy(b);
   rm__workload_train.destroy(other);

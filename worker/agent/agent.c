@@ -12,9 +12,22 @@
  *     heartbeat thread on; workload run(); heartbeat thread off
  *     finished all steps        -> LEAVE ok, exit 0
  *     coordinator said stale    -> destroy comm, loop (re-join)
- *     data-plane error          -> wait (2 heartbeat timeouts) for the
- *                                  coordinator to decide: job failed -> exit 1,
- *                                  new generation -> loop, else LEAVE failed
+ *     data-plane error          -> ReportFailure(failed peer, status, error)
+ *                                  so the coordinator can declare the peer
+ *                                  lost at once (recovery.c), then wait (2
+ *                                  heartbeat timeouts) for its decision: job
+ *                                  failed -> exit 1, new generation -> loop,
+ *                                  else LEAVE failed
+ *
+ * RECOVERY TIMING. The first moment this worker knows something broke (its
+ * collective failed, or the coordinator moved on) is kept; when the first
+ * step of a later generation completes, one line is logged:
+ *   ringmaster-worker: recovered gen=G step=S detect_ms=T0 resume_ms=T1
+ * (wall-clock ms), which tests and bench/recovery read.
+ *
+ * STRAGGLER POLICIES. Under backup/deadline/coded the workload asks the
+ * coordinator for each step's participant set through env->gate (StepGate
+ * rpc, below).
  *
  * "Stale" is learned from the heartbeat thread or a step report: the job's
  * generation moved on, the job ended, or the coordinator refused our
@@ -56,6 +69,8 @@ typedef struct agent {
   rm_comm_t *comm;  /* under mu, for abort */
   const rm_workload_ops_t *wl;
   void *wl_state;
+  int64_t broke_wall_ms;   /* first sign of a failure, 0 = none pending */
+  uint64_t broke_gen;
 } agent_t;
 
 
@@ -69,6 +84,10 @@ static void sleep_ms(int ms)
 static void mark_stale(agent_t *a, int job_state, const char *why)
 {
   pthread_mutex_lock(&a->mu);
+  if (!a->broke_wall_ms) {
+    a->broke_wall_ms = rm__wall_ms();
+    a->broke_gen = a->generation;
+  }
   if (!a->stale) RM_INFO("coordinator moved on: %s", why);
   a->stale = 1;
   if (job_state >= 0) a->job_state = job_state;
@@ -199,6 +218,17 @@ static int report(void *ctx, const rm_step_report_t *s)
   q.accuracy = s->accuracy;
   q.allreduce_bytes = s->allreduce_bytes;
   q.param_checksum = s->param_checksum;
+  q.checkpoint_step = s->checkpoint_step;
+  if (a->broke_wall_ms && a->generation > a->broke_gen) {
+    printf("ringmaster-worker: recovered gen=%llu step=%llu detect_ms=%lld "
+           "resume_ms=%lld\n", (unsigned long long)a->generation,
+           (unsigned long long)s->step, (long long)a->broke_wall_ms,
+           (long long)rm__wall_ms());
+    fflush(stdout);
+    pthread_mutex_lock(&a->mu);
+    a->broke_wall_ms = 0;
+    pthread_mutex_unlock(&a->mu);
+  }
   int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
                         &ringmaster__v1__report_step_response__descriptor,
                         (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
@@ -248,6 +278,70 @@ static int leave(agent_t *a, int ok, const char *error)
   }
   RM_WARN("leave: %s", msg);
   return -1;
+}
+
+/* The per-step participant gate (workload.h rm_step_gate_fn). */
+static int step_gate(void *ctx, uint64_t step, int ready, int wait_ms,
+                     uint8_t *members, int *dropped)
+{
+  agent_t *a = ctx;
+  Ringmaster__V1__StepGateRequest q = RINGMASTER__V1__STEP_GATE_REQUEST__INIT;
+  Ringmaster__V1__StepGateResponse *r = NULL;
+  char msg[256];
+  int ret = -1;
+  q.job_id = a->o->job_id;
+  q.token = (char *)a->o->token;
+  q.generation = a->generation;
+  q.worker_id = a->worker_id;
+  q.step = step;
+  q.ready = ready != 0;
+  q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
+  int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
+                        &ringmaster__v1__step_gate_response__descriptor,
+                        (ProtobufCMessage **)&r, wait_ms + 5000, msg, sizeof msg);
+  if (rc == G_OK) {
+    ret = 0;
+    if (r->decided && r->members.len == (size_t)a->world) {
+      memcpy(members, r->members.data, r->members.len);
+      *dropped = r->dropped;
+      ret = 1;
+    } else if (r->dropped) {
+      ret = -1; /* a step behind the group: cannot happen when in sync */
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else if (rc == G_FAILED_PRECONDITION || rc == G_NOT_FOUND) {
+    mark_stale(a, -1, msg);
+  } else {
+    RM_WARN("StepGate: status %d: %s", rc, msg);
+  }
+  return ret;
+}
+
+/* A survivor names the peer its data plane lost (recovery.c). */
+static void report_failure(agent_t *a, rm_comm_t *comm, rm_status_t st)
+{
+  Ringmaster__V1__ReportFailureRequest q =
+      RINGMASTER__V1__REPORT_FAILURE_REQUEST__INIT;
+  Ringmaster__V1__ReportFailureResponse *r = NULL;
+  char msg[256];
+  q.job_id = a->o->job_id;
+  q.token = (char *)a->o->token;
+  q.generation = a->generation;
+  q.worker_id = a->worker_id;
+  q.failed_rank = comm ? rm_comm_failed_peer(comm) : -1;
+  q.status = (char *)rm_status_name(st);
+  q.error = (char *)(comm ? rm_comm_last_error(comm) : "");
+  q.step = a->steps_done;
+  int rc = rm__ctl_call(a->ctl, "/ringmaster.v1.Worker/ReportFailure", &q.base,
+                        &ringmaster__v1__report_failure_response__descriptor,
+                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  if (rc == G_OK) {
+    RM_INFO("reported %s naming rank %d: %s", q.status, q.failed_rank,
+            r->accepted ? "declared lost" : "not declared lost");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else {
+    RM_INFO("ReportFailure: status %d: %s", rc, msg);
+  }
 }
 
 /* After a data-plane failure: give the coordinator two heartbeat timeouts to
@@ -313,8 +407,19 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
           a->rank, a->world);
   rm_status_t st = rm_comm_init(&cfg, &comm);
   if (st == RM_OK) {
-    rm_workload_env_t env = {comm, a->rank, a->world, r->start_step, a->max_steps,
-                             report, a};
+    rm_workload_env_t env = {.comm = comm, .rank = a->rank, .world = a->world,
+                             .start_step = r->start_step,
+                             .max_steps = a->max_steps, .report = report,
+                             .report_ctx = a};
+    const char *pol = r->spec && r->spec->straggler_policy ? r->spec->straggler_policy : "none";
+    env.job_id = a->o->job_id;
+    env.generation = r->generation;
+    env.checkpoint_every = r->spec ? r->spec->checkpoint_every : 0;
+    env.checkpoint_step = r->checkpoint_step;
+    env.straggler_policy = pol;
+    env.step_quorum = (int)r->step_quorum;
+    env.coded_s = (int)r->coded_s;
+    env.gate = strcmp(pol, "none") && pol[0] ? step_gate : NULL;
     pthread_mutex_lock(&a->mu);
     a->comm = comm;
     if (a->stale) rm_comm_abort(comm);
@@ -323,6 +428,11 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
     st = a->wl->run(a->wl_state, &env);
     snprintf(err, sizeof err, "%s: %s", rm_status_name(st),
              st == RM_OK ? "" : rm_comm_last_error(comm));
+    pthread_mutex_lock(&a->mu);
+    int was_stale = a->stale;
+    pthread_mutex_unlock(&a->mu);
+    if (st != RM_OK && st != RM_ERR_INTERNAL && !was_stale)
+      report_failure(a, comm, st);
   } else {
     snprintf(err, sizeof err, "communicator setup failed: %s", rm_status_name(st));
   }
@@ -335,6 +445,14 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
   pthread_join(hb, NULL);
   if (comm) rm_comm_destroy(comm);
   free(peers);
+  if (st != RM_OK && st != RM_ERR_INTERNAL && !stale) {
+    pthread_mutex_lock(&a->mu);
+    if (!a->broke_wall_ms) {
+      a->broke_wall_ms = rm__wall_ms();
+      a->broke_gen = a->generation;
+    }
+    pthread_mutex_unlock(&a->mu);
+  }
   if (st == RM_OK && a->steps_done >= a->max_steps) {
     ret = leave(a, 1, NULL); /* 0 done, 1 re-join, -1 failed */
   } else if (stale || (st != RM_ERR_INTERNAL && await_decision(a))) {

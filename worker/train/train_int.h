@@ -6,7 +6,7 @@
  *   opts.c      "key=value,key=value" option strings, numbers with K/M/G
  *   dataset.c   CSV loader, deterministic train/test split, standardisation
  *   mlp.c       two-layer perceptron: forward, backward, SGD with momentum
- *   checkpoint.c  trainer state on disk (atomic write, checked load)
+ *   checkpoint.c  trainer state on disk (aggregate/checkpoint.h format)
  *   trainer.c   one synchronous data-parallel step: global batch -> this
  *               rank's shard -> local gradient sum -> all-reduce -> update
  *   train_workload.c, synthetic_workload.c   the rm_workload_ops_t tables
@@ -175,14 +175,40 @@ rm_status_t rm__trainer_resync(rm__trainer_t *t, rm_comm_t *comm,
                                uint64_t start_step);
 uint64_t rm__trainer_checksum(const rm__trainer_t *t);
 
-/* Checkpoints (checkpoint.c): step, parameters and momentum, written
- * atomically (tmp, fsync, rename, fsync dir). load() refuses a file of
- * another model shape or seed, a truncated one or a bad checksum, and then
- * leaves the trainer untouched. */
-rm_status_t rm__trainer_save(const rm__trainer_t *t, const char *path,
-                             char *err, size_t errlen);
+/* Checkpoints (checkpoint.c) in the project's one checkpoint format
+ * (worker/aggregate/checkpoint.h): step, parameters and momentum, written
+ * atomically into dir as the file of (job_id, rank, step); OUT path (may be
+ * NULL). load() refuses a file of another model shape or seed, a truncated
+ * one or a bad checksum, and then leaves the trainer untouched.
+ * load_step(): the checkpoint of `step` written by any rank < max_rank. */
+rm_status_t rm__trainer_save(const rm__trainer_t *t, const char *dir,
+                             uint64_t job_id, int rank, uint64_t generation,
+                             char *path, size_t path_len, char *err,
+                             size_t errlen);
 rm_status_t rm__trainer_load(rm__trainer_t *t, const char *path, char *err,
                              size_t errlen);
+rm_status_t rm__trainer_load_step(rm__trainer_t *t, const char *dir,
+                                  uint64_t job_id, int max_rank, uint64_t step,
+                                  char *err, size_t errlen);
+
+/* ---- a step under a straggler policy (policy_step.c, issue 6) ---- */
+enum { RM__POL_NONE = 0, RM__POL_BACKUP, RM__POL_DEADLINE, RM__POL_CODED };
+typedef struct rm__policy {
+  int kind;             /* RM__POL_* */
+  int rank, world;
+  int s;                /* coded: tolerated stragglers */
+  /* the gate (workload.h rm_step_gate_fn) and its context */
+  int (*gate)(void *ctx, uint64_t step, int ready, int wait_ms,
+              uint8_t *members, int *dropped);
+  void *ctx;
+  double sim_compute_ms; /* simulated compute added to every step */
+  int slow_rank;         /* rank slowed on purpose, -1 none */
+  double slow_factor;    /* its compute takes this many times longer */
+} rm__policy_t;
+/* One step with comm (world >= 1); fills rep (zeroed first). Errors of the
+ * gate (generation moved on) are RM_ERR_ABORTED; I2 of trainer.c holds. */
+rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
+                            const rm__policy_t *p, rm_step_report_t *rep);
 
 /* For tests: the live state behind a `train` workload's opaque pointer. */
 rm__trainer_t *rm__train_workload_trainer(void *state);

@@ -17,19 +17,34 @@
  *   epochs       (2)       or after this many passes (floor(n_train/B) steps each)
  *   verify       0         every K steps all-gather the parameter checksums
  *                          and fail with RM_ERR_INTERNAL if ranks differ
+ *   ckpt_dir     (3)       folder of the checkpoints (shared by the ranks)
+ *   sim_compute_ms 0       simulated compute added to every step (bench)
+ *   slow_rank    -1        rank slowed on purpose (straggler tests) ...
+ *   slow_factor  1         ... whose compute takes this many times longer
+ *
+ *   (3) RINGMASTER_CHECKPOINT_DIR, else ./ringmaster-ckpt
  *
  *   (1) RINGMASTER_TRAIN_DATASET, else the repository's data/digits/digits.csv
  *   (2) the step limit is the smallest of: steps, epochs * steps-per-epoch,
  *       and the agent's max_steps (when nonzero); 200 when none is given.
  *
  * Gradient reduction: each rank sums per-sample gradients of its shard, the
- * f32 sums are all-reduced with RM_SUM, and every rank divides by B.
+ * f32 sums are all-reduced with RM_SUM, and every rank divides by B (under
+ * a straggler policy: policy_step.c).
+ *
+ * Recovery (issue 6): every checkpoint_every steps (job spec) each rank
+ * writes its state atomically (aggregate/checkpoint.h) and reports the step;
+ * a worker that joins a running job (replacement) first loads the
+ * checkpoint the coordinator names (the last one every member completed),
+ * then rm__trainer_resync hands it the live parameters from a survivor.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "aggregate/checkpoint.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"
@@ -45,6 +60,10 @@ typedef struct train_state {
   rm__trainer_t t;
   uint64_t steps, epochs, verify;
   char dataset[1024];
+  char ckpt_dir[1024];
+  uint64_t last_ckpt;
+  double sim_compute_ms, slow_factor;
+  int slow_rank;
 } train_state_t;
 
 static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
@@ -83,12 +102,22 @@ static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
     st = rm__opt_u64(key, val, 1, UINT64_MAX, &s->steps, err, errlen);
   } else if (!strcmp(key, "epochs")) {
     st = rm__opt_u64(key, val, 1, 1u << 30, &s->epochs, err, errlen);
+  } else if (!strcmp(key, "ckpt_dir")) {
+    snprintf(s->ckpt_dir, sizeof(s->ckpt_dir), "%s", val);
+  } else if (!strcmp(key, "sim_compute_ms")) {
+    st = rm__opt_double(key, val, 0, 1e6, &s->sim_compute_ms, err, errlen);
+  } else if (!strcmp(key, "slow_factor")) {
+    st = rm__opt_double(key, val, 1, 1e6, &s->slow_factor, err, errlen);
+  } else if (!strcmp(key, "slow_rank")) {
+    st = rm__opt_u64(key, val, 0, 1u << 20, &u, err, errlen);
+    s->slow_rank = (int)u;
   } else if (!strcmp(key, "verify")) {
     st = rm__opt_u64(key, val, 0, UINT64_MAX, &s->verify, err, errlen);
   } else {
     snprintf(err, errlen, "unknown option '%s' for workload train (known: "
              "dataset batch hidden act lr momentum seed split_seed steps "
-             "epochs verify)", key);
+             "epochs verify ckpt_dir sim_compute_ms slow_rank slow_factor)",
+             key);
     st = RM_ERR_INVALID_ARG;
   }
   return st;
@@ -106,6 +135,10 @@ static rm_status_t train_create(const char *options, void **state, char *err,
                          .split_seed = 1};
   snprintf(s->dataset, sizeof(s->dataset), "%s",
            rm__env_str("RINGMASTER_TRAIN_DATASET", RM_TRAIN_DEFAULT_DATASET));
+  snprintf(s->ckpt_dir, sizeof(s->ckpt_dir), "%s",
+           rm__env_str("RINGMASTER_CHECKPOINT_DIR", "ringmaster-ckpt"));
+  s->slow_rank = -1;
+  s->slow_factor = 1;
   const char *p = options ? options : "";
   int r;
   while ((r = rm__opt_next(&p, key, sizeof(key), val, sizeof(val), err,
@@ -160,16 +193,75 @@ static rm_status_t verify_checksums(rm_comm_t *comm, uint64_t mine,
   return st;
 }
 
+/* A worker behind the group (new, or restarted) loads the last checkpoint
+ * every member completed; resync then copies the live state from a peer. */
+static void load_checkpoint(train_state_t *s, const rm_workload_env_t *env)
+{
+  char err[512];
+  uint64_t want = env->checkpoint_step;
+  if (!want || s->t.step >= want || want > env->start_step) return;
+  rm_status_t st = rm__trainer_load_step(&s->t, s->ckpt_dir, env->job_id,
+                                         env->world + 64, want, err,
+                                         sizeof(err));
+  if (st == RM_OK)
+    RM_INFO("train: rank %d loaded the checkpoint of step %llu from %s",
+            env->rank, (unsigned long long)want, s->ckpt_dir);
+  else
+    RM_WARN("train: rank %d: %s (the parameters will come from a peer)",
+            env->rank, err);
+}
+
+static uint64_t save_checkpoint(train_state_t *s, const rm_workload_env_t *env)
+{
+  char err[512];
+  if (!env->checkpoint_every || s->t.step % env->checkpoint_every) return 0;
+  mkdir(s->ckpt_dir, 0777);
+  if (rm__trainer_save(&s->t, s->ckpt_dir, env->job_id, env->rank,
+                       env->generation, NULL, 0, err, sizeof(err)) != RM_OK) {
+    RM_WARN("train: %s", err);
+    return 0;
+  }
+  rm__ckpt_prune(s->ckpt_dir, env->job_id, env->rank, 3, NULL, err, sizeof(err));
+  s->last_ckpt = s->t.step;
+  return s->t.step;
+}
+
+static void policy_of(const train_state_t *s, const rm_workload_env_t *env,
+                      rm__policy_t *p)
+{
+  const char *n = env->straggler_policy && env->gate ? env->straggler_policy : "none";
+  memset(p, 0, sizeof(*p));
+  p->kind = !strcmp(n, "backup")     ? RM__POL_BACKUP
+            : !strcmp(n, "deadline") ? RM__POL_DEADLINE
+            : !strcmp(n, "coded") && env->coded_s > 0 ? RM__POL_CODED
+                                                      : RM__POL_NONE;
+  p->rank = env->rank;
+  p->world = env->world;
+  p->s = env->coded_s;
+  p->gate = env->gate;
+  p->ctx = env->report_ctx;
+  p->sim_compute_ms = s->sim_compute_ms;
+  p->slow_rank = s->slow_rank;
+  p->slow_factor = s->slow_factor;
+}
+
 static rm_status_t train_run(void *state, rm_workload_env_t *env)
 {
   train_state_t *s = state;
+  rm__policy_t pol;
+  load_checkpoint(s, env);
   rm_status_t st = rm__trainer_resync(&s->t, env->comm, env->start_step);
   if (st != RM_OK) return st;
   uint64_t lim = step_limit(s, env->max_steps);
+  policy_of(s, env, &pol);
+  int plain = pol.kind == RM__POL_NONE && !s->sim_compute_ms && s->slow_rank < 0;
   while (s->t.step < lim) {
     rm_step_report_t rep;
-    st = rm__trainer_step(&s->t, env->comm, &rep);
+    if (plain || !env->comm) st = rm__trainer_step(&s->t, env->comm, &rep);
+    else st = rm__policy_step(&s->t, env->comm, &pol, &rep);
     if (st != RM_OK) return st;
+    save_checkpoint(s, env);
+    rep.checkpoint_step = s->last_ckpt;
     if (s->verify && env->comm &&
         (rep.step % s->verify == 0 || rep.step == lim)) {
       int64_t t0 = rm__now_ns();

@@ -33,7 +33,17 @@ typedef struct rm_step_report {
   double accuracy;        /* training-batch accuracy, NaN when not meaningful */
   uint64_t allreduce_bytes; /* payload bytes all-reduced this step */
   uint64_t param_checksum;  /* FNV-1a of the parameters after the step, 0 if none */
+  uint64_t checkpoint_step; /* newest checkpoint this worker wrote, 0 none */
 } rm_step_report_t;
+
+/* Straggler policies (issue 6): the per-step participant gate. The agent
+ * asks the coordinator (StepGate) whether the member set of global step
+ * `step` (0-based) is decided. ready: my gradient is ready (an arrival);
+ * wait_ms: how long the coordinator may hold the answer. Returns 1 decided
+ * (members[0..world-1] filled, *dropped = I am not a member), 0 not yet,
+ * < 0 the call failed (the generation moved on: stop stepping). */
+typedef int (*rm_step_gate_fn)(void *ctx, uint64_t step, int ready,
+                               int wait_ms, uint8_t *members, int *dropped);
 
 typedef struct rm_workload_env {
   rm_comm_t *comm;        /* this generation's communicator, borrowed */
@@ -44,6 +54,15 @@ typedef struct rm_workload_env {
   /* After each step; return nonzero to stop run() with RM_OK. */
   int (*report)(void *ctx, const rm_step_report_t *r);
   void *report_ctx;
+  /* Recovery and stragglers (issue 6); zero when not used. */
+  uint64_t job_id, generation;
+  uint64_t checkpoint_every;   /* write a checkpoint every K steps; 0 never */
+  uint64_t checkpoint_step;    /* last checkpoint every member completed */
+  const char *straggler_policy; /* "none" (or NULL), "backup", "deadline",
+                                   "coded" */
+  int step_quorum;             /* backup: gradients a step needs */
+  int coded_s;                 /* coded: tolerated stragglers */
+  rm_step_gate_fn gate;        /* with report_ctx; NULL under "none" */
 } rm_workload_env_t;
 
 typedef struct rm_workload_ops {
