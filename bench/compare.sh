@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# compare.sh - ringmaster's all-reduce side by side with Open MPI (TCP
+# loopback) and Gloo, in one run, with the ratio per cell.
+#
+#   bench/compare.sh [loopback|netns]
+#     NPROCS="2 4 8"  SIZES=4096,65536,1048576,16777216,67108864  REPEATS=1
+#     BUILD=<dir with bench/rm_bench>  (default: build-coll, then build)
+#
+# The peer harnesses (../shared/peers, see its README) are copied to a temp
+# dir and built there (needs openmpi-bin libopenmpi-dev libgloo-dev). Every
+# harness uses the same method: f32 sum in place, per-iteration max over
+# ranks, median over iterations, every element checked. Cells: best median
+# busbw (GB/s) over REPEATS; ringmaster = its best algorithm (auto included).
+# Ratios: rm/mpi and rm/gloo busbw (> 1 means ringmaster is faster).
+#
+# netns: the 4 namespaces of peers/netns_bench.sh (1 Gbit tbf links), one
+# rank per namespace (ip netns exec), N = 4 only; the namespaces are built
+# here and deleted on exit.
+set -euo pipefail
+
+mode="${1:-loopback}"
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+SIZES="${SIZES:-4096,65536,1048576,16777216,67108864}"
+REPEATS="${REPEATS:-1}"
+peers_src=""
+for d in /work/shared/peers "$repo/../shared/peers"; do
+  [[ -d "$d" ]] && { peers_src="$d"; break; }
+done
+[[ -n "$peers_src" ]] || { echo "compare.sh: no shared/peers folder" >&2; exit 2; }
+bench=""
+for d in "${BUILD:-}" "$repo/build-coll" "$repo/build"; do
+  [[ -n "$d" && -x "$d/bench/rm_bench" ]] && { bench="$d/bench/rm_bench"; break; }
+done
+[[ -n "$bench" ]] || { echo "compare.sh: build rm_bench first (cmake --build ... --target rm_bench)" >&2; exit 2; }
+
+tmp="$(mktemp -d /tmp/rm-compare.XXXXXX)"
+cleanup() {
+  [[ "$mode" == netns ]] && "$tmp/peers/netns_bench.sh" down 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+cp -r "$peers_src" "$tmp/peers"
+make -s -C "$tmp/peers" mpi_allreduce gloo_allreduce >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+raw="$tmp/raw.txt"
+: >"$raw"
+
+# Normalise every harness's lines to: impl n bytes median_us busbw
+peer_lines() { awk '!/^#/ && NF >= 10 {print $1, $2, $3, $5, $9}'; }
+rm_lines() { awk -v impl="$1" '!/^#/ && NF >= 10 {print impl, $5, $1, $7, $9, $6}'; }
+
+run_loopback() {
+  local n=$1
+  mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl tcp,self \
+    --mca btl_tcp_if_include lo "$tmp/peers/mpi_allreduce" -l mpi -s "$SIZES" | peer_lines >>"$raw"
+  "$tmp/peers/gloo_run.sh" "$n" -s "$SIZES" | peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
+  "$bench" -n "$n" -s "$SIZES" | rm_lines rm >>"$raw"
+}
+
+run_netns() {
+  local n=4 port=29500 peers=""
+  for ((r = 0; r < n; r++)); do peers+="${peers:+,}198.18.0.$((r + 1)):$port"; done
+  "$tmp/peers/netns_bench.sh" mpi "$n" -s "$SIZES" | peer_lines | sed 's/^mpi[^ ]*/mpi/' >>"$raw"
+  "$tmp/peers/netns_bench.sh" gloo "$n" -s "$SIZES" | peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
+  local pids=()
+  for ((r = 1; r < n; r++)); do
+    ip netns exec "arbench$r" "$bench" --rank "$r" --world "$n" --peers "$peers" -s "$SIZES" >/dev/null &
+    pids+=($!)
+  done
+  ip netns exec arbench0 "$bench" --rank 0 --world "$n" --peers "$peers" -s "$SIZES" | rm_lines rm >>"$raw"
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+if [[ "$mode" == netns ]]; then
+  "$tmp/peers/netns_bench.sh" up >/dev/null
+  NPROCS=4
+fi
+for ((rep = 1; rep <= REPEATS; rep++)); do
+  for n in ${NPROCS:-2 4 8}; do
+    if [[ "$mode" == netns ]]; then run_netns; else run_loopback "$n"; fi
+  done
+done
+cp "$raw" "${KEEP_RAW:-/dev/null}" 2>/dev/null || true
+
+# Table: per (n, size) best busbw of each impl, ratios.
+printf "# %s: busbw GB/s (best over %s repeat(s); rm = best ringmaster algorithm)\n" "$mode" "$REPEATS"
+printf "%3s %10s %9s %9s %9s %-15s %8s %8s\n" n bytes mpi gloo rm rm_algo rm/mpi rm/gloo
+awk '
+  { key = $2 " " $3; bw = $5 + 0
+    if (!(($1, key) in best) || bw > best[$1, key]) { best[$1, key] = bw; if ($1 == "rm") algo[key] = $6 }
+    keys[key] = 1 }
+  END {
+    for (k in keys) {
+      split(k, f, " ")
+      m = best["mpi", k]; g = best["gloo", k]; r = best["rm", k]
+      printf "%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f\n", f[1], f[2], m, g, r, algo[k], (m > 0 ? r / m : 0), (g > 0 ? r / g : 0)
+    }
+  }' "$raw" | sort -k1,1n -k2,2n
