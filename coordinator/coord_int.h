@@ -33,7 +33,8 @@ typedef struct rm__call rm__call_t; /* server.c */
 typedef struct rm__blob rm__blob_t; /* server.c: shared packed bytes */
 typedef struct rm__server rm__server_t;
 
-enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH };
+enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
+       RM__PARK_GATE };
 
 typedef struct rm__park {
   struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */
@@ -47,6 +48,7 @@ typedef struct rm__park {
   uint64_t watch_seq;           /* WATCH: last seq sent */
   int watch_sending;            /* WATCH: a message is in flight */
   int watch_done;               /* WATCH: final status queued */
+  uint64_t gate_step;           /* GATE: step asked about */
 } rm__park_t;
 
 typedef struct rm__worker {
@@ -69,6 +71,7 @@ typedef struct rm__worker {
   /* step summary accumulator, flushed to SQLite every 16 reports */
   uint64_t acc_first, acc_last, acc_count, acc_bytes;
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
+  uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
 } rm__worker_t;
 
 typedef struct rm__barrier {
@@ -102,6 +105,11 @@ typedef struct rm__job {
   rm__blob_t *join_tail;        /* packed peers + spec of this generation,
                                    shared by every Join answer (rpc.c) */
   uint64_t join_tail_gen;
+  /* recovery.c / gate.c (issue 6) */
+  int reform_target;            /* members wanted by a re-formation; 0 = spec */
+  uint64_t ckpt_step;           /* last checkpoint every member completed */
+  struct rm_straggler *strag;   /* detector, created on the first report */
+  struct rm__gate_state *gate;  /* per-step participant gate, per generation */
 } rm__job_t;
 
 typedef struct rm__out {
@@ -198,6 +206,35 @@ int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j);
 int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j);
 void rm__job_info_refresh(rm__job_t *j);
 
+/* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
+ * straggler flags ---- */
+/* A member of the current generation is gone: apply on_failure. */
+void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                              const char *reason);
+/* Extra workers a job accepts beyond its target while running (standbys). */
+int rm__recovery_standby_cap(const rm__job_t *j);
+/* Members a re-formation waits for (reform_target or the spec's). */
+int rm__recovery_target(const rm__job_t *j);
+/* Step every member of the new generation resumes after (form()). */
+uint64_t rm__recovery_start_step(const rm__job_t *j, const int *idx, int n);
+/* An accepted step report: checkpoint bookkeeping + straggler detection. */
+void rm__recovery_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                       const rm_step_sample_t *s, uint64_t ckpt_step);
+/* A worker left the job's membership for good (straggler detector). */
+void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
+void rm__recovery_free(rm__job_t *j);
+/* Reload the last complete checkpoint step from SQLite (restart). */
+void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
+void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
+                            const Ringmaster__V1__ReportFailureRequest *q);
+/* ---- gate_rpc.c (issue 6): the StepGate long-poll ---- */
+void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__StepGateRequest *q);
+void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+void rm__gate_free(rm__job_t *j);
+/* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
+void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
+
 /* ---- barrier.c ---- */
 /* Arrive at barrier `name` for member w; parks p or answers at once. */
 void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -239,7 +276,8 @@ void rm__out_flush(rm_coord_t *c); /* after COMMIT, under lock */
 /* ---- rpc.c: handlers (under lock) ---- */
 enum {
   RM__M_JOIN, RM__M_HEARTBEAT, RM__M_BARRIER, RM__M_REPORT_STEP, RM__M_WATCH,
-  RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL, RM__M_COUNT
+  RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL,
+  RM__M_REPORT_FAILURE, RM__M_STEP_GATE, RM__M_COUNT
 };
 typedef struct rm__method {
   const char *path;                         /* "/ringmaster.v1.Worker/Join" */

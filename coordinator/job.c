@@ -16,8 +16,9 @@
  * Transition -> function: every one goes through rm__job_set_state(), which
  * stores the job row and writes a "job_state" event in the same transaction.
  * FORMING -> RUNNING is rm__job_try_form(); RUNNING -> FORMING is
- * rm__job_resume(); member loss goes through on_member_down(), the policy
- * hook where issue 6 adds "shrink" and "replace" (today: "fail").
+ * rm__job_resume(); member loss goes through on_member_down(), which hands
+ * it to rm__recovery_member_down() (recovery.c: fail, shrink, replace;
+ * RUNNING -> FORMING -> RUNNING at the next generation).
  *
  * Invariants:
  *  1. A worker is a member of the current generation iff state == RUNNING and
@@ -73,6 +74,7 @@ void rm__job_free(rm__job_t *j)
     b = next;
   }
   rm__blob_unref(j->join_tail);
+  rm__recovery_free(j);
   free(j->w);
   free(j->members);
   free(j->ring);
@@ -239,7 +241,7 @@ static const char *assign_ranks(rm__job_t *j, int *idx, int n)
 static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
 {
   const char *how = assign_ranks(j, idx, n);
-  uint64_t start = UINT64_MAX;
+  uint64_t start = rm__recovery_start_step(j, idx, n); /* recovery.c R1 */
   j->info.generation++;
   c->ctr.generations_total++;
   free(j->members);
@@ -252,10 +254,10 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
     w->state = RM_WORKER_RUNNING;
     w->generation = j->info.generation;
     w->last_ns = rm__now_ns();
-    if (w->steps_done < start) start = w->steps_done;
     rm__store_worker_update(c, j, w);
   }
-  j->start_step = start == UINT64_MAX ? 0 : start;
+  j->start_step = start;
+  j->reform_target = 0;
   j->info.world = n;
   j->info.step = j->start_step;
   j->reform_deadline_ns = 0;
@@ -276,11 +278,14 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
   if (j->info.state != RM_JOB_PENDING && j->info.state != RM_JOB_FORMING) return;
-  int target = s->world_size ? s->world_size : s->max_workers;
+  int target = rm__recovery_target(j);
   int *idx = rm__xmalloc((j->nw ? j->nw : 1) * sizeof *idx), n = 0;
-  for (size_t i = 0; i < j->nw; i++)
-    if (j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING && n < target)
-      idx[n++] = (int)i;
+  /* previous members first (survivors of a loss), then standbys/new ones */
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < j->nw; i++)
+      if (j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING && n < target &&
+          (j->w[i].prev_rank >= 0) == (pass == 0))
+        idx[n++] = (int)i;
   int settled = !s->world_size && n >= s->min_workers &&
                 rm__now_ns() - j->last_join_ns >= ELASTIC_SETTLE_NS;
   if (n > 0 && (n == target || settled)) form(c, j, idx, n);
@@ -295,10 +300,7 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
 static void on_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                            const char *reason)
 {
-  char why[512];
-  snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);
-  rm__barrier_break_all(c, j, why);
-  rm__job_set_state(c, j, RM_JOB_FAILED, why);
+  rm__recovery_member_down(c, j, w, reason);
 }
 
 void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -313,6 +315,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
             (unsigned long long)w->id, w->rank, w->host, why);
   if (!member) {
     w->in_group = 0; /* a forming slot frees up */
+    if (j->reform_target > 0 && w->prev_rank >= 0) j->reform_target--;
     return;
   }
   if (j->info.state == RM_JOB_RUNNING) {
@@ -359,6 +362,7 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
 {
   int expected = 0;
   int64_t now = rm__now_ns();
+  rm__recovery_load(c, j);
   if (j->info.state == RM_JOB_PENDING) return;
   for (size_t i = 0; i < j->nw; i++) {
     rm__worker_t *w = &j->w[i];
@@ -464,6 +468,7 @@ void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now)
       rm__job_answer_join(c, j, p);
   }
   rm__barrier_tick(c, j, now);
+  rm__gate_tick(c, j, now);
 }
 
 /* ---- parked calls ---- */
@@ -488,8 +493,15 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
   if (!p->next) return;
   rm__job_t *j = rm__job_find(c, p->job_id);
   rm__park_unlink(p);
-  if (!j || !cancelled || p->kind != RM__PARK_JOIN) return;
+  if (!j || !cancelled) return;
   rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  if (p->kind == RM__PARK_GATE && w && is_member(j, w) &&
+      rm__now_ns() < p->deadline_ns) { /* recovery.c: detection source 2 */
+    rm__job_worker_lost(c, j, w, "its control stream broke (StepGate call "
+                        "cancelled by its transport)");
+    return;
+  }
+  if (p->kind != RM__PARK_JOIN) return;
   if (w && w->state == RM_WORKER_JOINING && w->in_group &&
       !rm_job_state_terminal(j->info.state))
     rm__job_worker_lost(c, j, w, "its Join call was cancelled before the "

@@ -37,6 +37,8 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_GET] = {"/ringmaster.v1.Jobs/GetJob", &ringmaster__v1__get_job_request__descriptor, 1},
     [RM__M_LIST] = {"/ringmaster.v1.Jobs/ListJobs", &ringmaster__v1__list_jobs_request__descriptor, 1},
     [RM__M_CANCEL] = {"/ringmaster.v1.Jobs/CancelJob", &ringmaster__v1__cancel_job_request__descriptor, 1},
+    [RM__M_REPORT_FAILURE] = {"/ringmaster.v1.Worker/ReportFailure", &ringmaster__v1__report_failure_request__descriptor, 0},
+    [RM__M_STEP_GATE] = {"/ringmaster.v1.Worker/StepGate", &ringmaster__v1__step_gate_request__descriptor, 0},
 };
 
 static int token_eq(const char *a, const char *b)
@@ -110,6 +112,14 @@ static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   return 0;
 }
 
+/* For the handlers in recovery.c and gate_rpc.c. */
+int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                         const char *token, uint64_t gen, uint64_t worker_id,
+                         rm__job_t **jp, rm__worker_t **wp)
+{
+  return check_worker(c, call, job_id, token, gen, worker_id, jp, wp);
+}
+
 /* ---- Join ----
  * A formed answer is a small per-worker head (worker id, rank, generation,
  * ...) followed by the generation's peer list and spec, packed once per
@@ -157,6 +167,8 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
     r.rank = (uint32_t)w->rank;
     r.world = (uint32_t)j->nmembers;
     r.start_step = j->start_step;
+    r.checkpoint_step = j->ckpt_step;
+    rm__gate_join_fields(j, &r.step_quorum, &r.coded_s);
     int hb = rm__job_heartbeat_ms(c, j) / 4;
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
     rm__reply_tail(c, p->call, &r.base, join_tail(j));
@@ -171,7 +183,8 @@ static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
   int target = s->world_size ? s->world_size : s->max_workers, n = 0;
-  if (j->info.state == RM_JOB_RUNNING) {
+  int standby = rm__recovery_standby_cap(j); /* replace: standbys wait */
+  if (j->info.state == RM_JOB_RUNNING && !standby) {
     fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is running with "
          "its full group (generation %llu)", (unsigned long long)j->info.id,
          (unsigned long long)j->info.generation);
@@ -179,7 +192,8 @@ static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
   }
   for (size_t i = 0; i < j->nw; i++)
     n += j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING;
-  if (n >= target) {
+  if (j->info.state == RM_JOB_RUNNING) n += target; /* members */
+  if (n >= target + standby) {
     fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu already has its %d "
          "workers", (unsigned long long)j->info.id, target);
     return NULL;
@@ -318,6 +332,7 @@ static void on_report_step(rm_coord_t *c, rm__call_t *call,
     s.accuracy = q->accuracy;
     s.allreduce_bytes = q->allreduce_bytes;
     rm__job_step(c, j, w, &s);
+    rm__recovery_step(c, j, w, &s, q->checkpoint_step);
   }
   r.job_state = (Ringmaster__V1__JobState)j->info.state;
   r.generation = j->info.generation;
@@ -397,6 +412,8 @@ void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
   case RM__M_REPORT_STEP: on_report_step(c, call, (const void *)req); break;
   case RM__M_WATCH: on_watch(c, call, (const void *)req); break;
   case RM__M_LEAVE: on_leave(c, call, (const void *)req); break;
+  case RM__M_REPORT_FAILURE: rm__rpc_report_failure(c, call, (const void *)req); break;
+  case RM__M_STEP_GATE: rm__rpc_step_gate(c, call, (const void *)req); break;
   default: rm__rpc_jobs(c, call, method, req, admin_ok); break;
   }
 }

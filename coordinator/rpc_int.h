@@ -9,6 +9,11 @@ void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
                      rm_job_info_t *in, int with_token);
 int rm__pb_str(char *dst, size_t len, const char *src);
 const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in);
+/* rpc.c's checks of a worker call (job, token, worker, generation); 0 ok,
+ * else the call is answered. For recovery.c and gate_rpc.c. */
+int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                         const char *token, uint64_t gen, uint64_t worker_id,
+                         rm__job_t **jp, rm__worker_t **wp);
 /* The job service handlers (rpc_jobs.c). */
 void rm__rpc_jobs(rm_coord_t *c, rm__call_t *call, int method,
                   const ProtobufCMessage *req, int admin_ok);

@@ -3,8 +3,7 @@
  *
  * Validation refuses the first bad field with its name (api/ returns it as
  * {"error": {"field": ...}}). Policies that later issues implement are known
- * words but refused here with a sentence saying they are not available yet,
- * so nobody submits a "shrink" job that silently behaves like "fail".
+ * words; every policy named here is implemented (recovery.c, gate_rpc.c).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -125,13 +124,26 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
     return bad(err, "launcher", "must be local, slurm, k8s or none");
   if (!TERMINATED(on_failure) || !one_of(s->on_failure, on_fail))
     return bad(err, "on_failure", "must be fail, shrink or replace");
-  if (strcmp(s->on_failure, "fail"))
-    return bad(err, "on_failure", "shrink and replace are not available in "
-               "this build yet (only fail)");
   if (!TERMINATED(straggler_policy) || !one_of(s->straggler_policy, strag))
     return bad(err, "straggler_policy", "must be none, backup, deadline or coded");
-  if (strcmp(s->straggler_policy, "none"))
-    return bad(err, "straggler_policy", "only none is available in this build");
+  return RM_OK;
+}
+
+/* Straggler policies (issue 6): backup_workers is b for "backup" (N + b
+ * workers, a step takes the first N) and s for "coded" (s tolerated
+ * stragglers; (s+1) must divide the world size). */
+static rm_status_t check_straggler(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  int world = s->world_size ? s->world_size : s->max_workers;
+  int b = s->backup_workers;
+  if (!strcmp(s->straggler_policy, "backup") && (b < 1 || b >= world))
+    return bad(err, "backup_workers", "straggler_policy backup needs "
+               "1 <= backup_workers < world size");
+  if (!strcmp(s->straggler_policy, "coded") &&
+      (b < 1 || b >= world || world % (b + 1) != 0))
+    return bad(err, "backup_workers", "straggler_policy coded needs the "
+               "tolerated stragglers s = backup_workers >= 1 with (s+1) "
+               "dividing the world size");
   return RM_OK;
 }
 
@@ -181,5 +193,5 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   if (st != RM_OK) return st;
   if (s->max_restarts < 0) return bad(err, "max_restarts", "must be >= 0");
   if (s->backup_workers < 0) return bad(err, "backup_workers", "must be >= 0");
-  return RM_OK;
+  return check_straggler(s, err);
 }

@@ -1,0 +1,190 @@
+/*
+ * gate_rpc.c - the StepGate long-poll: per-step participant sets for the
+ * straggler policies backup, deadline and coded (issue 6), on top of the
+ * rm_gate decision machine (straggler/gate.c).
+ *
+ * One gate per job, rebuilt when the generation changes:
+ *   backup    RM_GATE_FIRST_K, k = world - backup_workers (>= 1)
+ *   deadline  RM_GATE_DEADLINE, slack = RINGMASTER_DEADLINE_SLACK_MS
+ *             (default 20 ms) after the median arrival
+ *   coded     RM_GATE_CODED, s = backup_workers when (s+1) | world, else
+ *             RM_GATE_ALL (after a shrink broke divisibility; documented
+ *             fallback: no straggler is tolerated, results stay exact)
+ *
+ * Per step (the 0-based global step), state machine of the job's gate:
+ *
+ *   IDLE --first StepGate(step > current)--> COLLECTING(step)
+ *   COLLECTING --arrivals / deadline tick--> DECIDED(step, members)
+ *   DECIDED --StepGate(step' > step)--> COLLECTING(step')
+ *
+ * Every parked call for the step is answered when it is DECIDED, with the
+ * same member mask; a worker not in the mask is told dropped=true (it must
+ * still take part in the masked all-reduce, contributing zeros). A call for
+ * an older step than the current one is answered with dropped=true and no
+ * mask (cannot happen with well-behaved workers: a step cannot advance
+ * before every rank joined the previous step's all-reduce). A parked call
+ * is answered "not decided" at its wait_ms deadline.
+ *
+ * The 100 ms coordinator tick also polls the deadline, but a deadline of
+ * tens of ms needs finer time: under `deadline` the waiting workers call
+ * with short wait_ms in a loop, and every call polls the gate.
+ *
+ * Cost: one unary call per worker per step, answered from memory under the
+ * coordinator lock; nothing is written to SQLite (a step's participant set
+ * is not state a restart needs: a restart re-forms the group anyway).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "gate.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "rm_param.h"
+#include "rpc_int.h"
+
+typedef struct rm__gate_state {
+  rm_gate_t *g;
+  uint64_t generation;
+  int world;
+  int started;     /* a step is under way */
+} rm__gate_state_t;
+
+static rm_gate_config_t gate_config(const rm__job_t *j)
+{
+  const rm_job_spec_t *s = &j->info.spec;
+  rm_gate_config_t cfg = {RM_GATE_ALL, j->nmembers, j->nmembers, 0, 0};
+  int b = s->backup_workers;
+  if (!strcmp(s->straggler_policy, "backup")) {
+    cfg.policy = RM_GATE_FIRST_K;
+    cfg.k = j->nmembers - b >= 1 ? j->nmembers - b : 1;
+  } else if (!strcmp(s->straggler_policy, "deadline")) {
+    cfg.policy = RM_GATE_DEADLINE;
+    cfg.slack_ms = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_MS", 20);
+  } else if (!strcmp(s->straggler_policy, "coded") && b >= 0 &&
+             b < j->nmembers && j->nmembers % (b + 1) == 0) {
+    cfg.policy = RM_GATE_CODED;
+    cfg.s = b;
+  }
+  return cfg;
+}
+
+void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s)
+{
+  rm_gate_config_t cfg = gate_config(j);
+  *quorum = (uint32_t)(cfg.policy == RM_GATE_FIRST_K ? cfg.k : j->nmembers);
+  *s = (uint32_t)(cfg.policy == RM_GATE_CODED ? cfg.s : 0);
+}
+
+static rm__gate_state_t *gate_for(rm__job_t *j)
+{
+  rm__gate_state_t *gs = j->gate;
+  if (gs && gs->generation == j->info.generation && gs->world == j->nmembers)
+    return gs;
+  rm__gate_free(j);
+  rm_gate_config_t cfg = gate_config(j);
+  gs = calloc(1, sizeof *gs);
+  if (!gs || rm_gate_create(&cfg, &gs->g) != RM_OK) {
+    free(gs);
+    return NULL;
+  }
+  gs->generation = j->info.generation;
+  gs->world = j->nmembers;
+  j->gate = gs;
+  return gs;
+}
+
+void rm__gate_free(rm__job_t *j)
+{
+  if (!j->gate) return;
+  rm_gate_destroy(j->gate->g);
+  free(j->gate);
+  j->gate = NULL;
+}
+
+static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
+
+static void answer(rm_coord_t *c, rm__job_t *j, rm__call_t *call,
+                   uint64_t worker_id, uint64_t step)
+{
+  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  rm__gate_state_t *gs = j->gate;
+  rm__worker_t *w = rm__job_worker(j, worker_id);
+  int k = 0;
+  const uint8_t *m = gs && rm_gate_step(gs->g) == step && gs->started
+                         ? rm_gate_members(gs->g, &k) : NULL;
+  r.step = step;
+  if (m) {
+    r.decided = 1;
+    r.members.data = (uint8_t *)m;
+    r.members.len = (size_t)gs->world;
+    r.dropped = !w || w->rank < 0 || w->rank >= gs->world || !m[w->rank];
+  } else if (gs && gs->started && step < rm_gate_step(gs->g)) {
+    r.dropped = 1;
+  }
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
+
+static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
+{
+  rm__gate_state_t *gs = j->gate;
+  int decided = gs && gs->started && rm_gate_members(gs->g, NULL);
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind != RM__PARK_GATE) continue;
+    int mine = gs && p->gate_step == rm_gate_step(gs->g);
+    if ((mine && decided) || !mine || now_ns >= p->deadline_ns)
+      answer(c, j, p->call, p->worker_id, p->gate_step);
+  }
+}
+
+void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__StepGateRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  rm_gate_state_t state;
+  if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
+                           q->worker_id, &j, &w))
+    return;
+  rm__gate_state_t *gs = rm_job_state_terminal(j->info.state) ? NULL : gate_for(j);
+  if (!gs) {
+    rm__reply(c, call, RM__GRPC_FAILED_PRECONDITION, "no step gate: job "
+              "finished or out of memory", NULL);
+    return;
+  }
+  if (!gs->started || q->step > rm_gate_step(gs->g)) {
+    rm_gate_reset(gs->g, q->step);
+    gs->started = 1;
+  }
+  if (q->ready && q->step == rm_gate_step(gs->g))
+    rm_gate_arrive(gs->g, w->rank, now_ms(), &state);
+  if (!rm_gate_members(gs->g, NULL)) /* deadline: every call is a clock tick */
+    rm_gate_poll(gs->g, now_ms(), &state, NULL);
+  if (rm_gate_members(gs->g, NULL) || q->step < rm_gate_step(gs->g) ||
+      !q->wait_ms) {
+    answer(c, j, call, w->id, q->step);
+    answer_parked(c, j, rm__now_ns());
+    return;
+  }
+  rm__park_t *p = rm__call_park(call);
+  uint32_t wait = q->wait_ms > 60000 ? 60000 : q->wait_ms;
+  p->kind = RM__PARK_GATE;
+  p->call = call;
+  p->job_id = j->info.id;
+  p->worker_id = w->id;
+  p->gate_step = q->step;
+  p->deadline_ns = rm__now_ns() + (int64_t)wait * 1000000;
+  rm__park_link(j, p);
+}
+
+void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
+{
+  rm_gate_state_t state;
+  rm__gate_state_t *gs = j->gate;
+  if (!gs) return;
+  if (gs->started && !rm_gate_members(gs->g, NULL))
+    rm_gate_poll(gs->g, (double)now_ns / 1e6, &state, NULL);
+  answer_parked(c, j, now_ns);
+}

@@ -1,0 +1,299 @@
+/*
+ * recovery.c - what the coordinator does when a member is lost (issue 6):
+ * the on_failure policies, data-plane failure reports from survivors,
+ * checkpoint bookkeeping and straggler flags.
+ *
+ * DETECTION. Three sources, all ending in rm__job_worker_lost():
+ *   1. heartbeats: no call from a member for heartbeat_timeout_ms (job.c);
+ *   2. the control stream: a member's long-lived call (Join long-poll,
+ *      Barrier, StepGate) cancelled by its client's transport (server.c
+ *      drops the park; rm__park_drop);
+ *   3. the data plane: a survivor's collective fails; its agent calls
+ *      ReportFailure(failed_rank, status, error):
+ *        peer_lost  the peer's sockets were closed by its kernel (process
+ *                   dead) or an ABORT frame named it: lost at once;
+ *        timeout    lost only when the peer has also been silent on the
+ *                   control plane for half the heartbeat timeout; otherwise
+ *                   an event (a slow peer is a straggler, not a loss);
+ *        other      an event; the heartbeat decides.
+ *   Detection time is therefore ~0 for a killed process (TCP reset/EOF on
+ *   the survivors' sockets), data_timeout for a hung one that still
+ *   heartbeats (never lost: straggler), heartbeat_timeout for a hung host.
+ *
+ * LOSS -> POLICY (rm__recovery_member_down), job RUNNING at generation G:
+ *
+ *   fail     RUNNING -> FAILED, reason "rank r (host) lost: ..."
+ *   shrink   survivors >= min_workers (1 for a fixed-size job):
+ *              RUNNING -> FORMING -> RUNNING at G+1 with the survivors,
+ *              formed at once (all survivors are known), ranks compacted in
+ *              their previous order; else FAILED.
+ *   replace  restarts < max_restarts:
+ *              RUNNING -> FORMING; the target stays world_size: survivors
+ *              plus a standby (a worker that joined beyond world_size and
+ *              waits in its Join long-poll) or a relaunched worker joining
+ *              afresh; RUNNING at G+1 once complete. FAILED when
+ *              max_restarts is reached, or at the re-formation deadline
+ *              (max(barrier timeout, 3 heartbeat timeouts)) with no one.
+ *
+ * Survivors learn of G+1 (or of FORMING) at their next heartbeat or step
+ * report: the agent aborts its communicator (the in-flight collective
+ * returns RM_ERR_ABORTED), drops the step, re-joins, builds a communicator
+ * from the new peer list on the same data endpoint and resumes after
+ * start_step.
+ *
+ * Invariants:
+ *  R1 start_step of a new generation = min steps_done over its members that
+ *     were members before (prev_rank >= 0). A survivor one step ahead rolls
+ *     back (the trainer keeps the previous state), so every member resumes
+ *     from the same bytes. Workers new to the job do not lower it: they load
+ *     the last complete checkpoint and then receive the live parameters from
+ *     a survivor (rm__trainer_resync). With no previous member at all (every
+ *     worker new), start_step = the last complete checkpoint.
+ *  R2 ckpt_step only grows: the min over the generation's members of the
+ *     newest checkpoint each reported. Each increase is a row of table
+ *     checkpoints, committed with the report that completed it (durable
+ *     before the reply), and reloaded after a coordinator restart.
+ *  R3 restarts counts re-formations (loss or coordinator restart); replace
+ *     refuses the (max_restarts+1)-th loss.
+ *
+ * GLOBAL BATCH under shrink: it stays B. The trainer shards the global
+ * batch over the current world (rank r of N: rows [B r/N, B (r+1)/N)), so
+ * after shrinking to N' ranks each survivor computes about B/N' rows: every
+ * step is still the mean gradient over the same B rows a single process
+ * would use (same data order, learning rate unchanged); only the time per
+ * step grows by about N/N'.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "rpc_int.h"
+#include "straggler.h"
+
+enum { POL_FAIL = 0, POL_SHRINK = 1, POL_REPLACE = 2 };
+#define STANDBY_MAX 8
+
+static int policy(const rm__job_t *j)
+{
+  const char *p = j->info.spec.on_failure;
+  return !strcmp(p, "shrink") ? POL_SHRINK : !strcmp(p, "replace") ? POL_REPLACE : POL_FAIL;
+}
+
+static int member(const rm__job_t *j, const rm__worker_t *w)
+{
+  return w->state == RM_WORKER_RUNNING && w->generation == j->info.generation;
+}
+
+int rm__recovery_target(const rm__job_t *j)
+{
+  const rm_job_spec_t *s = &j->info.spec;
+  if (j->reform_target > 0) return j->reform_target;
+  return s->world_size ? s->world_size : s->max_workers;
+}
+
+int rm__recovery_standby_cap(const rm__job_t *j)
+{
+  int m = j->info.spec.max_restarts;
+  if (policy(j) != POL_REPLACE) return 0;
+  return m < STANDBY_MAX ? m : STANDBY_MAX;
+}
+
+uint64_t rm__recovery_start_step(const rm__job_t *j, const int *idx, int n)
+{
+  uint64_t start = UINT64_MAX;
+  for (int i = 0; i < n; i++) {
+    const rm__worker_t *w = &j->w[idx[i]];
+    if (w->prev_rank >= 0 && w->steps_done < start) start = w->steps_done;
+  }
+  return start == UINT64_MAX ? j->ckpt_step : start;
+}
+
+static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
+                   int survivors, const char *why)
+{
+  int64_t now = rm__now_ns();
+  int wait_ms = rm__job_barrier_ms(c, j), hb = rm__job_heartbeat_ms(c, j);
+  for (size_t i = 0; i < j->nw; i++) {
+    rm__worker_t *x = &j->w[i];
+    if (x == gone || !member(j, x)) continue;
+    x->state = RM_WORKER_JOINING;
+    x->in_group = 1;
+    x->last_ns = now;
+    rm__store_worker_update(c, j, x);
+  }
+  gone->in_group = 0;
+  j->info.restarts++;
+  j->reform_target = pol == POL_SHRINK ? survivors : 0;
+  if (wait_ms < 3 * hb) wait_ms = 3 * hb;
+  j->reform_deadline_ns = now + (int64_t)wait_ms * 1000000;
+  rm__event(c, j, "recovery", gone->rank, "%s; on_failure %s: re-forming "
+            "generation %llu with %d survivor%s%s (restart %d)", why,
+            j->info.spec.on_failure, (unsigned long long)j->info.generation + 1,
+            survivors, survivors == 1 ? "" : "s",
+            pol == POL_REPLACE ? " + a replacement (standby or relaunched)" : "",
+            j->info.restarts);
+  rm__job_set_state(c, j, RM_JOB_FORMING, why);
+  rm__job_try_form(c, j);
+}
+
+void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                              const char *reason)
+{
+  char why[512], msg[640];
+  const rm_job_spec_t *s = &j->info.spec;
+  int pol = policy(j), n = 0;
+  snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);
+  rm__barrier_break_all(c, j, why);
+  rm__recovery_forget(c, j, w);
+  for (size_t i = 0; i < j->nw; i++) n += &j->w[i] != w && member(j, &j->w[i]);
+  int min = pol == POL_SHRINK ? (s->min_workers > 0 ? s->min_workers : 1) : 0;
+  if (pol == POL_FAIL) {
+    rm__job_set_state(c, j, RM_JOB_FAILED, why);
+  } else if (pol == POL_REPLACE && j->info.restarts >= s->max_restarts) {
+    snprintf(msg, sizeof msg, "%s; on_failure replace: max_restarts (%d) "
+             "reached", why, s->max_restarts);
+    rm__job_set_state(c, j, RM_JOB_FAILED, msg);
+  } else if (pol == POL_SHRINK && (n < min || n == 0)) {
+    snprintf(msg, sizeof msg, "%s; on_failure shrink: %d survivor%s, fewer "
+             "than min_workers %d", why, n, n == 1 ? "" : "s", min);
+    rm__job_set_state(c, j, RM_JOB_FAILED, msg);
+  } else {
+    reform(c, j, w, pol, n, why);
+  }
+}
+
+/* ---- checkpoints and stragglers, per accepted step report ---- */
+static void store_checkpoint(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(c->db, "INSERT OR REPLACE INTO checkpoints(job_id,"
+                         "step,generation,world,time_ms) VALUES(?,?,?,?,?)",
+                         -1, &st, NULL) != SQLITE_OK) {
+    RM_ERROR("sqlite: %s", sqlite3_errmsg(c->db));
+    return;
+  }
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)j->ckpt_step);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)j->info.generation);
+  sqlite3_bind_int(st, 4, j->nmembers);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)rm__wall_ms());
+  if (sqlite3_step(st) != SQLITE_DONE) RM_ERROR("sqlite: %s", sqlite3_errmsg(c->db));
+  sqlite3_finalize(st);
+}
+
+void rm__recovery_load(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(c->db, "SELECT max(step) FROM checkpoints WHERE "
+                         "job_id = ?", -1, &st, NULL) != SQLITE_OK)
+    return;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+    j->ckpt_step = (uint64_t)sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+}
+
+static void checkpoint_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                            uint64_t ckpt)
+{
+  uint64_t m = UINT64_MAX;
+  if (ckpt <= w->ckpt_step) return;
+  w->ckpt_step = ckpt;
+  for (int r = 0; r < j->nmembers; r++) {
+    const rm__worker_t *x = &j->w[j->members[r]];
+    if (x->ckpt_step < m) m = x->ckpt_step;
+  }
+  if (m == UINT64_MAX || m <= j->ckpt_step) return;
+  j->ckpt_step = m;
+  store_checkpoint(c, j);
+  rm__event(c, j, "checkpoint", -1, "checkpoint of step %llu complete on all "
+            "%d members", (unsigned long long)m, j->nmembers);
+}
+
+static void straggler_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                           const rm_step_sample_t *s)
+{
+  rm_straggler_event_t ev;
+  rm_straggler_report_t r = {w->id, s->step, s->compute_ms, s->comm_ms,
+                             s->wait_ms, 0};
+  if (!j->strag && rm_straggler_create(NULL, &j->strag) != RM_OK) return;
+  if (rm_straggler_report(j->strag, &r, &ev) != RM_OK ||
+      ev.transition == RM_STRAGGLER_NONE)
+    return;
+  w->straggler = ev.transition == RM_STRAGGLER_FLAGGED;
+  if (w->straggler)
+    rm__event(c, j, "straggler", w->rank, "rank %d (%s) flagged as a "
+              "straggler at step %llu: compute %.1f ms vs peers' %.1f ms "
+              "(x%.2f, %d slow of the last reports)", w->rank, w->host,
+              (unsigned long long)s->step, ev.compute_ms, ev.reference_ms,
+              ev.score, ev.slow_in_window);
+  else
+    rm__event(c, j, "straggler_cleared", w->rank, "rank %d (%s) no longer a "
+              "straggler at step %llu (x%.2f)", w->rank, w->host,
+              (unsigned long long)s->step, ev.score);
+}
+
+void rm__recovery_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                       const rm_step_sample_t *s, uint64_t ckpt_step)
+{
+  checkpoint_seen(c, j, w, ckpt_step);
+  straggler_seen(c, j, w, s);
+}
+
+void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  rm_straggler_event_t ev;
+  if (!j->strag || rm_straggler_leave(j->strag, w->id, &ev) != RM_OK) return;
+  if (ev.transition == RM_STRAGGLER_UNFLAGGED && w->straggler)
+    rm__event(c, j, "straggler_cleared", w->rank, "rank %d (%s) left while "
+              "flagged as a straggler", w->rank, w->host);
+  w->straggler = 0;
+}
+
+void rm__recovery_free(rm__job_t *j)
+{
+  rm_straggler_destroy(j->strag);
+  j->strag = NULL;
+  rm__gate_free(j);
+}
+
+/* ---- ReportFailure ---- */
+void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
+                            const Ringmaster__V1__ReportFailureRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  Ringmaster__V1__ReportFailureResponse r =
+      RINGMASTER__V1__REPORT_FAILURE_RESPONSE__INIT;
+  if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
+                           q->worker_id, &j, &w))
+    return;
+  const char *status = q->status ? q->status : "";
+  const char *err = q->error && q->error[0] ? q->error : "no detail";
+  int fr = q->failed_rank;
+  if (!rm_job_state_terminal(j->info.state)) {
+    rm__event(c, j, "failure_report", w->rank, "rank %d reports a data-plane "
+              "failure at step %llu naming rank %d: %s: %.160s", w->rank,
+              (unsigned long long)q->step, fr, status, err);
+    if (fr >= 0 && fr < j->nmembers && fr != w->rank) {
+      rm__worker_t *v = &j->w[j->members[fr]];
+      int64_t silent_ms = (rm__now_ns() - v->last_ns) / 1000000;
+      int lost = !strcmp(status, rm_status_name(RM_ERR_PEER_LOST)) ||
+                 (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
+                  silent_ms * 2 >= rm__job_heartbeat_ms(c, j));
+      if (lost && member(j, v)) {
+        char why[300];
+        snprintf(why, sizeof why, "reported by rank %d: %s: %.200s", w->rank,
+                 status, err);
+        rm__job_worker_lost(c, j, v, why);
+        r.accepted = 1;
+      }
+    }
+  }
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  r.generation = j->info.generation;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
