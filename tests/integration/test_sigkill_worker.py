@@ -1,5 +1,6 @@
-"""A SIGKILLed worker is detected by the heartbeat timeout: the job fails with
-a reason naming the lost rank, and the survivors exit non-zero (no hang)."""
+"""A SIGKILLed worker is detected (missed heartbeats, or a survivor's
+data-plane report when the recovery code is in): the job fails with a reason
+naming the lost rank, and the survivors exit non-zero (no hang)."""
 import signal
 import time
 
@@ -16,7 +17,7 @@ def test(env):
     ws[victim].send_signal(signal.SIGKILL)
     ws[victim].wait(timeout=10)
     j = env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_FAILED, 30)
-    assert "lost" in j.reason and "no heartbeat" in j.reason, j.reason
+    assert "lost" in j.reason, j.reason
     lost = [e for e in env.events(job.id, job.token) if e.kind == "worker_lost"]
     assert len(lost) == 1, lost
     # the rank the coordinator names is the killed process's rank
