@@ -504,6 +504,7 @@ int rm__agent_run(const rm_agent_opts_t *o)
     a.stale = 0;
     a.reason[0] = 0;
     pthread_mutex_unlock(&a.mu);
+    a.generation = r->generation; /* a refused workload Leaves at this one */
     if (make_workload(&a, r->spec)) {
       protobuf_c_message_free_unpacked(&r->base, NULL);
       rc = 1;
