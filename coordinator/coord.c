@@ -48,12 +48,13 @@ static void run_callbacks(rm_coord_t *c, rm_event_t *q, size_t n)
 }
 
 static void run_launches(rm_coord_t *c, uint64_t *ids, size_t n);
+static void run_stops(rm_coord_t *c, uint64_t *ids, size_t n);
 
 void rm__unlock(rm_coord_t *c)
 {
   rm_event_t *q = NULL;
-  uint64_t *launch = NULL;
-  size_t nq = 0, nl = 0;
+  uint64_t *launch = NULL, *stop = NULL;
+  size_t nq = 0, nl = 0, ns = 0;
   if (c->in_txn && rm__store_exec(c, "COMMIT") != 0)
     rm__store_exec(c, "ROLLBACK");
   c->in_txn = 0;
@@ -67,11 +68,17 @@ void rm__unlock(rm_coord_t *c)
     launch = c->launch_q, nl = c->nlaunch;
     c->launch_q = NULL, c->nlaunch = c->caplaunch = 0;
   }
+  if (c->nstop) {
+    stop = c->stop_q, ns = c->nstop;
+    c->stop_q = NULL, c->nstop = c->capstop = 0;
+  }
   pthread_mutex_unlock(&c->mu);
   if (nq) run_callbacks(c, q, nq);
   if (nl) run_launches(c, launch, nl);
+  if (ns) run_stops(c, stop, ns);
   free(q);
   free(launch);
+  free(stop);
 }
 
 void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
@@ -174,6 +181,7 @@ void rm_coord_close(rm_coord_t *c)
   free(c->out);
   free(c->cbq);
   free(c->launch_q);
+  free(c->stop_q);
   rm__store_close(c);
   free((void *)c->opt.db_path);
   free((void *)c->opt.grpc_addr);
@@ -279,5 +287,26 @@ static void run_launches(rm_coord_t *c, uint64_t *ids, size_t n)
     rm__unlock(c);
     if (found && l.start(l.ctx, &job, c->grpc_addr, err, sizeof err) != RM_OK)
       rm_coord_job_fail(c, ids[i], err[0] ? err : "launcher failed");
+  }
+}
+
+/* A job became terminal: its launcher's stop() (cancel what still runs, or
+ * let succeeded workers exit). No lock held (coord.h: launcher hook). */
+static void run_stops(rm_coord_t *c, uint64_t *ids, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    rm_job_info_t job;
+    rm_coord_launcher_t l;
+    int found = 0;
+    memset(&l, 0, sizeof l);
+    if (rm_coord_job_get(c, ids[i], &job) != RM_OK) continue;
+    pthread_mutex_lock(&c->mu);
+    for (int k = 0; k < c->nlaunchers; k++)
+      if (!strcmp(c->launchers[k].name, job.spec.launcher)) {
+        l = c->launchers[k];
+        found = 1;
+      }
+    pthread_mutex_unlock(&c->mu);
+    if (found && l.stop) l.stop(l.ctx, &job);
   }
 }

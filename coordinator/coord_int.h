@@ -134,6 +134,8 @@ struct rm_coord {
   size_t ncbq, capcbq;
   uint64_t *launch_q;           /* job ids to launch after unlock */
   size_t nlaunch, caplaunch;
+  uint64_t *stop_q;             /* terminal job ids: launcher stop() after unlock */
+  size_t nstop, capstop;
   pthread_mutex_t sub_mu;
   struct { rm_coord_event_cb cb; void *ctx; int id; } subs[64];
   int next_sub_id;

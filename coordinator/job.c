@@ -163,6 +163,13 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
             rm_job_state_name(st), reason && *reason ? ": " : "",
             reason ? reason : "");
   if (!rm_job_state_terminal(st)) return;
+  if (strcmp(j->info.spec.launcher, "none")) { /* launcher stop() after unlock */
+    if (c->nstop == c->capstop) {
+      c->capstop = c->capstop ? 2 * c->capstop : 8;
+      c->stop_q = rm__xrealloc(c->stop_q, c->capstop * sizeof *c->stop_q);
+    }
+    c->stop_q[c->nstop++] = j->info.id;
+  }
   for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c, j, &j->w[i]);
   char why[200];
   snprintf(why, sizeof why, "job %s: %s", rm_job_state_name(st),
