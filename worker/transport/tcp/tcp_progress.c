@@ -175,7 +175,8 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     int n = 0;
     ssize_t w;
     size_t room = chunk_cap((size_t)-1);
-    for (rm__req_t *r = k->sq_head; r && n < 2 * MAX_BATCH && room; r = r->next) {
+    /* each request may add two entries (header rest, payload): stop while two fit */
+    for (rm__req_t *r = k->sq_head; r && n + 2 <= 2 * MAX_BATCH && room; r = r->next) {
       if (r->hdr_done < RM__TCP_HDR) {
         iov[n].iov_base = r->hdr + r->hdr_done;
         iov[n++].iov_len = (size_t)(RM__TCP_HDR - r->hdr_done);
