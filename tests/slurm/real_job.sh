@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # tests/slurm/real_job.sh RINGMASTER RINGMASTER_WORKER WORKDIR TEST_LAUNCH_SLURM - real jobs on the
 # Slurm rig (SLURM_CONF already exported by run_rig_test.sh):
-#   1. manual path: a job with launcher "none", workers started by `srun -n 2
-#      ringmaster-worker ...` (ranks from SLURM_PROCID/SLURM_NTASKS) -> succeeded
-#   2. the slurm launcher: a job with launcher "slurm"; the coordinator runs sbatch ->
-#      succeeded, per-worker logs in the job's log folder
-#   3. sbatch refuses (SBATCH_PARTITION=nosuchpartition in the coordinator's
+#   1. manual path: a 4-worker `train` job with launcher "none", workers started by
+#      `srun -n 4 ringmaster-worker ...` (ranks from SLURM_PROCID/SLURM_NTASKS) -> succeeded at
+#      step 100 of 100, every rank logs the same test accuracy, >= 0.85
+#   2. the slurm launcher library (rm_launch) driving real workers for a launcher "none" job
+#   3. the slurm launcher driven by the coordinator: a 4-worker `train` job with launcher
+#      "slurm"; the coordinator writes the batch script and runs sbatch, the workers join ->
+#      succeeded at step 100, per-worker logs in the job's log folder, and Slurm's own record
+#      of the batch job (scontrol show job) reaches COMPLETED
+#   4. sbatch refuses (SBATCH_PARTITION=nosuchpartition in the coordinator's
 #      environment) -> the job is failed with sbatch's message
-# Every wait has a deadline; the coordinators are stopped by PID.
+# Every wait has a deadline; the coordinators are stopped by PID. The rig's daemons are
+# stopped by run_rig_test.sh (slurm_rig.sh stop: after the step sockets are gone, slurmd,
+# slurmctld, munged, by PID).
 set -euo pipefail
 rm_bin="$1"
 worker_bin="$2"
@@ -52,12 +58,25 @@ field() { python3 -c 'import json,sys
 d=json.load(sys.stdin); d=d.get("job",d)
 print(d.get(sys.argv[1],""))' "$1"; }
 
-# submit LAUNCHER WORLD -> "ID TOKEN"
+# submit LAUNCHER WORLD [WORKLOAD STEPS OPTIONS] -> "ID TOKEN"
 submit() {
   local out
-  out="$(printf '{"name":"slurm-%s","world_size":%d,"launcher":"%s","workload":"allreduce","steps":5}' \
-         "$1" "$2" "$1" | cli submit -)"
+  out="$(printf '{"name":"slurm-%s","world_size":%d,"launcher":"%s","workload":"%s","steps":%d,"workload_options":"%s"}' \
+         "$1" "$2" "$1" "${3:-allreduce}" "${4:-5}" "${5:-}" | cli submit -)"
   echo "$(echo "$out" | field id) $(echo "$out" | field token)"
+}
+
+# accuracy FILE... -> the one test accuracy every train worker logged (fails if they differ
+# or one is missing), checked against the band >= 0.85 (100 steps, global batch 64).
+accuracy() {
+  local accs
+  accs="$(sed -n 's/.*train: [0-9]* steps done; test accuracy \([0-9.]*\),.*/\1/p' "$@" | sort -u)"
+  [ "$(sed -n 's/.*train: [0-9]* steps done; test accuracy.*/x/p' "$@" | wc -l)" -eq 4 ] ||
+    { echo "FAIL: not every worker logged its test accuracy"; tail -n 3 "$@"; exit 1; }
+  [ "$(echo "$accs" | wc -l)" -eq 1 ] || { echo "FAIL: ranks disagree: $accs"; exit 1; }
+  python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.85 else 1)' "$accs" ||
+    { echo "FAIL: test accuracy $accs below 0.85"; exit 1; }
+  echo "$accs"
 }
 
 # wait_state ID: waits (180 s) for a terminal state, prints "STATE REASON".
@@ -71,13 +90,18 @@ wait_state() {
   echo "$st $(cli job "$1" | field reason)"
 }
 
-echo "-- manual srun of 2 workers (launcher none)"
+echo "-- manual srun -n 4 ringmaster-worker (launcher none, train, 100 steps)"
 start_coord manual
-read -r id token < <(submit none 2)
-timeout 180 srun -n 2 "$worker_bin" --coordinator "$GRPC" --job "$id" --token "$token"
+read -r id token < <(submit none 4 train 100 "batch=64,verify=25")
+timeout 180 srun -n 4 --output="$work/manual/worker-%t.log" \
+  "$worker_bin" --coordinator "$GRPC" --job "$id" --token "$token"
 res="$(wait_state "$id")"
 echo "job $id: $res"
-[ "${res%% *}" = succeeded ] || { echo "FAIL: manual srun job"; exit 1; }
+[ "${res%% *}" = succeeded ] || { echo "FAIL: manual srun job"; tail -n 5 "$work/manual/"worker-*.log; exit 1; }
+[ "$(cli job "$id" | field step)" = 100 ] || { echo "FAIL: job step is not 100"; exit 1; }
+grep -q "rank 3 of 4" "$work/manual/"worker-*.log || { echo "FAIL: no rank 3 of 4"; exit 1; }
+acc="$(accuracy "$work/manual/"worker-*.log)" || { echo "$acc"; exit 1; }
+echo "test accuracy $acc on all 4 ranks"
 stop_coord
 
 echo "-- the slurm launcher library driving real workers (launcher none job)"
@@ -91,20 +115,30 @@ grep -q "rank 1 of 2" "$work/library/logs/worker-0.log" "$work/library/logs/work
   { echo "FAIL: worker logs"; cat "$work/library/logs/"*; exit 1; }
 stop_coord
 
-if ! grep -q rm_launch_coord_register "$rm_bin"; then
-  echo "NOTE: this ringmaster binary does not register the launchers yet (coordinator/main.c"
-  echo "      must call rm_launch_coord_register); the coordinator-driven parts are not run"
-  exit 0
-fi
-
-echo "-- the slurm launcher (coordinator runs sbatch)"
+echo "-- the slurm launcher driven by the coordinator (train, 4 workers, 100 steps)"
 start_coord launcher
-read -r id token < <(submit slurm 2)
+read -r id token < <(submit slurm 4 train 100 "batch=64,verify=25")
 res="$(wait_state "$id")"
 echo "job $id: $res"
-[ "${res%% *}" = succeeded ] || { echo "FAIL: slurm launcher job"; cat "$work/launcher/serve.err"; exit 1; }
-ls "$work/launcher/ringmaster-logs/job-$id/"
-[ -s "$work/launcher/ringmaster-logs/job-$id/worker-1.log" ] || { echo "FAIL: no worker log"; exit 1; }
+logs="$work/launcher/ringmaster-logs/job-$id"
+[ "${res%% *}" = succeeded ] || { echo "FAIL: slurm launcher job"; cat "$work/launcher/serve.err"
+                                   tail -n 5 "$logs/"*; exit 1; }
+[ "$(cli job "$id" | field step)" = 100 ] || { echo "FAIL: job step is not 100"; exit 1; }
+ls "$logs/"
+[ -s "$logs/job.sbatch" ] || { echo "FAIL: no generated batch script"; exit 1; }
+acc="$(accuracy "$logs/"worker-*.log)" || { echo "$acc"; exit 1; }
+echo "test accuracy $acc on all 4 ranks"
+# The Slurm job id is in the batch job's output file name (slurm-%j.out).
+sid="$(find "$logs" -maxdepth 1 -name 'slurm-*.out' | sed -n 's/.*slurm-\([0-9]*\)\.out$/\1/p' | head -n 1)"
+[ -n "$sid" ] || { echo "FAIL: no slurm-<id>.out in $logs"; exit 1; }
+sstate=""
+for _ in $(seq 300); do
+  sstate="$(scontrol show job "$sid" -o 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')"
+  case "$sstate" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY) break ;; esac
+  sleep 0.2
+done
+echo "slurm job $sid: $sstate"
+[ "$sstate" = COMPLETED ] || { echo "FAIL: slurm job $sid ended $sstate, wanted COMPLETED"; exit 1; }
 stop_coord
 
 echo "-- sbatch refuses: the job fails with its message"
