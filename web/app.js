@@ -74,7 +74,9 @@ async function viewJobs() {
   app.replaceChildren($('#tpl-jobs').content.cloneNode(true));
   const body = $('#jobs-table tbody');
   const load = async () => {
+    if (!body.isConnected) return; /* a debounced reload after leaving the view */
     const data = await api('/api/v1/jobs?limit=100');
+    if (!body.isConnected) return;
     body.replaceChildren(...data.jobs.map(jobRow));
     $('#jobs-empty').hidden = data.jobs.length > 0;
     $('#jobs-total').textContent = `${data.total} job${data.total === 1 ? '' : 's'}`;
@@ -199,6 +201,7 @@ class JobView {
 
   renderWorkers(workers) {
     const body = $('#workers-table tbody');
+    if (!body) return; /* the job view was left while an update was in flight */
     const current = workers.filter((w) => w.rank >= 0 || w.state === 'joining');
     this.stragglers = new Set(current.filter((w) => w.straggler).map((w) => w.rank));
     body.replaceChildren(...current.map((w) => el('tr', { class: `${w.straggler ? 'straggler' : ''} ${w.state === 'lost' ? 'lost' : ''}`, 'data-rank': w.rank },
@@ -308,7 +311,7 @@ class JobView {
   /* In words: which ranks have not reached which barrier, for how long. */
   renderStall() {
     const panel = $('#stall');
-    if (!panel) return;
+    if (!panel) return; /* view left while an update was in flight */
     const now = Date.now() + (this.skew || 0);
     const items = [];
     let critical = false;
