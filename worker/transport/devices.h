@@ -21,7 +21,10 @@
  * A missing device or driver is not an error: the probe says so (the `why`
  * text, and one info log line per kind per process) and returns 0 devices.
  * The probes never block for long and are safe to call repeatedly, but are
- * not meant for hot paths (the CUDA one may initialise the driver).
+ * not meant for hot paths. On a GPU machine the CUDA probe initialises the
+ * CUDA driver in the calling process (that is how cudaGetDeviceCount works),
+ * and CUDA does not survive fork(): probe in the process that reports, not
+ * in a parent that will fork children which use the GPU.
  */
 #ifndef RM_WORKER_TRANSPORT_DEVICES_H
 #define RM_WORKER_TRANSPORT_DEVICES_H
