@@ -134,14 +134,17 @@ typedef struct rm_job_spec {
 void rm_job_spec_init(rm_job_spec_t *s);
 /* Check every field; RM_ERR_INVALID_ARG with err->field set on the first bad
  * one. Empty strings are replaced by their defaults in *s (hence not const).
- * Policies accepted by the parser but not implemented by this build
- * ("shrink", "replace", straggler policies other than "none") are refused
- * with a message saying so. */
+ * Every on_failure policy (fail, shrink, replace) and straggler policy
+ * (none, backup, deadline, coded) is implemented (coordinator/recovery.c,
+ * gate_rpc.c); the checks are on their parameters: min_workers for shrink,
+ * max_restarts >= 0, backup needs 1 <= backup_workers < world size, coded
+ * needs s = backup_workers >= 1 with (s+1) dividing the world size. */
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);
 
 /* ---- job state machine (diagram in coordinator/job.c) ----
  *   pending -> forming -> running -> succeeded | failed | cancelled
- *   running -> forming (membership change: coordinator restart, issue 6) */
+ *   running -> forming (membership change: a member lost under shrink or
+ *   replace, or a coordinator restart; issue 6) */
 typedef enum {
   RM_JOB_PENDING = 0,   /* submitted, no worker joined yet */
   RM_JOB_FORMING = 1,   /* workers joining; ranks not yet assigned */
