@@ -53,8 +53,8 @@ static void run_stops(rm_coord_t *c, uint64_t *ids, size_t n);
 void rm__unlock(rm_coord_t *c)
 {
   rm_event_t *q = NULL;
-  uint64_t *launch = NULL, *stop = NULL;
-  size_t nq = 0, nl = 0, ns = 0;
+  uint64_t *launch = NULL, *stop = NULL, *relaunch = NULL;
+  size_t nq = 0, nl = 0, ns = 0, nr = 0;
   if (c->in_txn && rm__store_exec(c, "COMMIT") != 0)
     rm__store_exec(c, "ROLLBACK");
   c->in_txn = 0;
@@ -72,10 +72,16 @@ void rm__unlock(rm_coord_t *c)
     stop = c->stop_q, ns = c->nstop;
     c->stop_q = NULL, c->nstop = c->capstop = 0;
   }
+  if (c->nrelaunch) {
+    relaunch = c->relaunch_q, nr = c->nrelaunch;
+    c->relaunch_q = NULL, c->nrelaunch = c->caprelaunch = 0;
+  }
   pthread_mutex_unlock(&c->mu);
   if (nq) run_callbacks(c, q, nq);
   if (nl) run_launches(c, launch, nl);
   if (ns) run_stops(c, stop, ns);
+  if (nr) rm__recovery_run_relaunches(c, relaunch, nr);
+  free(relaunch);
   free(q);
   free(launch);
   free(stop);
@@ -181,6 +187,7 @@ void rm_coord_close(rm_coord_t *c)
   free(c->out);
   free(c->cbq);
   free(c->launch_q);
+  free(c->relaunch_q);
   free(c->stop_q);
   rm__store_close(c);
   free((void *)c->opt.db_path);

@@ -356,11 +356,28 @@ typedef struct rm_coord_launcher {
                        const char *coord_addr, char *err, size_t errlen);
   void (*stop)(void *ctx, const rm_job_info_t *job);
   void *ctx;
+  /* Optional (NULL = this launcher cannot): start ONE more worker for a
+   * running job, same command line, the next launch index (on_failure
+   * replace when no standby is waiting; recovery.c). No coordinator lock
+   * held; must not block for long. A failure message becomes a
+   * "relaunch_failed" event (the re-formation deadline then decides). */
+  rm_status_t (*relaunch)(void *ctx, const rm_job_info_t *job,
+                          const char *coord_addr, char *err, size_t errlen);
 } rm_coord_launcher_t;
 
 /* Register before or after open; at most 8. The struct is copied. */
 rm_status_t rm_coord_register_launcher(rm_coord_t *c,
                                        const rm_coord_launcher_t *l);
+
+/* A launcher saw the process it started with launch index `index` exit
+ * abnormally (`what`: "killed by signal 9 (Killed); log ..."). The worker
+ * that joined with that index as its rank hint (RINGMASTER_LAUNCH_INDEX,
+ * world hint RINGMASTER_LAUNCH_WORLD), if still a member or joining, is
+ * lost at once (detection source 4 in recovery.c) and the job's on_failure
+ * policy decides. RM_ERR_NOT_FOUND: unknown job, or no live worker with
+ * that index (it already left or was declared lost). Any thread. */
+rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
+                                   const char *what);
 
 #ifdef __cplusplus
 }

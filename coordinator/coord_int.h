@@ -136,6 +136,8 @@ struct rm_coord {
   size_t nlaunch, caplaunch;
   uint64_t *stop_q;             /* terminal job ids: launcher stop() after unlock */
   size_t nstop, capstop;
+  uint64_t *relaunch_q;         /* job ids: launcher relaunch() after unlock */
+  size_t nrelaunch, caprelaunch;
   pthread_mutex_t sub_mu;
   struct { rm_coord_event_cb cb; void *ctx; int id; } subs[64];
   int next_sub_id;
@@ -225,6 +227,10 @@ void rm__recovery_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 /* A worker left the job's membership for good (straggler detector). */
 void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
 void rm__recovery_free(rm__job_t *j);
+/* Queue a launcher relaunch() of one worker for j (run after unlock). */
+void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j);
+/* After unlock, no lock held: call the launchers' relaunch() (coord.c). */
+void rm__recovery_run_relaunches(rm_coord_t *c, uint64_t *ids, size_t n);
 /* Reload the last complete checkpoint step from SQLite (restart). */
 void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
 void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,

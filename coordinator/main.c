@@ -89,6 +89,7 @@ static int serve(int argc, char **argv)
     rm_launch_coord_options_init(&lo);
     lo.coord = c;
     lo.job_fail = rm_coord_job_fail;
+    lo.worker_exited = rm_coord_worker_exited; /* a member loss, not a job failure */
     lo.log_dir = log_dir;
     lo.worker_path = worker;
     lo.advertise_addr = advertise;

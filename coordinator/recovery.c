@@ -3,11 +3,14 @@
  * the on_failure policies, data-plane failure reports from survivors,
  * checkpoint bookkeeping and straggler flags.
  *
- * DETECTION. Three sources, all ending in rm__job_worker_lost():
+ * DETECTION. Four sources, all ending in rm__job_worker_lost():
  *   1. heartbeats: no call from a member for heartbeat_timeout_ms (job.c);
- *   2. the control stream: a member's long-lived call (Join long-poll,
- *      Barrier, StepGate) cancelled by its client's transport (server.c
- *      drops the park; rm__park_drop);
+ *   2. the control stream: a member's long-lived call cancelled by its
+ *      client's transport (server.c drops the park; rm__park_drop): the
+ *      agent's session stream (a Watch carrying its worker id, open for its
+ *      whole life), a StepGate long-poll, a Join long-poll while forming.
+ *      A process that dies has its TCP connection closed by its kernel, so
+ *      this takes about one round trip, whatever the heartbeat timeout;
  *   3. the data plane: a survivor's collective fails; its agent calls
  *      ReportFailure(failed_rank, status, error):
  *        peer_lost  the peer's sockets were closed by its kernel (process
@@ -16,6 +19,8 @@
  *                   control plane for half the heartbeat timeout; otherwise
  *                   an event (a slow peer is a straggler, not a loss);
  *        other      an event; the heartbeat decides.
+ *   4. the launcher: the local launcher reaps a worker process that died
+ *      and reports it (recovery_launch.c, within its 200 ms poll).
  *   Detection time is therefore ~0 for a killed process (TCP reset/EOF on
  *   the survivors' sockets), data_timeout for a hung one that still
  *   heartbeats (never lost: straggler), heartbeat_timeout for a hung host.
@@ -30,8 +35,10 @@
  *   replace  restarts < max_restarts:
  *              RUNNING -> FORMING; the target stays world_size: survivors
  *              plus a standby (a worker that joined beyond world_size and
- *              waits in its Join long-poll) or a relaunched worker joining
- *              afresh; RUNNING at G+1 once complete. FAILED when
+ *              waits in its Join long-poll) or, when none completes the
+ *              group at once, a worker the job's launcher relaunches
+ *              (recovery_launch.c) joining afresh; RUNNING at G+1 once
+ *              complete. FAILED when
  *              max_restarts is reached, or at the re-formation deadline
  *              (max(barrier timeout, 3 heartbeat timeouts)) with no one.
  *
@@ -137,6 +144,9 @@ static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
             j->info.restarts);
   rm__job_set_state(c, j, RM_JOB_FORMING, why);
   rm__job_try_form(c, j);
+  if (pol == POL_REPLACE && j->info.state == RM_JOB_FORMING &&
+      strcmp(j->info.spec.launcher, "none"))
+    rm__recovery_queue_relaunch(c, j); /* no standby: ask the launcher */
 }
 
 void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,

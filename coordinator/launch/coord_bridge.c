@@ -11,11 +11,23 @@
  *             that is EXTERNAL (k8s) is dropped, others are queued
  *   stop()    queue {job, at = now (+ grace_ms if the job succeeded, so
  *             workers leaving on their own are not killed mid-exit)}
- *   monitor   every 200 ms (or when woken): take both queues; for each entry:
+ *   relaunch() queue {job}; the monitor calls rm__launch_add (local forks
+ *             one more worker; launchers without add answer at once with
+ *             RM_ERR_UNSUPPORTED, so the coordinator can say so)
+ *   monitor   every 200 ms (or when woken): take the queues; for each entry:
  *               stop_at passed, not cancelled -> rm__launch_cancel
- *               poll FAILED, no stop asked    -> job_fail(coord, id, reason)
+ *               relaunch asked                -> rm__launch_add; on failure
+ *                                                job_fail(coord, id, why)
+ *               a worker process died (signal or non-zero exit), no stop
+ *               asked                         -> worker_exited(coord, id,
+ *                                                index, what): a member loss
+ *                                                the job's on_failure decides
+ *                                                (recovery_launch.c), never a
+ *                                                job failure by itself
+ *               poll FAILED (every worker gone, one failed), no stop asked
+ *                                             -> job_fail(coord, id, reason)
  *               final                         -> destroy, drop
- *             job_fail is called with no bridge lock held.
+ *             job_fail and worker_exited are called with no bridge lock held.
  *   shutdown  stop the monitor, optionally cancel what runs and wait; later
  *             start() answers RM_ERR_UNAVAILABLE, stop() does nothing
  */
@@ -39,6 +51,8 @@ typedef struct {
   rm__launch_t *h;
   int64_t stop_at_ns; /* 0: not asked to stop */
   int cancelled;
+  int relaunch;       /* replacements asked, not yet started */
+  int nseen;          /* workers whose exit was already looked at */
 } entry_t;
 
 typedef struct {
@@ -66,13 +80,15 @@ struct rm_launch_coord {
   pthread_t thread;
   int started, quit, closed;
   vec_t q_start, q_stop; /* entry_t, stop_req_t: filled by start/stop */
+  vec_t q_relaunch;      /* uint64_t job ids: filled by relaunch */
   vec_t table;           /* entry_t: the monitor's own (after shutdown: destroy's) */
   int live;              /* table.n as last published by the monitor */
 };
 
 typedef struct {
   uint64_t job;
-  char reason[256];
+  int index;          /* worker launch index; -1: the whole launch failed */
+  char reason[320];
 } failure_t;
 
 static void *vec_push(vec_t *v, size_t size)
@@ -166,6 +182,27 @@ static void bridge_stop(void *ctx, const rm_job_info_t *job)
   pthread_mutex_unlock(&b->mu);
 }
 
+static rm_status_t bridge_relaunch(void *ctx, const rm_job_info_t *job,
+                                   const char *coord_addr, char *err, size_t errlen)
+{
+  reg_ctx_t *r = ctx;
+  rm_launch_coord_t *b = r->b;
+  (void)coord_addr;
+  if (!rm__launch_can_add(r->ops))
+    return rm__launch_err(err, errlen, RM_ERR_UNSUPPORTED, "launcher %s cannot "
+                          "start one more worker (not supported)", r->ops->name);
+  pthread_mutex_lock(&b->mu);
+  int closed = b->closed;
+  if (!closed) {
+    *(uint64_t *)vec_push(&b->q_relaunch, sizeof(uint64_t)) = job->id;
+    pthread_cond_signal(&b->cv);
+  }
+  pthread_mutex_unlock(&b->mu);
+  return closed ? rm__launch_err(err, errlen, RM_ERR_UNAVAILABLE,
+                                 "coordinator is shutting down")
+                : RM_OK;
+}
+
 /* Move the queues into the table (caller holds b->mu). */
 static void take_queues(rm_launch_coord_t *b)
 {
@@ -177,16 +214,63 @@ static void take_queues(rm_launch_coord_t *b)
   for (int k = 0; k < b->q_stop.n; k++)
     for (int i = 0; i < b->table.n; i++)
       if (e[i].job == qp[k].job && e[i].stop_at_ns == 0) e[i].stop_at_ns = qp[k].at_ns;
-  b->q_start.n = b->q_stop.n = 0;
+  uint64_t *qr = b->q_relaunch.v;
+  for (int k = 0; k < b->q_relaunch.n; k++) {
+    int found = 0;
+    for (int i = 0; i < b->table.n; i++)
+      if (e[i].job == qr[k]) e[i].relaunch++, found = 1;
+    if (!found) /* its launch is over: nothing to add to */
+      RM_WARN("job %" PRIu64 ": relaunch asked, but its workers are all gone", qr[k]);
+  }
+  b->q_start.n = b->q_stop.n = b->q_relaunch.n = 0;
 }
 
-/* One pass over the table (no lock held); returns the failures to report. */
+static failure_t *note(failure_t **fails, int *nf, int *cap, uint64_t job, int index)
+{
+  if (*nf == *cap) {
+    *cap = *cap ? 2 * *cap : 8;
+    *fails = rm__xrealloc(*fails, (size_t)*cap * sizeof **fails);
+  }
+  failure_t *f = &(*fails)[(*nf)++];
+  f->job = job;
+  f->index = index;
+  f->reason[0] = '\0';
+  return f;
+}
+
+/* Relaunches asked for e, and exits of its workers not yet looked at. */
+static void entry_workers(entry_t *e, failure_t **fails, int *nf, int *cap)
+{
+  rm_launch_worker_t w;
+  char err[256];
+  for (; e->relaunch > 0 && e->stop_at_ns == 0; e->relaunch--) {
+    int index = -1;
+    if (rm__launch_add(e->h, &index, err, sizeof err) != RM_OK)
+      snprintf(note(fails, nf, cap, e->job, -1)->reason, sizeof fails[0]->reason,
+               "relaunch of a replacement worker failed: %s", err);
+  }
+  e->relaunch = 0;
+  for (; rm__launch_worker(e->h, e->nseen, &w) == RM_OK && w.exited; e->nseen++) {
+    if (e->stop_at_ns != 0 || (w.exit_code == 0 && w.term_signal == 0)) continue;
+    failure_t *f = note(fails, nf, cap, e->job, e->nseen);
+    if (w.term_signal != 0)
+      snprintf(f->reason, sizeof f->reason, "worker %d (pid %d) killed by signal "
+               "%d (%s); log %s", e->nseen, (int)w.pid, w.term_signal,
+               strsignal(w.term_signal), w.log_path);
+    else
+      snprintf(f->reason, sizeof f->reason, "worker %d (pid %d) exited with "
+               "status %d; log %s", e->nseen, (int)w.pid, w.exit_code, w.log_path);
+  }
+}
+
+/* One pass over the table (no lock held); returns the failures to report:
+ * worker exits (index >= 0) and whole launches that failed (index -1). */
 static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
 {
-  int nf = 0;
+  int nf = 0, cap = 0;
   int64_t now = rm__now_ns();
   entry_t *e = b->table.v;
-  failure_t *fails = b->table.n ? rm__xcalloc((size_t)b->table.n, sizeof *fails) : NULL;
+  failure_t *fails = NULL;
   for (int i = 0; i < b->table.n;) {
     rm_launch_state_t st;
     char msg[256] = "", err[256];
@@ -195,15 +279,16 @@ static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
         RM_WARN("job %" PRIu64 ": cancel failed: %s", e[i].job, err);
       e[i].cancelled = 1;
     }
-    if (rm__launch_poll(e[i].h, &st, msg, sizeof msg) != RM_OK || !rm__launch_state_final(st)) {
+    rm_status_t pst = rm__launch_poll(e[i].h, &st, msg, sizeof msg);
+    entry_workers(&e[i], &fails, &nf, &cap); /* after poll: exits reaped */
+    if (pst != RM_OK || !rm__launch_state_final(st)) {
       i++;
       continue;
     }
-    if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0) {
-      fails[nf].job = e[i].job;
-      snprintf(fails[nf].reason, sizeof fails[nf].reason, "%s", msg);
-      nf++;
-    }
+    if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0)
+      snprintf(note(&fails, &nf, &cap, e[i].job, -1)->reason, sizeof fails[0].reason,
+               "every worker process is gone before the job finished; first "
+               "failure: %s", msg);
     RM_INFO("job %" PRIu64 ": launch %s %s", e[i].job, rm__launch_state_name(st), msg);
     rm__launch_destroy(e[i].h);
     e[i] = e[--b->table.n];
@@ -221,12 +306,16 @@ static void *monitor(void *arg)
     pthread_mutex_unlock(&b->mu);
     failure_t *fails = NULL;
     int nf = monitor_pass(b, &fails);
-    for (int i = 0; i < nf; i++)
-      if (b->o.job_fail != NULL) b->o.job_fail(b->o.coord, fails[i].job, fails[i].reason);
+    for (int i = 0; i < nf; i++) {
+      if (fails[i].index >= 0 && b->o.worker_exited != NULL)
+        b->o.worker_exited(b->o.coord, fails[i].job, fails[i].index, fails[i].reason);
+      else if (fails[i].index < 0 && b->o.job_fail != NULL)
+        b->o.job_fail(b->o.coord, fails[i].job, fails[i].reason);
+    }
     free(fails);
     pthread_mutex_lock(&b->mu);
     b->live = b->table.n;
-    if (b->quit || b->q_start.n || b->q_stop.n) continue;
+    if (b->quit || b->q_start.n || b->q_stop.n || b->q_relaunch.n) continue;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += MONITOR_PERIOD_MS * 1000000L;
@@ -270,7 +359,8 @@ rm_status_t rm_launch_coord_register(rm_launch_coord_t *b, rm_coord_t *c,
 {
   for (int i = 0; i < 3; i++) {
     rm_coord_launcher_t l = {.name = b->regs[i].ops->name, .start = bridge_start,
-                             .stop = bridge_stop, .ctx = &b->regs[i]};
+                             .stop = bridge_stop, .ctx = &b->regs[i],
+                             .relaunch = bridge_relaunch};
     rm_status_t st = reg(c, &l);
     if (st != RM_OK) return st;
   }
@@ -311,7 +401,7 @@ void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running)
   rm_launch_coord_shutdown(b, cancel_running);
   entry_t *e = b->table.v;
   for (int i = 0; i < b->table.n; i++) rm__launch_destroy(e[i].h);
-  free(b->table.v), free(b->q_start.v), free(b->q_stop.v);
+  free(b->table.v), free(b->q_start.v), free(b->q_stop.v), free(b->q_relaunch.v);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
   free(b->log_dir), free(b->worker_path), free(b->advertise);

@@ -141,6 +141,16 @@ rm_status_t rm__launch_worker(rm__launch_t *l, int index, rm_launch_worker_t *ou
   return l->ops->worker(l, index, out);
 }
 
+rm_status_t rm__launch_add(rm__launch_t *l, int *index, char *err, size_t errlen)
+{
+  if (l->ops->add == NULL)
+    return rm__launch_err(err, errlen, RM_ERR_UNSUPPORTED,
+                          "launcher %s cannot start one more worker", l->ops->name);
+  return l->ops->add(l, index, err, errlen);
+}
+
+int rm__launch_can_add(const rm__launcher_ops_t *ops) { return ops && ops->add; }
+
 rm_status_t rm__launch_render(const rm__launcher_ops_t *ops,
                               const rm_launch_spec_t *spec, FILE *out,
                               char *err, size_t errlen)

@@ -7,7 +7,7 @@
  *   local  the workers are child processes of the coordinator on this host:
  *          fork/exec of ringmaster-worker, one per rank, stdout+stderr in
  *          <log_dir>/worker-<i>.log, PIDs tracked, each in its own process
- *          group. cancel = SIGTERM to every group, SIGKILL once the grace
+ *          group. add starts one more (index n, n+1, ...: replacements). cancel = SIGTERM to every group, SIGKILL once the grace
  *          period has passed (done by a later poll). poll reaps with
  *          waitpid(pid, WNOHANG) on our own PIDs only and reports exits.
  *   slurm  writes <log_dir>/job.sbatch (#SBATCH lines + `srun ringmaster-worker
@@ -124,6 +124,12 @@ typedef struct rm__launcher_ops {
                       size_t msglen);
   rm_status_t (*cancel)(rm__launch_t *l, char *err, size_t errlen);
   rm_status_t (*worker)(rm__launch_t *l, int index, rm_launch_worker_t *out);
+  /* Optional (NULL: RM_ERR_UNSUPPORTED): start ONE more worker of a running
+   * launch with the same command line and the next launch index (OUT
+   * *index), for on_failure replace. local: one more child, log
+   * worker-<index>.log. slurm/k8s: not supported (a one-task sbatch or a
+   * pod would need its own lifecycle; the coordinator says so in an event). */
+  rm_status_t (*add)(rm__launch_t *l, int *index, char *err, size_t errlen);
   /* Text that describes/reproduces the launch: local = the command lines,
    * slurm = the batch script, k8s = the manifests. May be NULL. */
   rm_status_t (*render)(const rm_launch_spec_t *spec, FILE *out, char *err,
@@ -157,6 +163,10 @@ rm_status_t rm__launch_poll(rm__launch_t *l, rm_launch_state_t *state,
 rm_status_t rm__launch_cancel(rm__launch_t *l, char *err, size_t errlen);
 rm_status_t rm__launch_worker(rm__launch_t *l, int index,
                               rm_launch_worker_t *out);
+rm_status_t rm__launch_add(rm__launch_t *l, int *index, char *err,
+                           size_t errlen);
+/* 1 when the handle's launcher can add a worker (ops->add != NULL). */
+int rm__launch_can_add(const rm__launcher_ops_t *ops);
 rm_status_t rm__launch_render(const rm__launcher_ops_t *ops,
                               const rm_launch_spec_t *spec, FILE *out,
                               char *err, size_t errlen);

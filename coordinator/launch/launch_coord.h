@@ -15,10 +15,15 @@
  * the bridge builds an rm_launch_spec_t from the job (id, token, world =
  * world_size or max_workers, workload) and starts it through the job's
  * launcher; the per-job folder is <log_dir>/job-<id>. A monitor thread polls
- * every live handle every 200 ms (slurm polls squeue at most every 2 s);
- * when a launch ends FAILED before the coordinator saw the job end, it calls
- * job_fail(coord, id, "worker 1 exited with status 3; log ...") so the job
- * fails with the launcher's reason. stop (job became terminal): a job that
+ * every live handle every 200 ms (slurm polls squeue at most every 2 s).
+ * One worker process dying is NOT a job failure: it is reported with
+ * worker_exited(coord, id, index, "worker 1 (pid P) killed by signal 9 ...")
+ * as a member loss, and the job's on_failure policy (fail, shrink, replace)
+ * decides. Only when a launch ends FAILED (every worker process gone, one
+ * failed) before the coordinator saw the job end does it call
+ * job_fail(coord, id, reason) so the job fails with the launcher's reason.
+ * relaunch (on_failure replace): local starts one more worker process with
+ * the next launch index; slurm and k8s answer RM_ERR_UNSUPPORTED. stop (job became terminal): a job that
  * succeeded gets grace_ms to exit by itself, any other is cancelled at once
  * (local: SIGTERM then SIGKILL after grace_ms; slurm: scancel).
  *
@@ -50,8 +55,14 @@ typedef struct {
   int slurm_time_limit_min;
   const char *k8s_image;
   const char *k8s_namespace;
-  rm_coord_t *coord;          /* passed back to job_fail */
+  rm_coord_t *coord;          /* passed back to job_fail / worker_exited */
   rm_status_t (*job_fail)(rm_coord_t *c, uint64_t id, const char *reason);
+  /* A worker process died (signal or non-zero exit) while the job was not
+   * being stopped: pass rm_coord_worker_exited (the job's on_failure policy
+   * decides). NULL: exits are not reported; the coordinator's own
+   * detection (heartbeats, streams, survivors' reports) still acts. */
+  rm_status_t (*worker_exited)(rm_coord_t *c, uint64_t id, int index,
+                               const char *what);
 } rm_launch_coord_options_t;
 
 typedef struct rm_launch_coord rm_launch_coord_t;

@@ -21,6 +21,9 @@
  *   none alive:   CANCELLED after cancel; else FAILED if any worker exited
  *                 non-zero or by a signal (message names the first); else
  *                 SUCCEEDED.
+ * add (replace): one more worker, index n = workers so far, same argv,
+ *   RINGMASTER_LAUNCH_WORLD unchanged, log worker-<n>.log; it counts like
+ *   the others in poll and cancel.
  * cancel: SIGTERM to each live worker's process group (the worker and what it
  * forked), and a deadline now + grace_ms; the first poll past the deadline
  * sends SIGKILL to the groups still alive. Reaping is waitpid(pid, WNOHANG)
@@ -54,8 +57,13 @@ typedef struct {
 
 typedef struct {
   struct rm__launch base;
-  int n;
+  int n;          /* workers started so far (world, then replacements) */
+  int world;      /* RINGMASTER_LAUNCH_WORLD */
   worker_t *w;
+  char *path;     /* worker binary */
+  char **argv;    /* its argv, owned copies (for add) */
+  char *log_dir;
+  char *header;   /* log header tail: the command line without the token */
   int grace_ms;
   int cancelled, killed;
   int64_t kill_at_ns;
@@ -91,13 +99,13 @@ fail:;
   _exit(127);
 }
 
-static void write_header(int fd, int i, int n, const char *path,
-                         const rm_launch_spec_t *spec)
+static char *make_header(const rm_launch_spec_t *spec)
 {
-  dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s --coordinator %s "
-              "--job %s --token ***%s%s\n", i, n, path, spec->coordinator,
-          spec->job_id, spec->workload ? " --workload " : "",
-          spec->workload ? spec->workload : "");
+  char buf[1024];
+  snprintf(buf, sizeof buf, "--coordinator %s --job %s --token ***%s%s",
+           spec->coordinator, spec->job_id, spec->workload ? " --workload " : "",
+           spec->workload ? spec->workload : "");
+  return rm__xstrdup(buf);
 }
 
 /* Kill (SIGKILL) and reap the first n workers: start's failure path. */
@@ -148,14 +156,65 @@ static void local_destroy(rm__launch_t *base)
 {
   local_t *l = (local_t *)base;
   for (int i = 0; i < l->n; i++) free(l->w[i].log_path);
+  for (char **a = l->argv; a != NULL && *a != NULL; a++) free(*a);
+  free(l->argv);
   free(l->w);
+  free(l->path);
+  free(l->log_dir);
+  free(l->header);
   free(l);
+}
+
+/* Log file (truncated, one header line), then fork+exec worker i, whose
+ * slot l->w[i] exists. */
+static rm_status_t start_worker(local_t *l, int i, int devnull, char *err,
+                                size_t errlen)
+{
+  char index_var[48], world_var[48];
+  size_t len = strlen(l->log_dir) + 32;
+  l->w[i].log_path = rm__xmalloc(len);
+  snprintf(l->w[i].log_path, len, "%s/worker-%d.log", l->log_dir, i);
+  snprintf(index_var, sizeof index_var, "RINGMASTER_LAUNCH_INDEX=%d", i);
+  snprintf(world_var, sizeof world_var, "RINGMASTER_LAUNCH_WORLD=%d", l->world);
+  char **env = make_env(index_var, world_var);
+  int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s %s\n", i,
+            l->world, l->path, l->header);
+    close(fd);
+  }
+  rm_status_t st = spawn_one(l, i, l->path, l->argv, env, devnull, err, errlen);
+  free(env);
+  return st;
+}
+
+/* One more worker (replace): index n, same command line. */
+static rm_status_t local_add(rm__launch_t *base, int *index, char *err, size_t errlen)
+{
+  local_t *l = (local_t *)base;
+  if (l->cancelled)
+    return rm__launch_err(err, errlen, RM_ERR_DENIED, "launch is being cancelled");
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0)
+    return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "/dev/null: %s", strerror(errno));
+  l->w = rm__xrealloc(l->w, (size_t)(l->n + 1) * sizeof *l->w);
+  memset(&l->w[l->n], 0, sizeof *l->w);
+  rm_status_t st = start_worker(l, l->n, devnull, err, errlen);
+  close(devnull);
+  if (st != RM_OK) {
+    free(l->w[l->n].log_path);
+    return st;
+  }
+  RM_INFO("started replacement worker %d (pid %d), log %s", l->n,
+          (int)l->w[l->n].pid, l->w[l->n].log_path);
+  *index = l->n++;
+  return RM_OK;
 }
 
 static rm_status_t local_start(const rm_launch_spec_t *spec, rm__launch_t **out,
                                char *err, size_t errlen)
 {
-  char path[4096], index_var[48], world_var[48];
+  char path[4096];
   rm_status_t st = rm__launch_worker_path(spec, path, sizeof path, err, errlen);
   if (st != RM_OK) return st;
   if ((st = rm__launch_mkdir_p(spec->log_dir, err, errlen)) != RM_OK) return st;
@@ -164,27 +223,21 @@ static rm_status_t local_start(const rm_launch_spec_t *spec, rm__launch_t **out,
     return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "/dev/null: %s", strerror(errno));
   local_t *l = rm__xcalloc(1, sizeof *l);
   l->base.ops = &rm__launcher_local;
-  l->n = spec->world;
+  l->n = l->world = spec->world;
   l->grace_ms = spec->grace_ms > 0 ? spec->grace_ms : RM_LAUNCH_DEFAULT_GRACE_MS;
   l->w = rm__xcalloc((size_t)l->n, sizeof *l->w);
+  l->path = rm__xstrdup(path);
+  l->log_dir = rm__xstrdup(spec->log_dir);
+  l->header = make_header(spec);
   char **argv = rm__launch_worker_argv(spec, path);
-  char **env = make_env(index_var, world_var);
-  snprintf(world_var, sizeof world_var, "RINGMASTER_LAUNCH_WORLD=%d", l->n);
+  size_t na = 0;
+  while (argv[na] != NULL) na++;
+  l->argv = rm__xcalloc(na + 1, sizeof *l->argv);
+  for (size_t k = 0; k < na; k++) l->argv[k] = rm__xstrdup(argv[k]);
+  free(argv);
   int started = 0;
-  for (; started < l->n; started++) {
-    int i = started;
-    size_t len = strlen(spec->log_dir) + 32;
-    l->w[i].log_path = rm__xmalloc(len);
-    snprintf(l->w[i].log_path, len, "%s/worker-%d.log", spec->log_dir, i);
-    snprintf(index_var, sizeof index_var, "RINGMASTER_LAUNCH_INDEX=%d", i);
-    int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      write_header(fd, i, l->n, path, spec);
-      close(fd);
-    }
-    st = spawn_one(l, i, path, argv, env, devnull, err, errlen);
-    if (st != RM_OK) break;
-  }
+  for (; started < l->n; started++)
+    if ((st = start_worker(l, started, devnull, err, errlen)) != RM_OK) break;
   if (st != RM_OK) {
     kill_started(l, started);
     local_destroy(&l->base);
@@ -194,8 +247,6 @@ static rm_status_t local_start(const rm_launch_spec_t *spec, rm__launch_t **out,
           l->n, path, spec->log_dir);
   *out = &l->base;
 out:
-  free(env);
-  free(argv);
   close(devnull);
   return st;
 }
@@ -317,6 +368,7 @@ const rm__launcher_ops_t rm__launcher_local = {
     .poll = local_poll,
     .cancel = local_cancel,
     .worker = local_worker,
+    .add = local_add,
     .render = local_render,
     .destroy = local_destroy,
 };

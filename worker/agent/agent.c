@@ -473,6 +473,8 @@ int rm__agent_run(const rm_agent_opts_t *o)
   a.o = o;
   pthread_mutex_init(&a.mu, NULL);
   pthread_cond_init(&a.cv, NULL);
+  printf("ringmaster-worker: pid %d\n", (int)getpid());
+  fflush(stdout);
   if (o->host) snprintf(a.host, sizeof a.host, "%s", o->host);
   else if (gethostname(a.host, sizeof a.host)) snprintf(a.host, sizeof a.host, "unknown");
   a.host[sizeof a.host - 1] = 0;

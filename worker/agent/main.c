@@ -8,7 +8,11 @@
  *                     [--tls-ca PEM --tls-cert PEM --tls-key PEM]
  *
  * Rank hints come from SLURM_PROCID/SLURM_NTASKS or JOB_COMPLETION_INDEX
- * (Kubernetes Indexed Job, world from RINGMASTER_WORLD).
+ * (Kubernetes Indexed Job, world from RINGMASTER_WORLD), or from the local
+ * launcher's RINGMASTER_LAUNCH_INDEX/RINGMASTER_LAUNCH_WORLD: the
+ * coordinator also uses that index to tell which member a dead process was
+ * (rm_coord_worker_exited). A replacement's index is >= the world, so the
+ * hints are then unusable as ranks and the previous ranks are kept.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -30,6 +34,7 @@ static void hints(rm_agent_opts_t *o)
 {
   const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
   const char *index = getenv("JOB_COMPLETION_INDEX");
+  const char *lindex = getenv("RINGMASTER_LAUNCH_INDEX");
   o->rank_hint = -1;
   if (procid && ntasks) {
     o->rank_hint = atoi(procid);
@@ -37,6 +42,9 @@ static void hints(rm_agent_opts_t *o)
   } else if (index) {
     o->rank_hint = atoi(index);
     o->world_hint = (int)rm__env_int("RINGMASTER_WORLD", 0);
+  } else if (lindex) {
+    o->rank_hint = atoi(lindex);
+    o->world_hint = (int)rm__env_int("RINGMASTER_LAUNCH_WORLD", 0);
   }
 }
 

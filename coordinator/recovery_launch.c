@@ -1,0 +1,126 @@
+/*
+ * recovery_launch.c - the launcher's part in recovery (issue 6): worker
+ * process exits as a detection source, and relaunching one worker for
+ * on_failure replace.
+ *
+ * EXIT -> LOSS (detection source 4, next to recovery.c's three). The local
+ * launcher reaps its children every 200 ms; a child that died (signal or
+ * non-zero status) is reported with rm_coord_worker_exited(job, index). The
+ * worker it was is found by its rank hint: the agent sends
+ * RINGMASTER_LAUNCH_INDEX/RINGMASTER_LAUNCH_WORLD as rank/world hints, so
+ * w->rank_hint == index. If that worker is still live (joining or a member
+ * of the current generation) it is lost now, with the launcher's words as
+ * the reason; the job's on_failure decides exactly as for any other source.
+ * An exit is never a job failure by itself: the launcher fails a job only
+ * when every worker process is gone and the job is not finished
+ * (coordinator/launch/coord_bridge.c).
+ *
+ * RELAUNCH (replace). recovery.c re-forms at G+1 with the survivors and a
+ * target of world_size. If no standby completed the group at once, it
+ * queues the job here (rm__recovery_queue_relaunch, under lock); after
+ * unlock rm__recovery_run_relaunches calls the job's launcher relaunch():
+ *
+ *   launcher has relaunch   -> event "relaunch" (one more worker process,
+ *                              next launch index; it joins, loads the last
+ *                              complete checkpoint, gets live parameters
+ *                              from a survivor: train_workload.c)
+ *   relaunch() fails        -> event "relaunch_failed" with its message
+ *   launcher cannot (slurm, -> event "relaunch_unsupported": start one by
+ *   k8s) or none               hand or keep standbys
+ *
+ * In the last two cases the group completes only if someone starts a
+ * worker; otherwise the re-formation deadline fails the job (job.c). Each
+ * re-formation counts against max_restarts whether or not it relaunched.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rm_alloc.h"
+#include "rm_log.h"
+
+void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j)
+{
+  if (c->nrelaunch == c->caprelaunch) {
+    c->caprelaunch = c->caprelaunch ? 2 * c->caprelaunch : 4;
+    c->relaunch_q = rm__xrealloc(c->relaunch_q,
+                                 c->caprelaunch * sizeof *c->relaunch_q);
+  }
+  c->relaunch_q[c->nrelaunch++] = j->info.id;
+}
+
+/* Record the outcome of one relaunch as an event. */
+static void relaunch_event(rm_coord_t *c, uint64_t id, const char *kind,
+                           const char *launcher, const char *msg)
+{
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, id);
+  if (j && !rm_job_state_terminal(j->info.state)) {
+    if (!strcmp(kind, "relaunch"))
+      rm__event(c, j, kind, -1, "launcher %s starts a replacement worker",
+                launcher);
+    else if (!strcmp(kind, "relaunch_failed"))
+      rm__event(c, j, kind, -1, "launcher %s could not start a replacement "
+                "worker: %.180s", launcher, msg);
+    else
+      rm__event(c, j, kind, -1, "launcher %s cannot start a replacement "
+                "worker; start one by hand (same command line) or run "
+                "standbys (workers beyond world_size)", launcher);
+  }
+  rm__unlock(c);
+}
+
+void rm__recovery_run_relaunches(rm_coord_t *c, uint64_t *ids, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    rm_job_info_t job;
+    rm_coord_launcher_t l;
+    int found = 0;
+    char err[256] = "";
+    memset(&l, 0, sizeof l);
+    if (rm_coord_job_get(c, ids[i], &job) != RM_OK ||
+        rm_job_state_terminal(job.state))
+      continue;
+    pthread_mutex_lock(&c->mu);
+    for (int k = 0; k < c->nlaunchers; k++)
+      if (!strcmp(c->launchers[k].name, job.spec.launcher)) {
+        l = c->launchers[k];
+        found = 1;
+      }
+    pthread_mutex_unlock(&c->mu);
+    if (!found || !l.relaunch) {
+      relaunch_event(c, ids[i], "relaunch_unsupported", job.spec.launcher, "");
+      continue;
+    }
+    if (l.relaunch(l.ctx, &job, c->grpc_addr, err, sizeof err) != RM_OK)
+      relaunch_event(c, ids[i], "relaunch_failed", job.spec.launcher,
+                     err[0] ? err : "unknown error");
+    else
+      relaunch_event(c, ids[i], "relaunch", job.spec.launcher, "");
+  }
+}
+
+rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
+                                   const char *what)
+{
+  rm_status_t st = RM_ERR_NOT_FOUND;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, id);
+  for (size_t i = 0; j && i < j->nw && !rm_job_state_terminal(j->info.state);
+       i++) {
+    rm__worker_t *w = &j->w[i];
+    int live = (w->state == RM_WORKER_RUNNING &&
+                w->generation == j->info.generation) ||
+               (w->state == RM_WORKER_JOINING && w->in_group);
+    if (w->rank_hint != index || !live) continue;
+    char why[300];
+    snprintf(why, sizeof why, "its process exited (launcher: %.240s)",
+             what ? what : "no detail");
+    rm__job_worker_lost(c, j, w, why);
+    st = RM_OK;
+    break;
+  }
+  rm__unlock(c);
+  return st;
+}
