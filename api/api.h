@@ -27,6 +27,10 @@ typedef struct rm_api_options {
   int sse_keepalive_ms;   /* 0 = RINGMASTER_SSE_KEEPALIVE_MS or 15000 */
   int tick_ms;            /* progress push period; 0 = RINGMASTER_API_TICK_MS or 1000 */
   const char *chartjs_path; /* NULL = RINGMASTER_CHARTJS or Debian libjs-chart.js path */
+  /* The launchers' base log folder (`serve --log-dir`): worker logs are
+   * <log_dir>/job-<id>/worker-<index>.log (local and slurm launchers).
+   * NULL = GET .../workers/{index}/log answers 404 (no logs here). Copied. */
+  const char *log_dir;
 } rm_api_options_t;
 
 void rm_api_options_init(rm_api_options_t *o);

@@ -57,6 +57,7 @@ struct rm_api {
   char *chartjs; /* file contents read at start, NULL when absent */
   size_t chartjs_len;
   char chartjs_path[256];
+  char *log_dir;        /* NULL: no worker logs (options.log_dir) */
   /* progress ticker */
   pthread_t ticker;
   int ticker_started;
@@ -89,6 +90,10 @@ typedef struct rm__resp {
   const void *persistent;   /* when set: body that outlives the server (not freed) */
   char allow[64];           /* 405 */
   char location[96];        /* 201 */
+  struct {
+    const char *name;       /* static string; NULL = unused */
+    char value[40];
+  } extra[2];               /* more headers (X-Log-Size, ...) */
 } rm__resp_t;
 
 typedef void (*rm__handler_t)(rm__req_t *req, rm__resp_t *resp);
@@ -138,5 +143,12 @@ int rm__ticker_start(rm_api_t *api);                          /* ticker.c */
 void rm__ticker_stop(rm_api_t *api);
 void rm__static_serve(rm__req_t *req, rm__resp_t *resp);       /* static.c */
 void rm__chartjs_load(rm_api_t *api, const char *path);
+void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp);     /* logs.c */
+
+/* Shared by the handlers (handlers.c). */
+int rm__req_job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id);
+int rm__req_query_u64(rm__req_t *req, rm__resp_t *resp, const char *name, uint64_t lo,
+                      uint64_t hi, uint64_t *out);
+void rm__resp_coord_error(rm__resp_t *resp, rm_status_t st, const char *what, uint64_t id);
 
 #endif

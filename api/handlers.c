@@ -18,7 +18,7 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 
-static void coord_error(rm__resp_t *resp, rm_status_t st, const char *what, uint64_t id)
+void rm__resp_coord_error(rm__resp_t *resp, rm_status_t st, const char *what, uint64_t id)
 {
   switch (st) {
   case RM_ERR_NOT_FOUND:
@@ -38,7 +38,7 @@ static void coord_error(rm__resp_t *resp, rm_status_t st, const char *what, uint
 }
 
 /* The {id} capture as a job id; 404 for anything that is not a number. */
-static int job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id)
+int rm__req_job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id)
 {
   if (rm__parse_u64(req->params[0], id) != 0 || *id == 0) {
     rm__resp_error(resp, 404, "not_found", NULL, "no job '%.64s'", req->params[0]);
@@ -48,7 +48,7 @@ static int job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id)
 }
 
 /* Optional integer query parameter in [lo, hi]; 400 naming it otherwise. */
-static int query_u64(rm__req_t *req, rm__resp_t *resp, const char *name, uint64_t lo, uint64_t hi,
+int rm__req_query_u64(rm__req_t *req, rm__resp_t *resp, const char *name, uint64_t lo, uint64_t hi,
                      uint64_t *out)
 {
   const char *s = rm__req_query(req, name);
@@ -109,7 +109,7 @@ static void h_submit(rm__req_t *req, rm__resp_t *resp)
     return;
   }
   if (st != RM_OK) {
-    coord_error(resp, st, "submit", 0);
+    rm__resp_coord_error(resp, st, "submit", 0);
     return;
   }
   snprintf(resp->location, sizeof resp->location, "/api/v1/jobs/%llu",
@@ -136,14 +136,14 @@ static void h_list(rm__req_t *req, rm__resp_t *resp)
     }
     f.state = (int)s;
   }
-  if (query_u64(req, resp, "limit", 1, 1000, &limit) || query_u64(req, resp, "offset", 0,
+  if (rm__req_query_u64(req, resp, "limit", 1, 1000, &limit) || rm__req_query_u64(req, resp, "offset", 0,
                                                                   UINT64_MAX / 2, &offset))
     return;
   f.limit = (uint32_t)limit;
   f.offset = offset;
   st = rm_coord_job_list(req->api->coord, &f, &jobs, &n, &total);
   if (st != RM_OK) {
-    coord_error(resp, st, "list jobs", 0);
+    rm__resp_coord_error(resp, st, "list jobs", 0);
     return;
   }
   arr = json_array();
@@ -160,9 +160,9 @@ static void h_get(rm__req_t *req, rm__resp_t *resp)
   uint64_t id;
   rm_job_info_t info;
   rm_status_t st;
-  if (job_id(req, resp, &id)) return;
+  if (rm__req_job_id(req, resp, &id)) return;
   st = rm_coord_job_get(req->api->coord, id, &info);
-  if (st != RM_OK) coord_error(resp, st, "get job", id);
+  if (st != RM_OK) rm__resp_coord_error(resp, st, "get job", id);
   else rm__resp_json(resp, 200, rm__json_job(&info, 0));
 }
 
@@ -207,7 +207,7 @@ static void h_cancel(rm__req_t *req, rm__resp_t *resp)
   rm_job_info_t info;
   rm_status_t st;
 
-  if (job_id(req, resp, &id) || cancel_reason(req, resp, reason, sizeof reason)) return;
+  if (rm__req_job_id(req, resp, &id) || cancel_reason(req, resp, reason, sizeof reason)) return;
   st = rm_coord_job_cancel(req->api->coord, id, reason);
   if (st == RM_ERR_DENIED && rm_coord_job_get(req->api->coord, id, &info) == RM_OK) {
     rm__resp_error(resp, 409, "conflict", NULL, "job %llu is already %s",
@@ -215,7 +215,7 @@ static void h_cancel(rm__req_t *req, rm__resp_t *resp)
     return;
   }
   if (st == RM_OK) st = rm_coord_job_get(req->api->coord, id, &info);
-  if (st != RM_OK) coord_error(resp, st, "cancel job", id);
+  if (st != RM_OK) rm__resp_coord_error(resp, st, "cancel job", id);
   else rm__resp_json(resp, 200, rm__json_job(&info, 0));
 }
 
@@ -227,10 +227,10 @@ static void h_workers(rm__req_t *req, rm__resp_t *resp)
   rm_status_t st;
   json_t *arr;
 
-  if (job_id(req, resp, &id)) return;
+  if (rm__req_job_id(req, resp, &id)) return;
   st = rm_coord_job_workers(req->api->coord, id, &w, &n);
   if (st != RM_OK) {
-    coord_error(resp, st, "list workers", id);
+    rm__resp_coord_error(resp, st, "list workers", id);
     return;
   }
   arr = json_array();
@@ -248,14 +248,14 @@ static void h_events(rm__req_t *req, rm__resp_t *resp)
   rm_job_info_t info;
   json_t *arr;
 
-  if (job_id(req, resp, &id)) return;
-  if (query_u64(req, resp, "after", 0, UINT64_MAX / 2, &after) ||
-      query_u64(req, resp, "limit", 1, 1000, &limit))
+  if (rm__req_job_id(req, resp, &id)) return;
+  if (rm__req_query_u64(req, resp, "after", 0, UINT64_MAX / 2, &after) ||
+      rm__req_query_u64(req, resp, "limit", 1, 1000, &limit))
     return;
   st = rm_coord_job_get(req->api->coord, id, &info); /* 404 for unknown jobs */
   if (st == RM_OK) st = rm_coord_events(req->api->coord, id, after, (uint32_t)limit, &ev, &n);
   if (st != RM_OK) {
-    coord_error(resp, st, "list events", id);
+    rm__resp_coord_error(resp, st, "list events", id);
     return;
   }
   arr = json_array();
@@ -274,10 +274,10 @@ static void h_barriers(rm__req_t *req, rm__resp_t *resp)
   rm_status_t st;
   json_t *arr;
 
-  if (job_id(req, resp, &id)) return;
+  if (rm__req_job_id(req, resp, &id)) return;
   st = rm_coord_job_barriers(req->api->coord, id, &b, &n);
   if (st != RM_OK) {
-    coord_error(resp, st, "list barriers", id);
+    rm__resp_coord_error(resp, st, "list barriers", id);
     return;
   }
   arr = json_array();
@@ -295,14 +295,14 @@ static void h_steps(rm__req_t *req, rm__resp_t *resp)
   rm_status_t st;
   json_t *arr;
 
-  if (job_id(req, resp, &id)) return;
-  if (query_u64(req, resp, "rank", 0, 65535, &rank) ||
-      query_u64(req, resp, "limit", 1, 100000, &limit))
+  if (rm__req_job_id(req, resp, &id)) return;
+  if (rm__req_query_u64(req, resp, "rank", 0, 65535, &rank) ||
+      rm__req_query_u64(req, resp, "limit", 1, 100000, &limit))
     return;
   st = rm_coord_job_steps(req->api->coord, id, rank == UINT64_MAX ? -1 : (int)rank,
                           (uint32_t)limit, &s, &n);
   if (st != RM_OK) {
-    coord_error(resp, st, "list steps", id);
+    rm__resp_coord_error(resp, st, "list steps", id);
     return;
   }
   arr = json_array();
@@ -353,6 +353,7 @@ const rm__route_t rm__routes[] = {
     {"DELETE", "/api/v1/jobs/{}", h_cancel, RM__ROUTE_AUTH},
     {"POST", "/api/v1/jobs/{}/cancel", h_cancel, RM__ROUTE_AUTH},
     {"GET", "/api/v1/jobs/{}/workers", h_workers, 0},
+    {"GET", "/api/v1/jobs/{}/workers/{}/log", rm__h_worker_log, 0},
     {"GET", "/api/v1/jobs/{}/events", h_events, 0},
     {"GET", "/api/v1/jobs/{}/barriers", h_barriers, 0},
     {"GET", "/api/v1/jobs/{}/steps", h_steps, 0},

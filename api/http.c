@@ -212,6 +212,8 @@ static enum MHD_Result send_resp(rm__req_t *req, rm__resp_t *resp)
   MHD_add_response_header(m, "X-Content-Type-Options", "nosniff");
   if (resp->allow[0]) MHD_add_response_header(m, "Allow", resp->allow);
   if (resp->location[0]) MHD_add_response_header(m, "Location", resp->location);
+  for (size_t i = 0; i < sizeof resp->extra / sizeof resp->extra[0]; i++)
+    if (resp->extra[i].name) MHD_add_response_header(m, resp->extra[i].name, resp->extra[i].value);
   if (resp->status == 401) MHD_add_response_header(m, "WWW-Authenticate", "Bearer realm=\"ringmaster\"");
   __atomic_fetch_add(&req->api->http_requests[cls < 6 ? cls : 0], 1, __ATOMIC_RELAXED);
   ret = MHD_queue_response(req->conn, resp->status, m);

@@ -57,6 +57,7 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
                        errlen) != 0)
     goto fail;
   rm__chartjs_load(api, o->chartjs_path);
+  api->log_dir = o->log_dir ? rm__xstrdup(o->log_dir) : NULL;
   api->hub = rm__sse_hub_new(4096, keepalive);
   api->sub_id = rm_coord_subscribe(coord, on_event, api);
   if (api->sub_id <= 0) {
@@ -92,6 +93,7 @@ void rm_api_stop(rm_api_t *api)
   if (api->sub_id > 0) rm_coord_unsubscribe(api->coord, api->sub_id);
   rm__sse_hub_free(api->hub);
   free(api->chartjs);
+  free(api->log_dir);
   memset(api->token, 0, sizeof api->token);
   free(api);
 }

@@ -116,6 +116,9 @@ static int serve(int argc, char **argv)
     ao.listen = http;
     ao.token = api_token;
     ao.token_file = api_token_file;
+#ifdef RM_HAVE_LAUNCH
+    ao.log_dir = log_dir; /* GET /api/v1/jobs/{id}/workers/{index}/log */
+#endif
     if (rm_api_start(&ao, c, &api, err, sizeof err) != RM_OK) {
       fprintf(stderr, "ringmaster: %s\n", err);
       rm_coord_close(c);

@@ -2,7 +2,8 @@
  * app.js - ringmaster dashboard. Two views, routed on location.pathname:
  *   /            jobs list (state, progress) + submit form
  *   /jobs/{id}   one job: workers table, step-time chart per worker,
- *                all-reduce throughput chart, stall panel, event timeline
+ *                all-reduce throughput chart, stall panel, event timeline,
+ *                a worker's log tail (fetched when its "log" link is clicked)
  *
  * Data: one REST fetch per view to get the current state, then live updates
  * from the server-sent event stream /api/v1/events (?job=ID on a job page):
@@ -157,6 +158,8 @@ class JobView {
     app.replaceChildren($('#tpl-job').content.cloneNode(true));
     this.charts = makeCharts();
     $('#cancel-btn').addEventListener('click', () => this.cancel());
+    $('#log-refresh').addEventListener('click', () => this.showLog(this.logIndex));
+    $('#log-close').addEventListener('click', () => { this.logIndex = undefined; $('#log-panel').hidden = true; });
     await this.loadAll();
     stream(`?job=${this.id}`, {
       progress: (p) => { if (p.job_id === this.id) this.onProgress(p); },
@@ -209,12 +212,44 @@ class JobView {
       el('td', {}, badge(w.state), ...(w.straggler ? [el('span', { class: 'badge straggler', text: 'straggler' })] : [])),
       el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
       el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
-      el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }))));
+      el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
+      el('td', {}, ...(this.hasLogs && w.rank >= 0 ? [this.logLink(w.rank)] : [])))));
     $('#workers-empty').hidden = current.length > 0;
     const alive = current.filter((w) => w.state === 'running' || w.state === 'joining').length;
     const lost = current.filter((w) => w.state === 'lost').length;
     $('#workers-summary').textContent = `${alive} alive${lost ? `, ${lost} lost` : ''}`;
     this.styleDatasets();
+  }
+
+  /* Worker logs exist for the launchers that start processes (local, slurm);
+   * the log index is the launch index, which is the rank hint, so the rank
+   * of the first generation. */
+  get hasLogs() { return !!this.job && ['local', 'slurm'].includes(this.job.spec.launcher); }
+
+  logLink(rank) {
+    const a = el('a', { class: 'log-link', 'data-log': rank, text: 'log' });
+    a.addEventListener('click', () => this.showLog(rank));
+    return a;
+  }
+
+  async showLog(index) {
+    this.logIndex = index;
+    const panel = $('#log-panel');
+    if (!panel) return;
+    panel.hidden = false;
+    $('#log-title').textContent = `Worker ${index} log`;
+    let text, meta;
+    try {
+      const r = await fetch(`/api/v1/jobs/${this.id}/workers/${index}/log?tail=200`);
+      text = await r.text();
+      if (!r.ok) { let m = text; try { m = JSON.parse(text).error.message; } catch (e) { /* not JSON */ }
+        text = m; meta = `HTTP ${r.status}`; } else meta = `last 200 lines · ${fmtInt(Number(r.headers.get('X-Log-Size')))} bytes in all`;
+    } catch (err) { text = err.message; meta = 'error'; }
+    if (this.logIndex !== index || !$('#log-panel')) return; /* another log was asked for meanwhile */
+    const pre = $('#log-text');
+    pre.textContent = text || '(empty)';
+    pre.scrollTop = pre.scrollHeight;
+    $('#log-meta').textContent = meta;
   }
 
   addEvent(e) {

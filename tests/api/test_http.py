@@ -304,6 +304,7 @@ def test_openapi(srv, job):
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             real = path.replace("{id}", str(fresh["id"] if method in ("post", "delete") else job["id"]))
+            real = real.replace("{index}", "0")
             if path == "/api/v1/events":
                 s = Sse(srv)
                 check(s.status == 200 and "200" in op["responses"], "events documented 200")
@@ -324,7 +325,7 @@ def test_openapi(srv, job):
             checked += 1
             # documented error answers really happen
             if "404" in op["responses"]:
-                st, _, ans = srv.request(method.upper(), path.replace("{id}", "987654"),
+                st, _, ans = srv.request(method.upper(), path.replace("{id}", "987654").replace("{index}", "0"),
                                          token=srv.token)
                 check(st == 404 and "error" in ans, f"{method} {path}: documented 404")
             if "401" in op["responses"]:
@@ -334,7 +335,7 @@ def test_openapi(srv, job):
     # every API route the server has is documented
     for p in ("/api/v1/jobs", "/api/v1/jobs/{id}", "/api/v1/jobs/{id}/cancel",
               "/api/v1/jobs/{id}/workers", "/api/v1/jobs/{id}/events", "/api/v1/jobs/{id}/barriers",
-              "/api/v1/jobs/{id}/steps", "/api/v1/events", "/api/v1/openapi.json", "/healthz",
+              "/api/v1/jobs/{id}/steps", "/api/v1/jobs/{id}/workers/{index}/log", "/api/v1/events", "/api/v1/openapi.json", "/healthz",
               "/readyz", "/metrics"):
         check(p in doc["paths"], f"{p} documented")
 

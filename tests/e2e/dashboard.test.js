@@ -10,8 +10,10 @@
  *   4. see the workers table fill with 3 running workers and the step chart
  *      gain points (it moves)
  *   5. SIGKILL one worker and see a worker marked lost in the table
- *   6. screenshots go to the artifacts folder (job-running.png,
- *      job-lost.png, jobs.png)
+ *   6. a job started by the local launcher: click the "log" link of its
+ *      worker row and see the log tail (launcher header line, token masked)
+ *   7. screenshots go to the artifacts folder (job-running.png,
+ *      job-lost.png, jobs.png, job-log.png)
  * Every wait has a deadline; every process is stopped by PID.
  *
  * usage: node dashboard.test.js --ringmaster PATH --worker PATH --artifacts DIR
@@ -43,7 +45,7 @@ const procs = [];
 function startServer(tmp) {
   return new Promise((resolve, reject) => {
     const p = spawn(RINGMASTER, ['serve', '--db', path.join(tmp, 'rm.db'), '--grpc', '127.0.0.1:0', '--http', '127.0.0.1:0',
-      '--heartbeat-timeout-ms', '2000'], { env: { ...process.env, RINGMASTER_API_TOKEN: TOKEN, RINGMASTER_LOG_LEVEL: 'warn',
+      '--heartbeat-timeout-ms', '2000', '--log-dir', path.join(tmp, 'launched'), '--worker', WORKER], { env: { ...process.env, RINGMASTER_API_TOKEN: TOKEN, RINGMASTER_LOG_LEVEL: 'warn',
       RINGMASTER_API_TICK_MS: '500' }, stdio: ['ignore', 'pipe', fs.openSync(path.join(tmp, 'server.log'), 'w')] });
     procs.push(p);
     let out = '';
@@ -140,6 +142,21 @@ async function main() {
     await page.click('.crumbs a');
     await page.waitForSelector(`#jobs-table tr[data-id="${job.id}"]`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'jobs.png'), fullPage: true });
+
+    // A job the local launcher starts: its worker row links to the log tail.
+    const r = await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
+      'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'e2e-local', world_size: 1, steps: 5,
+      launcher: 'local', workload_options: 'count=1024' }) });
+    const local = await r.json();
+    if (r.status !== 201) throw new Error(`local submit answered ${r.status}: ${JSON.stringify(local)}`);
+    await page.goto(`${base}/jobs/${local.id}`);
+    await page.click('#workers-table a.log-link[data-log="0"]', { timeout: 60000 });
+    await page.waitForFunction(() => /--token \*\*\*/.test(document.querySelector('#log-text').textContent), null,
+      { timeout: 30000 });
+    const logText = await page.textContent('#log-text');
+    if (logText.includes(local.token)) throw new Error('the log panel shows the worker token');
+    if (!/bytes in all/.test(await page.textContent('#log-meta'))) throw new Error('log panel without its size line');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-log.png'), fullPage: true });
     if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
     console.log(`e2e dashboard: passed; screenshots in ${ARTIFACTS}`);
     return 0;
@@ -149,7 +166,7 @@ async function main() {
     const server = procs[0];
     if (server && (server.exitCode !== null || server.signalCode !== null))
       console.error(`the coordinator died during the test: exit ${server.exitCode} signal ${server.signalCode}`);
-    for (const f of fs.readdirSync(tmp)) if (f.endsWith('.log')) console.error(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').slice(-1500)}`);
+    for (const f of fs.readdirSync(tmp, { recursive: true })) if (f.endsWith('.log')) console.error(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').slice(-1500)}`);
     return 1;
   } finally {
     if (ctx) await ctx.close().catch(() => {});

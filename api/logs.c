@@ -1,0 +1,183 @@
+/*
+ * logs.c - GET /api/v1/jobs/{id}/workers/{index}/log: the tail of one
+ * worker's log, as text/plain.
+ *
+ * Where logs are. The local and slurm launchers write a worker's stdout and
+ * stderr to <log_dir>/job-<id>/worker-<index>.log, where log_dir is
+ * `serve --log-dir` (passed in rm_api_options_t.log_dir) and index is the
+ * launcher's worker index (RINGMASTER_LAUNCH_INDEX / SLURM_PROCID, which the
+ * coordinator uses as the rank hint, so index == rank in a job's first
+ * generation). Other launchers (k8s, none) start nothing here: 404.
+ *
+ * Confinement (never a path outside the job's log folder):
+ *   1. {id} and {index} must be decimal numbers (rm__parse_u64): no '/', no
+ *      "..", no NUL can reach a path; index < world of the job's spec.
+ *   2. The path is built by us: "job-<id>" then "worker-<index>.log".
+ *   3. Both components are opened with O_NOFOLLOW (the folder with
+ *      O_DIRECTORY, the file relative to it with openat), so a symbolic link
+ *      planted at either place is refused instead of followed; the file must
+ *      be a regular file (fstat), so a FIFO or device cannot block or leak.
+ *
+ * Query (at most one of the two):
+ *   ?tail=N    the last N lines (1..100000); a final line without '\n'
+ *              counts as a line
+ *   ?bytes=N   the last N bytes (1..RM__LOG_MAX)
+ *   neither    the whole file
+ * The answer never exceeds RM__LOG_MAX bytes (the end of the file wins).
+ * Headers: X-Log-Size (file size in bytes when read) and X-Log-Offset (file
+ * offset of the first byte of the body), so a client knows what it missed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api_int.h"
+#include "rm_alloc.h"
+
+#define RM__LOG_MAX (1u << 20)
+#define RM__LOG_MAX_LINES 100000
+
+/* Open <log_dir>/job-<id>/worker-<index>.log read-only without following a
+ * link at either level. Returns the fd or -1 (errno set). */
+static int open_log(const char *log_dir, uint64_t id, unsigned index)
+{
+  char dir[4096 + 32], file[48];
+  int dfd, fd, saved;
+
+  if ((size_t)snprintf(dir, sizeof dir, "%s/job-%llu", log_dir, (unsigned long long)id) >=
+      sizeof dir) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  snprintf(file, sizeof file, "worker-%u.log", index);
+  dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return -1;
+  fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  saved = errno;
+  close(dfd);
+  errno = saved;
+  return fd;
+}
+
+/* Read [off, off+len) of fd into a new NUL-terminated buffer; *got bytes. */
+static char *read_range(int fd, off_t off, size_t len, size_t *got)
+{
+  char *buf = rm__xmalloc(len + 1);
+  size_t n = 0;
+  while (n < len) {
+    ssize_t r = pread(fd, buf + n, len - n, off + (off_t)n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break; /* EOF (file truncated meanwhile) or error: what we have */
+    n += (size_t)r;
+  }
+  buf[n] = '\0';
+  *got = n;
+  return buf;
+}
+
+/* Start of the last `lines` lines in buf[0..n). */
+static size_t tail_lines(const char *buf, size_t n, uint64_t lines)
+{
+  size_t i = n;
+  uint64_t seen = 0;
+  if (i > 0 && buf[i - 1] == '\n') i--; /* the final newline ends the last line */
+  while (i > 0) {
+    if (buf[i - 1] == '\n' && ++seen == lines) return i;
+    i--;
+  }
+  return 0;
+}
+
+/* 404 with the reason a log is absent; logs nothing (a client's typo). */
+static void not_found(rm__resp_t *resp, uint64_t id, unsigned index, const char *why)
+{
+  rm__resp_error(resp, 404, "not_found", NULL, "no log for worker %u of job %llu: %s", index,
+                 (unsigned long long)id, why);
+}
+
+/* Validates the request; 0 and *index, *tail, *bytes when it may proceed. */
+static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
+                 uint64_t *tail, uint64_t *bytes)
+{
+  rm_job_info_t info;
+  uint64_t ix;
+  rm_status_t st;
+  int world;
+
+  if (rm__parse_u64(req->params[1], &ix) != 0 || ix > 65535) {
+    rm__resp_error(resp, 404, "not_found", NULL, "no worker '%.64s' (want a worker index)",
+                   req->params[1]);
+    return -1;
+  }
+  *index = (unsigned)ix;
+  if (rm__req_query_u64(req, resp, "tail", 1, RM__LOG_MAX_LINES, tail) ||
+      rm__req_query_u64(req, resp, "bytes", 1, RM__LOG_MAX, bytes))
+    return -1;
+  if (*tail && *bytes) {
+    rm__resp_error(resp, 400, "invalid_value", "bytes", "give either tail (lines) or bytes, "
+                   "not both");
+    return -1;
+  }
+  st = rm_coord_job_get(req->api->coord, id, &info);
+  if (st != RM_OK) {
+    rm__resp_coord_error(resp, st, "worker log", id);
+    return -1;
+  }
+  world = info.spec.world_size > 0 ? info.spec.world_size : info.spec.max_workers;
+  if (strcmp(info.spec.launcher, "local") != 0 && strcmp(info.spec.launcher, "slurm") != 0) {
+    not_found(resp, id, *index, "its workers were not started by the local or slurm launcher");
+    return -1;
+  }
+  if ((int)*index >= world) {
+    not_found(resp, id, *index, "index out of range");
+    return -1;
+  }
+  if (req->api->log_dir == NULL) {
+    not_found(resp, id, *index, "this coordinator was started without a log folder");
+    return -1;
+  }
+  return 0;
+}
+
+void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
+{
+  uint64_t id, tail = 0, bytes = 0;
+  unsigned index;
+  struct stat sb;
+  size_t want, got, start = 0;
+  off_t off;
+  char *buf = NULL;
+  int fd = -1;
+
+  if (rm__req_job_id(req, resp, &id) || parse(req, resp, id, &index, &tail, &bytes)) return;
+  fd = open_log(req->api->log_dir, id, index);
+  if (fd < 0) {
+    not_found(resp, id, index, errno == ENOENT ? "the launcher has not written it (yet)"
+                                               : "it is not a plain file in the job's log folder");
+    goto exit;
+  }
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    not_found(resp, id, index, "it is not a plain file in the job's log folder");
+    goto exit;
+  }
+  want = (size_t)sb.st_size < RM__LOG_MAX ? (size_t)sb.st_size : RM__LOG_MAX;
+  if (bytes && bytes < want) want = (size_t)bytes;
+  off = sb.st_size - (off_t)want;
+  buf = read_range(fd, off, want, &got);
+  if (tail) start = tail_lines(buf, got, tail);
+  if (start) memmove(buf, buf + start, got - start + 1);
+  rm__resp_text(resp, 200, "text/plain; charset=utf-8", buf, got - start);
+  buf = NULL;
+  resp->extra[0].name = "X-Log-Size";
+  snprintf(resp->extra[0].value, sizeof resp->extra[0].value, "%lld", (long long)sb.st_size);
+  resp->extra[1].name = "X-Log-Offset";
+  snprintf(resp->extra[1].value, sizeof resp->extra[1].value, "%lld",
+           (long long)(off + (off_t)start));
+exit:
+  free(buf);
+  if (fd >= 0) close(fd);
+}
