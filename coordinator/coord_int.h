@@ -240,6 +240,10 @@ void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
                        const Ringmaster__V1__StepGateRequest *q);
 void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
 void rm__gate_free(rm__job_t *j);
+/* Answer every parked StepGate call whose worker is no longer a member of
+ * the running generation (loss, re-formation, job end), so no survivor
+ * waits in the gate for a step that will never be decided. */
+void rm__gate_release(rm_coord_t *c, rm__job_t *j);
 /* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
 void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
 

@@ -25,6 +25,11 @@
  * before every rank joined the previous step's all-reduce). A parked call
  * is answered "not decided" at its wait_ms deadline.
  *
+ * When the job leaves RUNNING (a member lost, re-formation, end), every
+ * parked call is answered FAILED_PRECONDITION at once (rm__gate_release,
+ * from rm__job_set_state): the agent treats it as "stale, re-join", so no
+ * survivor waits out its wait_ms in a gate that will never decide.
+ *
  * The 100 ms coordinator tick also polls the deadline, but a deadline of
  * tens of ms needs finer time: under `deadline` the waiting workers call
  * with short wait_ms in a loop, and every call polls the gate.
@@ -177,6 +182,22 @@ void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
   p->gate_step = q->step;
   p->deadline_ns = rm__now_ns() + (int64_t)wait * 1000000;
   rm__park_link(j, p);
+}
+
+void rm__gate_release(rm_coord_t *c, rm__job_t *j)
+{
+  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
+    n = p->next;
+    if (p->kind != RM__PARK_GATE) continue;
+    rm__worker_t *w = rm__job_worker(j, p->worker_id);
+    if (j->info.state == RM_JOB_RUNNING && w &&
+        w->state == RM_WORKER_RUNNING && w->generation == j->info.generation)
+      continue;
+    rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, j->info.state ==
+              RM_JOB_RUNNING || j->info.state == RM_JOB_FORMING
+                  ? "step gate: the generation moved on (a member was lost); "
+                    "re-join" : "step gate: the job is over", NULL);
+  }
 }
 
 void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)

@@ -158,6 +158,7 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
   j->info.updated_ms = rm__wall_ms();
   snprintf(j->info.reason, sizeof j->info.reason, "%s", reason ? reason : "");
   if (rm_job_state_terminal(st)) j->info.finished_ms = j->info.updated_ms;
+  if (old == RM_JOB_RUNNING) rm__gate_release(c, j); /* no gate waits on */
   rm__store_job_update(c, j);
   rm__event(c, j, "job_state", -1, "%s -> %s%s%s", rm_job_state_name(old),
             rm_job_state_name(st), reason && *reason ? ": " : "",
