@@ -501,8 +501,16 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
   if (!p->next) return;
   rm__job_t *j = rm__job_find(c, p->job_id);
   rm__park_unlink(p);
-  if (!j || !cancelled) return;
+  if (!j || !cancelled || c->closing) return; /* shutdown cancels them all */
   rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  if (p->kind == RM__PARK_WATCH && p->worker_id && w &&
+      !rm_job_state_terminal(j->info.state) &&
+      (is_member(j, w) || (w->in_group && w->state == RM_WORKER_JOINING))) {
+    /* recovery.c: detection source 2, the agent's session stream */
+    rm__job_worker_lost(c, j, w, "its control stream broke (session Watch "
+                        "cancelled by its transport)");
+    return;
+  }
   if (p->kind == RM__PARK_GATE && w && is_member(j, w) &&
       rm__now_ns() < p->deadline_ns) { /* recovery.c: detection source 2 */
     rm__job_worker_lost(c, j, w, "its control stream broke (StepGate call "

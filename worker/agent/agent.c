@@ -29,6 +29,16 @@
  * coordinator for each step's participant set through env->gate (StepGate
  * rpc, below).
  *
+ * SESSION STREAM. After its first Join answer the agent keeps a Watch call
+ * open with its worker id (asking for no events), re-opened 500 ms after
+ * it ends while the agent lives, cancelled only at exit (after Leave). If
+ * this process dies its kernel closes the connection and the coordinator
+ * sees that call cancelled by the transport: the worker is lost at once
+ * (recovery.c detection source 2), without waiting for the heartbeat
+ * timeout. The first stdout line is
+ *   ringmaster-worker: pid P
+ * so tests (and operators) reading a launcher's log know which process it is.
+ *
  * "Stale" is learned from the heartbeat thread or a step report: the job's
  * generation moved on, the job ended, or the coordinator refused our
  * generation (FAILED_PRECONDITION, e.g. after it restarted). The heartbeat
@@ -71,6 +81,9 @@ typedef struct agent {
   void *wl_state;
   int64_t broke_wall_ms;   /* first sign of a failure, 0 = none pending */
   uint64_t broke_gen;
+  pthread_t session;       /* the session stream's thread */
+  int session_on, session_stop; /* under mu */
+  rm__ctl_stream_t *stream;     /* under mu: the open session call */
 } agent_t;
 
 
@@ -143,6 +156,63 @@ static void *hb_thread(void *arg)
   }
   pthread_mutex_unlock(&a->mu);
   return NULL;
+}
+
+/* ---- session stream ---- */
+static void *session_thread(void *arg)
+{
+  agent_t *a = arg;
+  char msg[256];
+  pthread_mutex_lock(&a->mu);
+  while (!a->session_stop) {
+    Ringmaster__V1__WatchRequest q = RINGMASTER__V1__WATCH_REQUEST__INIT;
+    q.job_id = a->o->job_id;
+    q.token = (char *)a->o->token;
+    q.generation = a->generation;
+    q.worker_id = a->worker_id;
+    q.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
+    pthread_mutex_unlock(&a->mu);
+    rm__ctl_stream_t *s = rm__ctl_stream_open(a->ctl, "/ringmaster.v1.Worker/Watch",
+                                              &q.base);
+    pthread_mutex_lock(&a->mu);
+    a->stream = s;
+    if (s && a->session_stop) rm__ctl_stream_cancel(s);
+    pthread_mutex_unlock(&a->mu);
+    if (s) {
+      int rc = rm__ctl_stream_wait(s, msg, sizeof msg);
+      RM_DEBUG("session stream ended: status %d: %s", rc, msg);
+    }
+    pthread_mutex_lock(&a->mu);
+    a->stream = NULL;
+    rm__ctl_stream_free(s);
+    if (a->session_stop) break;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 500000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+  }
+  pthread_mutex_unlock(&a->mu);
+  return NULL;
+}
+
+static void session_start(agent_t *a)
+{
+  if (a->session_on || !a->worker_id) return;
+  a->session_stop = 0;
+  a->session_on = pthread_create(&a->session, NULL, session_thread, a) == 0;
+}
+
+static void session_stop(agent_t *a)
+{
+  if (!a->session_on) return;
+  pthread_mutex_lock(&a->mu);
+  a->session_stop = 1;
+  if (a->stream) rm__ctl_stream_cancel(a->stream);
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+  pthread_join(a->session, NULL);
+  a->session_on = 0;
 }
 
 /* ---- join ---- */
@@ -494,6 +564,7 @@ int rm__agent_run(const rm_agent_opts_t *o)
       rc = 3;
       break;
     }
+    session_start(&a);
     if (!r->formed) { /* the job is over */
       rc = r->job_state == RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : 1;
       fprintf(stderr, "ringmaster-worker: job %llu is %s\n", (unsigned long long)o->job_id,
@@ -519,6 +590,7 @@ int rm__agent_run(const rm_agent_opts_t *o)
     break;
   }
 out:
+  session_stop(&a);
   if (a.wl && a.wl_state) a.wl->destroy(a.wl_state);
   rm__ctl_close(a.ctl);
   rm_endpoint_close(a.ep);

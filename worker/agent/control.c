@@ -5,6 +5,10 @@
  * SEND_CLOSE_FROM_CLIENT, RECV_INITIAL_METADATA, RECV_MESSAGE,
  * RECV_STATUS_ON_CLIENT, plucked from a queue created for the call, with the
  * call's deadline as the only wait.
+ *
+ * Session stream (rm__ctl_stream_*): one batch without RECV_MESSAGE and no
+ * deadline, so it completes only when the server ends the call or the
+ * connection breaks, or when rm__ctl_stream_cancel cancels it.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -173,4 +177,75 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
   grpc_completion_queue_shutdown(cq);
   grpc_completion_queue_destroy(cq);
   return rc;
+}
+
+/* ---- session stream ---- */
+struct rm__ctl_stream {
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_byte_buffer *send;
+  grpc_metadata_array md_in, md_trail;
+  grpc_status_code status;
+  grpc_slice details;
+};
+
+rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
+                                      const ProtobufCMessage *req)
+{
+  rm__ctl_stream_t *s = calloc(1, sizeof *s);
+  grpc_op ops[5];
+  if (!s) return NULL;
+  s->cq = grpc_completion_queue_create_for_pluck(NULL);
+  s->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
+                                     grpc_slice_from_static_string(method), NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  s->send = pack(req);
+  s->status = GRPC_STATUS_UNKNOWN;
+  s->details = grpc_empty_slice();
+  grpc_metadata_array_init(&s->md_in);
+  grpc_metadata_array_init(&s->md_trail);
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = s->send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->md_in;
+  ops[4].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[4].data.recv_status_on_client.trailing_metadata = &s->md_trail;
+  ops[4].data.recv_status_on_client.status = &s->status;
+  ops[4].data.recv_status_on_client.status_details = &s->details;
+  if (!s->call || !s->send ||
+      grpc_call_start_batch(s->call, ops, 5, (void *)1, NULL) != GRPC_CALL_OK) {
+    if (s->call) grpc_call_cancel(s->call, NULL);
+    rm__ctl_stream_free(s); /* no batch started: nothing to wait for */
+    return NULL;
+  }
+  return s;
+}
+
+int rm__ctl_stream_wait(rm__ctl_stream_t *s, char *msg, size_t msglen)
+{
+  grpc_completion_queue_pluck(s->cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  snprintf(msg, msglen, "%.*s", (int)GRPC_SLICE_LENGTH(s->details),
+           (const char *)GRPC_SLICE_START_PTR(s->details));
+  return (int)s->status;
+}
+
+void rm__ctl_stream_cancel(rm__ctl_stream_t *s)
+{
+  if (s && s->call) grpc_call_cancel(s->call, NULL);
+}
+
+void rm__ctl_stream_free(rm__ctl_stream_t *s)
+{
+  if (!s) return;
+  grpc_slice_unref(s->details);
+  grpc_metadata_array_destroy(&s->md_in);
+  grpc_metadata_array_destroy(&s->md_trail);
+  if (s->send) grpc_byte_buffer_destroy(s->send);
+  if (s->call) grpc_call_unref(s->call);
+  grpc_completion_queue_shutdown(s->cq);
+  grpc_completion_queue_destroy(s->cq);
+  free(s);
 }

@@ -28,4 +28,20 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
                  ProtobufCMessage **resp, int timeout_ms, char *msg,
                  size_t msglen);
 
+/* A server-streaming call kept open as a session (the agent's Watch with
+ * its worker id): the coordinator sees it cancelled by the transport when
+ * this process dies (recovery.c, detection source 2). Messages the server
+ * might send are not read; ask for none (after_seq far in the future). */
+typedef struct rm__ctl_stream rm__ctl_stream_t;
+/* Start the call; NULL when it could not be started. */
+rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
+                                      const ProtobufCMessage *req);
+/* Block until the call ends (server closed it, the connection broke, or
+ * rm__ctl_stream_cancel); returns its gRPC status. */
+int rm__ctl_stream_wait(rm__ctl_stream_t *s, char *msg, size_t msglen);
+/* Any thread, any time before free: end the call (CANCELLED). */
+void rm__ctl_stream_cancel(rm__ctl_stream_t *s);
+/* After rm__ctl_stream_wait returned. */
+void rm__ctl_stream_free(rm__ctl_stream_t *s);
+
 #endif
