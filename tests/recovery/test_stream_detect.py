@@ -4,8 +4,11 @@ heartbeat timeout so heartbeats cannot be what detects anything here:
 SIGKILLed: the job fails with a reason saying its control stream broke;
 (2) a member of a 3-worker shrink job is SIGKILLed: it is declared lost by
 the stream or a survivor's data-plane report (never a heartbeat timeout),
-the job re-forms and finishes with bitwise-equal ranks (verify=5)."""
+the job re-forms and finishes with bitwise-equal ranks (verify=5).
+Also: every worker reported its devices from rm__devices_probe in Join."""
+import re
 import signal
+import sqlite3
 
 import rc
 
@@ -37,6 +40,10 @@ def test(env):
     assert "control stream broke" in lost[0].message or "reported by rank" in lost[0].message, lost
     for i in (0, 2):
         assert rc.wait_exit(ws[i], 30) == 0, env.worker_log(10 + i)
+    # Join carries rm__devices_probe's list ("none", or "cuda:0 ...; rdma:...")
+    with sqlite3.connect(env.db) as db:
+        devs = [r[0] for r in db.execute("SELECT devices FROM workers")]
+    assert devs and all(d == "none" or re.match(r"(cuda|rdma):", d) for d in devs), devs
 
 
 rc.main(test)

@@ -35,7 +35,8 @@
  * this process dies its kernel closes the connection and the coordinator
  * sees that call cancelled by the transport: the worker is lost at once
  * (recovery.c detection source 2), without waiting for the heartbeat
- * timeout. The first stdout line is
+ * timeout. Devices come from rm__devices_probe (worker/transport/devices.h)
+ * once at start, reported in every Join. The first stdout line is
  *   ringmaster-worker: pid P
  * so tests (and operators) reading a launcher's log know which process it is.
  *
@@ -55,6 +56,7 @@
 
 #include "agent.h"
 #include "control.h"
+#include "transport/devices.h"
 #include "ringmaster/ringmaster.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -81,6 +83,7 @@ typedef struct agent {
   void *wl_state;
   int64_t broke_wall_ms;   /* first sign of a failure, 0 = none pending */
   uint64_t broke_gen;
+  char devices[256];       /* rm__devices_probe, reported in Join */
   pthread_t session;       /* the session stream's thread */
   int session_on, session_stop; /* under mu */
   rm__ctl_stream_t *stream;     /* under mu: the open session call */
@@ -230,7 +233,7 @@ static int join(agent_t *a, Ringmaster__V1__JoinResponse **out)
     q.worker_id = a->worker_id;
     q.host = a->host;
     q.data_addr = (char *)rm_endpoint_address(a->ep);
-    q.devices = "cpu";
+    q.devices = a->devices;
     q.rank_hint = a->o->rank_hint;
     q.world_hint = a->o->world_hint;
     q.wait_ms = 5000;
@@ -545,6 +548,7 @@ int rm__agent_run(const rm_agent_opts_t *o)
   pthread_cond_init(&a.cv, NULL);
   printf("ringmaster-worker: pid %d\n", (int)getpid());
   fflush(stdout);
+  rm__devices_probe(a.devices, sizeof a.devices);
   if (o->host) snprintf(a.host, sizeof a.host, "%s", o->host);
   else if (gethostname(a.host, sizeof a.host)) snprintf(a.host, sizeof a.host, "unknown");
   a.host[sizeof a.host - 1] = 0;
