@@ -7,7 +7,7 @@
  *   rm_api_address(api)                               bound "host:port"
  *   rm_api_stop(api);                                 before rm_coord_close
  *
- * The CLI (`ringmaster submit|jobs|job|cancel`) is a REST client; its exit
+ * The CLI (`ringmaster submit|jobs|job|cancel|k8s-manifest`) is a REST client; its exit
  * codes are RM_CLI_EXIT_* (also in `ringmaster help`).
  */
 #ifndef RM_API_API_H
@@ -31,6 +31,12 @@ typedef struct rm_api_options {
    * <log_dir>/job-<id>/worker-<index>.log (local and slurm launchers).
    * NULL = GET .../workers/{index}/log answers 404 (no logs here). Copied. */
   const char *log_dir;
+  /* For GET /api/v1/jobs/{id}/k8s-manifest (serve --advertise, --k8s-image):
+   * the address workers dial (NULL = the coordinator's bound gRPC address)
+   * and the default image and namespace (NULL = the renderer's). Copied. */
+  const char *advertise_addr;
+  const char *k8s_image;
+  const char *k8s_namespace;
 } rm_api_options_t;
 
 void rm_api_options_init(rm_api_options_t *o);
@@ -53,7 +59,7 @@ enum {
   RM_CLI_EXIT_INVALID = 6      /* 400/409: the server refused the request (bad spec, ...) */
 };
 
-/* 1 when argv[1] is a CLI subcommand (submit, jobs, job, cancel). */
+/* 1 when argv[1] is a CLI subcommand (submit, jobs, job, cancel, k8s-manifest). */
 int rm_cli_is_command(const char *cmd);
 /* Run the CLI; returns the process exit code. */
 int rm_cli_main(int argc, char **argv);

@@ -58,6 +58,8 @@ struct rm_api {
   size_t chartjs_len;
   char chartjs_path[256];
   char *log_dir;        /* NULL: no worker logs (options.log_dir) */
+  char *advertise_addr; /* NULL: rm_coord_grpc_address */
+  char *k8s_image, *k8s_namespace; /* NULL: renderer defaults */
   /* progress ticker */
   pthread_t ticker;
   int ticker_started;
@@ -144,6 +146,7 @@ void rm__ticker_stop(rm_api_t *api);
 void rm__static_serve(rm__req_t *req, rm__resp_t *resp);       /* static.c */
 void rm__chartjs_load(rm_api_t *api, const char *path);
 void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp);     /* logs.c */
+void rm__h_k8s_manifest(rm__req_t *req, rm__resp_t *resp);   /* k8s.c */
 
 /* Shared by the handlers (handlers.c). */
 int rm__req_job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id);

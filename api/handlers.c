@@ -354,6 +354,7 @@ const rm__route_t rm__routes[] = {
     {"POST", "/api/v1/jobs/{}/cancel", h_cancel, RM__ROUTE_AUTH},
     {"GET", "/api/v1/jobs/{}/workers", h_workers, 0},
     {"GET", "/api/v1/jobs/{}/workers/{}/log", rm__h_worker_log, 0},
+    {"GET", "/api/v1/jobs/{}/k8s-manifest", rm__h_k8s_manifest, RM__ROUTE_AUTH},
     {"GET", "/api/v1/jobs/{}/events", h_events, 0},
     {"GET", "/api/v1/jobs/{}/barriers", h_barriers, 0},
     {"GET", "/api/v1/jobs/{}/steps", h_steps, 0},

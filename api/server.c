@@ -58,6 +58,9 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
     goto fail;
   rm__chartjs_load(api, o->chartjs_path);
   api->log_dir = o->log_dir ? rm__xstrdup(o->log_dir) : NULL;
+  api->advertise_addr = o->advertise_addr ? rm__xstrdup(o->advertise_addr) : NULL;
+  api->k8s_image = o->k8s_image ? rm__xstrdup(o->k8s_image) : NULL;
+  api->k8s_namespace = o->k8s_namespace ? rm__xstrdup(o->k8s_namespace) : NULL;
   api->hub = rm__sse_hub_new(4096, keepalive);
   api->sub_id = rm_coord_subscribe(coord, on_event, api);
   if (api->sub_id <= 0) {
@@ -94,6 +97,9 @@ void rm_api_stop(rm_api_t *api)
   rm__sse_hub_free(api->hub);
   free(api->chartjs);
   free(api->log_dir);
+  free(api->advertise_addr);
+  free(api->k8s_image);
+  free(api->k8s_namespace);
   memset(api->token, 0, sizeof api->token);
   free(api);
 }

@@ -118,6 +118,8 @@ static int serve(int argc, char **argv)
     ao.token_file = api_token_file;
 #ifdef RM_HAVE_LAUNCH
     ao.log_dir = log_dir; /* GET /api/v1/jobs/{id}/workers/{index}/log */
+    ao.advertise_addr = advertise; /* GET /api/v1/jobs/{id}/k8s-manifest */
+    ao.k8s_image = k8s_image;
 #endif
     if (rm_api_start(&ao, c, &api, err, sizeof err) != RM_OK) {
       fprintf(stderr, "ringmaster: %s\n", err);

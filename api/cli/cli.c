@@ -1,5 +1,5 @@
 /*
- * cli.c - `ringmaster submit|jobs|job|cancel`: a REST client of the
+ * cli.c - `ringmaster submit|jobs|job|cancel|k8s-manifest`: a REST client of the
  * coordinator's /api/v1 (plain sockets, see httpc.h). Human-readable tables
  * by default, the server's JSON with --json.
  *
@@ -29,6 +29,8 @@ typedef struct {
   const char *limit;
   const char *offset;
   const char *reason;
+  const char *image;
+  const char *ns;
 } cli_t;
 
 static const char k_usage[] =
@@ -38,10 +40,14 @@ static const char k_usage[] =
     "                           list jobs, newest first\n"
     "  job ID                   show a job, its workers and open barriers\n"
     "  cancel ID [--reason T]   cancel a job\n"
+    "  k8s-manifest ID [--image IMG] [--namespace NS]\n"
+    "                           print the Kubernetes manifests (Secret with the\n"
+    "                           worker token, headless Service, Indexed Job) that\n"
+    "                           run the job's workers: pipe to kubectl apply -f -\n"
     "options:\n"
     "  --server URL     coordinator REST address (env RINGMASTER_SERVER,\n"
     "                   default http://127.0.0.1:8080)\n"
-    "  --token T        API token for submit/cancel (env RINGMASTER_API_TOKEN)\n"
+    "  --token T        API token for submit/cancel/k8s-manifest (env RINGMASTER_API_TOKEN)\n"
     "  --token-file F   read the token from F (env RINGMASTER_API_TOKEN_FILE)\n"
     "  --json           print the server's JSON instead of tables\n"
     "  --timeout MS     deadline for the whole request (default 10000)\n"
@@ -52,7 +58,7 @@ const char *rm_cli_usage(void) { return k_usage; }
 
 int rm_cli_is_command(const char *cmd)
 {
-  static const char *const cmds[] = {"submit", "jobs", "job", "cancel", NULL};
+  static const char *const cmds[] = {"submit", "jobs", "job", "cancel", "k8s-manifest", NULL};
   for (int i = 0; cmd && cmds[i]; i++)
     if (strcmp(cmd, cmds[i]) == 0) return 1;
   return 0;
@@ -95,34 +101,47 @@ static char *read_input(const char *path, size_t *len)
 }
 
 /* One request; on an HTTP error prints the server's error message. Returns
- * the exit code and, on 2xx, the parsed JSON body in *out (new reference). */
-static int call(cli_t *c, const char *method, const char *path, const char *body, json_t **out)
+ * the exit code and, on 2xx, the reply in *r (free r->body). */
+static int call_raw(cli_t *c, const char *method, const char *path, const char *body,
+                    rm__http_reply_t *r)
 {
-  rm__http_reply_t r;
   char err[256];
   json_t *j;
   int code;
 
-  *out = NULL;
   if (rm__http_request(c->server, method, path, c->token, body, body ? strlen(body) : 0,
-                       c->timeout_ms, &r, err, sizeof err) != 0) {
+                       c->timeout_ms, r, err, sizeof err) != 0) {
     fprintf(stderr, "ringmaster: %s: %s\n", c->server, err);
     return RM_CLI_EXIT_UNREACHABLE;
   }
-  code = exit_for(r.status);
-  j = json_loadb(r.body, r.len, 0, NULL);
+  code = exit_for(r->status);
   if (code != RM_CLI_EXIT_OK) {
+    j = json_loadb(r->body, r->len, 0, NULL);
     json_t *e = json_object_get(json_object_get(j, "error"), "message");
     json_t *fld = json_object_get(json_object_get(j, "error"), "field");
-    fprintf(stderr, "ringmaster: HTTP %d: %s%s%s%s\n", r.status,
-            json_is_string(e) ? json_string_value(e) : r.body, json_is_string(fld) ? " (field " : "",
+    fprintf(stderr, "ringmaster: HTTP %d: %s%s%s%s\n", r->status,
+            json_is_string(e) ? json_string_value(e) : r->body, json_is_string(fld) ? " (field " : "",
             json_is_string(fld) ? json_string_value(fld) : "", json_is_string(fld) ? ")" : "");
     json_decref(j);
-  } else if (j == NULL) {
+    free(r->body);
+    r->body = NULL;
+  }
+  return code;
+}
+
+/* call_raw, then the parsed JSON body in *out (new reference) on 2xx. */
+static int call(cli_t *c, const char *method, const char *path, const char *body, json_t **out)
+{
+  rm__http_reply_t r;
+  int code;
+
+  *out = NULL;
+  code = call_raw(c, method, path, body, &r);
+  if (code != RM_CLI_EXIT_OK) return code;
+  *out = json_loadb(r.body, r.len, 0, NULL);
+  if (*out == NULL) {
     fprintf(stderr, "ringmaster: the server's answer is not JSON\n");
     code = RM_CLI_EXIT_SERVER;
-  } else {
-    *out = j;
   }
   free(r.body);
   return code;
@@ -307,6 +326,38 @@ static int cmd_cancel(cli_t *c, const char *id)
   return code;
 }
 
+/* Append "&name=value" (value percent-encoded) to path. */
+static void add_query(char *path, size_t len, const char *name, const char *value)
+{
+  size_t n = strlen(path);
+  if (value == NULL) return;
+  n += (size_t)snprintf(path + n, n < len ? len - n : 0, "%c%s=", strchr(path, '?') ? '&' : '?',
+                        name);
+  for (const unsigned char *p = (const unsigned char *)value; *p && n + 4 < len; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        strchr("-._~", *p))
+      path[n++] = (char)*p;
+    else
+      n += (size_t)snprintf(path + n, len - n, "%%%02X", *p);
+  }
+  path[n < len ? n : len - 1] = '\0';
+}
+
+static int cmd_k8s_manifest(cli_t *c, const char *id)
+{
+  char path[1024];
+  rm__http_reply_t r;
+  int code;
+  snprintf(path, sizeof path, "/api/v1/jobs/%s/k8s-manifest", id);
+  add_query(path, sizeof path, "image", c->image);
+  add_query(path, sizeof path, "namespace", c->ns);
+  code = call_raw(c, "GET", path, NULL, &r);
+  if (code) return code;
+  fwrite(r.body, 1, r.len, stdout);
+  free(r.body);
+  return fflush(stdout) == 0 ? code : RM_CLI_EXIT_SERVER;
+}
+
 static int parse_args(cli_t *c, int argc, char **argv)
 {
   static const struct option opts[] = {
@@ -314,13 +365,14 @@ static int parse_args(cli_t *c, int argc, char **argv)
       {"token-file", required_argument, 0, 'f'}, {"json", no_argument, 0, 'j'},
       {"timeout", required_argument, 0, 'T'}, {"state", required_argument, 0, 'S'},
       {"limit", required_argument, 0, 'l'}, {"offset", required_argument, 0, 'o'},
-      {"reason", required_argument, 0, 'r'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"reason", required_argument, 0, 'r'}, {"image", required_argument, 0, 'i'},
+      {"namespace", required_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
   const char *token = NULL, *token_file = NULL;
   char err[256];
   int ch, gen;
 
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "s:t:f:jT:S:l:o:r:h", opts, NULL)) != -1) {
+  while ((ch = getopt_long(argc, argv, "s:t:f:jT:S:l:o:r:i:n:h", opts, NULL)) != -1) {
     switch (ch) {
     case 's': c->server = optarg; break;
     case 't': token = optarg; break;
@@ -331,6 +383,8 @@ static int parse_args(cli_t *c, int argc, char **argv)
     case 'l': c->limit = optarg; break;
     case 'o': c->offset = optarg; break;
     case 'r': c->reason = optarg; break;
+    case 'i': c->image = optarg; break;
+    case 'n': c->ns = optarg; break;
     default: return -1;
     }
   }
@@ -369,6 +423,7 @@ int rm_cli_main(int argc, char **argv)
   if (strcmp(cmd, "submit") == 0 && arg) return cmd_submit(&c, arg);
   if (strcmp(cmd, "job") == 0 && is_id(arg)) return cmd_job(&c, arg);
   if (strcmp(cmd, "cancel") == 0 && is_id(arg)) return cmd_cancel(&c, arg);
+  if (strcmp(cmd, "k8s-manifest") == 0 && is_id(arg)) return cmd_k8s_manifest(&c, arg);
 usage:
   fputs(k_usage, stderr);
   return RM_CLI_EXIT_USAGE;

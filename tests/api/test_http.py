@@ -335,7 +335,8 @@ def test_openapi(srv, job):
     # every API route the server has is documented
     for p in ("/api/v1/jobs", "/api/v1/jobs/{id}", "/api/v1/jobs/{id}/cancel",
               "/api/v1/jobs/{id}/workers", "/api/v1/jobs/{id}/events", "/api/v1/jobs/{id}/barriers",
-              "/api/v1/jobs/{id}/steps", "/api/v1/jobs/{id}/workers/{index}/log", "/api/v1/events", "/api/v1/openapi.json", "/healthz",
+              "/api/v1/jobs/{id}/steps", "/api/v1/jobs/{id}/workers/{index}/log",
+              "/api/v1/jobs/{id}/k8s-manifest", "/api/v1/events", "/api/v1/openapi.json", "/healthz",
               "/readyz", "/metrics"):
         check(p in doc["paths"], f"{p} documented")
 
