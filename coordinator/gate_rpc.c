@@ -5,8 +5,19 @@
  *
  * One gate per job, rebuilt when the generation changes:
  *   backup    RM_GATE_FIRST_K, k = world - backup_workers (>= 1)
- *   deadline  RM_GATE_DEADLINE, slack = RINGMASTER_DEADLINE_SLACK_MS
- *             (default 20 ms) after the median arrival
+ *   deadline  RM_GATE_DEADLINE: the deadline is the median arrival + a
+ *             slack proportional to the step: at every step start
+ *               slack = max(RINGMASTER_DEADLINE_SLACK_MIN_MS (default 1),
+ *                           RINGMASTER_DEADLINE_SLACK_PCT (default 10) % of
+ *                           the median over the members of their last
+ *                           reported compute_ms)
+ *             (20 ms before any member reported a step). A fixed slack of
+ *             its own: RINGMASTER_DEADLINE_SLACK_MS=N (N >= 0 ms). Why
+ *             proportional: a fixed 20 ms is a whole step when steps take
+ *             20 ms (deadline then pays ~1.6x with one slow worker); 10 %
+ *             keeps the wait for the fast half within ~1.1x of the
+ *             no-straggler step at any step length, while still absorbing
+ *             ordinary jitter between the fast ranks.
  *   coded     RM_GATE_CODED, s = backup_workers when (s+1) | world, else
  *             RM_GATE_ALL (after a shrink broke divisibility; documented
  *             fallback: no straggler is tolerated, results stay exact)
@@ -56,6 +67,31 @@ typedef struct rm__gate_state {
   int started;     /* a step is under way */
 } rm__gate_state_t;
 
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The deadline slack for the next step (see the top of the file). */
+static double deadline_slack(const rm__job_t *j)
+{
+  int64_t fixed = rm__env_int("RINGMASTER_DEADLINE_SLACK_MS", -1);
+  double pct = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_PCT", 10);
+  double floor_ms = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_MIN_MS", 1);
+  double v[64], slack;
+  int n = 0;
+  if (fixed >= 0) return (double)fixed;
+  for (int r = 0; r < j->nmembers && n < 64; r++) {
+    double c = j->w[j->members[r]].compute_ms;
+    if (c == c && c >= 0) v[n++] = c; /* NaN until its first report */
+  }
+  if (!n) return 20.0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  slack = (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) * pct / 100.0;
+  return slack > floor_ms ? slack : floor_ms;
+}
+
 static rm_gate_config_t gate_config(const rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
@@ -66,7 +102,7 @@ static rm_gate_config_t gate_config(const rm__job_t *j)
     cfg.k = j->nmembers - b >= 1 ? j->nmembers - b : 1;
   } else if (!strcmp(s->straggler_policy, "deadline")) {
     cfg.policy = RM_GATE_DEADLINE;
-    cfg.slack_ms = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_MS", 20);
+    cfg.slack_ms = deadline_slack(j);
   } else if (!strcmp(s->straggler_policy, "coded") && b >= 0 &&
              b < j->nmembers && j->nmembers % (b + 1) == 0) {
     cfg.policy = RM_GATE_CODED;
@@ -161,6 +197,7 @@ void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
   }
   if (!gs->started || q->step > rm_gate_step(gs->g)) {
     rm_gate_reset(gs->g, q->step);
+    rm_gate_set_slack(gs->g, deadline_slack(j)); /* no-op for the others */
     gs->started = 1;
   }
   if (q->ready && q->step == rm_gate_step(gs->g))

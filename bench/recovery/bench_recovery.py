@@ -3,8 +3,10 @@
 1. Step time of a 4-worker `train` job (simulated compute sim_compute_ms per
    step on every rank) with rank 2 made 2x and 4x slower, under each
    straggler policy, divided by the same policy's step time with no
-   straggler. backup: N=3 + b=1; coded: s=1; deadline: slack
-   RINGMASTER_DEADLINE_SLACK_MS (default 20 ms).
+   straggler. backup: N=3 + b=1; coded: s=1; deadline: slack after the
+   median arrival = max(RINGMASTER_DEADLINE_SLACK_MIN_MS (1 ms),
+   RINGMASTER_DEADLINE_SLACK_PCT (10) % of the median compute), or a fixed
+   RINGMASTER_DEADLINE_SLACK_MS (coordinator/gate_rpc.c).
    Step time = (time of the job's "succeeded" event - time of its
    "generation" event) / steps.
 2. Time from SIGKILL of one worker (on_failure shrink) to the survivors'

@@ -182,4 +182,12 @@ const uint8_t *rm_gate_members(const rm_gate_t *g, int *count)
   return g->members;
 }
 
+rm_status_t rm_gate_set_slack(rm_gate_t *g, double slack_ms)
+{
+  if (g == NULL || g->cfg.policy != RM_GATE_DEADLINE || !(slack_ms >= 0.0))
+    return RM_ERR_INVALID_ARG;
+  g->cfg.slack_ms = slack_ms;
+  return RM_OK;
+}
+
 uint64_t rm_gate_step(const rm_gate_t *g) { return g ? g->step : 0; }

@@ -74,6 +74,11 @@ void rm_gate_poll(rm_gate_t *g, double now_ms, rm_gate_state_t *state,
  * OUT *count (may be NULL): members. Borrowed until the next reset. */
 const uint8_t *rm_gate_members(const rm_gate_t *g, int *count);
 
+/* DEADLINE: change slack_ms (>= 0) for the step under way and the next
+ * ones; a deadline already passed stays passed. RM_ERR_INVALID_ARG for a
+ * negative or NaN slack or another policy. */
+rm_status_t rm_gate_set_slack(rm_gate_t *g, double slack_ms);
+
 /* Step of the last reset. */
 uint64_t rm_gate_step(const rm_gate_t *g);
 
