@@ -86,6 +86,10 @@ typedef struct rm__tcp_conn {
   int send_mid_frame;    /* 1 while a frame is partly written */
   int bye;               /* peer announced a graceful close */
   int rdhup;             /* peer shut its write side; stop asking POLLRDHUP */
+  int rd_dry;            /* last read came back short or EAGAIN: the socket
+                          * is drained, wait for POLLIN before reading again */
+  int wr_full;           /* last write came back short or EAGAIN: wait for
+                          * POLLOUT before writing again */
 } rm__tcp_conn_t;
 
 struct rm__tcp_state {

@@ -5,7 +5,10 @@
  * progress call:
  *   1. optimistic pass: for every connection with posted work, write/read
  *      without blocking (sendmsg/readv, MSG_DONTWAIT); if any byte moved,
- *      return at once so the caller can re-check its request;
+ *      return at once (no poll) so the caller can re-check its request.
+ *      A socket whose last read came back short is "dry" and one whose last
+ *      write came back short is "full": the pass skips those syscalls (they
+ *      would fail with EAGAIN) until poll() reports the socket ready;
  *   2. otherwise poll() every connection plus the wake pipe for at most
  *      timeout_ms: POLLOUT where sends are queued, POLLIN where a receive is
  *      posted or the next header is not read yet, POLLRDHUP once to learn of
@@ -169,23 +172,25 @@ static void advance_sends(rm__tcp_conn_t *k, size_t n)
 
 static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
 {
-  while (k->sq_head != NULL) {
+  while (k->sq_head != NULL && !k->wr_full) {
     struct iovec iov[2 * MAX_BATCH];
     struct msghdr msg;
     int n = 0;
     ssize_t w;
-    size_t room = chunk_cap((size_t)-1);
+    size_t room = chunk_cap((size_t)-1), total = 0;
     /* each request may add two entries (header rest, payload): stop while two fit */
     for (rm__req_t *r = k->sq_head; r && n + 2 <= 2 * MAX_BATCH && room; r = r->next) {
       if (r->hdr_done < RM__TCP_HDR) {
         iov[n].iov_base = r->hdr + r->hdr_done;
         iov[n++].iov_len = (size_t)(RM__TCP_HDR - r->hdr_done);
+        total += (size_t)(RM__TCP_HDR - r->hdr_done);
       }
       if (r->done < r->len) {
         size_t take = r->len - r->done < room ? r->len - r->done : room;
         iov[n].iov_base = (char *)r->buf + r->done;
         iov[n++].iov_len = take;
         room -= take;
+        total += take;
       }
     }
     memset(&msg, 0, sizeof msg);
@@ -194,11 +199,15 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     w = sendmsg(k->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return RM_OK;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        k->wr_full = 1;
+        return RM_OK;
+      }
       return io_error(c, k, errno, "sending");
     }
     *moved = 1;
     advance_sends(k, (size_t)w);
+    if ((size_t)w < total) k->wr_full = 1; /* socket buffer full: POLLOUT */
     if ((size_t)w >= chunk_cap((size_t)-1)) break; /* let receives run */
   }
   return RM_OK;
@@ -297,17 +306,20 @@ static void pop_recv(rm__tcp_conn_t *k)
 }
 
 /* Read the rest of a header; when a receive is posted, read straight on
- * into its buffer (the header is checked before those bytes count). */
-static ssize_t read_header(rm__tcp_conn_t *k, size_t *extra)
+ * into its buffer (the header is checked before those bytes count).
+ * *want: bytes asked for. */
+static ssize_t read_header(rm__tcp_conn_t *k, size_t *extra, size_t *want)
 {
   struct iovec iov[2];
   int n = 1;
   ssize_t got;
   iov[0].iov_base = k->rhdr + k->rhdr_got;
   iov[0].iov_len = (size_t)(RM__TCP_HDR - k->rhdr_got);
+  *want = iov[0].iov_len;
   if (k->rq_head != NULL && k->rq_head->len > 0) {
     iov[1].iov_base = k->rq_head->buf;
-    iov[1].iov_len = k->rq_head->len;
+    iov[1].iov_len = chunk_cap(k->rq_head->len);
+    *want += iov[1].iov_len;
     n = 2;
   }
   got = readv(k->fd, iov, n);
@@ -320,19 +332,27 @@ static ssize_t read_header(rm__tcp_conn_t *k, size_t *extra)
   return got;
 }
 
+/* Read what the socket holds into the head receive (or the next header).
+ * A read that comes back short marks the socket drained (rd_dry): no
+ * further read until poll() reports POLLIN, which saves the read that
+ * would fail with EAGAIN. Work that needs no syscall (a held header whose
+ * receive is now posted, a completed request) is done even when dry. */
 static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
 {
   rm_status_t st;
   for (;;) {
     rm__req_t *r = k->rq_head;
     ssize_t got;
+    size_t want;
     if (k->rhdr_got < RM__TCP_HDR) {
       size_t extra;
       int held;
-      got = read_header(k, &extra);
+      if (k->rd_dry) return RM_OK;
+      got = read_header(k, &extra, &want);
       if (got == 0) return on_eof(c, k);
       if (got < 0) goto io;
       *moved = 1;
+      if ((size_t)got < want) k->rd_dry = 1;
       if (k->rhdr_got < RM__TCP_HDR) continue;
       if ((st = on_header(c, k, &held)) != RM_OK || held) return st;
       if (k->bye || r == NULL) continue;
@@ -343,12 +363,15 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       int held;
       if ((st = on_header(c, k, &held)) != RM_OK) return st;
     } else if (r->done < r->len) {
-      got = read(k->fd, (char *)r->buf + r->done, chunk_cap(r->len - r->done));
+      if (k->rd_dry) return RM_OK;
+      want = chunk_cap(r->len - r->done);
+      got = read(k->fd, (char *)r->buf + r->done, want);
       if (got == 0) return on_eof(c, k);
       if (got < 0) goto io;
       *moved = 1;
       r->done += (size_t)got;
-      if ((size_t)got >= chunk_cap((size_t)-1) && r->done < r->len)
+      if ((size_t)got < want) k->rd_dry = 1;
+      else if ((size_t)got >= chunk_cap((size_t)-1) && r->done < r->len)
         return RM_OK; /* one chunk per call: let sends run */
     }
     if (r != NULL && r->hdr_done == RM__TCP_HDR && r->done == r->len)
@@ -356,7 +379,10 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     continue;
   io:
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return RM_OK;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      k->rd_dry = 1;
+      return RM_OK;
+    }
     return io_error(c, k, errno, "receiving");
   }
 }
@@ -432,6 +458,8 @@ static rm_status_t serve_ready(rm_comm_t *c, int n)
     rm_status_t st;
     if (re == 0) continue;
     if ((re & POLLRDHUP) && !(s->pfds[i].events & POLLIN)) k->rdhup = 1;
+    if (re & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) k->rd_dry = 0;
+    if (re & (POLLOUT | POLLHUP | POLLERR)) k->wr_full = 0;
     if (re & POLLERR) {
       int err = 0;
       socklen_t len = sizeof err;
@@ -458,8 +486,11 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
     rm_status_t st = serve(c, k, k->rq_head != NULL, &moved);
     if (st != RM_OK) return st;
   }
+  /* bytes moved: the caller re-checks its request first; poll only when
+   * nothing could move (every socket with work is dry or full) */
+  if (moved) return rm_comm_status(c);
   n = build_pollset(c);
-  r = poll(s->pfds, (nfds_t)n, moved ? 0 : timeout_ms);
+  r = poll(s->pfds, (nfds_t)n, timeout_ms);
   if (r < 0) return errno == EINTR ? RM_OK : RM_ERR_SYSTEM;
   if (s->pfds[0].revents & POLLIN)
     while (read(c->wake_fd[0], drain, sizeof drain) > 0) {
