@@ -35,7 +35,8 @@
  * this process dies its kernel closes the connection and the coordinator
  * sees that call cancelled by the transport: the worker is lost at once
  * (recovery.c detection source 2), without waiting for the heartbeat
- * timeout. Devices come from rm__devices_probe (worker/transport/devices.h)
+ * timeout (RINGMASTER_SESSION_STREAM=0 turns it off, for measuring the
+ * other sources). Devices come from rm__devices_probe (worker/transport/devices.h)
  * once at start, reported in every Join. The first stdout line is
  *   ringmaster-worker: pid P
  * so tests (and operators) reading a launcher's log know which process it is.
@@ -60,6 +61,7 @@
 #include "ringmaster/ringmaster.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_param.h"
 #include "workloads/workload.h"
 
 enum { G_OK = 0, G_DEADLINE = 4, G_NOT_FOUND = 5, G_FAILED_PRECONDITION = 9,
@@ -202,6 +204,7 @@ static void *session_thread(void *arg)
 static void session_start(agent_t *a)
 {
   if (a->session_on || !a->worker_id) return;
+  if (!rm__env_int("RINGMASTER_SESSION_STREAM", 1)) return; /* bench knob */
   a->session_stop = 0;
   a->session_on = pthread_create(&a->session, NULL, session_thread, a) == 0;
 }
