@@ -6,17 +6,26 @@
  * fold = 2 alpha + 2 n beta + n gamma when N != p, else 0):
  *
  *   ring       2(N-1) alpha + 2 (N-1)/N n beta + (N-1)/N n gamma
- *   hd         2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma + fold
+ *   hd         2 log2(p) alpha + 2 (p-1)/p n HD_BW beta + (p-1)/p n gamma + fold
  *   butterfly  log2(p) (alpha + n beta + n gamma) + fold
  *   tree       2 d alpha + 2 d n beta + d n gamma   (root link carries d n
  *              each way; pipelining hides the depth, not that)
+ *
+ * HD_BW = 1.25: measured, not derived. On TCP loopback halving-doubling
+ * moves the same bytes as the ring but ran 25-35% slower from 16 MiB up
+ * (n = 4 and 8, rm_bench, several runs): each step is one large exchange
+ * with one partner, reduced after it lands, where the ring streams
+ * segments through both neighbours at once. Without the factor hd's fewer
+ * alphas made auto pick it at every large size (16 MiB, n = 4: 155-180 ms
+ * vs the ring's 120 ms); with it hd still wins around 1 MiB, where its
+ * fewer messages matter (n = 4: 1.1 ms vs 1.8 ms).
  *
  * alpha: one message's latency; beta: inverse bandwidth per byte while every
  * rank sends at once (what the algorithms do); gamma: reduction time per byte
  * (f32 sum). Calibration (rm__cost_calibrate), the first time auto is used:
  * every rank exchanges with its ring neighbours (send right, receive left,
- * all at once) 8-byte messages 16 times and 256 KiB messages 4 times
- * (medians), and times the f32 sum kernel on 256 KiB; then rank 0's three
+ * all at once, each exchange after a barrier) 8-byte messages 16 times and
+ * 256 KiB messages 8 times (medians), and times the f32 sum kernel on 256 KiB; then rank 0's three
  * numbers are broadcast, so every rank holds the same model and picks the
  * same algorithm. Before calibration (rm_allreduce_choose on a fresh
  * communicator) the defaults below are used.
@@ -36,8 +45,10 @@
 #define DEF_ALPHA_US 25.0
 #define DEF_BETA_US_PER_B (1.0 / 1000.0)  /* 1 GB/s */
 #define DEF_GAMMA_US_PER_B (1.0 / 4000.0) /* 4 GB/s */
+#define HD_BW 1.25
 #define CAL_SMALL_ITERS 16
-#define CAL_BIG_ITERS 4
+#define CAL_BIG_ITERS 8
+#define CAL_BARRIER_TAG ((uint64_t)1 << 40)
 #define CAL_BIG_BYTES (256u * 1024u)
 
 static void model_of(const rm_comm_t *c, double *a, double *b, double *g)
@@ -69,7 +80,7 @@ double rm__allreduce_predict(const rm_comm_t *c, rm_algo_t algo, size_t bytes)
   switch (algo) {
   case RM_ALGO_RING: return 2 * (N - 1) * a + 2 * fr * n * b + fr * n * g;
   case RM_ALGO_HALVING_DOUBLING:
-    return 2 * lp * a + 2 * fp * n * b + fp * n * g + fold;
+    return 2 * lp * a + 2 * fp * n * HD_BW * b + fp * n * g + fold;
   case RM_ALGO_BUTTERFLY: return lp * (a + n * b + n * g) + fold;
   case RM_ALGO_TREE: return 2 * d * a + 2 * d * n * b + d * n * g;
   default: return INFINITY;
@@ -101,13 +112,29 @@ static int cmp_double(const void *x, const void *y)
   return (a > b) - (a < b);
 }
 
-/* Median microseconds of `iters` ring-neighbour exchanges of len bytes. */
+/* Dissemination barrier inside the calibration (no new collective
+ * sequence number; tags apart from the exchanges'). */
+static rm_status_t cal_barrier(rm_comm_t *c)
+{
+  int n = rm_comm_world(c), r = rm_comm_rank(c);
+  char token = 1, got = 0;
+  for (int k = 1; k < n; k *= 2)
+    RM_CHECK(rm__sendrecv(c, (r + k) % n, &token, 1, CAL_BARRIER_TAG + (uint64_t)k,
+                          (r - k + n) % n, &got, 1, CAL_BARRIER_TAG + (uint64_t)k));
+  return RM_OK;
+}
+
+/* Median microseconds of `iters` ring-neighbour exchanges of len bytes,
+ * each started together by a barrier: without it ranks drift apart and a
+ * rank finds its neighbour's message already waiting, which measured alpha
+ * at 14 us where a 4-rank exchange on 2 cores really costs ~70 us. */
 static rm_status_t ring_exchange_us(rm_comm_t *c, char *sbuf, char *rbuf,
                                     size_t len, int iters, double *us)
 {
   int n = rm_comm_world(c), r = rm_comm_rank(c);
   double t[CAL_SMALL_ITERS];
   for (int i = 0; i < iters; i++) {
+    RM_CHECK(cal_barrier(c));
     int64_t t0 = rm__now_ns();
     RM_CHECK(rm__sendrecv(c, (r + 1) % n, sbuf, len, (uint64_t)i,
                           (r + n - 1) % n, rbuf, len, (uint64_t)i));
