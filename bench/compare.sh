@@ -9,9 +9,13 @@
 # The peer harnesses (../shared/peers, see its README) are copied to a temp
 # dir and built there (needs openmpi-bin libopenmpi-dev libgloo-dev). Every
 # harness uses the same method: f32 sum in place, per-iteration max over
-# ranks, median over iterations, every element checked. Cells: best median
-# busbw (GB/s) over REPEATS; ringmaster = its best algorithm (auto included).
-# Ratios: rm/mpi and rm/gloo busbw (> 1 means ringmaster is faster).
+# ranks, median over iterations, every element checked. The repeats are
+# interleaved (mpi, gloo, rm for n = 2, then n = 4, ..., then repeat 2).
+# Cells: median over REPEATS of each repeat's busbw (GB/s); within a repeat
+# Gloo and ringmaster count their best algorithm (auto included); rm_algo is
+# ringmaster's best algorithm in most repeats. Ratios: rm/mpi and rm/gloo of
+# those medians (> 1 means ringmaster is faster). The load average is
+# printed before and after each repeat (the machine is shared).
 #
 # netns: the 4 namespaces of peers/netns_bench.sh (1 Gbit tbf links), one
 # rank per namespace (ip netns exec), N = 4 only; the namespaces are built
@@ -28,7 +32,7 @@ for d in /work/shared/peers "$repo/../shared/peers"; do
 done
 [[ -n "$peers_src" ]] || { echo "compare.sh: no shared/peers folder" >&2; exit 2; }
 bench=""
-for d in "${BUILD:-}" "$repo/build-coll" "$repo/build"; do
+for d in "${BUILD:-}" "$repo/build-perf" "$repo/build-coll" "$repo/build"; do
   [[ -n "$d" && -x "$d/bench/rm_bench" ]] && { bench="$d/bench/rm_bench"; break; }
 done
 [[ -n "$bench" ]] || { echo "compare.sh: build rm_bench first (cmake --build ... --target rm_bench)" >&2; exit 2; }
@@ -46,8 +50,9 @@ raw="$tmp/raw.txt"
 : >"$raw"
 
 # Normalise every harness's lines to: impl n bytes median_us busbw
-peer_lines() { awk '!/^#/ && NF >= 10 {print $1, $2, $3, $5, $9}'; }
-rm_lines() { awk -v impl="$1" '!/^#/ && NF >= 10 {print impl, $5, $1, $7, $9, $6}'; }
+rep=0
+peer_lines() { awk -v rep="$rep" '!/^#/ && NF >= 10 {print $1, $2, $3, $5, $9, "-", rep}'; }
+rm_lines() { awk -v impl="$1" -v rep="$rep" '!/^#/ && NF >= 10 {print impl, $5, $1, $7, $9, $6, rep}'; }
 
 run_loopback() {
   local n=$1
@@ -76,23 +81,39 @@ if [[ "$mode" == netns ]]; then
   NPROCS=4
 fi
 for ((rep = 1; rep <= REPEATS; rep++)); do
+  echo "# repeat $rep start $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
   for n in ${NPROCS:-2 4 8}; do
     if [[ "$mode" == netns ]]; then run_netns; else run_loopback "$n"; fi
   done
+  echo "# repeat $rep end   $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 cp "$raw" "${KEEP_RAW:-/dev/null}" 2>/dev/null || true
 
-# Table: per (n, size) best busbw of each impl, ratios.
-printf "# %s: busbw GB/s (best over %s repeat(s); rm = best ringmaster algorithm)\n" "$mode" "$REPEATS"
-printf "%3s %10s %9s %9s %9s %-15s %8s %8s\n" n bytes mpi gloo rm rm_algo rm/mpi rm/gloo
-awk '
-  { key = $2 " " $3; bw = $5 + 0
-    if (!(($1, key) in best) || bw > best[$1, key]) { best[$1, key] = bw; if ($1 == "rm") algo[key] = $6 }
-    keys[key] = 1 }
-  END {
-    for (k in keys) {
-      split(k, f, " ")
-      m = best["mpi", k]; g = best["gloo", k]; r = best["rm", k]
-      printf "%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f\n", f[1], f[2], m, g, r, algo[k], (m > 0 ? r / m : 0), (g > 0 ? r / g : 0)
-    }
-  }' "$raw" | sort -k1,1n -k2,2n
+# Table: per (n, size) and impl the median over repeats of that repeat's
+# best busbw; ratios of the medians.
+printf "# %s: busbw GB/s, median over %s interleaved repeat(s) (rm = best ringmaster algorithm per repeat)\n" "$mode" "$REPEATS"
+python3 - "$raw" <<'PY'
+import collections, statistics, sys
+best = {}  # (impl, n, bytes, rep) -> (busbw, algo)
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) < 7:
+        continue
+    key = (f[0], int(f[1]), int(f[2]), f[6])
+    bw = float(f[4])
+    if key not in best or bw > best[key][0]:
+        best[key] = (bw, f[5])
+cells = collections.defaultdict(list)
+algos = collections.defaultdict(list)
+for (impl, n, b, rep), (bw, algo) in best.items():
+    cells[(impl, n, b)].append(bw)
+    if impl == "rm":
+        algos[(n, b)].append(algo)
+print("%3s %10s %9s %9s %9s %-15s %8s %8s" % ("n", "bytes", "mpi", "gloo", "rm", "rm_algo", "rm/mpi", "rm/gloo"))
+for n, b in sorted({(k[1], k[2]) for k in cells}):
+    med = {i: statistics.median(cells[(i, n, b)]) if cells[(i, n, b)] else 0.0 for i in ("mpi", "gloo", "rm")}
+    a = collections.Counter(algos[(n, b)]).most_common(1)
+    print("%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f" % (
+        n, b, med["mpi"], med["gloo"], med["rm"], a[0][0] if a else "-",
+        med["rm"] / med["mpi"] if med["mpi"] else 0, med["rm"] / med["gloo"] if med["gloo"] else 0))
+PY
