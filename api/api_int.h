@@ -26,6 +26,7 @@
 
 #include "api.h"
 #include "auth.h"
+#include "sbuf.h"
 #include "sse.h"
 
 struct MHD_Daemon;
@@ -128,8 +129,9 @@ const char *rm__req_header(rm__req_t *req, const char *name);
 int rm__parse_u64(const char *s, uint64_t *out);
 
 /* ---- JSON views of coordinator structs (json.c) ---- */
-json_t *rm__json_job(const rm_job_info_t *j, int with_token);
-json_t *rm__json_spec(const rm_job_spec_t *s);
+/* Jobs are streamed into a buffer (jsonw.h), not built as Jansson trees. */
+void rm__jw_job(rm__sbuf_t *b, const rm_job_info_t *j, int with_token);
+void rm__resp_job(rm__resp_t *r, unsigned status, const rm_job_info_t *j, int with_token);
 json_t *rm__json_worker(const rm_worker_info_t *w);
 json_t *rm__json_event(const rm_event_t *e);
 json_t *rm__json_barrier(const rm_barrier_info_t *b);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "api_int.h"
+#include "jsonw.h"
 #include "jobspec.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -114,7 +115,7 @@ static void h_submit(rm__req_t *req, rm__resp_t *resp)
   }
   snprintf(resp->location, sizeof resp->location, "/api/v1/jobs/%llu",
            (unsigned long long)info.id);
-  rm__resp_json(resp, 201, rm__json_job(&info, 1));
+  rm__resp_job(resp, 201, &info, 1);
 }
 
 static void h_list(rm__req_t *req, rm__resp_t *resp)
@@ -123,8 +124,8 @@ static void h_list(rm__req_t *req, rm__resp_t *resp)
   const char *state = rm__req_query(req, "state");
   uint64_t limit = 100, offset = 0;
   rm_job_info_t *jobs = NULL;
-  size_t n = 0, total = 0;
-  json_t *arr, *next;
+  size_t n = 0, total = 0, len;
+  rm__sbuf_t b;
   rm_status_t st;
 
   if (state && *state) {
@@ -146,13 +147,26 @@ static void h_list(rm__req_t *req, rm__resp_t *resp)
     rm__resp_coord_error(resp, st, "list jobs", 0);
     return;
   }
-  arr = json_array();
-  for (size_t i = 0; i < n; i++) json_array_append_new(arr, rm__json_job(&jobs[i], 0));
+  /* Streamed: one buffer for the whole page (jsonw.h). */
+  rm__sbuf_init(&b);
+  rm__sbuf_puts(&b, "{\"jobs\":[");
+  for (size_t i = 0; i < n; i++) {
+    if (i) rm__sbuf_append(&b, ",", 1);
+    rm__jw_job(&b, &jobs[i], 0);
+  }
   rm_coord_free(jobs);
-  next = offset + n < total ? json_integer((json_int_t)(offset + n)) : json_null();
-  rm__resp_json(resp, 200, json_pack("{s:o,s:I,s:I,s:I,s:o}", "jobs", arr, "total",
-                                     (json_int_t)total, "offset", (json_int_t)offset, "limit",
-                                     (json_int_t)limit, "next_offset", next));
+  rm__sbuf_puts(&b, "],\"total\":");
+  rm__jw_u64(&b, total);
+  rm__sbuf_puts(&b, ",\"offset\":");
+  rm__jw_u64(&b, offset);
+  rm__sbuf_puts(&b, ",\"limit\":");
+  rm__jw_u64(&b, limit);
+  rm__sbuf_puts(&b, ",\"next_offset\":");
+  if (offset + n < total) rm__jw_u64(&b, offset + n);
+  else rm__sbuf_puts(&b, "null");
+  rm__sbuf_append(&b, "}", 1);
+  char *body = rm__sbuf_take(&b, &len);
+  rm__resp_text(resp, 200, "application/json", body, len);
 }
 
 static void h_get(rm__req_t *req, rm__resp_t *resp)
@@ -163,7 +177,7 @@ static void h_get(rm__req_t *req, rm__resp_t *resp)
   if (rm__req_job_id(req, resp, &id)) return;
   st = rm_coord_job_get(req->api->coord, id, &info);
   if (st != RM_OK) rm__resp_coord_error(resp, st, "get job", id);
-  else rm__resp_json(resp, 200, rm__json_job(&info, 0));
+  else rm__resp_job(resp, 200, &info, 0);
 }
 
 /* Optional body {"reason": "..."}; strict like the job spec. */
@@ -216,7 +230,7 @@ static void h_cancel(rm__req_t *req, rm__resp_t *resp)
   }
   if (st == RM_OK) st = rm_coord_job_get(req->api->coord, id, &info);
   if (st != RM_OK) rm__resp_coord_error(resp, st, "cancel job", id);
-  else rm__resp_json(resp, 200, rm__json_job(&info, 0));
+  else rm__resp_job(resp, 200, &info, 0);
 }
 
 static void h_workers(rm__req_t *req, rm__resp_t *resp)

@@ -2,18 +2,22 @@
  * test_core.c - unit tests of api/ pieces that need no server: the strict
  * job-spec parser (every refusal names its field), the Prometheus writer
  * (format details; the CTest "api_prom_promtool" runs promtool on its
- * output), constant-time token compare and bearer parsing.
+ * output), constant-time token compare and bearer parsing, the streaming
+ * JSON writer (round trip through Jansson, escapes, invalid UTF-8).
  *
  *   test_api_core            run the checks
  *   test_api_core --prom     print a sample exposition for promtool
  */
+#include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "auth.h"
 #include "jobspec.h"
+#include "jsonw.h"
 #include "prom.h"
 
 static int failures;
@@ -152,6 +156,60 @@ static void test_auth(void)
   CHECK(gen == 1 && strlen(tok) == 32);
 }
 
+/* jsonw: what it writes parses back (Jansson) to the same values; invalid
+ * UTF-8 becomes '?'; control characters, quotes, backslashes escaped. */
+static void jw_roundtrip(const char *in, const char *want_value)
+{
+  rm__sbuf_t b;
+  json_t *j;
+  rm__sbuf_init(&b);
+  rm__sbuf_puts(&b, "{");
+  rm__jw_key(&b, "s");
+  rm__jw_str(&b, in);
+  rm__sbuf_puts(&b, ",");
+  rm__jw_key(&b, "n");
+  rm__jw_i64(&b, -9007199254740993LL);
+  rm__sbuf_puts(&b, ",");
+  rm__jw_key(&b, "u");
+  rm__jw_u64(&b, 0);
+  rm__sbuf_puts(&b, "}");
+  j = json_loadb(b.data, b.len, 0, NULL);
+  CHECK(j != NULL);
+  CHECK(j && strcmp(json_string_value(json_object_get(j, "s")), want_value) == 0);
+  CHECK(j && json_integer_value(json_object_get(j, "n")) == -9007199254740993LL);
+  CHECK(j && json_integer_value(json_object_get(j, "u")) == 0);
+  json_decref(j);
+  rm__sbuf_free(&b);
+}
+
+static void test_jsonw(void)
+{
+  char all[128];
+  for (int i = 1; i < 128; i++) all[i - 1] = (char)i;
+  all[127] = '\0';
+  jw_roundtrip("", "");
+  jw_roundtrip("plain name-1.x", "plain name-1.x");
+  jw_roundtrip("q\"b\\s/\n\r\t\b\f\x01\x1f\x7f", "q\"b\\s/\n\r\t\b\f\x01\x1f\x7f");
+  jw_roundtrip(all, all);                                 /* every ASCII byte */
+  jw_roundtrip("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  jw_roundtrip("bad \xff byte \xc3\xa9", "bad ? byte ??");   /* invalid -> every high byte '?' */
+  jw_roundtrip("overlong \xc0\xaf", "overlong ??");
+  jw_roundtrip("surrogate \xed\xa0\x80", "surrogate ???");
+  jw_roundtrip("truncated \xe2\x82", "truncated ??");
+  CHECK(rm__jw_utf8_valid("\xf4\x8f\xbf\xbf", 4));    /* U+10FFFF */
+  CHECK(!rm__jw_utf8_valid("\xf4\x90\x80\x80", 4));   /* > U+10FFFF */
+  {
+    rm__sbuf_t b;
+    rm__sbuf_init(&b);
+    rm__jw_u64(&b, UINT64_MAX);
+    CHECK(strcmp(b.data, "18446744073709551615") == 0);
+    rm__sbuf_free(&b);
+    rm__jw_i64(&b, INT64_MIN);
+    CHECK(strcmp(b.data, "-9223372036854775808") == 0);
+    rm__sbuf_free(&b);
+  }
+}
+
 int main(int argc, char **argv)
 {
   if (argc > 1 && strcmp(argv[1], "--prom") == 0) {
@@ -161,6 +219,7 @@ int main(int argc, char **argv)
   test_jobspec();
   test_prom(NULL);
   test_auth();
+  test_jsonw();
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   else printf("api core: all checks passed\n");
   return failures ? 1 : 0;
