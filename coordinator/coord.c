@@ -114,8 +114,22 @@ void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
   if (j) rm__watch_kick(c, j);
 }
 
+/* c->jobs is in ascending id order: resume loads ORDER BY id, submit
+ * appends a newer (larger) id, nothing is removed. Binary search first (the
+ * job list calls this once per listed job: a linear scan made it O(page x
+ * jobs)); a linear scan is the fallback, so should the order ever break
+ * (e.g. a job appended before its id is set), a lookup is slower, never
+ * wrong. */
 rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id)
 {
+  size_t lo = 0, hi = c->njobs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    uint64_t m = c->jobs[mid]->info.id;
+    if (m == id) return c->jobs[mid];
+    if (m < id) lo = mid + 1;
+    else hi = mid;
+  }
   for (size_t i = 0; i < c->njobs; i++)
     if (c->jobs[i]->info.id == id) return c->jobs[i];
   return NULL;

@@ -23,9 +23,13 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 
+/* Truncating copy (a job row has ~10 text columns and the job list reads
+ * 100 rows per page: memcpy, not snprintf's format machinery). */
 static void copy_text(char *dst, size_t len, const unsigned char *s)
 {
-  snprintf(dst, len, "%s", s ? (const char *)s : "");
+  size_t n = s ? strnlen((const char *)s, len - 1) : 0;
+  if (n) memcpy(dst, s, n);
+  dst[n] = '\0';
 }
 
 static sqlite3_stmt *prep(rm_coord_t *c, const char *sql)
