@@ -285,10 +285,13 @@ static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
       i++;
       continue;
     }
-    if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0)
-      snprintf(note(&fails, &nf, &cap, e[i].job, -1)->reason, sizeof fails[0].reason,
-               "every worker process is gone before the job finished; first "
-               "failure: %s", msg);
+    if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0) {
+      /* msg may be as long as the reason field: cut it, visibly */
+      snprintf(note(&fails, &nf, &cap, e[i].job, -1)->reason,
+               sizeof fails[0].reason, "every worker process is gone "
+               "before the job finished; first failure: %.*s",
+               (int)(sizeof fails[0].reason - 64), msg);
+    }
     RM_INFO("job %" PRIu64 ": launch %s %s", e[i].job, rm__launch_state_name(st), msg);
     rm__launch_destroy(e[i].h);
     e[i] = e[--b->table.n];
