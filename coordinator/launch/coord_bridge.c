@@ -287,10 +287,11 @@ static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
     }
     if (st == RM_LAUNCH_FAILED && e[i].stop_at_ns == 0) {
       /* msg may be as long as the reason field: cut it, visibly */
-      snprintf(note(&fails, &nf, &cap, e[i].job, -1)->reason,
-               sizeof fails[0].reason, "every worker process is gone "
-               "before the job finished; first failure: %.*s",
-               (int)(sizeof fails[0].reason - 64), msg);
+      char *r = note(&fails, &nf, &cap, e[i].job, -1)->reason;
+      if (snprintf(r, sizeof fails[0].reason, "every worker process is gone "
+                   "before the job finished; first failure: %s",
+                   msg) >= (int)sizeof fails[0].reason)
+        memcpy(r + sizeof fails[0].reason - 4, "...", 4);
     }
     RM_INFO("job %" PRIu64 ": launch %s %s", e[i].job, rm__launch_state_name(st), msg);
     rm__launch_destroy(e[i].h);
