@@ -21,16 +21,13 @@
  *     trimmed mean equal the local combine of the same rows on every rank.
  */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "aggregate/aggregate.h"
 #include "aggregate/gradcode.h"
+#include "rm_testlib.h"
 
 #define MAXW 16
 #define D 1000
@@ -179,7 +176,7 @@ static int test_robust(rm_comm_t *c, int rank, int world)
   return 0;
 }
 
-static int run_rank(rm_comm_t *c)
+static int run_rank(rm_comm_t *c, void *arg)
 {
   int rank = rm_comm_rank(c), world = rm_comm_world(c);
   if (test_masked(c, rank, world)) return 1;
@@ -189,84 +186,14 @@ static int run_rank(rm_comm_t *c)
   return 0;
 }
 
-/* ---- launcher: one process per rank ---- */
-static int child(int world, int rank, rm_endpoint_t *ep, const char **peers)
-{
-  rm_comm_config_t cfg;
-  rm_comm_t *c = NULL;
-  rm_comm_config_init(&cfg);
-  cfg.job_id = 6;
-  cfg.generation = 1;
-  cfg.rank = rank;
-  cfg.world = world;
-  cfg.peers = peers;
-  cfg.endpoint = ep;
-  cfg.timeout_ms = 30000;
-  rm_status_t st = rm_comm_init(&cfg, &c);
-  if (st != RM_OK) {
-    fprintf(stderr, "rank %d: rm_comm_init: %s\n", rank, rm_status_name(st));
-    return 2;
-  }
-  int rc = run_rank(c);
-  if (rc != 0) fprintf(stderr, "rank %d: last error: %s\n", rank, rm_comm_last_error(c));
-  rm_comm_destroy(c);
-  return rc;
-}
-
 int main(int argc, char **argv)
 {
   int world = argc > 1 ? atoi(argv[1]) : 4;
-  rm_endpoint_t *ep[MAXW] = {0};
-  static char addr[MAXW][128];
-  const char *peers[MAXW];
-  pid_t pid[MAXW];
-  int bad = 0, left = 0;
+  /* one process per rank (tests/lib): 90 s for all, 30 s per collective wait */
+  rm_test_opts_t o = {.timeout_ms = 90000, .comm_timeout_ms = 30000};
   g_s = argc > 2 ? atoi(argv[2]) : 1;
   if (world < 1 || world > MAXW) return 2;
-  for (int r = 0; r < world; r++) {
-    if (rm_endpoint_open("127.0.0.1:0", &ep[r]) != RM_OK) return 2;
-    snprintf(addr[r], sizeof addr[r], "%s", rm_endpoint_address(ep[r]));
-    peers[r] = addr[r];
-  }
-  fflush(NULL);
-  for (int r = 0; r < world; r++) {
-    pid[r] = fork();
-    if (pid[r] == 0) {
-      for (int q = 0; q < world; q++)
-        if (q != r) rm_endpoint_close(ep[q]);
-      int rc = child(world, r, ep[r], peers);
-      rm_endpoint_close(ep[r]);
-      fflush(NULL);
-      _exit(rc);
-    }
-    if (pid[r] > 0) left++;
-  }
-  time_t deadline = time(NULL) + 90;
-  while (left > 0) {
-    int status;
-    pid_t p = waitpid(-1, &status, WNOHANG);
-    if (p > 0) {
-      for (int r = 0; r < world; r++)
-        if (pid[r] == p) {
-          pid[r] = -1;
-          left--;
-          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) bad++;
-        }
-      continue;
-    }
-    if (time(NULL) > deadline) {
-      fprintf(stderr, "deadline passed, killing %d rank(s)\n", left);
-      for (int r = 0; r < world; r++)
-        if (pid[r] > 0) {
-          kill(pid[r], SIGKILL);
-          waitpid(pid[r], NULL, 0);
-          bad++;
-        }
-      break;
-    }
-    usleep(5000);
-  }
-  for (int r = 0; r < world; r++) rm_endpoint_close(ep[r]);
+  int bad = rm_test_run_opts(world, run_rank, NULL, &o);
   if (bad) {
     fprintf(stderr, "test_agg_mp world %d: %d rank(s) failed\n", world, bad);
     return 1;

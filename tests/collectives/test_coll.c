@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll_launch.h"
+#include "rm_testlib.h" /* tests/lib: one process per rank */
 #include "ringmaster/ringmaster.h"
 
 static size_t esize(rm_dtype_t dt) { return rm_dtype_size(dt); }
@@ -495,7 +495,7 @@ int main(int argc, char **argv)
 {
   int world = argc > 1 ? atoi(argv[1]) : 0;
   const char *suite = argc > 2 ? argv[2] : "allreduce";
-  coll_test_fn fn = !strcmp(suite, "allreduce") ? suite_allreduce
+  rm_test_fn fn = !strcmp(suite, "allreduce") ? suite_allreduce
                   : !strcmp(suite, "others") ? suite_others
                   : !strcmp(suite, "env") ? suite_env
                   : !strcmp(suite, "large") ? suite_large : NULL;
@@ -503,6 +503,6 @@ int main(int argc, char **argv)
     fprintf(stderr, "usage: test_coll WORLD allreduce|others|env|large\n");
     return 2;
   }
-  int bad = coll_launch(world, fn, NULL, 600000);
+  int bad = rm_test_run(world, fn, NULL, 600000);
   return bad ? 1 : 0;
 }

@@ -9,33 +9,43 @@
  *          second thread calls rm_comm_abort(): the wait returns
  *          RM_ERR_ABORTED, later calls too (sticky); rank 1 then learns that
  *          rank 0 is gone (RM_ERR_PEER_LOST naming 0).
- * No timing is asserted: the harness deadline only catches hangs.
+ * No timing is asserted: the launcher's deadline (tests/lib) only catches hangs.
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <pthread.h>
 
-#include "harness.h"
+#include "rm_testlib.h"
 
 #include "core/comm_int.h"
 #include "transport/transport.h"
 
 #define VICTIM 2
 
-static void ring_loop(harness_t *h, int rank, void *arg)
+static int ring_loop(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
   rm_comm_t *c = NULL;
-  rm_result_t *res = &h->res[rank];
+  rm_test_result_t *res = &h->res[rank];
   size_t n = 16u << 20;
   unsigned char *sb = malloc(n), *rb = malloc(n);
   int right = (rank + 1) % h->world, left = (rank + h->world - 1) % h->world;
   rm_status_t st;
 
-  harness_config(h, rank, &cfg);
+  rm_test_config(h, rank, &cfg);
   cfg.timeout_ms = *(int *)arg;
   memset(sb, rank, n);
   st = rm_comm_init(&cfg, &c);
   res->status = st;
-  if (st != RM_OK) return;
+  if (st != RM_OK) return 0;
   res->value = 1; /* "connected": the parent waits for this before the fault */
   for (long it = 0; it < 1000000 && st == RM_OK; it++) {
     st = rm__coll_begin(c);
@@ -49,29 +59,30 @@ static void ring_loop(harness_t *h, int rank, void *arg)
   rm_comm_destroy(c);
   free(sb);
   free(rb);
+  return 0;
 }
 
 static int run_ring_fault(int sig, int timeout_ms)
 {
-  harness_t h;
+  rm_test_world_t h;
   int bad = 0;
-  if (harness_open(&h, 4) != 0) H_FAIL("harness_open");
-  harness_start(&h, ring_loop, &timeout_ms);
-  double until = h_now_ms() + 30000;
+  if (rm_test_world_open(&h, 4) != 0) RM_TEST_FAIL("rm_test_world_open");
+  rm_test_start(&h, ring_loop, &timeout_ms);
+  double until = rm_test_now_ms() + 30000;
   for (int r = 0; r < 4; r++)
-    while (h.res[r].value == 0 && h_now_ms() < until) usleep(1000);
+    while (h.res[r].value == 0 && rm_test_now_ms() < until) usleep(1000);
   usleep(300 * 1000); /* let large transfers be in flight */
   kill(h.pid[VICTIM], sig);
   if (sig == SIGSTOP) {
     /* survivors must give up on their own; then clean the victim up */
-    double end = h_now_ms() + 60000;
+    double end = rm_test_now_ms() + 60000;
     for (int r = 0; r < 4; r++)
-      while (r != VICTIM && !h.res[r].done && h_now_ms() < end) usleep(2000);
+      while (r != VICTIM && !h.res[r].done && rm_test_now_ms() < end) usleep(2000);
     kill(h.pid[VICTIM], SIGKILL);
   }
-  bad += harness_wait(&h, 60000, VICTIM);
+  bad += rm_test_wait(&h, 60000, VICTIM);
   for (int r = 0; r < 4; r++) {
-    rm_result_t *res = &h.res[r];
+    rm_test_result_t *res = &h.res[r];
     int ok_status = sig == SIGKILL ? res->status == RM_ERR_PEER_LOST
                                    : (res->status == RM_ERR_TIMEOUT ||
                                       res->status == RM_ERR_PEER_LOST);
@@ -85,7 +96,7 @@ static int run_ring_fault(int sig, int timeout_ms)
       bad++;
     }
   }
-  harness_close(&h);
+  rm_test_world_close(&h);
   return bad;
 }
 
@@ -96,20 +107,20 @@ static void *abort_later(void *arg)
   return NULL;
 }
 
-static void abort_rank(harness_t *h, int rank, void *arg)
+static int abort_rank(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
   rm_comm_t *c = NULL;
-  rm_result_t *res = &h->res[rank];
+  rm_test_result_t *res = &h->res[rank];
   uint64_t v = 0;
   rm__req_t rq;
   pthread_t th;
   rm_status_t st;
 
-  harness_config(h, rank, &cfg);
+  rm_test_config(h, rank, &cfg);
   if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
     res->status = st;
-    return;
+    return 0;
   }
   if (rank == 0) {
     rm__coll_begin(c);
@@ -131,21 +142,22 @@ static void abort_rank(harness_t *h, int rank, void *arg)
   res->failed_peer = rm_comm_failed_peer(c);
   snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
   rm_comm_destroy(c);
+  return 0;
 }
 
 static int run_abort(void)
 {
-  harness_t h;
+  rm_test_world_t h;
   int bad;
-  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
-  harness_start(&h, abort_rank, NULL);
-  bad = harness_wait(&h, 60000, -1);
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
+  rm_test_start(&h, abort_rank, NULL);
+  bad = rm_test_wait(&h, 60000, -1);
   for (int r = 0; r < 2; r++)
     printf("rank %d: %s peer %d: %s\n", r, rm_status_name(h.res[r].status),
            h.res[r].failed_peer, h.res[r].msg);
   if (h.res[0].status != RM_ERR_ABORTED || h.res[0].bad) bad++;
   if (h.res[1].status != RM_ERR_PEER_LOST || h.res[1].failed_peer != 0) bad++;
-  harness_close(&h);
+  rm_test_world_close(&h);
   return bad;
 }
 
@@ -160,7 +172,7 @@ int main(int argc, char **argv)
   else if (strcmp(mode, "abort") == 0)
     bad = run_abort();
   else
-    H_FAIL("unknown mode %s", mode);
+    RM_TEST_FAIL("unknown mode %s", mode);
   printf("%s: %s\n", mode, bad ? "FAIL" : "ok");
   return bad ? 1 : 0;
 }

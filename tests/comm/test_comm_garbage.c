@@ -18,12 +18,22 @@
  * Last, "stash": a HELLO for generation 2 that arrives while rank 0 forms
  * generation 1 is parked on the endpoint and used by generation 2.
  */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <sys/time.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include "harness.h"
+#include "rm_testlib.h"
 
 #include "addr.h"
 #include "core/comm_int.h"
@@ -41,7 +51,7 @@ static const char *g_fake_addr = "127.0.0.1:1"; /* never dialled by rank 0 */
 
 /* Receive 1000 bytes from rank 1 in the communicator's first collective,
  * record the outcome, destroy. */
-static void real_rank0_recv(rm_comm_t *c, rm_result_t *res)
+static void real_rank0_recv(rm_comm_t *c, rm_test_result_t *res)
 {
   unsigned char buf[1000];
   rm__req_t rq;
@@ -59,20 +69,21 @@ static void real_rank0_recv(rm_comm_t *c, rm_result_t *res)
   rm_comm_destroy(c);
 }
 
-static void real_rank0(harness_t *h, int rank, void *arg)
+static int real_rank0(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
   rm_comm_t *c = NULL;
   rm_status_t st;
 
-  harness_config(h, 0, &cfg);
+  rm_test_config(h, 0, &cfg);
   cfg.world = 2; /* the parent forked us with h->world = 1 */
   cfg.timeout_ms = 5000;
   if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
     h->res[0].status = st;
-    return;
+    return 0;
   }
   real_rank0_recv(c, &h->res[0]);
+  return 0;
 }
 
 static int dial(const char *addr)
@@ -85,7 +96,7 @@ static int dial(const char *addr)
   sa.sin_family = AF_INET;
   sa.sin_port = htons((uint16_t)port);
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) H_FAIL("connect");
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) RM_TEST_FAIL("connect");
   return fd;
 }
 
@@ -99,11 +110,11 @@ static void frame(unsigned char *out, int type, uint64_t job, uint64_t gen,
 
 static void put(int fd, const void *p, size_t n)
 {
-  if (write(fd, p, n) != (ssize_t)n) H_FAIL("write");
+  if (write(fd, p, n) != (ssize_t)n) RM_TEST_FAIL("write");
 }
 
 /* Stray connections, then the real handshake; returns the data fd. */
-static int fake_connect(harness_t *h)
+static int fake_connect(rm_test_world_t *h)
 {
   unsigned char hdr[RM__TCP_HDR];
   const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxx";
@@ -123,10 +134,10 @@ static int fake_connect(harness_t *h)
   fd = dial(h->addr[0]);
   frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
   put(fd, hdr, sizeof hdr);
-  if (read(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no HELLO reply");
+  if (read(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no HELLO reply");
   rm__frame_t f;
   rm__frame_decode(hdr, &f);
-  if (f.type != RM__FRAME_HELLO || f.seq != 0) H_FAIL("bad HELLO reply");
+  if (f.type != RM__FRAME_HELLO || f.seq != 0) RM_TEST_FAIL("bad HELLO reply");
   return fd;
 }
 
@@ -149,33 +160,33 @@ static void fake_send(int fd, int cs)
 
 static int run_case(int cs)
 {
-  harness_t h;
+  rm_test_world_t h;
   int bad, fd;
   char buf[256];
-  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
   h.peers[1] = g_fake_addr;
   h.world = 1; /* fork only rank 0; rank 1 is us */
-  harness_start(&h, real_rank0, NULL);
+  rm_test_start(&h, real_rank0, NULL);
   h.world = 2;
   h.pid[1] = -1;
   fd = fake_connect(&h);
   fake_send(fd, cs);
   /* keep the connection open until rank 0 is done (except trunc) */
-  double end = h_now_ms() + 30000;
-  while (!h.res[0].done && h_now_ms() < end) usleep(2000);
+  double end = rm_test_now_ms() + 30000;
+  while (!h.res[0].done && rm_test_now_ms() < end) usleep(2000);
   while (read(fd, buf, sizeof buf) > 0) {
   }
   close(fd);
   h.world = 1;
-  bad = harness_wait(&h, 30000, -1);
+  bad = rm_test_wait(&h, 30000, -1);
   h.world = 2;
-  rm_result_t *r = &h.res[0];
+  rm_test_result_t *r = &h.res[0];
   printf("%-7s rank 0: %s peer %d: %s\n", names[cs], rm_status_name(r->status),
          r->failed_peer, r->msg);
   if (!r->done || r->status != (int)expect[cs] || r->bad ||
       (cs != C_GOOD && r->failed_peer != 1))
     bad++;
-  harness_close(&h);
+  rm_test_world_close(&h);
   return bad;
 }
 
@@ -183,39 +194,40 @@ static int run_case(int cs)
  * still forming generation 1. Rank 0 must keep that connection on its
  * endpoint, finish generation 1 on a second connection, and answer the
  * parked one in generation 2's init; data then flows on it. */
-static void real_rank0_two_gens(harness_t *h, int rank, void *arg)
+static int real_rank0_two_gens(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
   rm_comm_t *c = NULL;
-  rm_result_t *res = &h->res[0];
+  rm_test_result_t *res = &h->res[0];
   rm_status_t st;
 
-  harness_config(h, 0, &cfg);
+  rm_test_config(h, 0, &cfg);
   cfg.world = 2;
   if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
     res->status = st;
-    return;
+    return 0;
   }
   rm_comm_destroy(c);
   cfg.generation = 2;
   if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
     res->status = st;
-    return;
+    return 0;
   }
   real_rank0_recv(c, res);
+  return 0;
 }
 
 static int run_stash(void)
 {
-  harness_t h;
+  rm_test_world_t h;
   unsigned char hdr[RM__TCP_HDR];
   struct timeval tv = {10, 0};
   rm__frame_t f;
   int bad, early, now;
-  if (harness_open(&h, 2) != 0) H_FAIL("harness_open");
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
   h.peers[1] = g_fake_addr;
   h.world = 1;
-  harness_start(&h, real_rank0_two_gens, NULL);
+  rm_test_start(&h, real_rank0_two_gens, NULL);
   h.world = 2;
   early = dial(h.addr[0]);
   setsockopt(early, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -225,10 +237,10 @@ static int run_stash(void)
   now = dial(h.addr[0]);
   frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
   put(now, hdr, sizeof hdr);
-  if (read(now, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no gen-1 reply");
-  if (read(early, hdr, sizeof hdr) != (ssize_t)sizeof hdr) H_FAIL("no gen-2 reply");
+  if (read(now, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no gen-1 reply");
+  if (read(early, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no gen-2 reply");
   rm__frame_decode(hdr, &f);
-  if (f.type != RM__FRAME_HELLO || f.generation != 2) H_FAIL("bad gen-2 reply");
+  if (f.type != RM__FRAME_HELLO || f.generation != 2) RM_TEST_FAIL("bad gen-2 reply");
   {
     unsigned char data[1000];
     for (int i = 0; i < (int)sizeof data; i++) data[i] = (unsigned char)(i * 3);
@@ -237,13 +249,13 @@ static int run_stash(void)
     put(early, data, sizeof data);
   }
   h.world = 1;
-  bad = harness_wait(&h, 30000, -1);
+  bad = rm_test_wait(&h, 30000, -1);
   h.world = 2;
   printf("stash   rank 0: %s: %s\n", rm_status_name(h.res[0].status), h.res[0].msg);
   if (!h.res[0].done || h.res[0].status != RM_OK || h.res[0].bad) bad++;
   close(early);
   close(now);
-  harness_close(&h);
+  rm_test_world_close(&h);
   return bad;
 }
 

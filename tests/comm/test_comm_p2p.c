@@ -7,7 +7,17 @@
  * ring shift of a large buffer (checked; MB/s printed, not asserted), and
  * the sticky-status accessors of a healthy communicator.
  */
-#include "harness.h"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rm_testlib.h"
 
 #include "core/comm_int.h"
 #include "transport/transport.h"
@@ -85,7 +95,7 @@ static int ring_shift(rm_comm_t *c, size_t n, int iters, double *mbps)
   double t0;
   if (sb == NULL || rb == NULL) return 1;
   for (size_t i = 0; i < n; i++) sb[i] = (unsigned char)(i * 7 + (size_t)c->rank);
-  t0 = h_now_ms();
+  t0 = rm_test_now_ms();
   for (int it = 0; it < iters && bad == 0; it++) {
     if (rm__coll_begin(c) != RM_OK ||
         rm__sendrecv(c, right, sb, n, 0, left, rb, n, 0) != RM_OK) {
@@ -93,7 +103,7 @@ static int ring_shift(rm_comm_t *c, size_t n, int iters, double *mbps)
       bad++;
     }
   }
-  *mbps = (double)n * iters / 1e6 / ((h_now_ms() - t0) / 1e3);
+  *mbps = (double)n * iters / 1e6 / ((rm_test_now_ms() - t0) / 1e3);
   for (size_t i = 0; i < n && bad == 0; i++)
     if (rb[i] != (unsigned char)(i * 7 + (size_t)left)) bad++;
   free(sb);
@@ -101,18 +111,18 @@ static int ring_shift(rm_comm_t *c, size_t n, int iters, double *mbps)
   return bad;
 }
 
-static void rank_main(harness_t *h, int rank, void *arg)
+static int rank_main(rm_test_world_t *h, int rank, void *arg)
 {
   static const size_t sizes[] = {0, 1, 7, 1000, (1u << 20) + 3};
   rm_comm_config_t cfg;
   rm_comm_t *c = NULL;
-  rm_result_t *res = &h->res[rank];
+  rm_test_result_t *res = &h->res[rank];
   rm_status_t st;
 
-  harness_config(h, rank, &cfg);
+  rm_test_config(h, rank, &cfg);
   st = rm_comm_init(&cfg, &c);
   res->status = st;
-  if (st != RM_OK) return;
+  if (st != RM_OK) return 0;
   if (rm_comm_rank(c) != rank || rm_comm_world(c) != h->world ||
       rm_comm_generation(c) != 1 || rm_comm_status(c) != RM_OK ||
       rm_comm_failed_peer(c) != -1 || rm_comm_last_error(c)[0] != '\0')
@@ -125,20 +135,21 @@ static void rank_main(harness_t *h, int rank, void *arg)
   }
   res->status = rm_comm_status(c);
   rm_comm_destroy(c);
+  return 0;
 }
 
 int main(int argc, char **argv)
 {
   int fails = 0;
   for (int a = 1; a < argc; a++) {
-    harness_t h;
+    rm_test_world_t h;
     int world = atoi(argv[a]);
-    if (world < 1 || world > H_MAX_WORLD) H_FAIL("bad world %s", argv[a]);
-    if (harness_open(&h, world) != 0) H_FAIL("harness_open");
-    harness_start(&h, rank_main, NULL);
-    int bad = harness_wait(&h, 120000, -1);
+    if (world < 1 || world > RM_TEST_MAX_WORLD) RM_TEST_FAIL("bad world %s", argv[a]);
+    if (rm_test_world_open(&h, world) != 0) RM_TEST_FAIL("rm_test_world_open");
+    rm_test_start(&h, rank_main, NULL);
+    int bad = rm_test_wait(&h, 120000, -1);
     for (int r = 0; r < world; r++) {
-      rm_result_t *res = &h.res[r];
+      rm_test_result_t *res = &h.res[r];
       if (!res->done || res->status != RM_OK || res->bad != 0) {
         fprintf(stderr, "world %d rank %d: done=%d status=%s wrong=%d\n", world,
                 r, res->done, rm_status_name(res->status), res->bad);
@@ -148,7 +159,7 @@ int main(int argc, char **argv)
     printf("world %d: %s (ring shift rank 0: %.0f MB/s)\n", world,
            bad ? "FAIL" : "ok", h.res[0].value);
     fails += bad;
-    harness_close(&h);
+    rm_test_world_close(&h);
   }
   return fails ? 1 : 0;
 }

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/comm_int.h"
-#include "coll_launch.h"
+#include "rm_testlib.h"
 #include "reduce/reduce.h"
 #include "transport/devices.h"
 #include "transport/transport.h"
@@ -110,7 +110,7 @@ static int rank_main(rm_comm_t *c, void *arg)
 
 int main(void)
 {
-  int failed = coll_launch(WORLD, rank_main, NULL, 60000);
+  int failed = rm_test_run(WORLD, rank_main, NULL, 60000);
   printf("%s: %d of %d ranks failed\n", failed ? "FAIL" : "PASS", failed, WORLD);
   return failed ? 1 : 0;
 }

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h" /* tests/comm: fork one process per rank */
+#include "rm_testlib.h" /* tests/lib: fork one process per rank */
 #include "train_int.h"
 
 #ifndef RM_TEST_DATASET
@@ -165,28 +165,23 @@ static int rank_main(rm_comm_t *comm, void *arg)
   return fails ? 1 : 0;
 }
 
-/* Child body: build the communicator from the harness endpoints, run, and
- * exit nonzero on any failure (the harness reaps with a deadline). */
-static int resume_main(harness_t *h, int rank, const args_t *a);
+/* Child body: build the communicator from the world's endpoints, run, and
+ * exit nonzero on any failure (rm_test_wait reaps with a deadline). */
+static int resume_main(rm_test_world_t *h, int rank, const args_t *a);
 
-static void child(harness_t *h, int rank, void *arg)
+static int child(rm_test_world_t *h, int rank, void *arg)
 {
-  if (((const args_t *)arg)->resume) {
-    int rc = resume_main(h, rank, arg);
-    fflush(NULL);
-    exit(rc);
-  }
+  if (((const args_t *)arg)->resume) return resume_main(h, rank, arg);
   rm_comm_config_t cfg;
   rm_comm_t *comm = NULL;
-  harness_config(h, rank, &cfg);
+  rm_test_config(h, rank, &cfg);
   rm_status_t st = rm_comm_init(&cfg, &comm);
-  if (st != RM_OK) H_FAIL("rank %d: rm_comm_init: %s", rank,
+  if (st != RM_OK) RM_TEST_FAIL("rank %d: rm_comm_init: %s", rank,
                           rm_status_name(st));
   int rc = rank_main(comm, arg);
   rm_comm_destroy(comm);
   h->res[rank].bad = rc;
-  fflush(NULL);
-  if (rc) exit(1);
+  return rc ? 1 : 0;
 }
 
 /* Two generations on the same endpoints. Generation 1 trains steps 1..20.
@@ -195,7 +190,7 @@ static void child(harness_t *h, int rank, void *arg)
  * from start_step 20 to 40: the last rank must roll back, rank 1 must get
  * step 20's parameters from rank 0, checksums must agree after every step,
  * and the end must match one process training 40 steps. */
-static int resume_main(harness_t *h, int rank, const args_t *a)
+static int resume_main(rm_test_world_t *h, int rank, const args_t *a)
 {
   char opts[512];
   int fails = 0, world = h->world;
@@ -204,7 +199,7 @@ static int resume_main(harness_t *h, int rank, const args_t *a)
   for (uint64_t gen = 1; gen <= 2 && w; gen++) {
     rm_comm_config_t cfg;
     rm_comm_t *comm = NULL;
-    harness_config(h, rank, &cfg);
+    rm_test_config(h, rank, &cfg);
     cfg.generation = gen;
     if (rm_comm_init(&cfg, &comm) != RM_OK) {
       fprintf(stderr, "rank %d gen %llu: comm init failed\n", rank,
@@ -260,14 +255,13 @@ static int resume_main(harness_t *h, int rank, const args_t *a)
 
 static int run_world(int world, args_t *a, double limit_ms)
 {
-  harness_t h;
-  if (world < 1 || world > H_MAX_WORLD || harness_open(&h, world) != 0) {
+  rm_test_world_t h;
+  if (world < 1 || world > RM_TEST_MAX_WORLD || rm_test_world_open(&h, world) != 0) {
     fprintf(stderr, "cannot open %d endpoints\n", world);
     return 1;
   }
-  harness_start(&h, child, a);
-  int bad = harness_wait(&h, limit_ms, -1);
-  harness_close(&h);
+  int bad = rm_test_start(&h, child, a) != 0 ? world : rm_test_wait(&h, (int)limit_ms, -1);
+  rm_test_world_close(&h);
   return bad;
 }
 
