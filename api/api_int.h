@@ -132,6 +132,9 @@ int rm__parse_u64(const char *s, uint64_t *out);
 /* Jobs are streamed into a buffer (jsonw.h), not built as Jansson trees. */
 void rm__jw_job(rm__sbuf_t *b, const rm_job_info_t *j, int with_token);
 void rm__resp_job(rm__resp_t *r, unsigned status, const rm_job_info_t *j, int with_token);
+/* 200 with the job and "result": its result object (rm_coord_job_result
+ * text, re-parsed with Jansson) or null. */
+void rm__resp_job_result(rm__resp_t *r, const rm_job_info_t *j, const char *result);
 json_t *rm__json_worker(const rm_worker_info_t *w);
 json_t *rm__json_event(const rm_event_t *e);
 json_t *rm__json_barrier(const rm_barrier_info_t *b);

@@ -16,6 +16,7 @@
 #include "api_int.h"
 #include "jsonw.h"
 #include "jobspec.h"
+#include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 
@@ -176,8 +177,17 @@ static void h_get(rm__req_t *req, rm__resp_t *resp)
   rm_status_t st;
   if (rm__req_job_id(req, resp, &id)) return;
   st = rm_coord_job_get(req->api->coord, id, &info);
-  if (st != RM_OK) rm__resp_coord_error(resp, st, "get job", id);
-  else rm__resp_job(resp, 200, &info, 0);
+  if (st != RM_OK) {
+    rm__resp_coord_error(resp, st, "get job", id);
+    return;
+  }
+  /* A second short lock: the result is not part of rm_job_info_t (the job
+   * list would copy it for every job). RM_COORD_RESULT_MAX always fits. */
+  char *result = rm__xmalloc(RM_COORD_RESULT_MAX);
+  if (rm_coord_job_result(req->api->coord, id, result, RM_COORD_RESULT_MAX, NULL) != RM_OK)
+    result[0] = '\0';
+  rm__resp_job_result(resp, &info, result);
+  free(result);
 }
 
 /* Optional body {"reason": "..."}; strict like the job spec. */

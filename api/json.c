@@ -12,6 +12,7 @@
  * malloc/free and dumping dominated its profile. Same fields, same order.
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "api_int.h"
 #include "jsonw.h"
@@ -73,7 +74,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   rm__sbuf_append(b, "}", 1);
 }
 
-void rm__jw_job(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
+static void jw_job_fields(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
 {
   rm__sbuf_append(b, "{", 1);
   rm__jw_key(b, "id");
@@ -95,7 +96,33 @@ void rm__jw_job(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
   kv_i64(b, "finished_ms", j->finished_ms);
   kv_i64(b, "updated_ms", j->updated_ms);
   if (with_token) kv_str(b, "token", j->token);
+}
+
+void rm__jw_job(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
+{
+  jw_job_fields(b, j, with_token);
   rm__sbuf_append(b, "}", 1);
+}
+
+/* The coordinator checked the text structurally (coordinator/json_check.c);
+ * Jansson parses it again here, so what is answered is compact JSON that a
+ * JSON library produced. A text that does not parse (it cannot, short of a
+ * hand-edited database) is answered as null. */
+void rm__resp_job_result(rm__resp_t *r, const rm_job_info_t *j, const char *result)
+{
+  rm__sbuf_t b;
+  size_t len;
+  json_t *obj = result && *result ? json_loads(result, 0, NULL) : NULL;
+  char *text = json_is_object(obj) ? json_dumps(obj, JSON_COMPACT) : NULL;
+  rm__sbuf_init(&b);
+  jw_job_fields(&b, j, 0);
+  rm__sbuf_puts(&b, ",\"result\":");
+  rm__sbuf_puts(&b, text ? text : "null");
+  rm__sbuf_append(&b, "}", 1);
+  free(text);
+  json_decref(obj);
+  char *s = rm__sbuf_take(&b, &len);
+  rm__resp_text(r, 200, "application/json", s, len);
 }
 
 void rm__resp_job(rm__resp_t *r, unsigned status, const rm_job_info_t *j, int with_token)

@@ -104,6 +104,35 @@ rm_status_t rm_coord_job_list(rm_coord_t *c, const rm_job_filter_t *f,
   return st;
 }
 
+rm_status_t rm_coord_job_result(rm_coord_t *c, uint64_t id, char *buf,
+                                size_t len, int *rank)
+{
+  rm_status_t st = RM_OK;
+  char *stored = NULL;
+  const char *text = NULL;
+  int from = -1;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, id);
+  if (j) {
+    text = j->result;
+    from = j->result_rank;
+  } else if ((st = rm__store_job_result_get(c, id, &stored, &from)) == RM_OK) {
+    text = stored;
+  }
+  if (st == RM_OK) {
+    size_t n = text ? strlen(text) : 0;
+    if (!buf || n >= len) {
+      st = RM_ERR_INVALID_ARG;
+    } else {
+      memcpy(buf, text ? text : "", n + 1);
+      if (rank) *rank = text ? from : -1;
+    }
+  }
+  rm__unlock(c);
+  free(stored);
+  return st;
+}
+
 rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
                                 rm_job_state_t to, const char *reason)
 {

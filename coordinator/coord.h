@@ -187,6 +187,22 @@ rm_status_t rm_coord_submit(rm_coord_t *c, const rm_job_spec_t *spec,
                             rm_job_info_t *out, rm_coord_error_t *err);
 rm_status_t rm_coord_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
 
+/* ---- job results ----
+ * The summary JSON a worker's workload sends with its Leave call
+ * ({"accuracy":0.9721,"test_loss":0.1076,...} for "train"). Each member's
+ * is validated (one JSON object, at most RM_COORD_RESULT_MAX - 1 bytes)
+ * and stored; when the job succeeds, the lowest rank's becomes the job's
+ * result (coordinator/result.c: the other ranks are checked against it). */
+#define RM_COORD_RESULT_MAX 4096
+
+/* The job's result as JSON object text copied into buf (NUL-terminated), ""
+ * while it has none (not succeeded, or no worker sent one); *rank (may be
+ * NULL) = the rank it came from, -1 when none. RM_ERR_NOT_FOUND: unknown
+ * job; RM_ERR_INVALID_ARG: len too small for the text (RM_COORD_RESULT_MAX
+ * always suffices). */
+rm_status_t rm_coord_job_result(rm_coord_t *c, uint64_t id, char *buf,
+                                size_t len, int *rank);
+
 typedef struct rm_job_filter {
   int state;       /* rm_job_state_t, or -1 for any */
   uint64_t offset; /* jobs to skip (newest first) */

@@ -72,6 +72,8 @@ typedef struct rm__worker {
   uint64_t acc_first, acc_last, acc_count, acc_bytes;
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
   uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
+  char *result;                 /* heap: the JSON object its Leave carried
+                                   (result.c), NULL if none */
 } rm__worker_t;
 
 typedef struct rm__barrier {
@@ -110,6 +112,9 @@ typedef struct rm__job {
   uint64_t ckpt_step;           /* last checkpoint every member completed */
   struct rm_straggler *strag;   /* detector, created on the first report */
   struct rm__gate_state *gate;  /* per-step participant gate, per generation */
+  /* result.c: the job's result, chosen when it succeeds */
+  char *result;                 /* heap JSON object text, NULL = none */
+  int result_rank;              /* rank whose result it is, -1 */
 } rm__job_t;
 
 typedef struct rm__out {
@@ -246,6 +251,32 @@ void rm__gate_free(rm__job_t *j);
 void rm__gate_release(rm_coord_t *c, rm__job_t *j);
 /* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
 void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
+
+/* ---- json_check.c: strict JSON validation (no JSON library here) ---- */
+/* Called for each top-level member: key without its quotes (escapes not
+ * decoded), value exactly as written (a string value with its quotes). */
+typedef void (*rm__json_member_cb)(void *ctx, const char *key, size_t klen,
+                                   const char *val, size_t vlen);
+/* 0 when s[0..n) is one JSON object (whitespace around it allowed) that
+ * Jansson's default flags accept; else -1 with *at = byte offset of the
+ * error and *why a static phrase (either may be NULL). */
+int rm__json_check_object(const char *s, size_t n, rm__json_member_cb cb,
+                          void *ctx, size_t *at, const char **why);
+
+/* ---- result.c: workers' final results ---- */
+/* A member left OK with its workload summary: validate, store per worker
+ * (or record a "result_refused" event). Under lock. */
+void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                      const char *text);
+/* The job is about to succeed: choose its result (lowest rank of the final
+ * generation that sent one), check the other ranks agree, store it, record
+ * "job_result" (and "result_mismatch"). Under lock. */
+void rm__result_settle(rm_coord_t *c, rm__job_t *j);
+void rm__store_worker_result(rm_coord_t *c, rm__worker_t *w);
+void rm__store_job_result(rm_coord_t *c, rm__job_t *j);
+/* The stored result of job id (from SQLite): heap text or NULL, rank. */
+rm_status_t rm__store_job_result_get(rm_coord_t *c, uint64_t id, char **text,
+                                     int *rank);
 
 /* ---- barrier.c ---- */
 /* Arrive at barrier `name` for member w; parks p or answers at once. */

@@ -52,6 +52,7 @@ rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec)
   rm__job_t *j = rm__xcalloc(1, sizeof *j);
   j->info.spec = *spec;
   j->info.state = RM_JOB_PENDING;
+  j->result_rank = -1;
   j->parked.next = j->parked.prev = &j->parked;
   j->ring_cap = (size_t)c->opt.step_window;
   j->ring = rm__xcalloc(j->ring_cap, sizeof *j->ring);
@@ -75,6 +76,8 @@ void rm__job_free(rm__job_t *j)
   }
   rm__blob_unref(j->join_tail);
   rm__recovery_free(j);
+  for (size_t i = 0; i < j->nw; i++) free(j->w[i].result);
+  free(j->result);
   free(j->w);
   free(j->members);
   free(j->ring);
@@ -361,6 +364,7 @@ void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
   char why[128];
   snprintf(why, sizeof why, "all %d workers finished", j->nmembers);
   rm__job_info_refresh(j);
+  rm__result_settle(c, j);
   rm__job_set_state(c, j, RM_JOB_SUCCEEDED, why);
 }
 

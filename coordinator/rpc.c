@@ -348,6 +348,8 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
   if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
     return;
   if (q->step > w->step) w->step = q->step;
+  if (!rm_job_state_terminal(j->info.state) && q->ok && w->state < RM_WORKER_LOST)
+    rm__result_offer(c, j, w, q->summary);
   if (!rm_job_state_terminal(j->info.state))
     rm__job_worker_left(c, j, w, q->ok, q->error && q->error[0] ? q->error : "unknown error");
   r.job_state = (Ringmaster__V1__JobState)j->info.state;

@@ -107,6 +107,45 @@ rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
   return RM_OK;
 }
 
+/* ---- results (result.c) ---- */
+void rm__store_worker_result(rm_coord_t *c, rm__worker_t *w)
+{
+  sqlite3_stmt *st = prep(c, "UPDATE workers SET result=?2 WHERE id=?1");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
+  sqlite3_bind_text(st, 2, w->result ? w->result : "", -1, SQLITE_TRANSIENT);
+  step_done(c, st);
+}
+
+void rm__store_job_result(rm_coord_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = prep(c, "UPDATE jobs SET result=?2, result_rank=?3 "
+                          "WHERE id=?1");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_text(st, 2, j->result ? j->result : "", -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 3, j->result ? j->result_rank : -1);
+  step_done(c, st);
+}
+
+rm_status_t rm__store_job_result_get(rm_coord_t *c, uint64_t id, char **text,
+                                     int *rank)
+{
+  sqlite3_stmt *st = prep(c, "SELECT result, result_rank FROM jobs WHERE id=?");
+  rm_status_t rc = RM_ERR_NOT_FOUND;
+  *text = NULL;
+  *rank = -1;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    if (t && *t) {
+      *text = rm__xstrdup((const char *)t);
+      *rank = sqlite3_column_int(st, 1);
+    }
+    rc = RM_OK;
+  }
+  sqlite3_finalize(st);
+  return rc;
+}
+
 /* ---- generations, barriers, step summaries ---- */
 void rm__store_generation(rm_coord_t *c, rm__job_t *j)
 {
@@ -235,8 +274,8 @@ rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
 static void load_workers(rm_coord_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
-                          "generation,joined_ms,last_heartbeat_ms,step FROM "
-                          "workers WHERE job_id=? ORDER BY id");
+                          "generation,joined_ms,last_heartbeat_ms,step,result "
+                          "FROM workers WHERE job_id=? ORDER BY id");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   while (sqlite3_step(st) == SQLITE_ROW) {
     rm__worker_t *w = rm__job_worker_add(j);
@@ -250,6 +289,8 @@ static void load_workers(rm_coord_t *c, rm__job_t *j)
     w->joined_ms = sqlite3_column_int64(st, 7);
     w->last_wall_ms = sqlite3_column_int64(st, 8);
     w->step = w->steps_done = (uint64_t)sqlite3_column_int64(st, 9);
+    const unsigned char *res = sqlite3_column_text(st, 10);
+    if (res && *res) w->result = rm__xstrdup((const char *)res);
   }
   sqlite3_finalize(st);
 }
@@ -270,6 +311,8 @@ rm_status_t rm__store_load_active(rm_coord_t *c)
     rm__job_t *j = rm__job_new(c, &info.spec);
     j->info = info;
     load_workers(c, j);
+    if (rm__store_job_result_get(c, j->info.id, &j->result, &j->result_rank) != RM_OK)
+      j->result_rank = -1;
     rm__job_resume(c, j);
   }
   free(ids);

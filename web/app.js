@@ -193,6 +193,31 @@ class JobView {
     $('#job-meta').append(`${size} · workload `, el('b', { text: s.workload }), ` · algorithm `, el('b', { text: s.algorithm }),
       ` · ${s.dtype} · launcher ${s.launcher} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
     this.renderState(j.state, j.step, j.steps_total);
+    this.renderResult(j);
+  }
+
+  /* The "Result" card: final test accuracy and loss (and the other numeric
+   * figures) of a succeeded job, from GET /jobs/{id}'s "result" object
+   * (train reports the held-out accuracy as "accuracy"). */
+  renderResult(j) {
+    const card = $('#result-card');
+    if (!card) return;
+    const r = j.result;
+    card.hidden = !(j.state === 'succeeded' && r && typeof r === 'object');
+    if (card.hidden) return;
+    const acc = r.test_accuracy ?? r.accuracy;
+    const figs = [];
+    const fig = (label, value, main) => el('div', { class: `fig${main ? ' main' : ''}` },
+      el('span', { class: 'muted', text: label }), el('b', { text: value }));
+    if (typeof acc === 'number') figs.push(fig('test accuracy', `${(100 * acc).toFixed(2)} %`, true));
+    if (typeof r.test_loss === 'number') figs.push(fig('test loss', r.test_loss.toFixed(4), true));
+    for (const [k, v] of Object.entries(r)) {
+      if (['accuracy', 'test_accuracy', 'test_loss'].includes(k) || typeof v !== 'number') continue;
+      figs.push(fig(k.replace(/_/g, ' '), Number.isInteger(v) ? fmtInt(v) : v.toFixed(4)));
+    }
+    $('#result-figures').replaceChildren(...figs);
+    $('#result-note').textContent = typeof r.test_samples === 'number'
+      ? `held-out split of ${fmtInt(r.test_samples)} samples` : 'reported by the workers when they finished';
   }
 
   renderState(state, step, total) {

@@ -195,6 +195,26 @@ static void print_jobs(json_t *arr)
   rm__table_free(t);
 }
 
+/* "  result      accuracy 0.9722  test_loss 0.1076  ...": the job's result
+ * object (GET /jobs/{id}), numbers and strings; nested values are left to
+ * --json. Nothing when the job has no result. */
+static void print_result(json_t *r)
+{
+  const char *k;
+  json_t *v;
+  int n = 0;
+  if (!json_is_object(r)) return;
+  printf("  result     ");
+  json_object_foreach(r, k, v) {
+    if (json_is_integer(v)) printf(" %s %lld", k, (long long)json_integer_value(v));
+    else if (json_is_real(v)) printf(" %s %.4f", k, json_real_value(v));
+    else if (json_is_string(v)) printf(" %s %s", k, json_string_value(v));
+    else continue;
+    n++;
+  }
+  printf("%s\n", n ? "" : " (see --json)");
+}
+
 static void print_job(json_t *j)
 {
   json_t *spec = json_object_get(j, "spec");
@@ -208,6 +228,7 @@ static void print_job(json_t *j)
          *jstr(spec, "workload_options") ? jstr(spec, "workload_options") : "defaults",
          jstr(spec, "algorithm"), jstr(spec, "dtype"), jstr(spec, "launcher"));
   if (*jstr(j, "token")) printf("  worker token %s (shown once)\n", jstr(j, "token"));
+  print_result(json_object_get(j, "result"));
 }
 
 static void print_workers(json_t *arr)

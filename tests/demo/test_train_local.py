@@ -12,12 +12,19 @@ After the job, with the coordinator stopped, the SQLite file holds:
                 running->succeeded; 4 worker_joined; generation 1 formed; 4
                 worker_left "finished after step 200"
   step_summaries per rank, steps 1..200 exactly once (sum of counts = 200)
-  jobs/workers  state succeeded, step 200 (the job's and every worker's)
+  jobs/workers  state succeeded, step 200 (the job's and every worker's);
+                jobs.result = rank 0's summary (result_rank 0), workers.result
+                = each rank's, one job_result event
+The job's result over the API (GET /jobs/{id} "result") is rank 0's Leave
+summary: its accuracy equals the logged one, every rank agrees (the
+job_result event says so, no result_mismatch), the job list carries none.
 """
 import glob
+import json
 import os
 import re
 import sqlite3
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +61,20 @@ def check_api(c, job):
     a = next(iter(acc.values()))
     print("test accuracy %.4f (band >= %.2f), final train loss %.4f" % (a, BAND, last[0]["loss"]))
     assert BAND <= a <= 1.0, "test accuracy %.4f outside [%.2f, 1]" % (a, BAND)
+    # the job's result (rank 0's Leave summary) is what the workers logged
+    res = info.get("result")
+    assert isinstance(res, dict), "no result in GET /jobs/%d: %s" % (job, res)
+    assert abs(res["accuracy"] - a) < 5e-5, "result accuracy %s, logs %.4f" % (res["accuracy"], a)
+    assert res["steps"] == STEPS and res["test_samples"] > 0 and "test_loss" in res, res
+    ev = c.get("/api/v1/jobs/%d/events" % job)["events"]
+    jr = [e for e in ev if e["kind"] == "job_result"]
+    assert len(jr) == 1 and jr[0]["rank"] == 0, jr
+    assert "%d of %d ranks reported one, they agree" % (WORLD, WORLD) in jr[0]["message"], jr
+    assert ("accuracy %.6f" % res["accuracy"]) in jr[0]["message"], jr
+    assert not [e for e in ev if e["kind"] in ("result_mismatch", "result_refused")], ev
+    print("result: %s" % jr[0]["message"])
+    listed = c.get("/api/v1/jobs")["jobs"]
+    assert all("result" not in j for j in listed), "the job list carries no result"
 
 
 def check_sqlite(db, job):
@@ -78,6 +99,11 @@ def check_sqlite(db, job):
         assert job_row == (3, STEPS, WORLD), "jobs row (state 3 = succeeded): %s" % (job_row,)
         wsteps = con.execute("SELECT step FROM workers WHERE job_id=?", (job,)).fetchall()
         assert wsteps == [(STEPS,)] * WORLD, wsteps
+        res = con.execute("SELECT result, result_rank FROM jobs WHERE id=?", (job,)).fetchone()
+        assert res[1] == 0 and json.loads(res[0])["steps"] == STEPS, "jobs.result: %s" % (res,)
+        wres = con.execute("SELECT result FROM workers WHERE job_id=?", (job,)).fetchall()
+        assert len(wres) == WORLD and all(json.loads(r)["steps"] == STEPS for r, in wres), wres
+        assert kinds.count("job_result") == 1, kinds
         print("sqlite: %d events, %d step-summary rows" %
               (len(ev), con.execute("SELECT COUNT(*) FROM step_summaries WHERE job_id=?",
                                     (job,)).fetchone()[0]))
@@ -92,6 +118,12 @@ def test(opts):
                         "steps": STEPS, "workload_options": "batch=64,hidden=64,lr=0.05,verify=50"})
         assert job["spec"]["launcher"] == "local", job
         check_api(c, job["id"])
+        # the CLI shows the result too (`ringmaster job ID`)
+        env = dict(os.environ, RINGMASTER_SERVER=c.url)
+        out = subprocess.run([opts["coordinator"], "job", str(job["id"])], env=env,
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and re.search(r"^  result +accuracy 0\.\d{4} ", out.stdout, re.M), \
+            "cli job: %s %s" % (out.stdout, out.stderr)
         assert c.stop() == 0, "coordinator exit status"
         check_sqlite(c.db, job["id"])
     finally:
