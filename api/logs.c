@@ -5,13 +5,16 @@
  * Where logs are. The local and slurm launchers write a worker's stdout and
  * stderr to <log_dir>/job-<id>/worker-<index>.log, where log_dir is
  * `serve --log-dir` (passed in rm_api_options_t.log_dir) and index is the
- * launcher's worker index (RINGMASTER_LAUNCH_INDEX / SLURM_PROCID, which the
- * coordinator uses as the rank hint, so index == rank in a job's first
- * generation). Other launchers (k8s, none) start nothing here: 404.
+ * worker's LAUNCH INDEX (RINGMASTER_LAUNCH_INDEX / SLURM_PROCID; the
+ * "launch_index" of GET .../workers), NOT its rank: the two are equal only
+ * in a job's first generation (after a shrink ranks move; a replacement
+ * gets the next launch index, >= the world size). Other launchers (k8s,
+ * none) start nothing here: 404.
  *
  * Confinement (never a path outside the job's log folder):
  *   1. {id} and {index} must be decimal numbers (rm__parse_u64): no '/', no
- *      "..", no NUL can reach a path; index < world of the job's spec.
+ *      "..", no NUL can reach a path; index < world of the job's spec, or
+ *      the launch index of one of its workers (a relaunched replacement).
  *   2. The path is built by us: "job-<id>" then "worker-<index>.log".
  *   3. Both components are opened with O_NOFOLLOW (the folder with
  *      O_DIRECTORY, the file relative to it with openat), so a symbolic link
@@ -99,6 +102,19 @@ static void not_found(rm__resp_t *resp, uint64_t id, unsigned index, const char 
                  (unsigned long long)id, why);
 }
 
+/* 1 when a worker of job id was launched with this index (a replacement's
+ * index is past the world size). */
+static int has_launch_index(rm_coord_t *coord, uint64_t id, int index)
+{
+  rm_worker_info_t *w = NULL;
+  size_t n = 0;
+  int found = 0;
+  if (rm_coord_job_workers(coord, id, &w, &n) != RM_OK) return 0;
+  for (size_t i = 0; i < n && !found; i++) found = w[i].launch_index == index;
+  rm_coord_free(w);
+  return found;
+}
+
 /* Validates the request; 0 and *index, *tail, *bytes when it may proceed. */
 static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
                  uint64_t *tail, uint64_t *bytes)
@@ -132,8 +148,8 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
     not_found(resp, id, *index, "its workers were not started by the local or slurm launcher");
     return -1;
   }
-  if ((int)*index >= world) {
-    not_found(resp, id, *index, "index out of range");
+  if ((int)*index >= world && !has_launch_index(req->api->coord, id, (int)*index)) {
+    not_found(resp, id, *index, "no worker of the job has this launch index");
     return -1;
   }
   if (req->api->log_dir == NULL) {

@@ -61,9 +61,10 @@ static json_t *workers_json(rm_api_t *api, uint64_t id, uint64_t *h)
   if (rm_coord_job_workers(api->coord, id, &w, &n) != RM_OK) return arr;
   for (size_t i = 0; i < n; i++) {
     *h = mix(mix(mix(*h, (uint64_t)w[i].rank), (uint64_t)w[i].state), w[i].step);
-    *h = mix(*h, (uint64_t)w[i].straggler);
+    *h = mix(mix(*h, (uint64_t)w[i].straggler), (uint64_t)w[i].launch_index);
     json_array_append_new(
-        arr, json_pack("{s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:I,s:o,s:I}", "rank", w[i].rank,
+        arr, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:I,s:o,s:I}", "rank", w[i].rank,
+                       "launch_index", w[i].launch_index,
                        "state", rm_worker_state_name(w[i].state), "step", (json_int_t)w[i].step,
                        "step_ms", rm__json_num(w[i].step_ms), "compute_ms",
                        rm__json_num(w[i].compute_ms), "comm_ms", rm__json_num(w[i].comm_ms),

@@ -185,6 +185,7 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->comm_ms = w->comm_ms;
   o->wait_ms = w->wait_ms;
   o->straggler = w->straggler;
+  o->launch_index = w->launch_index;
 }
 
 static int by_rank(const void *a, const void *b)

@@ -248,6 +248,12 @@ typedef struct rm_worker_info {
   double step_ms;         /* duration of that step (compute+comm+wait) */
   double compute_ms, comm_ms, wait_ms; /* its phases */
   int straggler;          /* flagged by straggler detection (issue 6) */
+  /* The launcher's index of the process (RINGMASTER_LAUNCH_INDEX of the
+   * local launcher, SLURM_PROCID, Kubernetes' completion index), -1 when the
+   * worker was started by hand. Its log is worker-<launch_index>.log. Equal
+   * to the rank only in the first generation: after a shrink or a
+   * replacement (a relaunched worker gets the next index) they differ. */
+  int launch_index;
 } rm_worker_info_t;
 
 /* Workers of a job (current and past generations), by rank then id. */

@@ -65,6 +65,7 @@ typedef struct rm__worker {
   int64_t last_wall_ms;
   int64_t joined_ms;
   int rank_hint, world_hint;
+  int launch_index;             /* launcher's index (its log worker-N.log), -1 */
   uint64_t step, steps_done;
   double step_ms, compute_ms, comm_ms, wait_ms;
   int straggler;

@@ -105,7 +105,7 @@ rm__worker_t *rm__job_worker_add(rm__job_t *j)
   rm__worker_t *w = &j->w[j->nw++];
   memset(w, 0, sizeof *w);
   w->rank = w->prev_rank = -1;
-  w->rank_hint = -1;
+  w->rank_hint = w->launch_index = -1;
   w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
   w->acc_loss = w->acc_acc = NAN;
   w->last_ns = rm__now_ns();

@@ -6,9 +6,10 @@
  * EXIT -> LOSS (detection source 4, next to recovery.c's three). The local
  * launcher reaps its children every 200 ms; a child that died (signal or
  * non-zero status) is reported with rm_coord_worker_exited(job, index). The
- * worker it was is found by its rank hint: the agent sends
- * RINGMASTER_LAUNCH_INDEX/RINGMASTER_LAUNCH_WORLD as rank/world hints, so
- * w->rank_hint == index. If that worker is still live (joining or a member
+ * worker it was is found by its launch index: the agent sends
+ * RINGMASTER_LAUNCH_INDEX/RINGMASTER_LAUNCH_WORLD as rank/world hints, which
+ * the coordinator keeps as w->launch_index (stored, so it survives a
+ * coordinator restart), so w->launch_index == index. If that worker is still live (joining or a member
  * of the current generation) it is lost now, with the launcher's words as
  * the reason; the job's on_failure decides exactly as for any other source.
  * An exit is never a job failure by itself: the launcher fails a job only
@@ -113,7 +114,7 @@ rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
     int live = (w->state == RM_WORKER_RUNNING &&
                 w->generation == j->info.generation) ||
                (w->state == RM_WORKER_JOINING && w->in_group);
-    if (w->rank_hint != index || !live) continue;
+    if (w->launch_index != index || !live) continue;
     char why[300];
     snprintf(why, sizeof why, "its process exited (launcher: %.240s)",
              what ? what : "no detail");

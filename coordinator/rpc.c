@@ -239,6 +239,9 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   memcpy(w->devices, tmp.devices, sizeof w->devices);
   w->rank_hint = q->world_hint > 0 ? q->rank_hint : -1;
   w->world_hint = q->world_hint;
+  /* The agent's launch index travels as its rank hint (with a world hint);
+   * unlike the hint, it is kept when the worker becomes a rank elsewhere. */
+  w->launch_index = q->world_hint > 0 && q->rank_hint >= 0 ? q->rank_hint : -1;
   if (q->steps_done > w->steps_done) w->steps_done = q->steps_done;
   w->state = RM_WORKER_JOINING;
   w->last_ns = rm__now_ns();

@@ -41,7 +41,8 @@ void rm__store_worker_insert(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
                           "devices,state,generation,joined_ms,"
-                          "last_heartbeat_ms,step) VALUES (?,?,?,?,?,?,?,?,?,?)");
+                          "last_heartbeat_ms,step,launch_index) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   sqlite3_bind_int(st, 2, w->rank);
   sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
@@ -52,6 +53,7 @@ void rm__store_worker_insert(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
   sqlite3_bind_int64(st, 8, w->joined_ms);
   sqlite3_bind_int64(st, 9, w->last_wall_ms);
   sqlite3_bind_int64(st, 10, (sqlite3_int64)w->step);
+  sqlite3_bind_int(st, 11, w->launch_index);
   step_done(c, st);
   w->id = (uint64_t)sqlite3_last_insert_rowid(c->db);
 }
@@ -60,7 +62,8 @@ void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
                           "data_addr=?4, devices=?5, state=?6, generation=?7, "
-                          "last_heartbeat_ms=?8, step=?9 WHERE id=?1");
+                          "last_heartbeat_ms=?8, step=?9, launch_index=?10 "
+                          "WHERE id=?1");
   (void)j;
   sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
   sqlite3_bind_int(st, 2, w->rank);
@@ -71,6 +74,7 @@ void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
   sqlite3_bind_int64(st, 7, (sqlite3_int64)w->generation);
   sqlite3_bind_int64(st, 8, w->last_wall_ms);
   sqlite3_bind_int64(st, 9, (sqlite3_int64)w->step);
+  sqlite3_bind_int(st, 10, w->launch_index);
   step_done(c, st);
 }
 
@@ -78,8 +82,8 @@ rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
                               rm_worker_info_t **out, size_t *n)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
-                          "generation,last_heartbeat_ms,step FROM workers "
-                          "WHERE job_id=? ORDER BY rank<0, rank, id");
+                          "generation,last_heartbeat_ms,step,launch_index "
+                          "FROM workers WHERE job_id=? ORDER BY rank<0, rank, id");
   size_t k = 0, cap = 16;
   rm_worker_info_t *arr = rm__xcalloc(cap, sizeof *arr);
   int64_t now = rm__wall_ms();
@@ -99,6 +103,7 @@ rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
     w->last_heartbeat_ms = sqlite3_column_int64(st, 7);
     w->ms_since_heartbeat = now - w->last_heartbeat_ms;
     w->step = (uint64_t)sqlite3_column_int64(st, 8);
+    w->launch_index = sqlite3_column_int(st, 9);
     w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
   }
   sqlite3_finalize(st);
@@ -274,8 +279,8 @@ rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
 static void load_workers(rm_coord_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
-                          "generation,joined_ms,last_heartbeat_ms,step,result "
-                          "FROM workers WHERE job_id=? ORDER BY id");
+                          "generation,joined_ms,last_heartbeat_ms,step,result,"
+                          "launch_index FROM workers WHERE job_id=? ORDER BY id");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   while (sqlite3_step(st) == SQLITE_ROW) {
     rm__worker_t *w = rm__job_worker_add(j);
@@ -291,6 +296,7 @@ static void load_workers(rm_coord_t *c, rm__job_t *j)
     w->step = w->steps_done = (uint64_t)sqlite3_column_int64(st, 9);
     const unsigned char *res = sqlite3_column_text(st, 10);
     if (res && *res) w->result = rm__xstrdup((const char *)res);
+    w->launch_index = sqlite3_column_int(st, 11);
   }
   sqlite3_finalize(st);
 }

@@ -238,7 +238,7 @@ class JobView {
       el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
       el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
       el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
-      el('td', {}, ...(this.hasLogs && w.rank >= 0 ? [this.logLink(w.rank)] : [])))));
+      el('td', {}, ...(this.hasLogs && w.launch_index >= 0 ? [this.logLink(w.launch_index)] : [])))));
     $('#workers-empty').hidden = current.length > 0;
     const alive = current.filter((w) => w.state === 'running' || w.state === 'joining').length;
     const lost = current.filter((w) => w.state === 'lost').length;
@@ -246,14 +246,15 @@ class JobView {
     this.styleDatasets();
   }
 
-  /* Worker logs exist for the launchers that start processes (local, slurm);
-   * the log index is the launch index, which is the rank hint, so the rank
-   * of the first generation. */
+  /* Worker logs exist for the launchers that start processes (local, slurm),
+   * one per process: worker-<launch_index>.log. The launch index is not the
+   * rank after a recovery (ranks move on a shrink; a replacement gets the
+   * next index), so the link uses the worker's launch_index. */
   get hasLogs() { return !!this.job && ['local', 'slurm'].includes(this.job.spec.launcher); }
 
-  logLink(rank) {
-    const a = el('a', { class: 'log-link', 'data-log': rank, text: 'log' });
-    a.addEventListener('click', () => this.showLog(rank));
+  logLink(index) {
+    const a = el('a', { class: 'log-link', 'data-log': index, title: `worker-${index}.log`, text: 'log' });
+    a.addEventListener('click', () => this.showLog(index));
     return a;
   }
 
@@ -262,7 +263,7 @@ class JobView {
     const panel = $('#log-panel');
     if (!panel) return;
     panel.hidden = false;
-    $('#log-title').textContent = `Worker ${index} log`;
+    $('#log-title').textContent = `Worker log (launch index ${index})`;
     let text, meta;
     try {
       const r = await fetch(`/api/v1/jobs/${this.id}/workers/${index}/log?tail=200`);

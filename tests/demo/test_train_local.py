@@ -50,6 +50,8 @@ def check_api(c, job):
         "job step %d of %d, wanted %d" % (info["step"], info["steps_total"], STEPS)
     workers = c.get("/api/v1/jobs/%d/workers" % job)["workers"]
     assert sorted(w["rank"] for w in workers) == list(range(WORLD)), workers
+    assert all(w["launch_index"] == w["rank"] for w in workers), \
+        "first generation: launch index == rank: %s" % workers
     assert all(w["state"] == "left" and w["step"] == STEPS for w in workers), workers
     steps = c.get("/api/v1/jobs/%d/steps?limit=%d" % (job, WORLD * STEPS))["steps"]
     last = [s for s in steps if s["step"] == STEPS]

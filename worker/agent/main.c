@@ -7,9 +7,10 @@
  *                     [--connect-timeout-ms N] [--data-timeout-ms N]
  *                     [--tls-ca PEM --tls-cert PEM --tls-key PEM]
  *
- * Rank hints come from SLURM_PROCID/SLURM_NTASKS or JOB_COMPLETION_INDEX
- * (Kubernetes Indexed Job, world from RINGMASTER_WORLD), or from the local
- * launcher's RINGMASTER_LAUNCH_INDEX/RINGMASTER_LAUNCH_WORLD: the
+ * Rank hints come from the local launcher's RINGMASTER_LAUNCH_INDEX/
+ * RINGMASTER_LAUNCH_WORLD, else SLURM_PROCID/SLURM_NTASKS or
+ * JOB_COMPLETION_INDEX (Kubernetes Indexed Job, world from RINGMASTER_WORLD):
+ * the hint is the worker's launch index (its log is worker-<index>.log); the
  * coordinator also uses that index to tell which member a dead process was
  * (rm_coord_worker_exited). A replacement's index is >= the world, so the
  * hints are then unusable as ranks and the previous ranks are kept.
@@ -30,21 +31,27 @@ static void usage(FILE *f)
              "       [--data-timeout-ms N] [--tls-ca PEM --tls-cert PEM --tls-key PEM]\n");
 }
 
+/* The hint sent in Join is also the worker's LAUNCH INDEX: the coordinator
+ * stores it per worker (the N of the launcher's log worker-N.log, and how it
+ * tells which member a dead process was). RINGMASTER_LAUNCH_INDEX wins: our
+ * local launcher sets it for exactly this process, while SLURM_PROCID or
+ * JOB_COMPLETION_INDEX may merely be inherited from a coordinator that
+ * itself runs inside a Slurm step or an Indexed Job pod. */
 static void hints(rm_agent_opts_t *o)
 {
   const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
   const char *index = getenv("JOB_COMPLETION_INDEX");
   const char *lindex = getenv("RINGMASTER_LAUNCH_INDEX");
   o->rank_hint = -1;
-  if (procid && ntasks) {
+  if (lindex && *lindex) {
+    o->rank_hint = atoi(lindex);
+    o->world_hint = (int)rm__env_int("RINGMASTER_LAUNCH_WORLD", 0);
+  } else if (procid && ntasks) {
     o->rank_hint = atoi(procid);
     o->world_hint = atoi(ntasks);
   } else if (index) {
     o->rank_hint = atoi(index);
     o->world_hint = (int)rm__env_int("RINGMASTER_WORLD", 0);
-  } else if (lindex) {
-    o->rank_hint = atoi(lindex);
-    o->world_hint = (int)rm__env_int("RINGMASTER_LAUNCH_WORLD", 0);
   }
 }
 
