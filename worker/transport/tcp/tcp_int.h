@@ -97,6 +97,7 @@ struct rm__tcp_state {
   struct pollfd *pfds;   /* world + 1 (wake fd) */
   int *pfd_peer;         /* pfds index -> peer */
   int closed;            /* close_all ran */
+  int spin_us;           /* poll(0) this long before a blocking poll */
 };
 
 /* tcp_endpoint.c: socket helpers shared by endpoint and handshake. */

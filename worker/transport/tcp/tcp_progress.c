@@ -42,6 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"
 #include "transport/tcp/tcp_int.h"
@@ -51,6 +52,13 @@
 /* Most bytes one sendmsg/read moves: keeps each copy cache-sized and lets
  * a rank alternate between its send and receive streams. 0 = no cap. */
 RM_PARAM(tcp_chunk, "RINGMASTER_TCP_CHUNK", 256 * 1024)
+
+/* Before blocking in poll() when nothing can move, poll without blocking
+ * for up to this many microseconds: a reply that comes within it costs no
+ * sleep and wake-up (expensive in a VM). -1 = auto: 50 us when this host
+ * runs no more ranks of the communicator than it has CPUs online, else 0
+ * (oversubscribed, spinning would steal the CPU the peer needs). */
+RM_PARAM(tcp_spin_us, "RINGMASTER_TCP_SPIN_US", -1)
 
 static size_t chunk_cap(size_t want)
 {
@@ -490,7 +498,14 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
    * nothing could move (every socket with work is dry or full) */
   if (moved) return rm_comm_status(c);
   n = build_pollset(c);
-  r = poll(s->pfds, (nfds_t)n, timeout_ms);
+  r = 0;
+  if (s->spin_us > 0 && timeout_ms > 0) {
+    int64_t end = rm__now_ns() + (int64_t)s->spin_us * 1000;
+    while ((r = poll(s->pfds, (nfds_t)n, 0)) == 0 && rm__now_ns() < end &&
+           rm_comm_status(c) == RM_OK) {
+    }
+  }
+  if (r == 0) r = poll(s->pfds, (nfds_t)n, timeout_ms);
   if (r < 0) return errno == EINTR ? RM_OK : RM_ERR_SYSTEM;
   if (s->pfds[0].revents & POLLIN)
     while (read(c->wake_fd[0], drain, sizeof drain) > 0) {
@@ -539,6 +554,19 @@ static void tcp_close_all(rm_comm_t *c, rm_status_t reason)
   if (c->destroying) rm__tcp_state_free(c);
 }
 
+/* Ranks of c whose address has the same host part as c's own. */
+static int local_ranks(const rm_comm_t *c)
+{
+  const char *me = c->peers[c->rank], *colon = strrchr(me, ':');
+  size_t hl = colon ? (size_t)(colon - me) : strlen(me);
+  int k = 0;
+  for (int p = 0; p < c->world; p++)
+    if (strncmp(c->peers[p], me, hl) == 0 &&
+        (c->peers[p][hl] == ':' || c->peers[p][hl] == '\0'))
+      k++;
+  return k;
+}
+
 rm_status_t rm__tcp_state_new(rm_comm_t *c)
 {
   struct rm__tcp_state *s = calloc(1, sizeof *s);
@@ -555,6 +583,9 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
     s->conns[p].fd = -1;
     s->conns[p].peer = p;
   }
+  s->spin_us = (int)rm__param_tcp_spin_us();
+  if (s->spin_us < 0)
+    s->spin_us = local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
   return RM_OK;
 }
 
