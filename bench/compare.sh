@@ -46,7 +46,9 @@ trap cleanup EXIT
 cp -r "$peers_src" "$tmp/peers"
 make -s -C "$tmp/peers" mpi_allreduce gloo_allreduce >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-raw="$tmp/raw.txt"
+# raw lines are appended as they come (KEEP_RAW keeps them even if a later
+# harness dies); a harness that fails is logged and the run goes on
+raw="${KEEP_RAW:-$tmp/raw.txt}"
 : >"$raw"
 
 # Normalise every harness's lines to: impl n bytes median_us busbw
@@ -56,10 +58,13 @@ rm_lines() { awk -v impl="$1" -v rep="$rep" '!/^#/ && NF >= 10 {print impl, $5, 
 
 run_loopback() {
   local n=$1
-  mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl tcp,self \
-    --mca btl_tcp_if_include lo "$tmp/peers/mpi_allreduce" -l mpi -s "$SIZES" | peer_lines >>"$raw"
-  "$tmp/peers/gloo_run.sh" "$n" -s "$SIZES" | peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
-  "$bench" -n "$n" -s "$SIZES" | rm_lines rm >>"$raw"
+  { mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl tcp,self \
+    --mca btl_tcp_if_include lo "$tmp/peers/mpi_allreduce" -l mpi -s "$SIZES" ||
+    echo "# repeat $rep n=$n: mpi failed" >&2; } | peer_lines >>"$raw"
+  { "$tmp/peers/gloo_run.sh" "$n" -s "$SIZES" || echo "# repeat $rep n=$n: gloo failed" >&2; } |
+    peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
+  { "$bench" -n "$n" -s "$SIZES" || echo "# repeat $rep n=$n: rm_bench failed" >&2; } |
+    rm_lines rm >>"$raw"
 }
 
 run_netns() {
@@ -87,7 +92,6 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
   done
   echo "# repeat $rep end   $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
-cp "$raw" "${KEEP_RAW:-/dev/null}" 2>/dev/null || true
 
 # Table: per (n, size) and impl the median over repeats of that repeat's
 # best busbw; ratios of the medians.
