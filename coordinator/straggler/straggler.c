@@ -38,7 +38,8 @@
  *
  * STATE MACHINE per worker (hysteresis in value AND time, so no flapping):
  *
- *   NORMAL --[>= M of the last W classified reports slow]--> FLAGGED
+ *   NORMAL --[>= M of the last W classified reports slow AND the window
+ *             median > factor * ref]--> FLAGGED
  *   FLAGGED --[recover_steps consecutive fast reports]--> NORMAL
  *                 (the slow history is cleared: flagging again needs M
  *                  fresh slow reports)
@@ -296,6 +297,11 @@ static rm_straggler_transition_t classify(rm_straggler_t *d, worker_t *w,
   if (w->classified < k->window) w->classified++;
   if (!w->flagged) {
     if (__builtin_popcountll(w->slow_bits) < k->min_slow) return RM_STRAGGLER_NONE;
+    /* The slow bits were classified against the references of their own
+     * steps; flag only if the window as a whole is still `factor` slower
+     * than the current reference (what the event reports as the score), so
+     * a burst of noise while the peers' median drifts is not a straggler. */
+    if (!(w->med[M_COMPUTE] > k->factor * ref)) return RM_STRAGGLER_NONE;
     w->flagged = 1;
     w->fast_run = 0;
     d->nflagged++;
