@@ -74,10 +74,12 @@ def test(opts):
         wait("step 30", lambda: c.get("/api/v1/jobs/%d" % job)["step"] >= 30)
         os.kill(victim, signal.SIGKILL)
         info = c.wait_state(job, 120)
-        assert info["state"] == "succeeded", info
+        assert info["state"] == "succeeded", (info, c.get("/api/v1/jobs/%d/events" % job))
+        # the logs are compared byte for byte: wait until no worker writes any more
+        wait("the workers to exit", lambda: not c.children(), 30)
         workers = c.get("/api/v1/jobs/%d/workers" % job)["workers"]
         by_index = {w["launch_index"]: w for w in workers}
-        assert sorted(by_index) == [0, 1, 2, 3], workers
+        assert sorted(by_index) == [0, 1, 2, 3], (workers, c.get("/api/v1/jobs/%d/events" % job))
         assert by_index[1]["state"] == "lost", by_index[1]
         repl = by_index[3]
         assert repl["state"] == "left" and 0 <= repl["rank"] < WORLD, repl
