@@ -35,7 +35,8 @@ static char *dup_or_null(const char *s) { return s ? rm__xstrdup(s) : NULL; }
 void rm__lock(rm_coord_t *c)
 {
   pthread_mutex_lock(&c->mu);
-  if (c->db && !c->in_txn && rm__store_exec(c, "BEGIN") == 0) c->in_txn = 1;
+  if (c->db && !c->in_txn && rm__stmt_run(c, rm__stmt(c, "BEGIN")) == SQLITE_DONE)
+    c->in_txn = 1;
 }
 
 static void run_callbacks(rm_coord_t *c, rm_event_t *q, size_t n)
@@ -55,8 +56,10 @@ void rm__unlock(rm_coord_t *c)
   rm_event_t *q = NULL;
   uint64_t *launch = NULL, *stop = NULL, *relaunch = NULL;
   size_t nq = 0, nl = 0, ns = 0, nr = 0;
-  if (c->in_txn && rm__store_exec(c, "COMMIT") != 0)
-    rm__store_exec(c, "ROLLBACK");
+  if (c->in_txn && rm__stmt_run(c, rm__stmt(c, "COMMIT")) != SQLITE_DONE) {
+    rm__stmt_run(c, rm__stmt(c, "ROLLBACK"));
+    rm__store_count_jobs(c); /* the rolled-back writes moved the counts */
+  }
   c->in_txn = 0;
   rm__out_flush(c);
   if (c->ncbq) {

@@ -113,10 +113,13 @@ typedef struct rm__job {
   uint64_t ckpt_step;           /* last checkpoint every member completed */
   struct rm_straggler *strag;   /* detector, created on the first report */
   struct rm__gate_state *gate;  /* per-step participant gate, per generation */
+  int stored_state;             /* state in the jobs row (store.c counts) */
   /* result.c: the job's result, chosen when it succeeds */
   char *result;                 /* heap JSON object text, NULL = none */
   int result_rank;              /* rank whose result it is, -1 */
 } rm__job_t;
+
+#define RM__STMT_CACHE 64
 
 typedef struct rm__out {
   rm__call_t *call;
@@ -153,6 +156,15 @@ struct rm_coord {
   rm__server_t *srv;
   char grpc_addr[160];
   int closing;
+  /* store.c: prepared statements, keyed by the address of their SQL text
+   * (each call site passes a string literal), prepared once with
+   * SQLITE_PREPARE_PERSISTENT and reset after each use */
+  struct { const char *sql; sqlite3_stmt *st; } stmts[RM__STMT_CACHE];
+  int nstmts;
+  /* store.c: rows of the jobs table by state, kept in step with every
+   * INSERT/UPDATE of a job's state (rm__job_t.stored_state), so the job
+   * list's total and /metrics need no count(*) */
+  uint64_t job_counts[RM_JOB_STATE_COUNT];
 };
 
 /* ---- lock.c-ish helpers (coord.c) ---- */
@@ -173,6 +185,19 @@ rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
                                 rm_job_state_t to, const char *reason);
 
 /* ---- store.c: SQLite ---- */
+/* The cached prepared statement for sql, which MUST be a string literal (the
+ * cache is keyed by its address); prepared on first use, aborts on a bad
+ * SQL text (a bug). Bind, step, then rm__stmt_done. Never two uses of the
+ * same text at once (no caller nests them). */
+sqlite3_stmt *rm__stmt(rm_coord_t *c, const char *sql);
+/* Reset and clear the bindings of a statement from rm__stmt (finalize one
+ * prepared outside the full cache). */
+void rm__stmt_done(rm_coord_t *c, sqlite3_stmt *st);
+/* Step once (an INSERT/UPDATE/BEGIN/COMMIT), log a failure, then done.
+ * Returns the sqlite3_step code. */
+int rm__stmt_run(rm_coord_t *c, sqlite3_stmt *st);
+/* Recount job_counts from the jobs table (open, and after a ROLLBACK). */
+void rm__store_count_jobs(rm_coord_t *c);
 rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
                            size_t errlen);
 void rm__store_close(rm_coord_t *c);

@@ -53,6 +53,7 @@ rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec)
   j->info.spec = *spec;
   j->info.state = RM_JOB_PENDING;
   j->result_rank = -1;
+  j->stored_state = -1;
   j->parked.next = j->parked.prev = &j->parked;
   j->ring_cap = (size_t)c->opt.step_window;
   j->ring = rm__xcalloc(j->ring_cap, sizeof *j->ring);

@@ -13,6 +13,19 @@
  * Tables: jobs, workers, generations, barriers, step_summaries, events (see
  * migrations/0001_initial.sql). Memory holds the live view of loaded jobs;
  * these tables are the durable record and the source for finished jobs.
+ *
+ * Statement cache. Every statement is prepared ONCE per connection
+ * (sqlite3_prepare_v3 with SQLITE_PREPARE_PERSISTENT) and kept in c->stmts,
+ * keyed by the address of its SQL literal; after each use it is reset and
+ * its bindings cleared (rm__stmt_done), so no read transaction stays open
+ * and no stale binding leaks into the next use. BEGIN/COMMIT/ROLLBACK of
+ * rm__lock/rm__unlock go through it too. All are finalized before close.
+ *
+ * Job counts. c->job_counts[state] = rows of the jobs table in that state,
+ * counted once at open and then moved by every write of a job's state
+ * (insert: +1; update: -1 old, +1 new, the old one being j->stored_state),
+ * so the job list's "total" and /metrics' jobs-by-state cost no count(*)
+ * scan of the table. A failed COMMIT (ROLLBACK) recounts from the table.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,23 +45,46 @@ static void copy_text(char *dst, size_t len, const unsigned char *s)
   dst[n] = '\0';
 }
 
-static sqlite3_stmt *prep(rm_coord_t *c, const char *sql)
+sqlite3_stmt *rm__stmt(rm_coord_t *c, const char *sql)
 {
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
+  for (int i = 0; i < c->nstmts; i++)
+    if (c->stmts[i].sql == sql) return c->stmts[i].st;
+  if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st,
+                         NULL) != SQLITE_OK) {
     RM_ERROR("sqlite prepare failed: %s (%s)", sqlite3_errmsg(c->db), sql);
     abort(); /* a bug in our SQL, not an input problem */
+  }
+  if (c->nstmts < RM__STMT_CACHE) {
+    c->stmts[c->nstmts].sql = sql;
+    c->stmts[c->nstmts++].st = st;
+  } else {
+    RM_WARN("statement cache full (%d): raise RM__STMT_CACHE", RM__STMT_CACHE);
   }
   return st;
 }
 
-static void step_done(rm_coord_t *c, sqlite3_stmt *st)
+void rm__stmt_done(rm_coord_t *c, sqlite3_stmt *st)
+{
+  for (int i = 0; i < c->nstmts; i++)
+    if (c->stmts[i].st == st) {
+      sqlite3_reset(st);
+      sqlite3_clear_bindings(st);
+      return;
+    }
+  sqlite3_finalize(st);
+}
+
+int rm__stmt_run(rm_coord_t *c, sqlite3_stmt *st)
 {
   int rc = sqlite3_step(st);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-    RM_ERROR("sqlite step failed: %s", sqlite3_errmsg(c->db));
-  sqlite3_finalize(st);
+    RM_ERROR("sqlite step failed: %s (%s)", sqlite3_errmsg(c->db), sqlite3_sql(st));
+  rm__stmt_done(c, st);
+  return rc;
 }
+
+static sqlite3_stmt *prep(rm_coord_t *c, const char *sql) { return rm__stmt(c, sql); }
 
 int rm__store_exec(rm_coord_t *c, const char *sql)
 {
@@ -64,8 +100,11 @@ int rm__store_exec(rm_coord_t *c, const char *sql)
 
 static int migrate(rm_coord_t *c, char *err, size_t errlen)
 {
-  sqlite3_stmt *st = prep(c, "PRAGMA user_version");
-  int version = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+  sqlite3_stmt *st = NULL;
+  int version = 0;
+  if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    version = sqlite3_column_int(st, 0);
   sqlite3_finalize(st);
   if (version > rm__migration_count) {
     snprintf(err, errlen, "database schema version %d is newer than this "
@@ -108,6 +147,7 @@ rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
     goto fail;
   }
   if (migrate(c, err, errlen)) goto fail;
+  rm__store_count_jobs(c);
   return RM_OK;
 fail:
   sqlite3_close(c->db);
@@ -117,7 +157,10 @@ fail:
 
 void rm__store_close(rm_coord_t *c)
 {
-  if (c->db) sqlite3_close(c->db);
+  for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
+  c->nstmts = 0;
+  if (c->db && sqlite3_close(c->db) != SQLITE_OK)
+    RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
   c->db = NULL;
 }
 
@@ -208,7 +251,10 @@ void rm__store_job_insert(rm_coord_t *c, rm__job_t *j)
                           "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
-  step_done(c, st);
+  if (rm__stmt_run(c, st) == SQLITE_DONE) {
+    c->job_counts[j->info.state]++;
+    j->stored_state = (int)j->info.state;
+  }
   j->info.id = (uint64_t)sqlite3_last_insert_rowid(c->db);
 }
 
@@ -229,7 +275,13 @@ void rm__store_job_update(rm_coord_t *c, rm__job_t *j)
   sqlite3_bind_int64(st, 8, in->started_ms);
   sqlite3_bind_int64(st, 9, in->finished_ms);
   sqlite3_bind_int64(st, 10, in->updated_ms);
-  step_done(c, st);
+  if (rm__stmt_run(c, st) == SQLITE_DONE && j->stored_state != (int)in->state) {
+    if (j->stored_state >= 0 && j->stored_state < RM_JOB_STATE_COUNT &&
+        c->job_counts[j->stored_state] > 0)
+      c->job_counts[j->stored_state]--;
+    c->job_counts[in->state]++;
+    j->stored_state = (int)in->state;
+  }
 }
 
 rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
@@ -241,28 +293,36 @@ rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
     read_job(st, out);
     rc = RM_OK;
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   return rc;
 }
 
+/* One page, newest first. Two statements rather than "?<0 OR state=?", so
+ * a state filter walks the jobs_state (state, id) index backwards instead
+ * of scanning every job; the total comes from c->job_counts. */
 rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
                                rm_job_info_t **out, size_t *n, size_t *total)
 {
   uint32_t limit = f->limit ? (f->limit > 1000 ? 1000 : f->limit) : 100;
-  sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE ?1<0 OR "
-                          "state=?1 ORDER BY id DESC LIMIT ?2 OFFSET ?3");
+  int any = f->state < 0 || f->state >= RM_JOB_STATE_COUNT;
+  sqlite3_stmt *st;
+  if (any)
+    st = prep(c, "SELECT " JOB_COLS " FROM jobs ORDER BY id DESC LIMIT ?2 OFFSET ?3");
+  else
+    st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE state=?1 ORDER BY id DESC "
+              "LIMIT ?2 OFFSET ?3");
   rm_job_info_t *arr = rm__xcalloc(limit ? limit : 1, sizeof *arr);
   size_t k = 0;
-  sqlite3_bind_int(st, 1, f->state);
+  if (!any) sqlite3_bind_int(st, 1, f->state);
   sqlite3_bind_int64(st, 2, limit);
   sqlite3_bind_int64(st, 3, (sqlite3_int64)f->offset);
   while (k < limit && sqlite3_step(st) == SQLITE_ROW) read_job(st, &arr[k++]);
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   if (total) {
-    st = prep(c, "SELECT count(*) FROM jobs WHERE ?1<0 OR state=?1");
-    sqlite3_bind_int(st, 1, f->state);
-    *total = sqlite3_step(st) == SQLITE_ROW ? (size_t)sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
+    uint64_t t = 0;
+    for (int s = 0; s < RM_JOB_STATE_COUNT; s++)
+      if (any || s == f->state) t += c->job_counts[s];
+    *total = (size_t)t;
   }
   *out = arr;
   *n = k;
@@ -271,11 +331,17 @@ rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
 
 void rm__store_job_counts(rm_coord_t *c, uint64_t *by_state)
 {
+  memcpy(by_state, c->job_counts, sizeof c->job_counts);
+}
+
+void rm__store_count_jobs(rm_coord_t *c)
+{
   sqlite3_stmt *st = prep(c, "SELECT state, count(*) FROM jobs GROUP BY state");
+  memset(c->job_counts, 0, sizeof c->job_counts);
   while (sqlite3_step(st) == SQLITE_ROW) {
     int s = sqlite3_column_int(st, 0);
     if (s >= 0 && s < RM_JOB_STATE_COUNT)
-      by_state[s] = (uint64_t)sqlite3_column_int64(st, 1);
+      c->job_counts[s] = (uint64_t)sqlite3_column_int64(st, 1);
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
 }

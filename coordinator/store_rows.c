@@ -1,7 +1,9 @@
 /*
  * store_rows.c - SQLite rows other than jobs: workers, generations,
  * barriers, step summaries, events, and loading active jobs at restart.
- * Same rules as store.c: called under c->mu inside rm__lock's transaction.
+ * Same rules as store.c: called under c->mu inside rm__lock's transaction;
+ * every statement comes from store.c's cache (rm__stmt) and is reset after
+ * use (rm__stmt_done), never finalized here.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,23 +15,10 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 
-static sqlite3_stmt *prep(rm_coord_t *c, const char *sql)
-{
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(c->db, sql, -1, &st, NULL) != SQLITE_OK) {
-    RM_ERROR("sqlite prepare failed: %s (%s)", sqlite3_errmsg(c->db), sql);
-    abort();
-  }
-  return st;
-}
+/* Cached statements (store.c): prepared once, reset after each use. */
+static sqlite3_stmt *prep(rm_coord_t *c, const char *sql) { return rm__stmt(c, sql); }
 
-static void step_done(rm_coord_t *c, sqlite3_stmt *st)
-{
-  int rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-    RM_ERROR("sqlite step failed: %s", sqlite3_errmsg(c->db));
-  sqlite3_finalize(st);
-}
+static void step_done(rm_coord_t *c, sqlite3_stmt *st) { rm__stmt_run(c, st); }
 
 static void copy_text(char *dst, size_t len, const unsigned char *s)
 {
@@ -106,7 +95,7 @@ rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
     w->launch_index = sqlite3_column_int(st, 9);
     w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   *out = arr;
   *n = k;
   return RM_OK;
@@ -147,7 +136,7 @@ rm_status_t rm__store_job_result_get(rm_coord_t *c, uint64_t id, char **text,
     }
     rc = RM_OK;
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   return rc;
 }
 
@@ -269,7 +258,7 @@ rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
     e->generation = (uint64_t)sqlite3_column_int64(st, 5);
     copy_text(e->message, sizeof e->message, sqlite3_column_text(st, 6));
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   *out = arr;
   *n = k;
   return RM_OK;
@@ -298,7 +287,7 @@ static void load_workers(rm_coord_t *c, rm__job_t *j)
     if (res && *res) w->result = rm__xstrdup((const char *)res);
     w->launch_index = sqlite3_column_int(st, 11);
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
 }
 
 rm_status_t rm__store_load_active(rm_coord_t *c)
@@ -310,12 +299,13 @@ rm_status_t rm__store_load_active(rm_coord_t *c)
     if (n == cap) ids = rm__xrealloc(ids, (cap *= 2) * sizeof *ids);
     ids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
   }
-  sqlite3_finalize(st);
+  rm__stmt_done(c, st);
   for (size_t i = 0; i < n; i++) {
     rm_job_info_t info;
     if (rm__store_job_get(c, ids[i], &info) != RM_OK) continue;
     rm__job_t *j = rm__job_new(c, &info.spec);
     j->info = info;
+    j->stored_state = (int)info.state;
     load_workers(c, j);
     if (rm__store_job_result_get(c, j->info.id, &j->result, &j->result_rank) != RM_OK)
       j->result_rank = -1;
