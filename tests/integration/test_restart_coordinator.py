@@ -8,8 +8,11 @@ import rmtest
 
 def test(env):
     env.start_coordinator()
-    job = env.submit(name="restart", world_size=4, steps=400, heartbeat_timeout_ms=2000,
-                     workload_options="count=131072")
+    # 20 ms of simulated compute per step keeps the job running well past the
+    # crash however fast the data plane is (it once finished 400 plain
+    # all-reduce steps before the coordinator was killed).
+    job = env.submit(name="restart", world_size=4, steps=300, heartbeat_timeout_ms=2000,
+                     workload="synthetic", workload_options="bytes=524288,compute_ms=20")
     other = env.submit(name="other", world_size=2, steps=5)
     ws = [env.start_worker(job, i) for i in range(4)]
     env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 20, 60)

@@ -502,8 +502,12 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
     pthread_mutex_unlock(&a->mu);
     if (a->steps_done < r->start_step) a->steps_done = r->start_step;
     st = a->wl->run(a->wl_state, &env);
-    snprintf(err, sizeof err, "%s: %s", rm_status_name(st),
-             st == RM_OK ? "" : rm_comm_last_error(comm));
+    if (st == RM_OK)
+      snprintf(err, sizeof err, "workload %s stopped after step %llu of the "
+               "job's %llu", a->wl->name, (unsigned long long)a->steps_done,
+               (unsigned long long)a->max_steps);
+    else
+      snprintf(err, sizeof err, "%s: %s", rm_status_name(st), rm_comm_last_error(comm));
     pthread_mutex_lock(&a->mu);
     int was_stale = a->stale;
     pthread_mutex_unlock(&a->mu);

@@ -13,7 +13,8 @@
  *   slow_rank    -1       this rank's compute is multiplied by slow_factor
  *   slow_factor  1        (a deliberate straggler)
  *   algo         auto     all-reduce algorithm: auto ring hd butterfly tree
- *   steps        100      step limit (the agent's max_steps caps it)
+ *   steps        -        step limit; the smaller of it and the agent's
+ *                         max_steps (the job's steps); 100 when neither is set
  *   verify       1        check every element of the result, every step
  *
  * Each step: fill, compute, all-reduce (RM_SUM, in place), verify.
@@ -100,7 +101,7 @@ static rm_status_t synth_create(const char *options, void **state, char *err,
   char key[64], val[256];
   synth_state_t *s = calloc(1, sizeof(*s));
   if (!s) return RM_ERR_NOMEM;
-  *s = (synth_state_t){.bytes = 16u << 20, .steps = 100, .verify = 1,
+  *s = (synth_state_t){.bytes = 16u << 20, .steps = 0, .verify = 1,
                        .slow_factor = 1, .slow_rank = -1, .dtype = RM_F32,
                        .algo = RM_ALGO_AUTO};
   const char *p = options ? options : "";
@@ -237,8 +238,11 @@ static rm_status_t synth_run(void *state, rm_workload_env_t *env)
   synth_state_t *s = state;
   int rank = env->comm ? rm_comm_rank(env->comm) : 0;
   int world = env->comm ? rm_comm_world(env->comm) : 1;
-  uint64_t lim = s->steps;
+  /* The job's steps (max_steps) rule unless the option asks for fewer; a
+   * built-in default would stop short of the job and look like a failure. */
+  uint64_t lim = s->steps ? s->steps : UINT64_MAX;
   if (env->max_steps && env->max_steps < lim) lim = env->max_steps;
+  if (lim == UINT64_MAX) lim = 100;
   s->step = env->start_step;
   s->world = world;
   while (s->step < lim) {
