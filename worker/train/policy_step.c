@@ -222,9 +222,12 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
     crash_point("allreduce", step + 1);
     st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32, RM_SUM);
   } else {
-    if (!decided && crash_wants("barrier", step + 1)) {
-      int dummy = 0; /* not ready: the gate opens the step, peers wait */
-      if (p->gate(p->ctx, step, 0, 0, members, &dummy) == 1) decided = 1;
+    if (crash_wants("barrier", step + 1)) {
+      /* Not ready: the gate opens the step and peers wait. A rank the gate
+       * already dropped from this step (slow under load) still dies here,
+       * so the kill point does not depend on timing. */
+      int dummy = 0;
+      if (!decided && p->gate(p->ctx, step, 0, 0, members, &dummy) == 1) decided = 1;
       crash_point("barrier", step + 1);
     }
     if (!decided) st = decide(p, step, members);
