@@ -296,8 +296,11 @@ void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
                   silent_ms * 2 >= rm__job_heartbeat_ms(c, j));
       if (lost && member(j, v)) {
         char why[300];
+        size_t sl = strlen(status); /* libringmaster's text already starts with it */
+        const char *e = !strncmp(err, status, sl) && err[sl] == ':' ? err + sl + 1 : err;
+        while (*e == ' ') e++;
         snprintf(why, sizeof why, "reported by rank %d: %s: %.200s", w->rank,
-                 status, err);
+                 status, e);
         rm__job_worker_lost(c, j, v, why);
         r.accepted = 1;
       }

@@ -507,7 +507,8 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
                "job's %llu", a->wl->name, (unsigned long long)a->steps_done,
                (unsigned long long)a->max_steps);
     else
-      snprintf(err, sizeof err, "%s: %s", rm_status_name(st), rm_comm_last_error(comm));
+      snprintf(err, sizeof err, "%s", rm_comm_last_error(comm)[0] /* "RM_ERR_X: why" */
+               ? rm_comm_last_error(comm) : rm_status_name(st));
     pthread_mutex_lock(&a->mu);
     int was_stale = a->stale;
     pthread_mutex_unlock(&a->mu);
