@@ -9,6 +9,17 @@
  *          second thread calls rm_comm_abort(): the wait returns
  *          RM_ERR_ABORTED, later calls too (sticky); rank 1 then learns that
  *          rank 0 is gone (RM_ERR_PEER_LOST naming 0).
+ *   waitframes  2 ranks, deadline 400 ms. Rank 0 waits for rank 1, which
+ *          sleeps outside the library for 300 ms, so rank 0's WAIT frames
+ *          land in rank 1's stream ahead of rank 0's DATA; for several
+ *          message sizes (header-only up to 1 MiB) every byte must arrive
+ *          intact and both ranks end RM_OK: control frames never leak
+ *          into a payload.
+ *   deadlock  2 ranks both receive from each other first (mismatched code):
+ *          one fails RM_ERR_TIMEOUT naming the other with "deadlock" in the
+ *          message (each told the other it waits for it); the other does
+ *          the same or learns it from the ABORT (RM_ERR_PEER_LOST, naming
+ *          the first).
  * No timing is asserted: the launcher's deadline (tests/lib) only catches hangs.
  */
 #define _GNU_SOURCE
@@ -100,6 +111,132 @@ static int run_ring_fault(int sig, int timeout_ms)
   return bad;
 }
 
+static const size_t g_sizes[] = {0, 8, 40, 48, 100, 4096, 1u << 20};
+#define NSIZES (sizeof g_sizes / sizeof g_sizes[0])
+
+static unsigned char pattern(size_t i, size_t round)
+{
+  return (unsigned char)(i * 131u + round * 7u + 1u);
+}
+
+static int waitframes_rank(rm_test_world_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_test_result_t *res = &h->res[rank];
+  unsigned char *buf = malloc(1u << 20);
+  rm_status_t st;
+
+  rm_test_config(h, rank, &cfg);
+  cfg.timeout_ms = 400;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    free(buf);
+    return 0;
+  }
+  for (size_t k = 0; k < NSIZES && st == RM_OK; k++) {
+    size_t n = g_sizes[k];
+    uint64_t token = k;
+    st = rm__coll_begin(c);
+    if (rank == 0) {
+      /* block on rank 1 (WAIT frames go out), then send it n bytes */
+      if (st == RM_OK) st = rm__sendrecv(c, -1, NULL, 0, 0, 1, &token, sizeof token, 1);
+      for (size_t i = 0; i < n; i++) buf[i] = pattern(i, k);
+      if (st == RM_OK) st = rm__sendrecv(c, 1, buf, n, 2, -1, NULL, 0, 0);
+    } else {
+      usleep(300 * 1000); /* outside the library: rank 0's WAITs queue up */
+      if (st == RM_OK) st = rm__sendrecv(c, 0, &token, sizeof token, 1, -1, NULL, 0, 0);
+      memset(buf, 0xEE, n);
+      /* let rank 0's DATA queue up behind its WAITs before we read: one
+       * read then takes WAIT + (WAIT +) DATA header + payload bytes */
+      usleep(50 * 1000);
+      if (st == RM_OK) st = rm__sendrecv(c, -1, NULL, 0, 0, 0, buf, n, 2);
+      for (size_t i = 0; st == RM_OK && i < n; i++)
+        if (buf[i] != pattern(i, k)) {
+          res->bad++;
+          break;
+        }
+    }
+  }
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+  free(buf);
+  return 0;
+}
+
+static int deadlock_rank(rm_test_world_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_test_result_t *res = &h->res[rank];
+  uint64_t v = 0;
+  rm_status_t st;
+
+  rm_test_config(h, rank, &cfg);
+  cfg.timeout_ms = 400;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return 0;
+  }
+  st = rm__coll_begin(c);
+  if (st == RM_OK) st = rm__sendrecv(c, -1, NULL, 0, 0, 1 - rank, &v, sizeof v, 0);
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+  return 0;
+}
+
+static int run_pair(rm_test_rank_fn fn, rm_status_t want, int want_peer[2],
+                    const char *want_text)
+{
+  rm_test_world_t h;
+  int bad;
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
+  rm_test_start(&h, fn, NULL);
+  bad = rm_test_wait(&h, 60000, -1);
+  for (int r = 0; r < 2; r++) {
+    rm_test_result_t *res = &h.res[r];
+    printf("rank %d: %s peer %d bad %d: %s\n", r, rm_status_name(res->status),
+           res->failed_peer, res->bad, res->msg);
+    if (!res->done || res->status != (int)want || res->bad ||
+        (want_peer && res->failed_peer != want_peer[r]) ||
+        (want_text && strstr(res->msg, want_text) == NULL)) {
+      fprintf(stderr, "FAIL: rank %d\n", r);
+      bad++;
+    }
+  }
+  rm_test_world_close(&h);
+  return bad;
+}
+
+/* Whichever rank's verdict comes first fails RM_ERR_TIMEOUT "deadlock"
+ * naming the other; the other may fail the same way or learn of it from
+ * the ABORT frame (RM_ERR_PEER_LOST naming the first). */
+static int run_deadlock(void)
+{
+  rm_test_world_t h;
+  int bad, saw_deadlock = 0;
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
+  rm_test_start(&h, deadlock_rank, NULL);
+  bad = rm_test_wait(&h, 60000, -1);
+  for (int r = 0; r < 2; r++) {
+    rm_test_result_t *res = &h.res[r];
+    printf("rank %d: %s peer %d: %s\n", r, rm_status_name(res->status),
+           res->failed_peer, res->msg);
+    if (res->status == RM_ERR_TIMEOUT && strstr(res->msg, "deadlock"))
+      saw_deadlock++;
+    else if (res->status != RM_ERR_PEER_LOST)
+      bad++;
+    if (!res->done || res->failed_peer != 1 - r) bad++;
+  }
+  if (saw_deadlock == 0) bad++;
+  rm_test_world_close(&h);
+  return bad;
+}
+
 static void *abort_later(void *arg)
 {
   usleep(200 * 1000);
@@ -171,6 +308,10 @@ int main(int argc, char **argv)
     bad = run_ring_fault(SIGSTOP, 1000);
   else if (strcmp(mode, "abort") == 0)
     bad = run_abort();
+  else if (strcmp(mode, "waitframes") == 0)
+    bad = run_pair(waitframes_rank, RM_OK, NULL, NULL);
+  else if (strcmp(mode, "deadlock") == 0)
+    bad = run_deadlock();
   else
     RM_TEST_FAIL("unknown mode %s", mode);
   printf("%s: %s\n", mode, bad ? "FAIL" : "ok");

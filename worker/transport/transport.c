@@ -6,14 +6,30 @@
  * is available() in this process and can_connect() to that peer carries the
  * pair. Then connect_all() runs once per transport that carries any pair.
  *
- * Wait loop (rm__wait), one iteration:
+ * Wait loop (rm__wait), one iteration (T = timeout_ms, "idle" = time since
+ * the last byte moved on req):
  *   1. req complete -> return its status;
  *   2. sticky failure (peer, deadline, abort from another thread) -> close
  *      the transports with it (peers get ABORT frames) and return it;
- *   3. no byte of progress on req for timeout_ms -> fail RM_ERR_TIMEOUT
- *      naming req->peer;
- *   4. progress every transport in use, blocking at most until the deadline
- *      (one transport) or not at all (several: they are polled in turn).
+ *   3. idle >= T/4 -> tell every peer "blocked on req->peer" (stalled(),
+ *      a WAIT frame on TCP), again every T/4 while idle;
+ *   4. idle >= T -> the stall verdict (below);
+ *   5. progress every transport in use, blocking at most until the next
+ *      step above is due (one transport) or not at all (several: they are
+ *      polled in turn).
+ *
+ * Stall verdict. Ranks wait on each other in chains: with rank 2 stopped,
+ * rank 3 waits on 2 and rank 0 waits on 3, and both deadlines run out at
+ * about the same time. Blaming "whoever I waited on" would make rank 0 name
+ * rank 3, which is healthy. So when req->peer P has said within the last T
+ * that it is blocked on rank Q, P is alive and waiting too: keep waiting
+ * until idle reaches 2T. P's own deadline on Q runs out first and its ABORT
+ * (naming Q, or whoever Q named) reaches us as the sticky failure. If 2T
+ * comes and P still says so, the ranks wait in a cycle (mismatched
+ * collectives): fail RM_ERR_TIMEOUT naming P as a deadlock when Q is this
+ * rank, else naming Q. (The verdict waits for 2T even when Q is this rank:
+ * that WAIT may be stale, from a wait our progress engine has since served.)
+ * A P that said nothing (stopped, stuck outside the library) is blamed at T.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,26 +130,77 @@ static rm_status_t failed(rm_comm_t *c)
   return st;
 }
 
+static void tell_stalled(rm_comm_t *c, int on, uint64_t seq)
+{
+  for (int i = 0; i < NPRIO; i++)
+    if (transport_used(c, g_priority[i])) g_priority[i]->stalled(c, on, seq);
+}
+
+/* Idle reached T on req (top of file). 1 = keep waiting until 2T. */
+static int stall_verdict(rm_comm_t *c, rm__req_t *req, int64_t idle_ns,
+                         int64_t span)
+{
+  const char *what = req->kind == RM__REQ_SEND ? "sending" : "receiving";
+  const char *addr = c->peers[req->peer];
+  uint64_t qseq = 0;
+  int q = c->pair_transport[req->peer]->waits_on(
+      c, req->peer, rm__now_ns() - span, &qseq);
+  int idle_ms = (int)(idle_ns / 1000000);
+
+  if (q >= 0 && idle_ns < 2 * span) return 1;
+  if (q == c->rank) {
+    rm__comm_fail(c, RM_ERR_TIMEOUT, req->peer,
+                  "deadlock: peer rank %d (%s) waits for this rank in "
+                  "collective %llu while this rank waits %d ms for it, %s "
+                  "%zu bytes (%zu done, collective %llu)",
+                  req->peer, addr, (unsigned long long)qseq, idle_ms, what,
+                  req->len, req->done, (unsigned long long)req->seq);
+    return 0;
+  }
+  if (q >= 0) {
+    rm__comm_fail(c, RM_ERR_TIMEOUT, q,
+                  "no progress from peer rank %d (%s) for %d ms while %s "
+                  "%zu bytes (%zu done, collective %llu); it is blocked on "
+                  "rank %d (%s) in collective %llu",
+                  req->peer, addr, idle_ms, what, req->len, req->done,
+                  (unsigned long long)req->seq, q, c->peers[q],
+                  (unsigned long long)qseq);
+    return 0;
+  }
+  rm__comm_fail(c, RM_ERR_TIMEOUT, req->peer,
+                "no progress from peer rank %d (%s) for %d ms while "
+                "%s %zu bytes (%zu done, collective %llu)",
+                req->peer, addr, idle_ms, what, req->len, req->done,
+                (unsigned long long)req->seq);
+  return 0;
+}
+
 rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
 {
   size_t mark = req->done + (size_t)req->hdr_done;
-  int64_t last = rm__now_ns();
+  int64_t last = rm__now_ns(), told = 0;
   int64_t span = (int64_t)c->timeout_ms * 1000000LL;
+  int64_t quarter = span / 4 > 1000000 ? span / 4 : 1000000;
 
   for (;;) {
     if (req->complete) return req->status;
     if (rm_comm_status(c) != RM_OK) return failed(c);
-    int left = rm__ms_left(last + span);
-    if (left == 0) {
-      rm__comm_fail(c, RM_ERR_TIMEOUT, req->peer,
-                    "no progress from peer rank %d (%s) for %d ms while "
-                    "%s %zu bytes (%zu done, collective %llu)",
-                    req->peer, c->peers[req->peer], c->timeout_ms,
-                    req->kind == RM__REQ_SEND ? "sending" : "receiving",
-                    req->len, req->done, (unsigned long long)req->seq);
-      return failed(c);
+    int64_t now = rm__now_ns(), due = last + span;
+    if (now - last >= quarter && now - told >= quarter) {
+      tell_stalled(c, req->peer, req->seq);
+      told = now;
     }
-    if (progress_all(c, left) != RM_OK) return failed(c);
+    if (now >= due) {
+      if (!stall_verdict(c, req, now - last, span)) return failed(c);
+      due = last + 2 * span;
+    }
+    if (now - last < quarter) {
+      if (last + quarter < due) due = last + quarter;
+    } else if (told + quarter < due) {
+      due = told + quarter;
+    }
+    int left = rm__ms_left(due);
+    if (progress_all(c, left > 0 ? left : 1) != RM_OK) return failed(c);
     if (req->done + (size_t)req->hdr_done != mark) {
       mark = req->done + (size_t)req->hdr_done;
       last = rm__now_ns();

@@ -21,7 +21,8 @@
  * receive, so post receives before waiting on sends (rm__sendrecv does).
  *
  * Deadlines: a wait fails with RM_ERR_TIMEOUT when the request it waits for
- * sees no byte of progress for comm->timeout_ms; RM_ERR_PEER_LOST when the
+ * sees no byte of progress for comm->timeout_ms (up to twice that when the
+ * peer says it is itself blocked on a third rank; see transport.c); RM_ERR_PEER_LOST when the
  * peer's connection closes or resets; RM_ERR_ABORTED after rm_comm_abort().
  * Any failure is made sticky on the communicator (rm__comm_fail) and every
  * outstanding request fails with it.
@@ -97,6 +98,13 @@ typedef struct rm__transport_ops {
   rm_status_t (*progress)(rm_comm_t *c, int timeout_ms);
   /* Close every connection; tell peers why when `reason` != RM_OK. */
   void (*close_all)(rm_comm_t *c, rm_status_t reason);
+  /* Tell every peer this rank is alive and blocked on rank `on` in
+   * collective seq; must not block (queued, sent by progress). */
+  void (*stalled)(rm_comm_t *c, int on, uint64_t seq);
+  /* The rank `peer` last said it is blocked on, if it said so at or after
+   * since_ns (rm__now_ns clock); else -1. *seq = its collective. */
+  int (*waits_on)(const rm_comm_t *c, int peer, int64_t since_ns,
+                  uint64_t *seq);
 } rm__transport_ops_t;
 
 extern const rm__transport_ops_t rm__tcp_transport;

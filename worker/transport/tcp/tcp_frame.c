@@ -86,7 +86,7 @@ rm_status_t rm__frame_check(const rm__frame_t *f, const char **why)
     *why = "unsupported frame version";
     return RM_ERR_PROTOCOL;
   }
-  if (f->type < RM__FRAME_DATA || f->type > RM__FRAME_ABORT) {
+  if (f->type < RM__FRAME_DATA || f->type > RM__FRAME_WAIT) {
     *why = "unknown frame type";
     return RM_ERR_PROTOCOL;
   }

@@ -8,16 +8,16 @@
  * Wire format. Every message is a fixed 48-byte header, followed by `length`
  * payload bytes for DATA frames only. All integers little-endian.
  *
- *   offset size field       DATA           HELLO          BYE   ABORT
- *   ------ ---- ----------- -------------- -------------- ----- ------------
+ *   offset size field       DATA           HELLO        BYE  ABORT         WAIT
+ *   ------ ---- ----------- -------------- ------------ ---- ------------- -------------
  *        0    4 magic       "RMFR" (0x52 0x4d 0x46 0x52)
- *        4    2 version     RM__TCP_VERSION (1)
- *        6    2 type        1              2              3     4
- *        8    8 job id      comm job       comm job       job   job
- *       16    8 generation  comm gen       comm gen       gen   gen
- *       24    8 seq         collective seq sender rank    0     status code
- *       32    8 tag         element offset world size     0     failed rank+1
- *       40    8 length      payload bytes  0              0     0
+ *        4    2 version     RM__TCP_VERSION (2)
+ *        6    2 type        1              2            3    4             5
+ *        8    8 job id      comm job       comm job     job  job           job
+ *       16    8 generation  comm gen       comm gen     gen  gen           gen
+ *       24    8 seq         collective seq sender rank  0    status code   collective seq
+ *       32    8 tag         element offset world size   0    failed rank+1 awaited rank+1
+ *       40    8 length      payload bytes  0            0    0             0
  *
  * Rules (a frame that breaks one is an error on that connection, naming it):
  *  - magic or version wrong, unknown type, job or length differs from what
@@ -26,6 +26,12 @@
  *  - HELLO is only valid during the handshake; BYE announces a graceful
  *    close (the end of stream that follows is not a failure); ABORT carries
  *    the sender's sticky failure (status, rank it blames) and ends the stream;
+ *  - WAIT says "I am alive, inside the library, blocked on rank tag-1 in
+ *    collective seq". A rank sends it to every peer while one of its waits
+ *    has seen no progress for a quarter of its deadline (transport.c), so a
+ *    peer that stalls on it can tell a rank that is stuck (sends nothing)
+ *    from one that is itself waiting on a third rank, and blame the right
+ *    one. It may come between any two frames; it is never a payload;
  *  - end of stream or reset without a BYE first: RM_ERR_PEER_LOST.
  *
  * Flow control: a DATA payload is read only straight into a posted receive
@@ -34,6 +40,13 @@
  * sender: a send completes when its bytes are in the kernel, and a large send
  * to a peer that never posts the receive does not complete (post receives
  * before waiting on sends, e.g. rm__sendrecv).
+ *
+ * Control frames inside a read: a header is read together with the start
+ * of the posted receive's buffer (one readv). When that header turns out to
+ * be a control frame (WAIT, BYE), the bytes that went into the buffer belong
+ * to the frames after it: up to 48 go back into rhdr and the rest stay at
+ * the start of the buffer, counted in `carry`, until the DATA header they
+ * follow is checked (tcp_progress.c reclaim()).
  */
 #ifndef RM_WORKER_TCP_INT_H
 #define RM_WORKER_TCP_INT_H
@@ -46,14 +59,15 @@
 #include "core/comm_int.h"
 
 #define RM__TCP_HDR 48
-#define RM__TCP_VERSION 1
+#define RM__TCP_VERSION 2
 #define RM__TCP_MAGIC 0x52464d52u /* "RMFR" read as little-endian u32 */
 
 typedef enum {
   RM__FRAME_DATA = 1,
   RM__FRAME_HELLO = 2,
   RM__FRAME_BYE = 3,
-  RM__FRAME_ABORT = 4
+  RM__FRAME_ABORT = 4,
+  RM__FRAME_WAIT = 5
 } rm__frame_type_t;
 
 typedef struct rm__frame {
@@ -90,6 +104,13 @@ typedef struct rm__tcp_conn {
                           * is drained, wait for POLLIN before reading again */
   int wr_full;           /* last write came back short or EAGAIN: wait for
                           * POLLOUT before writing again */
+  size_t carry;          /* stream bytes parked at the start of the head
+                          * receive's buffer after a control frame */
+  int waits_on;          /* rank the peer's last WAIT named, -1 = none */
+  uint64_t waits_seq;    /* collective that WAIT was sent from */
+  int64_t waits_ns;      /* when it arrived (rm__now_ns) */
+  rm__req_t ctl;         /* our WAIT to this peer; queued at most once */
+  int ctl_queued;        /* ctl is in sq (until it completes) */
 } rm__tcp_conn_t;
 
 struct rm__tcp_state {

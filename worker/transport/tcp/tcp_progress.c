@@ -20,12 +20,18 @@
  *      DATA, no receive posted -> HELD (no POLLIN until one is posted)
  *      DATA matching the head receive -> PAYLOAD -> complete -> HEADER
  *      BYE -> HEADER (bye=1; end of stream now means "left")
+ *      WAIT -> HEADER (note whom the peer waits on; bytes read past the
+ *              header go back to the stream, see reclaim())
  *      ABORT -> fail the communicator with the sender's reason
  *   end of stream: after BYE -> closed quietly (an error only if a request
  *   is posted to that peer); before BYE -> RM_ERR_PEER_LOST.
  *
  * Sends: the head requests of the queue (up to MAX_BATCH) go out in one
  * sendmsg (header + payload iovecs), so small frames share a syscall.
+ *
+ * Stall reports (tcp_stalled): one WAIT control request per connection,
+ * queued at the head of the send queue (after the head when that is
+ * partly written) unless the previous one is still queued.
  *
  * Closing (close_all): a communicator that fails tells each peer ABORT (when
  * that connection is between frames) and shuts down its write side, so the
@@ -85,6 +91,16 @@ static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
 static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
                                   const rm__frame_t *f);
 
+/* A WAIT frame from k: remember whom k says it is blocked on. */
+static void note_wait(rm_comm_t *c, rm__tcp_conn_t *k, const rm__frame_t *f)
+{
+  int on = (int)f->tag - 1;
+  if (f->tag == 0 || f->tag > (uint64_t)c->world || on == k->peer) on = -1;
+  k->waits_on = on;
+  k->waits_seq = f->seq;
+  k->waits_ns = rm__now_ns();
+}
+
 /* Look at what waits unread on connection k without blocking: 1 = an ABORT
  * frame (adopted, *st set), 2 = end of stream between frames with no BYE
  * (the peer process died without a word), 0 = nothing conclusive. */
@@ -92,21 +108,31 @@ static int probe(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
 {
   rm__frame_t f;
   const char *why;
-  int boundary = k->rhdr_got == 0 &&
-                 (k->rq_head == NULL || k->rq_head->hdr_done == 0);
-  while (k->rhdr_got < RM__TCP_HDR) {
-    ssize_t n = recv(k->fd, k->rhdr + k->rhdr_got,
-                     (size_t)(RM__TCP_HDR - k->rhdr_got), MSG_DONTWAIT);
-    if (n == 0 && boundary && !k->bye) return 2;
-    if (n <= 0) return 0;
-    k->rhdr_got += (int)n;
+  for (;;) {
+    int boundary = k->rhdr_got == 0 &&
+                   (k->rq_head == NULL || k->rq_head->hdr_done == 0);
+    while (k->rhdr_got < RM__TCP_HDR) {
+      ssize_t n = recv(k->fd, k->rhdr + k->rhdr_got,
+                       (size_t)(RM__TCP_HDR - k->rhdr_got), MSG_DONTWAIT);
+      if (n == 0 && boundary && !k->bye) return 2;
+      if (n <= 0) return 0;
+      k->rhdr_got += (int)n;
+    }
+    rm__frame_decode(k->rhdr, &f);
+    if (rm__frame_check(&f, &why) != RM_OK || f.job != c->job_id ||
+        f.generation != c->generation)
+      return 0;
+    if (f.type == RM__FRAME_ABORT) {
+      *st = on_abort_frame(c, k, &f);
+      return 1;
+    }
+    /* a WAIT read here was never seen by do_recv: consume it and look on */
+    if (f.type != RM__FRAME_WAIT || k->carry > 0 ||
+        (k->rq_head != NULL && k->rq_head->hdr_done != 0))
+      return 0;
+    note_wait(c, k, &f);
+    k->rhdr_got = 0;
   }
-  rm__frame_decode(k->rhdr, &f);
-  if (rm__frame_check(&f, &why) != RM_OK || f.type != RM__FRAME_ABORT ||
-      f.job != c->job_id || f.generation != c->generation)
-    return 0;
-  *st = on_abort_frame(c, k, &f);
-  return 1;
 }
 
 /* Connection k broke without an ABORT from k. k may be only a messenger:
@@ -285,6 +311,7 @@ static rm_status_t on_header(rm_comm_t *c, rm__tcp_conn_t *k, int *held)
   case RM__FRAME_HELLO:
     return conn_fail(c, k, RM_ERR_PROTOCOL, "HELLO after the handshake");
   case RM__FRAME_BYE: k->bye = 1; k->rhdr_got = 0; return RM_OK;
+  case RM__FRAME_WAIT: note_wait(c, k, &f); k->rhdr_got = 0; return RM_OK;
   default: break;
   }
   if (r == NULL) {
@@ -311,6 +338,19 @@ static void pop_recv(rm__tcp_conn_t *k)
   r->next = NULL;
   r->complete = 1;
   k->rhdr_got = 0;
+}
+
+/* A control frame was just consumed, and the first n bytes of r's buffer
+ * were read past it: they are the next bytes of the stream. Put back up to
+ * a header's worth into rhdr; the rest stay at the start of the buffer as
+ * `carry` (payload of the DATA frame whose header that is, or more frames). */
+static void reclaim(rm__tcp_conn_t *k, rm__req_t *r, size_t n)
+{
+  size_t h = n < RM__TCP_HDR ? n : RM__TCP_HDR;
+  memcpy(k->rhdr, r->buf, h);
+  k->rhdr_got = (int)h;
+  if (n > h) memmove(r->buf, (char *)r->buf + h, n - h);
+  k->carry = n - h;
 }
 
 /* Read the rest of a header; when a receive is posted, read straight on
@@ -363,13 +403,25 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       if ((size_t)got < want) k->rd_dry = 1;
       if (k->rhdr_got < RM__TCP_HDR) continue;
       if ((st = on_header(c, k, &held)) != RM_OK || held) return st;
-      if (k->bye || r == NULL) continue;
+      if (r == NULL) continue;
+      if (r->hdr_done == 0) { /* a control frame: give back what followed */
+        if (extra > 0) reclaim(k, r, extra);
+        continue;
+      }
       r->done = extra;
     } else if (r == NULL) {
       return RM_OK; /* HELD */
     } else if (r->hdr_done == 0) {
+      /* a header that was parked by reclaim() or left by probe() */
       int held;
+      size_t carry = k->carry;
+      k->carry = 0;
       if ((st = on_header(c, k, &held)) != RM_OK) return st;
+      if (r->hdr_done == 0) {
+        if (carry > 0) reclaim(k, r, carry);
+        continue;
+      }
+      r->done = carry;
     } else if (r->done < r->len) {
       if (k->rd_dry) return RM_OK;
       want = chunk_cap(r->len - r->done);
@@ -514,6 +566,49 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
   return rm_comm_status(c);
 }
 
+/* Tell every peer that this rank is blocked on `on` in collective seq: one
+ * WAIT request per connection, ahead of queued data that has not started. */
+static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq)
+{
+  struct rm__tcp_state *s = c->tcp;
+  if (s == NULL || s->closed) return;
+  for (int p = 0; p < c->world; p++) {
+    rm__tcp_conn_t *k = &s->conns[p];
+    rm__req_t *r = &k->ctl;
+    rm__frame_t f;
+    if (k->fd < 0 || (k->ctl_queued && !r->complete)) continue;
+    memset(r, 0, sizeof *r);
+    r->peer = p;
+    r->kind = RM__REQ_SEND;
+    rm__frame_init(&f, c, RM__FRAME_WAIT);
+    f.seq = seq;
+    f.tag = (uint64_t)on + 1;
+    rm__frame_encode(&f, r->hdr);
+    if (k->sq_head != NULL && k->send_mid_frame) {
+      r->next = k->sq_head->next;
+      k->sq_head->next = r;
+      if (k->sq_tail == k->sq_head) k->sq_tail = r;
+    } else {
+      r->next = k->sq_head;
+      k->sq_head = r;
+      if (k->sq_tail == NULL) k->sq_tail = r;
+    }
+    k->ctl_queued = 1;
+  }
+}
+
+/* The rank peer last said (WAIT, at or after since_ns) it is blocked on. */
+static int tcp_waits_on(const rm_comm_t *c, int peer, int64_t since_ns,
+                        uint64_t *seq)
+{
+  const rm__tcp_conn_t *k;
+  if (c->tcp == NULL || peer < 0 || peer >= c->world) return -1;
+  k = &c->tcp->conns[peer];
+  if (k->waits_on < 0 || k->waits_ns < since_ns) return -1;
+  *seq = k->waits_seq;
+  return k->waits_on;
+}
+
 /* Best-effort, non-blocking: one control frame to a connection that is
  * between frames. */
 static void send_control(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t reason)
@@ -582,6 +677,7 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
   for (int p = 0; p < c->world; p++) {
     s->conns[p].fd = -1;
     s->conns[p].peer = p;
+    s->conns[p].waits_on = -1;
   }
   s->spin_us = (int)rm__param_tcp_spin_us();
   if (s->spin_us < 0)
@@ -610,4 +706,6 @@ const rm__transport_ops_t rm__tcp_transport = {
     .post = tcp_post,
     .progress = tcp_progress,
     .close_all = tcp_close_all,
+    .stalled = tcp_stalled,
+    .waits_on = tcp_waits_on,
 };
