@@ -19,7 +19,14 @@
 #
 # netns: the 4 namespaces of peers/netns_bench.sh (1 Gbit tbf links), one
 # rank per namespace (ip netns exec), N = 4 only; the namespaces are built
-# here and deleted on exit.
+# here and deleted on exit. Each repeat also measures what the network gives
+# the ring's traffic pattern: one TCP stream alone (0 -> 1), then 4 streams
+# at once, rank i -> i+1 (what a ring all-reduce sends), each timed from
+# outside (3 x 64 MiB), with the machine's CPU busy share meanwhile (on a
+# 2-vCPU VM the namespaces' bridge and tbf work, not the link, is then the
+# limit). The table adds rm's busbw as % of the link and as % of the
+# slowest of the 4 concurrent streams (the ring's traffic pattern; other
+# algorithms send a different pattern and can beat it).
 set -euo pipefail
 
 mode="${1:-loopback}"
@@ -44,12 +51,14 @@ cleanup() {
 }
 trap cleanup EXIT
 cp -r "$peers_src" "$tmp/peers"
-make -s -C "$tmp/peers" mpi_allreduce gloo_allreduce >/dev/null
+make -s -C "$tmp/peers" mpi_allreduce gloo_allreduce tcp_stream >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # raw lines are appended as they come (KEEP_RAW keeps them even if a later
 # harness dies); a harness that fails is logged and the run goes on
 raw="${KEEP_RAW:-$tmp/raw.txt}"
+ceil="$tmp/ceil.txt"
 : >"$raw"
+: >"$ceil"
 
 # Normalise every harness's lines to: impl n bytes median_us busbw
 rep=0
@@ -67,8 +76,44 @@ run_loopback() {
     rm_lines rm >>"$raw"
 }
 
+# One timed stream SRC -> DST (namespaces arbench*), GB/s on stdout.
+stream() {
+  local src=$1 dst=$2 port=$3 bytes=67108864 reps=3 t0 t1
+  ip netns exec "arbench$dst" "$tmp/peers/tcp_stream" -L "198.18.0.$((dst + 1)):$port" \
+    -t "$bytes" -r "$reps" >/dev/null 2>&1 &
+  local lpid=$!
+  sleep 0.3
+  t0=$(date +%s%N)
+  ip netns exec "arbench$src" "$tmp/peers/tcp_stream" -C "198.18.0.$((dst + 1)):$port" \
+    -t "$bytes" -r "$reps" >/dev/null 2>&1
+  wait "$lpid"
+  t1=$(date +%s%N)
+  awk -v b=$((bytes * reps)) -v ns=$((t1 - t0)) 'BEGIN { printf "%.4f\n", b / ns }'
+}
+
+cpu_jiffies() { awk '/^cpu /{print $2 + $3 + $4 + $6 + $7 + $8, $5}' /proc/stat; }
+
+# ceil lines: "ceil1 GBps rep" (one stream), "ceil4 GBps rep" (slowest of
+# the 4 concurrent ring streams), "cpu4 busy% rep" (during those 4)
+run_ceiling() {
+  local f="$tmp/ceil_streams" b0 i0 b1 i1 pids=()
+  echo "ceil1 $(stream 0 1 29601) $rep" >>"$ceil"
+  : >"$f"
+  read -r b0 i0 < <(cpu_jiffies)
+  for ((i = 0; i < 4; i++)); do
+    stream "$i" $(((i + 1) % 4)) $((29610 + i)) >>"$f" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  read -r b1 i1 < <(cpu_jiffies)
+  echo "ceil4 $(sort -g "$f" | head -1) $rep" >>"$ceil"
+  awk -v b=$((b1 - b0)) -v i=$((i1 - i0)) -v r="$rep" \
+    'BEGIN { printf "cpu4 %.1f %s\n", 100 * b / (b + i), r }' >>"$ceil"
+}
+
 run_netns() {
   local n=4 port=29500 peers=""
+  run_ceiling
   for ((r = 0; r < n; r++)); do peers+="${peers:+,}198.18.0.$((r + 1)):$port"; done
   "$tmp/peers/netns_bench.sh" mpi "$n" -s "$SIZES" | peer_lines | sed 's/^mpi[^ ]*/mpi/' >>"$raw"
   "$tmp/peers/netns_bench.sh" gloo "$n" -s "$SIZES" | peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
@@ -96,7 +141,7 @@ done
 # Table: per (n, size) and impl the median over repeats of that repeat's
 # best busbw; ratios of the medians.
 printf "# %s: busbw GB/s, median over %s interleaved repeat(s) (rm = best ringmaster algorithm per repeat)\n" "$mode" "$REPEATS"
-python3 - "$raw" <<'PY'
+python3 - "$raw" "$ceil" "$mode" <<'PY'
 import collections, statistics, sys
 best = {}  # (impl, n, bytes, rep) -> (busbw, algo)
 for line in open(sys.argv[1]):
@@ -113,11 +158,29 @@ for (impl, n, b, rep), (bw, algo) in best.items():
     cells[(impl, n, b)].append(bw)
     if impl == "rm":
         algos[(n, b)].append(algo)
-print("%3s %10s %9s %9s %9s %-15s %8s %8s" % ("n", "bytes", "mpi", "gloo", "rm", "rm_algo", "rm/mpi", "rm/gloo"))
+netns = sys.argv[3] == "netns"
+link = 0.125  # GB/s, the 1 Gbit tbf rate of netns_bench.sh
+ceil = collections.defaultdict(list)
+for line in open(sys.argv[2]):
+    f = line.split()
+    if len(f) == 3:
+        ceil[f[0]].append(float(f[1]))
+c4 = statistics.median(ceil["ceil4"]) if ceil["ceil4"] else 0.0
+head = "%3s %10s %9s %9s %9s %-15s %8s %8s" % ("n", "bytes", "mpi", "gloo", "rm", "rm_algo", "rm/mpi", "rm/gloo")
+print(head + ("  %6s %6s" % ("%link", "%4str") if netns else ""))
 for n, b in sorted({(k[1], k[2]) for k in cells}):
     med = {i: statistics.median(cells[(i, n, b)]) if cells[(i, n, b)] else 0.0 for i in ("mpi", "gloo", "rm")}
     a = collections.Counter(algos[(n, b)]).most_common(1)
-    print("%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f" % (
+    row = "%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f" % (
         n, b, med["mpi"], med["gloo"], med["rm"], a[0][0] if a else "-",
-        med["rm"] / med["mpi"] if med["mpi"] else 0, med["rm"] / med["gloo"] if med["gloo"] else 0))
+        med["rm"] / med["mpi"] if med["mpi"] else 0, med["rm"] / med["gloo"] if med["gloo"] else 0)
+    if netns:
+        row += "  %5.0f%% %5.0f%%" % (100 * med["rm"] / link, 100 * med["rm"] / c4 if c4 else 0)
+    print(row)
+if netns:
+    c1 = statistics.median(ceil["ceil1"]) if ceil["ceil1"] else 0.0
+    cpu = statistics.median(ceil["cpu4"]) if ceil["cpu4"] else 0.0
+    print("# link %.3f GB/s; one TCP stream alone %.3f GB/s (%.0f%%); 4 concurrent streams "
+          "i -> i+1 (the ring's pattern): slowest %.3f GB/s (%.0f%% of the link), CPU busy %.0f%% "
+          "meanwhile (medians over repeats)" % (link, c1, 100 * c1 / link, c4, 100 * c4 / link, cpu))
 PY
