@@ -17,7 +17,8 @@
  *                                  lost at once (recovery.c), then wait (2
  *                                  heartbeat timeouts) for its decision: job
  *                                  failed -> exit 1, new generation -> loop,
- *                                  else LEAVE failed
+ *                                  else LEAVE failed (refused as stale: the
+ *                                  job is re-forming -> loop; else exit 1)
  *
  * RECOVERY TIMING. The first moment this worker knows something broke (its
  * collective failed, or the coordinator moved on) is kept; when the first
@@ -539,8 +540,12 @@ static int run_generation(agent_t *a, const Ringmaster__V1__JoinResponse *r)
   } else if (stale || (st != RM_ERR_INTERNAL && await_decision(a))) {
     ret = 1;
   } else {
+    /* no decision seen (e.g. our heartbeats could not reach a coordinator
+     * that restarted meanwhile): Leave reporting the failure; a coordinator
+     * that refuses it for a stale generation is re-forming the job and
+     * wants us back, so re-join instead of exiting */
     fprintf(stderr, "ringmaster-worker: rank %d failed: %s\n", a->rank, err);
-    leave(a, 0, err);
+    if (leave(a, 0, err) == 1) ret = 1;
   }
   return ret;
 }
