@@ -1,6 +1,6 @@
 """crash.py - the deterministic kill-point matrix (issue 6): one coordinator
 with the local launcher whose workers inherit
-RINGMASTER_TEST_CRASH_AT=WHERE:STEP@1 (worker/train/policy_step.c), so the
+RINGMASTER_TEST_CRASH_AT=WHERE:STEP@1 (worker/train/crash_hook.c), so the
 worker with launch index 1 SIGKILLs itself at WHERE of step STEP. Three jobs
 run side by side, one per on_failure policy:
 
@@ -14,14 +14,19 @@ deadlines: the test waits far longer than the 5 s heartbeat timeout but
 never needs it), parameters are bitwise equal across ranks (verify=5
 all-gathers the checksums every 5 steps and at the last step, and fails the
 job otherwise), the accuracy band is reached (>= 0.85 on the held-out
-split)."""
+split).
+
+The jobs add 2 ms of simulated compute per step, which runs the step on
+policy_step.c's path; plain=True leaves it out, so the step runs on
+trainer.c's plain path (policy none, nothing simulated: what a default job
+runs)."""
 import rc
 
 STEP = 20
 STEPS = 150
 
 
-def run(env, where, policy_opts=None):
+def run(env, where, policy_opts=None, plain=False):
     rc.start_local_coordinator(env, crash_at="%s:%d@1" % (where, STEP))
     extra = policy_opts or {}
     jobs = {}
@@ -30,7 +35,7 @@ def run(env, where, policy_opts=None):
             name="crash-%s-%s" % (where, pol), world_size=3,
             steps=STEPS if pol != "fail" else 10**6, heartbeat_timeout_ms=5000,
             workload="train", launcher="local",
-            workload_options=rc.train_opts(env, "sim_compute_ms=2"),
+            workload_options=rc.train_opts(env, "" if plain else "sim_compute_ms=2"),
             on_failure=pol, max_restarts=1, checkpoint_every=10, **extra)
     for pol, job in jobs.items():
         j = rc.wait_final(env, job, 120)
@@ -54,8 +59,8 @@ def run(env, where, policy_opts=None):
                 assert acc is not None and acc >= 0.85, (pol, i, acc)
         if pol == "replace":
             assert "relaunch" in rc.kinds(env, job)
-    print("%s: shrink, replace, fail ok" % where)
+    print("%s%s: shrink, replace, fail ok" % (where, " (plain step)" if plain else ""))
 
 
-def main(where, policy_opts=None):
-    rc.main_local(lambda env: run(env, where, policy_opts))
+def main(where, policy_opts=None, plain=False):
+    rc.main_local(lambda env: run(env, where, policy_opts, plain))

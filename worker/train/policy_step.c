@@ -33,33 +33,9 @@
  * depend on the data, with variance larger by about W/k; the learning rate
  * is not changed. coded loses nothing: the decoded sum IS the batch-B sum.
  *
- * TEST HOOK: deterministic kill points (issue 6 fault tests). Compiled in
- * always, inert unless the environment says
- *
- *   RINGMASTER_TEST_CRASH_AT=WHERE:STEP[@INDEX]
- *
- * and then the process SIGKILLs itself (no cleanup, like a real crash) at
- * WHERE of global step STEP (1-based, the step being computed), after one
- * line on stderr. With @INDEX only the process whose
- * RINGMASTER_LAUNCH_INDEX is INDEX does (the local launcher gives every
- * worker the coordinator's environment; a relaunched worker gets a new
- * index and never crashes). WHERE:
- *   compute     in the middle of the step's compute (after the shard
- *               gradient, before the simulated compute)
- *   barrier     in the step gate: after this rank asked the coordinator
- *               for the step's participant set, before it is ready, while
- *               its peers wait there (gated straggler policies; under
- *               `none` there is no gate and this is the same as allreduce)
- *   allreduce   entering the step's (masked) all-reduce, with its peers
- *               already in it and waiting for its data
- *   checkpoint  inside the atomic write of the step's checkpoint: the
- *               temporary file is written and fsynced, not yet renamed
- *               (aggregate/checkpoint.c's "synced" hook), so a partial
- *               checkpoint is left behind for recovery to ignore
- * The points are on this file's path (straggler policies, or
- * sim_compute_ms/slow_rank set), which every recovery test uses.
+ * TEST HOOK: the kill points of crash_hook.c (compute, barrier, allreduce,
+ * checkpoint) are called on this path as on trainer.c's plain step.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,61 +48,6 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "train_int.h"
-
-/* ---- test hook: RINGMASTER_TEST_CRASH_AT ---- */
-static struct {
-  int parsed;
-  char where[16];
-  uint64_t step;
-  int ckpt_armed;
-} crash;
-
-static void crash_now(const char *where, uint64_t step)
-{
-  fprintf(stderr, "ringmaster-worker: test hook RINGMASTER_TEST_CRASH_AT: "
-          "SIGKILL at %s of step %llu (pid %d)\n", where,
-          (unsigned long long)step, (int)getpid());
-  fflush(stderr);
-  kill(getpid(), SIGKILL);
-}
-
-static void crash_ckpt_hook(const char *stage)
-{
-  if (crash.ckpt_armed && !strcmp(stage, "synced"))
-    crash_now("checkpoint", crash.step);
-}
-
-static void crash_parse(void)
-{
-  const char *v = getenv("RINGMASTER_TEST_CRASH_AT"), *at, *mine;
-  unsigned long long step = 0;
-  crash.parsed = 1;
-  if (!v || sscanf(v, "%15[a-z]:%llu", crash.where, &step) != 2) {
-    crash.where[0] = 0;
-    return;
-  }
-  crash.step = step;
-  at = strchr(v, '@');
-  mine = getenv("RINGMASTER_LAUNCH_INDEX");
-  if (at && (!mine || atoi(at + 1) != atoi(mine))) crash.where[0] = 0;
-  if (!strcmp(crash.where, "checkpoint")) rm__ckpt_test_hook = crash_ckpt_hook;
-}
-
-/* 1 when the hook names (where, step). */
-static int crash_wants(const char *where, uint64_t step)
-{
-  if (!crash.parsed) crash_parse();
-  return crash.where[0] && step == crash.step && !strcmp(where, crash.where);
-}
-
-/* Kill this process if the hook names (where, step); step is 1-based. */
-static void crash_point(const char *where, uint64_t step)
-{
-  if (!crash.parsed) crash_parse();
-  if (!crash.where[0] || step != crash.step) return;
-  if (!strcmp(where, "checkpoint")) crash.ckpt_armed = 1; /* write follows */
-  else if (!strcmp(where, crash.where)) crash_now(where, step);
-}
 
 static void sleep_ms(double ms)
 {
@@ -210,7 +131,7 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
   shard(p, B, &lo, &hi);
   int64_t t0 = rm__now_ns();
   rm__trainer_shard_grad(t, step, lo, hi, t->grad);
-  crash_point("compute", step + 1);
+  rm__crash_point("compute", step + 1);
   double extra = p->sim_compute_ms;
   if (p->rank == p->slow_rank && p->slow_factor > 1)
     extra = (extra + (double)(rm__now_ns() - t0) / 1e6) * p->slow_factor -
@@ -218,20 +139,20 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
   if (extra > 0) dropped = slow_down(p, step, extra, members, &decided);
   int64_t t1 = rm__now_ns();
   if (p->kind == RM__POL_NONE) {
-    crash_point("barrier", step + 1); /* no gate: the collective is it */
-    crash_point("allreduce", step + 1);
+    rm__crash_point("barrier", step + 1); /* no gate: the collective is it */
+    rm__crash_point("allreduce", step + 1);
     st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32, RM_SUM);
   } else {
-    if (crash_wants("barrier", step + 1)) {
+    if (rm__crash_wants("barrier", step + 1)) {
       /* Not ready: the gate opens the step and peers wait. A rank the gate
        * already dropped from this step (slow under load) still dies here,
        * so the kill point does not depend on timing. */
       int dummy = 0;
       if (!decided && p->gate(p->ctx, step, 0, 0, members, &dummy) == 1) decided = 1;
-      crash_point("barrier", step + 1);
+      rm__crash_point("barrier", step + 1);
     }
     if (!decided) st = decide(p, step, members);
-    if (st == RM_OK) crash_point("allreduce", step + 1);
+    if (st == RM_OK) rm__crash_point("allreduce", step + 1);
     int64_t tg = rm__now_ns();
     rep->wait_ms = (double)(tg - t1) / 1e6;
     t1 = tg;
@@ -253,7 +174,7 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
   int64_t t2 = rm__now_ns();
   if (st == RM_OK) {
     rm__trainer_apply(t, t->grad, rows ? rows : 1);
-    crash_point("checkpoint", t->step); /* arms the write that follows */
+    rm__crash_point("checkpoint", t->step); /* arms the write that follows */
     rep->step = t->step;
     rep->compute_ms = (double)(t1 - t0) / 1e6 - rep->wait_ms;
     rep->comm_ms = (double)(t2 - t1) / 1e6;

@@ -210,6 +210,14 @@ typedef struct rm__policy {
 rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
                             const rm__policy_t *p, rm_step_report_t *rep);
 
+/* ---- kill points for the fault tests (crash_hook.c) ---- */
+/* SIGKILL this process if RINGMASTER_TEST_CRASH_AT names (where, step);
+ * step is 1-based. "checkpoint" only arms the checkpoint write that
+ * follows (the kill happens inside it). */
+void rm__crash_point(const char *where, uint64_t step);
+/* 1 when the hook names (where, step) for this process. */
+int rm__crash_wants(const char *where, uint64_t step);
+
 /* For tests: the live state behind a `train` workload's opaque pointer. */
 rm__trainer_t *rm__train_workload_trainer(void *state);
 

@@ -169,14 +169,18 @@ rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
 
   int64_t t0 = rm__now_ns();
   rm__trainer_shard_grad(t, t->step, lo, hi, t->grad);
+  rm__crash_point("compute", t->step + 1);
   int64_t t1 = rm__now_ns();
   if (comm) {
+    rm__crash_point("barrier", t->step + 1); /* no gate: the collective is it */
+    rm__crash_point("allreduce", t->step + 1);
     rm_status_t st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32,
                                   RM_SUM);
     if (st != RM_OK) return st; /* I2 */
   }
   int64_t t2 = rm__now_ns();
   rm__trainer_apply(t, t->grad, B);
+  rm__crash_point("checkpoint", t->step); /* arms the write that follows */
   int64_t t3 = rm__now_ns();
 
   memset(rep, 0, sizeof(*rep));
