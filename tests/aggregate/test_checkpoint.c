@@ -15,14 +15,7 @@
 
 #include "aggregate/checkpoint.h"
 
-static int failures;
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 static char dir[256];
 
@@ -141,7 +134,7 @@ static void test_corruption(void)
     CHECK(damaged(path, how, err, sizeof err) == RM_ERR_INVALID_ARG);
     if (strstr(err, want[how]) == NULL || strstr(err, "damaged.bin") == NULL) {
       fprintf(stderr, "damage %d: unexpected message: %s\n", how, err);
-      failures++;
+      rm_check_failures++;
     }
   }
   void *payload;
@@ -287,10 +280,5 @@ int main(void)
   test_iov();
   test_crash_before_rename();
   cleanup();
-  if (failures) {
-    fprintf(stderr, "test_checkpoint: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_checkpoint: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_checkpoint");
 }

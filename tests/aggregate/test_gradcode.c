@@ -14,14 +14,7 @@
 
 #include "aggregate/gradcode.h"
 
-static int failures;
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 #define D 7     /* gradient dimension */
 #define MAXN 16
@@ -204,10 +197,5 @@ int main(void)
   test_every_pattern();
   test_assignment_and_ranges();
   test_bad_plans();
-  if (failures) {
-    fprintf(stderr, "test_gradcode: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_gradcode: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_gradcode");
 }

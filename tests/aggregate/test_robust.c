@@ -11,14 +11,7 @@
 #include "aggregate/aggregate.h"
 #include "reduce/reduce.h"
 
-static int failures;
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 static void test_median(void)
 {
@@ -178,10 +171,5 @@ int main(void)
   test_clip_and_scale();
   test_members();
   test_masked_math();
-  if (failures) {
-    fprintf(stderr, "test_robust: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_robust: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_robust");
 }

@@ -20,15 +20,8 @@
 #include "jsonw.h"
 #include "prom.h"
 
-static int failures;
 
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);        \
-      failures++;                                                                     \
-    }                                                                                 \
-  } while (0)
+#include "rm_check.h"
 
 static void expect_refused(const char *body, const char *code, const char *field)
 {
@@ -39,7 +32,7 @@ static void expect_refused(const char *body, const char *code, const char *field
   if (rc != -1 || strcmp(e.code, code) != 0 || strcmp(e.field, field) != 0) {
     fprintf(stderr, "spec %s: want %s/%s, got rc %d %s/%s (%s)\n", body, code, field, rc, e.code,
             e.field, e.message);
-    failures++;
+    rm_check_failures++;
   }
 }
 
@@ -220,7 +213,5 @@ int main(int argc, char **argv)
   test_prom(NULL);
   test_auth();
   test_jsonw();
-  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
-  else printf("api core: all checks passed\n");
-  return failures ? 1 : 0;
+  return rm_check_exit("test_core");
 }

@@ -24,16 +24,7 @@
 
 #include "coord_int.h"
 
-static int fails;
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fails++;                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-    }                                                                     \
-  } while (0)
+#include "rm_check.h"
 
 static int jansson_object(const char *s)
 {
@@ -66,12 +57,12 @@ static void table(void)
       "{} {}", "{}x", "{\"i\":9223372036854775808}", "{\"r\":1e400}",
       "{\"a\":[1,2}", "{\"a\":[1 2]}", "{\"a\":NaN}"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-    CHECK(check(good[i]), "refused valid %s", good[i]);
-    CHECK(jansson_object(good[i]), "jansson refuses %s", good[i]);
+    CHECKF(check(good[i]), "refused valid %s", good[i]);
+    CHECKF(jansson_object(good[i]), "jansson refuses %s", good[i]);
   }
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    CHECK(!check(bad[i]), "accepted invalid %s", bad[i]);
-    CHECK(!jansson_object(bad[i]), "jansson accepts %s", bad[i]);
+    CHECKF(!check(bad[i]), "accepted invalid %s", bad[i]);
+    CHECKF(!jansson_object(bad[i]), "jansson accepts %s", bad[i]);
   }
   /* depth: 32 levels accepted, 33 refused */
   for (int levels = 32; levels <= 33; levels++) {
@@ -79,7 +70,7 @@ static void table(void)
     for (int d = 0; d < levels; d++) strcat(deep, "{\"a\":");
     strcat(deep, "1");
     for (int d = 0; d < levels; d++) strcat(deep, "}");
-    CHECK(check(deep) == (levels == 32), "%d levels: verdict %d", levels, check(deep));
+    CHECKF(check(deep) == (levels == 32), "%d levels: verdict %d", levels, check(deep));
   }
 }
 
@@ -111,7 +102,7 @@ static void mutations(void)
     }
     if (check(buf)) {
       accepted++;
-      CHECK(jansson_object(buf), "checker accepts what Jansson refuses: %s", buf);
+      CHECKF(jansson_object(buf), "checker accepts what Jansson refuses: %s", buf);
     }
   }
   printf("mutations: %d of 20000 accepted, all parsed by Jansson\n", accepted);
@@ -150,7 +141,7 @@ static rm_coord_t *open_coord(const char *db)
   rm_coord_options_init(&o);
   o.db_path = db;
   o.grpc_addr = "127.0.0.1:0";
-  CHECK(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
+  CHECKF(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
   return c;
 }
 
@@ -160,7 +151,7 @@ static void coordinator(void)
   int rank = 7;
   rm_job_spec_t spec;
   rm_job_info_t info;
-  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  CHECKF(mkdtemp(dir) != NULL, "mkdtemp");
   snprintf(db, sizeof db, "%s/rm.db", dir);
   rm_coord_t *c = open_coord(db);
   if (!c) return;
@@ -168,10 +159,10 @@ static void coordinator(void)
   snprintf(spec.name, sizeof spec.name, "result-test");
   spec.world_size = 3;
   snprintf(spec.launcher, sizeof spec.launcher, "none");
-  CHECK(rm_coord_submit(c, &spec, &info, NULL) == RM_OK, "submit");
-  CHECK(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && buf[0] == 0 &&
+  CHECKF(rm_coord_submit(c, &spec, &info, NULL) == RM_OK, "submit");
+  CHECKF(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && buf[0] == 0 &&
             rank == -1, "no result yet: '%s' rank %d", buf, rank);
-  CHECK(rm_coord_job_result(c, 999, buf, sizeof buf, NULL) == RM_ERR_NOT_FOUND, "unknown job");
+  CHECKF(rm_coord_job_result(c, 999, buf, sizeof buf, NULL) == RM_ERR_NOT_FOUND, "unknown job");
 
   rm__lock(c);
   rm__job_t *j = rm__job_find(c, info.id);
@@ -189,21 +180,21 @@ static void coordinator(void)
   rm__result_offer(c, j, &j->w[2], "[0.97]");
   rm__result_offer(c, j, &j->w[1], "{\"accuracy\":0.9721,\"test_loss\":0.2,\"steps\":200}");
   rm__result_offer(c, j, &j->w[0], "{\"accuracy\":0.9721,\"test_loss\":0.1076,\"steps\":200}");
-  CHECK(j->w[2].result == NULL, "refused result kept");
+  CHECKF(j->w[2].result == NULL, "refused result kept");
   rm__result_settle(c, j);
   rm__unlock(c);
   free(big);
 
-  CHECK(has_event(c, info.id, "result_refused", "over the 4095-byte limit") == 1, "size refusal");
-  CHECK(has_event(c, info.id, "result_refused", "a JSON object is required") == 1, "shape refusal");
-  CHECK(has_event(c, info.id, "result_mismatch", "rank 1 reports test_loss 0.2") == 1,
+  CHECKF(has_event(c, info.id, "result_refused", "over the 4095-byte limit") == 1, "size refusal");
+  CHECKF(has_event(c, info.id, "result_refused", "a JSON object is required") == 1, "shape refusal");
+  CHECKF(has_event(c, info.id, "result_mismatch", "rank 1 reports test_loss 0.2") == 1,
         "mismatch event");
-  CHECK(has_event(c, info.id, "job_result", "accuracy 0.9721, test loss 0.1076, steps 200") == 1,
+  CHECKF(has_event(c, info.id, "job_result", "accuracy 0.9721, test loss 0.1076, steps 200") == 1,
         "job_result in words");
-  CHECK(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && rank == 0 &&
+  CHECKF(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && rank == 0 &&
             !strcmp(buf, "{\"accuracy\":0.9721,\"test_loss\":0.1076,\"steps\":200}"),
         "result '%s' rank %d", buf, rank);
-  CHECK(rm_coord_job_result(c, info.id, small, sizeof small, NULL) == RM_ERR_INVALID_ARG,
+  CHECKF(rm_coord_job_result(c, info.id, small, sizeof small, NULL) == RM_ERR_INVALID_ARG,
         "short buffer");
   rm_coord_close(c);
 
@@ -211,13 +202,13 @@ static void coordinator(void)
   c = open_coord(db);
   if (c) {
     rank = -1;
-    CHECK(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && rank == 0 &&
+    CHECKF(rm_coord_job_result(c, info.id, buf, sizeof buf, &rank) == RM_OK && rank == 0 &&
               strstr(buf, "0.1076"), "after reopen: '%s' rank %d", buf, rank);
     rm_coord_close(c);
   }
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0, "cleanup");
+  CHECKF(system(cmd) == 0, "cleanup");
 }
 
 int main(void)
@@ -225,10 +216,5 @@ int main(void)
   table();
   mutations();
   coordinator();
-  if (fails) {
-    fprintf(stderr, "%d check(s) failed\n", fails);
-    return 1;
-  }
-  printf("result: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_result");
 }

@@ -21,16 +21,7 @@
 
 #include "coord.h"
 
-static int fails;
-#define CHECK(cond, ...)                                                  \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fails++;                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                       \
-      fprintf(stderr, "\n");                                              \
-    }                                                                     \
-  } while (0)
+#include "rm_check.h"
 
 static rm_coord_t *open_coord(const char *db)
 {
@@ -40,7 +31,7 @@ static rm_coord_t *open_coord(const char *db)
   rm_coord_options_init(&o);
   o.db_path = db;
   o.grpc_addr = "127.0.0.1:0";
-  CHECK(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
+  CHECKF(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
   return c;
 }
 
@@ -52,7 +43,7 @@ static uint64_t submit(rm_coord_t *c, int i)
   snprintf(spec.name, sizeof spec.name, "store-%d", i);
   spec.world_size = 2;
   snprintf(spec.launcher, sizeof spec.launcher, "none");
-  CHECK(rm_coord_submit(c, &spec, &info, NULL) == RM_OK, "submit %d", i);
+  CHECKF(rm_coord_submit(c, &spec, &info, NULL) == RM_OK, "submit %d", i);
   return info.id;
 }
 
@@ -66,12 +57,12 @@ static size_t walk(rm_coord_t *c, int state, size_t expect)
   for (;;) {
     rm_job_info_t *jobs = NULL;
     size_t n = 0, total = 0;
-    CHECK(rm_coord_job_list(c, &f, &jobs, &n, &total) == RM_OK, "list");
-    CHECK(total == expect, "state %d: total %zu, want %zu", state, total, expect);
+    CHECKF(rm_coord_job_list(c, &f, &jobs, &n, &total) == RM_OK, "list");
+    CHECKF(total == expect, "state %d: total %zu, want %zu", state, total, expect);
     for (size_t i = 0; i < n; i++) {
-      CHECK(jobs[i].id < last, "state %d: id %llu after %llu", state,
+      CHECKF(jobs[i].id < last, "state %d: id %llu after %llu", state,
             (unsigned long long)jobs[i].id, (unsigned long long)last);
-      CHECK(state < 0 || (int)jobs[i].state == state, "state %d: job in state %d", state,
+      CHECKF(state < 0 || (int)jobs[i].state == state, "state %d: job in state %d", state,
             jobs[i].state);
       last = jobs[i].id;
     }
@@ -89,12 +80,12 @@ static void check_all(rm_coord_t *c, const size_t *want, const char *when)
   size_t sum = 0;
   rm_coord_counters(c, &ctr);
   for (int s = 0; s < RM_JOB_STATE_COUNT; s++) {
-    CHECK(walk(c, s, want[s]) == want[s], "%s: state %d listed", when, s);
-    CHECK(ctr.jobs_by_state[s] == want[s], "%s: counter state %d = %llu, want %zu", when, s,
+    CHECKF(walk(c, s, want[s]) == want[s], "%s: state %d listed", when, s);
+    CHECKF(ctr.jobs_by_state[s] == want[s], "%s: counter state %d = %llu, want %zu", when, s,
           (unsigned long long)ctr.jobs_by_state[s], want[s]);
     sum += want[s];
   }
-  CHECK(walk(c, -1, sum) == sum, "%s: all listed", when);
+  CHECKF(walk(c, -1, sum) == sum, "%s: all listed", when);
 }
 
 int main(void)
@@ -102,14 +93,14 @@ int main(void)
   char dir[] = "/tmp/rm-store-XXXXXX", db[64], cmd[128];
   size_t want[RM_JOB_STATE_COUNT] = {0};
   uint64_t ids[60];
-  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  CHECKF(mkdtemp(dir) != NULL, "mkdtemp");
   snprintf(db, sizeof db, "%s/rm.db", dir);
   rm_coord_t *c = open_coord(db);
   if (!c) return 1;
   for (int i = 0; i < 60; i++) ids[i] = submit(c, i);
-  for (int i = 0; i < 20; i++) CHECK(rm_coord_job_cancel(c, ids[3 * i], NULL) == RM_OK, "cancel");
-  for (int i = 0; i < 10; i++) CHECK(rm_coord_job_fail(c, ids[3 * i + 1], "test") == RM_OK, "fail");
-  CHECK(rm_coord_job_cancel(c, ids[0], NULL) == RM_ERR_DENIED, "cancel twice");
+  for (int i = 0; i < 20; i++) CHECKF(rm_coord_job_cancel(c, ids[3 * i], NULL) == RM_OK, "cancel");
+  for (int i = 0; i < 10; i++) CHECKF(rm_coord_job_fail(c, ids[3 * i + 1], "test") == RM_OK, "fail");
+  CHECKF(rm_coord_job_cancel(c, ids[0], NULL) == RM_ERR_DENIED, "cancel twice");
   want[RM_JOB_PENDING] = 30;
   want[RM_JOB_CANCELLED] = 20;
   want[RM_JOB_FAILED] = 10;
@@ -129,10 +120,10 @@ int main(void)
       for (size_t k = 0; same && k < n; k++)
         same = jobs[k].id == first[k].id && jobs[k].state == first[k].state &&
                !strcmp(jobs[k].spec.name, first[k].spec.name);
-      CHECK(same, "repeat %d differs", i);
+      CHECKF(same, "repeat %d differs", i);
     }
     else
-      CHECK(n == 20 && total == 20, "repeat %d: cancelled %zu/%zu", i, n, total);
+      CHECKF(n == 20 && total == 20, "repeat %d: cancelled %zu/%zu", i, n, total);
     rm_coord_free(jobs);
   }
   rm_coord_free(first);
@@ -142,18 +133,13 @@ int main(void)
   if (!c) return 1;
   check_all(c, want, "after reopen");
   for (int i = 0; i < 5; i++) submit(c, 100 + i);
-  CHECK(rm_coord_job_cancel(c, ids[2], NULL) == RM_OK, "cancel after reopen");
+  CHECKF(rm_coord_job_cancel(c, ids[2], NULL) == RM_OK, "cancel after reopen");
   want[RM_JOB_PENDING] += 5 - 1;
   want[RM_JOB_CANCELLED] += 1;
   check_all(c, want, "after reopen + changes");
   rm_coord_close(c);
 
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0, "cleanup");
-  if (fails) {
-    fprintf(stderr, "%d check(s) failed\n", fails);
-    return 1;
-  }
-  printf("store: all checks passed\n");
-  return 0;
+  CHECKF(system(cmd) == 0, "cleanup");
+  return rm_check_exit("test_store");
 }

@@ -18,17 +18,8 @@
 
 #define SKIP_CODE 77
 
-static int failures;
 
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                    \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 /* entries are "; "-separated; every one must start with prefix */
 static int count_entries(const char *list, const char *prefix)
@@ -36,7 +27,7 @@ static int count_entries(const char *list, const char *prefix)
   int n = 0;
   const char *p = list;
   while (*p) {
-    CHECK(strncmp(p, prefix, strlen(prefix)) == 0, "entry '%s' lacks '%s'", p, prefix);
+    CHECKF(strncmp(p, prefix, strlen(prefix)) == 0, "entry '%s' lacks '%s'", p, prefix);
     n++;
     p = strstr(p, "; ");
     if (!p)
@@ -55,14 +46,14 @@ static void check_truncation(void)
   rm__devices_append(big, 16, &used, "%s", "0123456789");
   rm__devices_append(big, 16, &used, "%s", "abcdefghij");
   rm__devices_append(big, 16, &used, "%s", "more");
-  CHECK(strcmp(big, "0123456789ab...") == 0, "append overflow gave '%s'", big);
-  CHECK(big[16] == 'Z', "append wrote past len");
+  CHECKF(strcmp(big, "0123456789ab...") == 0, "append overflow gave '%s'", big);
+  CHECKF(big[16] == 'Z', "append wrote past len");
   /* the probe into tiny buffers */
   for (size_t len = 1; len <= 8; len++) {
     memset(big, 'Z', sizeof big);
     rm__devices_probe(big, len);
-    CHECK(memchr(big, '\0', len) != NULL, "len %zu: not NUL-terminated", len);
-    CHECK(big[len] == 'Z', "len %zu: probe wrote past len", len);
+    CHECKF(memchr(big, '\0', len) != NULL, "len %zu: not NUL-terminated", len);
+    CHECKF(big[len] == 'Z', "len %zu: probe wrote past len", len);
   }
 }
 
@@ -75,30 +66,30 @@ static int mode_format(void)
   printf("devices: %s\n", all);
   printf("  cuda: %d %s\n", n_cuda, n_cuda ? cuda : why_c);
   printf("  rdma: %d %s\n", n_rdma, n_rdma ? rdma : why_r);
-  CHECK(n_all == n_cuda + n_rdma, "probe %d != cuda %d + rdma %d", n_all, n_cuda, n_rdma);
-  CHECK((n_all == 0) == (strcmp(all, "none") == 0), "'none' iff no device: '%s'", all);
+  CHECKF(n_all == n_cuda + n_rdma, "probe %d != cuda %d + rdma %d", n_all, n_cuda, n_rdma);
+  CHECKF((n_all == 0) == (strcmp(all, "none") == 0), "'none' iff no device: '%s'", all);
   if (n_cuda == 0)
-    CHECK(why_c[0] != '\0' && cuda[0] == '\0', "cuda: no reason or stray list");
+    CHECKF(why_c[0] != '\0' && cuda[0] == '\0', "cuda: no reason or stray list");
   else
-    CHECK(count_entries(cuda, "cuda:") == n_cuda, "cuda entries != count");
+    CHECKF(count_entries(cuda, "cuda:") == n_cuda, "cuda entries != count");
   if (n_rdma == 0)
-    CHECK(why_r[0] != '\0' && rdma[0] == '\0', "rdma: no reason or stray list");
+    CHECKF(why_r[0] != '\0' && rdma[0] == '\0', "rdma: no reason or stray list");
   else
-    CHECK(count_entries(rdma, "rdma:") == n_rdma, "rdma entries != count");
+    CHECKF(count_entries(rdma, "rdma:") == n_rdma, "rdma entries != count");
 #if !RM_HAVE_CUDA
-  CHECK(n_cuda == 0 && strstr(why_c, "not built"), "cuda without RM_HAVE_CUDA: %s", why_c);
+  CHECKF(n_cuda == 0 && strstr(why_c, "not built"), "cuda without RM_HAVE_CUDA: %s", why_c);
 #endif
 #if !RM_HAVE_RDMA
-  CHECK(n_rdma == 0 && strstr(why_r, "not built"), "rdma without RM_HAVE_RDMA: %s", why_r);
+  CHECKF(n_rdma == 0 && strstr(why_r, "not built"), "rdma without RM_HAVE_RDMA: %s", why_r);
 #endif
   /* a second probe gives the same answer (and logs nothing new) */
   {
     char again[512];
-    CHECK(rm__devices_probe(again, sizeof again) == n_all && strcmp(again, all) == 0,
+    CHECKF(rm__devices_probe(again, sizeof again) == n_all && strcmp(again, all) == 0,
           "second probe differs: '%s' vs '%s'", again, all);
   }
   check_truncation();
-  return failures ? 1 : 0;
+  return rm_check_failures ? 1 : 0;
 }
 
 static int mode_kind(const char *kind)
@@ -112,8 +103,8 @@ static int mode_kind(const char *kind)
     return SKIP_CODE;
   }
   printf("%s: %d device%s: %s\n", kind, n, n == 1 ? "" : "s", list);
-  CHECK(count_entries(list, is_cuda ? "cuda:" : "rdma:") == n, "entries != count");
-  return failures ? 1 : 0;
+  CHECKF(count_entries(list, is_cuda ? "cuda:" : "rdma:") == n, "entries != count");
+  return rm_check_failures ? 1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int lt_failures;
-
 void lt_tmpdir(char *buf, size_t len, const char *tag)
 {
   const char *t = getenv("TMPDIR");

@@ -5,15 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-extern int lt_failures;
-
-#define LT_CHECK(cond)                                                        \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      lt_failures++;                                                          \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h" /* CHECK, rm_check_failures, rm_check_exit */
 
 /* mkdtemp under $TMPDIR or /tmp; static buffer is the caller's (len >= 64). */
 void lt_tmpdir(char *buf, size_t len, const char *tag);

@@ -81,67 +81,67 @@ int main(void)
   o.grace_ms = 500;
   o.job_fail = fake_fail;
   rm_launch_coord_t *b = NULL;
-  LT_CHECK(rm_launch_coord_create(&o, &b, err, sizeof err) == RM_OK);
+  CHECK(rm_launch_coord_create(&o, &b, err, sizeof err) == RM_OK);
   if (b == NULL) return 1;
-  LT_CHECK(rm_launch_coord_register(b, NULL, fake_register) == RM_OK);
-  LT_CHECK(g_nreg == 3 && strcmp(g_registered[0], "local") == 0 &&
+  CHECK(rm_launch_coord_register(b, NULL, fake_register) == RM_OK);
+  CHECK(g_nreg == 3 && strcmp(g_registered[0], "local") == 0 &&
            strcmp(g_registered[1], "slurm") == 0 && strcmp(g_registered[2], "k8s") == 0);
 
   rm_job_info_t j;
   job_init(&j, 11, 3, "fail-one");
-  LT_CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) == RM_OK);
+  CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) == RM_OK);
   for (int i = 0; i < 3000 && fail_calls() == 0; i++) usleep(10000);
-  LT_CHECK(fail_calls() == 1 && g_failed_job == 11);
-  LT_CHECK(strstr(g_failed_reason, "worker 1") && strstr(g_failed_reason, "status 3"));
+  CHECK(fail_calls() == 1 && g_failed_job == 11);
+  CHECK(strstr(g_failed_reason, "worker 1") && strstr(g_failed_reason, "status 3"));
   rm_launch_coord_log_path(b, 11, 2, path, sizeof path);
-  LT_CHECK(lt_file_has(path, "index=2 --coordinator 127.0.0.1:7070 --job 11 --token secret "
+  CHECK(lt_file_has(path, "index=2 --coordinator 127.0.0.1:7070 --job 11 --token secret "
                              "--workload fail-one"));
   for (int i = 0; i < 3000 && rm_launch_coord_active(b) != 0; i++) usleep(10000);
-  LT_CHECK(rm_launch_coord_active(b) == 0);
+  CHECK(rm_launch_coord_active(b) == 0);
 
   job_init(&j, 12, 2, "sleep");
-  LT_CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) == RM_OK);
+  CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) == RM_OK);
   usleep(300000);
-  LT_CHECK(rm_launch_coord_active(b) == 1);
+  CHECK(rm_launch_coord_active(b) == 1);
   j.state = RM_JOB_CANCELLED;
   g_local.stop(g_local.ctx, &j);
   for (int i = 0; i < 3000 && rm_launch_coord_active(b) != 0; i++) usleep(10000);
-  LT_CHECK(rm_launch_coord_active(b) == 0);
-  LT_CHECK(fail_calls() == 1); /* stopped by the coordinator: no job_fail */
+  CHECK(rm_launch_coord_active(b) == 0);
+  CHECK(fail_calls() == 1); /* stopped by the coordinator: no job_fail */
 
   /* A missing worker binary fails start with a message; nothing is watched. */
   rm_launch_coord_destroy(b, 1);
   o.worker_path = "/nonexistent/ringmaster-worker";
   b = NULL;
   g_nreg = 0;
-  LT_CHECK(rm_launch_coord_create(&o, &b, err, sizeof err) == RM_OK);
+  CHECK(rm_launch_coord_create(&o, &b, err, sizeof err) == RM_OK);
   if (b == NULL) return 1;
   rm_launch_coord_register(b, NULL, fake_register);
   job_init(&j, 13, 2, "x");
-  LT_CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
+  CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
            RM_ERR_NOT_FOUND && strstr(err, "/nonexistent/ringmaster-worker"));
-  LT_CHECK(rm_launch_coord_active(b) == 0);
+  CHECK(rm_launch_coord_active(b) == 0);
 
   /* k8s-manifest for a stored job. */
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   job_init(&j, 14, 4, "train");
-  LT_CHECK(rm_launch_k8s_manifest(&j, "ringmaster:7070", "img:1", "ml", f, err,
+  CHECK(rm_launch_k8s_manifest(&j, "ringmaster:7070", "img:1", "ml", f, err,
                                   sizeof err) == RM_OK);
   fclose(f);
-  LT_CHECK(strstr(text, "completions: 4\n") && strstr(text, "subdomain: rm-14-workers\n") &&
+  CHECK(strstr(text, "completions: 4\n") && strstr(text, "subdomain: rm-14-workers\n") &&
            strstr(text, "namespace: \"ml\"") && strstr(text, "image: \"img:1\""));
   free(text);
   /* After shutdown (before the coordinator closes) start refuses, stop is a no-op. */
   rm_launch_coord_shutdown(b, 1);
   job_init(&j, 15, 1, "ok");
-  LT_CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
+  CHECK(g_local.start(g_local.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
            RM_ERR_UNAVAILABLE);
   g_local.stop(g_local.ctx, &j);
   rm_launch_coord_destroy(b, 0);
 
-  if (lt_failures == 0) lt_rmrf(dir);
-  printf("%s: %d failure(s)\n", lt_failures ? "FAIL" : "PASS", lt_failures);
-  return lt_failures ? 1 : 0;
+  if (rm_check_failures == 0) lt_rmrf(dir);
+  printf("%s: %d failure(s)\n", rm_check_failures ? "FAIL" : "PASS", rm_check_failures);
+  return rm_check_failures ? 1 : 0;
 }

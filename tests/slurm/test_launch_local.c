@@ -92,26 +92,26 @@ static void case_ok(void)
   char err[512], path[512];
   spec_init(&s, "ok", 3, extra);
   s.workload = "allreduce";
-  LT_CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) return;
-  LT_CHECK(rm__launch_wait(l, 60000, &st, err, sizeof err) == RM_OK);
-  LT_CHECK(st == RM_LAUNCH_SUCCEEDED);
+  CHECK(rm__launch_wait(l, 60000, &st, err, sizeof err) == RM_OK);
+  CHECK(st == RM_LAUNCH_SUCCEEDED);
   for (int i = 0; i < 3; i++) {
     rm_launch_worker_t w;
     char want[64];
-    LT_CHECK(rm__launch_worker(l, i, &w) == RM_OK);
-    LT_CHECK(w.exited && w.exit_code == 0 && w.term_signal == 0);
+    CHECK(rm__launch_worker(l, i, &w) == RM_OK);
+    CHECK(w.exited && w.exit_code == 0 && w.term_signal == 0);
     snprintf(path, sizeof path, "%s/worker-%d.log", s.log_dir, i);
-    LT_CHECK(strcmp(w.log_path, path) == 0);
+    CHECK(strcmp(w.log_path, path) == 0);
     snprintf(want, sizeof want, "index=%d world=3 args=--coordinator", i);
-    LT_CHECK(lt_file_has(path, want));
-    LT_CHECK(lt_file_has(path, "--job j1 --token tok --workload allreduce --mode ok"));
-    LT_CHECK(lt_file_has(path, "to-stderr"));
-    LT_CHECK(lt_file_has(path, "# ringmaster local launcher: worker"));
-    LT_CHECK(lt_file_has(path, "--token ***")); /* header hides the token */
+    CHECK(lt_file_has(path, want));
+    CHECK(lt_file_has(path, "--job j1 --token tok --workload allreduce --mode ok"));
+    CHECK(lt_file_has(path, "to-stderr"));
+    CHECK(lt_file_has(path, "# ringmaster local launcher: worker"));
+    CHECK(lt_file_has(path, "--token ***")); /* header hides the token */
   }
   rm__launch_destroy(l);
-  LT_CHECK(no_children());
+  CHECK(no_children());
 }
 
 static void case_fail(void)
@@ -123,16 +123,16 @@ static void case_fail(void)
   rm_launch_worker_t w;
   char err[512], msg[512];
   spec_init(&s, "fail", 4, extra);
-  LT_CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) return;
-  LT_CHECK(rm__launch_wait(l, 60000, &st, msg, sizeof msg) == RM_OK);
-  LT_CHECK(st == RM_LAUNCH_FAILED);
-  LT_CHECK(strstr(msg, "worker 1") != NULL && strstr(msg, "status 3") != NULL);
-  LT_CHECK(rm__launch_worker(l, 0, &w) == RM_OK && w.exit_code == 0);
-  LT_CHECK(rm__launch_worker(l, 3, &w) == RM_OK && w.exit_code == 3);
-  LT_CHECK(rm__launch_worker(l, 4, &w) == RM_ERR_INVALID_ARG);
+  CHECK(rm__launch_wait(l, 60000, &st, msg, sizeof msg) == RM_OK);
+  CHECK(st == RM_LAUNCH_FAILED);
+  CHECK(strstr(msg, "worker 1") != NULL && strstr(msg, "status 3") != NULL);
+  CHECK(rm__launch_worker(l, 0, &w) == RM_OK && w.exit_code == 0);
+  CHECK(rm__launch_worker(l, 3, &w) == RM_OK && w.exit_code == 3);
+  CHECK(rm__launch_worker(l, 4, &w) == RM_ERR_INVALID_ARG);
   rm__launch_destroy(l);
-  LT_CHECK(no_children());
+  CHECK(no_children());
 }
 
 /* cancel: SIGTERM for a cooperative worker, SIGKILL after the grace period
@@ -146,9 +146,9 @@ static void case_cancel(const char *mode, int expect_sig)
   char err[512], path[512];
   spec_init(&s, mode, 3, extra);
   s.grace_ms = 300;
-  LT_CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) return;
-  LT_CHECK(rm__launch_poll(l, &st, err, sizeof err) == RM_OK && st == RM_LAUNCH_RUNNING);
+  CHECK(rm__launch_poll(l, &st, err, sizeof err) == RM_OK && st == RM_LAUNCH_RUNNING);
   if (expect_sig == SIGKILL) { /* wait until the trap is installed */
     for (int i = 0; i < 3; i++) {
       snprintf(path, sizeof path, "%s/worker-%d.log", s.log_dir, i);
@@ -161,18 +161,18 @@ static void case_cancel(const char *mode, int expect_sig)
       }
     }
   }
-  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
-  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK); /* idempotent */
-  LT_CHECK(rm__launch_wait(l, 60000, &st, err, sizeof err) == RM_OK);
-  LT_CHECK(st == RM_LAUNCH_CANCELLED);
+  CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK); /* idempotent */
+  CHECK(rm__launch_wait(l, 60000, &st, err, sizeof err) == RM_OK);
+  CHECK(st == RM_LAUNCH_CANCELLED);
   for (int i = 0; i < 3; i++) {
     rm_launch_worker_t w;
-    LT_CHECK(rm__launch_worker(l, i, &w) == RM_OK);
-    LT_CHECK(w.exited && w.term_signal == expect_sig);
-    LT_CHECK(group_gone(w.pid)); /* the whole group is gone */
+    CHECK(rm__launch_worker(l, i, &w) == RM_OK);
+    CHECK(w.exited && w.term_signal == expect_sig);
+    CHECK(group_gone(w.pid)); /* the whole group is gone */
   }
   rm__launch_destroy(l);
-  LT_CHECK(no_children());
+  CHECK(no_children());
 }
 
 static void case_bad_worker(void)
@@ -184,12 +184,12 @@ static void case_bad_worker(void)
   snprintf(bad, sizeof bad, "%s/not-a-program", g_dir);
   lt_write(bad, "\x01\x02garbage", 0755); /* executable bit, no format: ENOEXEC */
   s.worker_path = bad;
-  LT_CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_ERR_NOT_FOUND);
-  LT_CHECK(l == NULL && strstr(err, "cannot execute") && strstr(err, bad));
-  LT_CHECK(no_children());
+  CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_ERR_NOT_FOUND);
+  CHECK(l == NULL && strstr(err, "cannot execute") && strstr(err, bad));
+  CHECK(no_children());
   snprintf(bad, sizeof bad, "%s/missing", g_dir);
-  LT_CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_ERR_NOT_FOUND);
-  LT_CHECK(strstr(err, "worker_path") != NULL);
+  CHECK(rm__launch_start(&rm__launcher_local, &s, &l, err, sizeof err) == RM_ERR_NOT_FOUND);
+  CHECK(strstr(err, "worker_path") != NULL);
 }
 
 static void case_validate(void)
@@ -197,23 +197,23 @@ static void case_validate(void)
   rm_launch_spec_t s;
   char err[512];
   spec_init(&s, "v", 0, NULL);
-  LT_CHECK(rm__launcher_find("bogus") == NULL);
-  LT_CHECK(rm__launcher_find(NULL) == &rm__launcher_local);
-  LT_CHECK(rm__launcher_find("slurm") == &rm__launcher_slurm);
-  LT_CHECK(rm__launch_validate(NULL, &s, err, sizeof err) == RM_ERR_INVALID_ARG &&
+  CHECK(rm__launcher_find("bogus") == NULL);
+  CHECK(rm__launcher_find(NULL) == &rm__launcher_local);
+  CHECK(rm__launcher_find("slurm") == &rm__launcher_slurm);
+  CHECK(rm__launch_validate(NULL, &s, err, sizeof err) == RM_ERR_INVALID_ARG &&
            strstr(err, "launcher") && strstr(err, "slurm"));
-  LT_CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
+  CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
                RM_ERR_INVALID_ARG && strstr(err, "world_size"));
   s.world = 2;
   s.coordinator = "nocolon";
-  LT_CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
+  CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
                RM_ERR_INVALID_ARG && strstr(err, "coordinator"));
   s.coordinator = "h:1";
   s.job_id = "a/b";
-  LT_CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
+  CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) ==
                RM_ERR_INVALID_ARG && strstr(err, "job_id"));
   s.job_id = "j";
-  LT_CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_validate(&rm__launcher_local, &s, err, sizeof err) == RM_OK);
 }
 
 static void case_render(void)
@@ -224,10 +224,10 @@ static void case_render(void)
   spec_init(&s, "r", 2, NULL);
   s.token = "it's";
   FILE *f = open_memstream(&text, &len);
-  LT_CHECK(rm__launch_render(&rm__launcher_local, &s, f, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_render(&rm__launcher_local, &s, f, err, sizeof err) == RM_OK);
   fclose(f);
-  LT_CHECK(strstr(text, "RINGMASTER_LAUNCH_INDEX=1 RINGMASTER_LAUNCH_WORLD=2") != NULL);
-  LT_CHECK(strstr(text, "'--token' 'it'\\''s'") != NULL);
+  CHECK(strstr(text, "RINGMASTER_LAUNCH_INDEX=1 RINGMASTER_LAUNCH_WORLD=2") != NULL);
+  CHECK(strstr(text, "'--token' 'it'\\''s'") != NULL);
   free(text);
 }
 
@@ -246,10 +246,10 @@ int main(void)
   case_cancel("ignore-term", SIGKILL);
   case_bad_worker();
   case_render();
-  LT_CHECK(lt_count_fds() == fds);
+  CHECK(lt_count_fds() == fds);
   snprintf(path, sizeof path, "%s", g_dir);
-  if (lt_failures == 0) lt_rmrf(path);
+  if (rm_check_failures == 0) lt_rmrf(path);
   else fprintf(stderr, "kept %s for inspection\n", path);
-  printf("%s: %d failure(s)\n", lt_failures ? "FAIL" : "PASS", lt_failures);
-  return lt_failures ? 1 : 0;
+  printf("%s: %d failure(s)\n", rm_check_failures ? "FAIL" : "PASS", rm_check_failures);
+  return rm_check_failures ? 1 : 0;
 }

@@ -55,7 +55,7 @@ static char *render(const rm_launch_spec_t *s)
   char *text = NULL, err[256];
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  LT_CHECK(rm__launch_render(&rm__launcher_slurm, s, f, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_render(&rm__launcher_slurm, s, f, err, sizeof err) == RM_OK);
   fclose(f);
   return text;
 }
@@ -87,21 +87,21 @@ static void case_script(void)
   s.slurm_time_limit_min = 5;
   s.slurm_sbatch_args = sb;
   char *t = render(&s);
-  LT_CHECK(strncmp(t, "#!/bin/bash\n", 12) == 0);
-  LT_CHECK(strstr(t, "\n#SBATCH --job-name=ringmaster-j-7\n") != NULL);
-  LT_CHECK(strstr(t, "\n#SBATCH --ntasks=3\n") != NULL);
-  LT_CHECK(strstr(t, "\n#SBATCH --partition=debug\n") != NULL);
-  LT_CHECK(strstr(t, "\n#SBATCH --time=5\n") != NULL);
-  LT_CHECK(strstr(t, "\n#SBATCH --exclusive\n") != NULL);
+  CHECK(strncmp(t, "#!/bin/bash\n", 12) == 0);
+  CHECK(strstr(t, "\n#SBATCH --job-name=ringmaster-j-7\n") != NULL);
+  CHECK(strstr(t, "\n#SBATCH --ntasks=3\n") != NULL);
+  CHECK(strstr(t, "\n#SBATCH --partition=debug\n") != NULL);
+  CHECK(strstr(t, "\n#SBATCH --time=5\n") != NULL);
+  CHECK(strstr(t, "\n#SBATCH --exclusive\n") != NULL);
   snprintf(want, sizeof want, "\n#SBATCH --output=%s/slurm-%%j.out\n", s.log_dir);
-  LT_CHECK(strstr(t, want) != NULL);
-  LT_CHECK(strstr(t, "exec srun --kill-on-bad-exit=1") != NULL);
+  CHECK(strstr(t, want) != NULL);
+  CHECK(strstr(t, "exec srun --kill-on-bad-exit=1") != NULL);
   snprintf(path, sizeof path, "%s/rendered.sbatch", g_dir);
   lt_write(path, t, 0600);
   free(t);
   snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
   t = sh(cmd);
-  LT_CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
+  CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
   free(t);
   /* The fake srun prints one <arg> per line: quoting must survive. */
   snprintf(cmd, sizeof cmd, "bash '%s'", path);
@@ -109,12 +109,12 @@ static void case_script(void)
   snprintf(want, sizeof want, "<--output=%s/worker-%%t.log>\n<%s>\n<--coordinator>\n"
            "<127.0.0.1:7070>\n<--job>\n<j-7>\n<--token>\n<to'k $x>\n<--workload>\n"
            "<train>\n<--steps>\n<a b>\n", s.log_dir, g_worker);
-  LT_CHECK(t != NULL && strstr(t, want) != NULL);
+  CHECK(t != NULL && strstr(t, want) != NULL);
   if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);
   free(t);
   s.log_dir = "/tmp/with space";
   char err[256];
-  LT_CHECK(rm__launch_render(&rm__launcher_slurm, &s, stdout, err, sizeof err) ==
+  CHECK(rm__launch_render(&rm__launcher_slurm, &s, stdout, err, sizeof err) ==
            RM_ERR_INVALID_ARG && strstr(err, "log_dir"));
 }
 
@@ -129,7 +129,7 @@ static rm_launch_state_t poll_now(rm__launch_t *l, char *msg, size_t len)
 {
   rm_launch_state_t st = RM_LAUNCH_PENDING;
   usleep(2000); /* past the 1 ms poll cache */
-  LT_CHECK(rm__launch_poll(l, &st, msg, len) == RM_OK);
+  CHECK(rm__launch_poll(l, &st, msg, len) == RM_OK);
   return st;
 }
 
@@ -141,27 +141,27 @@ static void case_fake_cluster(void)
   struct stat sb;
   spec_init(&s, "fake", 2, NULL);
   fake_state("sbatch", "fail");
-  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
            RM_ERR_UNAVAILABLE);
-  LT_CHECK(l == NULL && strstr(err, "Invalid partition name specified") != NULL);
+  CHECK(l == NULL && strstr(err, "Invalid partition name specified") != NULL);
   snprintf(path, sizeof path, "%s/job.sbatch", s.log_dir);
-  LT_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+  CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
 
   fake_state("sbatch", "ok");
   fake_state("squeue", "PENDING\n");
-  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) return;
-  LT_CHECK(strcmp(rm__launch_external_id(l), "4242") == 0);
-  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_PENDING);
+  CHECK(strcmp(rm__launch_external_id(l), "4242") == 0);
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_PENDING);
   fake_state("squeue", "RUNNING\n");
-  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_RUNNING);
-  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_RUNNING);
+  CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
   snprintf(path, sizeof path, "%s/scancel.args", g_fake);
-  LT_CHECK(lt_file_has(path, "4242"));
-  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLING);
+  CHECK(lt_file_has(path, "4242"));
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLING);
   fake_state("squeue", "");
   fake_state("sacct", "CANCELLED by 0\n");
-  LT_CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLED);
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLED);
   rm__launch_destroy(l);
 
   static const struct { const char *sq, *sa; rm_launch_state_t want; const char *msg; } m[] = {
@@ -175,10 +175,10 @@ static void case_fake_cluster(void)
     l = NULL;
     fake_state("squeue", m[i].sq);
     fake_state("sacct", m[i].sa);
-    LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+    CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
     if (l == NULL) continue;
-    LT_CHECK(poll_now(l, err, sizeof err) == m[i].want);
-    LT_CHECK(strstr(err, m[i].msg) != NULL);
+    CHECK(poll_now(l, err, sizeof err) == m[i].want);
+    CHECK(strstr(err, m[i].msg) != NULL);
     rm__launch_destroy(l);
   }
 }
@@ -214,7 +214,7 @@ static rm_launch_state_t wait_for(rm__launch_t *l, rm_launch_state_t want, int m
   rm_launch_state_t st = RM_LAUNCH_PENDING;
   char msg[512];
   for (int waited = 0; waited < ms; waited += 100) {
-    LT_CHECK(rm__launch_poll(l, &st, msg, sizeof msg) == RM_OK);
+    CHECK(rm__launch_poll(l, &st, msg, sizeof msg) == RM_OK);
     if (st == want || rm__launch_state_final(st)) break;
     usleep(100000);
   }
@@ -231,35 +231,35 @@ static void case_rig(void)
   char err[512], path[600];
   spec_init(&s, "rig-ok", 2, ok);
   s.poll_interval_ms = 200;
-  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) { fprintf(stderr, "  start: %s\n", err); return; }
-  LT_CHECK(wait_for(l, RM_LAUNCH_SUCCEEDED, 120000) == RM_LAUNCH_SUCCEEDED);
+  CHECK(wait_for(l, RM_LAUNCH_SUCCEEDED, 120000) == RM_LAUNCH_SUCCEEDED);
   for (int i = 0; i < 2; i++) {
     char want[64];
     snprintf(path, sizeof path, "%s/worker-%d.log", s.log_dir, i);
     snprintf(want, sizeof want, "procid=%d ntasks=2 args=--coordinator", i);
-    LT_CHECK(lt_file_has(path, want));
+    CHECK(lt_file_has(path, want));
   }
   snprintf(path, sizeof path, "%s/slurm-%s.out", s.log_dir, rm__launch_external_id(l));
-  LT_CHECK(access(path, F_OK) == 0);
+  CHECK(access(path, F_OK) == 0);
   rm__launch_destroy(l);
 
   l = NULL;
   spec_init(&s, "rig-cancel", 2, slp);
   s.poll_interval_ms = 200;
-  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
   if (l == NULL) return;
-  LT_CHECK(wait_for(l, RM_LAUNCH_RUNNING, 120000) == RM_LAUNCH_RUNNING);
-  LT_CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
-  LT_CHECK(wait_for(l, RM_LAUNCH_CANCELLED, 120000) == RM_LAUNCH_CANCELLED);
+  CHECK(wait_for(l, RM_LAUNCH_RUNNING, 120000) == RM_LAUNCH_RUNNING);
+  CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
+  CHECK(wait_for(l, RM_LAUNCH_CANCELLED, 120000) == RM_LAUNCH_CANCELLED);
   rm__launch_destroy(l);
 
   l = NULL;
   spec_init(&s, "rig-refused", 1, ok);
   s.slurm_partition = "nosuchpartition";
-  LT_CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) ==
            RM_ERR_UNAVAILABLE);
-  LT_CHECK(l == NULL && strstr(err, "sbatch refused the job") &&
+  CHECK(l == NULL && strstr(err, "sbatch refused the job") &&
            strstr(err, "nvalid partition"));
   fprintf(stderr, "  refusal message: %s\n", err);
 }
@@ -308,8 +308,8 @@ int main(int argc, char **argv)
     case_script();
     case_fake_cluster();
   }
-  if (lt_failures == 0) lt_rmrf(g_dir);
+  if (rm_check_failures == 0) lt_rmrf(g_dir);
   else fprintf(stderr, "kept %s for inspection\n", g_dir);
-  printf("%s %s: %d failure(s)\n", lt_failures ? "FAIL" : "PASS", mode, lt_failures);
-  return lt_failures ? 1 : 0;
+  printf("%s %s: %d failure(s)\n", rm_check_failures ? "FAIL" : "PASS", mode, rm_check_failures);
+  return rm_check_failures ? 1 : 0;
 }

@@ -7,14 +7,7 @@
 
 #include "gate.h"
 
-static int failures;
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 static rm_gate_state_t arrive(rm_gate_t *g, int rank, double t)
 {
@@ -139,10 +132,5 @@ int main(void)
   test_first_k();
   test_deadline();
   test_coded();
-  if (failures) {
-    fprintf(stderr, "test_gate: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_gate: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_gate");
 }

@@ -12,14 +12,7 @@
 
 #include "straggler.h"
 
-static int failures;
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -309,10 +302,5 @@ int main(void)
   test_small_worlds();
   test_majority_slow();
   test_input_checks();
-  if (failures) {
-    fprintf(stderr, "test_straggler: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("test_straggler: all checks passed\n");
-  return 0;
+  return rm_check_exit("test_straggler");
 }

@@ -21,17 +21,8 @@
 #error "RM_TEST_DATASET must name data/digits/digits.csv"
 #endif
 
-static int failures;
 
-#define CHECK(cond, ...)                                                      \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);         \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fputc('\n', stderr);                                                    \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "rm_check.h"
 
 /* Create a train workload or fail the test. */
 static void *make_train(const char *opts)
@@ -41,7 +32,7 @@ static void *make_train(const char *opts)
   snprintf(o, sizeof(o), "dataset=%s%s%s", RM_TEST_DATASET, *opts ? "," : "",
            opts);
   rm_status_t st = rm__workload_train.create(o, &state, err, sizeof(err));
-  CHECK(st == RM_OK, "create(%s): %s", o, err);
+  CHECKF(st == RM_OK, "create(%s): %s", o, err);
   return st == RM_OK ? state : NULL;
 }
 
@@ -62,17 +53,17 @@ static void test_accuracy(void)
     rm__trainer_t *t = rm__train_workload_trainer(s);
     double loss0, acc0, loss, acc;
     rm__mlp_evaluate(&t->model, &t->test, &loss0, &acc0);
-    CHECK(run_steps(s, 0, 0) == RM_OK, "run");
-    CHECK(t->step == 300, "steps %llu", (unsigned long long)t->step);
+    CHECKF(run_steps(s, 0, 0) == RM_OK, "run");
+    CHECKF(t->step == 300, "steps %llu", (unsigned long long)t->step);
     rm__mlp_evaluate(&t->model, &t->test, &loss, &acc);
     printf("seed %d: test accuracy %.4f -> %.4f, loss %.4f -> %.4f after "
            "300 steps\n", seed, acc0, acc, loss0, loss);
-    CHECK(acc >= 0.95, "seed %d: test accuracy %.4f below 0.95", seed, acc);
-    CHECK(loss < loss0 / 4, "seed %d: loss %.4f vs initial %.4f", seed, loss,
+    CHECKF(acc >= 0.95, "seed %d: test accuracy %.4f below 0.95", seed, acc);
+    CHECKF(loss < loss0 / 4, "seed %d: loss %.4f vs initial %.4f", seed, loss,
           loss0);
     char js[512];
     rm__workload_train.summary(s, js, sizeof(js));
-    CHECK(strstr(js, "\"accuracy\":0.9") != NULL, "summary %s", js);
+    CHECKF(strstr(js, "\"accuracy\":0.9") != NULL, "summary %s", js);
     rm__workload_train.destroy(s);
   }
 }
@@ -112,11 +103,11 @@ static void gradcheck(int act, double *max_rel_out)
   rm__dataset_t all = {0}, tr = {0}, te = {0};
   rm__mlp_t m;
   enum { NS = 8 };
-  CHECK(rm__dataset_load_csv(RM_TEST_DATASET, 10, &all, err, sizeof(err)) ==
+  CHECKF(rm__dataset_load_csv(RM_TEST_DATASET, 10, &all, err, sizeof(err)) ==
             RM_OK, "%s", err);
-  CHECK(rm__dataset_split(&all, 1, 5, &tr, &te) == RM_OK, "split");
+  CHECKF(rm__dataset_split(&all, 1, 5, &tr, &te) == RM_OK, "split");
   rm__dataset_standardize(&tr, &te);
-  CHECK(rm__mlp_init(&m, 64, 16, 10, act, 7) == RM_OK, "init");
+  CHECKF(rm__mlp_init(&m, 64, 16, 10, act, 7) == RM_OK, "init");
   float *grad = calloc(m.nparams, sizeof(float));
   double *w = calloc(m.nparams, sizeof(double));
   double lf = 0;
@@ -124,7 +115,7 @@ static void gradcheck(int act, double *max_rel_out)
   for (int i = 0; i < NS; i++)
     rm__mlp_sample(&m, tr.x + (size_t)i * 64, tr.y[i], grad, &lf, NULL);
   double ld = ref_loss(&m, w, tr.x, tr.y, NS);
-  CHECK(fabs(lf - ld) < 1e-4 * fabs(ld), "forward: f32 %.8f double %.8f",
+  CHECKF(fabs(lf - ld) < 1e-4 * fabs(ld), "forward: f32 %.8f double %.8f",
         lf, ld);
   const double eps = 1e-6;
   double max_rel = 0;
@@ -143,7 +134,7 @@ static void gradcheck(int act, double *max_rel_out)
       fprintf(stderr, "param %zu: analytic %.8g numeric %.8g\n", p, grad[p],
               num);
   }
-  CHECK(bad == 0, "%s: %zu of %zu gradients off by more than 1e-3 relative",
+  CHECKF(bad == 0, "%s: %zu of %zu gradients off by more than 1e-3 relative",
         act == RM__ACT_TANH ? "tanh" : "relu", bad, m.nparams);
   *max_rel_out = max_rel;
   free(grad);
@@ -182,9 +173,9 @@ static void expect_load_error(const char *text, const char *want)
   rm__dataset_t d = {0};
   const char *p = temp_csv(text);
   rm_status_t st = rm__dataset_load_csv(p, 10, &d, err, sizeof(err));
-  CHECK(st != RM_OK, "loaded malformed file %s", want);
-  CHECK(strstr(err, p) != NULL, "error does not name the file: %s", err);
-  CHECK(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
+  CHECKF(st != RM_OK, "loaded malformed file %s", want);
+  CHECKF(strstr(err, p) != NULL, "error does not name the file: %s", err);
+  CHECKF(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
   printf("  %-28s -> %s\n", want, err);
   unlink(p);
 }
@@ -195,8 +186,8 @@ static void test_loader_errors(void)
   rm__dataset_t d = {0};
   rm_status_t st = rm__dataset_load_csv("/nonexistent/digits.csv", 10, &d,
                                         err, sizeof(err));
-  CHECK(st == RM_ERR_NOT_FOUND, "missing file: %s", rm_status_name(st));
-  CHECK(strstr(err, "/nonexistent/digits.csv") && strstr(err, "No such"),
+  CHECKF(st == RM_ERR_NOT_FOUND, "missing file: %s", rm_status_name(st));
+  CHECKF(strstr(err, "/nonexistent/digits.csv") && strstr(err, "No such"),
         "missing file message: %s", err);
   printf("  %-28s -> %s\n", "missing", err);
   expect_load_error("1,2,3\n4,5,6\n7,x,9\n", ":3: field 2: not a number");
@@ -209,13 +200,13 @@ static void test_loader_errors(void)
   /* A good small file, with CRLF and a blank line. */
   const char *p = temp_csv("1,2,3\r\n\n4,5,6\n");
   st = rm__dataset_load_csv(p, 10, &d, err, sizeof(err));
-  CHECK(st == RM_OK && d.n == 2 && d.dim == 2 && d.y[1] == 6 &&
+  CHECKF(st == RM_OK && d.n == 2 && d.dim == 2 && d.y[1] == 6 &&
             d.x[2] == 4.0f, "small file: %s", err);
   rm__dataset_free(&d);
   unlink(p);
   /* The shipped file. */
   st = rm__dataset_load_csv(RM_TEST_DATASET, 10, &d, err, sizeof(err));
-  CHECK(st == RM_OK && d.n == 1797 && d.dim == 64, "digits: %s", err);
+  CHECKF(st == RM_OK && d.n == 1797 && d.dim == 64, "digits: %s", err);
   rm__dataset_free(&d);
 }
 
@@ -237,16 +228,16 @@ static void test_option_errors(void)
     void *s = NULL;
     snprintf(o, sizeof(o), "dataset=%s,%s", RM_TEST_DATASET, cases[i].opts);
     rm_status_t st = rm__workload_train.create(o, &s, err, sizeof(err));
-    CHECK(st != RM_OK, "accepted '%s'", cases[i].opts);
-    CHECK(strstr(err, cases[i].want) != NULL, "'%s': error '%s'",
+    CHECKF(st != RM_OK, "accepted '%s'", cases[i].opts);
+    CHECKF(strstr(err, cases[i].want) != NULL, "'%s': error '%s'",
           cases[i].opts, err);
     if (st == RM_OK) rm__workload_train.destroy(s);
   }
   void *s = NULL;
   char err[256];
-  CHECK(rm__workload_synthetic.create("bytes=1,dtype=f64", &s, err,
+  CHECKF(rm__workload_synthetic.create("bytes=1,dtype=f64", &s, err,
                                       sizeof(err)) != RM_OK, "1 byte f64");
-  CHECK(rm__workload_synthetic.create("dtype=u8", &s, err, sizeof(err)) !=
+  CHECKF(rm__workload_synthetic.create("dtype=u8", &s, err, sizeof(err)) !=
             RM_OK, "u8");
 }
 
@@ -256,17 +247,17 @@ static void test_split_and_determinism(void)
   void *c = make_train("steps=40,seed=9");
   if (!a || !b || !c) return;
   rm__trainer_t *ta = rm__train_workload_trainer(a);
-  CHECK(ta->train.n == 1438 && ta->test.n == 359, "split %u/%u",
+  CHECKF(ta->train.n == 1438 && ta->test.n == 359, "split %u/%u",
         ta->train.n, ta->test.n);
-  CHECK(rm__trainer_checksum(ta) ==
+  CHECKF(rm__trainer_checksum(ta) ==
             rm__trainer_checksum(rm__train_workload_trainer(b)),
         "same seed, different init");
-  CHECK(rm__trainer_checksum(ta) !=
+  CHECKF(rm__trainer_checksum(ta) !=
             rm__trainer_checksum(rm__train_workload_trainer(c)),
         "different seed, same init");
   run_steps(a, 0, 0);
   run_steps(b, 0, 0);
-  CHECK(rm__trainer_checksum(ta) ==
+  CHECKF(rm__trainer_checksum(ta) ==
             rm__trainer_checksum(rm__train_workload_trainer(b)),
         "same seed, different parameters after 40 steps");
   rm__workload_train.destroy(a);
@@ -280,19 +271,19 @@ static void test_resume(void)
 {
   void *one = make_train("steps=60"), *two = make_train("steps=60");
   if (!one || !two) return;
-  CHECK(run_steps(one, 0, 0) == RM_OK, "run 60");
-  CHECK(run_steps(two, 0, 30) == RM_OK, "run 30");
+  CHECKF(run_steps(one, 0, 0) == RM_OK, "run 60");
+  CHECKF(run_steps(two, 0, 30) == RM_OK, "run 30");
   rm__trainer_t *t2 = rm__train_workload_trainer(two);
   uint64_t at30 = rm__trainer_checksum(t2);
-  CHECK(run_steps(two, 30, 31) == RM_OK && t2->step == 31, "step 31");
-  CHECK(run_steps(two, 30, 30) == RM_OK && t2->step == 30 &&
+  CHECKF(run_steps(two, 30, 31) == RM_OK && t2->step == 31, "step 31");
+  CHECKF(run_steps(two, 30, 30) == RM_OK && t2->step == 30 &&
             rm__trainer_checksum(t2) == at30, "roll back 31 -> 30");
-  CHECK(run_steps(two, 30, 0) == RM_OK, "run 30..60");
-  CHECK(rm__trainer_checksum(rm__train_workload_trainer(one)) ==
+  CHECKF(run_steps(two, 30, 0) == RM_OK, "run 30..60");
+  CHECKF(rm__trainer_checksum(rm__train_workload_trainer(one)) ==
             rm__trainer_checksum(t2), "30+30 steps differ from 60");
   void *fresh = make_train("steps=60");
   if (fresh) {
-    CHECK(run_steps(fresh, 30, 0) == RM_ERR_INVALID_ARG,
+    CHECKF(run_steps(fresh, 30, 0) == RM_ERR_INVALID_ARG,
           "fresh process resumed at 30 with no peer");
     rm__workload_train.destroy(fresh);
   }
@@ -305,23 +296,23 @@ static void test_resume(void)
 static void test_checkpoint(void)
 {
   char dir[] = "/tmp/rm-train-ckpt-XXXXXX", path[4096] = "", err[512] = "";
-  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  CHECKF(mkdtemp(dir) != NULL, "mkdtemp");
   void *a = make_train("steps=80"), *b = make_train("steps=80");
   void *other = make_train("steps=80,hidden=16");
   if (!a || !b || !other) return;
   rm__trainer_t *ta = rm__train_workload_trainer(a);
   rm__trainer_t *tb = rm__train_workload_trainer(b);
-  CHECK(run_steps(a, 0, 40) == RM_OK, "40 steps");
-  CHECK(rm__trainer_save(ta, dir, 7, 0, 1, path, sizeof(path), err,
+  CHECKF(run_steps(a, 0, 40) == RM_OK, "40 steps");
+  CHECKF(rm__trainer_save(ta, dir, 7, 0, 1, path, sizeof(path), err,
                          sizeof(err)) == RM_OK, "%s", err);
-  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_OK, "%s", err);
-  CHECK(tb->step == 40 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
+  CHECKF(rm__trainer_load(tb, path, err, sizeof(err)) == RM_OK, "%s", err);
+  CHECKF(tb->step == 40 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
         "loaded state differs");
-  CHECK(run_steps(a, 40, 0) == RM_OK && run_steps(b, 40, 0) == RM_OK, "run");
-  CHECK(ta->step == 80 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
+  CHECKF(run_steps(a, 40, 0) == RM_OK && run_steps(b, 40, 0) == RM_OK, "run");
+  CHECKF(ta->step == 80 && rm__trainer_checksum(ta) == rm__trainer_checksum(tb),
         "40 + checkpoint + 40 steps differ from 80");
   rm__trainer_t *to = rm__train_workload_trainer(other);
-  CHECK(rm__trainer_load(to, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+  CHECKF(rm__trainer_load(to, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
             strstr(err, "another model"), "foreign model: %s", err);
   /* Flip one payload byte, then truncate: both refused, trainer intact. */
   uint64_t before = rm__trainer_checksum(tb);
@@ -331,15 +322,15 @@ static void test_checkpoint(void)
   fseek(f, 100, SEEK_SET);
   fputc(c ^ 1, f);
   fclose(f);
-  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+  CHECKF(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
             strstr(err, "checksum"), "corrupt: %s", err);
-  CHECK(truncate(path, 1000) == 0, "truncate");
-  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
+  CHECKF(truncate(path, 1000) == 0, "truncate");
+  CHECKF(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_INVALID_ARG &&
             strstr(err, "truncated"), "truncated: %s", err);
-  CHECK(rm__trainer_checksum(tb) == before && tb->step == 80,
+  CHECKF(rm__trainer_checksum(tb) == before && tb->step == 80,
         "failed load changed the trainer");
   unlink(path);
-  CHECK(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_NOT_FOUND,
+  CHECKF(rm__trainer_load(tb, path, err, sizeof(err)) == RM_ERR_NOT_FOUND,
         "missing: %s", err);
   rmdir(dir);
   rm__workload_train.destroy(a);
@@ -361,17 +352,17 @@ static void test_synthetic(void)
     char o[128], err[256] = "", js[512];
     void *s = NULL;
     snprintf(o, sizeof(o), "bytes=1M,dtype=%s,compute_ms=1,steps=8", dts[i]);
-    CHECK(rm__workload_synthetic.create(o, &s, err, sizeof(err)) == RM_OK,
+    CHECKF(rm__workload_synthetic.create(o, &s, err, sizeof(err)) == RM_OK,
           "%s: %s", o, err);
     if (!s) continue;
     int n = 0;
     rm_workload_env_t env = {.world = 1, .report = count_steps,
                              .report_ctx = &n};
-    CHECK(rm__workload_synthetic.run(s, &env) == RM_OK, "synthetic %s",
+    CHECKF(rm__workload_synthetic.run(s, &env) == RM_OK, "synthetic %s",
           dts[i]);
-    CHECK(n == 5, "report asked to stop at step 5, saw %d", n);
+    CHECKF(n == 5, "report asked to stop at step 5, saw %d", n);
     rm__workload_synthetic.summary(s, js, sizeof(js));
-    CHECK(strstr(js, "\"verified_steps\":5") != NULL, "summary %s", js);
+    CHECKF(strstr(js, "\"verified_steps\":5") != NULL, "summary %s", js);
     rm__workload_synthetic.destroy(s);
   }
 }
@@ -400,6 +391,6 @@ int main(int argc, char **argv)
     fprintf(stderr, "no test named %s\n", argv[1]);
     return 2;
   }
-  printf("%s (%d failures)\n", failures ? "FAILED" : "ok", failures);
-  return failures ? 1 : 0;
+  printf("%s (%d failures)\n", rm_check_failures ? "FAILED" : "ok", rm_check_failures);
+  return rm_check_failures ? 1 : 0;
 }
