@@ -199,8 +199,10 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
     } else if (told + quarter < due) {
       due = told + quarter;
     }
-    int left = rm__ms_left(due);
-    if (progress_all(c, left > 0 ? left : 1) != RM_OK) return failed(c);
+    /* from `now`: one clock read per iteration, as before the stall logic */
+    int64_t left_ms = (due - now + 999999) / 1000000;
+    int left = left_ms < 1 ? 1 : left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms;
+    if (progress_all(c, left) != RM_OK) return failed(c);
     if (req->done + (size_t)req->hdr_done != mark) {
       mark = req->done + (size_t)req->hdr_done;
       last = rm__now_ns();
