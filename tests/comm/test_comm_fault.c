@@ -15,6 +15,10 @@
  *          message sizes (header-only up to 1 MiB) every byte must arrive
  *          intact and both ranks end RM_OK: control frames never leak
  *          into a payload.
+ *   leftpeer  3 ranks, deadline 400 ms: rank 0 closes its communicator at
+ *          once (BYE) while rank 1 waits 300 ms for rank 2, which sleeps
+ *          outside the library; rank 1's WAIT frames to the departed rank 0
+ *          must not fail it: ranks 1 and 2 end RM_OK.
  *   deadlock  2 ranks both receive from each other first (mismatched code):
  *          one fails RM_ERR_TIMEOUT naming the other with "deadlock" in the
  *          message (each told the other it waits for it); the other does
@@ -166,6 +170,53 @@ static int waitframes_rank(rm_test_world_t *h, int rank, void *arg)
   return 0;
 }
 
+static int leftpeer_rank(rm_test_world_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  rm_test_result_t *res = &h->res[rank];
+  uint64_t v = 7;
+  rm_status_t st;
+
+  rm_test_config(h, rank, &cfg);
+  cfg.timeout_ms = 400;
+  if ((st = rm_comm_init(&cfg, &c)) != RM_OK) {
+    res->status = st;
+    return 0;
+  }
+  st = rm__coll_begin(c);
+  if (rank == 1 && st == RM_OK) {
+    st = rm__sendrecv(c, -1, NULL, 0, 0, 2, &v, sizeof v, 0);
+    if (st == RM_OK && v != 42) res->bad++;
+  } else if (rank == 2 && st == RM_OK) {
+    usleep(300 * 1000);
+    v = 42;
+    st = rm__sendrecv(c, 1, &v, sizeof v, 0, -1, NULL, 0, 0);
+  }
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+  return 0;
+}
+
+static int run_leftpeer(void)
+{
+  rm_test_world_t h;
+  int bad;
+  if (rm_test_world_open(&h, 3) != 0) RM_TEST_FAIL("rm_test_world_open");
+  rm_test_start(&h, leftpeer_rank, NULL);
+  bad = rm_test_wait(&h, 60000, -1);
+  for (int r = 0; r < 3; r++) {
+    rm_test_result_t *res = &h.res[r];
+    printf("rank %d: %s peer %d bad %d: %s\n", r, rm_status_name(res->status),
+           res->failed_peer, res->bad, res->msg);
+    if (!res->done || res->status != RM_OK || res->bad) bad++;
+  }
+  rm_test_world_close(&h);
+  return bad;
+}
+
 static int deadlock_rank(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
@@ -310,6 +361,8 @@ int main(int argc, char **argv)
     bad = run_abort();
   else if (strcmp(mode, "waitframes") == 0)
     bad = run_pair(waitframes_rank, RM_OK, NULL, NULL);
+  else if (strcmp(mode, "leftpeer") == 0)
+    bad = run_leftpeer();
   else if (strcmp(mode, "deadlock") == 0)
     bad = run_deadlock();
   else

@@ -11,8 +11,9 @@
  *   1. req complete -> return its status;
  *   2. sticky failure (peer, deadline, abort from another thread) -> close
  *      the transports with it (peers get ABORT frames) and return it;
- *   3. idle >= T/4 -> tell every peer "blocked on req->peer" (stalled(),
- *      a WAIT frame on TCP), again every T/4 while idle;
+ *   3. idle >= T/4 -> tell req->peer, and the peers that said they wait on
+ *      us, "blocked on req->peer" (stalled(), a WAIT frame on TCP), again
+ *      every T/4 while idle;
  *   4. idle >= T -> the stall verdict (below);
  *   5. progress every transport in use, blocking at most until the next
  *      step above is due (one transport) or not at all (several: they are
@@ -130,10 +131,11 @@ static rm_status_t failed(rm_comm_t *c)
   return st;
 }
 
-static void tell_stalled(rm_comm_t *c, int on, uint64_t seq)
+static void tell_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
   for (int i = 0; i < NPRIO; i++)
-    if (transport_used(c, g_priority[i])) g_priority[i]->stalled(c, on, seq);
+    if (transport_used(c, g_priority[i]))
+      g_priority[i]->stalled(c, on, seq, since_ns);
 }
 
 /* Idle reached T on req (top of file). 1 = keep waiting until 2T. */
@@ -187,7 +189,7 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
     if (rm_comm_status(c) != RM_OK) return failed(c);
     int64_t now = rm__now_ns(), due = last + span;
     if (now - last >= quarter && now - told >= quarter) {
-      tell_stalled(c, req->peer, req->seq);
+      tell_stalled(c, req->peer, req->seq, now - span);
       told = now;
     }
     if (now >= due) {

@@ -98,9 +98,10 @@ typedef struct rm__transport_ops {
   rm_status_t (*progress)(rm_comm_t *c, int timeout_ms);
   /* Close every connection; tell peers why when `reason` != RM_OK. */
   void (*close_all)(rm_comm_t *c, rm_status_t reason);
-  /* Tell every peer this rank is alive and blocked on rank `on` in
-   * collective seq; must not block (queued, sent by progress). */
-  void (*stalled)(rm_comm_t *c, int on, uint64_t seq);
+  /* Tell rank `on`, and every peer that said (at or after since_ns) it
+   * waits on us, that this rank is alive and blocked on `on` in collective
+   * seq; must not block (queued, sent by progress). */
+  void (*stalled)(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns);
   /* The rank `peer` last said it is blocked on, if it said so at or after
    * since_ns (rm__now_ns clock); else -1. *seq = its collective. */
   int (*waits_on)(const rm_comm_t *c, int peer, int64_t since_ns,

@@ -27,12 +27,15 @@
  *    close (the end of stream that follows is not a failure); ABORT carries
  *    the sender's sticky failure (status, rank it blames) and ends the stream;
  *  - WAIT says "I am alive, inside the library, blocked on rank tag-1 in
- *    collective seq". A rank sends it to every peer while one of its waits
- *    has seen no progress for a quarter of its deadline (transport.c), so a
- *    peer that stalls on it can tell a rank that is stuck (sends nothing)
+ *    collective seq". While one of its waits has seen no progress for a
+ *    quarter of its deadline (transport.c), a rank sends it every quarter
+ *    to the rank it waits on and to the ranks that told it they wait on it,
+ *    so a rank stalled on it can tell a rank that is stuck (sends nothing)
  *    from one that is itself waiting on a third rank, and blame the right
  *    one. It may come between any two frames; it is never a payload;
- *  - end of stream or reset without a BYE first: RM_ERR_PEER_LOST.
+ *  - end of stream or reset without a BYE first: RM_ERR_PEER_LOST (a reset
+ *    after BYE is a clean leave: a peer that closes with frames unread,
+ *    e.g. our WAITs, resets the connection instead of ending it).
  *
  * Flow control: a DATA payload is read only straight into a posted receive
  * buffer (zero copy). Without a posted receive the connection reads at most

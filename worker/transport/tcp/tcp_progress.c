@@ -31,7 +31,9 @@
  *
  * Stall reports (tcp_stalled): one WAIT control request per connection,
  * queued at the head of the send queue (after the head when that is
- * partly written) unless the previous one is still queued.
+ * partly written) unless the previous one is still queued; sent only to
+ * the awaited rank and to ranks that said they wait on us. A WAIT that
+ * meets a reset (the peer just left) is dropped, not an error.
  *
  * Closing (close_all): a communicator that fails tells each peer ABORT (when
  * that connection is between frames) and shuts down its write side, so the
@@ -235,6 +237,14 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         k->wr_full = 1;
+        return RM_OK;
+      }
+      if ((errno == EPIPE || errno == ECONNRESET) && k->sq_head == &k->ctl &&
+          k->ctl.next == NULL && k->ctl.hdr_done == 0) {
+        /* only our WAIT was queued: a peer that already left needs no
+         * stall report; the receive side decides whether it left cleanly
+         * (BYE) or died */
+        pop_send(k);
         return RM_OK;
       }
       return io_error(c, k, errno, "sending");
@@ -443,6 +453,10 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       k->rd_dry = 1;
       return RM_OK;
     }
+    /* a peer that said BYE and closed with our WAIT unread resets instead
+     * of ending the stream: still a clean leave */
+    if ((errno == ECONNRESET || errno == EPIPE) && k->bye && k->rhdr_got == 0)
+      return on_eof(c, k);
     return io_error(c, k, errno, "receiving");
   }
 }
@@ -521,10 +535,15 @@ static rm_status_t serve_ready(rm_comm_t *c, int n)
     if (re & (POLLIN | POLLHUP | POLLRDHUP | POLLERR)) k->rd_dry = 0;
     if (re & (POLLOUT | POLLHUP | POLLERR)) k->wr_full = 0;
     if (re & POLLERR) {
+      /* read what the peer sent before the error first (its last data,
+       * its BYE): the read that meets the error then judges it */
       int err = 0;
       socklen_t len = sizeof err;
+      if ((st = serve(c, k, 1, &moved)) != RM_OK) return st;
+      if (k->fd < 0) continue; /* it had said BYE: closed quietly */
       getsockopt(k->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      return io_error(c, k, err ? err : ECONNRESET, "polling");
+      if (err == 0) continue;  /* a read or write above already met it */
+      return io_error(c, k, err, "polling");
     }
     st = serve(c, k, (re & (POLLIN | POLLHUP | POLLRDHUP)) && wants_read(k),
                &moved);
@@ -566,9 +585,12 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
   return rm_comm_status(c);
 }
 
-/* Tell every peer that this rank is blocked on `on` in collective seq: one
+/* Tell the peers that care that this rank is blocked on `on` in collective
+ * seq: `on` itself, and every peer whose WAIT since since_ns said it waits
+ * on us (so a chain of waits learns where it ends). Not every peer: a peer
+ * that already left would answer an unsolicited frame with a reset. One
  * WAIT request per connection, ahead of queued data that has not started. */
-static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq)
+static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
   struct rm__tcp_state *s = c->tcp;
   if (s == NULL || s->closed) return;
@@ -576,7 +598,9 @@ static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq)
     rm__tcp_conn_t *k = &s->conns[p];
     rm__req_t *r = &k->ctl;
     rm__frame_t f;
-    if (k->fd < 0 || (k->ctl_queued && !r->complete)) continue;
+    int cares = p == on || (k->waits_on == c->rank && k->waits_ns >= since_ns);
+    if (!cares || k->fd < 0 || k->bye || (k->ctl_queued && !r->complete))
+      continue;
     memset(r, 0, sizeof *r);
     r->peer = p;
     r->kind = RM__REQ_SEND;
