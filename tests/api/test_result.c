@@ -24,6 +24,7 @@
 
 #include "coord_int.h"
 
+#include "coord_fixture.h"
 #include "rm_check.h"
 
 static int jansson_object(const char *s)
@@ -131,18 +132,6 @@ static rm__worker_t *member(rm_coord_t *c, rm__job_t *j, int rank)
   w->state = RM_WORKER_RUNNING;
   rm__store_worker_insert(c, j, w);
   return w;
-}
-
-static rm_coord_t *open_coord(const char *db)
-{
-  rm_coord_options_t o;
-  rm_coord_t *c = NULL;
-  char err[256] = "";
-  rm_coord_options_init(&o);
-  o.db_path = db;
-  o.grpc_addr = "127.0.0.1:0";
-  CHECKF(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
-  return c;
 }
 
 static void coordinator(void)

@@ -21,19 +21,8 @@
 
 #include "coord.h"
 
+#include "coord_fixture.h"
 #include "rm_check.h"
-
-static rm_coord_t *open_coord(const char *db)
-{
-  rm_coord_options_t o;
-  rm_coord_t *c = NULL;
-  char err[256] = "";
-  rm_coord_options_init(&o);
-  o.db_path = db;
-  o.grpc_addr = "127.0.0.1:0";
-  CHECKF(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
-  return c;
-}
 
 static uint64_t submit(rm_coord_t *c, int i)
 {

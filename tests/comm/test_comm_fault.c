@@ -57,15 +57,6 @@ static rm_comm_t *open_rank(rm_test_world_t *h, int rank, int timeout_ms)
   return h->res[rank].status == RM_OK ? c : NULL;
 }
 
-/* Record how the rank ended (status, blamed peer, message); destroy c. */
-static void finish_rank(rm_test_result_t *res, rm_comm_t *c, rm_status_t st)
-{
-  res->status = st;
-  res->failed_peer = rm_comm_failed_peer(c);
-  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
-  rm_comm_destroy(c);
-}
-
 static int ring_loop(rm_test_world_t *h, int rank, void *arg)
 {
   rm_comm_config_t cfg;
@@ -87,12 +78,9 @@ static int ring_loop(rm_test_world_t *h, int rank, void *arg)
     st = rm__coll_begin(c);
     if (st == RM_OK) st = rm__sendrecv(c, right, sb, n, 0, left, rb, n, 0);
   }
-  res->status = st;
-  res->failed_peer = rm_comm_failed_peer(c);
-  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
   /* sticky: the next call fails the same way */
   if (rm__coll_begin(c) != st) res->bad++;
-  rm_comm_destroy(c);
+  rm_test_finish(res, c, st);
   free(sb);
   free(rb);
   return 0;
@@ -179,7 +167,7 @@ static int waitframes_rank(rm_test_world_t *h, int rank, void *arg)
         }
     }
   }
-  finish_rank(res, c, st);
+  rm_test_finish(res, c, st);
   free(buf);
   return 0;
 }
@@ -201,7 +189,7 @@ static int leftpeer_rank(rm_test_world_t *h, int rank, void *arg)
     v = 42;
     st = rm__sendrecv(c, 1, &v, sizeof v, 0, -1, NULL, 0, 0);
   }
-  finish_rank(res, c, st);
+  rm_test_finish(res, c, st);
   return 0;
 }
 
@@ -214,7 +202,7 @@ static int deadlock_rank(rm_test_world_t *h, int rank, void *arg)
   if (c == NULL) return 0;
   st = rm__coll_begin(c);
   if (st == RM_OK) st = rm__sendrecv(c, -1, NULL, 0, 0, 1 - rank, &v, sizeof v, 0);
-  finish_rank(&h->res[rank], c, st);
+  rm_test_finish(&h->res[rank], c, st);
   return 0;
 }
 
@@ -298,7 +286,7 @@ static int abort_rank(rm_test_world_t *h, int rank, void *arg)
     st = rm__irecv(c, 0, &v, sizeof v, 0, &rq);
     if (st == RM_OK) st = rm__wait(c, &rq);
   }
-  finish_rank(res, c, st);
+  rm_test_finish(res, c, st);
   return 0;
 }
 

@@ -63,10 +63,7 @@ static void real_rank0_recv(rm_comm_t *c, rm_test_result_t *res)
   if (st == RM_OK) st = rm__wait(c, &rq);
   for (int i = 0; st == RM_OK && i < (int)sizeof buf; i++)
     if (buf[i] != (unsigned char)(i * 3)) res->bad++;
-  res->status = st;
-  res->failed_peer = rm_comm_failed_peer(c);
-  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
-  rm_comm_destroy(c);
+  rm_test_finish(res, c, st);
 }
 
 static int real_rank0(rm_test_world_t *h, int rank, void *arg)

@@ -12,6 +12,14 @@
 
 #define RES_BYTES (sizeof(rm_test_result_t) * RM_TEST_MAX_WORLD)
 
+void rm_test_finish(rm_test_result_t *res, rm_comm_t *c, rm_status_t st)
+{
+  res->status = st;
+  res->failed_peer = rm_comm_failed_peer(c);
+  snprintf(res->msg, sizeof res->msg, "%s", rm_comm_last_error(c));
+  rm_comm_destroy(c);
+}
+
 double rm_test_now_ms(void)
 {
   struct timespec ts;

@@ -90,6 +90,10 @@ int rm_test_start(rm_test_world_t *w, rm_test_rank_fn fn, void *arg);
 int rm_test_wait(rm_test_world_t *w, int timeout_ms, int expect_killed);
 
 /* ---- helpers ---- */
+/* Record how a rank's communicator ended in res (status st, the peer it
+ * blames, its last error message), then destroy c. */
+void rm_test_finish(rm_test_result_t *res, rm_comm_t *c, rm_status_t st);
+
 double rm_test_now_ms(void);  /* CLOCK_MONOTONIC */
 int rm_test_open_fds(void);   /* entries in /proc/self/fd (-1 if unreadable) */
 

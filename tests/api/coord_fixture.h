@@ -1,0 +1,24 @@
+/*
+ * coord_fixture.h - the in-process coordinator the api unit tests open on a
+ * SQLite file (gRPC on a free loopback port). Header-only; needs
+ * rm_check.h (a failed open counts as a failed check and returns NULL).
+ */
+#ifndef RM_TESTS_API_COORD_FIXTURE_H
+#define RM_TESTS_API_COORD_FIXTURE_H
+
+#include "coord.h"
+#include "rm_check.h"
+
+static rm_coord_t *open_coord(const char *db)
+{
+  rm_coord_options_t o;
+  rm_coord_t *c = NULL;
+  char err[256] = "";
+  rm_coord_options_init(&o);
+  o.db_path = db;
+  o.grpc_addr = "127.0.0.1:0";
+  CHECKF(rm_coord_open(&o, &c, err, sizeof err) == RM_OK, "open: %s", err);
+  return c;
+}
+
+#endif
