@@ -17,12 +17,9 @@ demo="$here/../../scripts/demo"
 build="$1"
 work="$(mktemp -d "${TMPDIR:-/tmp}/rm-demo-test-XXXXXX")"
 kept=""
+. "$here/../lib/stop_pid.sh"
 cleanup() {
-  if [ -n "$kept" ] && kill -0 "$kept" 2>/dev/null; then
-    kill -TERM "$kept"
-    for _ in $(seq 100); do kill -0 "$kept" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$kept" 2>/dev/null || true
-  fi
+  rm_stop_pid "$kept"
   rm -rf "$work"
 }
 trap cleanup EXIT

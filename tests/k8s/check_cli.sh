@@ -11,12 +11,9 @@ here="$(cd "$(dirname "$0")" && pwd)"
 rm_bin="$1"
 tmp="$(mktemp -d)"
 srv=""
+. "$here/../lib/stop_pid.sh"
 cleanup() {
-  if [ -n "$srv" ] && kill -0 "$srv" 2>/dev/null; then
-    kill -TERM "$srv"
-    for _ in $(seq 100); do kill -0 "$srv" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$srv" 2>/dev/null || true
-  fi
+  rm_stop_pid "$srv"
   rm -rf "$tmp"
 }
 trap cleanup EXIT

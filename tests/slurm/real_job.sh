@@ -24,13 +24,9 @@ export RINGMASTER_WORKER_BIN="$worker_bin"
 # REST token for serve (its env fallback) and the CLI (same variable).
 export RINGMASTER_API_TOKEN="rig-test-token-$$"
 coord_pid=""
+. "$(cd "$(dirname "$0")" && pwd)/../lib/stop_pid.sh"
 stop_coord() {
-  if [ -n "$coord_pid" ] && kill -0 "$coord_pid" 2>/dev/null; then
-    kill -TERM "$coord_pid"
-    for _ in $(seq 100); do kill -0 "$coord_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$coord_pid" 2>/dev/null || true
-    wait "$coord_pid" 2>/dev/null || true
-  fi
+  rm_stop_pid "$coord_pid"
   coord_pid=""
 }
 trap stop_coord EXIT
