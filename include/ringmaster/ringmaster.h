@@ -67,7 +67,9 @@ extern "C" {
   XX(ERR_UNAVAILABLE, 10, "service unavailable")                              \
   XX(ERR_NOT_FOUND, 11, "not found")                                          \
   XX(ERR_DENIED, 12, "permission denied")                                     \
-  XX(ERR_INTERNAL, 13, "internal error")
+  XX(ERR_INTERNAL, 13, "internal error")                                      \
+  XX(ERR_RECONFIGURED, 14, "membership changed: re-form the session")         \
+  XX(ERR_JOB_ENDED, 15, "the job ended")
 
 typedef enum {
 #define RM__STATUS_ENUM(name, code, text) RM_##name = code,
@@ -220,6 +222,186 @@ RM_EXTERN rm_status_t rm_barrier(rm_comm_t *comm);
 /* Algorithm auto would choose for this call, and its predicted time. */
 RM_EXTERN rm_algo_t rm_allreduce_choose(const rm_comm_t *comm, size_t bytes,
                                         double *predicted_us);
+
+
+/* ---- worker sessions ----------------------------------------------------
+ *
+ * A session is one worker's membership of one coordinator job: it joins
+ * (long-poll until the group forms), owns this generation's communicator,
+ * sends heartbeats and keeps a session stream open (so the coordinator
+ * learns at once when this process dies), reports step timings, passes
+ * named barriers, and leaves. `ringmaster-worker` runs the built-in
+ * workloads on a session; a user's program (a "command" job) opens its own
+ * with rm_session_join_env() from the variables the agent sets.
+ *
+ * States and the calls that move between them:
+ *
+ *   rm_session_join[_env] --> MEMBER (rank, world, generation, comm)
+ *   MEMBER --(peer lost, replacement joined, coordinator restarted,
+ *             job re-formed)--> RECONFIGURING: the communicator is aborted;
+ *             the running collective or the next step / barrier call
+ *             returns RM_ERR_RECONFIGURED (or the data plane's own
+ *             RM_ERR_PEER_LOST / RM_ERR_TIMEOUT naming the peer, when it
+ *             saw the failure first); rm_session_last_error() says what
+ *             happened
+ *   RECONFIGURING --rm_session_reform--> MEMBER of the next generation, in
+ *             the same process (new rank, world, communicator; the
+ *             previous rm_session_comm() pointer is freed)
+ *   any --(job cancelled, failed or succeeded)--> ENDED: calls return
+ *             RM_ERR_JOB_ENDED with the job's reason
+ *   MEMBER --rm_session_leave--> LEFT; rm_session_close frees
+ *
+ * Threading: the calls are made from one thread at a time (the training
+ * loop); the session's own threads (heartbeats, session stream) only read
+ * shared state under a lock and abort the communicator.
+ *
+ * ABI: config structs carry struct_size and version, filled by
+ * rm_session_config_init (the NCCL_CONFIG_INITIALIZER habit); bindings in
+ * other languages use the getters and rm_session_config_size() instead of
+ * mirroring a struct. */
+typedef struct rm_session rm_session_t;
+
+#define RM_SESSION_CONFIG_VERSION 1
+
+typedef struct rm_session_config {
+  size_t struct_size;       /* sizeof(rm_session_config_t), set by init */
+  unsigned version;         /* RM_SESSION_CONFIG_VERSION, set by init */
+  const char *coordinator;  /* "host:port" of the coordinator's gRPC port */
+  uint64_t job_id;
+  const char *token;        /* the job's worker token */
+  const char *host;         /* NULL = gethostname() */
+  const char *data_addr;    /* data-plane bind "host:port"; NULL = "127.0.0.1:0" */
+  int rank_hint;            /* launch index (RANK of the first generation); -1 none */
+  int world_hint;           /* 0 = none */
+  int connect_timeout_ms;   /* an unreachable coordinator; 0 = 30000 */
+  int data_timeout_ms;      /* data-plane deadline; 0 = library default */
+  const char *tls_ca, *tls_cert, *tls_key; /* PEM files: all or none */
+  const char *devices;      /* reported in Join; NULL = probe this host */
+} rm_session_config_t;
+
+/* Defaults: everything 0/NULL but rank_hint -1, struct_size and version. */
+RM_EXTERN void rm_session_config_init(rm_session_config_t *cfg);
+RM_EXTERN size_t rm_session_config_size(void);
+/* Fill coordinator, job, token, host, data address, hints, timeouts and TLS
+ * files from RINGMASTER_COORDINATOR, RINGMASTER_JOB, RINGMASTER_TOKEN,
+ * RINGMASTER_HOST, RINGMASTER_DATA_ADDR, RINGMASTER_LAUNCH_INDEX /
+ * RINGMASTER_LAUNCH_WORLD (else SLURM_PROCID / SLURM_NTASKS, else
+ * JOB_COMPLETION_INDEX / RINGMASTER_WORLD), RINGMASTER_CONNECT_TIMEOUT_MS,
+ * RINGMASTER_DATA_TIMEOUT_MS, RINGMASTER_TLS_CA / _CERT / _KEY. Strings
+ * point into the environment (borrowed). RM_ERR_INVALID_ARG when the
+ * coordinator, job or token is missing. */
+RM_EXTERN rm_status_t rm_session_config_from_env(rm_session_config_t *cfg);
+
+/* Join the job and build the first communicator. Blocks until the group
+ * forms (the coordinator decides when), or the coordinator stays
+ * unreachable for connect_timeout_ms (RM_ERR_UNAVAILABLE), refuses us
+ * (RM_ERR_DENIED wrong token, RM_ERR_NOT_FOUND no such job), or the job is
+ * already over (RM_ERR_JOB_ENDED). OUT: *out only on success; on failure
+ * err (may be NULL) holds the reason in words. */
+RM_EXTERN rm_status_t rm_session_join(const rm_session_config_t *cfg,
+                                      rm_session_t **out, char *err,
+                                      size_t errlen);
+/* rm_session_config_from_env + rm_session_join. */
+RM_EXTERN rm_status_t rm_session_join_env(rm_session_t **out, char *err,
+                                          size_t errlen);
+
+/* This generation's communicator: borrowed, valid until the next
+ * rm_session_reform or rm_session_close. Collectives on it are ordinary
+ * rm_allreduce ... calls. */
+RM_EXTERN rm_comm_t *rm_session_comm(rm_session_t *s);
+RM_EXTERN int rm_session_rank(const rm_session_t *s);
+RM_EXTERN int rm_session_world(const rm_session_t *s);
+RM_EXTERN uint64_t rm_session_generation(const rm_session_t *s);
+RM_EXTERN uint64_t rm_session_job_id(const rm_session_t *s);
+RM_EXTERN uint64_t rm_session_worker_id(const rm_session_t *s);
+/* Steps every member of this generation had completed when it formed: a
+ * program resumes from here after rm_session_reform. */
+RM_EXTERN uint64_t rm_session_start_step(const rm_session_t *s);
+/* The last step this process reported (rm_session_step_end). */
+RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
+/* The job spec as the coordinator sent it. Strings: "name", "workload",
+ * "workload_options", "algorithm", "dtype", "on_failure",
+ * "straggler_policy", "launcher", "workdir"; borrowed, valid until the next
+ * reform; NULL for an unknown name. Numbers: "steps", "world_size",
+ * "min_workers", "max_workers", "checkpoint_every", "checkpoint_step"
+ * (last checkpoint every member completed), "step_quorum", "coded_s",
+ * "backup_workers", "heartbeat_interval_ms"; 0 for an unknown name. */
+RM_EXTERN const char *rm_session_spec_string(const rm_session_t *s,
+                                             const char *name);
+RM_EXTERN uint64_t rm_session_spec_uint(const rm_session_t *s,
+                                        const char *name);
+/* Words about the last failure or membership change ("generation 3: peer
+ * rank 2 lost; 3 members"); "" when none. Borrowed. */
+RM_EXTERN const char *rm_session_last_error(const rm_session_t *s);
+
+/* Re-join after RM_ERR_RECONFIGURED, RM_ERR_PEER_LOST or RM_ERR_TIMEOUT:
+ * tell the coordinator which peer the data plane lost, wait for its
+ * decision, join the next generation and build its communicator. On
+ * RM_OK the getters give the new rank, world, generation and start_step.
+ * RM_ERR_JOB_ENDED: the coordinator failed or ended the job instead (the
+ * reason in rm_session_last_error). Blocks up to connect_timeout_ms plus
+ * the coordinator's decision time. */
+RM_EXTERN rm_status_t rm_session_reform(rm_session_t *s);
+
+/* ---- steps ----
+ * rm_session_step_begin starts step rm_session_step(s) + 1 and its clock;
+ * rm_session_step_end reports it (compute = wall time - time in this
+ * communicator's collectives - gate wait; comm = time in collectives;
+ * bytes = payload all-reduced). loss/accuracy: NaN when not meaningful.
+ * Both return RM_ERR_RECONFIGURED / RM_ERR_JOB_ENDED when the coordinator
+ * moved on, RM_OK otherwise (a report that could not be delivered is
+ * logged, not an error). */
+RM_EXTERN rm_status_t rm_session_step_begin(rm_session_t *s);
+RM_EXTERN rm_status_t rm_session_step_end(rm_session_t *s, double loss,
+                                          double accuracy);
+
+/* A finished step with explicit figures (the built-in workloads). */
+typedef struct rm_step_report {
+  size_t struct_size;        /* sizeof(rm_step_report_t) */
+  uint64_t step;             /* 1-based step just finished */
+  double compute_ms, comm_ms, wait_ms;
+  double loss, accuracy;     /* NaN when not meaningful */
+  uint64_t allreduce_bytes;  /* payload bytes all-reduced this step */
+  uint64_t param_checksum;   /* parameters after the step; 0 if none */
+  uint64_t checkpoint_step;  /* newest checkpoint this worker wrote; 0 none */
+} rm_step_report_t;
+
+/* Report r (r->struct_size must be set). Returns like rm_session_step_end. */
+RM_EXTERN rm_status_t rm_session_step_report(rm_session_t *s,
+                                             const rm_step_report_t *r);
+
+/* The step's gradient all-reduce under the job's straggler policy
+ * ("none": a plain all-reduce; "backup" / "deadline": the coordinator
+ * decides which ranks contribute to this step, every rank receives the
+ * average over those contributors; "coded" is refused at submit for
+ * command jobs). Average (RM_AVG) over contributors; in place when
+ * send == recv. OUT *contributors (may be NULL). Float dtypes. */
+RM_EXTERN rm_status_t rm_session_allreduce_step(rm_session_t *s,
+                                                const void *send, void *recv,
+                                                size_t count, rm_dtype_t dt,
+                                                int *contributors);
+/* 1 when the gate already decided this step without this rank (a straggler
+ * may stop computing early), 0 otherwise. Never blocks. */
+RM_EXTERN int rm_session_step_dropped(rm_session_t *s);
+
+/* A named barrier through the coordinator (not the data plane): every
+ * member of this generation arrives, or it breaks at the deadline
+ * (RM_ERR_TIMEOUT, rm_session_last_error names the missing ranks, their
+ * last step and silence). deadline_ms 0 = the job's barrier_timeout_ms. */
+RM_EXTERN rm_status_t rm_session_barrier(rm_session_t *s, const char *name,
+                                         int deadline_ms);
+
+/* Leave after the last step: ok = 1 finished; ok = 0 with error words.
+ * summary_json: this worker's final metrics, one JSON object
+ * ("{\"accuracy\":0.97}"), or NULL. RM_ERR_RECONFIGURED: refused because
+ * the job is re-forming (reform, then continue or leave again). */
+RM_EXTERN rm_status_t rm_session_leave(rm_session_t *s, int ok,
+                                       const char *error,
+                                       const char *summary_json);
+/* Stop threads, close the communicator and the endpoint, free. A session
+ * closed without leaving looks to the coordinator like a worker that
+ * died (on_failure decides). NULL is a no-op. */
+RM_EXTERN void rm_session_close(rm_session_t *s);
 
 #ifdef __cplusplus
 }

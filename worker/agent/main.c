@@ -21,7 +21,6 @@
 #include <string.h>
 
 #include "agent.h"
-#include "rm_param.h"
 
 static void usage(FILE *f)
 {
@@ -31,28 +30,15 @@ static void usage(FILE *f)
              "       [--data-timeout-ms N] [--tls-ca PEM --tls-cert PEM --tls-key PEM]\n");
 }
 
-/* The hint sent in Join is also the worker's LAUNCH INDEX: the coordinator
- * stores it per worker (the N of the launcher's log worker-N.log, and how it
- * tells which member a dead process was). RINGMASTER_LAUNCH_INDEX wins: our
- * local launcher sets it for exactly this process, while SLURM_PROCID or
- * JOB_COMPLETION_INDEX may merely be inherited from a coordinator that
- * itself runs inside a Slurm step or an Indexed Job pod. */
+/* The rank hint (the launch index) and world hint come from the variables
+ * the launchers set, read by the library (rm_session_config_from_env). */
 static void hints(rm_agent_opts_t *o)
 {
-  const char *procid = getenv("SLURM_PROCID"), *ntasks = getenv("SLURM_NTASKS");
-  const char *index = getenv("JOB_COMPLETION_INDEX");
-  const char *lindex = getenv("RINGMASTER_LAUNCH_INDEX");
-  o->rank_hint = -1;
-  if (lindex && *lindex) {
-    o->rank_hint = atoi(lindex);
-    o->world_hint = (int)rm__env_int("RINGMASTER_LAUNCH_WORLD", 0);
-  } else if (procid && ntasks) {
-    o->rank_hint = atoi(procid);
-    o->world_hint = atoi(ntasks);
-  } else if (index) {
-    o->rank_hint = atoi(index);
-    o->world_hint = (int)rm__env_int("RINGMASTER_WORLD", 0);
-  }
+  rm_session_config_t cfg;
+  rm_session_config_init(&cfg);
+  (void)rm_session_config_from_env(&cfg); /* coordinator etc. come from argv */
+  o->rank_hint = cfg.rank_hint;
+  o->world_hint = cfg.world_hint;
 }
 
 int main(int argc, char **argv)

@@ -64,6 +64,8 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   }
   if (op == RM_AVG)
     rm__scale_avg(recv, count, dt, rm_comm_world(comm));
+  comm->allreduce_ns += rm__now_ns() - t0;
+  comm->allreduce_bytes += count * esz;
   if (info) {
     info->algorithm = chosen;
     info->predicted_us = predicted;

@@ -156,15 +156,20 @@ fail:
   return st;
 }
 
-void rm_comm_abort(rm_comm_t *c)
+void rm__comm_abort_with(rm_comm_t *c, rm_status_t st, const char *why)
 {
   char b = 1;
   ssize_t n;
   if (c == NULL) return;
   __atomic_store_n(&c->aborted, 1, __ATOMIC_RELEASE);
-  rm__comm_fail(c, RM_ERR_ABORTED, -1, "communicator aborted by the user");
+  rm__comm_fail(c, st, -1, "%s", why);
   n = write(c->wake_fd[1], &b, 1); /* full pipe is fine: already awake */
   (void)n;
+}
+
+void rm_comm_abort(rm_comm_t *c)
+{
+  rm__comm_abort_with(c, RM_ERR_ABORTED, "communicator aborted by the user");
 }
 
 void rm_comm_destroy(rm_comm_t *c)
@@ -222,7 +227,7 @@ rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,
     c->failed_peer = peer;
     __atomic_store_n(&c->status, st, __ATOMIC_RELEASE);
     cur = st;
-    if (st != RM_ERR_ABORTED)
+    if (st != RM_ERR_ABORTED && st != RM_ERR_RECONFIGURED && st != RM_ERR_JOB_ENDED)
       RM_WARN("rank %d: %s", c->rank, c->last_error);
   }
   pthread_mutex_unlock(&c->err_lock);

@@ -65,7 +65,16 @@ struct rm_comm {
   int destroying;         /* set by rm_comm_destroy: close_all may free */
   struct rm__tcp_state *tcp;
   size_t bytes_sent;     /* by this rank, cumulative */
+  /* time in rm_allreduce_ex and payload bytes reduced, cumulative: the
+   * session's step reports take differences (session/session_step.c) */
+  int64_t allreduce_ns;
+  uint64_t allreduce_bytes;
 };
+
+/* rm_comm_abort with the status and words the waiters get: the session
+ * aborts a communicator whose generation the coordinator replaced with
+ * RM_ERR_RECONFIGURED (or RM_ERR_JOB_ENDED) and says why. Any thread. */
+void rm__comm_abort_with(rm_comm_t *c, rm_status_t st, const char *why);
 
 /* Record the first failure (later calls keep the first); returns the sticky
  * status. peer may be -1. fmt describes it in words. */

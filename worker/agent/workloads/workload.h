@@ -24,17 +24,8 @@
 
 #include "ringmaster/ringmaster.h"
 
-typedef struct rm_step_report {
-  uint64_t step;          /* 1-based step just finished */
-  double compute_ms;      /* forward/backward or simulated compute */
-  double comm_ms;         /* all-reduce time */
-  double wait_ms;         /* waiting for peers (barriers, stragglers) */
-  double loss;            /* NaN when not meaningful */
-  double accuracy;        /* training-batch accuracy, NaN when not meaningful */
-  uint64_t allreduce_bytes; /* payload bytes all-reduced this step */
-  uint64_t param_checksum;  /* FNV-1a of the parameters after the step, 0 if none */
-  uint64_t checkpoint_step; /* newest checkpoint this worker wrote, 0 none */
-} rm_step_report_t;
+/* A finished step: rm_step_report_t of ringmaster.h (the session reports
+ * it; the agent sets struct_size). */
 
 /* Straggler policies (issue 6): the per-step participant gate. The agent
  * asks the coordinator (StepGate) whether the member set of global step

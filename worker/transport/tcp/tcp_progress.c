@@ -284,6 +284,13 @@ static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
 {
   rm_status_t st = (rm_status_t)f->seq;
   int blamed = (int)f->tag - 1;
+  if (st == RM_ERR_RECONFIGURED || st == RM_ERR_JOB_ENDED)
+    /* a session peer learned first that the coordinator moved on (the
+     * generation changed or the job ended): nobody is to blame */
+    return rm__comm_fail(c, st, -1, "peer rank %d (%s) learned first: %s",
+                         k->peer, c->peers[k->peer],
+                         st == RM_ERR_JOB_ENDED ? "the job ended"
+                                                : "the membership changed");
   if (st == RM_ERR_ABORTED || st == RM_OK || (unsigned)st > RM_ERR_INTERNAL ||
       blamed < 0 || blamed >= c->world || blamed == c->rank) {
     /* the peer itself gave up (or blames us / nobody): it is what we lost */

@@ -1,12 +1,12 @@
 /*
- * control.h - the agent's gRPC client for the coordinator's Worker service.
+ * control.h - the session's gRPC client for the coordinator's Worker service.
  *
  * Unary calls over the gRPC C core with a deadline each; thread-safe (every
  * call has its own pluck completion queue), so the heartbeat thread and the
  * main thread share one channel.
  */
-#ifndef RM_AGENT_CONTROL_H
-#define RM_AGENT_CONTROL_H
+#ifndef RM_SESSION_CONTROL_H
+#define RM_SESSION_CONTROL_H
 
 #include <stddef.h>
 

@@ -1,0 +1,108 @@
+/*
+ * session_int.h - the worker session's insides (module-private tier), shared
+ * by session.c (join, reform, leave), session_live.c (heartbeats, session
+ * stream, staleness) and session_step.c (steps, gate, barriers).
+ *
+ * Invariants:
+ *  1. comm, join, rank, world and generation change only on the caller's
+ *     thread, in form() (session.c); the heartbeat and stream threads read
+ *     generation and comm under mu.
+ *  2. stale is set (under mu) by any answer saying the coordinator moved on:
+ *     a newer generation, a finished job, or FAILED_PRECONDITION; whoever
+ *     sets it aborts comm with RM_ERR_RECONFIGURED (or RM_ERR_JOB_ENDED) so
+ *     a collective blocked on peers returns at once. form() clears it.
+ *  3. The heartbeat thread runs from the first formed generation until
+ *     close or leave (it is how the coordinator sees us alive while we wait
+ *     for its decision or re-join); the session stream runs from the first
+ *     Join answer until close.
+ *  4. last_error is written on the caller's thread only (status_from sets
+ *     it from the communicator's words or the coordinator's reason).
+ */
+#ifndef RM_WORKER_SESSION_INT_H
+#define RM_WORKER_SESSION_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+#include "ringmaster/v1/messages.pb-c.h"
+#include "session/control.h"
+
+/* gRPC status codes the session acts on. */
+enum { RM__G_OK = 0, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
+       RM__G_FAILED_PRECONDITION = 9, RM__G_UNAVAILABLE = 14,
+       RM__G_UNAUTHENTICATED = 16 };
+
+struct rm_session {
+  /* configuration, owned copies */
+  char coordinator[256], token[128], data_addr[160], host[128];
+  char devices[256], tls_ca[512], tls_cert[512], tls_key[512];
+  uint64_t job_id;
+  int rank_hint, world_hint, connect_timeout_ms, data_timeout_ms;
+  char log_prefix[32];          /* "ringmaster" or "ringmaster-worker" */
+
+  rm__ctl_t *ctl;
+  rm_endpoint_t *ep;
+  Ringmaster__V1__JoinResponse *join; /* this generation's answer */
+  rm_comm_t *comm;                    /* this generation's communicator */
+  uint64_t worker_id, generation, steps_done;
+  int rank, world, hb_interval_ms;
+  int left, ended;              /* Leave accepted; job over */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t hb, stream_thread;
+  int hb_on, hb_stop, stream_on, stream_stop; /* under mu */
+  rm__ctl_stream_t *stream;     /* under mu: the open session call */
+  int stale;                    /* invariant 2, under mu */
+  int job_state;                /* last known JobState, under mu */
+  char reason[512];             /* why it went stale, under mu */
+
+  /* recovery timing: first sign of a failure, 0 = none pending */
+  int64_t broke_wall_ms;
+  uint64_t broke_gen;
+
+  /* the step being timed (session_step.c) */
+  int in_step;
+  int64_t step_t0_ns, comm_ns0;
+  uint64_t bytes0;
+  double step_wait_ms;
+
+  char last_error[640];         /* invariant 4 */
+};
+
+/* session_live.c */
+void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why);
+int rm__session_is_stale(rm_session_t *s);
+int rm__session_heartbeat(rm_session_t *s);
+void rm__session_hb_start(rm_session_t *s);
+void rm__session_hb_stop(rm_session_t *s);
+void rm__session_stream_start(rm_session_t *s);
+void rm__session_stream_stop(rm_session_t *s);
+/* A worker call's common fields. */
+#define RM__SESSION_IDS(q, s)                                                 \
+  do {                                                                        \
+    (q).job_id = (s)->job_id;                                                 \
+    (q).token = (s)->token;                                                   \
+    (q).generation = (s)->generation;                                         \
+    (q).worker_id = (s)->worker_id;                                           \
+  } while (0)
+
+/* session.c: the status a call returns once the coordinator moved on
+ * (RM_ERR_JOB_ENDED or RM_ERR_RECONFIGURED), with last_error filled; RM_OK
+ * when it has not. */
+rm_status_t rm__session_moved_on(rm_session_t *s);
+
+/* The per-step participant gate (StepGate rpc), for the built-in workloads
+ * and rm_session_allreduce_step: 1 decided (members[0..world-1], *dropped),
+ * 0 not yet, -1 the call failed (generation moved on). step is 0-based. */
+int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
+                     uint8_t *members, int *dropped);
+/* Tell the coordinator which peer the data plane lost (ReportFailure). */
+void rm__session_report_failure(rm_session_t *s, rm_status_t st);
+/* JobState of the last answer (RINGMASTER__V1__JOB_STATE__*). */
+int rm__session_job_state(rm_session_t *s);
+/* The agent prints its recovery line with its own name. */
+void rm__session_set_log_prefix(rm_session_t *s, const char *prefix);
+
+#endif

@@ -1,0 +1,266 @@
+/*
+ * session_step.c - steps, the straggler gate and named barriers of a session.
+ *
+ * STEP TIMING. rm_session_step_begin notes the wall clock and the
+ * communicator's cumulative all-reduce time and bytes (core/comm_int.h);
+ * rm_session_step_end reports
+ *   comm    = all-reduce time during the step
+ *   wait    = time parked in the straggler gate (rm_session_allreduce_step)
+ *   compute = wall time - comm - wait
+ *   bytes   = payload all-reduced during the step
+ * with ReportStep, whose answer also tells whether the coordinator moved on.
+ *
+ * STRAGGLER GATE (backup, deadline; coordinator/gate_rpc.c). Step s is the
+ * 0-based global step being computed = the steps completed so far. A rank
+ * whose gradient is ready calls StepGate(s, ready) and waits (long-poll; the
+ * deadline policy polls every 1 ms) for the member mask of step s, the same
+ * on every rank; then every rank runs the masked average
+ * (aggregate/aggregate.h rm__masked_allreduce): members contribute, late
+ * ranks add zeros and still receive the result, so all ranks apply the same
+ * update. The gradient is the mean over the contributors (the rescaling
+ * contract in aggregate.h).
+ *
+ * RECOVERY LINE. The first step of a later generation after a failure logs
+ *   <prefix>: recovered gen=G step=S detect_ms=T0 resume_ms=T1
+ * (wall-clock ms), which tests and bench/recovery read.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "aggregate/aggregate.h"
+#include "core/comm_int.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+#include "session/session_int.h"
+
+static rm_status_t check(rm_session_t *s)
+{
+  if (!s) return RM_ERR_INVALID_ARG;
+  if (s->ended) return RM_ERR_JOB_ENDED;
+  return rm__session_moved_on(s);
+}
+
+rm_status_t rm_session_step_begin(rm_session_t *s)
+{
+  rm_status_t st = check(s);
+  if (st != RM_OK) return st;
+  s->in_step = 1;
+  s->step_t0_ns = rm__now_ns();
+  s->comm_ns0 = s->comm ? s->comm->allreduce_ns : 0;
+  s->bytes0 = s->comm ? s->comm->allreduce_bytes : 0;
+  s->step_wait_ms = 0;
+  return RM_OK;
+}
+
+rm_status_t rm_session_step_end(rm_session_t *s, double loss, double accuracy)
+{
+  rm_step_report_t r;
+  if (!s) return RM_ERR_INVALID_ARG;
+  memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  r.step = s->steps_done + 1;
+  r.loss = loss;
+  r.accuracy = accuracy;
+  if (s->in_step) {
+    double wall = (double)(rm__now_ns() - s->step_t0_ns) / 1e6;
+    r.comm_ms = s->comm ? (double)(s->comm->allreduce_ns - s->comm_ns0) / 1e6 : 0;
+    r.wait_ms = s->step_wait_ms;
+    r.compute_ms = wall - r.comm_ms - r.wait_ms;
+    if (r.compute_ms < 0) r.compute_ms = 0;
+    r.allreduce_bytes = s->comm ? s->comm->allreduce_bytes - s->bytes0 : 0;
+  }
+  s->in_step = 0;
+  return rm_session_step_report(s, &r);
+}
+
+static void recovered_line(rm_session_t *s, uint64_t step)
+{
+  if (!s->broke_wall_ms || s->generation <= s->broke_gen) return;
+  printf("%s: recovered gen=%llu step=%llu detect_ms=%lld resume_ms=%lld\n",
+         s->log_prefix, (unsigned long long)s->generation,
+         (unsigned long long)step, (long long)s->broke_wall_ms,
+         (long long)rm__wall_ms());
+  fflush(stdout);
+  s->broke_wall_ms = 0;
+}
+
+rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
+{
+  Ringmaster__V1__ReportStepRequest q = RINGMASTER__V1__REPORT_STEP_REQUEST__INIT;
+  Ringmaster__V1__ReportStepResponse *r = NULL;
+  char msg[256];
+  if (!s || !rep || rep->struct_size < sizeof *rep) return RM_ERR_INVALID_ARG;
+  if (s->ended) return RM_ERR_JOB_ENDED;
+  pthread_mutex_lock(&s->mu);
+  s->steps_done = rep->step;
+  pthread_mutex_unlock(&s->mu);
+  RM__SESSION_IDS(q, s);
+  q.step = rep->step;
+  q.compute_ms = rep->compute_ms;
+  q.comm_ms = rep->comm_ms;
+  q.wait_ms = rep->wait_ms;
+  q.loss = rep->loss;
+  q.accuracy = rep->accuracy;
+  q.allreduce_bytes = rep->allreduce_bytes;
+  q.param_checksum = rep->param_checksum;
+  q.checkpoint_step = rep->checkpoint_step;
+  recovered_line(s, rep->step);
+  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
+                        &ringmaster__v1__report_step_response__descriptor,
+                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  if (rc == RM__G_OK) {
+    if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+      rm__session_mark_stale(s, r->job_state, "job finished");
+    else if (r->generation != s->generation)
+      rm__session_mark_stale(s, -1, "new generation");
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
+    rm__session_mark_stale(s, -1, msg);
+  } else {
+    RM_DEBUG("ReportStep: status %d: %s", rc, msg);
+  }
+  return rm__session_moved_on(s);
+}
+
+/* ---- the straggler gate ---- */
+int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
+                     uint8_t *members, int *dropped)
+{
+  Ringmaster__V1__StepGateRequest q = RINGMASTER__V1__STEP_GATE_REQUEST__INIT;
+  Ringmaster__V1__StepGateResponse *r = NULL;
+  char msg[256];
+  int ret = -1;
+  RM__SESSION_IDS(q, s);
+  q.step = step;
+  q.ready = ready != 0;
+  q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
+  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
+                        &ringmaster__v1__step_gate_response__descriptor,
+                        (ProtobufCMessage **)&r, wait_ms + 5000, msg, sizeof msg);
+  if (rc == RM__G_OK) {
+    ret = 0;
+    if (r->decided && r->members.len == (size_t)s->world) {
+      memcpy(members, r->members.data, r->members.len);
+      *dropped = r->dropped;
+      ret = 1;
+    } else if (r->dropped) {
+      ret = -1; /* a step behind the group: cannot happen when in sync */
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
+    rm__session_mark_stale(s, -1, msg);
+  } else {
+    RM_WARN("StepGate: status %d: %s", rc, msg);
+  }
+  return ret;
+}
+
+static int gated(const rm_session_t *s)
+{
+  const char *p = rm_session_spec_string(s, "straggler_policy");
+  return p && (!strcmp(p, "backup") || !strcmp(p, "deadline"));
+}
+
+int rm_session_step_dropped(rm_session_t *s)
+{
+  if (!s || !s->comm || !gated(s)) return 0;
+  uint8_t *m = calloc((size_t)s->world, 1);
+  int dropped = 0;
+  if (!m) return 0;
+  if (rm__session_gate(s, s->steps_done, 0, 0, m, &dropped) != 1) dropped = 0;
+  free(m);
+  return dropped;
+}
+
+rm_status_t rm_session_allreduce_step(rm_session_t *s, const void *send,
+                                      void *recv, size_t count, rm_dtype_t dt,
+                                      int *contributors)
+{
+  rm_status_t st = check(s);
+  if (st != RM_OK) return st;
+  if (dt != RM_F32 && dt != RM_F64 && dt != RM_F16 && dt != RM_BF16)
+    return RM_ERR_INVALID_ARG;
+  if (!gated(s)) {
+    st = rm_allreduce(s->comm, send, recv, count, dt, RM_AVG);
+    if (st == RM_OK && contributors) *contributors = s->world;
+    return st;
+  }
+  uint8_t *m = calloc((size_t)s->world, 1);
+  if (!m) return RM_ERR_NOMEM;
+  int deadline = !strcmp(rm_session_spec_string(s, "straggler_policy"), "deadline");
+  int dropped = 0, rc;
+  int64_t t0 = rm__now_ns();
+  for (;;) {
+    rc = rm__session_gate(s, s->steps_done, 1, deadline ? 0 : 30000, m, &dropped);
+    if (rc != 0) break;
+    if (deadline) {
+      struct timespec ts = {0, 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  s->step_wait_ms += (double)(rm__now_ns() - t0) / 1e6;
+  if (rc == 1)
+    st = rm__masked_allreduce(s->comm, send, recv, count, dt, RM_AVG, m, 0,
+                              contributors);
+  else
+    st = rm__session_moved_on(s) != RM_OK ? rm__session_moved_on(s) : RM_ERR_UNAVAILABLE;
+  free(m);
+  return st;
+}
+
+/* ---- named barriers ---- */
+static void missing_words(rm_session_t *s, const Ringmaster__V1__BarrierResponse *r,
+                          const char *name)
+{
+  char buf[sizeof s->last_error];
+  int n = snprintf(buf, sizeof buf, "RM_ERR_TIMEOUT: barrier '%s' broke (%s), "
+                   "%u of %u arrived", name, r->reason, r->arrived, r->expected);
+  for (size_t i = 0; i < r->n_missing && n > 0 && (size_t)n < sizeof buf; i++) {
+    const Ringmaster__V1__MissingRank *m = r->missing[i];
+    n += snprintf(buf + n, sizeof buf - (size_t)n, "%s rank %u (%s) at step "
+                  "%llu, silent %lld ms", i ? ";" : "; missing:", m->rank,
+                  m->host, (unsigned long long)m->step,
+                  (long long)m->ms_since_heartbeat);
+  }
+  snprintf(s->last_error, sizeof s->last_error, "%s", buf);
+}
+
+rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_ms)
+{
+  Ringmaster__V1__BarrierRequest q = RINGMASTER__V1__BARRIER_REQUEST__INIT;
+  Ringmaster__V1__BarrierResponse *r = NULL;
+  char msg[256];
+  rm_status_t st = check(s);
+  if (st != RM_OK) return st;
+  if (!name || !*name || strlen(name) >= 64) return RM_ERR_INVALID_ARG;
+  RM__SESSION_IDS(q, s);
+  q.name = (char *)name;
+  q.timeout_ms = (uint32_t)(deadline_ms > 0 ? deadline_ms : 0);
+  q.step = s->steps_done;
+  /* the coordinator answers at the barrier's deadline at the latest; give
+   * the call that plus a margin (the job's default is at most 24 h) */
+  int call_ms = (deadline_ms > 0 ? deadline_ms : 86400000) + 10000;
+  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Barrier", &q.base,
+                        &ringmaster__v1__barrier_response__descriptor,
+                        (ProtobufCMessage **)&r, call_ms, msg, sizeof msg);
+  if (rc != RM__G_OK) {
+    if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
+      rm__session_mark_stale(s, -1, msg);
+      return rm__session_moved_on(s);
+    }
+    snprintf(s->last_error, sizeof s->last_error, "RM_ERR_UNAVAILABLE: barrier "
+             "'%s': %s (gRPC status %d)", name, msg, rc);
+    return RM_ERR_UNAVAILABLE;
+  }
+  st = RM_OK;
+  if (!r->released) {
+    missing_words(s, r, name);
+    st = RM_ERR_TIMEOUT;
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  if (st == RM_OK) st = rm__session_moved_on(s);
+  return st;
+}
