@@ -7,6 +7,10 @@
  *                     [--connect-timeout-ms N] [--data-timeout-ms N]
  *                     [--tls-ca PEM --tls-cert PEM --tls-key PEM]
  *
+ * RINGMASTER_COORDINATOR_TIMEOUT_MS (default 30000) is the default of
+ * --connect-timeout-ms: how long an unreachable coordinator is retried,
+ * and for a command job how long its program may take to join.
+ *
  * Rank hints come from the local launcher's RINGMASTER_LAUNCH_INDEX/
  * RINGMASTER_LAUNCH_WORLD, else SLURM_PROCID/SLURM_NTASKS or
  * JOB_COMPLETION_INDEX (Kubernetes Indexed Job, world from RINGMASTER_WORLD):
@@ -21,6 +25,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "rm_param.h"
 
 static void usage(FILE *f)
 {
@@ -45,7 +50,7 @@ int main(int argc, char **argv)
 {
   rm_agent_opts_t o;
   memset(&o, 0, sizeof o);
-  o.connect_timeout_ms = 30000;
+  o.connect_timeout_ms = (int)rm__env_int("RINGMASTER_COORDINATOR_TIMEOUT_MS", 30000);
   hints(&o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

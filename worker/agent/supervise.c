@@ -29,7 +29,7 @@
  * Environment of the program: ours, then the job's env entries, then
  *   RINGMASTER_COORDINATOR, RINGMASTER_JOB, RINGMASTER_TOKEN,
  *   RINGMASTER_LAUNCH_INDEX, RINGMASTER_LAUNCH_WORLD, RINGMASTER_HOST,
- *   RINGMASTER_DATA_ADDR, RINGMASTER_CONNECT_TIMEOUT_MS,
+ *   RINGMASTER_DATA_ADDR, RINGMASTER_COORDINATOR_TIMEOUT_MS,
  *   RINGMASTER_DATA_TIMEOUT_MS, RINGMASTER_TLS_CA/_CERT/_KEY,
  * and for torchrun-style scripts (first generation):
  *   RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
@@ -234,7 +234,7 @@ static int build_env(sup_t *s, envv_t *e)
   bad |= env_setf(e, "RINGMASTER_LAUNCH_INDEX=%d", o->rank_hint);
   bad |= env_setf(e, "RINGMASTER_LAUNCH_WORLD=%u",
                   o->world_hint > 0 ? (unsigned)o->world_hint : s->att->world_size);
-  bad |= env_setf(e, "RINGMASTER_CONNECT_TIMEOUT_MS=%d", o->connect_timeout_ms);
+  bad |= env_setf(e, "RINGMASTER_COORDINATOR_TIMEOUT_MS=%d", o->connect_timeout_ms);
   if (o->host) bad |= env_setf(e, "RINGMASTER_HOST=%s", o->host);
   if (o->data_addr) bad |= env_setf(e, "RINGMASTER_DATA_ADDR=%s", o->data_addr);
   if (o->data_timeout_ms > 0) bad |= env_setf(e, "RINGMASTER_DATA_TIMEOUT_MS=%d", o->data_timeout_ms);

@@ -100,7 +100,7 @@ rm_status_t rm_session_config_from_env(rm_session_config_t *cfg)
   if (env("RINGMASTER_HOST")) cfg->host = env("RINGMASTER_HOST");
   if (env("RINGMASTER_DATA_ADDR")) cfg->data_addr = env("RINGMASTER_DATA_ADDR");
   hints(cfg);
-  cfg->connect_timeout_ms = (int)rm__env_int("RINGMASTER_CONNECT_TIMEOUT_MS",
+  cfg->connect_timeout_ms = (int)rm__env_int("RINGMASTER_COORDINATOR_TIMEOUT_MS",
                                              cfg->connect_timeout_ms);
   cfg->data_timeout_ms = (int)rm__env_int("RINGMASTER_DATA_TIMEOUT_MS",
                                           cfg->data_timeout_ms);
