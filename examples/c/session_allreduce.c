@@ -19,7 +19,13 @@
  * which the tests read to check that survivors kept their process.
  *
  * Options: --steps N (default: the job's steps), --count N (elements,
- * default 4096), --step-ms MS (simulated compute per step, default 5).
+ * default 4096), --step-ms MS (simulated compute per step, default 5),
+ * --gradient: use rm_session_allreduce_step, the gradient all-reduce that
+ * honours the job's straggler policy (backup, deadline): every rank
+ * contributes the same values, so the average over whichever ranks the
+ * coordinator let into the step is known exactly; --slow-rank R and
+ * --slow-ms MS make rank R a straggler. The summary counts the steps that
+ * ran with fewer contributors than the world ("partial_steps").
  * Exit status: 0 when the job's steps are done and the worker left; 1 on
  * a wrong element or when the job ended without us finishing.
  */
@@ -44,17 +50,34 @@ static void banner(rm_session_t *s)
 
 /* One step: fill, compute, all-reduce, verify. RM_ERR_INTERNAL on a wrong
  * element (a bug, not a membership change). */
-static rm_status_t step(rm_session_t *s, float *buf, size_t n, uint64_t k, int step_ms)
+typedef struct {
+  int step_ms, gradient, slow_rank, slow_ms, partial_steps;
+} opts_t;
+
+static void sleep_ms(int ms)
 {
-  int r = rm_session_rank(s), w = rm_session_world(s);
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static rm_status_t step(rm_session_t *s, float *buf, size_t n, uint64_t k, opts_t *o)
+{
+  int r = rm_session_rank(s), w = rm_session_world(s), got = 0;
   rm_status_t st = rm_session_step_begin(s);
   if (st != RM_OK) return st;
-  for (size_t i = 0; i < n; i++) buf[i] = (float)(r + 1) * value(i, k);
-  struct timespec ts = {step_ms / 1000, (long)(step_ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-  st = rm_allreduce(rm_session_comm(s), buf, buf, n, RM_F32, RM_SUM);
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(o->gradient ? 1 : r + 1) * value(i, k);
+  sleep_ms(o->step_ms);
+  /* a straggler may stop computing once the gate dropped it from the step */
+  for (int t = 0; r == o->slow_rank && t < o->slow_ms && !rm_session_step_dropped(s); t += 2)
+    sleep_ms(2);
+  if (o->gradient) {
+    st = rm_session_allreduce_step(s, buf, buf, n, RM_F32, &got);
+    if (st == RM_OK && got < w) o->partial_steps++;
+  } else {
+    st = rm_allreduce(rm_session_comm(s), buf, buf, n, RM_F32, RM_SUM);
+  }
   if (st != RM_OK) return st;
-  float k_w = (float)w * (float)(w + 1) / 2.0f;
+  float k_w = o->gradient ? 1.0f : (float)w * (float)(w + 1) / 2.0f;
   for (size_t i = 0; i < n; i++)
     if (buf[i] != k_w * value(i, k)) {
       fprintf(stderr, "session_allreduce: step %llu element %zu is %g, expected %g\n",
@@ -68,15 +91,21 @@ int main(int argc, char **argv)
 {
   uint64_t steps = 0;
   size_t count = 4096;
-  int step_ms = 5, reforms = 0;
+  int reforms = 0;
+  opts_t o = {.step_ms = 5, .slow_rank = -1};
   char err[700], summary[160];
   rm_session_t *s;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--steps")) steps = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--count")) count = strtoull(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--step-ms")) step_ms = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(argv[i], "--gradient")) o.gradient = 1;
+    else if (v && !strcmp(argv[i], "--steps")) steps = strtoull(argv[++i], NULL, 10);
+    else if (v && !strcmp(argv[i], "--count")) count = strtoull(argv[++i], NULL, 10);
+    else if (v && !strcmp(argv[i], "--step-ms")) o.step_ms = atoi(argv[++i]);
+    else if (v && !strcmp(argv[i], "--slow-rank")) o.slow_rank = atoi(argv[++i]);
+    else if (v && !strcmp(argv[i], "--slow-ms")) o.slow_ms = atoi(argv[++i]);
     else {
-      fprintf(stderr, "usage: session_allreduce [--steps N] [--count N] [--step-ms MS]\n");
+      fprintf(stderr, "usage: session_allreduce [--steps N] [--count N] [--step-ms MS]\n"
+                      "       [--gradient] [--slow-rank R --slow-ms MS]\n");
       return 2;
     }
   }
@@ -92,10 +121,13 @@ int main(int argc, char **argv)
   for (;;) {
     uint64_t k = rm_session_step(s) + 1;
     st = RM_OK;
-    for (; k <= steps && st == RM_OK; k++) st = step(s, buf, count, k, step_ms);
+    for (; k <= steps && st == RM_OK; k++) st = step(s, buf, count, k, &o);
     if (st == RM_OK) {
       snprintf(summary, sizeof summary, "{\"steps\":%llu,\"verified\":true,\"world\":%d,"
-               "\"reforms\":%d}", (unsigned long long)steps, rm_session_world(s), reforms);
+               "\"reforms\":%d,\"partial_steps\":%d}", (unsigned long long)steps,
+               rm_session_world(s), reforms, o.partial_steps);
+      printf("session_allreduce: done %s\n", summary);
+      fflush(stdout);
       st = rm_session_leave(s, 1, NULL, summary);
       if (st != RM_ERR_RECONFIGURED) break;
     }
