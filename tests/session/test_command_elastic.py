@@ -38,7 +38,7 @@ def run(env, policy, **kw):
 
 def test(env):
     sess.start(env)
-    job, j = run(env, "shrink", min_workers=2)
+    job, j = run(env, "shrink")
     assert j.world == 3, j
     for i in (0, 2, 3):
         assert sess.banners(env, job, i)[1][3] == 3

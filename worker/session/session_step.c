@@ -241,8 +241,12 @@ rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_m
   q.timeout_ms = (uint32_t)(deadline_ms > 0 ? deadline_ms : 0);
   q.step = s->steps_done;
   /* the coordinator answers at the barrier's deadline at the latest; give
-   * the call that plus a margin (the job's default is at most 24 h) */
-  int call_ms = (deadline_ms > 0 ? deadline_ms : 86400000) + 10000;
+   * the call that plus a margin (the job's own timeout when 0; one the spec
+   * leaves to the coordinator's default is at most 24 h) */
+  const Ringmaster__V1__JobSpec *spec = s->join ? s->join->spec : NULL;
+  int dl = deadline_ms > 0 ? deadline_ms
+           : spec && spec->barrier_timeout_ms ? (int)spec->barrier_timeout_ms : 86400000;
+  int call_ms = dl + 10000;
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Barrier", &q.base,
                         &ringmaster__v1__barrier_response__descriptor,
                         (ProtobufCMessage **)&r, call_ms, msg, sizeof msg);
