@@ -11,6 +11,10 @@
 #      of the batch job (scontrol show job) reaches COMPLETED
 #   4. sbatch refuses (SBATCH_PARTITION=nosuchpartition in the coordinator's
 #      environment) -> the job is failed with sbatch's message
+#   5. a command job (issue 9) with launcher "slurm": every Slurm task's agent starts
+#      examples/c/session_allreduce, which joins through the session API and verifies
+#      every all-reduce -> succeeded at step 50, each task logs its program's exit 0
+#      (run when EXAMPLE, the 5th argument, is given)
 # Every wait has a deadline; the coordinators are stopped by PID. The rig's daemons are
 # stopped by run_rig_test.sh (slurm_rig.sh stop: after the step sockets are gone, slurmd,
 # slurmctld, munged, by PID).
@@ -19,6 +23,7 @@ rm_bin="$1"
 worker_bin="$2"
 work="$3/real"
 launch_test="$4"
+example_bin="${5:-}"
 mkdir -p "$work"
 export RINGMASTER_WORKER_BIN="$worker_bin"
 # REST token for serve (its env fallback) and the CLI (same variable).
@@ -147,4 +152,23 @@ case "$res" in
   *) echo "FAIL: wanted failed with sbatch's message"; exit 1 ;;
 esac
 stop_coord
+
+if [ -n "$example_bin" ]; then
+  echo "-- a command job through the slurm launcher (examples/c/session_allreduce, 4 tasks)"
+  start_coord command
+  out="$(printf '{"name":"slurm-command","world_size":4,"launcher":"slurm","workload":"command","steps":50,"command":["%s","--steps","50","--step-ms","1"]}' \
+         "$example_bin" | cli submit -)"
+  id="$(echo "$out" | field id)"
+  res="$(wait_state "$id")"
+  echo "job $id: $res"
+  logs="$work/command/ringmaster-logs/job-$id"
+  [ "${res%% *}" = succeeded ] || { echo "FAIL: slurm command job"; cat "$work/command/serve.err"
+                                     tail -n 8 "$logs/"worker-*.log; exit 1; }
+  [ "$(cli job "$id" | field step)" = 50 ] || { echo "FAIL: job step is not 50"; exit 1; }
+  [ "$(grep -l 'program exited with status 0' "$logs/"worker-*.log | wc -l)" -eq 4 ] ||
+    { echo "FAIL: not every task's program exited 0"; tail -n 5 "$logs/"worker-*.log; exit 1; }
+  grep -q "session_allreduce: pid .* rank 3 of 4" "$logs/"worker-*.log ||
+    { echo "FAIL: no program joined as rank 3 of 4"; exit 1; }
+  stop_coord
+fi
 echo "real jobs: PASS"

@@ -18,6 +18,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 test_bin="$1"
 rm_bin="${2:-}"
 worker_bin="${3:-}"
+example_bin="${4:-}"
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "SKIP: the Slurm rig needs root (slurmd runs jobs as their user)"
@@ -74,7 +75,7 @@ echo "== slurm launcher on the rig"
 
 if [ -n "$rm_bin" ] && [ -n "$worker_bin" ]; then
   echo "== real ringmaster job through Slurm"
-  "$here/real_job.sh" "$rm_bin" "$worker_bin" "$base" "$test_bin"
+  "$here/real_job.sh" "$rm_bin" "$worker_bin" "$base" "$test_bin" "$example_bin"
 else
   echo "NOTE: ringmaster/ringmaster-worker targets not built; real-job part not run"
 fi
