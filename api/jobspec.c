@@ -9,6 +9,10 @@
  * length-checked against the field's size first, and Jansson refuses NUL
  * bytes inside strings (JSON_ALLOW_NUL is not passed), so C strings are
  * never silently truncated.
+ *
+ * command (K_ARGV) and env (K_ENV) are packed into their fixed arrays with
+ * rm_job_spec_pack (coord.h); the sizes are checked there, the meaning
+ * (required for workload command, key names) by rm_job_spec_validate.
  */
 #include "jobspec.h"
 
@@ -16,9 +20,10 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_STRING, K_INT, K_U64, K_OPTIONS } kind_t;
+typedef enum { K_STRING, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV } kind_t;
 
 typedef struct field {
   const char *key;
@@ -53,6 +58,9 @@ static const field_t k_fields[] = {
     {"straggler_policy", STR(straggler_policy), 0},
     {"backup_workers", INT(backup_workers, INT32_MAX), 0},
     {"checkpoint_every", U64(checkpoint_every), 0},
+    {"command", K_ARGV, OFF(command), SZ(command), RM_COORD_ARGV_MAX, 0},
+    {"env", K_ENV, OFF(env), SZ(env), RM_COORD_ENV_MAX, 0},
+    {"workdir", STR(workdir), 0},
     {NULL, 0, 0, 0, 0, 0}};
 
 static int fail(rm_api_spec_error_t *err, const char *code, const char *field, const char *fmt,
@@ -154,6 +162,71 @@ static int parse_options(const json_t *v, const field_t *f, rm_job_spec_t *out,
   return 0;
 }
 
+/* ["python3", "train.py"] -> spec.command (packed, with its count). */
+static int parse_argv(const json_t *v, const field_t *f, rm_job_spec_t *out,
+                      rm_api_spec_error_t *err)
+{
+  char sub[48];
+  size_t i;
+  json_t *item;
+  if (!json_is_array(v))
+    return fail(err, "invalid_type", f->key, "%s must be an array of strings (the program "
+                "and its arguments, no shell), got %s", f->key, type_name(v));
+  if (json_array_size(v) > (size_t)f->max)
+    return fail(err, "invalid_value", f->key, "%s has more than %lld arguments", f->key,
+                (long long)f->max);
+  out->command_argc = 0;
+  json_array_foreach((json_t *)v, i, item) {
+    snprintf(sub, sizeof sub, "%s[%zu]", f->key, i);
+    if (!json_is_string(item))
+      return fail(err, "invalid_type", f->key, "%s must be a string, got %s", sub,
+                  type_name(item));
+    if (rm_job_spec_pack(out->command, f->size, &out->command_argc, json_string_value(item),
+                         json_string_length(item)))
+      return fail(err, "invalid_value", f->key, "%s is longer than %zu bytes in all "
+                  "(arguments plus one byte each)", f->key, f->size);
+  }
+  return 0;
+}
+
+/* {"OMP_NUM_THREADS": "4"} -> spec.env "KEY=VALUE" entries. Key rules are
+ * the coordinator's (rm_job_spec_validate); here: types and sizes. */
+static int parse_env(const json_t *v, const field_t *f, rm_job_spec_t *out,
+                     rm_api_spec_error_t *err)
+{
+  char sub[64], *kv;
+  const char *k;
+  json_t *item;
+  if (!json_is_object(v))
+    return fail(err, "invalid_type", f->key, "%s must be an object of strings "
+                "({\"KEY\": \"VALUE\"}), got %s", f->key, type_name(v));
+  if (json_object_size(v) > (size_t)f->max)
+    return fail(err, "invalid_value", f->key, "%s has more than %lld entries", f->key,
+                (long long)f->max);
+  out->env_count = 0;
+  json_object_foreach((json_t *)v, k, item) {
+    size_t kl = strlen(k), vl;
+    snprintf(sub, sizeof sub, "%s.%.40s", f->key, k);
+    if (!json_is_string(item))
+      return fail(err, "invalid_type", f->key, "%s must be a string, got %s", sub,
+                  type_name(item));
+    vl = json_string_length(item);
+    if (kl + vl + 2 > f->size)
+      return fail(err, "invalid_value", f->key, "%s is longer than %zu bytes", f->key, f->size);
+    kv = malloc(kl + vl + 2);
+    if (!kv) return fail(err, "invalid_value", f->key, "out of memory");
+    memcpy(kv, k, kl);
+    kv[kl] = '=';
+    memcpy(kv + kl + 1, json_string_value(item), vl);
+    int rc = rm_job_spec_pack(out->env, f->size, &out->env_count, kv, kl + vl + 1);
+    free(kv);
+    if (rc)
+      return fail(err, "invalid_value", f->key, "%s is longer than %zu bytes in all "
+                  "(KEY=VALUE entries plus one byte each)", f->key, f->size);
+  }
+  return 0;
+}
+
 static int parse_field(const field_t *f, const json_t *v, rm_job_spec_t *out,
                        rm_api_spec_error_t *err)
 {
@@ -184,6 +257,10 @@ static int parse_field(const field_t *f, const json_t *v, rm_job_spec_t *out,
     return 0;
   case K_OPTIONS:
     return parse_options(v, f, out, err);
+  case K_ARGV:
+    return parse_argv(v, f, out, err);
+  case K_ENV:
+    return parse_env(v, f, out, err);
   }
   return fail(err, "invalid_value", f->key, "bad field table entry");
 }

@@ -10,7 +10,7 @@
  *   max_workers            integer            0..65536
  *   algorithm              string             auto|ring|hd|butterfly|tree
  *   dtype                  string             f32|f64|f16|bf16|i32|i64|u8
- *   workload               string             allreduce|train|synthetic
+ *   workload               string             allreduce|train|synthetic|command
  *   workload_options       object or string   {"count": 1048576} or
  *                                             "count=1048576"; object values
  *                                             string|number|bool, keys
@@ -24,6 +24,11 @@
  *   straggler_policy       string             none|backup|deadline|coded
  *   backup_workers         integer            0..2^31-1
  *   checkpoint_every       integer            0..2^53
+ *   command                array of strings   workload command: argv, no
+ *                                             shell; <= 64, 4096 bytes
+ *   env                    object of strings  workload command: {"K": "V"};
+ *                                             <= 64, 4096 bytes as K=V
+ *   workdir                string             workload command; <= 255
  *
  * This layer refuses, naming the field: malformed JSON (field ""), a body
  * that is not an object, duplicate keys, unknown keys, wrong JSON types,

@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api_int.h"
 #include "jsonw.h"
@@ -25,7 +26,7 @@ json_t *rm__json_str(const char *s)
 {
   json_t *j = json_string(s);
   if (j == NULL) {
-    char buf[512];
+    char buf[2 * RM_COORD_TEXT_MAX];
     size_t i = 0;
     for (; *s && i + 1 < sizeof buf; s++) buf[i++] = (*s & 0x80) ? '?' : *s;
     buf[i] = '\0';
@@ -50,6 +51,35 @@ static void kv_i64(rm__sbuf_t *b, const char *k, int64_t v)
   rm__jw_i64(b, v);
 }
 
+/* "command": [...], "env": {...}, "workdir": "..." (issue 9): [] / {} / ""
+ * for the built-in workloads. env entries are "KEY=VALUE" (the coordinator
+ * checked the '=' and the key's characters, so the key needs no escaping
+ * beyond rm__jw_str's). */
+static void write_command(rm__sbuf_t *b, const rm_job_spec_t *s)
+{
+  const char *p = s->command;
+  char key[RM_COORD_ENV_BYTES];
+  rm__sbuf_puts(b, ",\"command\":[");
+  for (int i = 0; i < s->command_argc; i++, p = rm_job_spec_next(p)) {
+    if (i) rm__sbuf_append(b, ",", 1);
+    rm__jw_str(b, p);
+  }
+  rm__sbuf_puts(b, "],\"env\":{");
+  p = s->env;
+  for (int i = 0; i < s->env_count; i++, p = rm_job_spec_next(p)) {
+    const char *eq = strchr(p, '=');
+    size_t kl = eq ? (size_t)(eq - p) : strlen(p);
+    if (i) rm__sbuf_append(b, ",", 1);
+    memcpy(key, p, kl);
+    key[kl] = '\0';
+    rm__jw_str(b, key);
+    rm__sbuf_append(b, ":", 1);
+    rm__jw_str(b, eq ? eq + 1 : "");
+  }
+  rm__sbuf_append(b, "}", 1);
+  kv_str(b, "workdir", s->workdir);
+}
+
 static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
 {
   rm__sbuf_append(b, "{", 1);
@@ -71,6 +101,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   kv_str(b, "straggler_policy", s->straggler_policy);
   kv_i64(b, "backup_workers", s->backup_workers);
   kv_i64(b, "checkpoint_every", (int64_t)s->checkpoint_every);
+  write_command(b, s);
   rm__sbuf_append(b, "}", 1);
 }
 

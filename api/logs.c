@@ -21,12 +21,16 @@
  *      planted at either place is refused instead of followed; the file must
  *      be a regular file (fstat), so a FIFO or device cannot block or leak.
  *
- * Query (at most one of the two):
+ * Query (at most one of the three):
  *   ?tail=N    the last N lines (1..100000); a final line without '\n'
  *              counts as a line
  *   ?bytes=N   the last N bytes (1..RM__LOG_MAX)
- *   neither    the whole file
- * The answer never exceeds RM__LOG_MAX bytes (the end of the file wins).
+ *   ?offset=N  from file offset N on (following a log: ask again with
+ *              offset = X-Log-Offset + body length; N past the end gives an
+ *              empty body, X-Log-Offset then the file size)
+ *   none       the whole file
+ * The answer never exceeds RM__LOG_MAX bytes (the end of the file wins;
+ * with ?offset its start).
  * Headers: X-Log-Size (file size in bytes when read) and X-Log-Offset (file
  * offset of the first byte of the body), so a client knows what it missed.
  */
@@ -117,7 +121,7 @@ static int has_launch_index(rm_coord_t *coord, uint64_t id, int index)
 
 /* Validates the request; 0 and *index, *tail, *bytes when it may proceed. */
 static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
-                 uint64_t *tail, uint64_t *bytes)
+                 uint64_t *tail, uint64_t *bytes, uint64_t *offset, int *has_offset)
 {
   rm_job_info_t info;
   uint64_t ix;
@@ -133,9 +137,11 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
   if (rm__req_query_u64(req, resp, "tail", 1, RM__LOG_MAX_LINES, tail) ||
       rm__req_query_u64(req, resp, "bytes", 1, RM__LOG_MAX, bytes))
     return -1;
-  if (*tail && *bytes) {
-    rm__resp_error(resp, 400, "invalid_value", "bytes", "give either tail (lines) or bytes, "
-                   "not both");
+  if (rm__req_query_u64(req, resp, "offset", 0, (uint64_t)1 << 62, offset)) return -1;
+  *has_offset = rm__req_query(req, "offset") != NULL;
+  if ((*tail != 0) + (*bytes != 0) + *has_offset > 1) {
+    rm__resp_error(resp, 400, "invalid_value", *has_offset ? "offset" : "bytes",
+                   "give at most one of tail (lines), bytes and offset");
     return -1;
   }
   st = rm_coord_job_get(req->api->coord, id, &info);
@@ -161,7 +167,8 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
 
 void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
 {
-  uint64_t id, tail = 0, bytes = 0;
+  uint64_t id, tail = 0, bytes = 0, from = 0;
+  int has_from = 0;
   unsigned index;
   struct stat sb;
   size_t want, got, start = 0;
@@ -169,7 +176,7 @@ void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
   char *buf = NULL;
   int fd = -1;
 
-  if (rm__req_job_id(req, resp, &id) || parse(req, resp, id, &index, &tail, &bytes)) return;
+  if (rm__req_job_id(req, resp, &id) || parse(req, resp, id, &index, &tail, &bytes, &from, &has_from)) return;
   fd = open_log(req->api->log_dir, id, index);
   if (fd < 0) {
     not_found(resp, id, index, errno == ENOENT ? "the launcher has not written it (yet)"
@@ -183,6 +190,10 @@ void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
   want = (size_t)sb.st_size < RM__LOG_MAX ? (size_t)sb.st_size : RM__LOG_MAX;
   if (bytes && bytes < want) want = (size_t)bytes;
   off = sb.st_size - (off_t)want;
+  if (has_from) { /* from the offset on, at most RM__LOG_MAX: the start wins */
+    off = (off_t)from < sb.st_size ? (off_t)from : sb.st_size;
+    want = (size_t)(sb.st_size - off) < RM__LOG_MAX ? (size_t)(sb.st_size - off) : RM__LOG_MAX;
+  }
   buf = read_range(fd, off, want, &got);
   if (tail) start = tail_lines(buf, got, tail);
   if (start) memmove(buf, buf + start, got - start + 1);

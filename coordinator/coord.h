@@ -45,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ringmaster/ringmaster.h"
 
@@ -105,6 +106,17 @@ typedef struct rm_coord_error {
 /* ---- job spec ---- */
 #define RM_COORD_NAME_MAX 64
 #define RM_COORD_OPTS_MAX 512
+/* Command jobs (workload "command", issue 9): argv and environment are
+ * packed as NUL-terminated strings back to back, with a count (empty
+ * strings are legal argv entries, so the count, not a double NUL, ends the
+ * list). Iterate with rm_job_spec_next(). */
+#define RM_COORD_ARGV_MAX 64       /* arguments, argv[0] included */
+#define RM_COORD_ARGV_BYTES 4096   /* packed, NULs included */
+#define RM_COORD_ENV_MAX 64        /* "KEY=VALUE" entries */
+#define RM_COORD_ENV_BYTES 4096    /* packed, NULs included */
+#define RM_COORD_WORKDIR_MAX 256   /* 255 bytes + NUL */
+/* Event messages and job reasons: room for a program's last stderr lines. */
+#define RM_COORD_TEXT_MAX 1024
 
 typedef struct rm_job_spec {
   char name[RM_COORD_NAME_MAX]; /* required: [A-Za-z0-9._-]{1,63} */
@@ -128,10 +140,52 @@ typedef struct rm_job_spec {
   char straggler_policy[16];     /* "none" (default), "backup", "deadline", "coded" */
   int backup_workers;            /* for "backup"; >= 0 */
   uint64_t checkpoint_every;     /* steps between checkpoints; 0 = never */
+  /* workload "command" only (required exactly then): the program every
+   * worker's agent runs, no shell; env "KEY=VALUE" added to its
+   * environment (keys [A-Za-z_][A-Za-z0-9_]*, never RINGMASTER_*); workdir
+   * its working directory ("" = the agent's). */
+  int command_argc;
+  char command[RM_COORD_ARGV_BYTES];
+  int env_count;
+  char env[RM_COORD_ENV_BYTES];
+  char workdir[RM_COORD_WORKDIR_MAX];
 } rm_job_spec_t;
 
 /* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */
 void rm_job_spec_init(rm_job_spec_t *s);
+/* Bytes used by `count` packed strings in buf[cap] (NULs included), or -1
+ * when they run past cap (a list that was never packed right). Inline:
+ * api/'s parsers use them without linking the coordinator. */
+static inline long rm_job_spec_packed_len(const char *buf, size_t cap, int count)
+{
+  size_t used = 0;
+  if (count < 0) return -1;
+  for (int i = 0; i < count; i++) {
+    const char *z = used < cap ? (const char *)memchr(buf + used, 0, cap - used) : NULL;
+    if (!z) return -1;
+    used = (size_t)(z - buf) + 1;
+  }
+  return (long)used;
+}
+/* Append item (n bytes, no NUL inside) to a packed list buf[cap] holding
+ * *count strings: 0, or -1 when it contains a NUL or does not fit (nothing
+ * written). */
+static inline int rm_job_spec_pack(char *buf, size_t cap, int *count,
+                                   const char *item, size_t n)
+{
+  long used = rm_job_spec_packed_len(buf, cap, *count);
+  if (used < 0 || memchr(item, 0, n) || (size_t)used + n + 1 > cap) return -1;
+  memcpy(buf + used, item, n);
+  buf[used + (long)n] = '\0';
+  ++*count;
+  return 0;
+}
+/* The string after p in a packed list. */
+static inline const char *rm_job_spec_next(const char *p)
+{
+  while (*p) p++;
+  return p + 1;
+}
 /* Check every field; RM_ERR_INVALID_ARG with err->field set on the first bad
  * one. Empty strings are replaced by their defaults in *s (hence not const).
  * Every on_failure policy (fail, shrink, replace) and straggler policy
@@ -168,7 +222,7 @@ typedef struct rm_job_info {
   rm_job_spec_t spec;       /* as validated (defaults filled) */
   rm_job_state_t state;
   char token[72];           /* the worker token (secret: show once) */
-  char reason[256];         /* why it failed/was cancelled; "" otherwise */
+  char reason[RM_COORD_TEXT_MAX]; /* why it failed/was cancelled; "" otherwise */
   uint64_t generation;      /* 0 until the first group formed */
   int world;                /* members of the current generation, 0 if none */
   int workers_joined;       /* workers known in the current/forming group */
@@ -269,7 +323,7 @@ typedef struct rm_event {
                           "worker_lost", "generation", "barrier_broken", ...*/
   int rank;            /* -1 if not about one rank */
   uint64_t generation;
-  char message[256];   /* a sentence for humans */
+  char message[RM_COORD_TEXT_MAX]; /* a sentence for humans */
 } rm_event_t;
 
 /* Events with seq > after_seq, oldest first, of one job (job_id != 0) or all
@@ -400,6 +454,22 @@ rm_status_t rm_coord_register_launcher(rm_coord_t *c,
  * that index (it already left or was declared lost). Any thread. */
 rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
                                    const char *what);
+
+/* ---- command jobs (issue 9; coordinator/command.c) ----
+ * What the agent of launch index `index` tells the coordinator when its
+ * program ended (the ReportExit RPC calls this). exit_code: its status
+ * (-1 when killed), sig: the signal (0 when it exited), stderr_tail: its
+ * last stderr lines (may be NULL), reason: the agent's own sentence ("did
+ * not join within 30000 ms"; may be NULL). Records "program_exited", then
+ * by the worker with that launch index: a live member or joining worker
+ * that failed -> lost (on_failure decides); a member that exited 0 without
+ * leaving -> lost; never joined (or the agent's reason) -> the job fails;
+ * already gone -> the event only. OUT *state (may be NULL): the job's
+ * state afterwards. RM_ERR_NOT_FOUND: unknown job. */
+rm_status_t rm_coord_program_exited(rm_coord_t *c, uint64_t id, int index,
+                                    int exit_code, int sig,
+                                    const char *stderr_tail,
+                                    const char *reason, rm_job_state_t *state);
 
 #ifdef __cplusplus
 }

@@ -117,6 +117,11 @@ typedef struct rm__job {
   /* result.c: the job's result, chosen when it succeeds */
   char *result;                 /* heap JSON object text, NULL = none */
   int result_rank;              /* rank whose result it is, -1 */
+  /* command.c (issue 9): the torchrun rendezvous of the first generation,
+   * launch index 0's host and the free port its agent found; memory only
+   * ("" / 0 until it attached; a restarted coordinator learns it again) */
+  char master_addr[128];
+  uint32_t master_port;
 } rm__job_t;
 
 #define RM__STMT_CACHE 64
@@ -278,6 +283,12 @@ void rm__gate_release(rm_coord_t *c, rm__job_t *j);
 /* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
 void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
 
+/* ---- command.c (issue 9): the agent's calls for command jobs ---- */
+void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
+                    const Ringmaster__V1__AttachRequest *q);
+void rm__rpc_report_exit(rm_coord_t *c, rm__call_t *call,
+                         const Ringmaster__V1__ReportExitRequest *q);
+
 /* ---- json_check.c: strict JSON validation (no JSON library here) ---- */
 /* Called for each top-level member: key without its quotes (escapes not
  * decoded), value exactly as written (a string value with its quotes). */
@@ -346,7 +357,8 @@ void rm__out_flush(rm_coord_t *c); /* after COMMIT, under lock */
 enum {
   RM__M_JOIN, RM__M_HEARTBEAT, RM__M_BARRIER, RM__M_REPORT_STEP, RM__M_WATCH,
   RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL,
-  RM__M_REPORT_FAILURE, RM__M_STEP_GATE, RM__M_COUNT
+  RM__M_REPORT_FAILURE, RM__M_STEP_GATE, RM__M_ATTACH, RM__M_REPORT_EXIT,
+  RM__M_COUNT
 };
 typedef struct rm__method {
   const char *path;                         /* "/ringmaster.v1.Worker/Join" */

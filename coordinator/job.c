@@ -331,7 +331,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
     return;
   }
   if (j->info.state == RM_JOB_RUNNING) {
-    char r[200];
+    char r[RM_COORD_TEXT_MAX];
     snprintf(r, sizeof r, "lost: %s", why);
     on_member_down(c, j, w, r);
   }
@@ -355,7 +355,7 @@ void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
     return;
   }
   if (!ok) {
-    char r[200];
+    char r[RM_COORD_TEXT_MAX];
     snprintf(r, sizeof r, "failed: %s", error);
     on_member_down(c, j, w, r);
     return;

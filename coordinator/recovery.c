@@ -152,7 +152,7 @@ static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
 void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                               const char *reason)
 {
-  char why[512], msg[640];
+  char why[RM_COORD_TEXT_MAX], msg[RM_COORD_TEXT_MAX + 128];
   const rm_job_spec_t *s = &j->info.spec;
   int pol = policy(j), n = 0;
   snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);

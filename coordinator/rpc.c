@@ -39,6 +39,8 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_CANCEL] = {"/ringmaster.v1.Jobs/CancelJob", &ringmaster__v1__cancel_job_request__descriptor, 1},
     [RM__M_REPORT_FAILURE] = {"/ringmaster.v1.Worker/ReportFailure", &ringmaster__v1__report_failure_request__descriptor, 0},
     [RM__M_STEP_GATE] = {"/ringmaster.v1.Worker/StepGate", &ringmaster__v1__step_gate_request__descriptor, 0},
+    [RM__M_ATTACH] = {"/ringmaster.v1.Worker/Attach", &ringmaster__v1__attach_request__descriptor, 0},
+    [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
 };
 
 static int token_eq(const char *a, const char *b)
@@ -112,6 +114,13 @@ static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   return 0;
 }
 
+/* For command.c: job and token only (no worker). */
+int rm__rpc_check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                      const char *token, rm__job_t **jp)
+{
+  return check_job(c, call, job_id, token, jp);
+}
+
 /* For the handlers in recovery.c and gate_rpc.c. */
 int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                          const char *token, uint64_t gen, uint64_t worker_id,
@@ -148,6 +157,7 @@ static rm__blob_t *join_tail(rm__job_t *j)
   rm__blob_unref(j->join_tail);
   j->join_tail = rm__blob_pack(&t.base);
   j->join_tail_gen = j->info.generation;
+  rm__pb_spec_free(&spec);
   free(peers);
   free(pp);
   return j->join_tail;
@@ -177,6 +187,7 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
   rm__pb_spec_from(&spec, &j->info.spec);
   r.spec = &spec;
   rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  rm__pb_spec_free(&spec);
 }
 
 static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
@@ -419,6 +430,8 @@ void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
   case RM__M_LEAVE: on_leave(c, call, (const void *)req); break;
   case RM__M_REPORT_FAILURE: rm__rpc_report_failure(c, call, (const void *)req); break;
   case RM__M_STEP_GATE: rm__rpc_step_gate(c, call, (const void *)req); break;
+  case RM__M_ATTACH: rm__rpc_attach(c, call, (const void *)req); break;
+  case RM__M_REPORT_EXIT: rm__rpc_report_exit(c, call, (const void *)req); break;
   default: rm__rpc_jobs(c, call, method, req, admin_ok); break;
   }
 }

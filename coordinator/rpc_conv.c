@@ -1,13 +1,36 @@
 /*
  * rpc_conv.c - conversions between protobuf-c messages and coord.h structs.
  * Strings in the protobuf structs point INTO the C structs: pack before the
- * C struct goes away (rm__reply packs at once).
+ * C struct goes away (rm__reply packs at once). The repeated fields command
+ * and env are heap tables of pointers into the packed lists: free them with
+ * rm__pb_spec_free() after the pack.
  */
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "coord_int.h"
+#include "rm_alloc.h"
 #include "rpc_int.h"
+
+/* A new table of pointers into a packed list; NULL when empty. */
+static char **list_ptrs(char *buf, int count, int max, size_t *n)
+{
+  char *p = buf, **out;
+  *n = count <= 0 ? 0 : (size_t)(count < max ? count : max);
+  if (!*n) return NULL;
+  out = rm__xcalloc(*n, sizeof *out);
+  for (size_t i = 0; i < *n; i++, p = (char *)rm_job_spec_next(p)) out[i] = p;
+  return out;
+}
+
+void rm__pb_spec_free(Ringmaster__V1__JobSpec *o)
+{
+  free(o->command);
+  free(o->env);
+  o->command = o->env = NULL;
+  o->n_command = o->n_env = 0;
+}
 
 void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
 {
@@ -29,6 +52,10 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
   o->straggler_policy = s->straggler_policy;
   o->backup_workers = (uint32_t)s->backup_workers;
   o->checkpoint_every = s->checkpoint_every;
+  o->command = list_ptrs(s->command, s->command_argc, RM_COORD_ARGV_MAX,
+                         &o->n_command);
+  o->env = list_ptrs(s->env, s->env_count, RM_COORD_ENV_MAX, &o->n_env);
+  o->workdir = s->workdir;
 }
 
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
@@ -79,7 +106,18 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   INT(world_size); INT(min_workers); INT(max_workers);
   INT(heartbeat_timeout_ms); INT(barrier_timeout_ms); INT(max_restarts);
   INT(backup_workers);
+  STR(workdir);
 #undef STR
 #undef INT
+  if (in->n_command > RM_COORD_ARGV_MAX) return "command";
+  for (size_t i = 0; i < in->n_command; i++)
+    if (rm_job_spec_pack(s->command, sizeof s->command, &s->command_argc,
+                         in->command[i], strlen(in->command[i])))
+      return "command";
+  if (in->n_env > RM_COORD_ENV_MAX) return "env";
+  for (size_t i = 0; i < in->n_env; i++)
+    if (rm_job_spec_pack(s->env, sizeof s->env, &s->env_count, in->env[i],
+                         strlen(in->env[i])))
+      return "env";
   return NULL;
 }

@@ -4,7 +4,10 @@
 
 #include "coord_int.h"
 
+/* o's strings point into s; its command/env tables are heap: call
+ * rm__pb_spec_free(o) once packed (rm__pb_job_from: on its spec). */
 void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s);
+void rm__pb_spec_free(Ringmaster__V1__JobSpec *o);
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
                      rm_job_info_t *in, int with_token);
 int rm__pb_str(char *dst, size_t len, const char *src);
@@ -14,6 +17,9 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in);
 int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                          const char *token, uint64_t gen, uint64_t worker_id,
                          rm__job_t **jp, rm__worker_t **wp);
+/* rpc.c's job and token check alone; 0 ok, else the call is answered. */
+int rm__rpc_check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                      const char *token, rm__job_t **jp);
 /* The job service handlers (rpc_jobs.c). */
 void rm__rpc_jobs(rm_coord_t *c, rm__call_t *call, int method,
                   const ProtobufCMessage *req, int admin_ok);

@@ -30,6 +30,7 @@ static void reply_job(rm_coord_t *c, rm__call_t *call, rm_job_info_t *info,
     r.job = &job;
     rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
   }
+  rm__pb_spec_free(&spec);
 }
 
 static void on_submit(rm_coord_t *c, rm__call_t *call,
@@ -75,6 +76,7 @@ static void on_list(rm_coord_t *c, rm__call_t *call,
   r.jobs = pj;
   r.total = total;
   rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  for (size_t i = 0; i < n; i++) rm__pb_spec_free(&specs[i]);
   free(pj);
   free(specs);
   free(jobs);

@@ -4,6 +4,16 @@
  * Validation refuses the first bad field with its name (api/ returns it as
  * {"error": {"field": ...}}). Policies that later issues implement are known
  * words; every policy named here is implemented (recovery.c, gate_rpc.c).
+ *
+ * Command jobs (issue 9). workload "command" runs the user's program under
+ * each worker's agent: `command` (packed argv, count + NUL-terminated
+ * strings) is required exactly then; `env` and `workdir` belong to it and
+ * are refused for the built-in workloads (they would be ignored silently).
+ * Env keys are [A-Za-z_][A-Za-z0-9_]*, not RINGMASTER_* (the agent sets
+ * those: a job could otherwise point its program at another job).
+ * straggler_policy "coded" is refused for command jobs: coded partitions
+ * are computed by the built-in trainer, the coordinator cannot make a
+ * user's program compute them.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -147,6 +157,67 @@ static rm_status_t check_straggler(const rm_job_spec_t *s, rm_coord_error_t *err
   return RM_OK;
 }
 
+static rm_status_t check_env(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  char msg[200];
+  const char *p = s->env;
+  if (s->env_count < 0 || s->env_count > RM_COORD_ENV_MAX ||
+      rm_job_spec_packed_len(s->env, sizeof s->env, s->env_count) < 0)
+    return bad(err, "env", "at most 64 entries and 4096 bytes");
+  for (int i = 0; i < s->env_count; i++, p = rm_job_spec_next(p)) {
+    const char *eq = strchr(p, '=');
+    size_t klen = eq ? (size_t)(eq - p) : strlen(p);
+    int ok = eq && klen > 0 && (isalpha((unsigned char)p[0]) || p[0] == '_');
+    for (size_t k = 1; ok && k < klen; k++)
+      ok = isalnum((unsigned char)p[k]) || p[k] == '_';
+    if (!ok) {
+      snprintf(msg, sizeof msg, "entry %d: '%.40s' is not KEY=VALUE with a key "
+               "of letters, digits and '_' not starting with a digit", i, p);
+      return bad(err, "env", msg);
+    }
+    if (klen >= 11 && !strncmp(p, "RINGMASTER_", 11)) {
+      snprintf(msg, sizeof msg, "key %.*s: RINGMASTER_* variables are set by "
+               "the worker agent for the program; choose another name",
+               (int)(klen > 64 ? 64 : klen), p);
+      return bad(err, "env", msg);
+    }
+  }
+  return RM_OK;
+}
+
+/* Issue 9: command, env, workdir and the workload name. */
+static rm_status_t check_command(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  static const char *const workloads[] = {"allreduce", "train", "synthetic",
+                                          "command", NULL};
+  int cmd = !strcmp(s->workload, "command");
+  if (!one_of(s->workload, workloads))
+    return bad(err, "workload", "must be allreduce, train, synthetic or command");
+  if (s->command_argc < 0 || s->command_argc > RM_COORD_ARGV_MAX ||
+      rm_job_spec_packed_len(s->command, sizeof s->command, s->command_argc) < 0)
+    return bad(err, "command", "at most 64 arguments and 4096 bytes");
+  if (cmd && s->command_argc == 0)
+    return bad(err, "command", "required for workload command: the program "
+               "and its arguments, e.g. [\"python3\", \"train.py\"]");
+  if (cmd && !s->command[0])
+    return bad(err, "command", "the program (first argument) must not be empty");
+  if (!cmd && s->command_argc)
+    return bad(err, "command", "only for workload command (the built-in "
+               "workloads run inside ringmaster-worker)");
+  if (!cmd && s->env_count)
+    return bad(err, "env", "only for workload command");
+  if (!TERMINATED(workdir))
+    return bad(err, "workdir", "at most 255 bytes");
+  if (!cmd && s->workdir[0])
+    return bad(err, "workdir", "only for workload command");
+  if (cmd && !strcmp(s->straggler_policy, "coded"))
+    return bad(err, "straggler_policy", "coded is not available for workload "
+               "command: coded partitions are computed by the built-in "
+               "trainer, and the coordinator cannot make a user's program "
+               "compute them (use none, backup or deadline)");
+  return check_env(s, err);
+}
+
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
 {
   if (err) err->field[0] = err->message[0] = 0;
@@ -181,6 +252,8 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
     if (!isalnum((unsigned char)*p) && *p != '_')
       return bad(err, "workload", "only letters, digits and '_'");
   rm_status_t st = check_names(s, err);
+  if (st != RM_OK) return st;
+  st = check_command(s, err);
   if (st != RM_OK) return st;
   if (s->steps == 0) s->steps = 100;
   if (s->heartbeat_timeout_ms && (s->heartbeat_timeout_ms < 100 ||

@@ -170,7 +170,28 @@ void rm__store_close(rm_coord_t *c)
   "workload_options,steps,launcher,heartbeat_timeout_ms,barrier_timeout_ms,"  \
   "on_failure,max_restarts,straggler_policy,backup_workers,checkpoint_every," \
   "state,token,reason,generation,world,step,restarts,created_ms,started_ms,"  \
-  "finished_ms,updated_ms"
+  "finished_ms,updated_ms,command,env,workdir"
+
+/* Packed lists (command, env) as BLOBs: their strings end in NULs. */
+static void bind_list(sqlite3_stmt *st, int i, const char *buf, size_t cap,
+                      int count)
+{
+  long n = rm_job_spec_packed_len(buf, cap, count);
+  sqlite3_bind_blob(st, i, buf, n > 0 ? (int)n : 0, SQLITE_TRANSIENT);
+}
+
+/* The list back from a BLOB; the count is its NULs. A blob that does not
+ * fit or does not end in a NUL (a hand-edited database) reads as empty. */
+static void read_list(sqlite3_stmt *st, int i, char *buf, size_t cap,
+                      int *count)
+{
+  const char *b = sqlite3_column_blob(st, i);
+  size_t n = (size_t)sqlite3_column_bytes(st, i);
+  *count = 0;
+  if (!b || !n || n > cap || b[n - 1] != '\0') return;
+  memcpy(buf, b, n);
+  for (size_t k = 0; k < n; k++) *count += buf[k] == '\0';
+}
 
 static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
 {
@@ -205,6 +226,9 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   sqlite3_bind_int64(st, i++, in->started_ms);
   sqlite3_bind_int64(st, i++, in->finished_ms);
   sqlite3_bind_int64(st, i++, in->updated_ms);
+  bind_list(st, i++, s->command, sizeof s->command, s->command_argc);
+  bind_list(st, i++, s->env, sizeof s->env, s->env_count);
+  sqlite3_bind_text(st, i++, s->workdir, -1, SQLITE_TRANSIENT);
 }
 
 static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
@@ -243,12 +267,15 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   o->started_ms = sqlite3_column_int64(st, i++);
   o->finished_ms = sqlite3_column_int64(st, i++);
   o->updated_ms = sqlite3_column_int64(st, i++);
+  read_list(st, i++, s->command, sizeof s->command, &s->command_argc);
+  read_list(st, i++, s->env, sizeof s->env, &s->env_count);
+  copy_text(s->workdir, sizeof s->workdir, sqlite3_column_text(st, i++));
 }
 
 void rm__store_job_insert(rm_coord_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
-                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {

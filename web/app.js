@@ -100,8 +100,32 @@ async function viewJobs() {
   setupForm();
 }
 
+/* Command jobs (issue 9): one argument per line (blank lines inside the
+ * list are kept as empty arguments; trailing ones are dropped), env one
+ * KEY=VALUE per line. */
+function commandFields(form) {
+  const lines = (t) => t.replace(/\r/g, '').split('\n');
+  const argv = lines(form.command.value);
+  while (argv.length && argv[argv.length - 1] === '') argv.pop();
+  while (argv.length && argv[0] === '') argv.shift();
+  const out = { command: argv };
+  const env = {};
+  for (const l of lines(form.env.value)) {
+    if (!l.trim()) continue;
+    const eq = l.indexOf('=');
+    env[eq < 0 ? l.trim() : l.slice(0, eq).trim()] = eq < 0 ? '' : l.slice(eq + 1);
+  }
+  if (Object.keys(env).length) out.env = env;
+  if (form.workdir.value.trim()) out.workdir = form.workdir.value.trim();
+  return out;
+}
+
 function setupForm() {
   const form = $('#submit-form');
+  const cmd = $('#command-fields');
+  const showCommand = () => { cmd.hidden = form.workload.value !== 'command'; };
+  form.workload.addEventListener('change', showCommand);
+  showCommand();
   form.token.value = token();
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
@@ -111,6 +135,7 @@ function setupForm() {
     const spec = { name: form.name.value.trim(), world_size: Number(form.world_size.value), steps: Number(form.steps.value),
       workload: form.workload.value, algorithm: form.algorithm.value, launcher: form.launcher.value, dtype: form.dtype.value };
     if (form.workload_options.value.trim()) spec.workload_options = form.workload_options.value.trim();
+    if (spec.workload === 'command') Object.assign(spec, commandFields(form));
     msg.className = 'form-msg'; msg.textContent = 'Submitting...';
     try {
       const job = await api('/api/v1/jobs', { method: 'POST', body: JSON.stringify(spec), auth: true });
@@ -192,8 +217,23 @@ class JobView {
     $('#job-meta').innerHTML = '';
     $('#job-meta').append(`${size} · workload `, el('b', { text: s.workload }), ` · algorithm `, el('b', { text: s.algorithm }),
       ` · ${s.dtype} · launcher ${s.launcher} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
+    this.renderCommand(s);
     this.renderState(j.state, j.step, j.steps_total);
     this.renderResult(j);
+  }
+
+  /* Command jobs: the argv as a shell would quote it, env and workdir. */
+  renderCommand(s) {
+    const box = $('#job-command');
+    const argv = s.command || [];
+    box.hidden = !argv.length;
+    box.innerHTML = '';
+    if (!argv.length) return;
+    const q = (a) => (/^[A-Za-z0-9_.,\/:=@%+-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`);
+    box.append('command ', el('code', { id: 'job-command-line', text: argv.map(q).join(' ') }));
+    const env = Object.entries(s.env || {});
+    if (env.length) box.append(' · env ', el('code', { text: env.map(([k, v]) => `${k}=${q(v)}`).join(' ') }));
+    if (s.workdir) box.append(' · workdir ', el('code', { text: s.workdir }));
   }
 
   /* The "Result" card: final test accuracy and loss (and the other numeric

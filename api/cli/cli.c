@@ -1,7 +1,8 @@
 /*
- * cli.c - `ringmaster submit|jobs|job|cancel|k8s-manifest`: a REST client of the
- * coordinator's /api/v1 (plain sockets, see httpc.h). Human-readable tables
- * by default, the server's JSON with --json.
+ * cli.c - `ringmaster submit|jobs|job|cancel|k8s-manifest|run|logs`: a REST
+ * client of the coordinator's /api/v1 (plain sockets, see httpc.h).
+ * Human-readable tables by default, the server's JSON with --json. `run`
+ * and `logs` live in run.c (cli_int.h).
  *
  * Exit codes (RM_CLI_EXIT_* in api.h, also printed by the usage text):
  *   0 ok, 1 server error (5xx, other), 2 usage, 3 not found (404),
@@ -17,21 +18,9 @@
 
 #include "api.h"
 #include "auth.h"
+#include "cli_int.h"
 #include "httpc.h"
 #include "table.h"
-
-typedef struct {
-  const char *server;
-  char token[RM_API_TOKEN_MAX + 1];
-  int json;
-  int timeout_ms;
-  const char *state;
-  const char *limit;
-  const char *offset;
-  const char *reason;
-  const char *image;
-  const char *ns;
-} cli_t;
 
 static const char k_usage[] =
     "usage: ringmaster COMMAND [options]\n"
@@ -44,6 +33,23 @@ static const char k_usage[] =
     "                           print the Kubernetes manifests (Secret with the\n"
     "                           worker token, headless Service, Indexed Job) that\n"
     "                           run the job's workers: pipe to kubectl apply -f -\n"
+    "  run -n N [run options] -- PROG ARGS...\n"
+    "                           run PROG as a command job of N workers: submit,\n"
+    "                           stream progress and the workers' output ([i] =\n"
+    "                           launch index, the rank of the first generation)\n"
+    "                           until it ends; exit 0 succeeded, 1 failed, 130\n"
+    "                           after Ctrl-C (which cancels the job). With no\n"
+    "                           --server, no RINGMASTER_SERVER and nothing at the\n"
+    "                           default address, starts a private coordinator\n"
+    "                           (state and logs in ./ringmaster-run/)\n"
+    "      run options: --launcher local|slurm  --on-failure fail|shrink|replace\n"
+    "                   --min-workers N  --max-restarts N  --steps N  --name NAME\n"
+    "                   --env K=V (repeatable)  --workdir DIR  --algorithm A\n"
+    "                   --heartbeat-timeout-ms N\n"
+    "  logs ID [--follow] [--worker N]\n"
+    "                           print a job's worker logs (every worker, lines\n"
+    "                           prefixed [i], or worker N alone); --follow until\n"
+    "                           the job ends\n"
     "options:\n"
     "  --server URL     coordinator REST address (env RINGMASTER_SERVER,\n"
     "                   default http://127.0.0.1:8080)\n"
@@ -58,7 +64,8 @@ const char *rm_cli_usage(void) { return k_usage; }
 
 int rm_cli_is_command(const char *cmd)
 {
-  static const char *const cmds[] = {"submit", "jobs", "job", "cancel", "k8s-manifest", NULL};
+  static const char *const cmds[] = {"submit", "jobs", "job", "cancel", "k8s-manifest",
+                                     "run", "logs", NULL};
   for (int i = 0; cmd && cmds[i]; i++)
     if (strcmp(cmd, cmds[i]) == 0) return 1;
   return 0;
@@ -102,7 +109,7 @@ static char *read_input(const char *path, size_t *len)
 
 /* One request; on an HTTP error prints the server's error message. Returns
  * the exit code and, on 2xx, the reply in *r (free r->body). */
-static int call_raw(cli_t *c, const char *method, const char *path, const char *body,
+int rm__cli_call_raw(cli_t *c, const char *method, const char *path, const char *body,
                     rm__http_reply_t *r)
 {
   char err[256];
@@ -130,13 +137,13 @@ static int call_raw(cli_t *c, const char *method, const char *path, const char *
 }
 
 /* call_raw, then the parsed JSON body in *out (new reference) on 2xx. */
-static int call(cli_t *c, const char *method, const char *path, const char *body, json_t **out)
+int rm__cli_call(cli_t *c, const char *method, const char *path, const char *body, json_t **out)
 {
   rm__http_reply_t r;
   int code;
 
   *out = NULL;
-  code = call_raw(c, method, path, body, &r);
+  code = rm__cli_call_raw(c, method, path, body, &r);
   if (code != RM_CLI_EXIT_OK) return code;
   *out = json_loadb(r.body, r.len, 0, NULL);
   if (*out == NULL) {
@@ -154,13 +161,43 @@ static void print_json(json_t *j)
   free(s);
 }
 
-static const char *jstr(json_t *o, const char *k)
+const char *rm__cli_jstr(json_t *o, const char *k)
 {
   json_t *v = json_object_get(o, k);
   return json_is_string(v) ? json_string_value(v) : "";
 }
 
-static long long jint(json_t *o, const char *k) { return json_integer_value(json_object_get(o, k)); }
+long long rm__cli_jint(json_t *o, const char *k)
+{
+  return json_integer_value(json_object_get(o, k));
+}
+
+/* "  command     python3 train.py  (env K=V ...; workdir D)" for command
+ * jobs; arguments with spaces or quotes are shown JSON-quoted. */
+static void print_command(json_t *spec)
+{
+  json_t *cmd = json_object_get(spec, "command"), *a, *env = json_object_get(spec, "env");
+  const char *k;
+  size_t i;
+  if (!json_is_array(cmd) || json_array_size(cmd) == 0) return;
+  printf("  command    ");
+  json_array_foreach(cmd, i, a) {
+    const char *s = json_string_value(a);
+    if (s && *s && !strpbrk(s, " \t\n\"'\\")) printf(" %s", s);
+    else {
+      char *q = json_dumps(a, JSON_ENCODE_ANY);
+      printf(" %s", q ? q : "?");
+      free(q);
+    }
+  }
+  printf("\n");
+  if (json_object_size(env)) {
+    printf("  env        ");
+    json_object_foreach(env, k, a) printf(" %s=%s", k, json_string_value(a));
+    printf("\n");
+  }
+  if (*rm__cli_jstr(spec, "workdir")) printf("  workdir     %s\n", rm__cli_jstr(spec, "workdir"));
+}
 
 static void fmt_age(char *buf, size_t len, long long ms_epoch)
 {
@@ -182,13 +219,13 @@ static void print_jobs(json_t *arr)
   json_array_foreach(arr, i, j) {
     char id[24], workers[32], step[48], age[32];
     json_t *spec = json_object_get(j, "spec");
-    long long size = jint(spec, "world_size") ? jint(spec, "world_size") : jint(spec, "max_workers");
-    snprintf(id, sizeof id, "%lld", jint(j, "id"));
-    snprintf(workers, sizeof workers, "%lld/%lld", jint(j, "workers_alive"), size);
-    snprintf(step, sizeof step, "%lld/%lld", jint(j, "step"), jint(j, "steps_total"));
-    fmt_age(age, sizeof age, jint(j, "created_ms"));
-    const char *row[] = {id, jstr(spec, "name"), jstr(j, "state"), workers, step, age,
-                         jstr(j, "reason")};
+    long long size = rm__cli_jint(spec, "world_size") ? rm__cli_jint(spec, "world_size") : rm__cli_jint(spec, "max_workers");
+    snprintf(id, sizeof id, "%lld", rm__cli_jint(j, "id"));
+    snprintf(workers, sizeof workers, "%lld/%lld", rm__cli_jint(j, "workers_alive"), size);
+    snprintf(step, sizeof step, "%lld/%lld", rm__cli_jint(j, "step"), rm__cli_jint(j, "steps_total"));
+    fmt_age(age, sizeof age, rm__cli_jint(j, "created_ms"));
+    const char *row[] = {id, rm__cli_jstr(spec, "name"), rm__cli_jstr(j, "state"), workers, step, age,
+                         rm__cli_jstr(j, "reason")};
     rm__table_row(t, row);
   }
   rm__table_print(t, stdout);
@@ -218,16 +255,17 @@ static void print_result(json_t *r)
 static void print_job(json_t *j)
 {
   json_t *spec = json_object_get(j, "spec");
-  printf("job %lld  %s\n", jint(j, "id"), jstr(spec, "name"));
-  printf("  state       %s%s%s\n", jstr(j, "state"), *jstr(j, "reason") ? "  - " : "",
-         jstr(j, "reason"));
+  printf("job %lld  %s\n", rm__cli_jint(j, "id"), rm__cli_jstr(spec, "name"));
+  printf("  state       %s%s%s\n", rm__cli_jstr(j, "state"), *rm__cli_jstr(j, "reason") ? "  - " : "",
+         rm__cli_jstr(j, "reason"));
   printf("  progress    step %lld of %lld, generation %lld, %lld of %lld workers alive\n",
-         jint(j, "step"), jint(j, "steps_total"), jint(j, "generation"), jint(j, "workers_alive"),
-         jint(j, "workers_joined"));
-  printf("  workload    %s (%s)  algorithm %s  dtype %s  launcher %s\n", jstr(spec, "workload"),
-         *jstr(spec, "workload_options") ? jstr(spec, "workload_options") : "defaults",
-         jstr(spec, "algorithm"), jstr(spec, "dtype"), jstr(spec, "launcher"));
-  if (*jstr(j, "token")) printf("  worker token %s (shown once)\n", jstr(j, "token"));
+         rm__cli_jint(j, "step"), rm__cli_jint(j, "steps_total"), rm__cli_jint(j, "generation"), rm__cli_jint(j, "workers_alive"),
+         rm__cli_jint(j, "workers_joined"));
+  printf("  workload    %s (%s)  algorithm %s  dtype %s  launcher %s\n", rm__cli_jstr(spec, "workload"),
+         *rm__cli_jstr(spec, "workload_options") ? rm__cli_jstr(spec, "workload_options") : "defaults",
+         rm__cli_jstr(spec, "algorithm"), rm__cli_jstr(spec, "dtype"), rm__cli_jstr(spec, "launcher"));
+  print_command(spec);
+  if (*rm__cli_jstr(j, "token")) printf("  worker token %s (shown once)\n", rm__cli_jstr(j, "token"));
   print_result(json_object_get(j, "result"));
 }
 
@@ -241,11 +279,11 @@ static void print_workers(json_t *arr)
   json_array_foreach(arr, i, w) {
     char rank[16], step[24], ms[32], hb[32];
     json_t *sm = json_object_get(w, "step_ms");
-    snprintf(rank, sizeof rank, "%lld", jint(w, "rank"));
-    snprintf(step, sizeof step, "%lld", jint(w, "step"));
+    snprintf(rank, sizeof rank, "%lld", rm__cli_jint(w, "rank"));
+    snprintf(step, sizeof step, "%lld", rm__cli_jint(w, "step"));
     snprintf(ms, sizeof ms, json_is_number(sm) ? "%.1f" : "-", json_number_value(sm));
-    snprintf(hb, sizeof hb, "%.1fs", (double)jint(w, "ms_since_heartbeat") / 1000.0);
-    const char *row[] = {rank, jstr(w, "state"), jstr(w, "host"), jstr(w, "data_addr"), step, ms,
+    snprintf(hb, sizeof hb, "%.1fs", (double)rm__cli_jint(w, "ms_since_heartbeat") / 1000.0);
+    const char *row[] = {rank, rm__cli_jstr(w, "state"), rm__cli_jstr(w, "host"), rm__cli_jstr(w, "data_addr"), step, ms,
                          hb, json_is_true(json_object_get(w, "straggler")) ? "straggler" : ""};
     rm__table_row(t, row);
   }
@@ -259,12 +297,12 @@ static void print_barriers(json_t *arr)
   size_t i, k;
   json_t *b, *m;
   json_array_foreach(arr, i, b) {
-    if (strcmp(jstr(b, "state"), "open") != 0) continue;
-    printf("\nbarrier '%s' (generation %lld): %lld of %lld arrived; waiting for", jstr(b, "name"),
-           jint(b, "generation"), jint(b, "arrived"), jint(b, "expected"));
+    if (strcmp(rm__cli_jstr(b, "state"), "open") != 0) continue;
+    printf("\nbarrier '%s' (generation %lld): %lld of %lld arrived; waiting for", rm__cli_jstr(b, "name"),
+           rm__cli_jint(b, "generation"), rm__cli_jint(b, "arrived"), rm__cli_jint(b, "expected"));
     json_array_foreach(json_object_get(b, "missing"), k, m)
-      printf("%s rank %lld (step %lld, %s, silent %.1fs)", k ? "," : "", jint(m, "rank"),
-             jint(m, "step"), jstr(m, "state"), (double)jint(m, "ms_since_heartbeat") / 1000.0);
+      printf("%s rank %lld (step %lld, %s, silent %.1fs)", k ? "," : "", rm__cli_jint(m, "rank"),
+             rm__cli_jint(m, "step"), rm__cli_jstr(m, "state"), (double)rm__cli_jint(m, "ms_since_heartbeat") / 1000.0);
     printf("\n");
   }
 }
@@ -275,12 +313,12 @@ static int cmd_job(cli_t *c, const char *id)
   json_t *job, *w = NULL, *b = NULL;
   int code;
   snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
-  code = call(c, "GET", path, NULL, &job);
+  code = rm__cli_call(c, "GET", path, NULL, &job);
   if (code) return code;
   snprintf(path, sizeof path, "/api/v1/jobs/%s/workers", id);
-  code = call(c, "GET", path, NULL, &w);
+  code = rm__cli_call(c, "GET", path, NULL, &w);
   snprintf(path, sizeof path, "/api/v1/jobs/%s/barriers", id);
-  if (!code) code = call(c, "GET", path, NULL, &b);
+  if (!code) code = rm__cli_call(c, "GET", path, NULL, &b);
   if (!code && c->json) {
     json_object_set(job, "workers", json_object_get(w, "workers"));
     json_object_set(job, "barriers", json_object_get(b, "barriers"));
@@ -303,7 +341,7 @@ static int cmd_jobs(cli_t *c)
   int code;
   snprintf(path, sizeof path, "/api/v1/jobs?limit=%s&offset=%s%s%s", c->limit ? c->limit : "100",
            c->offset ? c->offset : "0", c->state ? "&state=" : "", c->state ? c->state : "");
-  code = call(c, "GET", path, NULL, &r);
+  code = rm__cli_call(c, "GET", path, NULL, &r);
   if (code) return code;
   if (c->json) print_json(r);
   else print_jobs(json_object_get(r, "jobs"));
@@ -321,7 +359,7 @@ static int cmd_submit(cli_t *c, const char *file)
     fprintf(stderr, "ringmaster: cannot read job spec %s\n", file);
     return RM_CLI_EXIT_USAGE;
   }
-  code = call(c, "POST", "/api/v1/jobs", body, &r);
+  code = rm__cli_call(c, "POST", "/api/v1/jobs", body, &r);
   free(body);
   if (code) return code;
   if (c->json) print_json(r);
@@ -338,11 +376,11 @@ static int cmd_cancel(cli_t *c, const char *id)
   int code;
   json_decref(body);
   snprintf(path, sizeof path, "/api/v1/jobs/%s/cancel", id);
-  code = call(c, "POST", path, text ? text : "{}", &r);
+  code = rm__cli_call(c, "POST", path, text ? text : "{}", &r);
   free(text);
   if (code) return code;
   if (c->json) print_json(r);
-  else printf("job %lld %s\n", jint(r, "id"), jstr(r, "state"));
+  else printf("job %lld %s\n", rm__cli_jint(r, "id"), rm__cli_jstr(r, "state"));
   json_decref(r);
   return code;
 }
@@ -372,14 +410,14 @@ static int cmd_k8s_manifest(cli_t *c, const char *id)
   snprintf(path, sizeof path, "/api/v1/jobs/%s/k8s-manifest", id);
   add_query(path, sizeof path, "image", c->image);
   add_query(path, sizeof path, "namespace", c->ns);
-  code = call_raw(c, "GET", path, NULL, &r);
+  code = rm__cli_call_raw(c, "GET", path, NULL, &r);
   if (code) return code;
   fwrite(r.body, 1, r.len, stdout);
   free(r.body);
   return fflush(stdout) == 0 ? code : RM_CLI_EXIT_SERVER;
 }
 
-static int parse_args(cli_t *c, int argc, char **argv)
+int rm__cli_parse_args(cli_t *c, int argc, char **argv)
 {
   static const struct option opts[] = {
       {"server", required_argument, 0, 's'}, {"token", required_argument, 0, 't'},
@@ -419,7 +457,7 @@ static int parse_args(cli_t *c, int argc, char **argv)
   return 0;
 }
 
-static int is_id(const char *s)
+int rm__cli_is_id(const char *s)
 {
   if (s == NULL || *s == '\0' || strlen(s) > 20) return 0;
   for (; *s; s++)
@@ -436,15 +474,18 @@ int rm_cli_main(int argc, char **argv)
   memset(&c, 0, sizeof c);
   c.server = getenv("RINGMASTER_SERVER");
   if (c.server == NULL || *c.server == '\0') c.server = "http://127.0.0.1:8080";
-  if (!rm_cli_is_command(cmd) || parse_args(&c, argc - 1, argv + 1) != 0) goto usage;
+  if (!rm_cli_is_command(cmd)) goto usage;
+  if (strcmp(cmd, "run") == 0) return rm__cli_run(&c, argc - 1, argv + 1);
+  if (strcmp(cmd, "logs") == 0) return rm__cli_logs(&c, argc - 1, argv + 1);
+  if (rm__cli_parse_args(&c, argc - 1, argv + 1) != 0) goto usage;
   /* getopt ran over argv + 1 (argc - 1 entries) and moved operands last. */
   arg = optind < argc - 1 ? argv[1 + optind] : NULL;
   if (optind + (arg != NULL) != argc - 1) goto usage; /* stray extra arguments */
   if (strcmp(cmd, "jobs") == 0 && arg == NULL) return cmd_jobs(&c);
   if (strcmp(cmd, "submit") == 0 && arg) return cmd_submit(&c, arg);
-  if (strcmp(cmd, "job") == 0 && is_id(arg)) return cmd_job(&c, arg);
-  if (strcmp(cmd, "cancel") == 0 && is_id(arg)) return cmd_cancel(&c, arg);
-  if (strcmp(cmd, "k8s-manifest") == 0 && is_id(arg)) return cmd_k8s_manifest(&c, arg);
+  if (strcmp(cmd, "job") == 0 && rm__cli_is_id(arg)) return cmd_job(&c, arg);
+  if (strcmp(cmd, "cancel") == 0 && rm__cli_is_id(arg)) return cmd_cancel(&c, arg);
+  if (strcmp(cmd, "k8s-manifest") == 0 && rm__cli_is_id(arg)) return cmd_k8s_manifest(&c, arg);
 usage:
   fputs(k_usage, stderr);
   return RM_CLI_EXIT_USAGE;

@@ -8,7 +8,11 @@
  *           (command without the token), make an O_CLOEXEC pipe, fork
  *   child:  setpgid(0,0); stdin </dev/null; stdout+stderr -> log;
  *           close_range(3.., CLOEXEC); execve(worker, argv, envp with
- *           RINGMASTER_LAUNCH_INDEX=i, RINGMASTER_LAUNCH_WORLD=n)
+ *           RINGMASTER_LAUNCH_INDEX=i, RINGMASTER_LAUNCH_WORLD=n,
+ *           RINGMASTER_LOCAL_RANK=i, RINGMASTER_LOCAL_WORLD=n: every worker
+ *           is on this host; the agent of a command job maps them to
+ *           LOCAL_RANK / LOCAL_WORLD_SIZE; a replacement, index i >= n,
+ *           gets local rank i mod n)
  *           on failure: write errno into the pipe, _exit(127)
  *   parent: setpgid(pid,pid) too (no race with an early cancel); read the
  *           pipe: EOF = exec succeeded; an errno = start fails with
@@ -69,18 +73,19 @@ typedef struct {
   int64_t kill_at_ns;
 } local_t;
 
-/* environ without our two hint variables, plus them; slots 0 and 1 are
- * rewritten per worker before each fork. */
-static char **make_env(char *index_var, char *world_var)
+/* environ without our four hint variables, plus them (vars[0..3]: launch
+ * index, launch world, local rank, local world), built per worker. */
+static char **make_env(char **vars)
 {
-  size_t n = 0, k = 2;
+  size_t n = 0, k = 4;
   while (environ[n] != NULL) n++;
-  char **env = rm__xcalloc(n + 3, sizeof *env);
-  env[0] = index_var;
-  env[1] = world_var;
+  char **env = rm__xcalloc(n + 5, sizeof *env);
+  for (int v = 0; v < 4; v++) env[v] = vars[v];
   for (size_t i = 0; i < n; i++)
     if (strncmp(environ[i], "RINGMASTER_LAUNCH_INDEX=", 24) != 0 &&
-        strncmp(environ[i], "RINGMASTER_LAUNCH_WORLD=", 24) != 0)
+        strncmp(environ[i], "RINGMASTER_LAUNCH_WORLD=", 24) != 0 &&
+        strncmp(environ[i], "RINGMASTER_LOCAL_RANK=", 22) != 0 &&
+        strncmp(environ[i], "RINGMASTER_LOCAL_WORLD=", 23) != 0)
       env[k++] = environ[i];
   env[k] = NULL;
   return env;
@@ -170,13 +175,17 @@ static void local_destroy(rm__launch_t *base)
 static rm_status_t start_worker(local_t *l, int i, int devnull, char *err,
                                 size_t errlen)
 {
-  char index_var[48], world_var[48];
+  char index_var[48], world_var[48], lrank_var[48], lworld_var[48];
+  char *vars[4] = {index_var, world_var, lrank_var, lworld_var};
   size_t len = strlen(l->log_dir) + 32;
   l->w[i].log_path = rm__xmalloc(len);
   snprintf(l->w[i].log_path, len, "%s/worker-%d.log", l->log_dir, i);
   snprintf(index_var, sizeof index_var, "RINGMASTER_LAUNCH_INDEX=%d", i);
   snprintf(world_var, sizeof world_var, "RINGMASTER_LAUNCH_WORLD=%d", l->world);
-  char **env = make_env(index_var, world_var);
+  snprintf(lrank_var, sizeof lrank_var, "RINGMASTER_LOCAL_RANK=%d",
+           l->world > 0 ? i % l->world : i);
+  snprintf(lworld_var, sizeof lworld_var, "RINGMASTER_LOCAL_WORLD=%d", l->world);
+  char **env = make_env(vars);
   int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
     dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s %s\n", i,
@@ -347,7 +356,9 @@ static rm_status_t local_render(const rm_launch_spec_t *spec, FILE *out, char *e
   fprintf(out, "#!/bin/sh\n# ringmaster local launcher: job %s, %d worker(s)\n",
           spec->job_id, spec->world);
   for (int i = 0; i < spec->world; i++) {
-    fprintf(out, "RINGMASTER_LAUNCH_INDEX=%d RINGMASTER_LAUNCH_WORLD=%d", i, spec->world);
+    fprintf(out, "RINGMASTER_LAUNCH_INDEX=%d RINGMASTER_LAUNCH_WORLD=%d "
+            "RINGMASTER_LOCAL_RANK=%d RINGMASTER_LOCAL_WORLD=%d", i, spec->world, i,
+            spec->world);
     for (char **a = argv; *a != NULL; a++) {
       fputc(' ', out);
       rm__launch_shquote(out, *a);

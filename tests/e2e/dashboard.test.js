@@ -12,8 +12,11 @@
  *   5. SIGKILL one worker and see a worker marked lost in the table
  *   6. a job started by the local launcher: click the "log" link of its
  *      worker row and see the log tail (launcher header line, token masked)
- *   7. screenshots go to the artifacts folder (job-running.png,
- *      job-lost.png, jobs.png, job-log.png)
+ *   7. submit a command job in the form (workload "command", one argument
+ *      per line, env, workdir; launcher "none"): the POST carries the argv
+ *      and the job page shows the command line, env and workdir
+ *   8. screenshots go to the artifacts folder (job-running.png,
+ *      job-lost.png, jobs.png, job-log.png, job-command.png)
  * Every wait has a deadline; every process is stopped by PID.
  *
  * usage: node dashboard.test.js --ringmaster PATH --worker PATH --artifacts DIR
@@ -157,6 +160,37 @@ async function main() {
     if (logText.includes(local.token)) throw new Error('the log panel shows the worker token');
     if (!/bytes in all/.test(await page.textContent('#log-meta'))) throw new Error('log panel without its size line');
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-log.png'), fullPage: true });
+
+    // A command job from the form (issue 9): argv one per line.
+    await page.goto(`${base}/`);
+    await page.waitForSelector('#submit-form');
+    if (await page.isVisible('textarea[name=command]')) throw new Error('command field shown for allreduce');
+    await page.fill('input[name=name]', 'e2e-command');
+    await page.fill('input[name=world_size]', '2');
+    await page.selectOption('select[name=workload]', 'command');
+    await page.selectOption('select[name=launcher]', 'none');
+    await page.fill('input[name=workload_options]', '');
+    await page.fill('textarea[name=command]', 'python3\ntrain.py\n--epochs\n3\nhello world\n');
+    await page.fill('textarea[name=env]', 'OMP_NUM_THREADS=2\n');
+    await page.fill('input[name=workdir]', '/tmp');
+    await page.fill('input[name=token]', TOKEN);
+    const [cresp] = await Promise.all([
+      page.waitForResponse((x) => x.url().endsWith('/api/v1/jobs') && x.request().method() === 'POST'),
+      page.click('#submit-form button[type=submit]'),
+    ]);
+    if (cresp.status() !== 201) throw new Error(`command submit answered ${cresp.status()}: ${await cresp.text()}`);
+    const cjob = await cresp.json();
+    const argv = JSON.stringify(cjob.spec.command);
+    if (argv !== JSON.stringify(['python3', 'train.py', '--epochs', '3', 'hello world']))
+      throw new Error(`command job's argv is ${argv}`);
+    if (cjob.spec.env.OMP_NUM_THREADS !== '2' || cjob.spec.workdir !== '/tmp')
+      throw new Error(`command job's env/workdir: ${JSON.stringify(cjob.spec)}`);
+    await page.waitForURL(`${base}/jobs/${cjob.id}`);
+    await page.waitForSelector('#job-command-line');
+    const shown = await page.textContent('#job-command');
+    for (const want of ["python3 train.py --epochs 3 'hello world'", 'OMP_NUM_THREADS=2', '/tmp'])
+      if (!shown.includes(want)) throw new Error(`job page shows "${shown}", not "${want}"`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-command.png'), fullPage: true });
     if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);
     console.log(`e2e dashboard: passed; screenshots in ${ARTIFACTS}`);
     return 0;

@@ -3,6 +3,10 @@
  * (the code behind `ringmaster k8s-manifest JOB`), for the validator:
  *
  *   render_k8s JOB_ID WORLD COORDINATOR TOKEN [IMAGE [NAMESPACE]] | node validate.mjs -
+ *
+ * RENDER_COMMAND="ARG ARG ..." (space-separated) renders a command job
+ * (issue 9) instead of a train job: same manifests, the agent learns the
+ * command through Attach.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +26,20 @@ int main(int argc, char **argv)
   job.id = strtoull(argv[1], NULL, 10);
   job.spec.world_size = atoi(argv[2]);
   snprintf(job.spec.workload, sizeof job.spec.workload, "train");
+  const char *cmd = getenv("RENDER_COMMAND");
+  if (cmd && *cmd) {
+    char buf[1024], *save = NULL;
+    size_t used = 0;
+    snprintf(job.spec.workload, sizeof job.spec.workload, "command");
+    snprintf(buf, sizeof buf, "%s", cmd);
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+      size_t n = strlen(t) + 1; /* packed: NUL-terminated strings back to back */
+      if (used + n > sizeof job.spec.command) return 2;
+      memcpy(job.spec.command + used, t, n);
+      used += n;
+      job.spec.command_argc++;
+    }
+  }
   snprintf(job.token, sizeof job.token, "%s", argv[4]);
   if (rm_launch_k8s_manifest(&job, argv[3], argc > 5 ? argv[5] : NULL,
                              argc > 6 ? argv[6] : NULL, stdout, err, sizeof err) != RM_OK) {

@@ -1,0 +1,218 @@
+/*
+ * command.c - the coordinator's side of command jobs (issue 9): the agent's
+ * Attach and ReportExit calls (proto/ringmaster/v1/messages.proto).
+ *
+ * For workload "command" the launchers start ringmaster-worker as for any
+ * job, but the agent does not join: it supervises the user's program,
+ * which joins itself through the session API with the agent's launch index
+ * as its rank hint, so the program's worker row carries launch_index ==
+ * the agent's. The agent's calls never touch membership or liveness:
+ *
+ *   Attach(job, token, launch_index, host, master_port): every agent's
+ *     first call, whatever the workload (it learns the workload here)
+ *     -> spec (command, env, workdir), job state and reason, world size,
+ *        master_addr/master_port (launch index 0's host and the port it
+ *        found free there: the torchrun rendezvous of the first generation;
+ *        kept in memory, first come, never replaced; "" / 0 until index 0
+ *        attached: the others poll), joined (a worker with this launch
+ *        index exists in the job, any state, any generation).
+ *
+ *   ReportExit(job, token, launch_index, exit_code, signal, stderr_tail,
+ *              reason) -> job state. Always an event "program_exited";
+ *   then, by the worker w with that launch index (the live one if any,
+ *   else the newest):
+ *
+ *     job already over                 -> event only
+ *     no w (never joined)              -> job FAILED: which worker, the
+ *                                         status or the agent's reason,
+ *                                         the last stderr lines
+ *     w live, first formation (gen 0),
+ *       not yet a member               -> job FAILED (same words): the group
+ *                                         can never complete without it
+ *     w member or joining, status != 0
+ *       or a signal                    -> w lost (rm__job_worker_lost, as
+ *                                         rm_coord_worker_exited): the
+ *                                         job's on_failure decides
+ *     w member, exit 0, not left       -> w lost: "exited 0 without leaving
+ *                                         the job"
+ *     w left / lost / failed already   -> event only
+ *
+ *   Idempotence: the local launcher reports the agent's own exit right
+ *   after (rm_coord_worker_exited); the worker is lost by then, so that
+ *   call finds no live worker and answers NOT_FOUND, counting nothing
+ *   twice. A repeated ReportExit only adds an event.
+ */
+#define _GNU_SOURCE /* strsignal */
+#include <stdio.h>
+#include <string.h>
+
+#include "coord_int.h"
+#include "rpc_int.h"
+
+#define TAIL_MAX 600 /* bytes of stderr tail kept in a reason */
+
+static int live(const rm__job_t *j, const rm__worker_t *w)
+{
+  return (w->state == RM_WORKER_RUNNING && w->generation == j->info.generation) ||
+         (w->state == RM_WORKER_JOINING && w->in_group);
+}
+
+/* The worker of launch index `index`: the live one, else the newest. */
+static rm__worker_t *by_index(rm__job_t *j, int index)
+{
+  rm__worker_t *found = NULL;
+  for (size_t i = 0; i < j->nw; i++) {
+    rm__worker_t *w = &j->w[i];
+    if (w->launch_index != index) continue;
+    if (live(j, w)) return w;
+    found = w;
+  }
+  return found;
+}
+
+/* "exited with status N" / "killed by signal N (Name)". */
+static void status_words(char *buf, size_t len, int code, int sig)
+{
+  if (sig > 0)
+    snprintf(buf, len, "killed by signal %d (%s)", sig, strsignal(sig));
+  else
+    snprintf(buf, len, "exited with status %d", code);
+}
+
+/* The last TAIL_MAX bytes of tail, starting at a line, trailing newlines
+ * dropped; "" when none. */
+static void tail_lines(char *buf, size_t len, const char *tail)
+{
+  size_t n = tail ? strlen(tail) : 0;
+  while (n && (tail[n - 1] == '\n' || tail[n - 1] == '\r')) n--;
+  const char *p = tail ? tail : "";
+  if (n > TAIL_MAX) {
+    const char *s = p + n - TAIL_MAX, *nl = memchr(s, '\n', TAIL_MAX);
+    p = nl ? nl + 1 : s;
+    n = (size_t)(tail + n - p);
+  }
+  snprintf(buf, len, "%.*s", (int)n, p);
+}
+
+/* The last line of a tail (already trimmed by tail_lines). */
+static const char *last_line(const char *t)
+{
+  const char *nl = strrchr(t, '\n');
+  return nl ? nl + 1 : t;
+}
+
+static rm_status_t exited_locked(rm_coord_t *c, rm__job_t *j, int index,
+                                 int code, int sig, const char *stderr_tail,
+                                 const char *reason)
+{
+  char st[96], tail[TAIL_MAX + 1], why[RM_COORD_TEXT_MAX], agent[320] = "";
+  rm__worker_t *w = by_index(j, index);
+  status_words(st, sizeof st, code, sig);
+  tail_lines(tail, sizeof tail, stderr_tail);
+  if (reason && *reason) snprintf(agent, sizeof agent, "%.300s; ", reason);
+  rm__event(c, j, "program_exited", w ? w->rank : -1,
+            "worker launch index %d (rank %d): %sprogram %s%s%s", index,
+            w ? w->rank : -1, agent, st, tail[0] ? "; last stderr:\n" : "",
+            tail);
+  if (rm_job_state_terminal(j->info.state)) return RM_OK;
+  int failed = code != 0 || sig > 0;
+  if (!w || (live(j, w) && !(w->state == RM_WORKER_RUNNING &&
+                             w->generation == j->info.generation) &&
+             j->info.generation == 0)) {
+    snprintf(why, sizeof why, "worker launch index %d: its program %s "
+             "(%s%s)%s%s", index, w ? "ended before the group formed"
+             : "never joined the job", agent, st,
+             tail[0] ? "; last stderr:\n" : "", tail);
+    if (w) rm__job_worker_lost(c, j, w, st);
+    rm__job_set_state(c, j, RM_JOB_FAILED, why);
+    return RM_OK;
+  }
+  if (!live(j, w)) return RM_OK; /* left or lost already: the event says it */
+  if (failed)
+    snprintf(why, sizeof why, "its program %s%s%.400s", st,
+             tail[0] ? "; stderr: " : "", last_line(tail));
+  else if (w->state == RM_WORKER_RUNNING)
+    snprintf(why, sizeof why, "its program exited 0 without leaving the job");
+  else
+    snprintf(why, sizeof why, "its program exited 0 while joining");
+  rm__job_worker_lost(c, j, w, why);
+  return RM_OK;
+}
+
+rm_status_t rm_coord_program_exited(rm_coord_t *c, uint64_t id, int index,
+                                    int exit_code, int sig,
+                                    const char *stderr_tail,
+                                    const char *reason, rm_job_state_t *state)
+{
+  rm_status_t rc = RM_ERR_NOT_FOUND;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, id);
+  if (j) {
+    rc = exited_locked(c, j, index, exit_code, sig, stderr_tail, reason);
+    if (state) *state = j->info.state;
+  }
+  rm__unlock(c);
+  return rc;
+}
+
+static int not_command(rm_coord_t *c, rm__call_t *call, const rm__job_t *j)
+{
+  char msg[160];
+  if (!strcmp(j->info.spec.workload, "command")) return 0;
+  snprintf(msg, sizeof msg, "job %llu is not a command job (workload %s)",
+           (unsigned long long)j->info.id, j->info.spec.workload);
+  rm__reply(c, call, RM__GRPC_FAILED_PRECONDITION, msg, NULL);
+  return 1;
+}
+
+void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
+                    const Ringmaster__V1__AttachRequest *q)
+{
+  rm__job_t *j;
+  Ringmaster__V1__AttachResponse r = RINGMASTER__V1__ATTACH_RESPONSE__INIT;
+  Ringmaster__V1__JobSpec spec;
+  size_t hl = q->host ? strlen(q->host) : 0;
+  if (rm__rpc_check_job(c, call, q->job_id, q->token, &j)) return;
+  if (q->launch_index < -1 || hl >= sizeof j->master_addr ||
+      q->master_port > 65535) {
+    rm__reply(c, call, RM__GRPC_INVALID_ARGUMENT, "launch_index (>= -1), "
+              "host (< 128 bytes) or master_port (<= 65535) out of range",
+              NULL);
+    return;
+  }
+  if (q->launch_index == 0 && hl && q->master_port && !j->master_port &&
+      !strcmp(j->info.spec.workload, "command")) {
+    memcpy(j->master_addr, q->host, hl + 1);
+    j->master_port = q->master_port;
+  }
+  for (size_t i = 0; i < j->nw && q->launch_index >= 0; i++)
+    r.joined |= j->w[i].launch_index == q->launch_index;
+  rm__pb_spec_from(&spec, &j->info.spec);
+  r.spec = &spec;
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  r.reason = j->info.reason;
+  r.master_addr = j->master_addr;
+  r.master_port = j->master_port;
+  r.world_size = (uint32_t)(j->info.spec.world_size ? j->info.spec.world_size
+                                                    : j->info.spec.max_workers);
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  rm__pb_spec_free(&spec);
+}
+
+void rm__rpc_report_exit(rm_coord_t *c, rm__call_t *call,
+                         const Ringmaster__V1__ReportExitRequest *q)
+{
+  rm__job_t *j;
+  Ringmaster__V1__ReportExitResponse r = RINGMASTER__V1__REPORT_EXIT_RESPONSE__INIT;
+  if (rm__rpc_check_job(c, call, q->job_id, q->token, &j)) return;
+  if (q->launch_index < 0 || q->signal < 0 || q->signal > 128) {
+    rm__reply(c, call, RM__GRPC_INVALID_ARGUMENT, "launch_index must be >= 0 "
+              "and signal 0..128", NULL);
+    return;
+  }
+  if (not_command(c, call, j)) return;
+  exited_locked(c, j, q->launch_index, q->exit_code, q->signal, q->stderr_tail,
+                q->reason);
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+}
