@@ -157,6 +157,9 @@ typedef struct rm_comm_config {
 
 /* Fill *cfg with defaults (reads RINGMASTER_* once). */
 RM_EXTERN void rm_comm_config_init(rm_comm_config_t *cfg);
+/* sizeof(rm_comm_config_t) of this library: a binding that mirrors the
+ * struct checks it before use (the Python package does). */
+RM_EXTERN size_t rm_comm_config_size(void);
 
 /* Connect to every peer and check they agree on (job, generation, world).
  * Blocks up to connect_timeout_ms. OUT: *out only on success. */

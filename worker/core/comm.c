@@ -52,6 +52,8 @@ void rm_comm_config_init(rm_comm_config_t *cfg)
   }
 }
 
+size_t rm_comm_config_size(void) { return sizeof(rm_comm_config_t); }
+
 static rm_status_t check_config(const rm_comm_config_t *cfg)
 {
   if (cfg->world < 1 || cfg->rank < 0 || cfg->rank >= cfg->world) {

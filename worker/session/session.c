@@ -238,7 +238,10 @@ static rm_status_t form(rm_session_t *s)
   s->reason[0] = 0;
   s->job_state = r->job_state;
   pthread_mutex_unlock(&s->mu);
-  if (s->steps_done < r->start_step) s->steps_done = r->start_step;
+  /* a new generation resumes after the last step EVERY member completed: a
+   * member that got one step further re-runs it with the others (the Join
+   * request above told the coordinator how far we got) */
+  s->steps_done = r->start_step;
   rm__session_hb_start(s);
   RM_INFO("generation %llu: rank %d of %d", (unsigned long long)s->generation,
           s->rank, s->world);
