@@ -163,6 +163,13 @@ def main():
     dist_mode = args.mode != "single"
     net = model.module if args.mode == "ddp" else model
 
+    def banner():
+        if dist_mode:
+            print("digits: pid %d generation %d rank %d of %d"
+                  % (os.getpid(), ringmaster.generation(), ringmaster.rank(), ringmaster.size()),
+                  flush=True)
+    banner()
+
     def one_step(s, rank, world):
         idx = batches.indices(s)
         lo, hi = rank * args.batch // world, (rank + 1) * args.batch // world
@@ -174,6 +181,9 @@ def main():
         opt.step()
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
+        if (s + 1) % 50 == 0:
+            print("digits: step %d loss %.4f" % (s + 1, loss.item() * args.batch / world /
+                                                max(hi - lo, 1)), flush=True)
         return loss.item()
 
     t0 = time.time()
@@ -182,6 +192,7 @@ def main():
         state = elastic.TorchState(model, opt, step=0)
 
         def on_reset(st):
+            banner()
             print("digits: rank %d: re-formed with %d ranks at step %d"
                   % (ringmaster.rank(), ringmaster.size(), st.step), flush=True)
 

@@ -1,0 +1,492 @@
+"""PyTorch integration.
+
+* ``import ringmaster.torch`` registers the ``torch.distributed`` backend
+  ``"ringmaster"``: ``dist.init_process_group("ringmaster")`` (env://: the
+  ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` the agent or torchrun
+  sets) and an unchanged ``DistributedDataParallel(model)`` train on it. It is
+  a Python subclass of ``torch.distributed.ProcessGroup`` (torch 1.13's
+  ``c10d::PyProcessGroup`` trampoline dispatches the C++ calls DDP's reducer
+  makes to the Python methods); every collective runs synchronously in
+  libringmaster and returns a Work made from a completed Future
+  (``_create_work_from_future``). In a ringmaster job the process group IS the
+  session's communicator (its rank must equal ringmaster's rank); elsewhere the
+  data-plane addresses are exchanged through the process group's store.
+* ``DistributedOptimizer(optimizer, named_parameters=...)``: Horovod's manner,
+  no ``torch.distributed`` needed: ``step()`` first averages the gradients
+  over the ranks (flattened into few large buckets), then steps.
+* ``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``.
+* ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``).
+"""
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+import ringmaster as _rm
+from ringmaster import errors as _errors
+
+__all__ = ["ProcessGroupRingmaster", "DistributedOptimizer", "broadcast_parameters",
+           "broadcast_optimizer_state", "broadcast_object", "allreduce_tensors"]
+
+_RED = dist.ReduceOp.RedOpType
+_OPMAP = {_RED.SUM: _rm.SUM, _RED.AVG: _rm.AVG, _RED.PRODUCT: _rm.PROD,
+          _RED.MIN: _rm.MIN, _RED.MAX: _rm.MAX}
+
+
+def _op_of(opts):
+    op = getattr(opts, "reduceOp", opts)
+    if op is None:
+        return _rm.SUM
+    if isinstance(op, dist.ReduceOp):
+        op = op.op
+    o = _OPMAP.get(op)
+    if o is None:
+        raise ValueError("ringmaster backend: reduce op %s is not supported "
+                         "(SUM, AVG, PRODUCT, MIN, MAX)" % (op,))
+    return o
+
+
+def _done(result):
+    f = torch.futures.Future()
+    f.set_result(result)
+    return _create_work_from_future(f)
+
+
+def _as_list(t):
+    return [t] if isinstance(t, torch.Tensor) else list(t)
+
+
+def _inplace(comm, t, fn):
+    """Run fn(buffer) on t in place; a non-contiguous t goes through a copy."""
+    if t.is_contiguous():
+        fn(t)
+    else:
+        c = t.contiguous()
+        fn(c)
+        t.copy_(c)
+
+
+class ProcessGroupRingmaster(dist.ProcessGroup):
+    """torch.distributed process group over one ringmaster Communicator."""
+
+    def __init__(self, rank, size, comm):
+        super().__init__(rank, size)
+        self._comm = comm
+        self._generation = comm.generation
+        self._lock = threading.Lock()
+
+    # torch 1.13 asks the trampoline for getBackendName
+    def getBackendName(self):
+        return "ringmaster"
+
+    def name(self):
+        return "ringmaster"
+
+    def _c(self):
+        c = self._comm
+        if c.generation != self._generation or not c.ptr:
+            raise _errors.Reconfigured(
+                "RM_ERR_RECONFIGURED", "this process group was built for generation %d; "
+                "the session is at %d: destroy and re-create the process group"
+                % (self._generation, c.generation))
+        return c
+
+    def allreduce(self, tensors, opts=None):
+        c, o = self._c(), _op_of(opts)
+        with self._lock:
+            for t in _as_list(tensors):
+                _inplace(c, t, lambda b: c.allreduce(b, o))
+        return _done(_as_list(tensors))
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        tensors = _as_list(tensors)
+        c, o = self._c(), _op_of(opts)
+        flat = torch._utils._flatten_dense_tensors(tensors)
+        with self._lock:
+            c.allreduce(flat, o)
+        for t, s in zip(tensors, torch._utils._unflatten_dense_tensors(flat, tensors)):
+            t.copy_(s)
+        return _done(tensors)
+
+    def broadcast(self, tensors, opts=None):
+        c = self._c()
+        root = getattr(opts, "rootRank", 0) if opts is not None else 0
+        if isinstance(opts, int):
+            root = opts
+        with self._lock:
+            for t in _as_list(tensors):
+                _inplace(c, t, lambda b: c.broadcast(b, root))
+        return _done(_as_list(tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        c = self._c()
+        outs = [output_tensors] if isinstance(output_tensors[0], torch.Tensor) \
+            else output_tensors
+        ins = _as_list(input_tensors)
+        with self._lock:
+            for out_list, x in zip(outs, ins):
+                x = x.contiguous()
+                buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype)
+                c.allgather_into(buf, x)
+                for r, o in enumerate(out_list):
+                    o.copy_(buf[r].view_as(o) if o.shape != buf[r].shape else buf[r])
+        return _done(outs)
+
+    def _allgather_base(self, output, input, opts=None):
+        c = self._c()
+        with self._lock:
+            if output.is_contiguous():
+                c.allgather_into(output, input.contiguous())
+            else:
+                tmp = torch.empty_like(output, memory_format=torch.contiguous_format)
+                c.allgather_into(tmp, input.contiguous())
+                output.copy_(tmp)
+        return _done([output])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self.allgather(output_lists, input_list, opts)
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        c, o = self._c(), _op_of(opts)
+        outs = _as_list(output_tensors)
+        lists = [input_lists] if isinstance(input_lists[0], torch.Tensor) else input_lists
+        with self._lock:
+            for out, ins in zip(outs, lists):
+                flat = torch.cat([t.reshape(-1) for t in ins])
+                res = torch.empty(out.numel(), dtype=out.dtype)
+                c.reduce_scatter_into(res, flat, o)
+                out.copy_(res.view_as(out))
+        return _done(outs)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        c, o = self._c(), _op_of(opts)
+        with self._lock:
+            res = output if output.is_contiguous() else torch.empty_like(
+                output, memory_format=torch.contiguous_format)
+            c.reduce_scatter_into(res, input.contiguous(), o)
+            if res is not output:
+                output.copy_(res)
+        return _done([output])
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        c = self._c()
+        if output_split_sizes or input_split_sizes:
+            n = input.shape[0]
+            even = [n // c.world] * c.world
+            if list(output_split_sizes or even) != even or list(input_split_sizes or even) != even:
+                raise ValueError("ringmaster backend: alltoall supports equal splits only")
+        with self._lock:
+            res = output if output.is_contiguous() else torch.empty_like(
+                output, memory_format=torch.contiguous_format)
+            c.alltoall_into(res, input.contiguous())
+            if res is not output:
+                output.copy_(res)
+        return _done([output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        c = self._c()
+        ins = [t.contiguous() for t in input_tensors]
+        if len({t.numel() * t.element_size() for t in ins}) != 1 or len(ins) != c.world:
+            raise ValueError("ringmaster backend: alltoall needs world tensors of one size")
+        with self._lock:
+            flat = torch.cat([t.reshape(-1).view(torch.uint8) for t in ins])
+            res = torch.empty_like(flat)
+            c.alltoall_into(res, flat)
+        for r, o in enumerate(output_tensors):
+            piece = res.view(c.world, -1)[r]
+            o.copy_(piece.view(o.dtype).view_as(o))
+        return _done(list(output_tensors))
+
+    def reduce(self, tensors, opts=None):
+        c, o = self._c(), _op_of(opts)
+        root = getattr(opts, "rootRank", 0)
+        with self._lock:
+            for t in _as_list(tensors):
+                _inplace(c, t, lambda b: c.reduce(b, o, root))
+        return _done(_as_list(tensors))
+
+    def gather(self, output_lists, input_tensors, opts=None):
+        c = self._c()
+        root = getattr(opts, "rootRank", 0)
+        with self._lock:
+            for i, x in enumerate(_as_list(input_tensors)):
+                x = x.contiguous()
+                buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype)
+                c.allgather_into(buf, x)
+                if c.rank == root:
+                    for r, o in enumerate(output_lists[i]):
+                        o.copy_(buf[r])
+        return _done(_as_list(input_tensors))
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        c = self._c()
+        root = getattr(opts, "rootRank", 0)
+        with self._lock:
+            for i, out in enumerate(_as_list(output_tensors)):
+                for r in range(c.world):
+                    piece = (input_lists[i][r].contiguous().clone() if c.rank == root
+                             else torch.empty(out.shape, dtype=out.dtype))
+                    c.broadcast(piece, root)
+                    if r == c.rank:
+                        out.copy_(piece)
+        return _done(_as_list(output_tensors))
+
+    def barrier(self, opts=None):
+        c = self._c()
+        with self._lock:
+            # the data plane's barrier: torch's barrier is a collective of
+            # this group; ringmaster.barrier(name) is the coordinator's.
+            st = _rm._c_barrier(c.ptr)
+            if st:
+                raise c.error(st, "rm_barrier")
+        return _done([])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        return self.barrier(opts)
+
+    def send(self, *a, **k):
+        raise RuntimeError("ringmaster backend: point-to-point send is not supported")
+
+    def recv(self, *a, **k):
+        raise RuntimeError("ringmaster backend: point-to-point recv is not supported")
+
+    def recv_anysource(self, *a, **k):
+        raise RuntimeError("ringmaster backend: point-to-point recv is not supported")
+
+
+_groups = 0
+
+
+def _create(store, rank, size, timeout):
+    """torch.distributed backend creator (registered as "ringmaster")."""
+    global _groups
+    import os
+    _groups += 1
+    first = _groups == 1
+    if first and not _rm.is_initialized():
+        env = os.environ
+        if env.get("RINGMASTER_COORDINATOR") and env.get("RINGMASTER_JOB"):
+            _rm.init()  # join the job: the session's communicator
+        else:  # rendezvous through torch's store
+            c = _rm.comm_from_store(store, rank, size, env.get("MASTER_ADDR", "127.0.0.1"))
+            _rm._adopt(c)
+            _rm._initialized, _rm._finalized = True, False
+            _rm._install_exit_hooks()
+    if first:
+        comm = _rm.default_communicator()
+        if comm.rank != rank or comm.world != size:
+            raise RuntimeError(
+                "ringmaster backend: torch.distributed says rank %d of %d but ringmaster "
+                "says rank %d of %d: in a ringmaster job let the agent's RANK/WORLD_SIZE "
+                "stand (do not pass rank=/world_size= by hand), or call "
+                "dist.init_process_group before changing them"
+                % (rank, size, comm.rank, comm.world))
+    else:  # a sub-group (dist.new_group): its own communicator
+        comm = _rm.comm_from_store(store, rank, size, os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                                   prefix="ringmaster-%d" % _groups)
+    return ProcessGroupRingmaster(rank, size, comm)
+
+
+if "RINGMASTER" not in dist.Backend._plugins:
+    dist.Backend.register_backend("ringmaster", _create)
+
+
+# ---- Horovod-style helpers ---------------------------------------------------
+def _tensors_of(params):
+    if isinstance(params, dict):
+        return [params[k] for k in sorted(params)]
+    out = []
+    for p in params:
+        out.append(p[1] if isinstance(p, tuple) else p)
+    return out
+
+
+def _grouped(tensors, bucket_bytes):
+    """Buckets of same-dtype tensors, each up to bucket_bytes, in order."""
+    buckets, cur, cur_dt, cur_b = [], [], None, 0
+    for t in tensors:
+        b = t.numel() * t.element_size()
+        if cur and (t.dtype != cur_dt or cur_b + b > bucket_bytes):
+            buckets.append(cur)
+            cur, cur_b = [], 0
+        cur.append(t)
+        cur_dt = t.dtype
+        cur_b += b
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+@torch.no_grad()
+def broadcast_parameters(params, root_rank=0, bucket_bytes=64 << 20):
+    """Broadcast a state_dict, named_parameters() or a list of tensors in
+    place from root_rank (coalesced into few large broadcasts)."""
+    ts = [t.data if isinstance(t, torch.nn.Parameter) else t for t in _tensors_of(params)]
+    ts = [t for t in ts if t.numel()]
+    for bucket in _grouped(ts, bucket_bytes):
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            _rm.broadcast(bucket[0], root_rank)
+            continue
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        _rm.broadcast(flat, root_rank)
+        off = 0
+        for t in bucket:
+            n = t.numel()
+            t.copy_(flat[off:off + n].view_as(t))
+            off += n
+
+
+def broadcast_object(obj, root_rank=0):
+    return _rm.broadcast_object(obj, root_rank)
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Make every rank's optimizer state (and hyper-parameters) root_rank's.
+    The state dict travels pickled (tensors included); ranks then
+    load_state_dict it."""
+    sd = optimizer.state_dict() if _rm.rank() == root_rank else None
+    sd = _rm.broadcast_object(sd, root_rank)
+    if _rm.rank() != root_rank:
+        optimizer.load_state_dict(sd)
+
+
+@torch.no_grad()
+def allreduce_tensors(tensors, op="avg", bucket_bytes=16 << 20, straggler_step=False):
+    """All-reduce a list of tensors in place, flattened into buckets."""
+    tensors = list(tensors)
+    if straggler_step:
+        flat = torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else None
+        buf = flat if flat is not None else tensors[0]
+        n = _rm.allreduce_gradients(buf)
+        if flat is not None:
+            off = 0
+            for t in tensors:
+                k = t.numel()
+                t.copy_(flat[off:off + k].view_as(t))
+                off += k
+        return n
+    for bucket in _grouped(tensors, bucket_bytes):
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            _rm.allreduce(bucket[0], op)
+            continue
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        _rm.allreduce(flat, op)
+        off = 0
+        for t in bucket:
+            k = t.numel()
+            t.copy_(flat[off:off + k].view_as(t))
+            off += k
+    return _rm.size()
+
+
+class _DistributedOptimizer:
+    """Methods mixed into a dynamic subclass of the user's optimizer class."""
+
+    def _rm_setup(self, named_parameters, op, bucket_bytes, straggler_policy):
+        params = [p for g in self.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = [n for n, _ in named]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ValueError("DistributedOptimizer: duplicate parameter names %s"
+                                 % sorted(dup))
+            by_id = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(params) if id(p) not in by_id]
+            if missing:
+                raise ValueError("DistributedOptimizer: named_parameters lacks %d of the "
+                                 "optimizer's parameters" % len(missing))
+            self._rm_names = [by_id[id(p)] for p in params]
+        self._rm_params = [p for p in params if p.requires_grad]
+        self._rm_op = op
+        self._rm_bucket_bytes = bucket_bytes
+        if straggler_policy is None:
+            pol = _rm.spec("straggler_policy") if _rm.in_session() else None
+            straggler_policy = pol not in (None, "", "none")
+        self._rm_straggler = straggler_policy
+        self._rm_synced = False
+        self._rm_plan = None
+
+    @torch.no_grad()
+    def synchronize(self):
+        """Average the gradients over the ranks now (in place)."""
+        ps = self._rm_params
+        for p in ps:  # a rank without a gradient contributes zeros
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in ps]
+        if self._rm_straggler:
+            allreduce_tensors(grads, "avg", straggler_step=True)
+        else:
+            # persistent flat buffers, one per bucket: no allocation per step
+            if self._rm_plan is None or any(
+                    g.dtype != d for g, d in zip(grads, self._rm_plan_dtypes)):
+                self._rm_plan = []
+                i = 0
+                for bucket in _grouped(grads, self._rm_bucket_bytes):
+                    n = sum(g.numel() for g in bucket)
+                    self._rm_plan.append((i, len(bucket),
+                                          torch.empty(n, dtype=bucket[0].dtype)))
+                    i += len(bucket)
+                self._rm_plan_dtypes = [g.dtype for g in grads]
+            op = self._rm_op
+            for start, count, flat in self._rm_plan:
+                bucket = grads[start:start + count]
+                if count == 1 and bucket[0].is_contiguous():
+                    _rm.allreduce(bucket[0], op)
+                    continue
+                off = 0
+                for g in bucket:
+                    k = g.numel()
+                    flat[off:off + k].copy_(g.reshape(-1))
+                    off += k
+                _rm.allreduce(flat, op)
+                off = 0
+                for g in bucket:
+                    k = g.numel()
+                    g.copy_(flat[off:off + k].view_as(g))
+                    off += k
+        self._rm_synced = True
+
+    def skip_synchronize(self):
+        """``with opt.skip_synchronize(): opt.step()`` after calling
+        synchronize() yourself (e.g. to clip the averaged gradients)."""
+        opt = self
+
+        class _Skip:
+            def __enter__(self):
+                opt._rm_skip = True
+
+            def __exit__(self, *a):
+                opt._rm_skip = False
+        return _Skip()
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not getattr(self, "_rm_skip", False):
+            self.synchronize()
+        self._rm_synced = False
+        self._rm_base.step(self)
+        return loss
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, op="avg",
+                         bucket_bytes=16 << 20, straggler_policy=None):
+    """Wrap a torch optimizer so that step() first averages the gradients
+    over all ranks (op "avg", or "sum"), flattened into buckets of up to
+    bucket_bytes. The returned object is an instance of a subclass of the
+    optimizer's class sharing its state (isinstance and lr schedulers keep
+    working). In a job with a straggler policy ("backup"/"deadline") the
+    gradients go in one rm_session_allreduce_step call instead."""
+    base = optimizer.__class__
+    cls = type(base.__name__, (base,), {k: v for k, v in _DistributedOptimizer.__dict__.items()
+                                        if not k.startswith("__")})
+    cls._rm_base = base
+    new = cls.__new__(cls)
+    new.__dict__.update(optimizer.__dict__)
+    new._rm_setup(named_parameters, op, bucket_bytes, straggler_policy)
+    return new
