@@ -101,6 +101,12 @@ static const char *last_line(const char *t)
   return nl ? nl + 1 : t;
 }
 
+/* snprintf's result n: mark a reason cut to fit with "..." at its end. */
+static void mark_cut(char *buf, size_t len, int n)
+{
+  if (n >= (int)len && len > 4) memcpy(buf + len - 4, "...", 4);
+}
+
 static rm_status_t exited_locked(rm_coord_t *c, rm__job_t *j, int index,
                                  int code, int sig, const char *stderr_tail,
                                  const char *reason)
@@ -119,18 +125,19 @@ static rm_status_t exited_locked(rm_coord_t *c, rm__job_t *j, int index,
   if (!w || (live(j, w) && !(w->state == RM_WORKER_RUNNING &&
                              w->generation == j->info.generation) &&
              j->info.generation == 0)) {
-    snprintf(why, sizeof why, "worker launch index %d: its program %s "
-             "(%s%s)%s%s", index, w ? "ended before the group formed"
-             : "never joined the job", agent, st,
-             tail[0] ? "; last stderr:\n" : "", tail);
+    mark_cut(why, sizeof why,
+             snprintf(why, sizeof why, "worker launch index %d: its program %s "
+                      "(%s%s)%s%s", index, w ? "ended before the group formed"
+                      : "never joined the job", agent, st,
+                      tail[0] ? "; last stderr:\n" : "", tail));
     if (w) rm__job_worker_lost(c, j, w, st);
     rm__job_set_state(c, j, RM_JOB_FAILED, why);
     return RM_OK;
   }
   if (!live(j, w)) return RM_OK; /* left or lost already: the event says it */
   if (failed)
-    snprintf(why, sizeof why, "its program %s%s%.400s", st,
-             tail[0] ? "; stderr: " : "", last_line(tail));
+    mark_cut(why, sizeof why, snprintf(why, sizeof why, "its program %s%s%.400s", st,
+                                       tail[0] ? "; stderr: " : "", last_line(tail)));
   else if (w->state == RM_WORKER_RUNNING)
     snprintf(why, sizeof why, "its program exited 0 without leaving the job");
   else
