@@ -190,7 +190,7 @@ static inline const char *rm_job_spec_next(const char *p)
  * one. Empty strings are replaced by their defaults in *s (hence not const).
  * Every on_failure policy (fail, shrink, replace) and straggler policy
  * (none, backup, deadline, coded) is implemented (coordinator/recovery.c,
- * gate_rpc.c); the checks are on their parameters: min_workers for shrink,
+ * core/step_gate.c); the checks are on their parameters: min_workers for shrink,
  * max_restarts >= 0, backup needs 1 <= backup_workers < world size, coded
  * needs s = backup_workers >= 1 with (s+1) dividing the world size. */
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);

@@ -6,7 +6,7 @@
    straggler. backup: N=3 + b=1; coded: s=1; deadline: slack after the
    median arrival = max(RINGMASTER_DEADLINE_SLACK_MIN_MS (1 ms),
    RINGMASTER_DEADLINE_SLACK_PCT (10) % of the median compute), or a fixed
-   RINGMASTER_DEADLINE_SLACK_MS (coordinator/gate_rpc.c).
+   RINGMASTER_DEADLINE_SLACK_MS (coordinator/core/step_gate.c).
    Step time = (time of the job's "succeeded" event - time of its
    "generation" event) / steps.
 2. Time from SIGKILL of one worker (on_failure shrink) to the survivors'

@@ -22,7 +22,7 @@
  *               asked                         -> worker_exited(coord, id,
  *                                                index, what): a member loss
  *                                                the job's on_failure decides
- *                                                (recovery_launch.c), never a
+ *                                                (relaunch.c), never a
  *                                                job failure by itself
  *               poll FAILED (every worker gone, one failed), no stop asked
  *                                             -> job_fail(coord, id, reason)
@@ -135,6 +135,15 @@ void rm_launch_coord_log_path(const rm_launch_coord_t *b, uint64_t job_id, int i
                               char *buf, size_t len)
 {
   snprintf(buf, len, "%s/job-%" PRIu64 "/worker-%d.log", b->log_dir, job_id, index);
+}
+
+int rm_launch_coord_log_location(void *ctx, uint64_t job_id, int index, char *dir,
+                                 size_t dirlen, char *file, size_t filelen)
+{
+  const rm_launch_coord_t *b = ctx;
+  int n = snprintf(dir, dirlen, "%s/job-%" PRIu64, b->log_dir, job_id);
+  int m = snprintf(file, filelen, "worker-%d.log", index);
+  return n < 0 || (size_t)n >= dirlen || m < 0 || (size_t)m >= filelen ? -1 : 0;
 }
 
 static rm_status_t bridge_start(void *ctx, const rm_job_info_t *job,

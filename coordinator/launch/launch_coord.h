@@ -88,9 +88,14 @@ void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running);
 
 /* Launches being monitored (not yet final). */
 int rm_launch_coord_active(rm_launch_coord_t *b);
-/* <log_dir>/job-<id>/worker-<index>.log (local and slurm), for the API. */
+/* <log_dir>/job-<id>/worker-<index>.log (local and slurm). */
 void rm_launch_coord_log_path(const rm_launch_coord_t *b, uint64_t job_id,
                               int index, char *buf, size_t len);
+/* The same as folder and file name (ctx = the rm_launch_coord_t): what the
+ * REST API's log endpoint opens (rm_api_options_t.log_location). 0 ok, -1
+ * when a buffer is too small. */
+int rm_launch_coord_log_location(void *ctx, uint64_t job_id, int index, char *dir,
+                                 size_t dirlen, char *file, size_t filelen);
 
 /* The spec a job launches with; strings point into job, b and buf. */
 void rm_launch_coord_spec(const rm_launch_coord_t *b, const rm_job_info_t *job,

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 
 #include "coord_fixture.h"
 #include "rm_check.h"
@@ -37,7 +37,7 @@ static int jansson_object(const char *s)
 
 static int check(const char *s)
 {
-  return rm__json_check_object(s, strlen(s), NULL, NULL, NULL, NULL) == 0;
+  return rm__json_check_object(s, strlen(s), NULL, NULL) == 0;
 }
 
 static void table(void)
@@ -130,7 +130,7 @@ static rm__worker_t *member(rm_coord_t *c, rm__job_t *j, int rank)
   snprintf(w->host, sizeof w->host, "h%d", rank);
   w->rank = rank;
   w->state = RM_WORKER_RUNNING;
-  rm__store_worker_insert(c, j, w);
+  rm__store_worker_insert(c->store, j, w);
   return w;
 }
 
@@ -171,7 +171,7 @@ static void coordinator(void)
   rm__result_offer(c, j, &j->w[0], "{\"accuracy\":0.9721,\"test_loss\":0.1076,\"steps\":200}");
   CHECKF(j->w[2].result == NULL, "refused result kept");
   rm__result_settle(c, j);
-  rm__unlock(c);
+  rm__commit(c);
   free(big);
 
   CHECKF(has_event(c, info.id, "result_refused", "over the 4095-byte limit") == 1, "size refusal");

@@ -1,6 +1,6 @@
 /*
  * test_store.c - the coordinator's job list over its statement cache and
- * in-memory job counts (coordinator/store.c), on a real coordinator with a
+ * in-memory job counts (coordinator/store/store.c), on a real coordinator with a
  * temp SQLite file, in one process.
  *
  *   - 60 jobs submitted, 20 cancelled, 10 failed: for every state filter

@@ -10,7 +10,7 @@
  *   bytes   = payload all-reduced during the step
  * with ReportStep, whose answer also tells whether the coordinator moved on.
  *
- * STRAGGLER GATE (backup, deadline; coordinator/gate_rpc.c). Step s is the
+ * STRAGGLER GATE (backup, deadline; coordinator/core/step_gate.c). Step s is the
  * 0-based global step being computed = the steps completed so far. A rank
  * whose gradient is ready calls StepGate(s, ready) and waits (long-poll; the
  * deadline policy polls every 1 ms) for the member mask of step s, the same

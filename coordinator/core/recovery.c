@@ -20,7 +20,7 @@
  *                   an event (a slow peer is a straggler, not a loss);
  *        other      an event; the heartbeat decides.
  *   4. the launcher: the local launcher reaps a worker process that died
- *      and reports it (recovery_launch.c, within its 200 ms poll).
+ *      and reports it (relaunch.c, within its 200 ms poll).
  *   Detection time is therefore ~0 for a killed process (TCP reset/EOF on
  *   the survivors' sockets), data_timeout for a hung one that still
  *   heartbeats (never lost: straggler), heartbeat_timeout for a hung host.
@@ -37,7 +37,7 @@
  *              plus a standby (a worker that joined beyond world_size and
  *              waits in its Join long-poll) or, when none completes the
  *              group at once, a worker the job's launcher relaunches
- *              (recovery_launch.c) joining afresh; RUNNING at G+1 once
+ *              (relaunch.c) joining afresh; RUNNING at G+1 once
  *              complete. FAILED when
  *              max_restarts is reached, or at the re-formation deadline
  *              (max(barrier timeout, 3 heartbeat timeouts)) with no one.
@@ -74,10 +74,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
-#include "rpc_int.h"
 #include "straggler.h"
 
 enum { POL_FAIL = 0, POL_SHRINK = 1, POL_REPLACE = 2 };
@@ -129,7 +128,7 @@ static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
     x->state = RM_WORKER_JOINING;
     x->in_group = 1;
     x->last_ns = now;
-    rm__store_worker_update(c, j, x);
+    rm__store_worker_update(c->store, j, x);
   }
   gone->in_group = 0;
   j->info.restarts++;
@@ -176,34 +175,9 @@ void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 }
 
 /* ---- checkpoints and stragglers, per accepted step report ---- */
-static void store_checkpoint(rm_coord_t *c, rm__job_t *j)
-{
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(c->db, "INSERT OR REPLACE INTO checkpoints(job_id,"
-                         "step,generation,world,time_ms) VALUES(?,?,?,?,?)",
-                         -1, &st, NULL) != SQLITE_OK) {
-    RM_ERROR("sqlite: %s", sqlite3_errmsg(c->db));
-    return;
-  }
-  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
-  sqlite3_bind_int64(st, 2, (sqlite3_int64)j->ckpt_step);
-  sqlite3_bind_int64(st, 3, (sqlite3_int64)j->info.generation);
-  sqlite3_bind_int(st, 4, j->nmembers);
-  sqlite3_bind_int64(st, 5, (sqlite3_int64)rm__wall_ms());
-  if (sqlite3_step(st) != SQLITE_DONE) RM_ERROR("sqlite: %s", sqlite3_errmsg(c->db));
-  sqlite3_finalize(st);
-}
-
 void rm__recovery_load(rm_coord_t *c, rm__job_t *j)
 {
-  sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(c->db, "SELECT max(step) FROM checkpoints WHERE "
-                         "job_id = ?", -1, &st, NULL) != SQLITE_OK)
-    return;
-  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
-  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-    j->ckpt_step = (uint64_t)sqlite3_column_int64(st, 0);
-  sqlite3_finalize(st);
+  j->ckpt_step = rm__store_checkpoint_get(c->store, j->info.id);
 }
 
 static void checkpoint_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -218,7 +192,7 @@ static void checkpoint_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   }
   if (m == UINT64_MAX || m <= j->ckpt_step) return;
   j->ckpt_step = m;
-  store_checkpoint(c, j);
+  rm__store_checkpoint(c->store, j);
   rm__event(c, j, "checkpoint", -1, "checkpoint of step %llu complete on all "
             "%d members", (unsigned long long)m, j->nmembers);
 }
@@ -270,43 +244,34 @@ void rm__recovery_free(rm__job_t *j)
   rm__gate_free(j);
 }
 
-/* ---- ReportFailure ---- */
-void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
-                            const Ringmaster__V1__ReportFailureRequest *q)
+/* ---- failure reports (ReportFailure, rpc/rpc_failure.c) ---- */
+int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                                int fr, const char *status, const char *err,
+                                uint64_t step)
 {
-  rm__job_t *j;
-  rm__worker_t *w;
-  Ringmaster__V1__ReportFailureResponse r =
-      RINGMASTER__V1__REPORT_FAILURE_RESPONSE__INIT;
-  if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
-                           q->worker_id, &j, &w))
-    return;
-  const char *status = q->status ? q->status : "";
-  const char *err = q->error && q->error[0] ? q->error : "no detail";
-  int fr = q->failed_rank;
-  if (!rm_job_state_terminal(j->info.state)) {
-    rm__event(c, j, "failure_report", w->rank, "rank %d reports a data-plane "
-              "failure at step %llu naming rank %d: %s: %.160s", w->rank,
-              (unsigned long long)q->step, fr, status, err);
-    if (fr >= 0 && fr < j->nmembers && fr != w->rank) {
-      rm__worker_t *v = &j->w[j->members[fr]];
-      int64_t silent_ms = (rm__now_ns() - v->last_ns) / 1000000;
-      int lost = !strcmp(status, rm_status_name(RM_ERR_PEER_LOST)) ||
-                 (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
-                  silent_ms * 2 >= rm__job_heartbeat_ms(c, j));
-      if (lost && member(j, v)) {
-        char why[300];
-        size_t sl = strlen(status); /* libringmaster's text already starts with it */
-        const char *e = !strncmp(err, status, sl) && err[sl] == ':' ? err + sl + 1 : err;
-        while (*e == ' ') e++;
-        snprintf(why, sizeof why, "reported by rank %d: %s: %.200s", w->rank,
-                 status, e);
-        rm__job_worker_lost(c, j, v, why);
-        r.accepted = 1;
-      }
+  int accepted = 0;
+  status = status ? status : "";
+  err = err && err[0] ? err : "no detail";
+  if (rm_job_state_terminal(j->info.state)) return 0;
+  rm__event(c, j, "failure_report", w->rank, "rank %d reports a data-plane "
+            "failure at step %llu naming rank %d: %s: %.160s", w->rank,
+            (unsigned long long)step, fr, status, err);
+  if (fr >= 0 && fr < j->nmembers && fr != w->rank) {
+    rm__worker_t *v = &j->w[j->members[fr]];
+    int64_t silent_ms = (rm__now_ns() - v->last_ns) / 1000000;
+    int lost = !strcmp(status, rm_status_name(RM_ERR_PEER_LOST)) ||
+               (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
+                silent_ms * 2 >= rm__job_heartbeat_ms(c, j));
+    if (lost && member(j, v)) {
+      char why[300];
+      size_t sl = strlen(status); /* libringmaster's text already starts with it */
+      const char *e = !strncmp(err, status, sl) && err[sl] == ':' ? err + sl + 1 : err;
+      while (*e == ' ') e++;
+      snprintf(why, sizeof why, "reported by rank %d: %s: %.200s", w->rank,
+               status, e);
+      rm__job_worker_lost(c, j, v, why);
+      accepted = 1;
     }
   }
-  r.job_state = (Ringmaster__V1__JobState)j->info.state;
-  r.generation = j->info.generation;
-  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  return accepted;
 }

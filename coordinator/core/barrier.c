@@ -20,46 +20,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 
 #define KEEP_CLOSED 64
 
+/* Answer one parked Barrier call (rpc/waiters.c formats it), counting its
+ * wait. */
 static void answer(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
                    rm__park_t *p)
 {
-  Ringmaster__V1__BarrierResponse r = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
-  Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
-  int64_t now = rm__now_ns();
-  r.released = b->state == RM_BARRIER_RELEASED;
-  r.reason = b->reason;
-  r.arrived = (uint32_t)b->arrived;
-  r.expected = (uint32_t)b->expected;
-  if (b->n_missing) {
-    m = rm__xcalloc((size_t)b->n_missing, sizeof *m);
-    mp = rm__xcalloc((size_t)b->n_missing, sizeof *mp);
-    for (int i = 0; i < b->n_missing; i++) {
-      ringmaster__v1__missing_rank__init(&m[i]);
-      m[i].rank = (uint32_t)b->missing[i].rank;
-      m[i].step = b->missing[i].step;
-      m[i].state = (Ringmaster__V1__WorkerState)b->missing[i].state;
-      m[i].ms_since_heartbeat = b->missing[i].ms_since_heartbeat;
-      int idx = b->missing[i].rank < j->nmembers ? j->members[b->missing[i].rank] : -1;
-      m[i].host = idx >= 0 ? j->w[idx].host : (char *)"";
-      mp[i] = &m[i];
-    }
-    r.n_missing = (size_t)b->n_missing;
-    r.missing = mp;
-  }
   if (p->arrived_ns) {
-    c->ctr.barrier_wait_seconds_sum += (double)(now - p->arrived_ns) / 1e9;
+    c->ctr.barrier_wait_seconds_sum += (double)(rm__now_ns() - p->arrived_ns) / 1e9;
     c->ctr.barrier_wait_count++;
   }
-  rm__reply(c, p->call, 0, NULL, &r.base);
-  free(m);
-  free(mp);
+  rm__answer_barrier(c, j, b, p);
 }
 
 static void close_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
@@ -82,7 +59,7 @@ static void close_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
   }
   if (st == RM_BARRIER_RELEASED) c->ctr.barriers_released_total++;
   else c->ctr.barriers_broken_total++;
-  rm__store_barrier(c, j, b);
+  rm__store_barrier(c->store, j, b);
   if (st == RM_BARRIER_BROKEN) {
     char ranks[96] = "";
     size_t len = 0;
@@ -225,7 +202,7 @@ rm_status_t rm_coord_job_barriers(rm_coord_t *c, uint64_t job_id,
   *out = NULL;
   *n = 0;
   if (!j) {
-    st = rm__store_job_get(c, job_id, &info);
+    st = rm__store_job_get(c->store, job_id, &info);
     if (st == RM_OK) *out = rm__xcalloc(1, sizeof **out);
     goto out;
   }
@@ -245,6 +222,6 @@ rm_status_t rm_coord_job_barriers(rm_coord_t *c, uint64_t job_id,
   *out = arr;
   *n = k;
 out:
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }

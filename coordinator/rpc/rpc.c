@@ -18,11 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "rpc/rpc_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
-#include "rpc_int.h"
 
 #define JOIN_WAIT_MAX_MS 60000
 
@@ -71,7 +70,7 @@ static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   rm__job_t *j = rm__job_find(c, job_id);
   rm_job_info_t info;
   if (!j) {
-    if (rm__store_job_get(c, job_id, &info) != RM_OK)
+    if (rm__store_job_get(c->store, job_id, &info) != RM_OK)
       return fail(c, call, RM__GRPC_NOT_FOUND, "job %llu not found",
                   (unsigned long long)job_id);
     if (!token_eq(info.token, token ? token : ""))
@@ -121,7 +120,7 @@ int rm__rpc_check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   return check_job(c, call, job_id, token, jp);
 }
 
-/* For the handlers in recovery.c and gate_rpc.c. */
+/* For the handlers in rpc_failure.c, rpc_gate.c and rpc_command.c. */
 int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                          const char *token, uint64_t gen, uint64_t worker_id,
                          rm__job_t **jp, rm__worker_t **wp)
@@ -259,9 +258,9 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   w->last_wall_ms = rm__wall_ms();
   if (fresh) {
     w->joined_ms = w->last_wall_ms;
-    rm__store_worker_insert(c, j, w);
+    rm__store_worker_insert(c->store, j, w);
   } else {
-    rm__store_worker_update(c, j, w);
+    rm__store_worker_update(c->store, j, w);
   }
   if (!w->in_group)
     rm__event(c, j, "worker_joined", -1, "worker %llu joined from %s (data %s%s)",
@@ -392,7 +391,7 @@ void rm__watch_next(rm_coord_t *c, rm__park_t *p)
   size_t n = 0;
   rm__job_t *j = rm__job_find(c, p->job_id);
   if (!p->next || p->watch_sending || !j) return;
-  rm__store_events(c, p->job_id, p->watch_seq, 1, &ev, &n);
+  rm__store_events(c->store, p->job_id, p->watch_seq, 1, &ev, &n);
   if (n) {
     Ringmaster__V1__Event e = RINGMASTER__V1__EVENT__INIT;
     e.seq = ev->seq;

@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -85,33 +85,7 @@ void rm__job_free(rm__job_t *j)
   free(j);
 }
 
-rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t id)
-{
-  size_t lo = 0, hi = j->nw;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (j->w[mid].id == id) return &j->w[mid];
-    if (j->w[mid].id < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return NULL;
-}
 
-rm__worker_t *rm__job_worker_add(rm__job_t *j)
-{
-  if (j->nw == j->capw) {
-    j->capw = j->capw ? 2 * j->capw : 8;
-    j->w = rm__xrealloc(j->w, j->capw * sizeof *j->w);
-  }
-  rm__worker_t *w = &j->w[j->nw++];
-  memset(w, 0, sizeof *w);
-  w->rank = w->prev_rank = -1;
-  w->rank_hint = w->launch_index = -1;
-  w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
-  w->acc_loss = w->acc_acc = NAN;
-  w->last_ns = rm__now_ns();
-  return w;
-}
 
 int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j)
 {
@@ -163,19 +137,13 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
   snprintf(j->info.reason, sizeof j->info.reason, "%s", reason ? reason : "");
   if (rm_job_state_terminal(st)) j->info.finished_ms = j->info.updated_ms;
   if (old == RM_JOB_RUNNING) rm__gate_release(c, j); /* no gate waits on */
-  rm__store_job_update(c, j);
+  rm__store_job_update(c->store, j);
   rm__event(c, j, "job_state", -1, "%s -> %s%s%s", rm_job_state_name(old),
             rm_job_state_name(st), reason && *reason ? ": " : "",
             reason ? reason : "");
   if (!rm_job_state_terminal(st)) return;
-  if (strcmp(j->info.spec.launcher, "none")) { /* launcher stop() after unlock */
-    if (c->nstop == c->capstop) {
-      c->capstop = c->capstop ? 2 * c->capstop : 8;
-      c->stop_q = rm__xrealloc(c->stop_q, c->capstop * sizeof *c->stop_q);
-    }
-    c->stop_q[c->nstop++] = j->info.id;
-  }
-  for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c, j, &j->w[i]);
+  rm__after_commit(c, j, RM__AFTER_STOP); /* launcher stop() after COMMIT */
+  for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c->store, j, &j->w[i]);
   char why[200];
   snprintf(why, sizeof why, "job %s: %s", rm_job_state_name(st),
            reason ? reason : "");
@@ -266,7 +234,7 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
     w->state = RM_WORKER_RUNNING;
     w->generation = j->info.generation;
     w->last_ns = rm__now_ns();
-    rm__store_worker_update(c, j, w);
+    rm__store_worker_update(c->store, j, w);
   }
   j->start_step = start;
   j->reform_target = 0;
@@ -274,7 +242,7 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
   j->info.step = j->start_step;
   j->reform_deadline_ns = 0;
   if (!j->info.started_ms) j->info.started_ms = rm__wall_ms();
-  rm__store_generation(c, j);
+  rm__store_generation(c->store, j);
   rm__event(c, j, "generation", -1, "generation %llu formed: %d workers "
             "(ranks: %s), starting after step %llu",
             (unsigned long long)j->info.generation, n, how,
@@ -322,7 +290,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   int member = is_member(j, w);
   w->state = RM_WORKER_LOST;
   c->ctr.workers_lost_total++;
-  rm__store_worker_update(c, j, w);
+  rm__store_worker_update(c->store, j, w);
   rm__event(c, j, "worker_lost", w->rank, "worker %llu (rank %d, %s) lost: %s",
             (unsigned long long)w->id, w->rank, w->host, why);
   if (!member) {
@@ -343,8 +311,8 @@ void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
   int member = is_member(j, w);
   if (w->state >= RM_WORKER_LOST) return;
   w->state = ok ? RM_WORKER_LEFT : RM_WORKER_FAILED;
-  rm__store_step_summary(c, j, w);
-  rm__store_worker_update(c, j, w);
+  rm__store_step_summary(c->store, j, w);
+  rm__store_worker_update(c->store, j, w);
   rm__event(c, j, ok ? "worker_left" : "worker_failed", w->rank,
             "worker %llu (rank %d, %s) %s%s after step %llu",
             (unsigned long long)w->id, w->rank, w->host,
@@ -432,8 +400,8 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   w->acc_loss = s->loss;
   w->acc_acc = s->accuracy;
   if (w->acc_count >= 16) {
-    rm__store_step_summary(c, j, w);
-    rm__store_worker_update(c, j, w);
+    rm__store_step_summary(c->store, j, w);
+    rm__store_worker_update(c->store, j, w);
   }
 }
 
@@ -485,21 +453,7 @@ void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now)
 }
 
 /* ---- parked calls ---- */
-void rm__park_link(rm__job_t *j, rm__park_t *p)
-{
-  p->next = &j->parked;
-  p->prev = j->parked.prev;
-  j->parked.prev->next = p;
-  j->parked.prev = p;
-}
 
-void rm__park_unlink(rm__park_t *p)
-{
-  if (!p->next) return;
-  p->prev->next = p->next;
-  p->next->prev = p->prev;
-  p->next = p->prev = NULL;
-}
 
 void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
 {
@@ -527,4 +481,45 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
       !rm_job_state_terminal(j->info.state))
     rm__job_worker_lost(c, j, w, "its Join call was cancelled before the "
                         "group formed");
+}
+
+/* ---- loaded jobs ---- */
+/* c->jobs is in ascending id order: resume loads ORDER BY id, submit
+ * appends a newer (larger) id, nothing is removed. Binary search first (the
+ * job list calls this once per listed job: a linear scan made it O(page x
+ * jobs)); a linear scan is the fallback, so should the order ever break
+ * (e.g. a job appended before its id is set), a lookup is slower, never
+ * wrong. */
+rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id)
+{
+  size_t lo = 0, hi = c->njobs;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    uint64_t m = c->jobs[mid]->info.id;
+    if (m == id) return c->jobs[mid];
+    if (m < id) lo = mid + 1;
+    else hi = mid;
+  }
+  for (size_t i = 0; i < c->njobs; i++)
+    if (c->jobs[i]->info.id == id) return c->jobs[i];
+  return NULL;
+}
+
+void rm__job_load_active(rm_coord_t *c)
+{
+  uint64_t *ids = NULL;
+  size_t n = 0;
+  rm__store_active_jobs(c->store, &ids, &n);
+  for (size_t i = 0; i < n; i++) {
+    rm_job_info_t info;
+    if (rm__store_job_get(c->store, ids[i], &info) != RM_OK) continue;
+    rm__job_t *j = rm__job_new(c, &info.spec);
+    j->info = info;
+    j->stored_state = (int)info.state;
+    rm__store_load_workers(c->store, j);
+    if (rm__store_job_result_get(c->store, j->info.id, &j->result, &j->result_rank) != RM_OK)
+      j->result_rank = -1;
+    rm__job_resume(c, j);
+  }
+  free(ids);
 }

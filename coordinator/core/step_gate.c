@@ -1,5 +1,5 @@
 /*
- * gate_rpc.c - the StepGate long-poll: per-step participant sets for the
+ * step_gate.c - the StepGate long-poll: per-step participant sets for the
  * straggler policies backup, deadline and coded (issue 6), on top of the
  * rm_gate decision machine (straggler/gate.c).
  *
@@ -53,12 +53,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "gate.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"
-#include "rpc_int.h"
 
 typedef struct rm__gate_state {
   rm_gate_t *g;
@@ -146,25 +145,19 @@ void rm__gate_free(rm__job_t *j)
 
 static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
 
-static void answer(rm_coord_t *c, rm__job_t *j, rm__call_t *call,
-                   uint64_t worker_id, uint64_t step)
+/* Answer the call parked (or about to be) in p about `step`: the member
+ * mask when the step is decided, "dropped" for an older step, else "not
+ * decided" (rpc/waiters.c formats it). */
+static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
 {
-  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
   rm__gate_state_t *gs = j->gate;
-  rm__worker_t *w = rm__job_worker(j, worker_id);
-  int k = 0;
+  rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  int k = 0, dropped = 0;
   const uint8_t *m = gs && rm_gate_step(gs->g) == step && gs->started
                          ? rm_gate_members(gs->g, &k) : NULL;
-  r.step = step;
-  if (m) {
-    r.decided = 1;
-    r.members.data = (uint8_t *)m;
-    r.members.len = (size_t)gs->world;
-    r.dropped = !w || w->rank < 0 || w->rank >= gs->world || !m[w->rank];
-  } else if (gs && gs->started && step < rm_gate_step(gs->g)) {
-    r.dropped = 1;
-  }
-  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  if (m) dropped = !w || w->rank < 0 || w->rank >= gs->world || !m[w->rank];
+  else if (gs && gs->started && step < rm_gate_step(gs->g)) dropped = 1;
+  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped);
 }
 
 static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
@@ -176,47 +169,38 @@ static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
     if (p->kind != RM__PARK_GATE) continue;
     int mine = gs && p->gate_step == rm_gate_step(gs->g);
     if ((mine && decided) || !mine || now_ns >= p->deadline_ns)
-      answer(c, j, p->call, p->worker_id, p->gate_step);
+      answer(c, j, p, p->gate_step);
   }
 }
 
-void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
-                       const Ringmaster__V1__StepGateRequest *q)
+void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                      uint64_t step, int ready, uint32_t wait_ms, rm__park_t *p)
 {
-  rm__job_t *j;
-  rm__worker_t *w;
   rm_gate_state_t state;
-  if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
-                           q->worker_id, &j, &w))
-    return;
   rm__gate_state_t *gs = rm_job_state_terminal(j->info.state) ? NULL : gate_for(j);
+  p->worker_id = w->id;
   if (!gs) {
-    rm__reply(c, call, RM__GRPC_FAILED_PRECONDITION, "no step gate: job "
-              "finished or out of memory", NULL);
+    rm__answer_stale(c, p, "no step gate: job finished or out of memory");
     return;
   }
-  if (!gs->started || q->step > rm_gate_step(gs->g)) {
-    rm_gate_reset(gs->g, q->step);
+  if (!gs->started || step > rm_gate_step(gs->g)) {
+    rm_gate_reset(gs->g, step);
     rm_gate_set_slack(gs->g, deadline_slack(j)); /* no-op for the others */
     gs->started = 1;
   }
-  if (q->ready && q->step == rm_gate_step(gs->g))
+  if (ready && step == rm_gate_step(gs->g))
     rm_gate_arrive(gs->g, w->rank, now_ms(), &state);
   if (!rm_gate_members(gs->g, NULL)) /* deadline: every call is a clock tick */
     rm_gate_poll(gs->g, now_ms(), &state, NULL);
-  if (rm_gate_members(gs->g, NULL) || q->step < rm_gate_step(gs->g) ||
-      !q->wait_ms) {
-    answer(c, j, call, w->id, q->step);
+  if (rm_gate_members(gs->g, NULL) || step < rm_gate_step(gs->g) || !wait_ms) {
+    answer(c, j, p, step);
     answer_parked(c, j, rm__now_ns());
     return;
   }
-  rm__park_t *p = rm__call_park(call);
-  uint32_t wait = q->wait_ms > 60000 ? 60000 : q->wait_ms;
+  uint32_t wait = wait_ms > 60000 ? 60000 : wait_ms;
   p->kind = RM__PARK_GATE;
-  p->call = call;
   p->job_id = j->info.id;
-  p->worker_id = w->id;
-  p->gate_step = q->step;
+  p->gate_step = step;
   p->deadline_ns = rm__now_ns() + (int64_t)wait * 1000000;
   rm__park_link(j, p);
 }
@@ -230,10 +214,11 @@ void rm__gate_release(rm_coord_t *c, rm__job_t *j)
     if (j->info.state == RM_JOB_RUNNING && w &&
         w->state == RM_WORKER_RUNNING && w->generation == j->info.generation)
       continue;
-    rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, j->info.state ==
-              RM_JOB_RUNNING || j->info.state == RM_JOB_FORMING
-                  ? "step gate: the generation moved on (a member was lost); "
-                    "re-join" : "step gate: the job is over", NULL);
+    rm__answer_stale(c, p, j->info.state == RM_JOB_RUNNING ||
+                               j->info.state == RM_JOB_FORMING
+                           ? "step gate: the generation moved on (a member was "
+                             "lost); re-join"
+                           : "step gate: the job is over");
   }
 }
 

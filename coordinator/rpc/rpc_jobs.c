@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "rpc/rpc_int.h"
 #include "rm_alloc.h"
-#include "rpc_int.h"
 
 static void reply_job(rm_coord_t *c, rm__call_t *call, rm_job_info_t *info,
                       int with_token, int which)

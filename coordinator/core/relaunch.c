@@ -1,5 +1,5 @@
 /*
- * recovery_launch.c - the launcher's part in recovery (issue 6): worker
+ * relaunch.c - the launcher's part in recovery (issue 6): worker
  * process exits as a detection source, and relaunching one worker for
  * on_failure replace.
  *
@@ -18,8 +18,9 @@
  *
  * RELAUNCH (replace). recovery.c re-forms at G+1 with the survivors and a
  * target of world_size. If no standby completed the group at once, it
- * queues the job here (rm__recovery_queue_relaunch, under lock); after
- * unlock rm__recovery_run_relaunches calls the job's launcher relaunch():
+ * queues the job here (rm__recovery_queue_relaunch, under lock) on the
+ * post-commit queue (commit.c), which calls the job's launcher relaunch()
+ * after COMMIT:
  *
  *   launcher has relaunch   -> event "relaunch" (one more worker process,
  *                              next launch index; it joins, loads the last
@@ -37,69 +38,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
 
 void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j)
 {
-  if (c->nrelaunch == c->caprelaunch) {
-    c->caprelaunch = c->caprelaunch ? 2 * c->caprelaunch : 4;
-    c->relaunch_q = rm__xrealloc(c->relaunch_q,
-                                 c->caprelaunch * sizeof *c->relaunch_q);
-  }
-  c->relaunch_q[c->nrelaunch++] = j->info.id;
+  rm__after_commit(c, j, RM__AFTER_RELAUNCH);
 }
 
-/* Record the outcome of one relaunch as an event. */
-static void relaunch_event(rm_coord_t *c, uint64_t id, const char *kind,
-                           const char *launcher, const char *msg)
+void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
+                          const char *err)
 {
   rm__lock(c);
   rm__job_t *j = rm__job_find(c, id);
   if (j && !rm_job_state_terminal(j->info.state)) {
-    if (!strcmp(kind, "relaunch"))
-      rm__event(c, j, kind, -1, "launcher %s starts a replacement worker",
+    if (!err)
+      rm__event(c, j, "relaunch", -1, "launcher %s starts a replacement worker",
                 launcher);
-    else if (!strcmp(kind, "relaunch_failed"))
-      rm__event(c, j, kind, -1, "launcher %s could not start a replacement "
-                "worker: %.180s", launcher, msg);
     else
-      rm__event(c, j, kind, -1, "launcher %s cannot start a replacement "
-                "worker; start one by hand (same command line) or run "
-                "standbys (workers beyond world_size)", launcher);
+      rm__event(c, j, "relaunch_failed", -1, "launcher %s could not start a "
+                "replacement worker: %.180s", launcher, err);
   }
-  rm__unlock(c);
-}
-
-void rm__recovery_run_relaunches(rm_coord_t *c, uint64_t *ids, size_t n)
-{
-  for (size_t i = 0; i < n; i++) {
-    rm_job_info_t job;
-    rm_coord_launcher_t l;
-    int found = 0;
-    char err[256] = "";
-    memset(&l, 0, sizeof l);
-    if (rm_coord_job_get(c, ids[i], &job) != RM_OK ||
-        rm_job_state_terminal(job.state))
-      continue;
-    pthread_mutex_lock(&c->mu);
-    for (int k = 0; k < c->nlaunchers; k++)
-      if (!strcmp(c->launchers[k].name, job.spec.launcher)) {
-        l = c->launchers[k];
-        found = 1;
-      }
-    pthread_mutex_unlock(&c->mu);
-    if (!found || !l.relaunch) {
-      relaunch_event(c, ids[i], "relaunch_unsupported", job.spec.launcher, "");
-      continue;
-    }
-    if (l.relaunch(l.ctx, &job, c->grpc_addr, err, sizeof err) != RM_OK)
-      relaunch_event(c, ids[i], "relaunch_failed", job.spec.launcher,
-                     err[0] ? err : "unknown error");
-    else
-      relaunch_event(c, ids[i], "relaunch", job.spec.launcher, "");
-  }
+  rm__commit(c);
 }
 
 rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
@@ -122,6 +83,6 @@ rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
     st = RM_OK;
     break;
   }
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }

@@ -1,6 +1,7 @@
 /*
- * command.c - the coordinator's side of command jobs (issue 9): the agent's
- * Attach and ReportExit calls (proto/ringmaster/v1/messages.proto).
+ * command.c - the coordinator's side of command jobs (issue 9): what the
+ * agent's Attach and ReportExit calls (proto/ringmaster/v1/messages.proto;
+ * the handlers are rpc/rpc_command.c) do to the job.
  *
  * For workload "command" the launchers start ringmaster-worker as for any
  * job, but the agent does not join: it supervises the user's program,
@@ -46,8 +47,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coord_int.h"
-#include "rpc_int.h"
+#include "core/core_int.h"
 
 #define TAIL_MAX 600 /* bytes of stderr tail kept in a reason */
 
@@ -107,7 +107,7 @@ static void mark_cut(char *buf, size_t len, int n)
   if (n >= (int)len && len > 4) memcpy(buf + len - 4, "...", 4);
 }
 
-static rm_status_t exited_locked(rm_coord_t *c, rm__job_t *j, int index,
+rm_status_t rm__command_exited(rm_coord_t *c, rm__job_t *j, int index,
                                  int code, int sig, const char *stderr_tail,
                                  const char *reason)
 {
@@ -155,71 +155,25 @@ rm_status_t rm_coord_program_exited(rm_coord_t *c, uint64_t id, int index,
   rm__lock(c);
   rm__job_t *j = rm__job_find(c, id);
   if (j) {
-    rc = exited_locked(c, j, index, exit_code, sig, stderr_tail, reason);
+    rc = rm__command_exited(c, j, index, exit_code, sig, stderr_tail, reason);
     if (state) *state = j->info.state;
   }
-  rm__unlock(c);
+  rm__commit(c);
   return rc;
 }
 
-static int not_command(rm_coord_t *c, rm__call_t *call, const rm__job_t *j)
-{
-  char msg[160];
-  if (!strcmp(j->info.spec.workload, "command")) return 0;
-  snprintf(msg, sizeof msg, "job %llu is not a command job (workload %s)",
-           (unsigned long long)j->info.id, j->info.spec.workload);
-  rm__reply(c, call, RM__GRPC_FAILED_PRECONDITION, msg, NULL);
-  return 1;
-}
 
-void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
-                    const Ringmaster__V1__AttachRequest *q)
+int rm__command_attach(rm__job_t *j, int launch_index, const char *host,
+                       uint32_t master_port)
 {
-  rm__job_t *j;
-  Ringmaster__V1__AttachResponse r = RINGMASTER__V1__ATTACH_RESPONSE__INIT;
-  Ringmaster__V1__JobSpec spec;
-  size_t hl = q->host ? strlen(q->host) : 0;
-  if (rm__rpc_check_job(c, call, q->job_id, q->token, &j)) return;
-  if (q->launch_index < -1 || hl >= sizeof j->master_addr ||
-      q->master_port > 65535) {
-    rm__reply(c, call, RM__GRPC_INVALID_ARGUMENT, "launch_index (>= -1), "
-              "host (< 128 bytes) or master_port (<= 65535) out of range",
-              NULL);
-    return;
+  size_t hl = host ? strlen(host) : 0;
+  int joined = 0;
+  if (launch_index == 0 && hl && hl < sizeof j->master_addr && master_port &&
+      !j->master_port && !strcmp(j->info.spec.workload, "command")) {
+    memcpy(j->master_addr, host, hl + 1);
+    j->master_port = master_port;
   }
-  if (q->launch_index == 0 && hl && q->master_port && !j->master_port &&
-      !strcmp(j->info.spec.workload, "command")) {
-    memcpy(j->master_addr, q->host, hl + 1);
-    j->master_port = q->master_port;
-  }
-  for (size_t i = 0; i < j->nw && q->launch_index >= 0; i++)
-    r.joined |= j->w[i].launch_index == q->launch_index;
-  rm__pb_spec_from(&spec, &j->info.spec);
-  r.spec = &spec;
-  r.job_state = (Ringmaster__V1__JobState)j->info.state;
-  r.reason = j->info.reason;
-  r.master_addr = j->master_addr;
-  r.master_port = j->master_port;
-  r.world_size = (uint32_t)(j->info.spec.world_size ? j->info.spec.world_size
-                                                    : j->info.spec.max_workers);
-  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
-  rm__pb_spec_free(&spec);
-}
-
-void rm__rpc_report_exit(rm_coord_t *c, rm__call_t *call,
-                         const Ringmaster__V1__ReportExitRequest *q)
-{
-  rm__job_t *j;
-  Ringmaster__V1__ReportExitResponse r = RINGMASTER__V1__REPORT_EXIT_RESPONSE__INIT;
-  if (rm__rpc_check_job(c, call, q->job_id, q->token, &j)) return;
-  if (q->launch_index < 0 || q->signal < 0 || q->signal > 128) {
-    rm__reply(c, call, RM__GRPC_INVALID_ARGUMENT, "launch_index must be >= 0 "
-              "and signal 0..128", NULL);
-    return;
-  }
-  if (not_command(c, call, j)) return;
-  exited_locked(c, j, q->launch_index, q->exit_code, q->signal, q->stderr_tail,
-                q->reason);
-  r.job_state = (Ringmaster__V1__JobState)j->info.state;
-  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  for (size_t i = 0; i < j->nw && launch_index >= 0; i++)
+    joined |= j->w[i].launch_index == launch_index;
+  return joined;
 }

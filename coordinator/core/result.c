@@ -8,7 +8,7 @@
  *   Leave(ok, summary)  -> rm__result_offer: refuse it with a
  *                          "result_refused" event when it is longer than
  *                          RM_COORD_RESULT_MAX - 1 bytes or not one JSON
- *                          object (json_check.c); else keep it on the
+ *                          object (json_check.c, Jansson); else keep it on the
  *                          worker (w->result) and in workers.result
  *   last member leaves  -> rm__result_settle, right before the job becomes
  *                          succeeded: the job's result is the one of the
@@ -25,11 +25,12 @@
  * cleanly still have theirs in workers.result). The text is stored as the
  * worker sent it; api/ parses it with Jansson for GET /api/v1/jobs/{id}.
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
 
@@ -38,54 +39,43 @@ static const char *const AGREE_KEYS[] = {"accuracy", "test_accuracy",
                                          "test_loss", "param_checksum"};
 #define N_AGREE (sizeof AGREE_KEYS / sizeof AGREE_KEYS[0])
 
-typedef struct span {
-  const char *p;
-  size_t n;
-} span_t;
-
-typedef struct agree {
-  span_t v[N_AGREE];
-} agree_t;
-
-static int agree_index(const char *key, size_t klen)
+/* A value in words: numbers as %.15g (what a workload wrote, 0.9721, not
+ * the double's 17 digits), integers as they are, strings bare, the rest
+ * as JSON. */
+static void value_words(const json_t *v, char *buf, size_t len)
 {
-  for (size_t k = 0; k < N_AGREE; k++)
-    if (strlen(AGREE_KEYS[k]) == klen && !memcmp(AGREE_KEYS[k], key, klen))
-      return (int)k;
-  return -1;
-}
-
-static void collect_agree(void *ctx, const char *key, size_t klen,
-                          const char *val, size_t vlen)
-{
-  agree_t *a = ctx;
-  int k = agree_index(key, klen);
-  if (k >= 0) a->v[k] = (span_t){val, vlen};
-}
-
-/* "accuracy 0.9721, test loss 0.1076, ...": numeric members, '_' as ' '. */
-typedef struct words {
-  char buf[200];
-  size_t len;
-} words_t;
-
-static void add_words(void *ctx, const char *key, size_t klen,
-                      const char *val, size_t vlen)
-{
-  words_t *w = ctx;
-  size_t room = sizeof w->buf - w->len;
-  if (!(val[0] == '-' || (val[0] >= '0' && val[0] <= '9'))) return;
-  if (klen + vlen + 4 >= room) return;
-  if (w->len) {
-    memcpy(w->buf + w->len, ", ", 2);
-    w->len += 2;
+  if (json_is_integer(v)) snprintf(buf, len, "%lld", (long long)json_integer_value(v));
+  else if (json_is_real(v)) snprintf(buf, len, "%.15g", json_real_value(v));
+  else if (json_is_string(v)) snprintf(buf, len, "%s", json_string_value(v));
+  else {
+    char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    snprintf(buf, len, "%s", t ? t : "?");
+    free(t);
   }
-  for (size_t i = 0; i < klen; i++)
-    w->buf[w->len++] = key[i] == '_' ? ' ' : key[i];
-  w->buf[w->len++] = ' ';
-  memcpy(w->buf + w->len, val, vlen);
-  w->len += vlen;
-  w->buf[w->len] = '\0';
+}
+
+/* "accuracy 0.9721, test loss 0.1076, ...": numeric members in the order
+ * written, '_' as ' '. */
+static void words_of(const json_t *o, char *buf, size_t len)
+{
+  const char *key;
+  json_t *v;
+  size_t n = 0;
+  buf[0] = '\0';
+  json_object_foreach((json_t *)o, key, v) {
+    char name[64], val[64];
+    if (!json_is_number(v)) continue;
+    snprintf(name, sizeof name, "%s", key);
+    for (char *p = name; *p; p++)
+      if (*p == '_') *p = ' ';
+    value_words(v, val, sizeof val);
+    int k = snprintf(buf + n, len - n, "%s%s %s", n ? ", " : "", name, val);
+    if (k < 0 || (size_t)k >= len - n) { /* keep only whole members */
+      buf[n] = '\0';
+      break;
+    }
+    n += (size_t)k;
+  }
 }
 
 void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -100,7 +90,7 @@ void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
               RM_COORD_RESULT_MAX - 1);
     return;
   }
-  if (rm__json_check_object(text, n, NULL, NULL, &at, &why)) {
+  if (rm__json_check_object(text, n, &at, &why)) {
     rm__event(c, j, "result_refused", w->rank, "the result of rank %d was "
               "refused: %s at byte %zu (a JSON object is required); not stored",
               w->rank, why ? why : "invalid", at);
@@ -108,34 +98,37 @@ void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   }
   free(w->result);
   w->result = rm__xstrdup(text);
-  rm__store_worker_result(c, w);
+  rm__store_worker_result(c->store, w);
 }
 
-/* Compare w's result with the chosen one; event on the first difference. */
-static void check_agree(rm_coord_t *c, rm__job_t *j, const agree_t *ref,
+/* Compare w's result with the chosen one on AGREE_KEYS; event on the
+ * first difference (numbers compare by value: 0.5 and 5e-1 agree). */
+static void check_agree(rm_coord_t *c, rm__job_t *j, const json_t *ref,
                         const rm__worker_t *w, int *mismatches)
 {
-  agree_t a;
-  memset(&a, 0, sizeof a);
-  rm__json_check_object(w->result, strlen(w->result), collect_agree, &a,
-                        NULL, NULL);
-  for (size_t k = 0; k < N_AGREE; k++) {
-    const span_t *x = &ref->v[k], *y = &a.v[k];
-    if (!x->p || !y->p) continue;
-    if (x->n == y->n && !memcmp(x->p, y->p, x->n)) continue;
-    rm__event(c, j, "result_mismatch", w->rank, "rank %d reports %s %.*s but "
-              "rank %d reports %.*s", w->rank, AGREE_KEYS[k], (int)y->n, y->p,
-              j->result_rank, (int)x->n, x->p);
+  json_t *o = rm__json_object_parse(w->result, strlen(w->result), NULL, NULL);
+  for (size_t k = 0; o && k < N_AGREE; k++) {
+    const json_t *x = json_object_get(ref, AGREE_KEYS[k]);
+    const json_t *y = json_object_get(o, AGREE_KEYS[k]);
+    if (!x || !y || json_equal((json_t *)x, (json_t *)y)) continue;
+    if (json_is_number(x) && json_is_number(y) &&
+        json_number_value(x) == json_number_value(y))
+      continue;
+    char xs[64], ys[64];
+    value_words(x, xs, sizeof xs);
+    value_words(y, ys, sizeof ys);
+    rm__event(c, j, "result_mismatch", w->rank, "rank %d reports %s %s but "
+              "rank %d reports %s", w->rank, AGREE_KEYS[k], ys, j->result_rank, xs);
     (*mismatches)++;
-    return;
+    break;
   }
+  json_decref(o);
 }
 
 void rm__result_settle(rm_coord_t *c, rm__job_t *j)
 {
   const rm__worker_t *best = NULL;
-  agree_t ref;
-  words_t words;
+  char words[200];
   int mismatches = 0, with_result = 0;
   for (int r = 0; r < j->nmembers && !best; r++)
     if (j->w[j->members[r]].result) best = &j->w[j->members[r]];
@@ -143,19 +136,16 @@ void rm__result_settle(rm_coord_t *c, rm__job_t *j)
   free(j->result);
   j->result = rm__xstrdup(best->result);
   j->result_rank = best->rank;
-  memset(&ref, 0, sizeof ref);
-  memset(&words, 0, sizeof words);
-  rm__json_check_object(j->result, strlen(j->result), collect_agree, &ref,
-                        NULL, NULL);
-  rm__json_check_object(j->result, strlen(j->result), add_words, &words,
-                        NULL, NULL);
+  json_t *ref = rm__json_object_parse(j->result, strlen(j->result), NULL, NULL);
+  if (ref) words_of(ref, words, sizeof words);
+  else words[0] = '\0';
   for (int r = 0; r < j->nmembers; r++) {
     const rm__worker_t *w = &j->w[j->members[r]];
     if (!w->result) continue;
     with_result++;
-    if (w != best) check_agree(c, j, &ref, w, &mismatches);
+    if (w != best && ref) check_agree(c, j, ref, w, &mismatches);
   }
-  rm__store_job_result(c, j);
+  rm__store_job_result(c->store, j);
   char agree[96];
   if (mismatches)
     snprintf(agree, sizeof agree, "ranks DISAGREE, see result_mismatch");
@@ -163,5 +153,6 @@ void rm__result_settle(rm_coord_t *c, rm__job_t *j)
     snprintf(agree, sizeof agree, "%d of %d ranks reported one, they agree",
              with_result, j->nmembers);
   rm__event(c, j, "job_result", j->result_rank, "result of rank %d (%s): %s",
-            j->result_rank, agree, words.len ? words.buf : "no numeric figures");
+            j->result_rank, agree, words[0] ? words : "no numeric figures");
+  json_decref(ref);
 }

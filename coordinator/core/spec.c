@@ -3,7 +3,7 @@
  *
  * Validation refuses the first bad field with its name (api/ returns it as
  * {"error": {"field": ...}}). Policies that later issues implement are known
- * words; every policy named here is implemented (recovery.c, gate_rpc.c).
+ * words; every policy named here is implemented (recovery.c, step_gate.c).
  *
  * Command jobs (issue 9). workload "command" runs the user's program under
  * each worker's agent: `command` (packed argv, count + NUL-terminated

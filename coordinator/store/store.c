@@ -1,8 +1,9 @@
 /*
  * store.c - the coordinator's SQLite persistence.
  *
- * One connection, used only under c->mu. WAL journal with synchronous=NORMAL:
- * a commit is in the WAL file before rm__unlock() sends any answer, which
+ * One connection, used only under the coordinator lock. WAL journal with synchronous=NORMAL:
+ * a commit is in the WAL file before the post-commit queue sends any
+ * answer (core/commit.c), which
  * survives SIGKILL of the coordinator (not power loss; use FULL for that).
  *
  * Migrations (migrations/NNNN_*.sql) are compiled in (embed_migrations.cmake)
@@ -18,8 +19,8 @@
  * (sqlite3_prepare_v3 with SQLITE_PREPARE_PERSISTENT) and kept in c->stmts,
  * keyed by the address of its SQL literal; after each use it is reset and
  * its bindings cleared (rm__stmt_done), so no read transaction stays open
- * and no stale binding leaks into the next use. BEGIN/COMMIT/ROLLBACK of
- * rm__lock/rm__unlock go through it too. All are finalized before close.
+ * and no stale binding leaks into the next use. BEGIN/COMMIT/ROLLBACK
+ * (rm__store_begin/commit) go through it too. All are finalized before close.
  *
  * Job counts. c->job_counts[state] = rows of the jobs table in that state,
  * counted once at open and then moved by every write of a job's state
@@ -31,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "store/store_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -45,7 +46,7 @@ static void copy_text(char *dst, size_t len, const unsigned char *s)
   dst[n] = '\0';
 }
 
-sqlite3_stmt *rm__stmt(rm_coord_t *c, const char *sql)
+sqlite3_stmt *rm__stmt(rm__store_t *c, const char *sql)
 {
   sqlite3_stmt *st = NULL;
   for (int i = 0; i < c->nstmts; i++)
@@ -64,7 +65,7 @@ sqlite3_stmt *rm__stmt(rm_coord_t *c, const char *sql)
   return st;
 }
 
-void rm__stmt_done(rm_coord_t *c, sqlite3_stmt *st)
+void rm__stmt_done(rm__store_t *c, sqlite3_stmt *st)
 {
   for (int i = 0; i < c->nstmts; i++)
     if (c->stmts[i].st == st) {
@@ -75,7 +76,7 @@ void rm__stmt_done(rm_coord_t *c, sqlite3_stmt *st)
   sqlite3_finalize(st);
 }
 
-int rm__stmt_run(rm_coord_t *c, sqlite3_stmt *st)
+int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st)
 {
   int rc = sqlite3_step(st);
   if (rc != SQLITE_DONE && rc != SQLITE_ROW)
@@ -84,9 +85,9 @@ int rm__stmt_run(rm_coord_t *c, sqlite3_stmt *st)
   return rc;
 }
 
-static sqlite3_stmt *prep(rm_coord_t *c, const char *sql) { return rm__stmt(c, sql); }
+static sqlite3_stmt *prep(rm__store_t *c, const char *sql) { return rm__stmt(c, sql); }
 
-int rm__store_exec(rm_coord_t *c, const char *sql)
+int rm__store_exec(rm__store_t *c, const char *sql)
 {
   char *msg = NULL;
   int rc = sqlite3_exec(c->db, sql, NULL, NULL, &msg);
@@ -98,7 +99,7 @@ int rm__store_exec(rm_coord_t *c, const char *sql)
   return 0;
 }
 
-static int migrate(rm_coord_t *c, char *err, size_t errlen)
+static int migrate(rm__store_t *c, char *err, size_t errlen)
 {
   sqlite3_stmt *st = NULL;
   int version = 0;
@@ -129,9 +130,10 @@ static int migrate(rm_coord_t *c, char *err, size_t errlen)
   return 0;
 }
 
-rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
+rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
                            size_t errlen)
 {
+  rm__store_t *c = rm__xcalloc(1, sizeof *c);
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
@@ -148,20 +150,40 @@ rm_status_t rm__store_open(rm_coord_t *c, const char *path, char *err,
   }
   if (migrate(c, err, errlen)) goto fail;
   rm__store_count_jobs(c);
+  *out = c;
   return RM_OK;
 fail:
   sqlite3_close(c->db);
-  c->db = NULL;
+  free(c);
   return RM_ERR_SYSTEM;
 }
 
-void rm__store_close(rm_coord_t *c)
+void rm__store_close(rm__store_t *c)
 {
+  if (!c) return;
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   c->nstmts = 0;
   if (c->db && sqlite3_close(c->db) != SQLITE_OK)
     RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
-  c->db = NULL;
+  free(c);
+}
+
+void rm__store_begin(rm__store_t *c)
+{
+  if (c && !c->in_txn && rm__stmt_run(c, rm__stmt(c, "BEGIN")) == SQLITE_DONE)
+    c->in_txn = 1;
+}
+
+int rm__store_commit(rm__store_t *c)
+{
+  int rc = 0;
+  if (c && c->in_txn && rm__stmt_run(c, rm__stmt(c, "COMMIT")) != SQLITE_DONE) {
+    rm__stmt_run(c, rm__stmt(c, "ROLLBACK"));
+    rm__store_count_jobs(c); /* the rolled-back writes moved the counts */
+    rc = -1;
+  }
+  if (c) c->in_txn = 0;
+  return rc;
 }
 
 /* ---- jobs ---- */
@@ -272,7 +294,7 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   copy_text(s->workdir, sizeof s->workdir, sqlite3_column_text(st, i++));
 }
 
-void rm__store_job_insert(rm_coord_t *c, rm__job_t *j)
+void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
                           "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
@@ -285,7 +307,7 @@ void rm__store_job_insert(rm_coord_t *c, rm__job_t *j)
   j->info.id = (uint64_t)sqlite3_last_insert_rowid(c->db);
 }
 
-void rm__store_job_update(rm_coord_t *c, rm__job_t *j)
+void rm__store_job_update(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "UPDATE jobs SET state=?2, reason=?3, "
                           "generation=?4, world=?5, step=?6, restarts=?7, "
@@ -311,7 +333,7 @@ void rm__store_job_update(rm_coord_t *c, rm__job_t *j)
   }
 }
 
-rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
+rm_status_t rm__store_job_get(rm__store_t *c, uint64_t id, rm_job_info_t *out)
 {
   sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE id=?");
   rm_status_t rc = RM_ERR_NOT_FOUND;
@@ -327,7 +349,7 @@ rm_status_t rm__store_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
 /* One page, newest first. Two statements rather than "?<0 OR state=?", so
  * a state filter walks the jobs_state (state, id) index backwards instead
  * of scanning every job; the total comes from c->job_counts. */
-rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
+rm_status_t rm__store_job_list(rm__store_t *c, const rm_job_filter_t *f,
                                rm_job_info_t **out, size_t *n, size_t *total)
 {
   uint32_t limit = f->limit ? (f->limit > 1000 ? 1000 : f->limit) : 100;
@@ -356,12 +378,12 @@ rm_status_t rm__store_job_list(rm_coord_t *c, const rm_job_filter_t *f,
   return RM_OK;
 }
 
-void rm__store_job_counts(rm_coord_t *c, uint64_t *by_state)
+void rm__store_job_counts(rm__store_t *c, uint64_t *by_state)
 {
   memcpy(by_state, c->job_counts, sizeof c->job_counts);
 }
 
-void rm__store_count_jobs(rm_coord_t *c)
+void rm__store_count_jobs(rm__store_t *c)
 {
   sqlite3_stmt *st = prep(c, "SELECT state, count(*) FROM jobs GROUP BY state");
   memset(c->job_counts, 0, sizeof c->job_counts);

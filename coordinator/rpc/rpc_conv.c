@@ -9,9 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "rpc/rpc_int.h"
 #include "rm_alloc.h"
-#include "rpc_int.h"
 
 /* A new table of pointers into a packed list; NULL when empty. */
 static char **list_ptrs(char *buf, int count, int max, size_t *n)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "core/core_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -36,18 +36,12 @@ rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
   rm__job_t *j = rm__job_new(c, &s);
   make_token(j->info.token, sizeof j->info.token);
   j->info.created_ms = j->info.updated_ms = rm__wall_ms();
-  rm__store_job_insert(c, j);
+  rm__store_job_insert(c->store, j);
   rm__event(c, j, "job_submitted", -1, "job %s submitted: %d workers, "
             "workload %s, %llu steps, launcher %s", s.name,
             s.world_size ? s.world_size : s.max_workers, s.workload,
             (unsigned long long)s.steps, s.launcher);
-  if (strcmp(s.launcher, "none")) {
-    if (c->nlaunch == c->caplaunch) {
-      c->caplaunch = c->caplaunch ? 2 * c->caplaunch : 8;
-      c->launch_q = rm__xrealloc(c->launch_q, c->caplaunch * sizeof *c->launch_q);
-    }
-    c->launch_q[c->nlaunch++] = j->info.id;
-  }
+  rm__after_commit(c, j, RM__AFTER_START); /* "none": nothing to start */
   if (out) *out = j->info;
   return RM_OK;
 }
@@ -57,7 +51,7 @@ rm_status_t rm_coord_submit(rm_coord_t *c, const rm_job_spec_t *spec,
 {
   rm__lock(c);
   rm_status_t st = rm__submit_locked(c, spec, out, err);
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }
 
@@ -69,21 +63,21 @@ rm_status_t rm__job_get_locked(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
     *out = j->info;
     return RM_OK;
   }
-  return rm__store_job_get(c, id, out);
+  return rm__store_job_get(c->store, id, out);
 }
 
 rm_status_t rm_coord_job_get(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
 {
   rm__lock(c);
   rm_status_t st = rm__job_get_locked(c, id, out);
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }
 
 rm_status_t rm__job_list_locked(rm_coord_t *c, const rm_job_filter_t *f,
                                 rm_job_info_t **out, size_t *n, size_t *total)
 {
-  rm_status_t st = rm__store_job_list(c, f, out, n, total);
+  rm_status_t st = rm__store_job_list(c->store, f, out, n, total);
   for (size_t i = 0; st == RM_OK && i < *n; i++) {
     rm__job_t *j = rm__job_find(c, (*out)[i].id);
     if (j) {
@@ -100,7 +94,7 @@ rm_status_t rm_coord_job_list(rm_coord_t *c, const rm_job_filter_t *f,
   rm_job_filter_t any = {-1, 0, 0};
   rm__lock(c);
   rm_status_t st = rm__job_list_locked(c, f ? f : &any, out, n, total);
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }
 
@@ -116,7 +110,7 @@ rm_status_t rm_coord_job_result(rm_coord_t *c, uint64_t id, char *buf,
   if (j) {
     text = j->result;
     from = j->result_rank;
-  } else if ((st = rm__store_job_result_get(c, id, &stored, &from)) == RM_OK) {
+  } else if ((st = rm__store_job_result_get(c->store, id, &stored, &from)) == RM_OK) {
     text = stored;
   }
   if (st == RM_OK) {
@@ -128,7 +122,7 @@ rm_status_t rm_coord_job_result(rm_coord_t *c, uint64_t id, char *buf,
       if (rank) *rank = text ? from : -1;
     }
   }
-  rm__unlock(c);
+  rm__commit(c);
   free(stored);
   return st;
 }
@@ -139,7 +133,7 @@ rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
   rm__job_t *j = rm__job_find(c, id);
   rm_job_info_t info;
   if (!j) {
-    rm_status_t st = rm__store_job_get(c, id, &info);
+    rm_status_t st = rm__store_job_get(c->store, id, &info);
     return st == RM_OK ? RM_ERR_DENIED : st; /* not loaded = terminal */
   }
   if (rm_job_state_terminal(j->info.state)) return RM_ERR_DENIED;
@@ -147,22 +141,23 @@ rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
   return RM_OK;
 }
 
-rm_status_t rm_coord_job_cancel(rm_coord_t *c, uint64_t id, const char *reason)
+static rm_status_t stop(rm_coord_t *c, uint64_t id, rm_job_state_t to,
+                        const char *reason, const char *dflt)
 {
   rm__lock(c);
-  rm_status_t st = rm__job_stop_locked(c, id, RM_JOB_CANCELLED,
-                                       reason && *reason ? reason : "cancelled by user");
-  rm__unlock(c);
+  rm_status_t st = rm__job_stop_locked(c, id, to, reason && *reason ? reason : dflt);
+  rm__commit(c);
   return st;
+}
+
+rm_status_t rm_coord_job_cancel(rm_coord_t *c, uint64_t id, const char *reason)
+{
+  return stop(c, id, RM_JOB_CANCELLED, reason, "cancelled by user");
 }
 
 rm_status_t rm_coord_job_fail(rm_coord_t *c, uint64_t id, const char *reason)
 {
-  rm__lock(c);
-  rm_status_t st = rm__job_stop_locked(c, id, RM_JOB_FAILED,
-                                       reason && *reason ? reason : "failed");
-  rm__unlock(c);
-  return st;
+  return stop(c, id, RM_JOB_FAILED, reason, "failed");
 }
 
 static void worker_info(const rm__job_t *j, const rm__worker_t *w,
@@ -209,10 +204,10 @@ rm_status_t rm_coord_job_workers(rm_coord_t *c, uint64_t job_id,
     for (size_t i = 0; i < j->nw; i++) worker_info(j, &j->w[i], &(*out)[i], now);
     *n = j->nw;
     qsort(*out, *n, sizeof **out, by_rank);
-  } else if ((st = rm__store_job_get(c, job_id, &info)) == RM_OK) {
-    st = rm__store_workers(c, job_id, out, n);
+  } else if ((st = rm__store_job_get(c->store, job_id, &info)) == RM_OK) {
+    st = rm__store_workers(c->store, job_id, out, n);
   }
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }
 
@@ -239,10 +234,10 @@ rm_status_t rm_coord_job_steps(rm_coord_t *c, uint64_t job_id, int rank,
     }
     *n = k;
   } else {
-    st = rm__store_job_get(c, job_id, &info);
+    st = rm__store_job_get(c->store, job_id, &info);
     if (st == RM_OK) *out = rm__xcalloc(1, sizeof **out);
   }
-  rm__unlock(c);
+  rm__commit(c);
   return st;
 }
 
@@ -252,7 +247,7 @@ void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out)
   *out = c->ctr;
   memset(out->jobs_by_state, 0, sizeof out->jobs_by_state);
   memset(out->workers_by_state, 0, sizeof out->workers_by_state);
-  rm__store_job_counts(c, out->jobs_by_state);
+  rm__store_job_counts(c->store, out->jobs_by_state);
   out->barrier_waits_open = 0;
   out->stragglers_flagged = 0;
   for (size_t i = 0; i < c->njobs; i++) {
@@ -265,5 +260,5 @@ void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out)
     for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
       out->barrier_waits_open += p->kind == RM__PARK_BARRIER;
   }
-  rm__unlock(c);
+  rm__commit(c);
 }

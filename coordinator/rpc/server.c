@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "addr.h"
-#include "coord_int.h"
+#include "rpc/rpc_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -262,7 +262,7 @@ static void on_request(rm_coord_t *c, rm__call_t *k, int ok)
     rm__lock(c);
     c->ctr.grpc_calls_total++;
     rm__reply(c, k, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL);
-    rm__unlock(c);
+    rm__commit(c);
   } else {
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
@@ -314,7 +314,7 @@ static void on_recv(rm_coord_t *c, rm__call_t *k, int ok)
   } else {
     rm__rpc_dispatch(c, k, k->method, msg, admin_ok(c, k));
   }
-  rm__unlock(c);
+  rm__commit(c);
   if (msg) protobuf_c_message_free_unpacked(msg, NULL);
   call_unref(k);
 }
@@ -330,7 +330,7 @@ static void on_send(rm_coord_t *c, rm__call_t *k)
     k->park.watch_sending = 0;
     rm__watch_next(c, &k->park);
   }
-  rm__unlock(c);
+  rm__commit(c);
   call_unref(k);
 }
 
@@ -339,7 +339,7 @@ static void on_close(rm_coord_t *c, rm__call_t *k)
   rm__lock(c);
   rm__park_drop(c, &k->park, k->cancelled);
   if (k->cancelled) k->answered = 1;
-  rm__unlock(c);
+  rm__commit(c);
   call_unref(k);
 }
 
@@ -348,7 +348,7 @@ static void tick(rm_coord_t *c)
   int64_t now = rm__now_ns();
   rm__lock(c);
   for (size_t i = 0; i < c->njobs; i++) rm__job_tick(c, c->jobs[i], now);
-  rm__unlock(c);
+  rm__commit(c);
 }
 
 static void *cq_thread(void *arg)
@@ -509,7 +509,7 @@ void rm__server_stop(rm_coord_t *c)
         rm__reply(c, j->parked.next->call, GRPC_STATUS_UNAVAILABLE,
                   "coordinator shutting down", NULL);
     }
-    rm__unlock(c);
+    rm__commit(c);
     grpc_server_shutdown_and_notify(s->server, s->cq, &shutdown_tag);
     if (!wait_shutdown(s, 1000)) {
       grpc_server_cancel_all_calls(s->server);

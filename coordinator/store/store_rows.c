@@ -1,7 +1,8 @@
 /*
  * store_rows.c - SQLite rows other than jobs: workers, generations,
- * barriers, step summaries, events, and loading active jobs at restart.
- * Same rules as store.c: called under c->mu inside rm__lock's transaction;
+ * barriers, step summaries, checkpoints, events, and what a restart loads.
+ * Same rules as store.c: called under the coordinator lock inside
+ * rm__store_begin's transaction;
  * every statement comes from store.c's cache (rm__stmt) and is reset after
  * use (rm__stmt_done), never finalized here.
  */
@@ -10,15 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coord_int.h"
+#include "store/store_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 
 /* Cached statements (store.c): prepared once, reset after each use. */
-static sqlite3_stmt *prep(rm_coord_t *c, const char *sql) { return rm__stmt(c, sql); }
+static sqlite3_stmt *prep(rm__store_t *c, const char *sql) { return rm__stmt(c, sql); }
 
-static void step_done(rm_coord_t *c, sqlite3_stmt *st) { rm__stmt_run(c, st); }
+static void step_done(rm__store_t *c, sqlite3_stmt *st) { rm__stmt_run(c, st); }
 
 static void copy_text(char *dst, size_t len, const unsigned char *s)
 {
@@ -26,35 +27,10 @@ static void copy_text(char *dst, size_t len, const unsigned char *s)
 }
 
 /* ---- workers ---- */
-void rm__store_worker_insert(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+/* Parameters 2..10 of both worker statements: rank, host, data_addr,
+ * devices, state, generation, last_heartbeat_ms, step, launch_index. */
+static void bind_worker(sqlite3_stmt *st, const rm__worker_t *w)
 {
-  sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
-                          "devices,state,generation,joined_ms,"
-                          "last_heartbeat_ms,step,launch_index) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
-  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
-  sqlite3_bind_int(st, 2, w->rank);
-  sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 4, w->data_addr, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 5, w->devices, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(st, 6, w->state);
-  sqlite3_bind_int64(st, 7, (sqlite3_int64)w->generation);
-  sqlite3_bind_int64(st, 8, w->joined_ms);
-  sqlite3_bind_int64(st, 9, w->last_wall_ms);
-  sqlite3_bind_int64(st, 10, (sqlite3_int64)w->step);
-  sqlite3_bind_int(st, 11, w->launch_index);
-  step_done(c, st);
-  w->id = (uint64_t)sqlite3_last_insert_rowid(c->db);
-}
-
-void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
-{
-  sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
-                          "data_addr=?4, devices=?5, state=?6, generation=?7, "
-                          "last_heartbeat_ms=?8, step=?9, launch_index=?10 "
-                          "WHERE id=?1");
-  (void)j;
-  sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
   sqlite3_bind_int(st, 2, w->rank);
   sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, 4, w->data_addr, -1, SQLITE_TRANSIENT);
@@ -64,10 +40,34 @@ void rm__store_worker_update(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
   sqlite3_bind_int64(st, 8, w->last_wall_ms);
   sqlite3_bind_int64(st, 9, (sqlite3_int64)w->step);
   sqlite3_bind_int(st, 10, w->launch_index);
+}
+
+void rm__store_worker_insert(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
+                          "devices,state,generation,last_heartbeat_ms,step,"
+                          "launch_index,joined_ms) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  bind_worker(st, w);
+  sqlite3_bind_int64(st, 11, w->joined_ms);
+  step_done(c, st);
+  w->id = (uint64_t)sqlite3_last_insert_rowid(c->db);
+}
+
+void rm__store_worker_update(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
+{
+  sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
+                          "data_addr=?4, devices=?5, state=?6, generation=?7, "
+                          "last_heartbeat_ms=?8, step=?9, launch_index=?10 "
+                          "WHERE id=?1");
+  (void)j;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
+  bind_worker(st, w);
   step_done(c, st);
 }
 
-rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
+rm_status_t rm__store_workers(rm__store_t *c, uint64_t job_id,
                               rm_worker_info_t **out, size_t *n)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
@@ -102,7 +102,7 @@ rm_status_t rm__store_workers(rm_coord_t *c, uint64_t job_id,
 }
 
 /* ---- results (result.c) ---- */
-void rm__store_worker_result(rm_coord_t *c, rm__worker_t *w)
+void rm__store_worker_result(rm__store_t *c, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "UPDATE workers SET result=?2 WHERE id=?1");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
@@ -110,7 +110,7 @@ void rm__store_worker_result(rm_coord_t *c, rm__worker_t *w)
   step_done(c, st);
 }
 
-void rm__store_job_result(rm_coord_t *c, rm__job_t *j)
+void rm__store_job_result(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "UPDATE jobs SET result=?2, result_rank=?3 "
                           "WHERE id=?1");
@@ -120,7 +120,7 @@ void rm__store_job_result(rm_coord_t *c, rm__job_t *j)
   step_done(c, st);
 }
 
-rm_status_t rm__store_job_result_get(rm_coord_t *c, uint64_t id, char **text,
+rm_status_t rm__store_job_result_get(rm__store_t *c, uint64_t id, char **text,
                                      int *rank)
 {
   sqlite3_stmt *st = prep(c, "SELECT result, result_rank FROM jobs WHERE id=?");
@@ -141,7 +141,7 @@ rm_status_t rm__store_job_result_get(rm_coord_t *c, uint64_t id, char **text,
 }
 
 /* ---- generations, barriers, step summaries ---- */
-void rm__store_generation(rm_coord_t *c, rm__job_t *j)
+void rm__store_generation(rm__store_t *c, rm__job_t *j)
 {
   size_t cap = 64 + (size_t)j->nmembers * 200, len = 0;
   char *peers = rm__xmalloc(cap);
@@ -165,7 +165,7 @@ void rm__store_generation(rm_coord_t *c, rm__job_t *j)
   free(peers);
 }
 
-void rm__store_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b)
+void rm__store_barrier(rm__store_t *c, rm__job_t *j, rm__barrier_t *b)
 {
   size_t cap = 16 + (size_t)b->n_missing * 8, len = 0;
   char *missing = rm__xmalloc(cap);
@@ -190,7 +190,7 @@ void rm__store_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b)
   free(missing);
 }
 
-void rm__store_step_summary(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
+void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
   if (!w->acc_count) return;
   double n = (double)w->acc_count;
@@ -221,7 +221,7 @@ void rm__store_step_summary(rm_coord_t *c, rm__job_t *j, rm__worker_t *w)
 }
 
 /* ---- events ---- */
-uint64_t rm__store_event(rm_coord_t *c, const rm_event_t *ev)
+uint64_t rm__store_event(rm__store_t *c, const rm_event_t *ev)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO events(job_id,time_ms,kind,rank,"
                           "generation,message) VALUES (?,?,?,?,?,?)");
@@ -235,7 +235,7 @@ uint64_t rm__store_event(rm_coord_t *c, const rm_event_t *ev)
   return (uint64_t)sqlite3_last_insert_rowid(c->db);
 }
 
-rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
+rm_status_t rm__store_events(rm__store_t *c, uint64_t job_id, uint64_t after,
                              uint32_t limit, rm_event_t **out, size_t *n)
 {
   sqlite3_stmt *st = prep(c, "SELECT seq,job_id,time_ms,kind,rank,generation,"
@@ -265,7 +265,7 @@ rm_status_t rm__store_events(rm_coord_t *c, uint64_t job_id, uint64_t after,
 }
 
 /* ---- restart ---- */
-static void load_workers(rm_coord_t *c, rm__job_t *j)
+void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
                           "generation,joined_ms,last_heartbeat_ms,step,result,"
@@ -290,7 +290,7 @@ static void load_workers(rm_coord_t *c, rm__job_t *j)
   rm__stmt_done(c, st);
 }
 
-rm_status_t rm__store_load_active(rm_coord_t *c)
+void rm__store_active_jobs(rm__store_t *c, uint64_t **out, size_t *nout)
 {
   sqlite3_stmt *st = prep(c, "SELECT id FROM jobs WHERE state<3 ORDER BY id");
   size_t n = 0, cap = 16;
@@ -300,17 +300,39 @@ rm_status_t rm__store_load_active(rm_coord_t *c)
     ids[n++] = (uint64_t)sqlite3_column_int64(st, 0);
   }
   rm__stmt_done(c, st);
-  for (size_t i = 0; i < n; i++) {
-    rm_job_info_t info;
-    if (rm__store_job_get(c, ids[i], &info) != RM_OK) continue;
-    rm__job_t *j = rm__job_new(c, &info.spec);
-    j->info = info;
-    j->stored_state = (int)info.state;
-    load_workers(c, j);
-    if (rm__store_job_result_get(c, j->info.id, &j->result, &j->result_rank) != RM_OK)
-      j->result_rank = -1;
-    rm__job_resume(c, j);
-  }
-  free(ids);
-  return RM_OK;
+  *out = ids;
+  *nout = n;
+}
+
+/* ---- checkpoints (recovery.c) ---- */
+void rm__store_checkpoint(rm__store_t *c, rm__job_t *j)
+{
+  sqlite3_stmt *st = prep(c, "INSERT OR REPLACE INTO checkpoints(job_id,step,"
+                          "generation,world,time_ms) VALUES(?,?,?,?,?)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)j->ckpt_step);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)j->info.generation);
+  sqlite3_bind_int(st, 4, j->nmembers);
+  sqlite3_bind_int64(st, 5, (sqlite3_int64)rm__wall_ms());
+  step_done(c, st);
+}
+
+uint64_t rm__store_checkpoint_get(rm__store_t *c, uint64_t job_id)
+{
+  uint64_t step = 0;
+  sqlite3_stmt *st = prep(c, "SELECT max(step) FROM checkpoints WHERE job_id = ?");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
+  if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+    step = (uint64_t)sqlite3_column_int64(st, 0);
+  rm__stmt_done(c, st);
+  return step;
+}
+
+uint64_t rm__store_last_seq(rm__store_t *c)
+{
+  uint64_t seq = 0;
+  sqlite3_stmt *st = prep(c, "SELECT coalesce(max(seq),0) FROM events");
+  if (sqlite3_step(st) == SQLITE_ROW) seq = (uint64_t)sqlite3_column_int64(st, 0);
+  rm__stmt_done(c, st);
+  return seq;
 }

@@ -1,6 +1,10 @@
 /*
- * main.c - the `ringmaster` binary: `ringmaster serve ...` runs the
- * coordinator until SIGINT/SIGTERM.
+ * main.c - the `ringmaster` binary and the composition root: `ringmaster
+ * serve ...` opens the coordinator (coordinator/coord.h), registers the
+ * launchers (coordinator/launch/), starts the REST API (api/api.h) with
+ * what it needs of the launchers (log locations, the k8s renderer) as
+ * function pointers, and runs until SIGINT/SIGTERM; every other
+ * sub-command is the CLI (api/cli/).
  *
  * Prints one machine-readable line per bound port on stdout, e.g.
  *   ringmaster: grpc listening on 127.0.0.1:43123
@@ -117,8 +121,11 @@ static int serve(int argc, char **argv)
     ao.token = api_token;
     ao.token_file = api_token_file;
 #ifdef RM_HAVE_LAUNCH
-    ao.log_dir = log_dir; /* GET /api/v1/jobs/{id}/workers/{index}/log */
-    ao.advertise_addr = advertise; /* GET /api/v1/jobs/{id}/k8s-manifest */
+    /* the launchers' log files and k8s renderer, for the REST API */
+    ao.log_location = rm_launch_coord_log_location; /* .../workers/{index}/log */
+    ao.log_ctx = lc;
+    ao.k8s_render = rm_launch_k8s_manifest;          /* .../k8s-manifest */
+    ao.advertise_addr = advertise;
     ao.k8s_image = k8s_image;
 #endif
     if (rm_api_start(&ao, c, &api, err, sizeof err) != RM_OK) {

@@ -1,0 +1,139 @@
+/*
+ * commit.c - the coordinator lock and the POST-COMMIT QUEUE.
+ *
+ * Every entry point (a gRPC handler, an API call, the 100 ms tick) runs
+ *
+ *   rm__lock(c)      mutex + BEGIN
+ *   ... change the records, write rows, queue answers and launcher work ...
+ *   rm__commit(c)    COMMIT, then the post-commit queue, in this order:
+ *     1. answers      the RPC adapter's queued replies (rm__out_flush), sent
+ *                     only now, so no client sees state that is not in the
+ *                     WAL; still under the mutex, so a parked call cannot
+ *                     be freed underneath
+ *     2.              release the mutex
+ *     3. callbacks    event subscribers (SSE, tickers) for the events of
+ *                     this section
+ *     4. launchers    starts, stops and relaunches, in the order queued,
+ *                     each with the launcher and a copy of the job taken
+ *                     when it was queued (rm__after_commit): no job is
+ *                     re-read and no lock taken to run them
+ *
+ * Work queued by a section that rolls back (a failed COMMIT) still runs:
+ * the rows are gone but the memory (which the queue reflects) is not, the
+ * same as an answer that was already promised.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core_int.h"
+#include "rm_alloc.h"
+#include "rm_log.h"
+
+void rm__lock(rm_coord_t *c)
+{
+  pthread_mutex_lock(&c->mu);
+  rm__store_begin(c->store);
+}
+
+static void run_callbacks(rm_coord_t *c, rm_event_t *q, size_t n)
+{
+  pthread_mutex_lock(&c->sub_mu);
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < 64; k++)
+      if (c->subs[k].cb) c->subs[k].cb(c->subs[k].ctx, &q[i]);
+  pthread_mutex_unlock(&c->sub_mu);
+}
+
+const rm_coord_launcher_t *rm__coord_launcher_find(const rm_coord_t *c, const char *name)
+{
+  for (int k = 0; k < c->nlaunchers; k++)
+    if (name && !strcmp(c->launchers[k].name, name)) return &c->launchers[k];
+  return NULL;
+}
+
+void rm__after_commit(rm_coord_t *c, rm__job_t *j, rm__after_kind_t kind)
+{
+  const rm_coord_launcher_t *l = rm__coord_launcher_find(c, j->info.spec.launcher);
+  if (!strcmp(j->info.spec.launcher, "none")) return;
+  if (!l) {
+    if (kind == RM__AFTER_START)
+      rm__event(c, j, "launcher_missing", -1, "launcher '%s' is not available "
+                "in this coordinator; start the workers by hand",
+                j->info.spec.launcher);
+    if (kind != RM__AFTER_RELAUNCH) return;
+  }
+  if (kind == RM__AFTER_RELAUNCH && (!l || !l->relaunch)) {
+    rm__event(c, j, "relaunch_unsupported", -1, "launcher %s cannot start a "
+              "replacement worker; start one by hand (same command line) or "
+              "run standbys (workers beyond world_size)", j->info.spec.launcher);
+    return;
+  }
+  if (kind == RM__AFTER_STOP && !l->stop) return;
+  if (c->nafter == c->capafter) {
+    c->capafter = c->capafter ? 2 * c->capafter : 4;
+    c->after = rm__xrealloc(c->after, c->capafter * sizeof *c->after);
+  }
+  rm__after_t *a = &c->after[c->nafter++];
+  a->kind = kind;
+  a->launcher = *l;
+  a->job = j->info;
+}
+
+void rm__after_commit_free(rm_coord_t *c)
+{
+  free(c->after);
+  free(c->out);
+  free(c->cbq);
+  c->after = NULL;
+  c->out = NULL;
+  c->cbq = NULL;
+}
+
+/* Step 4: launcher work, no lock held (coord.h: launcher hook). */
+static void run_after(rm_coord_t *c, rm__after_t *q, size_t n)
+{
+  for (size_t i = 0; i < n; i++) {
+    rm__after_t *a = &q[i];
+    const rm_coord_launcher_t *l = &a->launcher;
+    char err[256] = "";
+    switch (a->kind) {
+    case RM__AFTER_START:
+      if (l->start(l->ctx, &a->job, c->grpc_addr, err, sizeof err) != RM_OK)
+        rm_coord_job_fail(c, a->job.id, err[0] ? err : "launcher failed");
+      break;
+    case RM__AFTER_STOP:
+      l->stop(l->ctx, &a->job);
+      break;
+    case RM__AFTER_RELAUNCH:
+      if (l->relaunch(l->ctx, &a->job, c->grpc_addr, err, sizeof err) != RM_OK)
+        rm__relaunch_outcome(c, a->job.id, l->name, err[0] ? err : "unknown error");
+      else
+        rm__relaunch_outcome(c, a->job.id, l->name, NULL);
+      break;
+    }
+  }
+}
+
+void rm__commit(rm_coord_t *c)
+{
+  rm_event_t *q = NULL;
+  rm__after_t *after = NULL;
+  size_t nq = 0, na = 0;
+  rm__store_commit(c->store);
+  rm__out_flush(c);                 /* 1 */
+  if (c->ncbq) {
+    q = c->cbq, nq = c->ncbq;
+    c->cbq = NULL, c->ncbq = c->capcbq = 0;
+    pthread_cond_broadcast(&c->ev_cond);
+  }
+  if (c->nafter) {
+    after = c->after, na = c->nafter;
+    c->after = NULL, c->nafter = c->capafter = 0;
+  }
+  pthread_mutex_unlock(&c->mu);     /* 2 */
+  if (nq) run_callbacks(c, q, nq);  /* 3 */
+  if (na) run_after(c, after, na);  /* 4 */
+  free(q);
+  free(after);
+}

@@ -1,0 +1,213 @@
+/*
+ * core_int.h - the coordinator core's insides (module-private tier, STYLE.md
+ * 2): the coordinator struct, the lock and post-commit queue, and the
+ * functions of the job and membership state machine (job.c), barriers,
+ * recovery, results, the step gate and command jobs. No SQL (store/store.h
+ * is the store's interface) and no protobuf (rpc/ answers parked calls
+ * through core/waiters.h). Not for api/.
+ *
+ * LOCKING. One mutex, c->mu, guards everything below (jobs, workers,
+ * barriers, parked calls, counters, the store). Every entry point takes it
+ * with rm__lock() and leaves with rm__commit(), whose post-commit queue
+ * (commit.c) sends answers only after COMMIT and runs callbacks and
+ * launcher work with no lock held.
+ *
+ * PARKED CALLS. Long-polling calls (Join waiting for the group, Barrier,
+ * Watch) are rm__park_t entries linked into their job; whoever changes the
+ * state they wait for (a gRPC handler, the 100 ms tick, an API thread) answers
+ * them through the port of core/waiters.h. A call cancelled by its client is
+ * unparked by the server (rm__park_drop) before its memory goes.
+ */
+#ifndef RM_COORDINATOR_CORE_INT_H
+#define RM_COORDINATOR_CORE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "coord.h"
+#include "core/waiters.h"
+#include "model.h"
+#include "store/store.h"
+
+typedef struct rm__server rm__server_t;
+
+/* The post-commit queue's launcher work (commit.c). */
+typedef enum { RM__AFTER_START, RM__AFTER_STOP, RM__AFTER_RELAUNCH } rm__after_kind_t;
+typedef struct rm__after {
+  rm__after_kind_t kind;
+  rm_coord_launcher_t launcher; /* copied from the registry when queued */
+  rm_job_info_t job;            /* the job when queued */
+} rm__after_t;
+
+typedef struct rm__out {
+  rm__call_t *call;
+  int code;                     /* grpc_status_code; -1 = stream message */
+  char *details;
+  void *bb;                     /* grpc_byte_buffer *, may be NULL */
+} rm__out_t;
+
+struct rm_coord {
+  rm_coord_options_t opt;       /* strings owned (strdup) */
+  pthread_mutex_t mu;
+  rm__store_t *store;           /* store/: the SQLite file */
+  rm__job_t **jobs;             /* loaded jobs (all active + recent) */
+  size_t njobs, capjobs;
+  rm__out_t *out;               /* replies waiting for COMMIT */
+  size_t nout, capout;
+  uint64_t last_seq;
+  pthread_cond_t ev_cond;
+  rm_event_t *cbq;              /* events waiting for callbacks */
+  size_t ncbq, capcbq;
+  rm__after_t *after;           /* launcher work after COMMIT (commit.c) */
+  size_t nafter, capafter;
+  pthread_mutex_t sub_mu;
+  struct { rm_coord_event_cb cb; void *ctx; int id; } subs[64];
+  int next_sub_id;
+  rm_coord_launcher_t launchers[8];
+  int nlaunchers;
+  rm_coord_counters_t ctr;      /* counters; gauges filled on read */
+  rm__server_t *srv;
+  char grpc_addr[160];
+  int closing;
+};
+
+/* ---- commit.c: the lock and the post-commit queue (design there) ---- */
+void rm__lock(rm_coord_t *c);
+/* COMMIT, then answers, unlock, callbacks, launcher work. */
+void rm__commit(rm_coord_t *c);
+/* Queue launcher work for j to run after COMMIT with no lock held: start
+ * (submitted), stop (terminal), relaunch (replace). A job whose launcher is
+ * not registered gets its event now instead ("launcher_missing",
+ * "relaunch_unsupported"). Under lock. */
+void rm__after_commit(rm_coord_t *c, rm__job_t *j, rm__after_kind_t kind);
+void rm__after_commit_free(rm_coord_t *c); /* close */
+/* The registered launcher called name, or NULL. Under lock. */
+const rm_coord_launcher_t *rm__coord_launcher_find(const rm_coord_t *c, const char *name);
+/* relaunch.c: record how a relaunch went (err NULL = started). Takes the
+ * lock. */
+void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
+                          const char *err);
+
+/* ---- events.c ---- */
+/* Record an event (SQLite + callbacks + watchers). Under lock. */
+void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* ---- job.c: loaded jobs ---- */
+rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id); /* loaded jobs only */
+/* Load and resume every job the store has not finished (open). */
+void rm__job_load_active(rm_coord_t *c);
+
+/* ---- api.c: the public functions, for callers already under lock ---- */
+rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
+                              rm_job_info_t *out, rm_coord_error_t *err);
+rm_status_t rm__job_get_locked(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
+rm_status_t rm__job_list_locked(rm_coord_t *c, const rm_job_filter_t *f,
+                                rm_job_info_t **out, size_t *n, size_t *total);
+rm_status_t rm__job_stop_locked(rm_coord_t *c, uint64_t id,
+                                rm_job_state_t to, const char *reason);
+
+/* ---- job.c: state machine, rendezvous, liveness, barriers ---- */
+rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec);
+void rm__job_free(rm__job_t *j);
+void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
+                       const char *reason);
+void rm__job_try_form(rm_coord_t *c, rm__job_t *j);
+void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                         const char *why);
+void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
+                         const char *error);
+void rm__job_resume(rm_coord_t *c, rm__job_t *j); /* after restart */
+void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                  const rm_step_sample_t *s);
+int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j);
+int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j);
+void rm__job_info_refresh(rm__job_t *j);
+
+/* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
+ * straggler flags ---- */
+/* A member of the current generation is gone: apply on_failure. */
+void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                              const char *reason);
+/* Extra workers a job accepts beyond its target while running (standbys). */
+int rm__recovery_standby_cap(const rm__job_t *j);
+/* Members a re-formation waits for (reform_target or the spec's). */
+int rm__recovery_target(const rm__job_t *j);
+/* Step every member of the new generation resumes after (form()). */
+uint64_t rm__recovery_start_step(const rm__job_t *j, const int *idx, int n);
+/* An accepted step report: checkpoint bookkeeping + straggler detection. */
+void rm__recovery_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                       const rm_step_sample_t *s, uint64_t ckpt_step);
+/* A worker left the job's membership for good (straggler detector). */
+void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
+void rm__recovery_free(rm__job_t *j);
+/* Queue a launcher relaunch() of one worker for j (run after COMMIT). */
+void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j);
+/* Reload the last complete checkpoint step from SQLite (restart). */
+void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
+/* A survivor's data plane named rank fr as failed (ReportFailure): record
+ * it, declare fr lost when the rules at the top of recovery.c say so.
+ * Returns 1 when it was declared lost. */
+int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                                int fr, const char *status, const char *err,
+                                uint64_t step);
+/* ---- step_gate.c (issue 6): the per-step participant gate ---- */
+/* A StepGate request of member w about 0-based `step`: counts its arrival
+ * when ready, answers p at once (decided, older step, or wait_ms 0) or
+ * parks it until the step is decided or wait_ms passes. p->call is set. */
+void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                      uint64_t step, int ready, uint32_t wait_ms, rm__park_t *p);
+void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+void rm__gate_free(rm__job_t *j);
+/* Answer every parked StepGate call whose worker is no longer a member of
+ * the running generation (loss, re-formation, job end), so no survivor
+ * waits in the gate for a step that will never be decided. */
+void rm__gate_release(rm_coord_t *c, rm__job_t *j);
+/* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
+void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
+
+/* ---- command.c (issue 9): command jobs' agents ---- */
+/* Attach: record launch index 0's rendezvous address (first come); returns
+ * 1 when a worker with this launch index has joined the job. */
+int rm__command_attach(rm__job_t *j, int launch_index, const char *host,
+                       uint32_t master_port);
+/* ReportExit: the program of launch index `index` ended (rules at the top
+ * of command.c). */
+rm_status_t rm__command_exited(rm_coord_t *c, rm__job_t *j, int index,
+                               int code, int sig, const char *stderr_tail,
+                               const char *reason);
+
+/* ---- json_check.c: results are one JSON object (Jansson) ---- */
+struct json_t;
+/* The object s[0..n) as a new Jansson reference, or NULL with *at = byte
+ * offset of the error and *why a phrase (either may be NULL; *why valid
+ * until the next call on this thread). */
+struct json_t *rm__json_object_parse(const char *s, size_t n, size_t *at,
+                                     const char **why);
+/* 0 when rm__json_object_parse accepts s, else -1. */
+int rm__json_check_object(const char *s, size_t n, size_t *at, const char **why);
+
+/* ---- result.c: workers' final results ---- */
+/* A member left OK with its workload summary: validate, store per worker
+ * (or record a "result_refused" event). Under lock. */
+void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                      const char *text);
+/* The job is about to succeed: choose its result (lowest rank of the final
+ * generation that sent one), check the other ranks agree, store it, record
+ * "job_result" (and "result_mismatch"). Under lock. */
+void rm__result_settle(rm_coord_t *c, rm__job_t *j);
+
+/* ---- barrier.c ---- */
+/* Arrive at barrier `name` for member w; parks p or answers at once. */
+void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                        const char *name, int timeout_ms, rm__park_t *p);
+/* Break every open barrier of j with reason (member lost, job stopped). */
+void rm__barrier_break_all(rm_coord_t *c, rm__job_t *j, const char *reason);
+void rm__barrier_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+
+/* ---- parked calls (job.c) ---- */
+/* The RPC adapter: the call behind p is finished or cancelled (a cancelled
+ * session stream or Join is a detection source, recovery.c). Under lock. */
+void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled);
+
+#endif

@@ -1,0 +1,38 @@
+/*
+ * waiters.h - the port through which the core answers the calls it keeps
+ * parked (long-polls: Join waiting for the group, Barrier, StepGate,
+ * Watch). The core decides when and with what state; the RPC adapter
+ * implements these functions (rpc/waiters.c, rpc/rpc.c) and formats the
+ * protobuf answers. Declared here, in the core, so the include graph
+ * points one way (rpc -> core); the core never includes rpc/.
+ *
+ * Every function runs under the coordinator lock; an answer is queued and
+ * sent after COMMIT by the post-commit queue (core/commit.c), so a client
+ * never sees state that is not durable. Answering unlinks p.
+ */
+#ifndef RM_COORDINATOR_CORE_WAITERS_H
+#define RM_COORDINATOR_CORE_WAITERS_H
+
+#include <stdint.h>
+
+#include "model.h"
+
+/* A parked Join: the group formed (or the job ended). rpc/rpc.c. */
+void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p);
+/* A Barrier call: b was released or broken (b->missing says who). */
+void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
+                        const rm__barrier_t *b, rm__park_t *p);
+/* A StepGate call about `step`: members (world bytes) when decided, else
+ * NULL ("not decided"); dropped: not a member, or an older step. */
+void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
+                     const uint8_t *members, int world, int dropped);
+/* The call's generation or job is over: FAILED_PRECONDITION with why. */
+void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
+/* New events or state for j: answer its parked Joins, kick its watchers. */
+void rm__watch_kick(rm_coord_t *c, rm__job_t *j);
+/* Post-commit: send every queued answer (rpc/server.c). */
+void rm__out_flush(rm_coord_t *c);
+/* Drop the job's cached packed Join answer (rpc/server.c). */
+void rm__blob_unref(rm__blob_t *b);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * model.c - container helpers of the in-memory records (model.h).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "rm_alloc.h"
+#include "rm_clock.h"
+
+rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t id)
+{
+  size_t lo = 0, hi = j->nw;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (j->w[mid].id == id) return &j->w[mid];
+    if (j->w[mid].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return NULL;
+}
+
+rm__worker_t *rm__job_worker_add(rm__job_t *j)
+{
+  if (j->nw == j->capw) {
+    j->capw = j->capw ? 2 * j->capw : 8;
+    j->w = rm__xrealloc(j->w, j->capw * sizeof *j->w);
+  }
+  rm__worker_t *w = &j->w[j->nw++];
+  memset(w, 0, sizeof *w);
+  w->rank = w->prev_rank = -1;
+  w->rank_hint = w->launch_index = -1;
+  w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
+  w->acc_loss = w->acc_acc = NAN;
+  w->last_ns = rm__now_ns();
+  return w;
+}
+
+void rm__park_link(rm__job_t *j, rm__park_t *p)
+{
+  p->next = &j->parked;
+  p->prev = j->parked.prev;
+  j->parked.prev->next = p;
+  j->parked.prev = p;
+}
+
+void rm__park_unlink(rm__park_t *p)
+{
+  if (!p->next) return;
+  p->prev->next = p->next;
+  p->next->prev = p->prev;
+  p->next = p->prev = NULL;
+}

@@ -1,0 +1,124 @@
+/*
+ * model.h - the coordinator's in-memory records (jobs, their workers,
+ * barriers and parked calls) and the container helpers every layer uses.
+ * Data only: no SQL, no protobuf, no locking; store/ persists these
+ * records, core/ changes them, rpc/ reads them to answer calls.
+ *
+ * Ownership: a job owns its arrays (w, members, ring, barriers), its
+ * result texts and its straggler/gate state; a parked call (rm__park_t)
+ * belongs to the RPC adapter's call and is only LINKED into its job
+ * (parked, a circular list with a sentinel) while it waits.
+ */
+#ifndef RM_COORDINATOR_MODEL_H
+#define RM_COORDINATOR_MODEL_H
+
+#include <stdint.h>
+
+#include "coord.h"
+
+typedef struct rm__call rm__call_t; /* the RPC adapter's call (rpc/server.c) */
+typedef struct rm__blob rm__blob_t; /* rpc/server.c: shared packed answer bytes */
+
+enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
+       RM__PARK_GATE };
+
+typedef struct rm__park {
+  struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */
+  rm__call_t *call;
+  int kind;
+  uint64_t job_id;
+  uint64_t worker_id;
+  int64_t deadline_ns;          /* JOIN: end of the long poll */
+  struct rm__barrier *barrier;  /* BARRIER */
+  int64_t arrived_ns;           /* BARRIER: for wait-time counters */
+  uint64_t watch_seq;           /* WATCH: last seq sent */
+  int watch_sending;            /* WATCH: a message is in flight */
+  int watch_done;               /* WATCH: final status queued */
+  uint64_t gate_step;           /* GATE: step asked about */
+} rm__park_t;
+
+typedef struct rm__worker {
+  uint64_t id;
+  int rank;                     /* -1 until assigned */
+  int prev_rank;                /* rank before a re-formation, -1 */
+  char host[128];
+  char data_addr[160];
+  char devices[256];
+  rm_worker_state_t state;
+  int in_group;                 /* joining set or current member */
+  uint64_t generation;
+  int64_t last_ns;              /* monotonic, last call */
+  int64_t last_wall_ms;
+  int64_t joined_ms;
+  int rank_hint, world_hint;
+  int launch_index;             /* launcher's index (its log worker-N.log), -1 */
+  uint64_t step, steps_done;
+  double step_ms, compute_ms, comm_ms, wait_ms;
+  int straggler;
+  /* step summary accumulator, flushed to SQLite every 16 reports */
+  uint64_t acc_first, acc_last, acc_count, acc_bytes;
+  double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
+  uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
+  char *result;                 /* heap: the JSON object its Leave carried
+                                   (result.c), NULL if none */
+} rm__worker_t;
+
+typedef struct rm__barrier {
+  struct rm__barrier *next;
+  char name[RM_COORD_NAME_MAX];
+  uint64_t generation;
+  rm_barrier_state_t state;
+  int64_t opened_ms, deadline_ms, closed_ms; /* wall */
+  int64_t deadline_ns;
+  int expected, arrived;
+  uint8_t *here;                /* [expected], by rank */
+  char reason[160];
+  int n_missing;
+  rm_barrier_member_t *missing; /* snapshot when closed */
+} rm__barrier_t;
+
+typedef struct rm__job {
+  rm_job_info_t info;
+  rm__worker_t *w;              /* every worker of the job, in id order */
+  size_t nw, capw;
+  int *members;                 /* index into w, by rank, current generation */
+  int nmembers;
+  rm__park_t parked;            /* sentinel */
+  rm__barrier_t *barriers;      /* newest first */
+  rm_step_sample_t *ring;       /* recent step reports */
+  size_t ring_cap, ring_head, ring_n;
+  int64_t last_join_ns;
+  int64_t reform_deadline_ns;   /* 0 = none */
+  uint64_t start_step;
+  int launch_pending;
+  rm__blob_t *join_tail;        /* packed peers + spec of this generation,
+                                   shared by every Join answer (rpc.c) */
+  uint64_t join_tail_gen;
+  /* recovery.c / gate.c (issue 6) */
+  int reform_target;            /* members wanted by a re-formation; 0 = spec */
+  uint64_t ckpt_step;           /* last checkpoint every member completed */
+  struct rm_straggler *strag;   /* detector, created on the first report */
+  struct rm__gate_state *gate;  /* per-step participant gate, per generation */
+  int stored_state;             /* state in the jobs row (store.c counts) */
+  /* result.c: the job's result, chosen when it succeeds */
+  char *result;                 /* heap JSON object text, NULL = none */
+  int result_rank;              /* rank whose result it is, -1 */
+  /* command.c (issue 9): the torchrun rendezvous of the first generation,
+   * launch index 0's host and the free port its agent found; memory only
+   * ("" / 0 until it attached; a restarted coordinator learns it again) */
+  char master_addr[128];
+  uint32_t master_port;
+} rm__job_t;
+
+/* Worker `id` of j (binary search: workers are appended in id order), or
+ * NULL. */
+rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
+/* Append a zeroed worker (rank, hints and launch index -1, timings NaN);
+ * the caller sets its id. The pointer is valid until the next append. */
+rm__worker_t *rm__job_worker_add(rm__job_t *j);
+/* Link p at the end of j's parked calls / unlink it (no-op when not
+ * linked). */
+void rm__park_link(rm__job_t *j, rm__park_t *p);
+void rm__park_unlink(rm__park_t *p);
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * rpc_int.h - the RPC adapter's insides (module-private tier): the gRPC
+ * server (server.c), the Worker and Jobs handlers (rpc*.c), protobuf <->
+ * core conversion (rpc_conv.c), and the answers to parked calls
+ * (waiters.c, the core's port core/waiters.h). The only layer that knows
+ * protobuf and gRPC; it calls down into core/ under the coordinator lock
+ * and never the other way round.
+ */
+#ifndef RM_COORDINATOR_RPC_INT_H
+#define RM_COORDINATOR_RPC_INT_H
+
+#include "core/core_int.h"
+#include "ringmaster/v1/messages.pb-c.h"
+
+/* ---- server.c: gRPC ---- */
+rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen);
+void rm__server_stop(rm_coord_t *c);
+/* Queue the final answer of a call (code = grpc_status_code; resp may be
+ * NULL on error). Unparks it. Sent after COMMIT. Under lock. */
+void rm__reply(rm_coord_t *c, rm__call_t *call, int code, const char *details,
+               const ProtobufCMessage *resp);
+/* Pack m once into a reference-counted buffer that many answers can end
+ * with (protobuf: concatenated encodings merge, so a per-call head followed
+ * by a shared tail is one message). */
+rm__blob_t *rm__blob_pack(const ProtobufCMessage *m);
+void rm__blob_unref(rm__blob_t *b);
+/* rm__reply with status OK whose message is head's encoding + tail's. */
+void rm__reply_tail(rm_coord_t *c, rm__call_t *call,
+                    const ProtobufCMessage *head, rm__blob_t *tail);
+/* Queue one message of a server stream. Under lock. */
+void rm__stream_send(rm_coord_t *c, rm__call_t *call,
+                     const ProtobufCMessage *msg);
+rm__park_t *rm__call_park(rm__call_t *call);
+
+/* ---- rpc.c: handlers (under lock) ---- */
+enum {
+  RM__M_JOIN, RM__M_HEARTBEAT, RM__M_BARRIER, RM__M_REPORT_STEP, RM__M_WATCH,
+  RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL,
+  RM__M_REPORT_FAILURE, RM__M_STEP_GATE, RM__M_ATTACH, RM__M_REPORT_EXIT,
+  RM__M_COUNT
+};
+typedef struct rm__method {
+  const char *path;                         /* "/ringmaster.v1.Worker/Join" */
+  const ProtobufCMessageDescriptor *req;
+  int admin;                                /* job service: admin token */
+} rm__method_t;
+extern const rm__method_t rm__methods[RM__M_COUNT];
+/* Handle one parsed request: answer with rm__reply or park. Under lock.
+ * admin_ok: the call carried the admin token (or none is configured). */
+void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
+                      const ProtobufCMessage *req, int admin_ok);
+
+/* The other Worker calls' handlers (rpc_failure.c, rpc_gate.c,
+ * rpc_command.c). */
+void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
+                            const Ringmaster__V1__ReportFailureRequest *q);
+void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__StepGateRequest *q);
+void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
+                    const Ringmaster__V1__AttachRequest *q);
+void rm__rpc_report_exit(rm_coord_t *c, rm__call_t *call,
+                         const Ringmaster__V1__ReportExitRequest *q);
+/* A watcher's message was sent: send the next event or end it. */
+void rm__watch_next(rm_coord_t *c, rm__park_t *p);
+
+/* o's strings point into s; its command/env tables are heap: call
+ * rm__pb_spec_free(o) once packed (rm__pb_job_from: on its spec). */
+void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s);
+void rm__pb_spec_free(Ringmaster__V1__JobSpec *o);
+void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
+                     rm_job_info_t *in, int with_token);
+int rm__pb_str(char *dst, size_t len, const char *src);
+const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in);
+/* rpc.c's checks of a worker call (job, token, worker, generation); 0 ok,
+ * else the call is answered. For rpc_failure.c and rpc_gate.c. */
+int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                         const char *token, uint64_t gen, uint64_t worker_id,
+                         rm__job_t **jp, rm__worker_t **wp);
+/* rpc.c's job and token check alone; 0 ok, else the call is answered. */
+int rm__rpc_check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                      const char *token, rm__job_t **jp);
+/* The job service handlers (rpc_jobs.c). */
+void rm__rpc_jobs(rm_coord_t *c, rm__call_t *call, int method,
+                  const ProtobufCMessage *req, int admin_ok);
+
+/* gRPC status codes we use (values from grpc/status.h, kept here so the
+ * handlers do not depend on gRPC headers). */
+enum {
+  RM__GRPC_OK = 0, RM__GRPC_INVALID_ARGUMENT = 3, RM__GRPC_NOT_FOUND = 5,
+  RM__GRPC_RESOURCE_EXHAUSTED = 8, RM__GRPC_FAILED_PRECONDITION = 9,
+  RM__GRPC_UNAUTHENTICATED = 16, RM__GRPC_UNAVAILABLE = 14
+};
+
+#endif

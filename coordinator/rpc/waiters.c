@@ -1,0 +1,60 @@
+/*
+ * waiters.c - how the RPC adapter answers the calls the core keeps parked
+ * (core/waiters.h): the core decides WHEN (a barrier closed, a step's
+ * participants are known, the generation moved on) and with what state;
+ * this file turns that state into the protobuf answer and queues it with
+ * rm__reply, sent after COMMIT by the post-commit queue.
+ */
+#include <stdlib.h>
+
+#include "rm_alloc.h"
+#include "rpc/rpc_int.h"
+
+void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
+                        rm__park_t *p)
+{
+  Ringmaster__V1__BarrierResponse r = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
+  Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
+  r.released = b->state == RM_BARRIER_RELEASED;
+  r.reason = (char *)b->reason;
+  r.arrived = (uint32_t)b->arrived;
+  r.expected = (uint32_t)b->expected;
+  if (b->n_missing) {
+    m = rm__xcalloc((size_t)b->n_missing, sizeof *m);
+    mp = rm__xcalloc((size_t)b->n_missing, sizeof *mp);
+    for (int i = 0; i < b->n_missing; i++) {
+      ringmaster__v1__missing_rank__init(&m[i]);
+      m[i].rank = (uint32_t)b->missing[i].rank;
+      m[i].step = b->missing[i].step;
+      m[i].state = (Ringmaster__V1__WorkerState)b->missing[i].state;
+      m[i].ms_since_heartbeat = b->missing[i].ms_since_heartbeat;
+      int idx = b->missing[i].rank < j->nmembers ? j->members[b->missing[i].rank] : -1;
+      m[i].host = idx >= 0 ? (char *)j->w[idx].host : (char *)"";
+      mp[i] = &m[i];
+    }
+    r.n_missing = (size_t)b->n_missing;
+    r.missing = mp;
+  }
+  rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  free(m);
+  free(mp);
+}
+
+void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
+                     const uint8_t *members, int world, int dropped)
+{
+  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  r.step = step;
+  r.dropped = dropped != 0;
+  if (members) {
+    r.decided = 1;
+    r.members.data = (uint8_t *)members;
+    r.members.len = (size_t)world;
+  }
+  rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+}
+
+void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
+{
+  rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, why, NULL);
+}

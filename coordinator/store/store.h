@@ -1,0 +1,64 @@
+/*
+ * store.h - the coordinator's durable record (module tier): the store
+ * interface, the only door to the SQLite file. Callers hold the
+ * coordinator lock; every write joins the transaction rm__store_begin
+ * opened and is durable at rm__store_commit (WAL), before any answer goes
+ * out (core/commit.c). Nothing outside store/ sees a SQLite type.
+ *
+ * Records are the in-memory ones of model.h; functions that return arrays
+ * allocate them as one block (free with rm_coord_free).
+ */
+#ifndef RM_COORDINATOR_STORE_STORE_H
+#define RM_COORDINATOR_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct rm__store rm__store_t; /* store_int.h */
+
+/* Open (create, migrate) the file at path. OUT: *out on success; err says
+ * what failed otherwise. */
+rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
+                           size_t errlen);
+void rm__store_close(rm__store_t *s);
+/* The transaction of one locked section: BEGIN; COMMIT (a failed COMMIT is
+ * rolled back and the job counts are recounted; returns -1). */
+void rm__store_begin(rm__store_t *s);
+int rm__store_commit(rm__store_t *s);
+
+void rm__store_job_insert(rm__store_t *s, rm__job_t *j);
+void rm__store_job_update(rm__store_t *s, rm__job_t *j);
+rm_status_t rm__store_job_get(rm__store_t *s, uint64_t id, rm_job_info_t *out);
+rm_status_t rm__store_job_list(rm__store_t *s, const rm_job_filter_t *f,
+                               rm_job_info_t **out, size_t *n, size_t *total);
+/* Rows of the jobs table by state (kept in memory, no count(*)). */
+void rm__store_job_counts(rm__store_t *s, uint64_t *by_state);
+/* Ids of the jobs not terminal, ascending (restart). OUT *ids (free). */
+void rm__store_active_jobs(rm__store_t *s, uint64_t **ids, size_t *n);
+/* Append j's stored workers to j (restart). */
+void rm__store_load_workers(rm__store_t *s, rm__job_t *j);
+
+void rm__store_worker_insert(rm__store_t *s, rm__job_t *j, rm__worker_t *w);
+void rm__store_worker_update(rm__store_t *s, rm__job_t *j, rm__worker_t *w);
+rm_status_t rm__store_workers(rm__store_t *s, uint64_t job_id,
+                              rm_worker_info_t **out, size_t *n);
+void rm__store_worker_result(rm__store_t *s, rm__worker_t *w);
+void rm__store_job_result(rm__store_t *s, rm__job_t *j);
+/* The stored result of job id: heap text (or NULL), its rank. */
+rm_status_t rm__store_job_result_get(rm__store_t *s, uint64_t id, char **text,
+                                     int *rank);
+void rm__store_generation(rm__store_t *s, rm__job_t *j);
+void rm__store_barrier(rm__store_t *s, rm__job_t *j, rm__barrier_t *b);
+void rm__store_step_summary(rm__store_t *s, rm__job_t *j, rm__worker_t *w);
+/* The last checkpoint every member completed (recovery.c). */
+void rm__store_checkpoint(rm__store_t *s, rm__job_t *j);
+uint64_t rm__store_checkpoint_get(rm__store_t *s, uint64_t job_id);
+/* Append an event; returns its seq. Newest seq stored (0 if none). */
+uint64_t rm__store_event(rm__store_t *s, const rm_event_t *ev);
+uint64_t rm__store_last_seq(rm__store_t *s);
+rm_status_t rm__store_events(rm__store_t *s, uint64_t job_id, uint64_t after,
+                             uint32_t limit, rm_event_t **out, size_t *n);
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * store_int.h - the store's insides (module-private): the SQLite
+ * connection, its statement cache, the in-memory job counts, and the
+ * migrations table the build generates (embed_migrations.cmake).
+ */
+#ifndef RM_COORDINATOR_STORE_INT_H
+#define RM_COORDINATOR_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "store/store.h"
+
+#define RM__STMT_CACHE 64
+
+struct rm__store {
+  sqlite3 *db;
+  int in_txn;
+  /* prepared statements, keyed by the address of their SQL text (each call
+   * site passes a string literal), prepared once with
+   * SQLITE_PREPARE_PERSISTENT and reset after each use */
+  struct { const char *sql; sqlite3_stmt *st; } stmts[RM__STMT_CACHE];
+  int nstmts;
+  /* rows of the jobs table by state, kept in step with every INSERT/UPDATE
+   * of a job's state (rm__job_t.stored_state), so the job list's total and
+   * /metrics need no count(*) */
+  uint64_t job_counts[RM_JOB_STATE_COUNT];
+};
+
+/* The cached prepared statement for sql, which MUST be a string literal (the
+ * cache is keyed by its address); prepared on first use, aborts on a bad
+ * SQL text (a bug). Bind, step, then rm__stmt_done. Never two uses of the
+ * same text at once (no caller nests them). */
+sqlite3_stmt *rm__stmt(rm__store_t *c, const char *sql);
+/* Reset and clear the bindings of a statement from rm__stmt. */
+void rm__stmt_done(rm__store_t *c, sqlite3_stmt *st);
+/* Step once (an INSERT/UPDATE/BEGIN/COMMIT), log a failure, then done.
+ * Returns the sqlite3_step code. */
+int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st);
+int rm__store_exec(rm__store_t *c, const char *sql); /* 0 ok */
+/* Recount job_counts from the jobs table (open, and after a ROLLBACK). */
+void rm__store_count_jobs(rm__store_t *c);
+
+/* The generated migrations table (migrations/NNNN_*.sql, in order). */
+struct rm__migration {
+  const char *name;
+  const char *sql;
+};
+extern const struct rm__migration rm__migrations[];
+extern const int rm__migration_count;
+
+#endif
