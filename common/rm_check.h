@@ -8,7 +8,7 @@
 #ifndef RM_COMMON_CHECK_H
 #define RM_COMMON_CHECK_H
 
-#include "ringmaster/ringmaster.h"
+#include "ringmaster/status.h"
 #include "rm_log.h"
 
 #define RM_CHECK(call)                                                        \

@@ -36,92 +36,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ringmaster/status.h"
+#include "ringmaster/types.h"
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#if defined(_WIN32)
-#define RM_EXTERN
-#elif defined(RM_BUILDING_LIBRARY)
-#define RM_EXTERN __attribute__((visibility("default")))
-#else
-#define RM_EXTERN
 #endif
 
 #define RM_VERSION_MAJOR 0
 #define RM_VERSION_MINOR 1
 #define RM_VERSION_PATCH 0
 
-/* ---- status codes: one list, three generated views (enum, name, text) ---- */
-#define RM_STATUS_MAP(XX)                                                     \
-  XX(OK, 0, "success")                                                        \
-  XX(ERR_INVALID_ARG, 1, "invalid argument")                                  \
-  XX(ERR_NOMEM, 2, "out of memory")                                           \
-  XX(ERR_SYSTEM, 3, "system call failed")                                     \
-  XX(ERR_PEER_LOST, 4, "peer lost")                                           \
-  XX(ERR_TIMEOUT, 5, "deadline exceeded")                                     \
-  XX(ERR_PROTOCOL, 6, "protocol error on data-plane connection")              \
-  XX(ERR_ABORTED, 7, "communicator aborted")                                  \
-  XX(ERR_STALE_GENERATION, 8, "stale generation")                             \
-  XX(ERR_UNSUPPORTED, 9, "not supported by this build or device")             \
-  XX(ERR_UNAVAILABLE, 10, "service unavailable")                              \
-  XX(ERR_NOT_FOUND, 11, "not found")                                          \
-  XX(ERR_DENIED, 12, "permission denied")                                     \
-  XX(ERR_INTERNAL, 13, "internal error")                                      \
-  XX(ERR_RECONFIGURED, 14, "membership changed: re-form the session")         \
-  XX(ERR_JOB_ENDED, 15, "the job ended")
-
-typedef enum {
-#define RM__STATUS_ENUM(name, code, text) RM_##name = code,
-  RM_STATUS_MAP(RM__STATUS_ENUM)
-#undef RM__STATUS_ENUM
-} rm_status_t;
-
-/* "RM_ERR_PEER_LOST" and "peer lost"; never NULL, "RM_UNKNOWN" for junk. */
-RM_EXTERN const char *rm_status_name(rm_status_t st);
-RM_EXTERN const char *rm_status_string(rm_status_t st);
-
-/* ---- element types and reduction operators ---- */
-typedef enum {
-  RM_F32 = 0,
-  RM_F64 = 1,
-  RM_F16 = 2,  /* IEEE binary16; reduced in f32, rounded once per step */
-  RM_BF16 = 3, /* bfloat16; reduced in f32, rounded once per step */
-  RM_I32 = 4,
-  RM_I64 = 5,
-  RM_U8 = 6,
-  RM_DTYPE_COUNT
-} rm_dtype_t;
-
-typedef enum {
-  RM_SUM = 0,
-  RM_PROD = 1,
-  RM_MIN = 2,
-  RM_MAX = 3,
-  RM_AVG = 4, /* sum, then divide by world size (integers: truncating) */
-  RM_OP_COUNT
-} rm_op_t;
-
-RM_EXTERN size_t rm_dtype_size(rm_dtype_t dt); /* 0 for an invalid dtype */
-RM_EXTERN const char *rm_dtype_name(rm_dtype_t dt);
-RM_EXTERN const char *rm_op_name(rm_op_t op);
-/* Parse "f32", "bf16", "sum", ...; return RM_ERR_INVALID_ARG for others. */
-RM_EXTERN rm_status_t rm_dtype_parse(const char *s, rm_dtype_t *out);
-RM_EXTERN rm_status_t rm_op_parse(const char *s, rm_op_t *out);
-
-/* ---- all-reduce algorithms ---- */
-typedef enum {
-  RM_ALGO_AUTO = 0,             /* alpha-beta cost model picks one */
-  RM_ALGO_RING = 1,             /* reduce-scatter + all-gather, pipelined */
-  RM_ALGO_HALVING_DOUBLING = 2, /* Rabenseifner */
-  RM_ALGO_BUTTERFLY = 3,        /* recursive doubling, whole vector */
-  RM_ALGO_TREE = 4,             /* binomial reduce + broadcast */
-  RM_ALGO_COUNT
-} rm_algo_t;
-
-RM_EXTERN const char *rm_algo_name(rm_algo_t a); /* "ring", "hd", ... */
-/* Accepts "auto", "ring", "hd"/"halving_doubling", "butterfly", "tree". */
-RM_EXTERN rm_status_t rm_algo_parse(const char *s, rm_algo_t *out);
+/* Status codes (rm_status_t, RM_STATUS_MAP, rm_status_name/_string) are in
+ * ringmaster/status.h; element types, operators and algorithms (rm_dtype_t,
+ * rm_op_t, rm_algo_t, their names and parsers) in ringmaster/types.h. */
 
 /* ---- endpoints ---- */
 typedef struct rm_endpoint rm_endpoint_t;

@@ -72,3 +72,19 @@ void lt_rmrf(const char *dir)
   }
   if (pid > 0) waitpid(pid, NULL, 0);
 }
+
+void lt_spec_init(rm_launch_spec_t *s, const char *dir, const char *sub,
+                  const char *job_id, const char *worker, int world,
+                  const char *const *extra)
+{
+  static char logdir[400];
+  memset(s, 0, sizeof *s);
+  snprintf(logdir, sizeof logdir, "%s/%s", dir, sub);
+  s->job_id = job_id;
+  s->token = "tok";
+  s->coordinator = "127.0.0.1:7070";
+  s->world = world;
+  s->extra_args = extra;
+  s->worker_path = worker;
+  s->log_dir = logdir;
+}

@@ -5,8 +5,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "launch.h"
 #include "rm_check.h" /* CHECK, rm_check_failures, rm_check_exit */
 
+/* A launch spec for job `job_id` of `world` fake workers (worker, extra
+ * arguments), token "tok", coordinator 127.0.0.1:7070, logs in dir/sub
+ * (a static buffer: one spec at a time). */
+void lt_spec_init(rm_launch_spec_t *s, const char *dir, const char *sub,
+                  const char *job_id, const char *worker, int world,
+                  const char *const *extra);
 /* mkdtemp under $TMPDIR or /tmp; static buffer is the caller's (len >= 64). */
 void lt_tmpdir(char *buf, size_t len, const char *tag);
 /* Write text to path with mode. Exits on failure. */

@@ -36,16 +36,7 @@ static const char k_fake_worker[] =
 static void spec_init(rm_launch_spec_t *s, const char *sub, int world,
                       const char *const *extra)
 {
-  static char logdir[400];
-  memset(s, 0, sizeof *s);
-  snprintf(logdir, sizeof logdir, "%s/%s", g_dir, sub);
-  s->job_id = "j1";
-  s->token = "tok";
-  s->coordinator = "127.0.0.1:7070";
-  s->world = world;
-  s->extra_args = extra;
-  s->worker_path = g_worker;
-  s->log_dir = logdir;
+  lt_spec_init(s, g_dir, sub, "j1", g_worker, world, extra);
 }
 
 /* 1 once no live (non-zombie) process is left in process group pgid; waits

@@ -36,16 +36,7 @@ static const char k_fake_worker[] =
 static void spec_init(rm_launch_spec_t *s, const char *sub, int world,
                       const char *const *extra)
 {
-  static char logdir[400];
-  memset(s, 0, sizeof *s);
-  snprintf(logdir, sizeof logdir, "%s/%s", g_dir, sub);
-  s->job_id = "j-7";
-  s->token = "tok";
-  s->coordinator = "127.0.0.1:7070";
-  s->world = world;
-  s->extra_args = extra;
-  s->worker_path = g_worker;
-  s->log_dir = logdir;
+  lt_spec_init(s, g_dir, sub, "j-7", g_worker, world, extra);
   s->poll_interval_ms = 1;
   s->cmd_timeout_ms = 30000;
 }

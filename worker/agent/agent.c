@@ -29,7 +29,7 @@
 #include "agent.h"
 #include "rm_log.h"
 #include "session/session_int.h"
-#include "workloads/workload.h"
+#include "workload.h"
 
 void rm__agent_session_config(const rm_agent_opts_t *o, rm_session_config_t *cfg)
 {

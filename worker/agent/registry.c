@@ -5,7 +5,7 @@
  */
 #include <string.h>
 
-#include "workloads/workload.h"
+#include "workload.h"
 
 extern const rm_workload_ops_t rm__workload_allreduce;
 #if defined(RM_HAVE_TRAIN) && RM_HAVE_TRAIN

@@ -3,7 +3,8 @@
  * benchmark steps.
  *
  * Options: count=N (elements, default 1048576), dtype=f32|f64|i32|i64
- * (default f32), algo=auto|ring|hd|butterfly|tree, verify=0|1 (default 1).
+ * (default f32), algo=auto|ring|hd|butterfly|tree, verify=0|1 (default 1),
+ * in the workload option grammar of common/rm_opts.h.
  *
  * Verification (nccl-tests style, exact): rank r at step s fills element i
  * with (r + 1) * v(i, s), v = 1 + (i + s) % 7, small integers that every
@@ -17,7 +18,8 @@
 
 #include "rm_clock.h"
 #include "rm_log.h"
-#include "workloads/workload.h"
+#include "rm_opts.h"
+#include "workload.h"
 
 typedef struct {
   size_t count;
@@ -30,10 +32,13 @@ typedef struct {
 static rm_status_t parse_opt(ar_state_t *s, const char *key, const char *val,
                              char *err, size_t errlen)
 {
-  char *end;
   if (!strcmp(key, "count")) {
-    unsigned long long v = strtoull(val, &end, 10);
-    if (*end || !*val || v > (1ull << 31)) goto bad;
+    uint64_t v = 0;
+    char msg[200];
+    if (rm__opt_u64(key, val, 0, 1ull << 31, &v, msg, sizeof msg) != RM_OK) {
+      snprintf(err, errlen, "allreduce: %s", msg);
+      return RM_ERR_INVALID_ARG;
+    }
     s->count = (size_t)v;
   } else if (!strcmp(key, "dtype")) {
     if (rm_dtype_parse(val, &s->dtype) != RM_OK || s->dtype == RM_F16 ||
@@ -58,31 +63,26 @@ static rm_status_t ar_create(const char *options, void **state, char *err,
                              size_t errlen)
 {
   ar_state_t *s = calloc(1, sizeof *s);
-  char *opts = strdup(options ? options : ""), *save = NULL;
+  const char *p = options ? options : "";
+  char key[64], val[256], msg[400];
   rm_status_t st = RM_OK;
-  if (!s || !opts) {
-    st = RM_ERR_NOMEM;
-    goto out;
-  }
+  int r;
+  if (!s) return RM_ERR_NOMEM;
   s->count = 1 << 20;
   s->dtype = RM_F32;
   s->algo = RM_ALGO_AUTO;
   s->verify = 1;
-  for (char *kv = strtok_r(opts, ",", &save); kv && st == RM_OK;
-       kv = strtok_r(NULL, ",", &save)) {
-    char *eq = strchr(kv, '=');
-    if (!eq) {
-      snprintf(err, errlen, "allreduce: option '%s' is not key=value", kv);
+  while (st == RM_OK &&
+         (r = rm__opt_next(&p, key, sizeof key, val, sizeof val, msg, sizeof msg)) != 0) {
+    if (r < 0) {
+      snprintf(err, errlen, "allreduce: %s", msg);
       st = RM_ERR_INVALID_ARG;
       break;
     }
-    *eq = 0;
-    st = parse_opt(s, kv, eq + 1, err, errlen);
+    st = parse_opt(s, key, val, err, errlen);
   }
   if (st == RM_OK && !(s->buf = malloc(s->count * rm_dtype_size(s->dtype) + 1)))
     st = RM_ERR_NOMEM;
-out:
-  free(opts);
   if (st != RM_OK && s) {
     free(s->buf);
     free(s);

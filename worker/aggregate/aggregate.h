@@ -4,15 +4,16 @@
  *
  * Two families, both built ONLY on the public collectives of ringmaster.h:
  *
- *  1. Masked all-reduce (masked.c) for the `backup` and `deadline` straggler
- *     policies and for gradient coding: the coordinator fixes the set of
- *     contributing ranks of a step; EVERY rank of the communicator calls
- *     rm__masked_allreduce with that same set; non-members contribute zeros
- *     and still receive the result, so all ranks apply the same update.
- *  2. Robust aggregation (robust.c math, collective in masked.c): gradients
- *     are all-gathered and combined coordinate-wise by median or trimmed mean,
- *     or by a mean of per-worker norm-clipped gradients, so a bounded number
- *     of arbitrary (Byzantine) contributions cannot move the result far.
+ *  1. Masked all-reduce (participants.c) for the `backup` and `deadline`
+ *     straggler policies and for gradient coding: the coordinator fixes the
+ *     set of contributing ranks of a step; EVERY rank of the communicator
+ *     calls rm__masked_allreduce with that same set; non-members contribute
+ *     zeros and still receive the result, so all ranks apply the same update.
+ *  2. Robust aggregation (robust.c math, robust_allreduce.c collective):
+ *     gradients are all-gathered and combined coordinate-wise by median or
+ *     trimmed mean, or by a mean of per-worker norm-clipped gradients, so a
+ *     bounded number of arbitrary (Byzantine) contributions cannot move the
+ *     result far.
  *
  * The math functions (rm__robust_combine, rm__clip_norm, rm__l2_norm,
  * rm__scale) work on in-memory arrays, allocate nothing, and are

@@ -1,6 +1,6 @@
 /*
  * checkpoint.c - the trainer's state on disk, in the ONE checkpoint format
- * of the project (worker/aggregate/checkpoint.c: 64-byte header with job,
+ * of the project (worker/checkpoint/checkpoint.c: 64-byte header with job,
  * step, generation, rank, world, CRC-32 of header and payload; atomic
  * write = temp file, fsync, rename, fsync dir; validated read).
  *
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "aggregate/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "train_int.h"
 
 typedef struct desc {

@@ -1,8 +1,9 @@
 /*
  * crash_hook.c - RINGMASTER_TEST_CRASH_AT, the training step's kill points.
  *
- * Deterministic kill points (issue 6 fault tests). Compiled in always,
- * inert unless the environment says
+ * Deterministic kill points (issue 6 fault tests). Compiled only into test
+ * builds (RINGMASTER_TEST_HOOKS=ON; common/rm_testhook.h has the no-op
+ * versions for the others), inert unless the environment says
  *
  *   RINGMASTER_TEST_CRASH_AT=WHERE:STEP[@INDEX]
  *
@@ -22,7 +23,7 @@
  *               already in it and waiting for its data
  *   checkpoint  inside the atomic write of the step's checkpoint: the
  *               temporary file is written and fsynced, not yet renamed
- *               (aggregate/checkpoint.c's "synced" hook), so a partial
+ *               (checkpoint/checkpoint.c's "synced" hook), so a partial
  *               checkpoint is left behind for recovery to ignore
  * The points are on both step paths: trainer.c's plain step (policy none,
  * no simulated compute) and policy_step.c's (straggler policies, or
@@ -34,7 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "aggregate/checkpoint.h"
+#include "rm_testhook.h"
 #include "train_int.h"
 
 static struct {
@@ -72,7 +73,7 @@ static void crash_parse(void)
   at = strchr(v, '@');
   mine = getenv("RINGMASTER_LAUNCH_INDEX");
   if (at && (!mine || atoi(at + 1) != atoi(mine))) crash.where[0] = 0;
-  if (!strcmp(crash.where, "checkpoint")) rm__ckpt_test_hook = crash_ckpt_hook;
+  if (!strcmp(crash.where, "checkpoint")) rm__testhook_set_ckpt(crash_ckpt_hook);
 }
 
 int rm__crash_wants(const char *where, uint64_t step)

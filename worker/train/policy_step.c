@@ -43,7 +43,7 @@
 #include <unistd.h>
 
 #include "aggregate/aggregate.h"
-#include "aggregate/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "aggregate/gradcode.h"
 #include "rm_clock.h"
 #include "rm_log.h"

@@ -10,7 +10,7 @@
 #ifndef RM_TRAIN_H
 #define RM_TRAIN_H
 
-#include "agent/workloads/workload.h"
+#include "agent/workload.h"
 
 extern const rm_workload_ops_t rm__workload_train;
 extern const rm_workload_ops_t rm__workload_synthetic;

@@ -3,10 +3,10 @@
  *
  * Pieces, each in its own file:
  *
- *   opts.c      "key=value,key=value" option strings, numbers with K/M/G
+ *   rand.c      permutations and checksums (option strings: common/rm_opts.h)
  *   dataset.c   CSV loader, deterministic train/test split, standardisation
  *   mlp.c       two-layer perceptron: forward, backward, SGD with momentum
- *   checkpoint.c  trainer state on disk (aggregate/checkpoint.h format)
+ *   checkpoint.c  trainer state on disk (checkpoint/checkpoint.h format)
  *   trainer.c   one synchronous data-parallel step: global batch -> this
  *               rank's shard -> local gradient sum -> all-reduce -> update
  *   train_workload.c, synthetic_workload.c   the rm_workload_ops_t tables
@@ -21,9 +21,11 @@
 #include <stdint.h>
 
 #include "ringmaster/ringmaster.h"
+#include "rm_opts.h"
+#include "rm_testhook.h"
 #include "train.h"
 
-/* ---- small helpers (opts.c) ---- */
+/* ---- small helpers (rand.c) ---- */
 
 /* splitmix64: tiny, seedable, identical on every platform. */
 static inline uint64_t rm__rng_next(uint64_t *s)
@@ -48,18 +50,6 @@ void rm__permute(uint32_t *perm, uint32_t n, uint64_t seed);
 
 /* 64-bit FNV-1a over bytes. */
 uint64_t rm__fnv1a(const void *data, size_t len);
-
-/* Option strings. rm__opt_next() splits off the next "key=value" pair from
- * *p (advancing it) into key/val; returns 1 for a pair, 0 at the end, -1 on
- * a malformed or over-long pair (err filled). */
-int rm__opt_next(const char **p, char *key, size_t klen, char *val,
-                 size_t vlen, char *err, size_t errlen);
-/* Parse helpers: fill err naming `key` and return RM_ERR_INVALID_ARG when
- * val is not a number in [lo, hi]. u64 accepts K/M/G (powers of 1024). */
-rm_status_t rm__opt_u64(const char *key, const char *val, uint64_t lo,
-                        uint64_t hi, uint64_t *out, char *err, size_t errlen);
-rm_status_t rm__opt_double(const char *key, const char *val, double lo,
-                           double hi, double *out, char *err, size_t errlen);
 
 /* ---- dataset (dataset.c) ---- */
 
@@ -176,7 +166,7 @@ rm_status_t rm__trainer_resync(rm__trainer_t *t, rm_comm_t *comm,
 uint64_t rm__trainer_checksum(const rm__trainer_t *t);
 
 /* Checkpoints (checkpoint.c) in the project's one checkpoint format
- * (worker/aggregate/checkpoint.h): step, parameters and momentum, written
+ * (worker/checkpoint/checkpoint.h): step, parameters and momentum, written
  * atomically into dir as the file of (job_id, rank, step); OUT path (may be
  * NULL). load() refuses a file of another model shape or seed, a truncated
  * one or a bad checksum, and then leaves the trainer untouched.
@@ -210,13 +200,10 @@ typedef struct rm__policy {
 rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
                             const rm__policy_t *p, rm_step_report_t *rep);
 
-/* ---- kill points for the fault tests (crash_hook.c) ---- */
-/* SIGKILL this process if RINGMASTER_TEST_CRASH_AT names (where, step);
- * step is 1-based. "checkpoint" only arms the checkpoint write that
- * follows (the kill happens inside it). */
-void rm__crash_point(const char *where, uint64_t step);
-/* 1 when the hook names (where, step) for this process. */
-int rm__crash_wants(const char *where, uint64_t step);
+/* ---- kill points for the fault tests ----
+ * rm__crash_point / rm__crash_wants (crash_hook.c, test builds only) are
+ * declared in common/rm_testhook.h, included above: no-ops unless built with
+ * RINGMASTER_TEST_HOOKS. */
 
 /* For tests: the live state behind a `train` workload's opaque pointer. */
 rm__trainer_t *rm__train_workload_trainer(void *state);

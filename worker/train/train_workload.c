@@ -33,7 +33,7 @@
  * a straggler policy: policy_step.c).
  *
  * Recovery (issue 6): every checkpoint_every steps (job spec) each rank
- * writes its state atomically (aggregate/checkpoint.h) and reports the step;
+ * writes its state atomically (checkpoint/checkpoint.h) and reports the step;
  * a worker that joins a running job (replacement) first loads the
  * checkpoint the coordinator names (the last one every member completed),
  * then rm__trainer_resync hands it the live parameters from a survivor.
@@ -44,7 +44,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "aggregate/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"

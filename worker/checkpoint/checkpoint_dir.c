@@ -19,7 +19,7 @@
  * (job, rank): with one writer per (dir, job, rank) none of them can be in
  * use by the caller's own writer between writes. Then fsync the directory.
  */
-#include "aggregate/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "aggregate/checkpoint_int.h"
+#include "checkpoint/checkpoint_int.h"
 
 /* ---- listing: steps of (job, rank) in dir, newest first ---- */
 static int parse_name(const char *name, uint64_t job_id, int rank, uint64_t *step)

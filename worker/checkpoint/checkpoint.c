@@ -44,7 +44,7 @@
  * Directory listing, newest-valid lookup and keep-last-K live in
  * checkpoint_dir.c.
  */
-#include "aggregate/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,9 +58,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "aggregate/checkpoint_int.h"
+#include "checkpoint/checkpoint_int.h"
+#include "rm_testhook.h"
 
-void (*rm__ckpt_test_hook)(const char *stage);
+#if RM_TESTHOOKS
+rm__testhook_fn rm__ckpt_test_hook; /* rm_testhook.h; test builds only */
+#endif
 
 static const uint8_t ckpt_magic[8] = {'R', 'M', 'C', 'K', 'P', 'T', '\n', 0x1a};
 
@@ -236,7 +239,7 @@ rm_status_t rm__ckpt_writev(const char *dir, const rm__ckpt_meta_t *meta,
     goto fail;
   }
   fd = -1;
-  if (rm__ckpt_test_hook != NULL) rm__ckpt_test_hook("synced");
+  rm__testhook_ckpt("synced"); /* test builds: fault injection */
   if (rename(tmp, fin) != 0) {
     rm__ckpt_seterr(err, errlen, "checkpoint %s: rename: %s", fin, strerror(errno));
     st = RM_ERR_SYSTEM;

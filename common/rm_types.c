@@ -1,35 +1,11 @@
 /*
- * names.c - the public enumerations in words: status codes (generated from
- * RM_STATUS_MAP), dtypes, ops and algorithms, and their parsers.
+ * rm_types.c - dtypes, ops and algorithms in words, and their parsers
+ * (include/ringmaster/types.h). Compiled into libringmaster and rm_common.
  */
 #include <string.h>
 #include <strings.h>
 
-#include "ringmaster/ringmaster.h"
-
-const char *rm_status_name(rm_status_t st)
-{
-  switch (st) {
-#define RM__STATUS_NAME(name, code, text) \
-  case RM_##name:                         \
-    return "RM_" #name;
-    RM_STATUS_MAP(RM__STATUS_NAME)
-#undef RM__STATUS_NAME
-  }
-  return "RM_UNKNOWN";
-}
-
-const char *rm_status_string(rm_status_t st)
-{
-  switch (st) {
-#define RM__STATUS_TEXT(name, code, text) \
-  case RM_##name:                         \
-    return text;
-    RM_STATUS_MAP(RM__STATUS_TEXT)
-#undef RM__STATUS_TEXT
-  }
-  return "RM_UNKNOWN";
-}
+#include "ringmaster/types.h"
 
 static const struct {
   const char *name;

@@ -1,7 +1,13 @@
 /*
- * masked.c - collective aggregation over a participant set, and robust
- * all-reduce, built only on the public collectives (rm_allreduce,
- * rm_allgather).
+ * participants.c - participant sets (member masks) and the all-reduce over a
+ * participant set, built only on the public collectives (rm_allreduce).
+ *
+ * PARTICIPANT SETS. A member mask is `world` bytes, member[r] != 0 when rank
+ * r contributes to the step. The coordinator fixes one mask per step
+ * (backup: the first N arrivals; deadline: those in by the deadline; coded:
+ * the decode plan) and every rank passes the same one to
+ * rm__masked_allreduce. (A "mask" here is a set of ranks, not a secure
+ * aggregation mask.)
  *
  * MASKED ALL-REDUCE. Ranks R = {0..world-1}, members M (fixed by the
  * coordinator for the step, identical on every rank), k = |M| >= 1.
@@ -23,16 +29,40 @@
  * same two numbers, so every rank takes the same branch and the
  * communicator's collective sequence stays in step even on a mismatch.
  *
- * ROBUST ALL-REDUCE. rm_allgather of every rank's vector into world*count
- * elements, then rm__robust_combine (robust.c) on every rank. The combine is
- * deterministic, so every rank gets the same bytes.
+ * The robust all-reduce (all-gather, then robust.c's combine) is in
+ * robust_allreduce.c.
  */
 #include "aggregate/aggregate.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "reduce/reduce.h"
+
+/* ---- participant sets ---- */
+
+rm_status_t rm__members_from_list(const int *ranks, int n, int world,
+                                  uint8_t *member)
+{
+  if (world < 1 || n < 0 || member == NULL || (n > 0 && ranks == NULL))
+    return RM_ERR_INVALID_ARG;
+  for (int i = 0; i < n; i++) {
+    if (ranks[i] < 0 || ranks[i] >= world) return RM_ERR_INVALID_ARG;
+    for (int j = 0; j < i; j++)
+      if (ranks[j] == ranks[i]) return RM_ERR_INVALID_ARG;
+  }
+  memset(member, 0, (size_t)world);
+  for (int i = 0; i < n; i++) member[ranks[i]] = 1;
+  return RM_OK;
+}
+
+int rm__members_count(const uint8_t *member, int world)
+{
+  int k = 0;
+  for (int r = 0; member != NULL && r < world; r++) k += member[r] != 0;
+  return k;
+}
+
+/* ---- all-reduce over a participant set ---- */
 
 static uint64_t mask_hash(const uint8_t *member, int world)
 {
@@ -84,32 +114,4 @@ rm_status_t rm__masked_allreduce(rm_comm_t *comm, const void *send,
   if (op == RM_AVG) rm__scale_avg(recv, count, dt, k);
   if (contributors != NULL) *contributors = k;
   return RM_OK;
-}
-
-rm_status_t rm__robust_allreduce(rm_comm_t *comm, const void *send,
-                                 void *recv, size_t count, rm_dtype_t dt,
-                                 const rm__robust_opts_t *o)
-{
-  size_t esz = rm_dtype_size(dt);
-  if (comm == NULL || o == NULL || esz == 0 ||
-      (count > 0 && (send == NULL || recv == NULL)))
-    return RM_ERR_INVALID_ARG;
-  int world = rm_comm_world(comm);
-  rm_status_t st = RM_OK;
-  double *work = malloc((size_t)world * sizeof *work);
-  void *all = malloc((size_t)world * count * esz + 1);
-  if (work == NULL || all == NULL) {
-    st = RM_ERR_NOMEM;
-    goto out;
-  }
-  /* validate method and dtype before any byte moves (count 0 = check only) */
-  st = rm__robust_combine(NULL, world, 0, dt, o, NULL, work);
-  if (st != RM_OK) goto out;
-  st = rm_allgather(comm, send, all, count, dt);
-  if (st != RM_OK) goto out;
-  st = rm__robust_combine(all, world, count, dt, o, recv, work);
-out:
-  free(all);
-  free(work);
-  return st;
 }

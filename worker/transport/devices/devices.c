@@ -1,7 +1,7 @@
 /*
  * devices.c - the device list (devices.h): joins the CUDA probe
- * (cuda/cuda_probe.c, built when RM_HAVE_CUDA) and the RDMA probe
- * (rdma/rdma_probe.c, built when RM_HAVE_RDMA). For a kind this build left
+ * (cuda_probe.c, built when RM_HAVE_CUDA) and the RDMA probe
+ * (rdma_probe.c, built when RM_HAVE_RDMA). For a kind this build left
  * out, the probe here reports "not built" and zero devices.
  *
  * Discovery only: no RDMA or CUDA data path exists; TCP carries all traffic.

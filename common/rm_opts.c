@@ -1,5 +1,7 @@
 /*
- * opts.c - workload option strings, permutations and checksums.
+ * rm_opts.c - workload option strings (rm_opts.h): the one parser of the job
+ * spec's `options` field, used by every built-in workload (worker/train/,
+ * worker/agent/wl_allreduce.c).
  *
  * Option grammar (what the job spec's `options` field holds):
  *
@@ -16,30 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_int.h"
-
-void rm__permute(uint32_t *perm, uint32_t n, uint64_t seed)
-{
-  uint64_t s = seed;
-  for (uint32_t i = 0; i < n; i++) perm[i] = i;
-  for (uint32_t i = n; i > 1; i--) {
-    uint32_t j = rm__rng_below(&s, i);
-    uint32_t tmp = perm[i - 1];
-    perm[i - 1] = perm[j];
-    perm[j] = tmp;
-  }
-}
-
-uint64_t rm__fnv1a(const void *data, size_t len)
-{
-  const unsigned char *p = data;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < len; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
+#include "rm_opts.h"
 
 /* Copy [b, e) trimmed of blanks into dst; 0 when it does not fit. */
 static int copy_trimmed(const char *b, const char *e, char *dst, size_t len)

@@ -19,8 +19,8 @@
  * checkpoint; RM_ERR_SYSTEM for an I/O error; RM_ERR_NOMEM. err (may be NULL)
  * always says which file and what was wrong.
  */
-#ifndef RM_WORKER_AGGREGATE_CHECKPOINT_H
-#define RM_WORKER_AGGREGATE_CHECKPOINT_H
+#ifndef RM_WORKER_CHECKPOINT_CHECKPOINT_H
+#define RM_WORKER_CHECKPOINT_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -92,9 +92,9 @@ rm_status_t rm__ckpt_prune(const char *dir, uint64_t job_id, int rank,
  * (start with 0). crc32("123456789") == 0xCBF43926. */
 uint32_t rm__crc32(uint32_t crc, const void *data, size_t len);
 
-/* Test hook (fault injection, SQLite style): when not NULL, called with the
- * stage name "synced" after the temp file is written and fsynced and before
- * the rename. A test sets it in a forked child to _exit() there. */
-extern void (*rm__ckpt_test_hook)(const char *stage);
+/* Fault injection (test builds only, common/rm_testhook.h): the writer
+ * calls rm__testhook_ckpt("synced") after the temp file is written and
+ * fsynced and before the rename; a test sets a hook with
+ * rm__testhook_set_ckpt() in a forked child to _exit() there. */
 
 #endif

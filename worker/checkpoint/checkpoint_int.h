@@ -1,6 +1,6 @@
 /* checkpoint_int.h - private to checkpoint.c and checkpoint_dir.c. */
-#ifndef RM_WORKER_AGGREGATE_CHECKPOINT_INT_H
-#define RM_WORKER_AGGREGATE_CHECKPOINT_INT_H
+#ifndef RM_WORKER_CHECKPOINT_CHECKPOINT_INT_H
+#define RM_WORKER_CHECKPOINT_CHECKPOINT_INT_H
 
 #include <stddef.h>
 
