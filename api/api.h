@@ -1,6 +1,7 @@
 /*
  * api.h - the REST API, /metrics, server-sent events, dashboard and CLI
- * (module tier). Used by coordinator/main.c; calls only coord.h.
+ * (module tier). Used by serve/main.c; calls only coord.h (what it needs of
+ * the launchers comes in as function pointers in rm_api_options_t).
  *
  *   rm_api_options_init(&o); o.listen = "127.0.0.1:8080";
  *   rm_api_start(&o, coord, &api, err, sizeof err);   serves until stop
@@ -14,10 +15,21 @@
 #define RM_API_API_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "coord.h"
 
 typedef struct rm_api rm_api_t;
+
+/* What serve/ hands the API of the launchers (rm_launch_coord_log_location,
+ * rm_launch_k8s_manifest): where a worker's log file is (folder and file
+ * name; 0 ok), and the k8s manifests of a job. */
+typedef int (*rm_api_log_location_fn)(void *ctx, uint64_t job_id, int index, char *dir,
+                                      size_t dirlen, char *file, size_t filelen);
+typedef rm_status_t (*rm_api_k8s_render_fn)(const rm_job_info_t *job,
+                                            const char *coord_addr, const char *image,
+                                            const char *ns, FILE *out, char *err,
+                                            size_t errlen);
 
 typedef struct rm_api_options {
   const char *listen;     /* "host:port", port 0 = free port; default "127.0.0.1:8080" */
@@ -27,13 +39,20 @@ typedef struct rm_api_options {
   int sse_keepalive_ms;   /* 0 = RINGMASTER_SSE_KEEPALIVE_MS or 15000 */
   int tick_ms;            /* progress push period; 0 = RINGMASTER_API_TICK_MS or 1000 */
   const char *chartjs_path; /* NULL = RINGMASTER_CHARTJS or Debian libjs-chart.js path */
-  /* The launchers' base log folder (`serve --log-dir`): worker logs are
-   * <log_dir>/job-<id>/worker-<index>.log (local and slurm launchers).
-   * NULL = GET .../workers/{index}/log answers 404 (no logs here). Copied. */
-  const char *log_dir;
-  /* For GET /api/v1/jobs/{id}/k8s-manifest (serve --advertise, --k8s-image):
-   * the address workers dial (NULL = the coordinator's bound gRPC address)
-   * and the default image and namespace (NULL = the renderer's). Copied. */
+  /* GET .../workers/{index}/log: where the launchers write the log of job
+   * id's worker with launch index `index`, as a folder and a file name in
+   * it (the API opens both without following links); 0 ok. The composition
+   * root (serve/) wires the launchers' own function
+   * (rm_launch_coord_log_location) with its ctx. NULL = the endpoint answers
+   * 404 (no logs here). */
+  rm_api_log_location_fn log_location;
+  void *log_ctx;
+  /* GET /api/v1/jobs/{id}/k8s-manifest: the k8s launcher's renderer (serve
+   * wires rm_launch_k8s_manifest); NULL = the endpoint answers 404. */
+  rm_api_k8s_render_fn k8s_render;
+  /* For it (serve --advertise, --k8s-image): the address workers dial (NULL
+   * = the coordinator's bound gRPC address) and the default image and
+   * namespace (NULL = the renderer's). Copied. */
   const char *advertise_addr;
   const char *k8s_image;
   const char *k8s_namespace;

@@ -58,7 +58,10 @@ struct rm_api {
   char *chartjs; /* file contents read at start, NULL when absent */
   size_t chartjs_len;
   char chartjs_path[256];
-  char *log_dir;        /* NULL: no worker logs (options.log_dir) */
+  /* options.log_location / log_ctx (NULL: no worker logs), k8s_render */
+  rm_api_log_location_fn log_location;
+  void *log_ctx;
+  rm_api_k8s_render_fn k8s_render;
   char *advertise_addr; /* NULL: rm_coord_grpc_address */
   char *k8s_image, *k8s_namespace; /* NULL: renderer defaults */
   /* progress ticker */

@@ -3,7 +3,8 @@
  * run a submitted job's workers (Secret with the worker token, headless
  * Service, Indexed Job with completions == parallelism == world), rendered
  * by the k8s launcher's own renderer (rm_launch_k8s_manifest in
- * coordinator/launch/launch_coord.h), so `ringmaster k8s-manifest JOB` and
+ * coordinator/launch/launch_coord.h, handed in by serve/ as
+ * rm_api_options_t.k8s_render), so `ringmaster k8s-manifest JOB` and
  * what the k8s launcher writes never drift apart.
  *
  * Auth: required (the Secret holds the job's worker token).
@@ -20,7 +21,6 @@
 #include <string.h>
 
 #include "api_int.h"
-#include "launch_coord.h"
 
 /* DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters. */
 static int dns_label(const char *s)
@@ -72,6 +72,11 @@ void rm__h_k8s_manifest(rm__req_t *req, rm__resp_t *resp)
   rm_status_t st;
 
   if (rm__req_job_id(req, resp, &id) || options(req, resp, &image, &ns)) return;
+  if (req->api->k8s_render == NULL) {
+    rm__resp_error(resp, 404, "not_found", NULL, "this coordinator has no Kubernetes "
+                   "launcher to render manifests with");
+    return;
+  }
   st = rm_coord_job_get(req->api->coord, id, &info);
   if (st != RM_OK) {
     rm__resp_coord_error(resp, st, "k8s manifest", id);
@@ -89,7 +94,7 @@ void rm__h_k8s_manifest(rm__req_t *req, rm__resp_t *resp)
     rm__resp_error(resp, 500, "internal", NULL, "cannot render the manifests: out of memory");
     return;
   }
-  st = rm_launch_k8s_manifest(&info, addr, image, ns, f, err, sizeof err);
+  st = req->api->k8s_render(&info, addr, image, ns, f, err, sizeof err);
   if (fclose(f) != 0 && st == RM_OK) st = RM_ERR_SYSTEM;
   if (st != RM_OK) {
     rm__resp_error(resp, 500, "internal", NULL, "cannot render the manifests: %s",

@@ -4,7 +4,8 @@
  *
  * Where logs are. The local and slurm launchers write a worker's stdout and
  * stderr to <log_dir>/job-<id>/worker-<index>.log, where log_dir is
- * `serve --log-dir` (passed in rm_api_options_t.log_dir) and index is the
+ * `serve --log-dir`; the launchers say where (rm_api_options_t.log_location,
+ * wired by serve/) and index is the
  * worker's LAUNCH INDEX (RINGMASTER_LAUNCH_INDEX / SLURM_PROCID; the
  * "launch_index" of GET .../workers), NOT its rank: the two are equal only
  * in a job's first generation (after a shrink ranks move; a replacement
@@ -48,19 +49,18 @@
 #define RM__LOG_MAX (1u << 20)
 #define RM__LOG_MAX_LINES 100000
 
-/* Open <log_dir>/job-<id>/worker-<index>.log read-only without following a
- * link at either level. Returns the fd or -1 (errno set). */
-static int open_log(const char *log_dir, uint64_t id, unsigned index)
+/* Open the log the launchers wrote for (id, index), at the folder and file
+ * name their log_location gives, read-only without following a link at
+ * either level. Returns the fd or -1 (errno set). */
+static int open_log(const rm_api_t *api, uint64_t id, unsigned index)
 {
-  char dir[4096 + 32], file[48];
+  char dir[4096 + 32], file[256];
   int dfd, fd, saved;
 
-  if ((size_t)snprintf(dir, sizeof dir, "%s/job-%llu", log_dir, (unsigned long long)id) >=
-      sizeof dir) {
+  if (api->log_location(api->log_ctx, id, (int)index, dir, sizeof dir, file, sizeof file)) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  snprintf(file, sizeof file, "worker-%u.log", index);
   dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dfd < 0) return -1;
   fd = openat(dfd, file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -158,7 +158,7 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
     not_found(resp, id, *index, "no worker of the job has this launch index");
     return -1;
   }
-  if (req->api->log_dir == NULL) {
+  if (req->api->log_location == NULL) {
     not_found(resp, id, *index, "this coordinator was started without a log folder");
     return -1;
   }
@@ -177,7 +177,7 @@ void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
   int fd = -1;
 
   if (rm__req_job_id(req, resp, &id) || parse(req, resp, id, &index, &tail, &bytes, &from, &has_from)) return;
-  fd = open_log(req->api->log_dir, id, index);
+  fd = open_log(req->api, id, index);
   if (fd < 0) {
     not_found(resp, id, index, errno == ENOENT ? "the launcher has not written it (yet)"
                                                : "it is not a plain file in the job's log folder");

@@ -57,7 +57,9 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
                        errlen) != 0)
     goto fail;
   rm__chartjs_load(api, o->chartjs_path);
-  api->log_dir = o->log_dir ? rm__xstrdup(o->log_dir) : NULL;
+  api->log_location = o->log_location;
+  api->log_ctx = o->log_ctx;
+  api->k8s_render = o->k8s_render;
   api->advertise_addr = o->advertise_addr ? rm__xstrdup(o->advertise_addr) : NULL;
   api->k8s_image = o->k8s_image ? rm__xstrdup(o->k8s_image) : NULL;
   api->k8s_namespace = o->k8s_namespace ? rm__xstrdup(o->k8s_namespace) : NULL;
@@ -96,7 +98,6 @@ void rm_api_stop(rm_api_t *api)
   if (api->sub_id > 0) rm_coord_unsubscribe(api->coord, api->sub_id);
   rm__sse_hub_free(api->hub);
   free(api->chartjs);
-  free(api->log_dir);
   free(api->advertise_addr);
   free(api->k8s_image);
   free(api->k8s_namespace);

@@ -1,6 +1,7 @@
 /*
  * cli.c - `ringmaster submit|jobs|job|cancel|k8s-manifest|run|logs`: a REST
- * client of the coordinator's /api/v1 (plain sockets, see httpc.h).
+ * client of the coordinator's /api/v1 over libcurl (http:// or https://,
+ * see http_client.h).
  * Human-readable tables by default, the server's JSON with --json. `run`
  * and `logs` live in run.c (cli_int.h).
  *
@@ -9,17 +10,19 @@
  *   4 unauthorized (401/403), 5 server unreachable or no answer in time,
  *   6 request refused (400/409/413: bad spec, job already finished, ...)
  */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "auth.h"
 #include "cli_int.h"
-#include "httpc.h"
+#include "http_client.h"
 #include "table.h"
 
 static const char k_usage[] =
@@ -51,12 +54,17 @@ static const char k_usage[] =
     "                           prefixed [i], or worker N alone); --follow until\n"
     "                           the job ends\n"
     "options:\n"
-    "  --server URL     coordinator REST address (env RINGMASTER_SERVER,\n"
-    "                   default http://127.0.0.1:8080)\n"
+    "  --server URL     coordinator REST address, http:// or https:// (env\n"
+    "                   RINGMASTER_SERVER, default http://127.0.0.1:8080)\n"
     "  --token T        API token for submit/cancel/k8s-manifest (env RINGMASTER_API_TOKEN)\n"
     "  --token-file F   read the token from F (env RINGMASTER_API_TOKEN_FILE)\n"
     "  --json           print the server's JSON instead of tables\n"
     "  --timeout MS     deadline for the whole request (default 10000)\n"
+    "  --connect-timeout MS\n"
+    "                   deadline for connecting, TCP and TLS (default: --timeout)\n"
+    "  --cacert FILE    trust the CA certificates in FILE (PEM) for https://\n"
+    "                   instead of the system's (env RINGMASTER_CACERT)\n"
+    "  proxies: http_proxy, https_proxy, no_proxy (the usual variables)\n"
     "exit codes: 0 ok, 1 server error, 2 usage, 3 not found, 4 unauthorized,\n"
     "            5 server unreachable, 6 request refused (bad spec, conflict)\n";
 
@@ -107,6 +115,26 @@ static char *read_input(const char *path, size_t *len)
   return buf;
 }
 
+rm__http_opts_t rm__cli_http_opts(const cli_t *c, int timeout_ms)
+{
+  rm__http_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.token = c->token;
+  o.cacert = c->cacert && *c->cacert ? c->cacert : NULL;
+  o.timeout_ms = timeout_ms;
+  o.connect_timeout_ms = c->connect_timeout_ms;
+  o.signals = c->signals;
+  return o;
+}
+
+int rm__cli_check_cacert(const cli_t *c)
+{
+  if (c->cacert == NULL || *c->cacert == '\0' || access(c->cacert, R_OK) == 0) return 0;
+  fprintf(stderr, "ringmaster: cannot read the CA certificate file %s: %s\n", c->cacert,
+          strerror(errno));
+  return -1;
+}
+
 /* One request; on an HTTP error prints the server's error message. Returns
  * the exit code and, on 2xx, the reply in *r (free r->body). */
 int rm__cli_call_raw(cli_t *c, const char *method, const char *path, const char *body,
@@ -116,8 +144,10 @@ int rm__cli_call_raw(cli_t *c, const char *method, const char *path, const char 
   json_t *j;
   int code;
 
-  if (rm__http_request(c->server, method, path, c->token, body, body ? strlen(body) : 0,
-                       c->timeout_ms, r, err, sizeof err) != 0) {
+  rm__http_opts_t o = rm__cli_http_opts(c, c->timeout_ms);
+
+  if (rm__http_request(c->server, method, path, &o, body, body ? strlen(body) : 0, r, err,
+                       sizeof err) != 0) {
     fprintf(stderr, "ringmaster: %s: %s\n", c->server, err);
     return RM_CLI_EXIT_UNREACHABLE;
   }
@@ -417,6 +447,8 @@ static int cmd_k8s_manifest(cli_t *c, const char *id)
   return fflush(stdout) == 0 ? code : RM_CLI_EXIT_SERVER;
 }
 
+enum { OPT_CACERT = 1000, OPT_CONNECT_TIMEOUT };
+
 int rm__cli_parse_args(cli_t *c, int argc, char **argv)
 {
   static const struct option opts[] = {
@@ -425,7 +457,9 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
       {"timeout", required_argument, 0, 'T'}, {"state", required_argument, 0, 'S'},
       {"limit", required_argument, 0, 'l'}, {"offset", required_argument, 0, 'o'},
       {"reason", required_argument, 0, 'r'}, {"image", required_argument, 0, 'i'},
-      {"namespace", required_argument, 0, 'n'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"namespace", required_argument, 0, 'n'}, {"help", no_argument, 0, 'h'},
+      {"cacert", required_argument, 0, OPT_CACERT},
+      {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT}, {0, 0, 0, 0}};
   const char *token = NULL, *token_file = NULL;
   char err[256];
   int ch, gen;
@@ -444,10 +478,13 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
     case 'r': c->reason = optarg; break;
     case 'i': c->image = optarg; break;
     case 'n': c->ns = optarg; break;
+    case OPT_CACERT: c->cacert = optarg; break;
+    case OPT_CONNECT_TIMEOUT: c->connect_timeout_ms = atoi(optarg); break;
     default: return -1;
     }
   }
   if (c->timeout_ms <= 0) c->timeout_ms = 10000;
+  if (rm__cli_check_cacert(c) != 0) return -1;
   if ((token || token_file || getenv("RINGMASTER_API_TOKEN") ||
        getenv("RINGMASTER_API_TOKEN_FILE")) &&
       (rm__auth_resolve(token, token_file, c->token, sizeof c->token, &gen, err, sizeof err) != 0)) {
@@ -465,7 +502,7 @@ int rm__cli_is_id(const char *s)
   return 1;
 }
 
-int rm_cli_main(int argc, char **argv)
+static int cli_main(int argc, char **argv)
 {
   cli_t c;
   const char *cmd = argc > 1 ? argv[1] : "";
@@ -474,6 +511,7 @@ int rm_cli_main(int argc, char **argv)
   memset(&c, 0, sizeof c);
   c.server = getenv("RINGMASTER_SERVER");
   if (c.server == NULL || *c.server == '\0') c.server = "http://127.0.0.1:8080";
+  c.cacert = getenv("RINGMASTER_CACERT");
   if (!rm_cli_is_command(cmd)) goto usage;
   if (strcmp(cmd, "run") == 0) return rm__cli_run(&c, argc - 1, argv + 1);
   if (strcmp(cmd, "logs") == 0) return rm__cli_logs(&c, argc - 1, argv + 1);
@@ -489,4 +527,16 @@ int rm_cli_main(int argc, char **argv)
 usage:
   fputs(k_usage, stderr);
   return RM_CLI_EXIT_USAGE;
+}
+
+int rm_cli_main(int argc, char **argv)
+{
+  int code;
+  if (rm__http_init() != 0) { /* curl_global_init, once, before anything else */
+    fprintf(stderr, "ringmaster: cannot initialise libcurl\n");
+    return RM_CLI_EXIT_UNREACHABLE;
+  }
+  code = cli_main(argc, argv);
+  rm__http_cleanup();
+  return code;
 }

@@ -9,13 +9,16 @@
 
 #include "api.h"
 #include "auth.h"
-#include "httpc.h"
+#include "http_client.h"
 
 typedef struct {
   const char *server;
   char token[RM_API_TOKEN_MAX + 1];
+  const char *cacert;       /* --cacert / RINGMASTER_CACERT, NULL: system CAs */
   int json;
-  int timeout_ms;
+  int timeout_ms;           /* --timeout: the whole request */
+  int connect_timeout_ms;   /* --connect-timeout, 0: --timeout */
+  volatile sig_atomic_t *signals; /* Ctrl-C counter that abandons a request, or NULL */
   const char *state;
   const char *limit;
   const char *offset;
@@ -24,6 +27,11 @@ typedef struct {
   const char *ns;
 } cli_t;
 
+/* The request options (token, CA file, deadlines) of c, with timeout_ms
+ * for the whole request. */
+rm__http_opts_t rm__cli_http_opts(const cli_t *c, int timeout_ms);
+/* 0 when c->cacert is unset or readable; else prints why and returns -1. */
+int rm__cli_check_cacert(const cli_t *c);
 /* One request; on an HTTP error prints the server's error message. Returns
  * the exit code (RM_CLI_EXIT_*) and, on 2xx, the reply in *r (free
  * r->body). */

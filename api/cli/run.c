@@ -31,7 +31,10 @@
  * logs ID [--follow] [--worker N]: the same follower without the submit;
  * without --follow one pass over what is there.
  *
- * Every wait has a deadline; every request has the --timeout deadline.
+ * Every wait has a deadline; every request has the --timeout deadline
+ * (and --connect-timeout for connecting). The requests go through one
+ * libcurl handle (http_client.h), so following reuses one connection; a
+ * Ctrl-C abandons the request in flight, as it interrupts a sleep.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -134,10 +137,10 @@ static void poll_log(follow_t *f, int i, int flush)
   char path[160];
   char err[256];
   rm__http_reply_t r;
+  rm__http_opts_t o = rm__cli_http_opts(f->c, f->c->timeout_ms);
   snprintf(path, sizeof path, "/api/v1/jobs/%s/workers/%d/log?offset=%lld", f->id, i,
            f->w[i].off);
-  if (rm__http_request(f->c->server, "GET", path, f->c->token, NULL, 0, f->c->timeout_ms, &r,
-                       err, sizeof err) != 0)
+  if (rm__http_request(f->c->server, "GET", path, &o, NULL, 0, &r, err, sizeof err) != 0)
     return;
   if (r.status == 200) {
     feed(f, i, r.body, r.len, flush);
@@ -379,8 +382,9 @@ static int server_answers(cli_t *c)
 {
   rm__http_reply_t r;
   char err[256];
-  if (rm__http_request(c->server, "GET", "/healthz", NULL, NULL, 0, 1500, &r, err,
-                       sizeof err) != 0)
+  rm__http_opts_t o = rm__cli_http_opts(c, 1500);
+  o.token = NULL;
+  if (rm__http_request(c->server, "GET", "/healthz", &o, NULL, 0, &r, err, sizeof err) != 0)
     return 0;
   free(r.body);
   return r.status == 200;
@@ -389,10 +393,10 @@ static int server_answers(cli_t *c)
 /* ---- argument parsing ---- */
 typedef struct {
   long n, min_workers, max_restarts, hb;
-  int timeout_ms;
+  int timeout_ms, connect_timeout_ms;
   long long steps;
   const char *launcher, *on_failure, *name, *workdir, *algorithm;
-  const char *server, *token, *token_file;
+  const char *server, *token, *token_file, *cacert;
   json_t *env;   /* object */
   json_t *argv;  /* array */
 } run_args_t;
@@ -401,7 +405,8 @@ static const char k_run_usage[] =
     "usage: ringmaster run -n N [--launcher local|slurm] [--on-failure "
     "fail|shrink|replace] [--min-workers N] [--max-restarts N] [--steps N] "
     "[--name NAME] [--env K=V]... [--workdir DIR] [--algorithm A] "
-    "[--heartbeat-timeout-ms N] [--server URL] [--token T] -- PROG ARGS...\n";
+    "[--heartbeat-timeout-ms N] [--server URL] [--token T] [--token-file F] "
+    "[--cacert FILE] [--timeout MS] [--connect-timeout MS] -- PROG ARGS...\n";
 
 /* A parse result that is not an error: --help printed the usage. */
 #define RUN_HELP (-1)
@@ -453,7 +458,8 @@ static int parse_run(run_args_t *a, int argc, char **argv)
                                          "--min-workers", "--max-restarts", "--steps",
                                          "--heartbeat-timeout-ms", "--name", "--workdir",
                                          "--algorithm", "--server", "--token",
-                                         "--token-file", "--env", "--timeout", NULL};
+                                         "--token-file", "--env", "--timeout",
+                                         "--connect-timeout", "--cacert", NULL};
     int k = 0;
     while (valued[k] && strcmp(o, valued[k])) k++;
     if (!valued[k]) return usage_err("unknown option '%s'", o);
@@ -485,7 +491,11 @@ static int parse_run(run_args_t *a, int argc, char **argv)
     } else if (!strcmp(o, "--timeout")) {
       if (num(o, v, 1, 3600000, &x)) return RM_CLI_EXIT_USAGE;
       a->timeout_ms = (int)x;
-    } else if (!strcmp(o, "--name")) a->name = v;
+    } else if (!strcmp(o, "--connect-timeout")) {
+      if (num(o, v, 1, 3600000, &x)) return RM_CLI_EXIT_USAGE;
+      a->connect_timeout_ms = (int)x;
+    } else if (!strcmp(o, "--cacert")) a->cacert = v;
+    else if (!strcmp(o, "--name")) a->name = v;
     else if (!strcmp(o, "--workdir")) a->workdir = v;
     else if (!strcmp(o, "--algorithm")) a->algorithm = v;
     else if (!strcmp(o, "--server")) a->server = v;
@@ -595,7 +605,10 @@ int rm__cli_run(cli_t *c, int argc, char **argv)
   }
   if (code) goto exit;
   c->timeout_ms = a.timeout_ms > 0 ? a.timeout_ms : 10000;
-  if (resolve_token(c, a.token, a.token_file)) {
+  c->connect_timeout_ms = a.connect_timeout_ms;
+  if (a.cacert) c->cacert = a.cacert;
+  c->signals = &g_interrupts;
+  if (rm__cli_check_cacert(c) || resolve_token(c, a.token, a.token_file)) {
     code = RM_CLI_EXIT_USAGE;
     goto exit;
   }
@@ -649,6 +662,10 @@ exit:
 }
 
 /* ---- logs ---- */
+static const char k_logs_usage[] =
+    "usage: ringmaster logs ID [--follow] [--worker N] [--server URL] [--token T] "
+    "[--token-file F] [--cacert FILE] [--timeout MS] [--connect-timeout MS]\n";
+
 int rm__cli_logs(cli_t *c, int argc, char **argv)
 {
   const char *id = NULL, *token = NULL, *token_file = NULL;
@@ -662,22 +679,24 @@ int rm__cli_logs(cli_t *c, int argc, char **argv)
     else if (!strcmp(o, "--token") && v) token = v, i++;
     else if (!strcmp(o, "--token-file") && v) token_file = v, i++;
     else if (!strcmp(o, "--timeout") && v) c->timeout_ms = atoi(v), i++;
+    else if (!strcmp(o, "--connect-timeout") && v) c->connect_timeout_ms = atoi(v), i++;
+    else if (!strcmp(o, "--cacert") && v) c->cacert = v, i++;
     else if (!id && rm__cli_is_id(o)) id = o;
     else if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-      printf("usage: ringmaster logs ID [--follow] [--worker N] [--server URL]\n");
+      fputs(k_logs_usage, stdout);
       return 0;
     } else {
-      fprintf(stderr, "ringmaster logs: unexpected '%s'\nusage: ringmaster logs ID [--follow] "
-              "[--worker N] [--server URL]\n", o);
+      fprintf(stderr, "ringmaster logs: unexpected '%s'\n%s", o, k_logs_usage);
       return RM_CLI_EXIT_USAGE;
     }
   }
   if (!id) {
-    fprintf(stderr, "usage: ringmaster logs ID [--follow] [--worker N] [--server URL]\n");
+    fputs(k_logs_usage, stderr);
     return RM_CLI_EXIT_USAGE;
   }
   if (c->timeout_ms <= 0) c->timeout_ms = 10000;
-  if (resolve_token(c, token, token_file)) return RM_CLI_EXIT_USAGE;
+  if (rm__cli_check_cacert(c) || resolve_token(c, token, token_file)) return RM_CLI_EXIT_USAGE;
+  c->signals = &g_interrupts;
   follow_t *f = calloc(1, sizeof *f);
   json_t *job = NULL;
   char path[96];
