@@ -577,21 +577,7 @@ def default_communicator():
 
 def allreduce(x, op="sum", algorithm=None):
     """All-reduce x in place over every rank; returns x."""
-    p, n, dt = _buf(x)
-    if dt is None:
-        raise _dtype_err(x)
-    o = OPS.get(op)
-    if o is None:
-        raise ValueError("ringmaster: unknown op %r (sum prod min max avg)" % (op,))
-    if n:
-        d = _default
-        if algorithm is None:
-            st = _c_allreduce(d.ptr, p, p, n, dt, o)
-        else:
-            st = _c_allreduce_ex(d.ptr, p, p, n, dt, o, ALGORITHMS[algorithm], None)
-        if st:
-            raise d.error(st, "rm_allreduce")
-    return x
+    return _default.allreduce(x, op, algorithm)
 
 
 def broadcast(x, root=0):

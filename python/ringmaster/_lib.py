@@ -160,6 +160,12 @@ def _candidates():
         else:
             yield env
         return
+    try:  # written by `cmake --install` (cmake/ringmaster_installed.py.in)
+        from . import _installed
+        if os.path.exists(_installed.LIBRARY):
+            yield _installed.LIBRARY
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))  # <repo>/python/ringmaster -> <repo>
     builds = [os.path.join(repo, "build")] + sorted(

@@ -1,5 +1,5 @@
 """Exceptions: one class per libringmaster status (RM_STATUS_MAP in
-include/ringmaster/ringmaster.h), the names read from the library with
+include/ringmaster/status.h), the names read from the library with
 rm_status_name so a new code shows up as a plain RingmasterError."""
 from . import _lib
 

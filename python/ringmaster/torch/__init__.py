@@ -318,23 +318,34 @@ def _grouped(tensors, bucket_bytes):
     return buckets
 
 
+def _unflatten(flat, tensors):
+    """Copy the consecutive pieces of flat back into tensors."""
+    off = 0
+    for t in tensors:
+        k = t.numel()
+        t.copy_(flat[off:off + k].view_as(t))
+        off += k
+
+
+def _bucketed(tensors, bucket_bytes, fn):
+    """fn(buffer) in place on each bucket: the tensor itself when alone and
+    contiguous, else a flat copy written back after."""
+    for bucket in _grouped(tensors, bucket_bytes):
+        if len(bucket) == 1 and bucket[0].is_contiguous():
+            fn(bucket[0])
+            continue
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        fn(flat)
+        _unflatten(flat, bucket)
+
+
 @torch.no_grad()
 def broadcast_parameters(params, root_rank=0, bucket_bytes=64 << 20):
     """Broadcast a state_dict, named_parameters() or a list of tensors in
     place from root_rank (coalesced into few large broadcasts)."""
     ts = [t.data if isinstance(t, torch.nn.Parameter) else t for t in _tensors_of(params)]
     ts = [t for t in ts if t.numel()]
-    for bucket in _grouped(ts, bucket_bytes):
-        if len(bucket) == 1 and bucket[0].is_contiguous():
-            _rm.broadcast(bucket[0], root_rank)
-            continue
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        _rm.broadcast(flat, root_rank)
-        off = 0
-        for t in bucket:
-            n = t.numel()
-            t.copy_(flat[off:off + n].view_as(t))
-            off += n
+    _bucketed(ts, bucket_bytes, lambda b: _rm.broadcast(b, root_rank))
 
 
 def broadcast_object(obj, root_rank=0):
@@ -360,23 +371,9 @@ def allreduce_tensors(tensors, op="avg", bucket_bytes=16 << 20, straggler_step=F
         buf = flat if flat is not None else tensors[0]
         n = _rm.allreduce_gradients(buf)
         if flat is not None:
-            off = 0
-            for t in tensors:
-                k = t.numel()
-                t.copy_(flat[off:off + k].view_as(t))
-                off += k
+            _unflatten(flat, tensors)
         return n
-    for bucket in _grouped(tensors, bucket_bytes):
-        if len(bucket) == 1 and bucket[0].is_contiguous():
-            _rm.allreduce(bucket[0], op)
-            continue
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        _rm.allreduce(flat, op)
-        off = 0
-        for t in bucket:
-            k = t.numel()
-            t.copy_(flat[off:off + k].view_as(t))
-            off += k
+    _bucketed(tensors, bucket_bytes, lambda b: _rm.allreduce(b, op))
     return _rm.size()
 
 
