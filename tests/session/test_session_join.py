@@ -22,14 +22,6 @@ def run(extra, timeout=30):
     return p.returncode, p.stderr.decode(errors="replace")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test(env):
     sess.start(env)
     job = env.submit(name="refusals", world_size=2, workload="command", command=["/bin/true"])
@@ -41,7 +33,9 @@ def test(env):
     assert rc == 1 and "RM_ERR_DENIED" in err, err
     rc, err = run({**base, "RINGMASTER_JOB": "999999"})
     assert rc == 1 and "RM_ERR_NOT_FOUND" in err, err
-    rc, err = run({**base, "RINGMASTER_COORDINATOR": "127.0.0.1:%d" % free_port()})
+    with socket.socket() as idle:  # bound, never listening: connections are refused
+        idle.bind(("127.0.0.1", 0))
+        rc, err = run({**base, "RINGMASTER_COORDINATOR": "127.0.0.1:%d" % idle.getsockname()[1]})
     assert rc == 1 and "RM_ERR_UNAVAILABLE" in err and "1500 ms" in err, err
     env.jobs.CancelJob(env.m.CancelJobRequest(job_id=job.id, reason="test"), timeout=10)
     rc, err = run(base)
