@@ -424,8 +424,13 @@ rm_status_t rm_session_reform(rm_session_t *s)
     s->broke_wall_ms = rm__wall_ms();
     s->broke_gen = s->generation;
   }
-  if (!stale && cst != RM_ERR_RECONFIGURED && cst != RM_ERR_JOB_ENDED) {
-    rm__session_report_failure(s, cst);
+  if (!stale) {
+    /* our data plane failed, or a peer told us (RM_ERR_RECONFIGURED /
+     * JOB_ENDED in its ABORT frame) that the coordinator moved on: name the
+     * lost peer in the first case, then hear it from the coordinator itself
+     * before re-joining (a Join of a current member would be a new worker) */
+    if (cst != RM_ERR_RECONFIGURED && cst != RM_ERR_JOB_ENDED)
+      rm__session_report_failure(s, cst);
     if (!await_decision(s)) {
       /* no decision seen (e.g. our heartbeats could not reach a coordinator
        * that restarted meanwhile): Leave reporting the failure; one that
@@ -502,12 +507,25 @@ const char *rm_session_spec_string(const rm_session_t *s, const char *name)
   static const struct { const char *name; size_t off; } k[] = {
 #define F(n) {#n, offsetof(Ringmaster__V1__JobSpec, n)}
       F(name), F(workload), F(workload_options), F(algorithm), F(dtype),
-      F(on_failure), F(straggler_policy), F(launcher), F(workdir),
+      F(on_failure), F(straggler_policy), F(launcher), F(workdir), F(aggregation),
 #undef F
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-    if (!strcmp(name, k[i].name)) return *(char *const *)((const char *)p + k[i].off);
+    if (!strcmp(name, k[i].name)) {
+      const char *v = *(char *const *)((const char *)p + k[i].off);
+      if (!strcmp(name, "aggregation") && (!v || !v[0])) return "mean";
+      return v;
+    }
   return NULL;
+}
+
+double rm_session_spec_double(const rm_session_t *s, const char *name)
+{
+  const Ringmaster__V1__JobSpec *p = s && s->join ? s->join->spec : NULL;
+  if (!p || !name) return 0;
+  if (!strcmp(name, "clip_norm")) return p->clip_norm;
+  if (!strcmp(name, "aggregation_tau")) return p->aggregation_tau;
+  return 0;
 }
 
 uint64_t rm_session_spec_uint(const rm_session_t *s, const char *name)
@@ -528,5 +546,8 @@ uint64_t rm_session_spec_uint(const rm_session_t *s, const char *name)
   if (!strcmp(name, "checkpoint_every")) return p->checkpoint_every;
   if (!strcmp(name, "backup_workers")) return p->backup_workers;
   if (!strcmp(name, "max_restarts")) return p->max_restarts;
+  if (!strcmp(name, "aggregation_f")) return p->aggregation_f;
+  if (!strcmp(name, "aggregation_m")) return p->aggregation_m;
+  if (!strcmp(name, "aggregation_iterations")) return p->aggregation_iterations;
   return 0;
 }

@@ -73,6 +73,11 @@ struct rm_session {
 
 /* session_live.c */
 void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why);
+/* The same when the answer is about generation gen: ignored unless gen is
+ * still the session's (threads racing a re-join). */
+void rm__session_mark_stale_gen(rm_session_t *s, uint64_t gen, int job_state,
+                                const char *why);
+void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *why);
 int rm__session_is_stale(rm_session_t *s);
 int rm__session_heartbeat(rm_session_t *s);
 void rm__session_hb_start(rm_session_t *s);

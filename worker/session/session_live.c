@@ -16,7 +16,9 @@
  *
  * STALE (session_int.h invariant 2). Any answer saying the job's generation
  * moved on, the job ended, or FAILED_PRECONDITION / NOT_FOUND /
- * UNAUTHENTICATED marks the session stale and aborts the communicator with
+ * UNAUTHENTICATED about the CURRENT generation marks the session stale (a
+ * heartbeat sent before a re-join and answered after it is about the old
+ * one and ignored: it would abort the new communicator for nothing) and aborts the communicator with
  * RM_ERR_RECONFIGURED (RM_ERR_JOB_ENDED when the job ended), so a
  * collective blocked on peers returns at once with a status that says so.
  */
@@ -33,6 +35,22 @@
 void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why)
 {
   pthread_mutex_lock(&s->mu);
+  rm__session_mark_stale_locked(s, job_state, why);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void rm__session_mark_stale_gen(rm_session_t *s, uint64_t gen, int job_state,
+                                const char *why)
+{
+  pthread_mutex_lock(&s->mu);
+  /* an answer about a generation we already left (a heartbeat sent before
+   * the re-join, answered after it) says nothing about this one */
+  if (gen == s->generation) rm__session_mark_stale_locked(s, job_state, why);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *why)
+{
   if (!s->broke_wall_ms) {
     s->broke_wall_ms = rm__wall_ms();
     s->broke_gen = s->generation;
@@ -50,7 +68,6 @@ void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why)
     rm__comm_abort_with(s->comm, ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
                         words);
   }
-  pthread_mutex_unlock(&s->mu);
 }
 
 int rm__session_is_stale(rm_session_t *s)
@@ -76,13 +93,14 @@ int rm__session_heartbeat(rm_session_t *s)
                         (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
   if (rc == RM__G_OK) {
     if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
-      rm__session_mark_stale(s, r->job_state, r->reason[0] ? r->reason : "job finished");
+      rm__session_mark_stale_gen(s, q.generation, r->job_state,
+                                 r->reason[0] ? r->reason : "job finished");
     else if (r->generation != q.generation)
-      rm__session_mark_stale(s, -1, "new generation");
+      rm__session_mark_stale_gen(s, q.generation, -1, "new generation");
     protobuf_c_message_free_unpacked(&r->base, NULL);
   } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND ||
              rc == RM__G_UNAUTHENTICATED) {
-    rm__session_mark_stale(s, -1, msg);
+    rm__session_mark_stale_gen(s, q.generation, -1, msg);
   } else {
     RM_DEBUG("heartbeat: status %d: %s", rc, msg);
   }
