@@ -38,6 +38,7 @@
 
 #include "ringmaster/status.h"
 #include "ringmaster/types.h"
+#include "ringmaster/aggregation.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,6 +156,33 @@ RM_EXTERN rm_algo_t rm_allreduce_choose(const rm_comm_t *comm, size_t bytes,
                                         double *predicted_us);
 
 
+/* ---- aggregation: clipping and Byzantine-robust aggregation ----
+ * Methods, their rules and the config: ringmaster/aggregation.h. */
+typedef struct rm_agg_info {
+  size_t struct_size;     /* sizeof(rm_agg_info_t), set by the caller */
+  int contributors;       /* rows the method combined (n) */
+  double norm;            /* this rank's L2 norm before clipping */
+  int clipped;            /* this rank's vector was clipped */
+  size_t bytes_sent;      /* by this rank in this call */
+  /* Optional, caller-owned, world entries each (NULL = not wanted):
+   * excluded[r] = 1 when rank r was left out or down-weighted this call
+   * (Krum family: not selected; median / trimmed mean: more than half its
+   * coordinates trimmed; centered_clip: clipped in the last round);
+   * scores[r] = its Krum score, fraction of coordinates trimmed, or
+   * centered-clip weight (method-specific, NaN when not meaningful). */
+  uint8_t *excluded;
+  double *scores;
+} rm_agg_info_t;
+
+/* Collective: every rank calls it with the same count, dtype and config.
+ * send == recv is in place. info may be NULL. RM_ERR_INVALID_ARG when the
+ * rule does not hold for the communicator's world (nothing moved; the
+ * communicator stays usable). */
+RM_EXTERN rm_status_t rm_aggregate(rm_comm_t *comm, const void *send,
+                                   void *recv, size_t count, rm_dtype_t dt,
+                                   const rm_agg_config_t *cfg,
+                                   rm_agg_info_t *info);
+
 /* ---- worker sessions ----------------------------------------------------
  *
  * A session is one worker's membership of one coordinator job: it joins
@@ -253,14 +281,21 @@ RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
 /* The job spec as the coordinator sent it. Strings: "name", "workload",
  * "workload_options", "algorithm", "dtype", "on_failure",
  * "straggler_policy", "launcher", "workdir"; borrowed, valid until the next
- * reform; NULL for an unknown name. Numbers: "steps", "world_size",
+ * reform; NULL for an unknown name ("aggregation" too: "mean" when unset).
+ * Numbers: "steps", "world_size",
  * "min_workers", "max_workers", "checkpoint_every", "checkpoint_step"
  * (last checkpoint every member completed), "step_quorum", "coded_s",
- * "backup_workers", "heartbeat_interval_ms"; 0 for an unknown name. */
+ * "backup_workers", "heartbeat_interval_ms", "aggregation_f",
+ * "aggregation_m", "aggregation_iterations"; 0 for an unknown name. */
 RM_EXTERN const char *rm_session_spec_string(const rm_session_t *s,
                                              const char *name);
 RM_EXTERN uint64_t rm_session_spec_uint(const rm_session_t *s,
                                         const char *name);
+/* Floating-point spec fields: "clip_norm", "aggregation_tau"; 0 for an
+ * unknown name. (String "aggregation" and numbers "aggregation_f",
+ * "aggregation_m", "aggregation_iterations" come from the two getters
+ * above.) */
+RM_EXTERN double rm_session_spec_double(const rm_session_t *s, const char *name);
 /* Words about the last failure or membership change ("generation 3: peer
  * rank 2 lost; 3 members"); "" when none. Borrowed. */
 RM_EXTERN const char *rm_session_last_error(const rm_session_t *s);
@@ -295,6 +330,11 @@ typedef struct rm_step_report {
   uint64_t allreduce_bytes;  /* payload bytes all-reduced this step */
   uint64_t param_checksum;   /* parameters after the step; 0 if none */
   uint64_t checkpoint_step;  /* newest checkpoint this worker wrote; 0 none */
+  /* Ranks the step's rm_aggregate excluded or down-weighted (from
+   * rm_agg_info_t.excluded), for the coordinator's byzantine_suspect
+   * events; NULL / 0 when none. Borrowed for the call. */
+  const uint32_t *excluded_ranks;
+  size_t n_excluded;
 } rm_step_report_t;
 
 /* Report r (r->struct_size must be set). Returns like rm_session_step_end. */

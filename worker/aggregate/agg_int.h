@@ -1,0 +1,104 @@
+/*
+ * agg_int.h - module-private pieces of rm_aggregate (aggregate.c): the
+ * slice layout and the per-slice kernels (agg_kernels.c). Nothing here
+ * talks to the network; every kernel is deterministic (fixed summation
+ * order, ties broken by row index = rank), so one slice computed by its
+ * owner is the same bytes whoever computes it.
+ *
+ * Slice layout of a vector of `count` elements over n ranks:
+ *   base = count / n, rem = count % n, len(r) = base + (r < rem),
+ *   off(r) = r * base + min(r, rem), blk = ceil(count / n) (the padded
+ *   block every collective moves; padding is zeros).
+ *
+ * A block (rm__agg_block_t) is what rank r holds after the all-to-all: n
+ * rows, row i = worker i's elements of slice r, `len` elements each, row i
+ * at rows + i * stride elements, in the caller's dtype.
+ */
+#ifndef RM_WORKER_AGGREGATE_AGG_INT_H
+#define RM_WORKER_AGGREGATE_AGG_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+
+typedef struct rm__agg_slices {
+  int n;
+  size_t count, base, rem, blk;
+} rm__agg_slices_t;
+
+static inline void rm__agg_slices_init(rm__agg_slices_t *s, int n, size_t count)
+{
+  s->n = n;
+  s->count = count;
+  s->base = count / (size_t)n;
+  s->rem = count % (size_t)n;
+  s->blk = s->base + (s->rem > 0);
+}
+static inline size_t rm__agg_len(const rm__agg_slices_t *s, int r)
+{
+  return s->base + ((size_t)r < s->rem);
+}
+static inline size_t rm__agg_off(const rm__agg_slices_t *s, int r)
+{
+  return (size_t)r * s->base + ((size_t)r < s->rem ? (size_t)r : s->rem);
+}
+
+typedef struct rm__agg_block {
+  const void *rows; /* borrowed */
+  size_t stride;    /* elements between rows */
+  size_t len;       /* elements of each row in the slice */
+  int n;
+  rm_dtype_t dt;
+} rm__agg_block_t;
+
+/* ---- vector helpers (dt a float type) ---- */
+/* L2 norm in double, without overflow for finite inputs; NaN/inf when the
+ * vector holds one. */
+double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt);
+/* buf[i] = round_dt(buf[i] * factor), the product in double. */
+void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor);
+
+/* ---- coordinate-wise (NaN read as +inf) ----
+ * out[len] (dt) = per coordinate median (n odd: middle value; even:
+ * 0.5*lo + 0.5*hi) or trimmed mean (the values of sorted positions
+ * f .. n-f-1, summed in row order, / (n - 2f)). trimmed[i] += number of coordinates where
+ * row i sorted (by value, then row) among the f lowest or f highest. */
+rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
+                          void *out, uint32_t *trimmed);
+
+/* ---- Krum family ----
+ * d[n*n] += partial squared distances of this slice: d[i*n+j] (i < j) the
+ * sum of (x_i - x_j)^2, d[i*n+i] the count of non-finite values of row i.
+ * All-reduced (SUM) it is the whole vector's matrix. */
+rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d);
+/* Krum scores over the rows with alive[i] != 0: score[i] = the sum of the k
+ * smallest distances to the other alive rows (fewer when fewer exist);
+ * a pair involving a row with non-finite values is +inf. NaN for rows not
+ * alive. */
+void rm__agg_krum_scores(const double *d, int n, const uint8_t *alive, int k,
+                         double *score, double *work /* n doubles */);
+/* The best alive row: finite rows first, then the lowest score, then the
+ * lowest rank. -1 when none is alive. */
+int rm__agg_krum_best(const double *d, int n, const uint8_t *alive,
+                      const double *score);
+/* out[len] = mean of rows sel[0..k-1] (summed in the order given). */
+rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
+                              void *out);
+/* Bulyan's second phase over rows sel[0..k-1]: per coordinate the mean of
+ * the beta values nearest the median of the k (ties in distance to the
+ * lower value), summed in ascending order. */
+rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
+                                 int k, int beta, void *out);
+
+/* ---- centered clipping ----
+ * start: v[len] = coordinate-wise median, part[i] = sum (x_i - v)^2.
+ * step:  v += (1/n) * sum over rows with w[i] > 0 of w[i] * (x_i - v)
+ *        (rows in order); then, when part != NULL, part[i] as above. */
+rm_status_t rm__agg_cc_start(const rm__agg_block_t *b, double *v, double *part);
+rm_status_t rm__agg_cc_step(const rm__agg_block_t *b, const double *w,
+                            double *v, double *part);
+/* out (dt) = v, len elements */
+void rm__agg_narrow(const double *v, size_t len, rm_dtype_t dt, void *out);
+
+#endif

@@ -1,0 +1,506 @@
+/*
+ * agg_kernels.c - the per-slice math of rm_aggregate (agg_int.h): no I/O.
+ *
+ * Every kernel walks its block in tiles of TILE columns: the n rows' values
+ * of the tile are widened to double once (f16/bf16 through reduce/half.h,
+ * exactly as the reduction kernels widen them), the statistic is computed in
+ * double and narrowed once (f16/bf16 via f32, round to nearest even).
+ *
+ * Determinism: a coordinate is computed by one rank only (its slice owner),
+ * so bitwise agreement needs only a fixed order of operations, which every
+ * loop here has: rows in rank order, sorted values in ascending order, sort
+ * ties broken by row (insertion sort, stable). Selections (Krum) run on the
+ * all-reduced matrix, which every rank holds bitwise equal.
+ *
+ * Non-finite values: NaN is read as +inf wherever values are ordered
+ * (median, trimmed mean, Bulyan), so NaN rows are the ones trimmed. For the
+ * Krum family a row with any non-finite value is at infinite distance from
+ * every other row and ranks after all finite rows.
+ */
+/* -O3 like the reduction kernels (worker/CMakeLists.txt sets it for
+ * reduce/ only): the rank and distance loops below are written for the
+ * vectoriser */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+
+#include "aggregate/agg_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reduce/half.h"
+
+#define TILE 256
+
+static void widen(const void *row, size_t j0, size_t c, rm_dtype_t dt, double *dst)
+{
+  switch (dt) {
+  case RM_F32: {
+    const float *p = (const float *)row + j0;
+    for (size_t k = 0; k < c; k++) dst[k] = p[k];
+    break;
+  }
+  case RM_F64:
+    memcpy(dst, (const double *)row + j0, c * sizeof *dst);
+    break;
+  case RM_F16: {
+    const uint16_t *p = (const uint16_t *)row + j0;
+    for (size_t k = 0; k < c; k++) dst[k] = rm__h2f(p[k]);
+    break;
+  }
+  case RM_BF16: {
+    const uint16_t *p = (const uint16_t *)row + j0;
+    for (size_t k = 0; k < c; k++) dst[k] = rm__b2f(p[k]);
+    break;
+  }
+  default:
+    for (size_t k = 0; k < c; k++) dst[k] = NAN;
+  }
+}
+
+static void narrow(const double *src, size_t c, rm_dtype_t dt, void *row, size_t j0)
+{
+  switch (dt) {
+  case RM_F32: {
+    float *p = (float *)row + j0;
+    for (size_t k = 0; k < c; k++) p[k] = (float)src[k];
+    break;
+  }
+  case RM_F64:
+    memcpy((double *)row + j0, src, c * sizeof *src);
+    break;
+  case RM_F16: {
+    uint16_t *p = (uint16_t *)row + j0;
+    for (size_t k = 0; k < c; k++) p[k] = rm__f2h((float)src[k]);
+    break;
+  }
+  case RM_BF16: {
+    uint16_t *p = (uint16_t *)row + j0;
+    for (size_t k = 0; k < c; k++) p[k] = rm__f2b((float)src[k]);
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+void rm__agg_narrow(const double *v, size_t len, rm_dtype_t dt, void *out)
+{
+  narrow(v, len, dt, out, 0);
+}
+
+static const void *row_ptr(const rm__agg_block_t *b, int i)
+{
+  return (const char *)b->rows + (size_t)i * b->stride * rm_dtype_size(b->dt);
+}
+
+/* tile[i*TILE + k] = row i, column j0 + k, for the rows listed (or all) */
+static void load_tile(const rm__agg_block_t *b, const int *sel, int k, size_t j0,
+                      size_t c, double *tile)
+{
+  for (int i = 0; i < k; i++)
+    widen(row_ptr(b, sel ? sel[i] : i), j0, c, b->dt, tile + (size_t)i * TILE);
+}
+
+/* ---- vector helpers ---- */
+static double sumsq(const double *t, size_t c, double scale)
+{
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t k = 0;
+  for (; k + 4 <= c; k += 4) {
+    double x0 = t[k] * scale, x1 = t[k + 1] * scale, x2 = t[k + 2] * scale,
+           x3 = t[k + 3] * scale;
+    a0 += x0 * x0;
+    a1 += x1 * x1;
+    a2 += x2 * x2;
+    a3 += x3 * x3;
+  }
+  for (; k < c; k++) a0 += (t[k] * scale) * (t[k] * scale);
+  return (a0 + a1) + (a2 + a3);
+}
+
+double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt)
+{
+  double t[TILE], ss = 0, amax = 0;
+  for (size_t j0 = 0; j0 < count; j0 += TILE) {
+    size_t c = count - j0 < TILE ? count - j0 : TILE;
+    widen(buf, j0, c, dt, t);
+    ss += sumsq(t, c, 1.0);
+  }
+  if (!isinf(ss)) return sqrt(ss);
+  /* inf: a non-finite value, or finite values whose squares overflow */
+  for (size_t j0 = 0; j0 < count; j0 += TILE) {
+    size_t c = count - j0 < TILE ? count - j0 : TILE;
+    widen(buf, j0, c, dt, t);
+    for (size_t k = 0; k < c; k++) amax = fabs(t[k]) > amax || isnan(t[k]) ? fabs(t[k]) : amax;
+  }
+  if (!isfinite(amax)) return isnan(amax) ? NAN : INFINITY;
+  ss = 0;
+  for (size_t j0 = 0; j0 < count; j0 += TILE) {
+    size_t c = count - j0 < TILE ? count - j0 : TILE;
+    widen(buf, j0, c, dt, t);
+    ss += sumsq(t, c, 1.0 / amax);
+  }
+  return sqrt(ss) * amax;
+}
+
+void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor)
+{
+  double t[TILE];
+  for (size_t j0 = 0; j0 < count; j0 += TILE) {
+    size_t c = count - j0 < TILE ? count - j0 : TILE;
+    widen(buf, j0, c, dt, t);
+    for (size_t k = 0; k < c; k++) t[k] *= factor;
+    narrow(t, c, dt, buf, j0);
+  }
+}
+
+/* ---- ordering ---- */
+/* v[0..n-1] ascending, idx carried along; stable, so equal values keep row
+ * order */
+static void sort_pairs(double *v, int *idx, int n)
+{
+  for (int i = 1; i < n; i++) {
+    double x = v[i];
+    int xi = idx[i], j = i - 1;
+    for (; j >= 0 && v[j] > x; j--) {
+      v[j + 1] = v[j];
+      idx[j + 1] = idx[j];
+    }
+    v[j + 1] = x;
+    idx[j + 1] = xi;
+  }
+}
+
+static double median_sorted(const double *v, int n)
+{
+  return (n % 2) ? v[n / 2] : 0.5 * v[n / 2 - 1] + 0.5 * v[n / 2];
+}
+
+/* column k of the tile (rows 0..n-1), NaN as +inf, sorted */
+static void column(const double *tile, int n, size_t k, double *v, int *idx)
+{
+  for (int i = 0; i < n; i++) {
+    double x = tile[(size_t)i * TILE + k];
+    v[i] = isnan(x) ? INFINITY : x;
+    idx[i] = i;
+  }
+  sort_pairs(v, idx, n);
+}
+
+typedef struct scratch {
+  double *tile, *v;
+  int *idx;
+} scratch_t;
+
+static rm_status_t scratch_get(scratch_t *s, int n)
+{
+  s->tile = malloc((size_t)n * TILE * sizeof *s->tile);
+  s->v = malloc((size_t)n * sizeof *s->v);
+  s->idx = malloc((size_t)n * sizeof *s->idx);
+  if (s->tile && s->v && s->idx) return RM_OK;
+  free(s->tile);
+  free(s->v);
+  free(s->idx);
+  return RM_ERR_NOMEM;
+}
+
+static void scratch_put(scratch_t *s)
+{
+  free(s->tile);
+  free(s->v);
+  free(s->idx);
+}
+
+/* ---- coordinate-wise ----
+ * Order statistics without sorting: per column, rank(i) = #{j : x_j < x_i,
+ * or x_j == x_i and j < i} (a permutation of 0..n-1, the position of row i
+ * in the stable sort), computed for a whole tile with branch-free compares
+ * the vectoriser handles; n^2 compares per column, fine for the n of
+ * data-parallel training, and no mispredicted branches. NaN is +inf first. */
+static void tile_ranks(double *tile, int n, size_t c, int64_t *rank)
+{
+  for (int i = 0; i < n; i++) {
+    double *a = tile + (size_t)i * TILE;
+    int64_t *ri = rank + (size_t)i * TILE;
+    for (size_t k = 0; k < c; k++) {
+      a[k] = a[k] != a[k] ? INFINITY : a[k];
+      ri[k] = 0;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    const double *a = tile + (size_t)i * TILE;
+    int64_t *ri = rank + (size_t)i * TILE;
+    for (int j = 0; j < n; j++) {
+      const double *b = tile + (size_t)j * TILE;
+      if (j < i)
+        for (size_t k = 0; k < c; k++) ri[k] += b[k] <= a[k];
+      else if (j > i)
+        for (size_t k = 0; k < c; k++) ri[k] += b[k] < a[k];
+    }
+  }
+}
+
+/* res[k] = median of column k (n odd: rank n/2; even: 0.5*lo + 0.5*hi) */
+static void tile_median(const double *tile, const int64_t *rank, int n, size_t c, double *res)
+{
+  int hi = n / 2, lo = n % 2 ? hi : hi - 1;
+  double l[TILE], h[TILE];
+  for (size_t k = 0; k < c; k++) l[k] = h[k] = 0;
+  for (int i = 0; i < n; i++) {
+    const double *a = tile + (size_t)i * TILE;
+    const int64_t *ri = rank + (size_t)i * TILE;
+    for (size_t k = 0; k < c; k++) {
+      l[k] = ri[k] == lo ? a[k] : l[k];
+      h[k] = ri[k] == hi ? a[k] : h[k];
+    }
+  }
+  for (size_t k = 0; k < c; k++) res[k] = lo == hi ? l[k] : 0.5 * l[k] + 0.5 * h[k];
+}
+
+rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
+                          void *out, uint32_t *trimmed)
+{
+  int n = b->n;
+  double res[TILE];
+  scratch_t s;
+  int64_t *rank = malloc((size_t)n * TILE * sizeof *rank);
+  if (!rank) return RM_ERR_NOMEM;
+  if (scratch_get(&s, n) != RM_OK) {
+    free(rank);
+    return RM_ERR_NOMEM;
+  }
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    load_tile(b, NULL, n, j0, c, s.tile);
+    tile_ranks(s.tile, n, c, rank);
+    if (m == RM_AGG_MEDIAN) {
+      tile_median(s.tile, rank, n, c, res);
+    } else { /* kept values summed in row order */
+      for (size_t k = 0; k < c; k++) res[k] = 0;
+      for (int i = 0; i < n; i++) {
+        const double *a = s.tile + (size_t)i * TILE;
+        const int64_t *ri = rank + (size_t)i * TILE;
+        for (size_t k = 0; k < c; k++) res[k] += ri[k] >= f && ri[k] < n - f ? a[k] : 0.0;
+      }
+      for (size_t k = 0; k < c; k++) res[k] /= (double)(n - 2 * f);
+    }
+    for (int i = 0; i < n && f > 0; i++) {
+      const int64_t *ri = rank + (size_t)i * TILE;
+      uint32_t t = 0;
+      for (size_t k = 0; k < c; k++) t += ri[k] < f || ri[k] >= n - f;
+      trimmed[i] += t;
+    }
+    narrow(res, c, b->dt, out, j0);
+  }
+  scratch_put(&s);
+  free(rank);
+  return RM_OK;
+}
+
+/* ---- Krum family ---- */
+/* sum (x - y)^2 in four fixed lanes (k mod 4), then (l0 + l1) + (l2 + l3) */
+static double sumsq_diff(const double *x, const double *y, size_t c)
+{
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t k = 0;
+  for (; k + 4 <= c; k += 4) {
+    double e0 = x[k] - y[k], e1 = x[k + 1] - y[k + 1], e2 = x[k + 2] - y[k + 2],
+           e3 = x[k + 3] - y[k + 3];
+    a0 += e0 * e0;
+    a1 += e1 * e1;
+    a2 += e2 * e2;
+    a3 += e3 * e3;
+  }
+  for (; k < c; k++) a0 += (x[k] - y[k]) * (x[k] - y[k]);
+  return (a0 + a1) + (a2 + a3);
+}
+
+rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
+{
+  int n = b->n;
+  scratch_t s;
+  if (scratch_get(&s, n) != RM_OK) return RM_ERR_NOMEM;
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    load_tile(b, NULL, n, j0, c, s.tile);
+    for (int i = 0; i < n; i++) {
+      const double *x = s.tile + (size_t)i * TILE;
+      size_t bad = 0;
+      for (size_t k = 0; k < c; k++) bad += !isfinite(x[k]);
+      d[(size_t)i * n + i] += (double)bad;
+      for (int j = i + 1; j < n; j++) {
+        const double *y = s.tile + (size_t)j * TILE;
+        d[(size_t)i * n + j] += sumsq_diff(x, y, c);
+      }
+    }
+  }
+  scratch_put(&s);
+  return RM_OK;
+}
+
+static int row_bad(const double *d, int n, int i) { return d[(size_t)i * n + i] != 0; }
+
+static double pair(const double *d, int n, int i, int j)
+{
+  if (row_bad(d, n, i) || row_bad(d, n, j)) return INFINITY;
+  double x = i < j ? d[(size_t)i * n + j] : d[(size_t)j * n + i];
+  return isnan(x) ? INFINITY : x;
+}
+
+void rm__agg_krum_scores(const double *d, int n, const uint8_t *alive, int k,
+                         double *score, double *v)
+{
+  for (int i = 0; i < n; i++) {
+    if (!alive[i]) {
+      score[i] = NAN;
+      continue;
+    }
+    int m = 0;
+    for (int j = 0; j < n; j++) {
+      if (j == i || !alive[j]) continue;
+      double x = pair(d, n, i, j);
+      int p = m++;
+      for (; p > 0 && v[p - 1] > x; p--) v[p] = v[p - 1];
+      v[p] = x;
+    }
+    double sum = 0;
+    for (int p = 0; p < k && p < m; p++) sum += v[p];
+    score[i] = sum;
+  }
+}
+
+int rm__agg_krum_best(const double *d, int n, const uint8_t *alive,
+                      const double *score)
+{
+  int best = -1;
+  for (int i = 0; i < n; i++) {
+    if (!alive[i]) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    int bi = row_bad(d, n, i), bb = row_bad(d, n, best);
+    if (bi < bb || (bi == bb && score[i] < score[best])) best = i;
+  }
+  return best;
+}
+
+rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
+                              void *out)
+{
+  double res[TILE];
+  scratch_t s;
+  if (scratch_get(&s, k) != RM_OK) return RM_ERR_NOMEM;
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    load_tile(b, sel, k, j0, c, s.tile);
+    for (size_t q = 0; q < c; q++) res[q] = s.tile[q];
+    for (int i = 1; i < k; i++)
+      for (size_t q = 0; q < c; q++) res[q] += s.tile[(size_t)i * TILE + q];
+    if (k > 1)
+      for (size_t q = 0; q < c; q++) res[q] /= (double)k;
+    narrow(res, c, b->dt, out, j0);
+  }
+  scratch_put(&s);
+  return RM_OK;
+}
+
+/* the beta values of sorted v[0..k-1] nearest med: a window of the sorted
+ * order grown one value at a time from med's insertion point, the lower
+ * side winning ties in distance; summed ascending */
+static double nearest_mean(const double *v, int k, int beta, double med)
+{
+  int lo = 0;
+  while (lo < k && v[lo] < med) lo++;
+  int hi = lo; /* window [lo, hi) */
+  while (hi - lo < beta) {
+    if (lo == 0) hi++;
+    else if (hi == k) lo--;
+    else if (med - v[lo - 1] <= v[hi] - med) lo--;
+    else hi++;
+  }
+  double sum = 0;
+  for (int p = lo; p < hi; p++) sum += v[p];
+  return sum / (double)beta;
+}
+
+rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
+                                 int k, int beta, void *out)
+{
+  double res[TILE];
+  scratch_t s;
+  if (scratch_get(&s, k) != RM_OK) return RM_ERR_NOMEM;
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    load_tile(b, sel, k, j0, c, s.tile);
+    for (size_t q = 0; q < c; q++) {
+      column(s.tile, k, q, s.v, s.idx);
+      res[q] = nearest_mean(s.v, k, beta, median_sorted(s.v, k));
+    }
+    narrow(res, c, b->dt, out, j0);
+  }
+  scratch_put(&s);
+  return RM_OK;
+}
+
+/* ---- centered clipping ---- */
+static void partial_norms(const double *tile, int n, size_t c, const double *v,
+                          double *part)
+{
+  for (int i = 0; i < n; i++) {
+    const double *x = tile + (size_t)i * TILE;
+    part[i] += sumsq_diff(x, v, c);
+  }
+}
+
+rm_status_t rm__agg_cc_start(const rm__agg_block_t *b, double *v, double *part)
+{
+  int n = b->n;
+  scratch_t s;
+  int64_t *rank = malloc((size_t)n * TILE * sizeof *rank);
+  if (!rank) return RM_ERR_NOMEM;
+  if (scratch_get(&s, n) != RM_OK) {
+    free(rank);
+    return RM_ERR_NOMEM;
+  }
+  memset(part, 0, (size_t)n * sizeof *part);
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    load_tile(b, NULL, n, j0, c, s.tile);
+    tile_ranks(s.tile, n, c, rank);
+    tile_median(s.tile, rank, n, c, v + j0);
+    load_tile(b, NULL, n, j0, c, s.tile); /* NaN back as NaN */
+    partial_norms(s.tile, n, c, v + j0, part);
+  }
+  scratch_put(&s);
+  free(rank);
+  return RM_OK;
+}
+
+rm_status_t rm__agg_cc_step(const rm__agg_block_t *b, const double *w,
+                            double *v, double *part)
+{
+  int n = b->n;
+  double acc[TILE];
+  scratch_t s;
+  if (scratch_get(&s, n) != RM_OK) return RM_ERR_NOMEM;
+  if (part) memset(part, 0, (size_t)n * sizeof *part);
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    double *vt = v + j0;
+    load_tile(b, NULL, n, j0, c, s.tile);
+    memset(acc, 0, c * sizeof *acc);
+    for (int i = 0; i < n; i++) {
+      if (!(w[i] > 0)) continue;
+      const double *x = s.tile + (size_t)i * TILE;
+      for (size_t k = 0; k < c; k++) acc[k] += w[i] * (x[k] - vt[k]);
+    }
+    for (size_t k = 0; k < c; k++) vt[k] += acc[k] / (double)n;
+    if (part) partial_norms(s.tile, n, c, vt, part);
+  }
+  scratch_put(&s);
+  return RM_OK;
+}

@@ -1,0 +1,376 @@
+/*
+ * aggregate.c - rm_aggregate (ringmaster.h, aggregation.h): clipping, then
+ * mean or a Byzantine-robust method, over the public collectives only. The
+ * per-slice math is agg_kernels.c.
+ *
+ * Notation: n ranks, a vector of D bytes per rank (count elements of the
+ * dtype), slices as in agg_int.h (slice r of every vector is owned by rank
+ * r; blk = ceil(count / n) elements, padded with zeros).
+ *
+ * 0. CHECK. rm_agg_check(cfg, n) and the arguments, before any byte moves:
+ *    a refused call is RM_ERR_INVALID_ARG on every rank (they all see the
+ *    same world and config) and the communicator stays usable.
+ * 1. CLIP (every method). norm = ||send||_2 in double (info->norm); when
+ *    clip_norm > 0 and norm > clip_norm, this rank's vector is scaled by
+ *    clip_norm / norm (info->clipped = 1). A vector whose norm is not finite
+ *    cannot be scaled: the robust methods get it as it is (they trim or
+ *    exclude it), `mean` gets zeros instead (clipping bounds every rank's
+ *    contribution; one that cannot be measured contributes nothing), and
+ *    clipped = 1. Without clipping, `mean` is plain rm_allreduce(AVG) and a
+ *    NaN propagates, as there.
+ * 2. MEAN: rm_allreduce(AVG) of the (clipped) vector. Cost: the all-reduce's,
+ *    2(N-1)/N * D per rank for the ring.
+ * 3. EXCHANGE (every robust method): pack the (clipped) vector as n blocks
+ *    of blk elements, one rm_alltoall (U8, blk * esz bytes per block): rank
+ *    r now holds slice r of every rank's vector (the block, agg_int.h).
+ *    Sent per rank: (N-1) * blk * esz ~ (N-1)/N * D.
+ * 4. STATISTIC on the slice:
+ *    median, trimmed_mean  coordinate-wise (agg_kernels.c); each rank counts
+ *        per row how many of its coordinates sorted among the f lowest or f
+ *        highest ("trimmed"); one small all-reduce sums the N counts.
+ *    krum, multi_krum, bulyan  partial squared distances of all row pairs on
+ *        the slice plus each row's count of non-finite values (diagonal),
+ *        one rm_allreduce(SUM, f64) of the N x N matrix (8 N^2 bytes): every
+ *        rank then holds the same matrix bytes and runs the same selection
+ *        (Krum score = sum of the n - f - 2 smallest squared distances to the
+ *        other rows, Blanchard et al. 2017; rows with a non-finite value rank
+ *        after every finite row; ties to the lowest rank):
+ *          krum        the best row;
+ *          multi_krum  the m best (m = n - f when 0);
+ *          bulyan      n - 2f rows chosen by Krum repeatedly on the rows
+ *                      left (k = |left| - f - 2, at least 1), then per
+ *                      coordinate the mean of the beta = n - 4f values
+ *                      nearest the median of the chosen (El Mhamdi et al.
+ *                      2018).
+ *        Only finite rows are selected while any is left: when fewer finite
+ *        rows exist than wanted the selection is the finite ones (Krum: a
+ *        finite row whenever one exists), so the output is finite whenever
+ *        the honest rows are; only when no row is finite is the output not.
+ *        Then the mean of the selected rows (Bulyan: phase two) slice-wise.
+ *    centered_clip  v = coordinate-wise median of the slice (this call's
+ *        own inputs: no state is kept between calls), partial squared norms
+ *        ||x_i - v||^2 of the slice, then `iterations` rounds of: one
+ *        rm_allreduce(SUM, f64) of the N partial norms, w_i = min(1, tau /
+ *        ||x_i - v||) (0 when that norm is not finite), v += (1/n) sum_i
+ *        w_i (x_i - v) on the slice, fused with the next round's partial
+ *        norms (Karimireddy et al. 2021). 8N bytes per round.
+ * 5. ALL-GATHER the result slices: rm_allgather (U8) of blk * esz bytes;
+ *    rank r's block is slice r. Sent per rank: (N-1) * blk * esz ~ (N-1)/N
+ *    * D. (median/trimmed_mean with f > 0 first all-reduce the N trimmed
+ *    counts, f64, exact.) When N divides count no copy is made on either
+ *    side: the vector's slices are the blocks and the gather lands in recv.
+ *
+ * COST per rank: 2(N-1)/N * D bytes, as a ring all-reduce, plus 8 N^2
+ * (Krum family) or 8 N * iterations (centered_clip) bytes of small
+ * all-reduces; latency: N-1 + N-1 sequential exchanges plus one or
+ * `iterations` small all-reduces. Memory: 2 D for the exchange, 2 D / N * N
+ * for the gather (none of the copies when N divides count), (D / N) * 8 / esz for centered_clip's v. Compute:
+ * O(D * N log N / N) sort per rank (coordinate-wise), O(D / N * N^2) per
+ * rank for the distances.
+ *
+ * Bitwise identical on every rank: each coordinate of the result is computed
+ * by one rank and all-gathered; every selection is made from the same
+ * all-reduced bytes with the same code; info->excluded/scores come from the
+ * same matrix / counts / weights on every rank.
+ *
+ * info (written only on success): contributors = n; norm, clipped (this
+ * rank); bytes_sent (this call, payload bytes this rank sent); excluded /
+ * scores per rank when given:
+ *    mean           excluded 0, scores NaN
+ *    median, trimmed_mean  scores = fraction of coordinates trimmed,
+ *                   excluded = trimmed more often than halfway between what
+ *                   an honest rank expects (2f/n: it is among the f lowest
+ *                   or f highest by chance) and always (1); nothing is
+ *                   trimmed with f = 0
+ *    krum family    scores = Krum score over all n rows (k = n - f - 2),
+ *                   excluded = a non-finite row, or one of the max(f, 1)
+ *                   worst scores AND more than twice the median score
+ *    centered_clip  scores = weight w_i of the last round, excluded = a
+ *                   weight under half the median weight
+ * "excluded" is the SUSPECT signal the coordinator counts over a window
+ * (byzantine_suspect events), so it marks outliers, not every row a
+ * method happened to leave out: Krum selects one row and drops n - 1
+ * honest ones every step, which says nothing about them.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "aggregate/agg_int.h"
+#include "rm_log.h"
+
+static int cmp_d(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  if (isnan(x) || isnan(y)) return isnan(x) - isnan(y); /* NaN last */
+  return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (NaN sort last); work holds n doubles. */
+static double median_of(const double *v, int n, double *work)
+{
+  memcpy(work, v, (size_t)n * sizeof *work);
+  qsort(work, (size_t)n, sizeof *work, cmp_d);
+  return n % 2 ? work[n / 2] : (work[n / 2 - 1] + work[n / 2]) / 2;
+}
+
+/* Krum family suspects (see the top of the file). */
+static void krum_suspects(const double *score, int n, int f, uint8_t *excluded,
+                          double *work)
+{
+  double med = median_of(score, n, work);
+  for (int i = 0; i < n; i++) {
+    int worse = 0;
+    for (int j = 0; j < n; j++)
+      worse += j != i && (isnan(score[j]) || score[j] > score[i] ||
+                          (score[j] == score[i] && j > i));
+    excluded[i] = !isfinite(score[i]) ||
+                  (worse < (f > 0 ? f : 1) && score[i] > 2 * med);
+  }
+}
+
+static int is_float(rm_dtype_t dt)
+{
+  return dt == RM_F32 || dt == RM_F64 || dt == RM_F16 || dt == RM_BF16;
+}
+
+/* what a call computes before it fills info */
+typedef struct agg_out {
+  size_t bytes;
+  uint8_t *excluded; /* n, owned */
+  double *scores;    /* n, owned */
+} agg_out_t;
+
+static rm_status_t allreduce_f64(rm_comm_t *c, double *x, size_t n, agg_out_t *o)
+{
+  rm_allreduce_info_t ai;
+  memset(&ai, 0, sizeof ai);
+  rm_status_t st = rm_allreduce_ex(c, x, x, n, RM_F64, RM_SUM, RM_ALGO_AUTO, &ai);
+  o->bytes += ai.bytes_sent;
+  return st;
+}
+
+static rm_status_t run_mean(rm_comm_t *c, const void *send, void *recv, size_t count,
+                            rm_dtype_t dt, int clipped, double factor, agg_out_t *o)
+{
+  size_t esz = rm_dtype_size(dt);
+  rm_allreduce_info_t ai;
+  memset(&ai, 0, sizeof ai);
+  if (clipped) {
+    if (recv != send) memcpy(recv, send, count * esz);
+    if (factor == 0) memset(recv, 0, count * esz);
+    else rm__agg_scale(recv, count, dt, factor);
+    send = recv;
+  }
+  rm_status_t st = rm_allreduce_ex(c, send, recv, count, dt, RM_AVG, RM_ALGO_AUTO, &ai);
+  o->bytes += ai.bytes_sent;
+  return st;
+}
+
+/* Krum family on the block: matrix, selection, the mean of the chosen rows
+ * (or Bulyan's phase two) into out */
+static rm_status_t run_krum(rm_comm_t *c, const rm__agg_block_t *b,
+                            const rm_agg_config_t *cfg, void *out, agg_out_t *o)
+{
+  int n = b->n, f = cfg->f, want, nsel = 0;
+  rm_status_t st = RM_ERR_NOMEM;
+  double *d = calloc((size_t)n * n, sizeof *d), *score = malloc((size_t)n * sizeof *score);
+  double *work = malloc((size_t)n * sizeof *work);
+  uint8_t *alive = malloc((size_t)n);
+  int *sel = malloc((size_t)n * sizeof *sel);
+  if (!d || !score || !work || !alive || !sel) goto out;
+  if ((st = rm__agg_pair_dist(b, d)) != RM_OK) goto out;
+  if ((st = allreduce_f64(c, d, (size_t)n * n, o)) != RM_OK) goto out;
+  memset(alive, 1, (size_t)n);
+  rm__agg_krum_scores(d, n, alive, n - f - 2, o->scores, work);
+  want = cfg->method == RM_AGG_KRUM ? 1
+         : cfg->method == RM_AGG_MULTI_KRUM ? (cfg->m ? cfg->m : n - f)
+                                            : n - 2 * f;
+  for (int t = 0; t < want; t++) {
+    int left = n - t, k = left - f - 2;
+    if (cfg->method == RM_AGG_BULYAN) { /* rescored on the rows left */
+      k = k < 1 ? 1 : k;
+      rm__agg_krum_scores(d, n, alive, k, score, work);
+    } else {
+      for (int i = 0; i < n; i++) score[i] = alive[i] ? o->scores[i] : NAN;
+    }
+    int best = rm__agg_krum_best(d, n, alive, score);
+    if (best < 0 || (nsel > 0 && d[(size_t)best * n + best] != 0)) break; /* finite only */
+    sel[nsel++] = best;
+    alive[best] = 0;
+  }
+  /* the mean sums in rank order */
+  for (int i = 0, p = 0; i < n; i++)
+    if (!alive[i]) sel[p++] = i;
+  krum_suspects(o->scores, n, f, o->excluded, work);
+  if (cfg->method == RM_AGG_BULYAN) {
+    int beta = nsel - 2 * f;
+    st = rm__agg_bulyan_coord(b, sel, nsel, beta < 1 ? 1 : beta, out);
+  } else {
+    st = rm__agg_mean_rows(b, sel, nsel, out);
+  }
+out:
+  free(d);
+  free(score);
+  free(work);
+  free(alive);
+  free(sel);
+  return st;
+}
+
+static rm_status_t run_cc(rm_comm_t *c, const rm__agg_block_t *b,
+                          const rm_agg_config_t *cfg, void *out, agg_out_t *o)
+{
+  int n = b->n, rounds = cfg->iterations ? cfg->iterations : 3;
+  double tau = cfg->tau > 0 ? cfg->tau : 1.0;
+  rm_status_t st = RM_ERR_NOMEM;
+  double *v = malloc((b->len ? b->len : 1) * sizeof *v);
+  double *part = malloc((size_t)n * sizeof *part), *w = malloc((size_t)n * sizeof *w);
+  if (!v || !part || !w) goto out;
+  if ((st = rm__agg_cc_start(b, v, part)) != RM_OK) goto out;
+  for (int t = 0; t < rounds; t++) {
+    if ((st = allreduce_f64(c, part, (size_t)n, o)) != RM_OK) goto out;
+    for (int i = 0; i < n; i++) {
+      double nrm = sqrt(part[i]);
+      w[i] = !isfinite(nrm) ? 0.0 : (nrm > tau ? tau / nrm : 1.0);
+    }
+    st = rm__agg_cc_step(b, w, v, t + 1 < rounds ? part : NULL);
+    if (st != RM_OK) goto out;
+  }
+  double wmed = median_of(w, n, part); /* part is free after the last round */
+  for (int i = 0; i < n; i++) {
+    o->scores[i] = w[i];
+    o->excluded[i] = w[i] < 0.5 * wmed;
+  }
+  rm__agg_narrow(v, b->len, b->dt, out);
+out:
+  free(v);
+  free(part);
+  free(w);
+  return st;
+}
+
+/* steps 3-5 of the design. When n divides count the vector's slices are
+ * already the all-to-all's blocks and the gathered slices are the result:
+ * no packing, no unpacking (unless clipping scales a copy). */
+static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t count,
+                              rm_dtype_t dt, const rm_agg_config_t *cfg, int clipped,
+                              double factor, agg_out_t *o)
+{
+  int n = rm_comm_world(c), rank = rm_comm_rank(c);
+  size_t esz = rm_dtype_size(dt);
+  rm__agg_slices_t s;
+  rm__agg_slices_init(&s, n, count);
+  int coord = cfg->method == RM_AGG_MEDIAN || cfg->method == RM_AGG_TRIMMED_MEAN;
+  int even = s.rem == 0, scale = clipped && factor > 0;
+  size_t bb = s.blk * esz;
+  rm_status_t st = RM_ERR_NOMEM;
+  char *pack = NULL, *all = NULL, *rows = malloc((size_t)n * bb), *mine = malloc(bb);
+  double *trim = calloc((size_t)n, sizeof *trim);
+  uint32_t *mytrim = calloc((size_t)n, sizeof *mytrim);
+  const char *src = send;
+  if (!rows || !mine || !trim || !mytrim) goto out;
+  if (!even || scale) {
+    if (!(pack = malloc((size_t)n * bb))) goto out;
+    for (int j = 0; j < n; j++) {
+      size_t len = rm__agg_len(&s, j);
+      memcpy(pack + (size_t)j * bb, (const char *)send + rm__agg_off(&s, j) * esz, len * esz);
+      memset(pack + (size_t)j * bb + len * esz, 0, bb - len * esz);
+    }
+    if (scale) rm__agg_scale(pack, (size_t)n * s.blk, dt, factor);
+    src = pack;
+  }
+  if ((st = rm_alltoall(c, src, rows, bb, RM_U8)) != RM_OK) goto out;
+  o->bytes += (size_t)(n - 1) * bb;
+  free(pack);
+  pack = NULL;
+  rm__agg_block_t b = {rows, s.blk, rm__agg_len(&s, rank), n, dt};
+  memset(mine, 0, bb);
+  switch (cfg->method) {
+  case RM_AGG_MEDIAN:
+  case RM_AGG_TRIMMED_MEAN:
+    st = rm__agg_coord(&b, cfg->method, cfg->f, mine, mytrim);
+    break;
+  case RM_AGG_CENTERED_CLIP:
+    st = run_cc(c, &b, cfg, mine, o);
+    break;
+  default:
+    st = run_krum(c, &b, cfg, mine, o);
+  }
+  if (st != RM_OK) goto out;
+  if (coord && cfg->f > 0) { /* trimmed counts: exact in f64, the same on every rank */
+    for (int i = 0; i < n; i++) trim[i] = mytrim[i];
+    if ((st = allreduce_f64(c, trim, (size_t)n, o)) != RM_OK) goto out;
+  }
+  if (even) {
+    st = rm_allgather(c, mine, recv, bb, RM_U8);
+  } else if (!(all = malloc((size_t)n * bb))) {
+    st = RM_ERR_NOMEM;
+  } else if ((st = rm_allgather(c, mine, all, bb, RM_U8)) == RM_OK) {
+    for (int r = 0; r < n; r++)
+      memcpy((char *)recv + rm__agg_off(&s, r) * esz, all + (size_t)r * bb,
+             rm__agg_len(&s, r) * esz);
+  }
+  if (st != RM_OK) goto out;
+  o->bytes += (size_t)(n - 1) * bb;
+  for (int i = 0; i < n && coord; i++) {
+    o->scores[i] = trim[i] / (double)count;
+    o->excluded[i] = o->scores[i] > (2.0 * cfg->f / n + 1.0) / 2;
+  }
+out:
+  free(pack);
+  free(rows);
+  free(mine);
+  free(all);
+  free(trim);
+  free(mytrim);
+  return st;
+}
+
+rm_status_t rm_aggregate(rm_comm_t *comm, const void *send, void *recv, size_t count,
+                         rm_dtype_t dt, const rm_agg_config_t *cfg, rm_agg_info_t *info)
+{
+  char why[160];
+  if (comm == NULL || !is_float(dt) || (count > 0 && (send == NULL || recv == NULL)) ||
+      (info != NULL && info->struct_size < sizeof *info))
+    return RM_ERR_INVALID_ARG;
+  int n = rm_comm_world(comm);
+  if (rm_agg_check(cfg, n, why, sizeof why) != RM_OK) {
+    RM_DEBUG("rm_aggregate refused: %s", why);
+    return RM_ERR_INVALID_ARG;
+  }
+  rm_status_t st = rm_comm_status(comm);
+  if (st != RM_OK) return st;
+  agg_out_t o = {0, calloc((size_t)n, 1), malloc((size_t)n * sizeof(double))};
+  if (!o.excluded || !o.scores) {
+    st = RM_ERR_NOMEM;
+    goto out;
+  }
+  for (int i = 0; i < n; i++) o.scores[i] = NAN;
+  /* 1. clip */
+  double norm = rm__agg_norm(send, count, dt), factor = 1.0;
+  int clipped = 0;
+  if (cfg->clip_norm > 0 && !(norm <= cfg->clip_norm)) {
+    clipped = 1;
+    factor = isfinite(norm) ? cfg->clip_norm / norm : 0.0;
+  }
+  if (count == 0) {
+    st = RM_OK;
+  } else if (cfg->method == RM_AGG_MEAN) {
+    st = run_mean(comm, send, recv, count, dt, clipped, factor, &o);
+  } else {
+    st = run_robust(comm, send, recv, count, dt, cfg, clipped, factor, &o);
+  }
+  if (st == RM_OK && info != NULL) {
+    info->contributors = n;
+    info->norm = norm;
+    info->clipped = clipped;
+    info->bytes_sent = o.bytes;
+    if (info->excluded) memcpy(info->excluded, o.excluded, (size_t)n);
+    if (info->scores) memcpy(info->scores, o.scores, (size_t)n * sizeof(double));
+  }
+out:
+  free(o.excluded);
+  free(o.scores);
+  return st;
+}
