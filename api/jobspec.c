@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_STRING, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV } kind_t;
+typedef enum { K_STRING, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM } kind_t;
 
 typedef struct field {
   const char *key;
@@ -61,6 +61,20 @@ static const field_t k_fields[] = {
     {"command", K_ARGV, OFF(command), SZ(command), RM_COORD_ARGV_MAX, 0},
     {"env", K_ENV, OFF(env), SZ(env), RM_COORD_ENV_MAX, 0},
     {"workdir", STR(workdir), 0},
+    {"aggregation", K_AGG, 0, 0, 0, 0},
+    {NULL, 0, 0, 0, 0, 0}};
+
+/* The members of "aggregation" (issue 12), keys as the API names them; the
+ * key in errors is "aggregation.<key>". The rules (method names, n against
+ * f, m <= n - f, clip_norm >= 0, ...) are the coordinator's
+ * (rm_job_spec_validate with rm_agg_check). */
+static const field_t k_agg_fields[] = {
+    {"method", STR(aggregation), 0},
+    {"f", INT(aggregation_f, 65536), 0},
+    {"m", INT(aggregation_m, 65536), 0},
+    {"clip_norm", K_NUM, OFF(clip_norm), 0, 0, 0},
+    {"tau", K_NUM, OFF(aggregation_tau), 0, 0, 0},
+    {"iterations", INT(aggregation_iterations, 1000000), 0},
     {NULL, 0, 0, 0, 0, 0}};
 
 static int fail(rm_api_spec_error_t *err, const char *code, const char *field, const char *fmt,
@@ -227,11 +241,46 @@ static int parse_env(const json_t *v, const field_t *f, rm_job_spec_t *out,
   return 0;
 }
 
+static int parse_field_as(const field_t *f, const char *key, const json_t *v,
+                          rm_job_spec_t *out, rm_api_spec_error_t *err);
+
+/* {"method": "krum", "f": 1, ...}: every member optional, unknown ones
+ * refused by name ("aggregation.mthod"). */
+static int parse_aggregation(const json_t *v, const field_t *f, rm_job_spec_t *out,
+                             rm_api_spec_error_t *err)
+{
+  const char *k;
+  json_t *item;
+  char sub[64];
+  if (!json_is_object(v))
+    return fail(err, "invalid_type", f->key, "%s must be an object ({\"method\": "
+                "\"krum\", \"f\": 1, ...}), got %s", f->key, type_name(v));
+  json_object_foreach((json_t *)v, k, item) {
+    const field_t *a = k_agg_fields;
+    while (a->key && strcmp(a->key, k) != 0) a++;
+    snprintf(sub, sizeof sub, "%s.%.40s", f->key, k);
+    if (a->key == NULL)
+      return fail(err, "unknown_field", sub, "unknown field '%s' (aggregation has "
+                  "method, f, m, clip_norm, tau and iterations)", sub);
+    if (parse_field_as(a, sub, item, out, err) != 0) return -1;
+  }
+  return 0;
+}
+
 static int parse_field(const field_t *f, const json_t *v, rm_job_spec_t *out,
                        rm_api_spec_error_t *err)
 {
+  return parse_field_as(f, f->key, v, out, err);
+}
+
+/* f's value v; errors name `key` (f->key, or "aggregation.f"). */
+static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
+                          rm_job_spec_t *out, rm_api_spec_error_t *err)
+{
+  field_t named = *fd, *f = &named;
   char *dst = (char *)out + f->off;
   json_int_t i;
+  named.key = key;
 
   switch (f->kind) {
   case K_STRING:
@@ -261,6 +310,14 @@ static int parse_field(const field_t *f, const json_t *v, rm_job_spec_t *out,
     return parse_argv(v, f, out, err);
   case K_ENV:
     return parse_env(v, f, out, err);
+  case K_AGG:
+    return parse_aggregation(v, f, out, err);
+  case K_NUM:
+    if (!json_is_number(v))
+      return fail(err, "invalid_type", f->key, "%s must be a number, got %s", f->key,
+                  type_name(v));
+    *(double *)dst = json_number_value(v);
+    return 0;
   }
   return fail(err, "invalid_value", f->key, "bad field table entry");
 }

@@ -29,6 +29,15 @@
  *   env                    object of strings  workload command: {"K": "V"};
  *                                             <= 64, 4096 bytes as K=V
  *   workdir                string             workload command; <= 255
+ *   aggregation            object             issue 12, every member optional:
+ *     .method              string             mean|median|trimmed_mean|krum|
+ *                                             multi_krum|bulyan|centered_clip
+ *     .f                   integer            0..65536 tolerated Byzantine
+ *     .m                   integer            0..65536 multi_krum selections
+ *     .clip_norm           number             per-worker L2 clip, 0 = off
+ *     .tau                 number             centered_clip radius
+ *     .iterations          integer            0..10^6 centered_clip rounds
+ *                                             (errors name "aggregation.f")
  *
  * This layer refuses, naming the field: malformed JSON (field ""), a body
  * that is not an object, duplicate keys, unknown keys, wrong JSON types,

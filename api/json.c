@@ -51,6 +51,38 @@ static void kv_i64(rm__sbuf_t *b, const char *k, int64_t v)
   rm__jw_i64(b, v);
 }
 
+/* A finite double as the shortest of %.15g / %.17g that reads back the
+ * same; null when not finite (the spec's numbers are checked finite). */
+static void kv_num(rm__sbuf_t *b, const char *k, double v)
+{
+  char num[40];
+  rm__sbuf_append(b, ",", 1);
+  rm__jw_key(b, k);
+  if (!isfinite(v)) {
+    rm__sbuf_puts(b, "null");
+    return;
+  }
+  snprintf(num, sizeof num, "%.15g", v);
+  if (strtod(num, NULL) != v) snprintf(num, sizeof num, "%.17g", v);
+  rm__sbuf_puts(b, num);
+}
+
+/* "aggregation": {"method": "krum", "f": 1, "m": 0, "clip_norm": 0,
+ * "tau": 0, "iterations": 0} (issue 12; the spec's names as the API takes
+ * them). */
+static void write_aggregation(rm__sbuf_t *b, const rm_job_spec_t *s)
+{
+  rm__sbuf_puts(b, ",\"aggregation\":{");
+  rm__jw_key(b, "method");
+  rm__jw_str(b, s->aggregation[0] ? s->aggregation : "mean");
+  kv_i64(b, "f", s->aggregation_f);
+  kv_i64(b, "m", s->aggregation_m);
+  kv_num(b, "clip_norm", s->clip_norm);
+  kv_num(b, "tau", s->aggregation_tau);
+  kv_i64(b, "iterations", s->aggregation_iterations);
+  rm__sbuf_append(b, "}", 1);
+}
+
 /* "command": [...], "env": {...}, "workdir": "..." (issue 9): [] / {} / ""
  * for the built-in workloads. env entries are "KEY=VALUE" (the coordinator
  * checked the '=' and the key's characters, so the key needs no escaping
@@ -102,6 +134,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   kv_i64(b, "backup_workers", s->backup_workers);
   kv_i64(b, "checkpoint_every", (int64_t)s->checkpoint_every);
   write_command(b, s);
+  write_aggregation(b, s);
   rm__sbuf_append(b, "}", 1);
 }
 
@@ -168,7 +201,7 @@ void rm__resp_job(rm__resp_t *r, unsigned status, const rm_job_info_t *j, int wi
 
 json_t *rm__json_worker(const rm_worker_info_t *w)
 {
-  return json_pack("{s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:b}", "id",
+  return json_pack("{s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:b,s:b}", "id",
                    (json_int_t)w->id, "job_id", (json_int_t)w->job_id, "rank", w->rank,
                    "launch_index", w->launch_index, "host",
                    rm__json_str(w->host), "data_addr", rm__json_str(w->data_addr), "devices", rm__json_str(w->devices),
@@ -178,7 +211,7 @@ json_t *rm__json_worker(const rm_worker_info_t *w)
                    (json_int_t)w->ms_since_heartbeat, "step", (json_int_t)w->step, "step_ms",
                    rm__json_num(w->step_ms), "compute_ms", rm__json_num(w->compute_ms),
                    "comm_ms", rm__json_num(w->comm_ms), "wait_ms", rm__json_num(w->wait_ms),
-                   "straggler", w->straggler != 0);
+                   "straggler", w->straggler != 0, "suspect", w->suspect != 0);
 }
 
 json_t *rm__json_event(const rm_event_t *e)

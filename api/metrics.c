@@ -16,6 +16,8 @@
  *   ringmaster_allreduce_seconds_total             counter
  *   ringmaster_workers_lost_total                  counter
  *   ringmaster_stragglers                          gauge, flagged now
+ *   ringmaster_byzantine_suspects                  gauge, live workers named
+ *                                                  suspect now (issue 12)
  *   ringmaster_events_total, ringmaster_generations_total   counters
  *   ringmaster_http_requests_total{code}           counter by status class
  *   ringmaster_sse_streams                         gauge, open event streams
@@ -137,6 +139,10 @@ void rm__metrics_render(rm_api_t *api, rm__resp_t *resp)
   rm__prom_family(&b, "ringmaster_stragglers", RM_PROM_GAUGE,
                   "Workers currently flagged as stragglers.");
   rm__prom_sample(&b, "ringmaster_stragglers", NULL, (double)c.stragglers_flagged);
+  rm__prom_family(&b, "ringmaster_byzantine_suspects", RM_PROM_GAUGE,
+                  "Live workers currently named Byzantine suspects (excluded by the "
+                  "job's robust aggregation in M of their last W steps).");
+  rm__prom_sample(&b, "ringmaster_byzantine_suspects", NULL, (double)c.byzantine_suspects);
   counter(&b, "ringmaster_events_total", "Events recorded.", (double)c.events_total);
   counter(&b, "ringmaster_generations_total", "Group generations formed.",
           (double)c.generations_total);

@@ -7,7 +7,7 @@
  *   {"job_id", "state", "step", "steps_total", "world", "workers_alive",
  *    "now_ms",                              server wall clock (for ages)
  *    "workers":  [{rank, state, step, step_ms, compute_ms, comm_ms, wait_ms,
- *                  straggler, ms_since_heartbeat, host}],
+ *                  straggler, suspect, ms_since_heartbeat, host}],
  *    "samples":  [step samples reported since the previous tick, oldest
  *                 first; may repeat the last tick's final millisecond,
  *                 clients dedupe on (generation, rank, step)],
@@ -62,14 +62,15 @@ static json_t *workers_json(rm_api_t *api, uint64_t id, uint64_t *h)
   for (size_t i = 0; i < n; i++) {
     *h = mix(mix(mix(*h, (uint64_t)w[i].rank), (uint64_t)w[i].state), w[i].step);
     *h = mix(mix(*h, (uint64_t)w[i].straggler), (uint64_t)w[i].launch_index);
+    *h = mix(*h, (uint64_t)w[i].suspect);
     json_array_append_new(
-        arr, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:I,s:o,s:I}", "rank", w[i].rank,
+        arr, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:b,s:I,s:o,s:I}", "rank", w[i].rank,
                        "launch_index", w[i].launch_index,
                        "state", rm_worker_state_name(w[i].state), "step", (json_int_t)w[i].step,
                        "step_ms", rm__json_num(w[i].step_ms), "compute_ms",
                        rm__json_num(w[i].compute_ms), "comm_ms", rm__json_num(w[i].comm_ms),
                        "wait_ms", rm__json_num(w[i].wait_ms), "straggler", w[i].straggler != 0,
-                       "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat, "host",
+                       "suspect", w[i].suspect != 0, "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat, "host",
                        rm__json_str(w[i].host),
                        "generation", (json_int_t)w[i].generation));
   }

@@ -149,6 +149,22 @@ typedef struct rm_job_spec {
   int env_count;
   char env[RM_COORD_ENV_BYTES];
   char workdir[RM_COORD_WORKDIR_MAX];
+  /* Aggregation (issue 12): how each step's gradient is combined by
+   * rm_aggregate (include/ringmaster/aggregation.h holds the methods and
+   * their rules). aggregation: rm_agg_method_name names, "" = "mean";
+   * aggregation_f: tolerated Byzantine workers; aggregation_m: multi_krum
+   * selections (0 = n - f); clip_norm: per-worker L2 threshold before any
+   * method (0 = off); aggregation_tau / aggregation_iterations:
+   * centered_clip (0 = defaults). Checked with rm_agg_check at submit for
+   * the smallest group the job may form with (world_size, or min_workers
+   * for an elastic job); under on_failure shrink a re-formation below the
+   * rule fails the job (recovery.c). */
+  char aggregation[16];
+  int aggregation_f;
+  int aggregation_m;
+  double clip_norm;
+  double aggregation_tau;
+  int aggregation_iterations;
 } rm_job_spec_t;
 
 /* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */
@@ -192,7 +208,10 @@ static inline const char *rm_job_spec_next(const char *p)
  * (none, backup, deadline, coded) is implemented (coordinator/recovery.c,
  * core/step_gate.c); the checks are on their parameters: min_workers for shrink,
  * max_restarts >= 0, backup needs 1 <= backup_workers < world size, coded
- * needs s = backup_workers >= 1 with (s+1) dividing the world size. */
+ * needs s = backup_workers >= 1 with (s+1) dividing the world size.
+ * aggregation: a known method, and rm_agg_check's rule for n = world_size
+ * (fixed-size job) or n = min_workers (elastic job); the field named is
+ * "aggregation.method", ".f", ".m", ".clip_norm", ".tau" or ".iterations". */
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);
 
 /* ---- job state machine (diagram in coordinator/job.c) ----
@@ -308,6 +327,10 @@ typedef struct rm_worker_info {
    * to the rank only in the first generation: after a shrink or a
    * replacement (a relaunched worker gets the next index) they differ. */
   int launch_index;
+  /* Byzantine suspect (issue 12; core/suspect.c): excluded by the job's
+   * robust aggregation in >= M of its last W steps. Stays set on a worker
+   * that left or was lost while suspected (the evidence stays visible). */
+  int suspect;
 } rm_worker_info_t;
 
 /* Workers of a job (current and past generations), by rank then id. */
@@ -413,6 +436,8 @@ typedef struct rm_coord_counters {
   double allreduce_seconds_total;
   uint64_t workers_lost_total;
   uint64_t stragglers_flagged;    /* gauge */
+  uint64_t byzantine_suspects;    /* gauge: live workers of active jobs
+                                     flagged suspect (issue 12) */
   uint64_t events_total;
   uint64_t generations_total;
 } rm_coord_counters_t;

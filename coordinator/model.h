@@ -55,6 +55,11 @@ typedef struct rm__worker {
   uint64_t step, steps_done;
   double step_ms, compute_ms, comm_ms, wait_ms;
   int straggler;
+  /* suspect.c (issue 12): exclusions by the robust aggregation over its
+   * last W steps (bit 0 = newest), steps in that window, the flag */
+  uint64_t excl_mask;
+  int excl_seen;
+  int suspect;
   /* step summary accumulator, flushed to SQLite every 16 reports */
   uint64_t acc_first, acc_last, acc_count, acc_bytes;
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
@@ -100,6 +105,8 @@ typedef struct rm__job {
   struct rm_straggler *strag;   /* detector, created on the first report */
   struct rm__gate_state *gate;  /* per-step participant gate, per generation */
   int stored_state;             /* state in the jobs row (store.c counts) */
+  /* suspect.c (issue 12): the last step whose excluded_ranks were counted */
+  uint64_t susp_gen, susp_step;
   /* result.c: the job's result, chosen when it succeeds */
   char *result;                 /* heap JSON object text, NULL = none */
   int result_rank;              /* rank whose result it is, -1 */

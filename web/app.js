@@ -120,6 +120,17 @@ function commandFields(form) {
   return out;
 }
 
+/* Aggregation (issue 12): sent only when it is not the default (mean, no
+ * clipping); the coordinator checks the method's rule against the world
+ * size and names the field ("aggregation.f") when it cannot hold. */
+function aggregationFields(form) {
+  const num = (n) => Number(form.elements[n].value || 0);
+  const a = { method: form.elements['aggregation.method'].value, f: num('aggregation.f'),
+    clip_norm: num('aggregation.clip_norm'), m: num('aggregation.m') };
+  if (a.method === 'mean' && !a.f && !a.clip_norm && !a.m) return null;
+  return a;
+}
+
 function setupForm() {
   const form = $('#submit-form');
   const cmd = $('#command-fields');
@@ -136,6 +147,8 @@ function setupForm() {
       workload: form.workload.value, algorithm: form.algorithm.value, launcher: form.launcher.value, dtype: form.dtype.value };
     if (form.workload_options.value.trim()) spec.workload_options = form.workload_options.value.trim();
     if (spec.workload === 'command') Object.assign(spec, commandFields(form));
+    const agg = aggregationFields(form);
+    if (agg) spec.aggregation = agg;
     msg.className = 'form-msg'; msg.textContent = 'Submitting...';
     try {
       const job = await api('/api/v1/jobs', { method: 'POST', body: JSON.stringify(spec), auth: true });
@@ -144,7 +157,7 @@ function setupForm() {
     } catch (err) {
       msg.className = 'form-msg err';
       msg.textContent = err.status === 401 ? 'Unauthorized: enter the server\'s API token.' : err.message;
-      const input = err.field && form.elements[err.field.split('.')[0]];
+      const input = err.field && (form.elements[err.field] || form.elements[err.field.split('.')[0]]);
       if (input) input.classList.add('bad');
       if (err.status === 401) form.token.classList.add('bad');
     }
@@ -218,8 +231,18 @@ class JobView {
     $('#job-meta').append(`${size} · workload `, el('b', { text: s.workload }), ` · algorithm `, el('b', { text: s.algorithm }),
       ` · ${s.dtype} · launcher ${s.launcher} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
     this.renderCommand(s);
+    this.renderAggregation(s);
     this.renderState(j.state, j.step, j.steps_total);
     this.renderResult(j);
+  }
+
+  /* Aggregation (issue 12): "aggregation krum · f 1 · clip_norm 5" next to
+   * the job's meta line; nothing for the default (mean, no clipping). */
+  renderAggregation(s) {
+    const a = s.aggregation || { method: 'mean' };
+    const parts = ['f', 'm', 'clip_norm', 'tau', 'iterations'].filter((k) => a[k]).map((k) => ` · ${k} ${a[k]}`);
+    if (a.method === 'mean' && !parts.length) return;
+    $('#job-meta').append(' · aggregation ', el('b', { id: 'job-aggregation', text: a.method }), parts.join(''));
   }
 
   /* Command jobs: the argv as a shell would quote it, env and workdir. */
@@ -272,9 +295,10 @@ class JobView {
     if (!body) return; /* the job view was left while an update was in flight */
     const current = workers.filter((w) => w.rank >= 0 || w.state === 'joining');
     this.stragglers = new Set(current.filter((w) => w.straggler).map((w) => w.rank));
-    body.replaceChildren(...current.map((w) => el('tr', { class: `${w.straggler ? 'straggler' : ''} ${w.state === 'lost' ? 'lost' : ''}`, 'data-rank': w.rank },
+    body.replaceChildren(...current.map((w) => el('tr', { class: `${w.straggler ? 'straggler' : ''} ${w.suspect ? 'suspect' : ''} ${w.state === 'lost' ? 'lost' : ''}`, 'data-rank': w.rank },
       el('td', { class: 'num', text: w.rank < 0 ? '-' : w.rank }),
-      el('td', {}, badge(w.state), ...(w.straggler ? [el('span', { class: 'badge straggler', text: 'straggler' })] : [])),
+      el('td', {}, badge(w.state), ...(w.straggler ? [el('span', { class: 'badge straggler', text: 'straggler' })] : []),
+        ...(w.suspect ? [el('span', { class: 'badge suspect', text: 'suspect', title: 'Byzantine suspect: excluded by the robust aggregation in most recent steps (see the byzantine_suspect event)' })] : [])),
       el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
       el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
       el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
@@ -321,7 +345,7 @@ class JobView {
   addEvent(e) {
     if (e.seq <= this.lastEvent) return;
     this.lastEvent = e.seq;
-    const bad = /lost|fail|broken|cancel|error/.test(e.kind), good = /succeeded|released|formed|generation/.test(e.kind);
+    const bad = /lost|fail|broken|cancel|error|byzantine_suspect/.test(e.kind), good = /succeeded|released|formed|generation/.test(e.kind);
     const li = el('li', {}, el('span', { class: 't', text: fmtTime(e.time_ms) }),
       el('span', { class: `k ${bad ? 'bad' : good ? 'good' : ''}`, text: e.kind.replace(/_/g, ' ') }), el('span', { text: e.message }));
     $('#timeline').prepend(li);

@@ -282,6 +282,22 @@ static void print_result(json_t *r)
   printf("%s\n", n ? "" : " (see --json)");
 }
 
+/* "  aggregation krum  f 1  clip_norm 5" (issue 12): the method, and
+ * only the parameters that are set; "mean" alone for the default. */
+static void print_aggregation(json_t *spec)
+{
+  json_t *a = json_object_get(spec, "aggregation");
+  static const char *const keys[] = {"f", "m", "clip_norm", "tau", "iterations"};
+  if (!json_is_object(a)) return;
+  printf("  aggregation %s", *rm__cli_jstr(a, "method") ? rm__cli_jstr(a, "method") : "mean");
+  for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+    json_t *v = json_object_get(a, keys[i]);
+    if (json_is_number(v) && json_number_value(v) != 0)
+      printf("  %s %g", keys[i], json_number_value(v));
+  }
+  printf("\n");
+}
+
 static void print_job(json_t *j)
 {
   json_t *spec = json_object_get(j, "spec");
@@ -294,6 +310,7 @@ static void print_job(json_t *j)
   printf("  workload    %s (%s)  algorithm %s  dtype %s  launcher %s\n", rm__cli_jstr(spec, "workload"),
          *rm__cli_jstr(spec, "workload_options") ? rm__cli_jstr(spec, "workload_options") : "defaults",
          rm__cli_jstr(spec, "algorithm"), rm__cli_jstr(spec, "dtype"), rm__cli_jstr(spec, "launcher"));
+  print_aggregation(spec);
   print_command(spec);
   if (*rm__cli_jstr(j, "token")) printf("  worker token %s (shown once)\n", rm__cli_jstr(j, "token"));
   print_result(json_object_get(j, "result"));
@@ -313,8 +330,11 @@ static void print_workers(json_t *arr)
     snprintf(step, sizeof step, "%lld", rm__cli_jint(w, "step"));
     snprintf(ms, sizeof ms, json_is_number(sm) ? "%.1f" : "-", json_number_value(sm));
     snprintf(hb, sizeof hb, "%.1fs", (double)rm__cli_jint(w, "ms_since_heartbeat") / 1000.0);
+    int slow = json_is_true(json_object_get(w, "straggler"));
+    int sus = json_is_true(json_object_get(w, "suspect"));
+    const char *flags = slow && sus ? "straggler,suspect" : slow ? "straggler" : sus ? "suspect" : "";
     const char *row[] = {rank, rm__cli_jstr(w, "state"), rm__cli_jstr(w, "host"), rm__cli_jstr(w, "data_addr"), step, ms,
-                         hb, json_is_true(json_object_get(w, "straggler")) ? "straggler" : ""};
+                         hb, flags};
     rm__table_row(t, row);
   }
   printf("\nworkers\n");

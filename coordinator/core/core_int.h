@@ -92,6 +92,11 @@ void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
 /* Record an event (SQLite + callbacks + watchers). Under lock. */
 void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* ---- spec.c ---- */
+/* The aggregation config of a spec (issue 12); RM_ERR_INVALID_ARG for an
+ * unknown method. */
+rm_status_t rm__spec_agg_config(const rm_job_spec_t *s, rm_agg_config_t *cfg);
+
 /* ---- job.c: loaded jobs ---- */
 rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id); /* loaded jobs only */
 /* Load and resume every job the store has not finished (open). */
@@ -143,6 +148,9 @@ void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
 void rm__recovery_free(rm__job_t *j);
 /* Queue a launcher relaunch() of one worker for j (run after COMMIT). */
 void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j);
+/* Does the job's aggregation rule (issue 12) hold for n members? 1, or 0
+ * with rm_agg_check's words in why. */
+int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len);
 /* Reload the last complete checkpoint step from SQLite (restart). */
 void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
 /* A survivor's data plane named rank fr as failed (ReportFailure): record
@@ -151,6 +159,15 @@ void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
 int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                                 int fr, const char *status, const char *err,
                                 uint64_t step);
+/* ---- suspect.c (issue 12): Byzantine suspects ---- */
+/* A step report's excluded_ranks (ranks of the current generation): the
+ * first report of each step feeds every member's window; flags / clears
+ * with events "byzantine_suspect" / "byzantine_cleared". Under lock. */
+void rm__suspect_step(rm_coord_t *c, rm__job_t *j, uint64_t step,
+                      const uint32_t *ranks, size_t n);
+/* M and W (RINGMASTER_SUSPECT_M / _W, read once). Either may be NULL. */
+void rm__suspect_config(int *m, int *w);
+
 /* ---- step_gate.c (issue 6): the per-step participant gate ---- */
 /* A StepGate request of member w about 0-based `step`: counts its arrival
  * when ready, answers p at once (decided, older step, or wait_ms 0) or

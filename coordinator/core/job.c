@@ -268,7 +268,19 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
         idx[n++] = (int)i;
   int settled = !s->world_size && n >= s->min_workers &&
                 rm__now_ns() - j->last_join_ns >= ELASTIC_SETTLE_NS;
-  if (n > 0 && (n == target || settled)) form(c, j, idx, n);
+  if (n > 0 && (n == target || settled)) {
+    char rule[160], why[320];
+    /* issue 12: a shrinking re-formation that lost more members while
+     * forming can fall below the aggregation rule */
+    if (rm__recovery_agg_holds(j, n, rule, sizeof rule)) {
+      form(c, j, idx, n);
+    } else {
+      snprintf(why, sizeof why, "re-formation with %d worker%s cannot hold "
+               "aggregation %s with f = %d: %s", n, n == 1 ? "" : "s",
+               s->aggregation, s->aggregation_f, rule);
+      rm__job_set_state(c, j, RM_JOB_FAILED, why);
+    }
+  }
   free(idx);
 }
 

@@ -180,6 +180,7 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->comm_ms = w->comm_ms;
   o->wait_ms = w->wait_ms;
   o->straggler = w->straggler;
+  o->suspect = w->suspect;
   o->launch_index = w->launch_index;
 }
 
@@ -250,12 +251,14 @@ void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out)
   rm__store_job_counts(c->store, out->jobs_by_state);
   out->barrier_waits_open = 0;
   out->stragglers_flagged = 0;
+  out->byzantine_suspects = 0;
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
     if (rm_job_state_terminal(j->info.state)) continue;
     for (size_t k = 0; k < j->nw; k++) {
       out->workers_by_state[j->w[k].state]++;
       out->stragglers_flagged += j->w[k].straggler != 0;
+      out->byzantine_suspects += j->w[k].suspect && j->w[k].state <= RM_WORKER_RUNNING;
     }
     for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
       out->barrier_waits_open += p->kind == RM__PARK_BARRIER;

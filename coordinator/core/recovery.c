@@ -31,7 +31,10 @@
  *   shrink   survivors >= min_workers (1 for a fixed-size job):
  *              RUNNING -> FORMING -> RUNNING at G+1 with the survivors,
  *              formed at once (all survivors are known), ranks compacted in
- *              their previous order; else FAILED.
+ *              their previous order; else FAILED. Also FAILED when the
+ *              survivors cannot hold the job's aggregation rule (issue 12:
+ *              krum with f = 1 needs n > 4, so 5 -> 4 fails; the reason
+ *              quotes rm_agg_check's rule).
  *   replace  restarts < max_restarts:
  *              RUNNING -> FORMING; the target stays world_size: survivors
  *              plus a standby (a worker that joined beyond world_size and
@@ -151,7 +154,7 @@ static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
 void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                               const char *reason)
 {
-  char why[RM_COORD_TEXT_MAX], msg[RM_COORD_TEXT_MAX + 128];
+  char why[RM_COORD_TEXT_MAX], msg[RM_COORD_TEXT_MAX + 320], rule[160];
   const rm_job_spec_t *s = &j->info.spec;
   int pol = policy(j), n = 0;
   snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);
@@ -169,9 +172,26 @@ void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
     snprintf(msg, sizeof msg, "%s; on_failure shrink: %d survivor%s, fewer "
              "than min_workers %d", why, n, n == 1 ? "" : "s", min);
     rm__job_set_state(c, j, RM_JOB_FAILED, msg);
+  } else if (pol == POL_SHRINK && !rm__recovery_agg_holds(j, n, rule, sizeof rule)) {
+    snprintf(msg, sizeof msg, "%s; on_failure shrink: %d survivor%s cannot "
+             "hold aggregation %s with f = %d: %s", why, n, n == 1 ? "" : "s",
+             s->aggregation, s->aggregation_f, rule);
+    rm__job_set_state(c, j, RM_JOB_FAILED, msg);
   } else {
     reform(c, j, w, pol, n, why);
   }
+}
+
+/* Issue 12: does the job's aggregation rule hold for n members? why gets
+ * rm_agg_check's words when not. */
+int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len)
+{
+  rm_agg_config_t cfg;
+  if (rm__spec_agg_config(&j->info.spec, &cfg) != RM_OK) {
+    snprintf(why, len, "unknown aggregation method '%.15s'", j->info.spec.aggregation);
+    return 0;
+  }
+  return rm_agg_check(&cfg, n, why, len) == RM_OK;
 }
 
 /* ---- checkpoints and stragglers, per accepted step report ---- */

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coord.h"
+#include "core/core_int.h"
 
 static const char *const job_states[RM_JOB_STATE_COUNT] = {
     "pending", "forming", "running", "succeeded", "failed", "cancelled"};
@@ -60,6 +60,7 @@ void rm_job_spec_init(rm_job_spec_t *s)
   snprintf(s->launcher, sizeof s->launcher, "local");
   snprintf(s->on_failure, sizeof s->on_failure, "fail");
   snprintf(s->straggler_policy, sizeof s->straggler_policy, "none");
+  snprintf(s->aggregation, sizeof s->aggregation, "mean");
   s->steps = 100;
 }
 
@@ -68,7 +69,9 @@ static rm_status_t bad(rm_coord_error_t *err, const char *field,
 {
   if (err) {
     snprintf(err->field, sizeof err->field, "%s", field);
-    snprintf(err->message, sizeof err->message, "%s: %s", field, msg);
+    if (snprintf(err->message, sizeof err->message, "%s: %s", field, msg) >=
+        (int)sizeof err->message)
+      memcpy(err->message + sizeof err->message - 4, "...", 4); /* cut */
   }
   return RM_ERR_INVALID_ARG;
 }
@@ -218,6 +221,70 @@ static rm_status_t check_command(const rm_job_spec_t *s, rm_coord_error_t *err)
   return check_env(s, err);
 }
 
+/* The rm_agg_config_t of a (validated) spec; RM_ERR_INVALID_ARG for an
+ * unknown method name. Shared with recovery.c (core_int.h). */
+rm_status_t rm__spec_agg_config(const rm_job_spec_t *s, rm_agg_config_t *cfg)
+{
+  rm_agg_config_init(cfg);
+  if (!memchr(s->aggregation, 0, sizeof s->aggregation) ||
+      rm_agg_method_parse(s->aggregation[0] ? s->aggregation : "mean",
+                          &cfg->method) != RM_OK)
+    return RM_ERR_INVALID_ARG;
+  cfg->f = s->aggregation_f;
+  cfg->m = s->aggregation_m;
+  cfg->clip_norm = s->clip_norm;
+  cfg->tau = s->aggregation_tau;
+  cfg->iterations = s->aggregation_iterations;
+  return RM_OK;
+}
+
+/* Which parameter rm_agg_check refuses: the first whose default changes
+ * the verdict or the words; f when none does (the rule on n and f). */
+static const char *agg_field(const rm_agg_config_t *cfg, int n, const char *why)
+{
+  char w2[140];
+  for (int k = 0; k < 4; k++) {
+    rm_agg_config_t t = *cfg;
+    static const char *const names[] = {"aggregation.clip_norm", "aggregation.tau",
+                                        "aggregation.iterations", "aggregation.m"};
+    int same;
+    if (k == 0) same = t.clip_norm == 0, t.clip_norm = 0;
+    else if (k == 1) same = t.tau == 0, t.tau = 0;
+    else if (k == 2) same = t.iterations == 0, t.iterations = 0;
+    else same = t.m == 0, t.m = 0;
+    if (same) continue;
+    if (rm_agg_check(&t, n, w2, sizeof w2) == RM_OK || strcmp(w2, why))
+      return names[k];
+  }
+  return "aggregation.f";
+}
+
+static rm_status_t check_aggregation(rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  rm_agg_config_t cfg;
+  char why[140], msg[200], names[128] = "";
+  int elastic = s->world_size == 0, n = elastic ? s->min_workers : s->world_size;
+  if (rm__spec_agg_config(s, &cfg) != RM_OK) {
+    for (int i = 0; i < RM_AGG_COUNT; i++)
+      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+               i ? (i == RM_AGG_COUNT - 1 ? " or " : ", ") : "",
+               rm_agg_method_name((rm_agg_method_t)i));
+    snprintf(msg, sizeof msg, "must be %s", names);
+    return bad(err, "aggregation.method", msg);
+  }
+  DEFAULT(aggregation, "mean");
+  if ((cfg.method != RM_AGG_MEAN || cfg.clip_norm > 0) &&
+      strcmp(s->straggler_policy, "none"))
+    return bad(err, "aggregation.method", "a robust method or clip_norm combines every "
+               "member's gradient each step, while straggler_policy backup, deadline "
+               "and coded leave members out of steps: use one or the other");
+  if (rm_agg_check(&cfg, n, why, sizeof why) == RM_OK) return RM_OK;
+  snprintf(msg, sizeof msg, "%s (n = %s)", why,
+           elastic ? "min_workers: an elastic job may form with that few"
+                   : "world_size");
+  return bad(err, agg_field(&cfg, n, why), msg);
+}
+
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
 {
   if (err) err->field[0] = err->message[0] = 0;
@@ -266,5 +333,7 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   if (st != RM_OK) return st;
   if (s->max_restarts < 0) return bad(err, "max_restarts", "must be >= 0");
   if (s->backup_workers < 0) return bad(err, "backup_workers", "must be >= 0");
-  return check_straggler(s, err);
+  st = check_straggler(s, err);
+  if (st != RM_OK) return st;
+  return check_aggregation(s, err);
 }

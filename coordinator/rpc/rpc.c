@@ -346,6 +346,7 @@ static void on_report_step(rm_coord_t *c, rm__call_t *call,
     s.allreduce_bytes = q->allreduce_bytes;
     rm__job_step(c, j, w, &s);
     rm__recovery_step(c, j, w, &s, q->checkpoint_step);
+    rm__suspect_step(c, j, q->step, q->excluded_ranks, q->n_excluded_ranks);
   }
   r.job_state = (Ringmaster__V1__JobState)j->info.state;
   r.generation = j->info.generation;

@@ -55,6 +55,12 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
                          &o->n_command);
   o->env = list_ptrs(s->env, s->env_count, RM_COORD_ENV_MAX, &o->n_env);
   o->workdir = s->workdir;
+  o->aggregation = s->aggregation;
+  o->aggregation_f = (uint32_t)s->aggregation_f;
+  o->aggregation_m = (uint32_t)s->aggregation_m;
+  o->clip_norm = s->clip_norm;
+  o->aggregation_tau = s->aggregation_tau;
+  o->aggregation_iterations = (uint32_t)s->aggregation_iterations;
 }
 
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
@@ -96,6 +102,9 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   rm_job_spec_init(s);
   s->workload[0] = s->launcher[0] = s->on_failure[0] = 0;
   s->straggler_policy[0] = s->algorithm[0] = s->dtype[0] = 0;
+  s->aggregation[0] = 0;
+  s->clip_norm = in->clip_norm;
+  s->aggregation_tau = in->aggregation_tau;
   s->steps = in->steps;
   s->checkpoint_every = in->checkpoint_every;
 #define STR(f) if (rm__pb_str(s->f, sizeof s->f, in->f)) return #f
@@ -105,7 +114,8 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   INT(world_size); INT(min_workers); INT(max_workers);
   INT(heartbeat_timeout_ms); INT(barrier_timeout_ms); INT(max_restarts);
   INT(backup_workers);
-  STR(workdir);
+  STR(workdir); STR(aggregation);
+  INT(aggregation_f); INT(aggregation_m); INT(aggregation_iterations);
 #undef STR
 #undef INT
   if (in->n_command > RM_COORD_ARGV_MAX) return "command";

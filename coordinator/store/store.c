@@ -192,7 +192,8 @@ int rm__store_commit(rm__store_t *c)
   "workload_options,steps,launcher,heartbeat_timeout_ms,barrier_timeout_ms,"  \
   "on_failure,max_restarts,straggler_policy,backup_workers,checkpoint_every," \
   "state,token,reason,generation,world,step,restarts,created_ms,started_ms,"  \
-  "finished_ms,updated_ms,command,env,workdir"
+  "finished_ms,updated_ms,command,env,workdir,aggregation,aggregation_f,"   \
+  "aggregation_m,clip_norm,aggregation_tau,aggregation_iterations"
 
 /* Packed lists (command, env) as BLOBs: their strings end in NULs. */
 static void bind_list(sqlite3_stmt *st, int i, const char *buf, size_t cap,
@@ -251,6 +252,12 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   bind_list(st, i++, s->command, sizeof s->command, s->command_argc);
   bind_list(st, i++, s->env, sizeof s->env, s->env_count);
   sqlite3_bind_text(st, i++, s->workdir, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, s->aggregation, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, s->aggregation_f);
+  sqlite3_bind_int(st, i++, s->aggregation_m);
+  sqlite3_bind_double(st, i++, s->clip_norm);
+  sqlite3_bind_double(st, i++, s->aggregation_tau);
+  sqlite3_bind_int(st, i++, s->aggregation_iterations);
 }
 
 static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
@@ -292,12 +299,18 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   read_list(st, i++, s->command, sizeof s->command, &s->command_argc);
   read_list(st, i++, s->env, sizeof s->env, &s->env_count);
   copy_text(s->workdir, sizeof s->workdir, sqlite3_column_text(st, i++));
+  copy_text(s->aggregation, sizeof s->aggregation, sqlite3_column_text(st, i++));
+  s->aggregation_f = sqlite3_column_int(st, i++);
+  s->aggregation_m = sqlite3_column_int(st, i++);
+  s->clip_norm = sqlite3_column_double(st, i++);
+  s->aggregation_tau = sqlite3_column_double(st, i++);
+  s->aggregation_iterations = sqlite3_column_int(st, i++);
 }
 
 void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
-                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {

@@ -25,6 +25,7 @@
  * (wall-clock ms), which tests and bench/recovery read.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,11 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
   q.allreduce_bytes = rep->allreduce_bytes;
   q.param_checksum = rep->param_checksum;
   q.checkpoint_step = rep->checkpoint_step;
+  if (rep->struct_size >= offsetof(rm_step_report_t, n_excluded) + sizeof rep->n_excluded &&
+      rep->n_excluded && rep->excluded_ranks) {
+    q.n_excluded_ranks = rep->n_excluded;
+    q.excluded_ranks = (uint32_t *)rep->excluded_ranks;
+  }
   recovered_line(s, rep->step);
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
                         &ringmaster__v1__report_step_response__descriptor,
