@@ -16,7 +16,8 @@ Three ways in:
   TCPStore (the same rendezvous ``dist.init_process_group`` uses).
 
 Collectives work IN PLACE on C-contiguous numpy arrays and CPU torch tensors
-(the data pointer goes to C; nothing is copied): ``allreduce``, ``broadcast``;
+(the data pointer goes to C; nothing is copied): ``allreduce``, ``broadcast``,
+``aggregate`` (Byzantine-robust: median, trimmed mean, Krum, ...);
 ``allgather`` returns a new array/tensor of shape ``(world,) + x.shape``.
 Errors are exceptions (``ringmaster.errors``): ``PeerLost``, ``Timeout``,
 ``Reconfigured``, ``JobEnded``, ... carrying ``.status``, ``.message`` and
@@ -211,6 +212,31 @@ class Communicator:
             if st:
                 raise self.error(st, "rm_allreduce")
         return x
+
+    def aggregate(self, x, cfg, want_info=False):
+        """rm_aggregate in place on x with the AggConfig cfg (see the
+        module-level aggregate). Returns the excluded ranks (a list) when
+        want_info, else None."""
+        p, n, dt = _buf(x)
+        if dt not in (F32, F64, F16, BF16):
+            raise TypeError("ringmaster: aggregate needs a float dtype (f32 f64 f16 bf16), "
+                            "got %s" % (x.dtype,))
+        self._need()
+        check = _lib.session_fn("rm_agg_check")
+        why = ctypes.create_string_buffer(256)
+        if check(ctypes.byref(cfg), self.world, why, 256):
+            raise errors.make(errors.CODES.get("RM_ERR_INVALID_ARG", 1),
+                              why.value.decode(errors="replace"), None, "rm_aggregate")
+        info = _lib.AggInfo()
+        info.struct_size = ctypes.sizeof(info)
+        ex = (ctypes.c_uint8 * max(self.world, 1))()
+        info.excluded = ctypes.cast(ex, ctypes.POINTER(ctypes.c_uint8))
+        if n:
+            st = _lib.session_fn("rm_aggregate")(self.ptr, p, p, n, dt, ctypes.byref(cfg),
+                                                 ctypes.byref(info))
+            if st:
+                raise self.error(st, "rm_aggregate")
+        return [r for r in range(self.world) if ex[r]] if want_info else None
 
     def broadcast(self, x, root=0):
         p, n, dt = _buf(x)
@@ -578,6 +604,83 @@ def default_communicator():
 def allreduce(x, op="sum", algorithm=None):
     """All-reduce x in place over every rank; returns x."""
     return _default.allreduce(x, op, algorithm)
+
+
+AGG_METHODS = ("mean", "median", "trimmed_mean", "krum", "multi_krum", "bulyan",
+               "centered_clip")
+_agg_cache = {}
+
+
+def _agg_config(method, f, m, clip_norm, tau, iterations):
+    key = (method, f, m, clip_norm, tau, iterations)
+    c = _agg_cache.get(key)
+    if c is not None:
+        return c
+    if not _lib.has_aggregate():
+        raise errors.unsupported("%s lacks rm_aggregate" % _lib.path)
+    size = _lib.session_fn("rm_agg_config_size")
+    if size is None or size() != ctypes.sizeof(_lib.AggConfig):
+        raise errors.unsupported("%s: rm_agg_config_t is not the version this package "
+                                 "knows" % _lib.path)
+    c = _lib.AggConfig()
+    _lib.session_fn("rm_agg_config_init")(ctypes.byref(c))
+    if c.version != _lib.AGG_CONFIG_VERSION:
+        raise errors.unsupported("%s: rm_agg_config_t version %d (this package knows %d)"
+                                 % (_lib.path, c.version, _lib.AGG_CONFIG_VERSION))
+    code = ctypes.c_int(0)
+    if not isinstance(method, str) or \
+            _lib.session_fn("rm_agg_method_parse")(method.encode(), ctypes.byref(code)):
+        raise ValueError("ringmaster: unknown aggregation method %r (%s)"
+                         % (method, " ".join(AGG_METHODS)))
+    for name, v in (("f", f), ("m", m), ("iterations", iterations)):
+        if int(v) != v or v < 0:
+            raise ValueError("ringmaster: aggregate %s=%r: expected an integer >= 0" % (name, v))
+    for name, v in (("clip_norm", clip_norm), ("tau", tau)):
+        if not (float(v) >= 0 and math.isfinite(float(v))):
+            raise ValueError("ringmaster: aggregate %s=%r: expected a finite number >= 0"
+                             % (name, v))
+    c.method, c.f, c.m, c.iterations = code.value, int(f), int(m), int(iterations)
+    c.clip_norm, c.tau = float(clip_norm), float(tau)
+    if len(_agg_cache) < 64:
+        _agg_cache[key] = c
+    return c
+
+
+def aggregate(x, method="median", f=1, m=0, clip_norm=0.0, tau=0.0, iterations=0,
+              info=False):
+    """Byzantine-robust aggregation (rm_aggregate) of x over every rank, in
+    place on a C-contiguous float numpy array or CPU tensor (f32 f64 f16
+    bf16), the result bitwise identical on every rank; like
+    ``allreduce(x, "avg")`` but by ``method``: "mean", "median",
+    "trimmed_mean", "krum", "multi_krum", "bulyan", "centered_clip"
+    (ringmaster/aggregation.h). f: tolerated Byzantine ranks; m: Multi-Krum
+    selections (0 = n - f); clip_norm > 0: each rank's vector is first
+    scaled to L2 norm <= clip_norm; tau, iterations: centered clipping.
+    A rule the world cannot hold (Krum n > 2f + 2, Bulyan n >= 4f + 3, ...)
+    raises InvalidArgument naming it; a library without rm_aggregate raises
+    Unsupported. Returns x, or (x, excluded) with info=True: the ranks this
+    call excluded or down-weighted (a list)."""
+    cfg = _agg_config(method, f, m, clip_norm, tau, iterations)
+    ex = _default.aggregate(x, cfg, info)
+    return (x, ex) if info else x
+
+
+def aggregation_spec():
+    """The job spec's aggregation in a session, as aggregate()'s keyword
+    arguments, or None outside a session or for plain mean without
+    clipping."""
+    d = _default
+    if not d.session:
+        return None
+    meth = spec("aggregation") or "mean"
+    dbl = _lib.session_fn("rm_session_spec_double")
+    clip = dbl(d.session, b"clip_norm") if dbl else 0.0
+    if meth == "mean" and not clip > 0:
+        return None
+    return {"method": meth, "f": int(spec("aggregation_f") or 0),
+            "m": int(spec("aggregation_m") or 0), "clip_norm": float(clip),
+            "tau": float(dbl(d.session, b"aggregation_tau")) if dbl else 0.0,
+            "iterations": int(spec("aggregation_iterations") or 0)}
 
 
 def broadcast(x, root=0):

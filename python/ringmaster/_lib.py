@@ -20,9 +20,10 @@ Where the library comes from, first match wins:
 3. an installed prefix next to the package (``<prefix>/lib/libringmaster.so*``),
    then ``ctypes.util.find_library("ringmaster")`` (the loader's path).
 
-Session functions (``rm_session_*``) are looked up lazily: the package imports
-and runs plain communicators with a library that lacks them, and a session call
-then raises ``Unsupported`` naming the missing symbol.
+Session functions (``rm_session_*``) and the aggregation entry points
+(``rm_aggregate``, ``rm_agg_*``) are looked up lazily: the package imports and
+runs plain communicators with a library that lacks them, and such a call then
+raises ``Unsupported`` naming the missing symbol.
 """
 import ctypes
 import ctypes.util
@@ -88,6 +89,37 @@ class AllreduceInfo(ctypes.Structure):
     ]
 
 
+class AggConfig(ctypes.Structure):
+    """Mirror of rm_agg_config_t, version 1 (include/ringmaster/aggregation.h);
+    used only when the library's rm_agg_config_size() agrees."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("version", c_uint),
+        ("method", c_int),
+        ("f", c_int),
+        ("m", c_int),
+        ("clip_norm", c_double),
+        ("tau", c_double),
+        ("iterations", c_int),
+    ]
+
+
+AGG_CONFIG_VERSION = 1
+
+
+class AggInfo(ctypes.Structure):
+    """Mirror of rm_agg_info_t (include/ringmaster/ringmaster.h)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("contributors", c_int),
+        ("norm", c_double),
+        ("clipped", c_int),
+        ("bytes_sent", c_size_t),
+        ("excluded", ctypes.POINTER(ctypes.c_uint8)),
+        ("scores", ctypes.POINTER(c_double)),
+    ]
+
+
 # name: (restype, argtypes)
 _CORE = {
     "rm_status_name": (c_char_p, [c_int]),
@@ -139,6 +171,15 @@ _SESSION = {
     "rm_session_step": (c_uint64, [c_void_p]),
     "rm_session_spec_string": (c_char_p, [c_void_p, c_char_p]),
     "rm_session_spec_uint": (c_uint64, [c_void_p, c_char_p]),
+    "rm_session_spec_double": (c_double, [c_void_p, c_char_p]),
+    # aggregation (issue 12): looked up lazily too, so an older library
+    # still imports; ringmaster.aggregate then raises Unsupported
+    "rm_aggregate": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
+                             ctypes.POINTER(AggConfig), ctypes.POINTER(AggInfo)]),
+    "rm_agg_config_init": (None, [ctypes.POINTER(AggConfig)]),
+    "rm_agg_config_size": (c_size_t, []),
+    "rm_agg_method_parse": (c_int, [c_char_p, ctypes.POINTER(c_int)]),
+    "rm_agg_check": (c_int, [ctypes.POINTER(AggConfig), c_int, c_char_p, c_size_t]),
     "rm_session_last_error": (c_char_p, [c_void_p]),
     "rm_session_reform": (c_int, [c_void_p]),
     "rm_session_step_begin": (c_int, [c_void_p]),
@@ -231,6 +272,11 @@ def session_fn(name):
             fn = None
         _session_cache[name] = fn
     return fn
+
+
+def has_aggregate():
+    return session_fn("rm_aggregate") is not None and \
+        session_fn("rm_agg_config_init") is not None
 
 
 def has_sessions():

@@ -99,7 +99,8 @@ static int make_workload(const rm_agent_opts_t *o, rm_session_t *s, workload_t *
   return -1;
 }
 
-static rm_status_t run_once(rm_session_t *s, workload_t *w)
+static rm_status_t run_once(rm_session_t *s, workload_t *w, char *why,
+                            size_t whylen)
 {
   const char *pol = rm_session_spec_string(s, "straggler_policy");
   rm_workload_env_t env = {.comm = rm_session_comm(s),
@@ -118,7 +119,15 @@ static rm_status_t run_once(rm_session_t *s, workload_t *w)
   env.step_quorum = (int)rm_session_spec_uint(s, "step_quorum");
   env.coded_s = (int)rm_session_spec_uint(s, "coded_s");
   env.gate = strcmp(pol, "none") ? gate : NULL;
-  return w->wl->run(w->state, &env);
+  env.aggregation = rm_session_spec_string(s, "aggregation");
+  env.agg_f = (int)rm_session_spec_uint(s, "aggregation_f");
+  env.agg_m = (int)rm_session_spec_uint(s, "aggregation_m");
+  env.agg_iterations = (int)rm_session_spec_uint(s, "aggregation_iterations");
+  env.clip_norm = rm_session_spec_double(s, "clip_norm");
+  env.agg_tau = rm_session_spec_double(s, "aggregation_tau");
+  rm_status_t st = w->wl->run(w->state, &env);
+  snprintf(why, whylen, "%s", env.error);
+  return st;
 }
 
 /* A data-plane status a new attempt may clear (a peer died while we
@@ -134,7 +143,7 @@ static int run_builtin(const rm_agent_opts_t *o)
   rm_session_config_t cfg;
   rm_session_t *s = NULL;
   workload_t w = {0};
-  char err[700], summary[512];
+  char err[700], summary[512], why[256];
   int rc = 1;
   rm__agent_session_config(o, &cfg);
   rm_status_t st = rm_session_join(&cfg, &s, err, sizeof err);
@@ -149,16 +158,20 @@ static int run_builtin(const rm_agent_opts_t *o)
   rm__session_set_log_prefix(s, "ringmaster-worker");
   if (make_workload(o, s, &w)) goto out;
   for (;;) {
-    st = run_once(s, &w);
+    why[0] = 0;
+    st = run_once(s, &w, why, sizeof why);
     if (st == RM_OK && rm_session_step(s) >= w.max_steps) {
       summary[0] = 0;
       if (w.wl->summary) w.wl->summary(w.state, summary, sizeof summary);
       st = rm_session_leave(s, 1, NULL, summary[0] ? summary : NULL);
       if (st == RM_OK) { rc = 0; break; }
       if (st != RM_ERR_RECONFIGURED) { rc = 1; break; }
-    } else if (st == RM_ERR_INTERNAL) { /* the workload's own failure */
-      snprintf(err, sizeof err, "workload %s failed at step %llu",
-               w.wl->name, (unsigned long long)rm_session_step(s));
+    } else if (st == RM_ERR_INTERNAL || st == RM_ERR_INVALID_ARG) {
+      /* the workload's own failure (a bad aggregation for this membership,
+       * parameters that differ across ranks): no re-forming clears it */
+      snprintf(err, sizeof err, "workload %s failed at step %llu%s%s",
+               w.wl->name, (unsigned long long)rm_session_step(s),
+               why[0] ? ": " : "", why);
       fprintf(stderr, "ringmaster-worker: rank %d failed: %s\n", rm_session_rank(s), err);
       rm_session_leave(s, 0, err, NULL);
       break;

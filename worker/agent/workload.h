@@ -13,8 +13,9 @@
  *   destroy(state)
  *
  * Errors: run() returns the data-plane status of a failed collective (the
- * agent decides what next with the coordinator) or RM_OK when max_steps are
- * done. create() fills err with a message that names the bad option.
+ * agent decides what next with the coordinator), RM_OK when max_steps are
+ * done, or its own failure: RM_ERR_INTERNAL / RM_ERR_INVALID_ARG with words
+ * in env->error (the agent fails the job with them; no re-forming). create() fills err with a message that names the bad option.
  */
 #ifndef RM_AGENT_WORKLOAD_H
 #define RM_AGENT_WORKLOAD_H
@@ -54,6 +55,18 @@ typedef struct rm_workload_env {
   int step_quorum;             /* backup: gradients a step needs */
   int coded_s;                 /* coded: tolerated stragglers */
   rm_step_gate_fn gate;        /* with report_ctx; NULL under "none" */
+  /* Aggregation of the step's gradient (issue 12; the job spec's
+   * "aggregation"): method name as rm_agg_method_parse takes it ("mean",
+   * "median", "krum", ...; NULL or "" = "mean") and its parameters (0 =
+   * the method's default, see rm_agg_config_t). Mean with clip_norm 0 is
+   * the plain all-reduce every job had before. */
+  const char *aggregation;
+  int agg_f, agg_m, agg_iterations;
+  double clip_norm, agg_tau;
+  /* Filled by run() when it fails on its own account (RM_ERR_INTERNAL or
+   * RM_ERR_INVALID_ARG: a bad combination, a rule the membership cannot
+   * hold): words for the job's failure message; "" otherwise. */
+  char error[256];
 } rm_workload_env_t;
 
 typedef struct rm_workload_ops {

@@ -20,6 +20,10 @@
  *      the same on every rank (the coordinator decides it once);
  *   3. reduce:
  *        none      all-reduce SUM;                     rows = B
+ *                  or, with a robust aggregation,
+ *                  clipping or an attack (issue 12):
+ *                  robust_step.c (rm_aggregate of the
+ *                  per-worker mean gradients)          rows = 1
  *        backup,   masked SUM over M (late ranks add   rows = sum of the
  *        deadline  zeros, still receive the result)   shard sizes in M
  *        coded     masked SUM over the decode plan of  rows = B (exact
@@ -141,7 +145,14 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
   if (p->kind == RM__POL_NONE) {
     rm__crash_point("barrier", step + 1); /* no gate: the collective is it */
     rm__crash_point("allreduce", step + 1);
-    st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32, RM_SUM);
+    if (rm__robust_active(p->robust)) {
+      st = rm__robust_reduce(t, comm, p->robust, hi - lo, rep);
+      rows = 1; /* grad holds the aggregated mean gradient */
+    } else {
+      st = rm_allreduce(comm, t->grad, t->grad, np + 2, RM_F32, RM_SUM);
+    }
+  } else if (rm__robust_active(p->robust)) {
+    st = RM_ERR_INVALID_ARG; /* refused by train_run before any step */
   } else {
     if (rm__crash_wants("barrier", step + 1)) {
       /* Not ready: the gate opens the step and peers wait. A rank the gate

@@ -7,6 +7,7 @@
  *   dataset.c   CSV loader, deterministic train/test split, standardisation
  *   mlp.c       two-layer perceptron: forward, backward, SGD with momentum
  *   checkpoint.c  trainer state on disk (checkpoint/checkpoint.h format)
+ *   robust_step.c the reduce through rm_aggregate, and the attacks
  *   trainer.c   one synchronous data-parallel step: global batch -> this
  *               rank's shard -> local gradient sum -> all-reduce -> update
  *   train_workload.c, synthetic_workload.c   the rm_workload_ops_t tables
@@ -138,6 +139,7 @@ typedef struct rm__trainer {
   uint32_t *perm;       /* data order of epoch perm_epoch */
   uint64_t perm_epoch;
   double last_loss, last_acc;
+  int flip_labels;      /* labelflip attacker: train on classes-1-y */
 } rm__trainer_t;
 
 /* Load, split, standardise, initialise. err names what is wrong. */
@@ -181,6 +183,52 @@ rm_status_t rm__trainer_load_step(rm__trainer_t *t, const char *dir,
                                   uint64_t job_id, int max_rank, uint64_t step,
                                   char *err, size_t errlen);
 
+/* ---- robust aggregation and attacks (robust_step.c, issue 12) ---- */
+enum {
+  RM__ATK_NONE = 0,
+  RM__ATK_SIGNFLIP,  /* sends -g */
+  RM__ATK_GAUSSIAN,  /* sends N(0, sigma^2), sigma = scale * rms(g) */
+  RM__ATK_ALIE,      /* honest mean + z * honest std, per coordinate */
+  RM__ATK_IPM,       /* -eps * honest mean */
+  RM__ATK_LABELFLIP, /* honest gradient of labels 9 - y */
+  RM__ATK_NAN,       /* all NaN */
+  RM__ATK_COUNT
+};
+/* "none" "signflip" "gaussian" "alie" "ipm" "labelflip" "nan". */
+const char *rm__attack_name(int a);
+int rm__attack_parse(const char *s); /* -1 when unknown */
+
+typedef struct rm__robust {
+  rm_agg_config_t cfg;  /* the job's aggregation (rm_agg_config_init'ed) */
+  int attack;           /* RM__ATK_* */
+  int attackers;        /* the last `attackers` ranks of the world attack */
+  double attack_scale;  /* < 0: the attack's default (see robust_step.c) */
+  int rank, world;      /* of the current generation */
+  /* scratch, owned, grown on demand */
+  float *vec, *agg;     /* nparams each: my contribution, the aggregate */
+  double *stats;        /* 2 * nparams + 3 */
+  uint8_t *excluded;    /* world */
+  uint32_t *excluded_list; /* world: rep->excluded_ranks points here */
+  size_t cap_np;
+  int cap_world;
+} rm__robust_t;
+
+/* Anything but the plain all-reduce: a method other than mean, clipping,
+ * or an attack. */
+int rm__robust_active(const rm__robust_t *r);
+/* Is this rank one of the attackers? */
+int rm__robust_attacker(const rm__robust_t *r);
+/* The reduce of a step: t->grad holds this rank's shard sums over `rows`
+ * rows (+ loss sum, correct count). Afterwards t->grad[0..np) is the
+ * aggregated mean gradient (the same bits on every rank), t->grad[np] the
+ * batch's mean loss and t->grad[np+1] its accuracy: apply with rows = 1.
+ * rep->excluded_ranks / n_excluded name the ranks rm_aggregate excluded
+ * (pointing into r, valid until the next call). I2 of trainer.c holds. */
+rm_status_t rm__robust_reduce(rm__trainer_t *t, rm_comm_t *comm,
+                              rm__robust_t *r, uint32_t rows,
+                              rm_step_report_t *rep);
+void rm__robust_free(rm__robust_t *r);
+
 /* ---- a step under a straggler policy (policy_step.c, issue 6) ---- */
 enum { RM__POL_NONE = 0, RM__POL_BACKUP, RM__POL_DEADLINE, RM__POL_CODED };
 typedef struct rm__policy {
@@ -194,6 +242,8 @@ typedef struct rm__policy {
   double sim_compute_ms; /* simulated compute added to every step */
   int slow_rank;         /* rank slowed on purpose, -1 none */
   double slow_factor;    /* its compute takes this many times longer */
+  rm__robust_t *robust;  /* policy "none" only: the step's reduce when
+                            rm__robust_active (NULL = plain all-reduce) */
 } rm__policy_t;
 /* One step with comm (world >= 1); fills rep (zeroed first). Errors of the
  * gate (generation moved on) are RM_ERR_ABORTED; I2 of trainer.c holds. */

@@ -21,6 +21,16 @@
  *   sim_compute_ms 0       simulated compute added to every step (bench)
  *   slow_rank    -1        rank slowed on purpose (straggler tests) ...
  *   slow_factor  1         ... whose compute takes this many times longer
+ *   attack       none      signflip gaussian alie ipm labelflip nan: the
+ *                          last `attackers` ranks send a Byzantine gradient
+ *                          (tests, demonstrations; robust_step.c defines
+ *                          each attack and its constant)
+ *   attackers    1 (4)     how many ranks attack (the last K of the world)
+ *   attack_scale (5)       gaussian sigma / rms(g) (10), alie z (Baruch et
+ *                          al.'s z_max), ipm eps (0.1)
+ *
+ *   (4) when attack is given; 0 otherwise
+ *   (5) the attack's default, in parentheses
  *
  *   (3) RINGMASTER_CHECKPOINT_DIR, else ./ringmaster-ckpt
  *
@@ -30,7 +40,11 @@
  *
  * Gradient reduction: each rank sums per-sample gradients of its shard, the
  * f32 sums are all-reduced with RM_SUM, and every rank divides by B (under
- * a straggler policy: policy_step.c).
+ * a straggler policy: policy_step.c). With the job's aggregation other than
+ * plain mean (a robust method, clip_norm > 0) or an attack, the per-worker
+ * mean gradients go through rm_aggregate instead (robust_step.c); that
+ * composes with straggler_policy none only (a gated policy is refused:
+ * RM_ERR_INVALID_ARG with words in env->error).
  *
  * Recovery (issue 6): every checkpoint_every steps (job spec) each rank
  * writes its state atomically (checkpoint/checkpoint.h) and reports the step;
@@ -55,6 +69,7 @@
 #endif
 
 enum { DEFAULT_STEPS = 200 };
+#define MAX_ATTACKERS (1u << 20)
 
 typedef struct train_state {
   rm__trainer_t t;
@@ -64,6 +79,7 @@ typedef struct train_state {
   uint64_t last_ckpt;
   double sim_compute_ms, slow_factor;
   int slow_rank;
+  rm__robust_t robust; /* aggregation (from env) and attack (options) */
 } train_state_t;
 
 static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
@@ -113,10 +129,25 @@ static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
     s->slow_rank = (int)u;
   } else if (!strcmp(key, "verify")) {
     st = rm__opt_u64(key, val, 0, UINT64_MAX, &s->verify, err, errlen);
+  } else if (!strcmp(key, "attack")) {
+    int a = rm__attack_parse(val);
+    if (a < 0) {
+      snprintf(err, errlen, "option attack=%s: expected none, signflip, "
+               "gaussian, alie, ipm, labelflip or nan", val);
+      st = RM_ERR_INVALID_ARG;
+    }
+    s->robust.attack = a;
+  } else if (!strcmp(key, "attackers")) {
+    st = rm__opt_u64(key, val, 0, MAX_ATTACKERS, &u, err, errlen);
+    s->robust.attackers = (int)u;
+  } else if (!strcmp(key, "attack_scale")) {
+    st = rm__opt_double(key, val, 0, 1e6, &s->robust.attack_scale, err,
+                        errlen);
   } else {
     snprintf(err, errlen, "unknown option '%s' for workload train (known: "
              "dataset batch hidden act lr momentum seed split_seed steps "
-             "epochs verify ckpt_dir sim_compute_ms slow_rank slow_factor)",
+             "epochs verify ckpt_dir sim_compute_ms slow_rank slow_factor "
+             "attack attackers attack_scale)",
              key);
     st = RM_ERR_INVALID_ARG;
   }
@@ -139,6 +170,9 @@ static rm_status_t train_create(const char *options, void **state, char *err,
            rm__env_str("RINGMASTER_CHECKPOINT_DIR", "ringmaster-ckpt"));
   s->slow_rank = -1;
   s->slow_factor = 1;
+  rm_agg_config_init(&s->robust.cfg);
+  s->robust.attack_scale = -1;
+  s->robust.attackers = -1;
   const char *p = options ? options : "";
   int r;
   while ((r = rm__opt_next(&p, key, sizeof(key), val, sizeof(val), err,
@@ -150,6 +184,8 @@ static rm_status_t train_create(const char *options, void **state, char *err,
     st = RM_ERR_INVALID_ARG;
     goto fail;
   }
+  if (s->robust.attackers < 0) /* attack=X alone: one attacker */
+    s->robust.attackers = s->robust.attack != RM__ATK_NONE ? 1 : 0;
   cfg.dataset = s->dataset;
   st = rm__trainer_init(&s->t, &cfg, err, errlen);
   if (st != RM_OK) goto fail;
@@ -245,16 +281,71 @@ static void policy_of(const train_state_t *s, const rm_workload_env_t *env,
   p->slow_factor = s->slow_factor;
 }
 
+/* The job's aggregation for this generation; refuses what cannot hold
+ * (words in env->error, RM_ERR_INVALID_ARG: the agent fails the job). */
+static rm_status_t robust_setup(train_state_t *s, rm_workload_env_t *env,
+                                const rm__policy_t *pol)
+{
+  rm__robust_t *r = &s->robust;
+  const char *m = env->aggregation && env->aggregation[0] ? env->aggregation
+                                                          : "mean";
+  rm_agg_config_init(&r->cfg);
+  if (rm_agg_method_parse(m, &r->cfg.method) != RM_OK) {
+    snprintf(env->error, sizeof env->error, "unknown aggregation method "
+             "'%s' (mean, median, trimmed_mean, krum, multi_krum, bulyan, "
+             "centered_clip)", m);
+    return RM_ERR_INVALID_ARG;
+  }
+  r->cfg.f = env->agg_f;
+  r->cfg.m = env->agg_m;
+  r->cfg.iterations = env->agg_iterations;
+  r->cfg.clip_norm = env->clip_norm;
+  r->cfg.tau = env->agg_tau;
+  r->rank = env->rank;
+  r->world = env->world;
+  s->t.flip_labels = r->attack == RM__ATK_LABELFLIP && rm__robust_attacker(r);
+  if (!env->comm || !rm__robust_active(r)) return RM_OK;
+  if (r->attack != RM__ATK_NONE && r->attackers >= env->world) {
+    snprintf(env->error, sizeof env->error, "attackers=%d needs a world of "
+             "at least %d (one honest rank); the world is %d", r->attackers,
+             r->attackers + 1, env->world);
+    return RM_ERR_INVALID_ARG;
+  }
+  if (pol->kind != RM__POL_NONE) {
+    snprintf(env->error, sizeof env->error, "straggler_policy %s cannot be "
+             "combined with aggregation %s%s%s: the policy leaves gradients "
+             "out, which a robust method cannot tell from attacks (use "
+             "straggler_policy none)", env->straggler_policy, m,
+             r->cfg.clip_norm > 0 ? " / clip_norm" : "",
+             r->attack != RM__ATK_NONE ? " / attack" : "");
+    return RM_ERR_INVALID_ARG;
+  }
+  char why[200];
+  if (rm_agg_check(&r->cfg, env->world, why, sizeof why) != RM_OK) {
+    snprintf(env->error, sizeof env->error, "aggregation %s on %d workers: "
+             "%s", m, env->world, why);
+    return RM_ERR_INVALID_ARG;
+  }
+  return RM_OK;
+}
+
 static rm_status_t train_run(void *state, rm_workload_env_t *env)
 {
   train_state_t *s = state;
   rm__policy_t pol;
+  policy_of(s, env, &pol);
+  rm_status_t rs = robust_setup(s, env, &pol);
+  if (rs != RM_OK) {
+    RM_ERROR("train: rank %d: %s", env->rank, env->error);
+    return rs;
+  }
   load_checkpoint(s, env);
   rm_status_t st = rm__trainer_resync(&s->t, env->comm, env->start_step);
   if (st != RM_OK) return st;
   uint64_t lim = step_limit(s, env->max_steps);
-  policy_of(s, env, &pol);
-  int plain = pol.kind == RM__POL_NONE && !s->sim_compute_ms && s->slow_rank < 0;
+  pol.robust = &s->robust;
+  int plain = pol.kind == RM__POL_NONE && !s->sim_compute_ms &&
+              s->slow_rank < 0 && !rm__robust_active(&s->robust);
   while (s->t.step < lim) {
     rm_step_report_t rep;
     if (plain || !env->comm) st = rm__trainer_step(&s->t, env->comm, &rep);
@@ -267,6 +358,9 @@ static rm_status_t train_run(void *state, rm_workload_env_t *env)
       int64_t t0 = rm__now_ns();
       st = verify_checksums(env->comm, rep.param_checksum, rep.step);
       rep.wait_ms = (rm__now_ns() - t0) / 1e6;
+      if (st == RM_ERR_INTERNAL)
+        snprintf(env->error, sizeof env->error, "step %llu: parameters "
+                 "differ across ranks", (unsigned long long)rep.step);
       if (st != RM_OK) return st;
     }
     if (env->report && env->report(env->report_ctx, &rep)) return RM_OK;
@@ -298,6 +392,7 @@ static void train_destroy(void *state)
 {
   train_state_t *s = state;
   if (!s) return;
+  rm__robust_free(&s->robust);
   rm__trainer_free(&s->t);
   free(s);
 }

@@ -137,9 +137,12 @@ void rm__trainer_shard_grad(rm__trainer_t *t, uint64_t step, uint32_t lo,
   double loss = 0;
   uint32_t correct = 0;
   memset(grad, 0, (np + 2) * sizeof(float));
-  for (uint32_t i = lo; i < hi; i++)
+  unsigned top = t->train.classes ? t->train.classes - 1 : 9;
+  for (uint32_t i = lo; i < hi; i++) {
+    unsigned y = t->train.y[batch[i]];
     rm__mlp_sample(&t->model, t->train.x + (size_t)batch[i] * dim,
-                   t->train.y[batch[i]], grad, &loss, &correct);
+                   t->flip_labels ? top - y : y, grad, &loss, &correct);
+  }
   grad[np] = (float)loss;
   grad[np + 1] = (float)correct;
 }

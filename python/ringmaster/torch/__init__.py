@@ -13,7 +13,8 @@
   data-plane addresses are exchanged through the process group's store.
 * ``DistributedOptimizer(optimizer, named_parameters=...)``: Horovod's manner,
   no ``torch.distributed`` needed: ``step()`` first averages the gradients
-  over the ranks (flattened into few large buckets), then steps.
+  over the ranks (flattened into few large buckets), then steps;
+  ``aggregation=`` combines them by rm_aggregate (median, Krum, ...) instead.
 * ``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``.
 * ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``).
 """
@@ -380,7 +381,8 @@ def allreduce_tensors(tensors, op="avg", bucket_bytes=16 << 20, straggler_step=F
 class _DistributedOptimizer:
     """Methods mixed into a dynamic subclass of the user's optimizer class."""
 
-    def _rm_setup(self, named_parameters, op, bucket_bytes, straggler_policy):
+    def _rm_setup(self, named_parameters, op, bucket_bytes, straggler_policy,
+                  aggregation=None):
         params = [p for g in self.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -402,6 +404,33 @@ class _DistributedOptimizer:
             pol = _rm.spec("straggler_policy") if _rm.in_session() else None
             straggler_policy = pol not in (None, "", "none")
         self._rm_straggler = straggler_policy
+        if aggregation is None:
+            aggregation = _rm.aggregation_spec() if _rm.in_session() else None
+        elif isinstance(aggregation, str):
+            aggregation = {"method": aggregation}
+        elif aggregation is False:
+            aggregation = None
+        if aggregation is not None:
+            aggregation = dict(aggregation)
+            known = {"method", "f", "m", "clip_norm", "tau", "iterations"}
+            bad = sorted(set(aggregation) - known)
+            if bad:
+                raise ValueError("DistributedOptimizer: unknown aggregation keys %s (%s)"
+                                 % (bad, " ".join(sorted(known))))
+            aggregation.setdefault("method", "mean")
+            aggregation.setdefault("f", 0)
+            if straggler_policy:
+                raise ValueError("DistributedOptimizer: aggregation %r cannot be combined "
+                                 "with a straggler policy (it leaves gradients out, which "
+                                 "a robust method cannot tell from attacks)"
+                                 % aggregation["method"])
+            if op != "avg":
+                raise ValueError("DistributedOptimizer: aggregation needs op 'avg'")
+            _rm._agg_config(aggregation["method"], aggregation.get("f", 0),
+                            aggregation.get("m", 0), aggregation.get("clip_norm", 0.0),
+                            aggregation.get("tau", 0.0), aggregation.get("iterations", 0))
+        self._rm_agg = aggregation
+        self.excluded_ranks = []
         self._rm_synced = False
         self._rm_plan = None
 
@@ -413,7 +442,9 @@ class _DistributedOptimizer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in ps]
-        if self._rm_straggler:
+        if self._rm_agg is not None:
+            self._rm_aggregate(grads)
+        elif self._rm_straggler:
             allreduce_tensors(grads, "avg", straggler_step=True)
         else:
             # persistent flat buffers, one per bucket: no allocation per step
@@ -446,6 +477,34 @@ class _DistributedOptimizer:
                     off += k
         self._rm_synced = True
 
+    def _rm_aggregate(self, grads):
+        # ONE flat vector per dtype: a robust method (Krum's distances,
+        # clip_norm's norm) must see the whole gradient, not buckets of it
+        by_dt = {}
+        for g in grads:
+            by_dt.setdefault(g.dtype, []).append(g)
+        flats = getattr(self, "_rm_agg_flat", None) or {}
+        excluded = set()
+        for dt, gs in by_dt.items():
+            n = sum(g.numel() for g in gs)
+            flat = flats.get(dt)
+            if flat is None or flat.numel() != n:
+                flat = flats[dt] = torch.empty(n, dtype=dt)
+            off = 0
+            for g in gs:
+                k = g.numel()
+                flat[off:off + k].copy_(g.reshape(-1))
+                off += k
+            _, ex = _rm.aggregate(flat, info=True, **self._rm_agg)
+            excluded.update(ex)
+            off = 0
+            for g in gs:
+                k = g.numel()
+                g.copy_(flat[off:off + k].view_as(g))
+                off += k
+        self._rm_agg_flat = flats
+        self.excluded_ranks = sorted(excluded)
+
     def skip_synchronize(self):
         """``with opt.skip_synchronize(): opt.step()`` after calling
         synchronize() yourself (e.g. to clip the averaged gradients)."""
@@ -472,18 +531,27 @@ class _DistributedOptimizer:
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, op="avg",
-                         bucket_bytes=16 << 20, straggler_policy=None):
+                         bucket_bytes=16 << 20, straggler_policy=None, aggregation=None):
     """Wrap a torch optimizer so that step() first averages the gradients
     over all ranks (op "avg", or "sum"), flattened into buckets of up to
     bucket_bytes. The returned object is an instance of a subclass of the
     optimizer's class sharing its state (isinstance and lr schedulers keep
     working). In a job with a straggler policy ("backup"/"deadline") the
-    gradients go in one rm_session_allreduce_step call instead."""
+    gradients go in one rm_session_allreduce_step call instead.
+
+    aggregation: combine the gradients by rm_aggregate instead of the
+    average: a method name or a dict of ringmaster.aggregate's keywords
+    ({"method": "krum", "f": 2, "clip_norm": 5.0, ...}), applied to the
+    whole flattened gradient (one vector per dtype). None (the default)
+    takes the job spec's "aggregation" in a session (plain average when it
+    is mean without clipping), False forces the plain average. Not with a
+    straggler policy. After step(), ``.excluded_ranks`` lists the ranks the
+    last aggregation excluded or down-weighted."""
     base = optimizer.__class__
     cls = type(base.__name__, (base,), {k: v for k, v in _DistributedOptimizer.__dict__.items()
                                         if not k.startswith("__")})
     cls._rm_base = base
     new = cls.__new__(cls)
     new.__dict__.update(optimizer.__dict__)
-    new._rm_setup(named_parameters, op, bucket_bytes, straggler_policy)
+    new._rm_setup(named_parameters, op, bucket_bytes, straggler_policy, aggregation)
     return new
