@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "ringmaster/ringmaster.h"
+#include "bench_fork.h"
 
 #define MAX_SIZES 64
 #define MAX_WORLD 64
@@ -179,42 +180,15 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, c
   return rc;
 }
 
-/* Fork `world` ranks on 127.0.0.1; wait for all. */
+static int rank_main(int rank, int world, const char **peers, rm_endpoint_t *ep,
+                     const void *arg)
+{
+  return run_one(rank, world, peers, ep, arg);
+}
+
 static int run_forked(int world, const opts_t *o)
 {
-  rm_endpoint_t *ep[MAX_WORLD];
-  static char addr[MAX_WORLD][128];
-  const char *peers[MAX_WORLD];
-  pid_t pid[MAX_WORLD];
-  int bad = 0;
-  for (int r = 0; r < world; r++) {
-    if (rm_endpoint_open("127.0.0.1:0", &ep[r]) != RM_OK) return 1;
-    snprintf(addr[r], sizeof addr[r], "%s", rm_endpoint_address(ep[r]));
-    peers[r] = addr[r];
-  }
-  fflush(NULL);
-  for (int r = 0; r < world; r++) {
-    pid[r] = fork();
-    if (pid[r] == 0) {
-      for (int q = 0; q < world; q++)
-        if (q != r) rm_endpoint_close(ep[q]);
-      int rc = run_one(r, world, peers, ep[r], o);
-      rm_endpoint_close(ep[r]);
-      fflush(NULL);
-      _exit(rc);
-    }
-  }
-  for (int r = 0; r < world; r++) {
-    int status;
-    if (pid[r] > 0 && waitpid(pid[r], &status, 0) == pid[r] &&
-        (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
-      bad++;
-      for (int q = 0; q < world; q++) /* one failed: the rest would wait */
-        if (q != r && pid[q] > 0) kill(pid[q], SIGTERM);
-    }
-  }
-  for (int r = 0; r < world; r++) rm_endpoint_close(ep[r]);
-  return bad ? 1 : 0;
+  return rm_bench_run_forked(world, rank_main, o);
 }
 
 static int parse_list(char *arg, char **items, int max)

@@ -1,0 +1,45 @@
+/* bench_fork.c - see bench_fork.h. */
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_fork.h"
+
+int rm_bench_run_forked(int world, rm_bench_rank_fn fn, const void *arg)
+{
+  rm_endpoint_t *ep[RM_BENCH_MAX_WORLD];
+  static char addr[RM_BENCH_MAX_WORLD][128];
+  const char *peers[RM_BENCH_MAX_WORLD];
+  pid_t pid[RM_BENCH_MAX_WORLD];
+  int bad = 0;
+  if (world < 1 || world > RM_BENCH_MAX_WORLD) return 1;
+  for (int r = 0; r < world; r++) {
+    if (rm_endpoint_open("127.0.0.1:0", &ep[r]) != RM_OK) return 1;
+    snprintf(addr[r], sizeof addr[r], "%s", rm_endpoint_address(ep[r]));
+    peers[r] = addr[r];
+  }
+  fflush(NULL);
+  for (int r = 0; r < world; r++) {
+    pid[r] = fork();
+    if (pid[r] == 0) {
+      for (int q = 0; q < world; q++)
+        if (q != r) rm_endpoint_close(ep[q]);
+      int rc = fn(r, world, peers, ep[r], arg);
+      rm_endpoint_close(ep[r]);
+      fflush(NULL);
+      _exit(rc);
+    }
+  }
+  for (int r = 0; r < world; r++) {
+    int status;
+    if (pid[r] > 0 && waitpid(pid[r], &status, 0) == pid[r] &&
+        (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+      bad++;
+      for (int q = 0; q < world; q++) /* one failed: the rest would wait */
+        if (q != r && pid[q] > 0) kill(pid[q], SIGTERM);
+    }
+  }
+  for (int r = 0; r < world; r++) rm_endpoint_close(ep[r]);
+  return bad ? 1 : 0;
+}

@@ -1,0 +1,20 @@
+/* bench_fork.h - run one benchmark function per rank, `world` processes
+ * forked on 127.0.0.1 (rm_bench, rm_bench_agg). */
+#ifndef RM_BENCH_FORK_H
+#define RM_BENCH_FORK_H
+
+#include "ringmaster/ringmaster.h"
+
+#define RM_BENCH_MAX_WORLD 64
+
+/* The rank's work: peers[0..world-1] are the ranks' addresses, ep the
+ * endpoint already listening on peers[rank]; returns the exit code. */
+typedef int (*rm_bench_rank_fn)(int rank, int world, const char **peers,
+                                rm_endpoint_t *ep, const void *arg);
+
+/* Open one endpoint per rank, fork the ranks, wait for all (one that fails
+ * gets the others SIGTERMed: they would wait for it). 0 when every rank
+ * exited 0. */
+int rm_bench_run_forked(int world, rm_bench_rank_fn fn, const void *arg);
+
+#endif
