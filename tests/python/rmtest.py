@@ -1,6 +1,6 @@
 """Helpers of the Python tests: skipping (exit 77), free ports, starting N
 real processes and killing what we started (by PID, with a deadline), and a
-coordinator for the command-job tests. Standard library only; the tests run
+coordinator (tests/api/rmserver.py's) for the command-job tests. Standard library only; the tests run
 under Debian's /usr/bin/python3."""
 import atexit
 import json
@@ -13,8 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -168,69 +166,36 @@ def run_group(name, n, argv_of, timeout_s=180, extra_env=None, torchrun=True):
 
 
 # ---- the coordinator (command jobs) -----------------------------------------
-def lib_has_sessions():
-    import ringmaster._lib as L
-    return L.has_sessions(), L.path
+sys.path.insert(0, os.path.join(REPO, "tests", "api"))
+from rmserver import Server  # noqa: E402  (the project's `ringmaster serve` fixture)
 
 
-def coordinator_has_run(rm_bin):
-    try:
-        r = subprocess.run([rm_bin, "run", "--help"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    text = (r.stdout + r.stderr).decode(errors="replace")
-    return r.returncode in (0, 2) and "usage" in text.lower() and " run" in text \
-        and "unknown command" not in text.lower()
+class Coordinator(Server):
+    """A real `ringmaster serve` (tests/api/rmserver.py) with the local
+    launcher starting worker_bin and its logs under self.logs."""
 
-
-def require_command_jobs(rm_bin, worker_bin):
-    if not rm_bin or not os.path.exists(rm_bin):
-        skip("no coordinator binary (%s)" % rm_bin)
-    if not worker_bin or not os.path.exists(worker_bin):
-        skip("no ringmaster-worker binary (%s)" % worker_bin)
-    ok, path = lib_has_sessions()
-    if not ok:
-        skip("%s has no rm_session_join_env (the session API has not landed)" % path)
-    if not coordinator_has_run(rm_bin):
-        skip("%s has no 'run' command (command jobs have not landed)" % rm_bin)
-
-
-class Coordinator:
     def __init__(self, rm_bin, worker_bin, extra_env=None):
         self.bin = rm_bin
         self.dir = tmpdir("coord")
-        self.token = "py-test-%d" % os.getpid()
         self.logs = os.path.join(self.dir, "logs")
         self.env = env(**(extra_env or {}))
-        argv = [rm_bin, "serve", "--db", os.path.join(self.dir, "ringmaster.db"),
-                "--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0", "--api-token", self.token,
-                "--log-dir", self.logs, "--worker", worker_bin]
-        self.proc = Proc(argv, self.env, os.path.join(self.dir, "serve.log"), "coordinator")
-        m = wait_for(self.proc, r"ringmaster: http listening on (\S+)", 30)
-        self.http = m.group(1)
+        super().__init__(rm_bin, token="py-test-%d" % os.getpid(), env=self.env,
+                         extra=("--log-dir", self.logs, "--worker", worker_bin))
         self.url = "http://" + self.http
 
     def get(self, path):
-        with urllib.request.urlopen(self.url + path, timeout=20) as r:
-            return json.loads(r.read())
+        st, _, body = self.request("GET", path)
+        assert st == 200, (path, st, body)
+        return body
 
     def cli(self, args, timeout_s, name="ringmaster run"):
-        """Run the CLI (e.g. run -n 4 -- prog) to its end; (exit code, output)."""
+        """Start the CLI (e.g. run -n 4 -- prog); a Proc to wait for."""
         e = dict(self.env, RINGMASTER_SERVER=self.url, RINGMASTER_API_TOKEN=self.token)
-        p = Proc([self.bin] + args, e,
-                 os.path.join(self.dir, "cli-%d.log" % len(_started)), name)
-        return p
+        return Proc([self.bin] + args, e,
+                    os.path.join(self.dir, "cli-%d.log" % len(_started)), name)
 
     def events(self, job):
         return self.get("/api/v1/jobs/%d/events" % job)["events"]
-
-    def stop(self):
-        self.proc.kill(signal.SIGTERM)
-        try:
-            self.proc.p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.p.wait()
 
 
 def descendants(pid):
