@@ -51,3 +51,13 @@ void rm__park_unlink(rm__park_t *p)
   p->next->prev = p->prev;
   p->next = p->prev = NULL;
 }
+
+int rm__worker_member(const rm__job_t *j, const rm__worker_t *w)
+{
+  return w->state == RM_WORKER_RUNNING && w->generation == j->info.generation;
+}
+
+int rm__worker_live(const rm__job_t *j, const rm__worker_t *w)
+{
+  return rm__worker_member(j, w) || (w->state == RM_WORKER_JOINING && w->in_group);
+}

@@ -123,6 +123,10 @@ rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
 /* Append a zeroed worker (rank, hints and launch index -1, timings NaN);
  * the caller sets its id. The pointer is valid until the next append. */
 rm__worker_t *rm__job_worker_add(rm__job_t *j);
+/* w is a member of j's current generation (invariant 1 of core/job.c). */
+int rm__worker_member(const rm__job_t *j, const rm__worker_t *w);
+/* w counts for liveness: a member, or joining the group being formed. */
+int rm__worker_live(const rm__job_t *j, const rm__worker_t *w);
 /* Link p at the end of j's parked calls / unlink it (no-op when not
  * linked). */
 void rm__park_link(rm__job_t *j, rm__park_t *p);

@@ -51,12 +51,6 @@
 
 #define TAIL_MAX 600 /* bytes of stderr tail kept in a reason */
 
-static int live(const rm__job_t *j, const rm__worker_t *w)
-{
-  return (w->state == RM_WORKER_RUNNING && w->generation == j->info.generation) ||
-         (w->state == RM_WORKER_JOINING && w->in_group);
-}
-
 /* The worker of launch index `index`: the live one, else the newest. */
 static rm__worker_t *by_index(rm__job_t *j, int index)
 {
@@ -64,7 +58,7 @@ static rm__worker_t *by_index(rm__job_t *j, int index)
   for (size_t i = 0; i < j->nw; i++) {
     rm__worker_t *w = &j->w[i];
     if (w->launch_index != index) continue;
-    if (live(j, w)) return w;
+    if (rm__worker_live(j, w)) return w;
     found = w;
   }
   return found;
@@ -122,8 +116,7 @@ rm_status_t rm__command_exited(rm_coord_t *c, rm__job_t *j, int index,
             tail);
   if (rm_job_state_terminal(j->info.state)) return RM_OK;
   int failed = code != 0 || sig > 0;
-  if (!w || (live(j, w) && !(w->state == RM_WORKER_RUNNING &&
-                             w->generation == j->info.generation) &&
+  if (!w || (rm__worker_live(j, w) && !rm__worker_member(j, w) &&
              j->info.generation == 0)) {
     mark_cut(why, sizeof why,
              snprintf(why, sizeof why, "worker launch index %d: its program %s "
@@ -134,7 +127,7 @@ rm_status_t rm__command_exited(rm_coord_t *c, rm__job_t *j, int index,
     rm__job_set_state(c, j, RM_JOB_FAILED, why);
     return RM_OK;
   }
-  if (!live(j, w)) return RM_OK; /* left or lost already: the event says it */
+  if (!rm__worker_live(j, w)) return RM_OK; /* left or lost already: the event says it */
   if (failed)
     mark_cut(why, sizeof why, snprintf(why, sizeof why, "its program %s%s%.400s", st,
                                        tail[0] ? "; stderr: " : "", last_line(tail)));

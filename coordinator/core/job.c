@@ -99,11 +99,6 @@ int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j)
   return v > 0 ? v : c->opt.barrier_timeout_ms;
 }
 
-static int is_member(const rm__job_t *j, const rm__worker_t *w)
-{
-  return w->state == RM_WORKER_RUNNING && w->generation == j->info.generation;
-}
-
 void rm__job_info_refresh(rm__job_t *j)
 {
   int joined = 0, alive = 0;
@@ -115,7 +110,7 @@ void rm__job_info_refresh(rm__job_t *j)
     /* members, and members of this generation that finished (LEFT): once
      * the last one leaves nobody is a member, and the job's step must still
      * be where they all ended, not the last value a reader refreshed */
-    if ((is_member(j, w) || (w->state == RM_WORKER_LEFT &&
+    if ((rm__worker_member(j, w) || (w->state == RM_WORKER_LEFT &&
                              w->generation == j->info.generation)) &&
         w->step < minstep)
       minstep = w->step;
@@ -299,7 +294,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                          const char *why)
 {
   if (w->state >= RM_WORKER_LOST) return;
-  int member = is_member(j, w);
+  int member = rm__worker_member(j, w);
   w->state = RM_WORKER_LOST;
   c->ctr.workers_lost_total++;
   rm__store_worker_update(c->store, j, w);
@@ -320,7 +315,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
                          const char *error)
 {
-  int member = is_member(j, w);
+  int member = rm__worker_member(j, w);
   if (w->state >= RM_WORKER_LOST) return;
   w->state = ok ? RM_WORKER_LEFT : RM_WORKER_FAILED;
   rm__store_step_summary(c->store, j, w);
@@ -423,9 +418,9 @@ static void tick_liveness(rm_coord_t *c, rm__job_t *j, int64_t now)
   int64_t hb = (int64_t)rm__job_heartbeat_ms(c, j) * 1000000;
   for (size_t i = 0; i < j->nw && !rm_job_state_terminal(j->info.state); i++) {
     rm__worker_t *w = &j->w[i];
-    int live = is_member(j, w) || (w->in_group && w->state == RM_WORKER_JOINING);
+    int live = rm__worker_live(j, w);
     if (!live || now - w->last_ns <= hb) continue;
-    if (!is_member(j, w)) { /* joining: a parked Join keeps it alive */
+    if (!rm__worker_member(j, w)) { /* joining: a parked Join keeps it alive */
       int parked = 0;
       for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
         parked |= p->kind == RM__PARK_JOIN && p->worker_id == w->id;
@@ -476,13 +471,13 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
   rm__worker_t *w = rm__job_worker(j, p->worker_id);
   if (p->kind == RM__PARK_WATCH && p->worker_id && w &&
       !rm_job_state_terminal(j->info.state) &&
-      (is_member(j, w) || (w->in_group && w->state == RM_WORKER_JOINING))) {
+      rm__worker_live(j, w)) {
     /* recovery.c: detection source 2, the agent's session stream */
     rm__job_worker_lost(c, j, w, "its control stream broke (session Watch "
                         "cancelled by its transport)");
     return;
   }
-  if (p->kind == RM__PARK_GATE && w && is_member(j, w) &&
+  if (p->kind == RM__PARK_GATE && w && rm__worker_member(j, w) &&
       rm__now_ns() < p->deadline_ns) { /* recovery.c: detection source 2 */
     rm__job_worker_lost(c, j, w, "its control stream broke (StepGate call "
                         "cancelled by its transport)");

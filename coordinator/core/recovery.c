@@ -91,11 +91,6 @@ static int policy(const rm__job_t *j)
   return !strcmp(p, "shrink") ? POL_SHRINK : !strcmp(p, "replace") ? POL_REPLACE : POL_FAIL;
 }
 
-static int member(const rm__job_t *j, const rm__worker_t *w)
-{
-  return w->state == RM_WORKER_RUNNING && w->generation == j->info.generation;
-}
-
 int rm__recovery_target(const rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
@@ -127,7 +122,7 @@ static void reform(rm_coord_t *c, rm__job_t *j, rm__worker_t *gone, int pol,
   int wait_ms = rm__job_barrier_ms(c, j), hb = rm__job_heartbeat_ms(c, j);
   for (size_t i = 0; i < j->nw; i++) {
     rm__worker_t *x = &j->w[i];
-    if (x == gone || !member(j, x)) continue;
+    if (x == gone || !rm__worker_member(j, x)) continue;
     x->state = RM_WORKER_JOINING;
     x->in_group = 1;
     x->last_ns = now;
@@ -160,7 +155,7 @@ void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   snprintf(why, sizeof why, "rank %d (%s) %s", w->rank, w->host, reason);
   rm__barrier_break_all(c, j, why);
   rm__recovery_forget(c, j, w);
-  for (size_t i = 0; i < j->nw; i++) n += &j->w[i] != w && member(j, &j->w[i]);
+  for (size_t i = 0; i < j->nw; i++) n += &j->w[i] != w && rm__worker_member(j, &j->w[i]);
   int min = pol == POL_SHRINK ? (s->min_workers > 0 ? s->min_workers : 1) : 0;
   if (pol == POL_FAIL) {
     rm__job_set_state(c, j, RM_JOB_FAILED, why);
@@ -282,7 +277,7 @@ int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
     int lost = !strcmp(status, rm_status_name(RM_ERR_PEER_LOST)) ||
                (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
                 silent_ms * 2 >= rm__job_heartbeat_ms(c, j));
-    if (lost && member(j, v)) {
+    if (lost && rm__worker_member(j, v)) {
       char why[300];
       size_t sl = strlen(status); /* libringmaster's text already starts with it */
       const char *e = !strncmp(err, status, sl) && err[sl] == ':' ? err + sl + 1 : err;

@@ -72,10 +72,7 @@ rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
   for (size_t i = 0; j && i < j->nw && !rm_job_state_terminal(j->info.state);
        i++) {
     rm__worker_t *w = &j->w[i];
-    int live = (w->state == RM_WORKER_RUNNING &&
-                w->generation == j->info.generation) ||
-               (w->state == RM_WORKER_JOINING && w->in_group);
-    if (w->launch_index != index || !live) continue;
+    if (w->launch_index != index || !rm__worker_live(j, w)) continue;
     char why[300];
     snprintf(why, sizeof why, "its process exited (launcher: %.240s)",
              what ? what : "no detail");

@@ -212,7 +212,7 @@ void rm__gate_release(rm_coord_t *c, rm__job_t *j)
     if (p->kind != RM__PARK_GATE) continue;
     rm__worker_t *w = rm__job_worker(j, p->worker_id);
     if (j->info.state == RM_JOB_RUNNING && w &&
-        w->state == RM_WORKER_RUNNING && w->generation == j->info.generation)
+        rm__worker_member(j, w))
       continue;
     rm__answer_stale(c, p, j->info.state == RM_JOB_RUNNING ||
                                j->info.state == RM_JOB_FORMING
