@@ -139,8 +139,10 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
   return 0;
 }
 
-static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, const opts_t *o)
+static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep,
+                   const void *arg)
 {
+  const opts_t *o = arg;
   rm_comm_config_t cfg;
   rm_comm_t *c;
   rm_comm_config_init(&cfg);
@@ -159,15 +161,9 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, c
   return rc;
 }
 
-static int rank_main(int rank, int world, const char **peers, rm_endpoint_t *ep,
-                     const void *arg)
-{
-  return run_one(rank, world, peers, ep, arg);
-}
-
 static int run_forked(int world, const opts_t *o)
 {
-  return rm_bench_run_forked(world, rank_main, o);
+  return rm_bench_run_forked(world, run_one, o);
 }
 
 int main(int argc, char **argv)
