@@ -83,7 +83,8 @@ async function viewJobs() {
     $('#jobs-total').textContent = `${data.total} job${data.total === 1 ? '' : 's'}`;
   };
   const reload = debounce(load, 250);
-  await load();
+  /* The stream opens before the first load: a job that changes in between
+   * triggers a reload instead of being missed. */
   stream('', {
     event: (e) => { if (e.kind.startsWith('job') || e.kind === 'generation') reload(); },
     progress: (p) => {
@@ -97,6 +98,7 @@ async function viewJobs() {
     },
     reset: reload,
   });
+  await load();
   setupForm();
 }
 
@@ -198,12 +200,16 @@ class JobView {
     $('#cancel-btn').addEventListener('click', () => this.cancel());
     $('#log-refresh').addEventListener('click', () => this.showLog(this.logIndex));
     $('#log-close').addEventListener('click', () => { this.logIndex = undefined; $('#log-panel').hidden = true; });
-    await this.loadAll();
+    /* The stream opens before the snapshot is read, so nothing that happens
+     * between the two is missed: events that arrive while loadAll runs are
+     * held and applied after it (a worker that joins and finishes in that
+     * window still gets its row). */
     stream(`?job=${this.id}`, {
       progress: (p) => { if (p.job_id === this.id) this.onProgress(p); },
       event: (e) => this.onEvent(e),
       reset: () => this.loadAll(),
     });
+    await this.loadAll();
     this.timer = setInterval(() => this.renderStall(), 1000);
   }
 
@@ -211,14 +217,23 @@ class JobView {
 
   async loadAll() {
     const base = `/api/v1/jobs/${this.id}`;
-    const [job, workers, events, barriers, steps] = await Promise.all([api(base), api(`${base}/workers`),
-      api(`${base}/events`), api(`${base}/barriers`), api(`${base}/steps?limit=4000`)]);
+    this.held = this.held || [];
+    let job, workers, events, barriers, steps;
+    try {
+      [job, workers, events, barriers, steps] = await Promise.all([api(base), api(`${base}/workers`),
+        api(`${base}/events`), api(`${base}/barriers`), api(`${base}/steps?limit=4000`)]);
+    } catch (err) { this.held = null; throw err; }
+    if (!$('#timeline')) return; /* the view was left meanwhile */
     this.renderJob(job);
     this.renderWorkers(workers.workers);
     $('#timeline').replaceChildren();
+    this.lastEvent = 0;
     events.events.forEach((e) => this.addEvent(e));
     this.setBarriers(barriers.barriers, barriers.now_ms);
     this.addSamples(steps.steps);
+    const held = this.held;
+    this.held = null;
+    (held || []).forEach((e) => this.onEvent(e));
   }
 
   renderJob(j) {
@@ -353,6 +368,7 @@ class JobView {
 
   onEvent(e) {
     if (e.job_id !== this.id) return;
+    if (this.held) { this.held.push(e); return; } /* a snapshot is being read */
     this.addEvent(e);
     if (!this.refetch) this.refetch = debounce(async () => {
       const base = `/api/v1/jobs/${this.id}`;
