@@ -74,9 +74,11 @@ typedef struct rm_coord_options {
   const char *tls_cert;
   const char *tls_key;
   const char *tls_ca;
-  /* Optional bearer token required (metadata "authorization: Bearer T") on
-   * the job service (SubmitJob, CancelJob, ...). NULL = no check. Worker calls
-   * are always checked against the job's own worker token. */
+  /* Bearer token required (metadata "authorization: Bearer T") on the job
+   * service's mutations (SubmitJob, CancelJob); reads are open. NULL = no
+   * check (embedders and in-process tests; `ringmaster serve` always sets
+   * one, common/rm_token.h). Worker calls are always checked against the
+   * job's own worker token. */
   const char *admin_token;
 } rm_coord_options_t;
 

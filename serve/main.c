@@ -18,6 +18,7 @@
 
 #include "coord.h"
 #include "rm_log.h"
+#include "rm_token.h"
 #if RM_HAVE_API
 #include "api.h"
 #endif
@@ -33,11 +34,16 @@ static void usage(FILE *f)
   fprintf(f,
           "usage: ringmaster serve [--db FILE] [--grpc HOST:PORT] [--http HOST:PORT]\n"
           "                        [--heartbeat-timeout-ms N] [--barrier-timeout-ms N]\n"
-          "                        [--max-message-bytes N] [--admin-token T]\n"
+          "                        [--max-message-bytes N]\n"
           "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
           "                        [--api-token T | --api-token-file F]\n"
           "                        [--log-dir DIR] [--worker PATH] [--advertise HOST:PORT]\n"
-          "                        [--slurm-partition P] [--k8s-image IMAGE]\n");
+          "                        [--slurm-partition P] [--k8s-image IMAGE]\n"
+          "  The API token guards every mutation: REST POST/DELETE (Authorization:\n"
+          "  Bearer T) and gRPC Jobs.SubmitJob/CancelJob (metadata authorization:\n"
+          "  Bearer T). Without --api-token, --api-token-file, RINGMASTER_API_TOKEN or\n"
+          "  RINGMASTER_API_TOKEN_FILE one is generated and logged. --admin-token T is\n"
+          "  the older name of --api-token T.\n");
 #if RM_HAVE_API
   fputs(rm_cli_usage(), f);
 #endif
@@ -49,19 +55,25 @@ static int serve(int argc, char **argv)
   const char *http = NULL, *api_token = NULL, *api_token_file = NULL;
   const char *log_dir = "ringmaster-logs", *worker = NULL, *advertise = NULL;
   const char *slurm_partition = NULL, *k8s_image = NULL;
+  const char *admin_token = NULL;
   rm_coord_t *c = NULL;
-  char err[512];
+  char err[512], token[RM_TOKEN_MAX + 1];
+  int generated = 0;
   rm_coord_options_init(&o);
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && v && ++i)
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
     if (OPT("--db")) o.db_path = v;
     else if (OPT("--grpc")) o.grpc_addr = v;
     else if (OPT("--http")) http = v;
     else if (OPT("--heartbeat-timeout-ms")) o.heartbeat_timeout_ms = atoi(v);
     else if (OPT("--barrier-timeout-ms")) o.barrier_timeout_ms = atoi(v);
     else if (OPT("--max-message-bytes")) o.max_message_bytes = atoi(v);
-    else if (OPT("--admin-token")) o.admin_token = v;
+    else if (OPT("--admin-token")) admin_token = v;
     else if (OPT("--tls-cert")) o.tls_cert = v;
     else if (OPT("--tls-key")) o.tls_key = v;
     else if (OPT("--tls-ca")) o.tls_ca = v;
@@ -79,6 +91,19 @@ static int serve(int argc, char **argv)
     }
 #undef OPT
   }
+  /* One token for every mutation on every interface (common/rm_token.h). */
+  if (admin_token && api_token && strcmp(admin_token, api_token)) {
+    fprintf(stderr, "ringmaster serve: --admin-token and --api-token differ; one token guards "
+            "both REST and gRPC (give --api-token only)\n");
+    return 2;
+  }
+  if (!api_token) api_token = admin_token;
+  if (rm__token_resolve(api_token, api_token_file, token, sizeof token, &generated, err,
+                        sizeof err) != 0) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return 1;
+  }
+  o.admin_token = token;
   if (rm_coord_open(&o, &c, err, sizeof err) != RM_OK) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return 1;
@@ -118,8 +143,7 @@ static int serve(int argc, char **argv)
     rm_api_options_t ao;
     rm_api_options_init(&ao);
     ao.listen = http;
-    ao.token = api_token;
-    ao.token_file = api_token_file;
+    ao.token = token; /* resolved above: REST and gRPC share it */
 #ifdef RM_HAVE_LAUNCH
     /* the launchers' log files and k8s renderer, for the REST API */
     ao.log_location = rm_launch_coord_log_location; /* .../workers/{index}/log */
@@ -136,10 +160,11 @@ static int serve(int argc, char **argv)
     printf("ringmaster: http listening on %s\n", rm_api_address(api));
   }
 #else
-  (void)api_token;
-  (void)api_token_file;
   if (http) fprintf(stderr, "ringmaster: --http %s: the REST API is not part of this build\n", http);
 #endif
+  if (generated)
+    RM_WARN("no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN): "
+            "generated one for this run; REST and gRPC mutations need 'Bearer %s'", token);
   fflush(stdout);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -166,6 +191,7 @@ static int serve(int argc, char **argv)
 #ifdef RM_HAVE_LAUNCH
   rm_launch_coord_destroy(lc, 0);
 #endif
+  memset(token, 0, sizeof token);
   return 0;
 }
 

@@ -22,6 +22,7 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_token.h"
 
 #define JOIN_WAIT_MAX_MS 60000
 
@@ -33,22 +34,14 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_WATCH] = {"/ringmaster.v1.Worker/Watch", &ringmaster__v1__watch_request__descriptor, 0},
     [RM__M_LEAVE] = {"/ringmaster.v1.Worker/Leave", &ringmaster__v1__leave_request__descriptor, 0},
     [RM__M_SUBMIT] = {"/ringmaster.v1.Jobs/SubmitJob", &ringmaster__v1__submit_job_request__descriptor, 1},
-    [RM__M_GET] = {"/ringmaster.v1.Jobs/GetJob", &ringmaster__v1__get_job_request__descriptor, 1},
-    [RM__M_LIST] = {"/ringmaster.v1.Jobs/ListJobs", &ringmaster__v1__list_jobs_request__descriptor, 1},
+    [RM__M_GET] = {"/ringmaster.v1.Jobs/GetJob", &ringmaster__v1__get_job_request__descriptor, 0},
+    [RM__M_LIST] = {"/ringmaster.v1.Jobs/ListJobs", &ringmaster__v1__list_jobs_request__descriptor, 0},
     [RM__M_CANCEL] = {"/ringmaster.v1.Jobs/CancelJob", &ringmaster__v1__cancel_job_request__descriptor, 1},
     [RM__M_REPORT_FAILURE] = {"/ringmaster.v1.Worker/ReportFailure", &ringmaster__v1__report_failure_request__descriptor, 0},
     [RM__M_STEP_GATE] = {"/ringmaster.v1.Worker/StepGate", &ringmaster__v1__step_gate_request__descriptor, 0},
     [RM__M_ATTACH] = {"/ringmaster.v1.Worker/Attach", &ringmaster__v1__attach_request__descriptor, 0},
     [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
 };
-
-static int token_eq(const char *a, const char *b)
-{
-  size_t la = strlen(a), lb = strlen(b);
-  unsigned diff = la != lb;
-  for (size_t i = 0; i < la && i < lb; i++) diff |= (unsigned)(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -73,13 +66,13 @@ static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
     if (rm__store_job_get(c->store, job_id, &info) != RM_OK)
       return fail(c, call, RM__GRPC_NOT_FOUND, "job %llu not found",
                   (unsigned long long)job_id);
-    if (!token_eq(info.token, token ? token : ""))
+    if (!rm__ct_streq(info.token, token ? token : ""))
       return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
                   (unsigned long long)job_id);
     return fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is %s",
                 (unsigned long long)job_id, rm_job_state_name(info.state));
   }
-  if (!token_eq(j->info.token, token ? token : ""))
+  if (!rm__ct_streq(j->info.token, token ? token : ""))
     return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
                 (unsigned long long)job_id);
   *jp = j;

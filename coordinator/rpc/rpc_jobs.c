@@ -1,7 +1,10 @@
 /*
  * rpc_jobs.c - the Jobs service handlers (SubmitJob, GetJob, ListJobs,
  * CancelJob), mirrors of coord.h's job functions. When the coordinator has an
- * admin token, each call needs metadata "authorization: Bearer <token>".
+ * admin token (`ringmaster serve` always has one: common/rm_token.h), the
+ * mutations SubmitJob and CancelJob need metadata "authorization: Bearer
+ * <token>" (admin_ok in server.c, constant time); the reads are open, as the
+ * REST API's GETs are.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,8 +90,9 @@ void rm__rpc_jobs(rm_coord_t *c, rm__call_t *call, int method,
 {
   rm_job_info_t info;
   if (!admin_ok) {
-    rm__reply(c, call, RM__GRPC_UNAUTHENTICATED, "missing or wrong admin "
-              "token (authorization: Bearer ...)", NULL);
+    rm__reply(c, call, RM__GRPC_UNAUTHENTICATED, "this call changes jobs: it "
+              "needs metadata 'authorization: Bearer <token>' with the "
+              "coordinator's API token (--api-token)", NULL);
     return;
   }
   if (method == RM__M_SUBMIT) {

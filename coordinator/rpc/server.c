@@ -36,12 +36,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "addr.h"
 #include "rpc/rpc_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_token.h"
 
 enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define TICK_NS (100LL * 1000000LL)
@@ -280,8 +282,8 @@ static int admin_ok(rm_coord_t *c, rm__call_t *k)
     const grpc_metadata *m = &k->md.metadata[i];
     const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
     size_t vl = GRPC_SLICE_LENGTH(m->value);
-    if (grpc_slice_str_cmp(m->key, "authorization") == 0 && vl == 7 + strlen(tok) &&
-        !memcmp(v, "Bearer ", 7) && !memcmp(v + 7, tok, vl - 7))
+    if (grpc_slice_str_cmp(m->key, "authorization") == 0 && vl > 7 &&
+        !strncasecmp(v, "Bearer ", 7) && rm__ct_memeq(tok, v + 7, vl - 7))
       return 1;
   }
   return 0;

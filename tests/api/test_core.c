@@ -128,6 +128,13 @@ static void test_auth(void)
   CHECK(!rm__ct_streq("secret", "secre"));
   CHECK(!rm__ct_streq("secret", "secrets"));
   CHECK(!rm__ct_streq("secret", ""));
+  /* the gRPC metadata form: bytes and a length, not NUL-terminated */
+  CHECK(rm__ct_memeq("secret", "secretXYZ", 6));
+  CHECK(!rm__ct_memeq("secret", "secretXYZ", 7));
+  CHECK(!rm__ct_memeq("secret", "secre", 5));
+  CHECK(!rm__ct_memeq("secret", "secreT", 6));
+  CHECK(!rm__ct_memeq("secret", "", 0));
+  CHECK(!rm__ct_memeq("sec", "sec\0", 4)); /* a NUL inside is not the end */
   CHECK(rm__auth_check("abc", "Bearer abc"));
   CHECK(rm__auth_check("abc", "bearer   abc"));
   CHECK(!rm__auth_check("abc", "Basic abc"));

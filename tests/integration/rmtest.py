@@ -26,6 +26,18 @@ def args():
     return p.parse_args()
 
 
+def grpc_call_details(d, metadata):
+    """A copy of grpc.ClientCallDetails d with other metadata."""
+    import collections
+    import grpc
+    fields = ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression")
+
+    class Details(collections.namedtuple("Details", fields), grpc.ClientCallDetails):
+        pass
+    return Details(d.method, d.timeout, metadata, d.credentials,
+                   getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+
 class Env:
     def __init__(self, a):
         self.a = a
@@ -53,12 +65,32 @@ class Env:
         self.db = os.path.join(self.dir, "ringmaster.db")
         self.coord = None
         self.addr = None
+        # The coordinator's one API token: Jobs.SubmitJob/CancelJob need it
+        # as "authorization: Bearer" metadata (self.authed adds it).
+        self.token = "it-token-%d" % os.getpid()
+
+    def authed(self, channel, token=None):
+        """The channel with the admin token's metadata on every call."""
+        grpc, md = self.grpc, (("authorization", "Bearer " + (token or self.token)),)
+
+        class Auth(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+            def _details(self, d):
+                return grpc_call_details(d, tuple(d.metadata or ()) + md)
+
+            def intercept_unary_unary(self, cont, d, req):
+                return cont(self._details(d), req)
+
+            def intercept_unary_stream(self, cont, d, req):
+                return cont(self._details(d), req)
+
+        return grpc.intercept_channel(channel, Auth())
 
     # ---- coordinator ----
     def start_coordinator(self, addr="127.0.0.1:0", extra=()):
         log = open(os.path.join(self.dir, "coord.log"), "ab")
         p = subprocess.Popen([self.a.coordinator, "serve", "--db", self.db, "--grpc", addr,
-                              *extra], stdout=subprocess.PIPE, stderr=log)
+                              "--api-token", self.token, *extra],
+                             stdout=subprocess.PIPE, stderr=log)
         self.procs.append(p)
         deadline = time.time() + 20
         line = b""
@@ -69,7 +101,8 @@ class Env:
         assert b"grpc listening on" in line, "coordinator did not start: %r" % line
         self.addr = line.decode().split()[-1]
         self.coord = p
-        self.channel = self.grpc.insecure_channel(self.addr)
+        self.raw_channel = self.grpc.insecure_channel(self.addr)
+        self.channel = self.authed(self.raw_channel)
         self.jobs = self.s.JobsStub(self.channel)
         self.worker = self.s.WorkerStub(self.channel)
         return p
@@ -77,7 +110,7 @@ class Env:
     def kill_coordinator(self, sig=signal.SIGKILL):
         self.coord.send_signal(sig)
         self.coord.wait(timeout=20)
-        self.channel.close()
+        self.raw_channel.close()
 
     def submit(self, **spec):
         spec.setdefault("launcher", "none")

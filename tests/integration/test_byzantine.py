@@ -177,7 +177,7 @@ def window_env(env, a):
         cl = job.events("byzantine_cleared")
         assert len(cl) == 1 and "1 of the last 3 steps" in cl[0]["message"], cl
         # gRPC submit: the same rule, INVALID_ARGUMENT naming it
-        J = env.s.JobsStub(ch)
+        J = env.s.JobsStub(env.authed(ch, srv.token))
         try:
             J.SubmitJob(env.m.SubmitJobRequest(spec=env.m.JobSpec(
                 name="g", world_size=6, launcher="none", aggregation="bulyan", aggregation_f=1)),

@@ -1,7 +1,11 @@
 """Bad input gets its status code and the coordinator keeps serving:
 malformed protobuf bytes -> INVALID_ARGUMENT, oversized message ->
 RESOURCE_EXHAUSTED, wrong token -> UNAUTHENTICATED, unknown job -> NOT_FOUND,
-stale generation -> FAILED_PRECONDITION, unknown method -> UNIMPLEMENTED."""
+stale generation -> FAILED_PRECONDITION, unknown method -> UNIMPLEMENTED.
+The Jobs service's mutations (SubmitJob, CancelJob) need the coordinator's
+API token as "authorization: Bearer" metadata: none, a wrong one, a prefix
+of it or the REST header's other spelling of the scheme -> UNAUTHENTICATED
+and nothing changes; the reads (GetJob, ListJobs) are open."""
 import os
 import threading
 
@@ -58,12 +62,37 @@ def test(env):
                                                       data_addr="127.0.0.1:1"), timeout=5),
          g.StatusCode.FAILED_PRECONDITION),
     ]
+    # authentication of the Jobs service (rmtest starts serve --api-token)
+    anon = env.s.JobsStub(env.raw_channel)
+    wrong = [env.s.JobsStub(env.authed(env.raw_channel, t)) for t in ("nope", env.token[:-1],
+                                                                     env.token + "x")]
+    spec = m.JobSpec(name="anon", world_size=1, launcher="none")
+    for i, J in enumerate([anon] + wrong):
+        cases.append(("submit without the token %d" % i,
+                      lambda J=J: J.SubmitJob(m.SubmitJobRequest(spec=spec), timeout=5),
+                      g.StatusCode.UNAUTHENTICATED))
+        cases.append(("cancel without the token %d" % i,
+                      lambda J=J: J.CancelJob(m.CancelJobRequest(job_id=job.id), timeout=5),
+                      g.StatusCode.UNAUTHENTICATED))
+    cases.append(("get is open", lambda: anon.GetJob(m.GetJobRequest(job_id=job.id), timeout=5),
+                  g.StatusCode.OK))
+    cases.append(("list is open", lambda: anon.ListJobs(m.ListJobsRequest(any_state=True),
+                                                        timeout=5), g.StatusCode.OK))
+    lower = env.s.JobsStub(env.authed(env.raw_channel))
+    try:
+        anon.SubmitJob(m.SubmitJobRequest(spec=spec), timeout=5)
+    except g.RpcError as e:
+        assert "authorization: Bearer" in e.details(), e.details()
     for name, fn, want in cases:
         got = code(fn)
         if want is not None:
             assert got == want, (name, got, want)
         # and the coordinator still serves
         assert code(lambda: W.Heartbeat(m.HeartbeatRequest(**ok), timeout=5)) == g.StatusCode.OK, name
+    # nothing above changed a job: one job, still running, no "anon" job
+    jobs = lower.ListJobs(m.ListJobsRequest(any_state=True), timeout=5).jobs
+    assert [j.spec.name for j in jobs] == ["errors"], jobs
+    assert jobs[0].state == m.JOB_STATE_RUNNING, jobs[0]
     assert env.coord.poll() is None
 
 

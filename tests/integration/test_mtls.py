@@ -36,8 +36,8 @@ def test(env):
                                  "--tls-ca", p("ca.pem")])
     g, m = env.grpc, env.m
     rd = lambda n: open(p(n), "rb").read()  # noqa: E731
-    good = g.secure_channel(env.addr, g.ssl_channel_credentials(rd("ca.pem"), rd("client.key"),
-                                                                rd("client.pem")))
+    good = env.authed(g.secure_channel(env.addr, g.ssl_channel_credentials(
+        rd("ca.pem"), rd("client.key"), rd("client.pem"))))
     job = env.s.JobsStub(good).SubmitJob(m.SubmitJobRequest(spec=m.JobSpec(
         name="tls", world_size=1, launcher="none")), timeout=10).job
     assert job.id > 0
