@@ -365,7 +365,8 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
   int wait_ms = rm__job_barrier_ms(c, j);
   if (wait_ms < 3 * rm__job_heartbeat_ms(c, j)) wait_ms = 3 * rm__job_heartbeat_ms(c, j);
   j->reform_deadline_ns = now + (int64_t)wait_ms * 1000000;
-  if (j->info.state == RM_JOB_RUNNING) j->info.restarts++;
+  /* Not counted in restarts: max_restarts is the budget for replacing lost
+   * workers (recovery.c R3); a coordinator restart loses no worker. */
   rm__event(c, j, "coordinator_restarted", -1, "coordinator restarted: "
             "waiting up to %d ms for %d workers to re-join at the next "
             "generation", wait_ms, expected);

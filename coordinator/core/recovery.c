@@ -63,7 +63,8 @@
  *     newest checkpoint each reported. Each increase is a row of table
  *     checkpoints, committed with the report that completed it (durable
  *     before the reply), and reloaded after a coordinator restart.
- *  R3 restarts counts re-formations (loss or coordinator restart); replace
+ *  R3 restarts counts re-formations after a member loss (not coordinator
+ *     restarts, which lose no worker: job.c rm__job_resume); replace
  *     refuses the (max_restarts+1)-th loss.
  *
  * GLOBAL BATCH under shrink: it stays B. The trainer shards the global
