@@ -26,23 +26,13 @@
 
 #include "rm_alloc.h"
 #include "rm_clock.h"
+#include "rm_fs.h"
 
 rm_status_t rm__launch_mkdir_p(const char *path, char *err, size_t errlen)
 {
-  char buf[4096];
-  if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-    return rm__launch_err(err, errlen, RM_ERR_INVALID_ARG, "log_dir: path too long");
-  for (char *p = buf + 1;; p++) {
-    if (*p == '/' || *p == '\0') {
-      char c = *p;
-      *p = '\0';
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "mkdir %s: %s", buf,
-                              strerror(errno));
-      *p = c;
-      if (c == '\0') break;
-    }
-  }
+  char why[512];
+  if (rm__mkdir_p(path, why, sizeof why) != 0)
+    return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "log_dir: %s", why);
   return RM_OK;
 }
 

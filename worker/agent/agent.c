@@ -166,9 +166,11 @@ static int run_builtin(const rm_agent_opts_t *o)
       st = rm_session_leave(s, 1, NULL, summary[0] ? summary : NULL);
       if (st == RM_OK) { rc = 0; break; }
       if (st != RM_ERR_RECONFIGURED) { rc = 1; break; }
-    } else if (st == RM_ERR_INTERNAL || st == RM_ERR_INVALID_ARG) {
+    } else if (st == RM_ERR_INTERNAL || st == RM_ERR_INVALID_ARG ||
+               (st == RM_ERR_SYSTEM && why[0])) {
       /* the workload's own failure (a bad aggregation for this membership,
-       * parameters that differ across ranks): no re-forming clears it */
+       * parameters that differ across ranks, a checkpoint it cannot write):
+       * no re-forming clears it (workload.h) */
       snprintf(err, sizeof err, "workload %s failed at step %llu%s%s",
                w.wl->name, (unsigned long long)rm_session_step(s),
                why[0] ? ": " : "", why);

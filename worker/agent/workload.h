@@ -63,9 +63,11 @@ typedef struct rm_workload_env {
   const char *aggregation;
   int agg_f, agg_m, agg_iterations;
   double clip_norm, agg_tau;
-  /* Filled by run() when it fails on its own account (RM_ERR_INTERNAL or
-   * RM_ERR_INVALID_ARG: a bad combination, a rule the membership cannot
-   * hold): words for the job's failure message; "" otherwise. */
+  /* Filled by run() when it fails on its own account, which no re-forming
+   * clears: RM_ERR_INTERNAL or RM_ERR_INVALID_ARG (a bad combination, a rule
+   * the membership cannot hold), or RM_ERR_SYSTEM with error[] set (an I/O
+   * failure of the workload's own, e.g. a checkpoint that cannot be
+   * written): words for the job's failure message; "" otherwise. */
   char error[256];
 } rm_workload_env_t;
 

@@ -60,6 +60,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "rm_clock.h"
+#include "rm_fs.h"
 #include "rm_log.h"
 #include "rm_param.h"
 #include "train_int.h"
@@ -247,19 +248,28 @@ static void load_checkpoint(train_state_t *s, const rm_workload_env_t *env)
             env->rank, err);
 }
 
-static uint64_t save_checkpoint(train_state_t *s, const rm_workload_env_t *env)
+/* The job asked for checkpoints (checkpoint_every > 0): ckpt_dir and its
+ * missing parents are created, and a checkpoint that cannot be written fails
+ * the step with the path and the reason in env->error (the agent reports the
+ * worker failed, an event, and on_failure decides) instead of training on
+ * without the checkpoints the job relies on for recovery. */
+static rm_status_t save_checkpoint(train_state_t *s, rm_workload_env_t *env)
 {
   char err[512];
-  if (!env->checkpoint_every || s->t.step % env->checkpoint_every) return 0;
-  mkdir(s->ckpt_dir, 0777);
-  if (rm__trainer_save(&s->t, s->ckpt_dir, env->job_id, env->rank,
+  if (!env->checkpoint_every || s->t.step % env->checkpoint_every) return RM_OK;
+  if (rm__mkdir_p(s->ckpt_dir, err, sizeof err) != 0 ||
+      rm__trainer_save(&s->t, s->ckpt_dir, env->job_id, env->rank,
                        env->generation, NULL, 0, err, sizeof(err)) != RM_OK) {
-    RM_WARN("train: %s", err);
-    return 0;
+    int n = snprintf(env->error, sizeof env->error, "checkpoint of step "
+                     "%llu not written: %s", (unsigned long long)s->t.step, err);
+    if (n >= (int)sizeof env->error) /* mark the cut */
+      memcpy(env->error + sizeof env->error - 4, "...", 4);
+    RM_ERROR("train: rank %d: %s", env->rank, env->error);
+    return RM_ERR_SYSTEM;
   }
   rm__ckpt_prune(s->ckpt_dir, env->job_id, env->rank, 3, NULL, err, sizeof(err));
   s->last_ckpt = s->t.step;
-  return s->t.step;
+  return RM_OK;
 }
 
 static void policy_of(const train_state_t *s, const rm_workload_env_t *env,
@@ -351,7 +361,7 @@ static rm_status_t train_run(void *state, rm_workload_env_t *env)
     if (plain || !env->comm) st = rm__trainer_step(&s->t, env->comm, &rep);
     else st = rm__policy_step(&s->t, env->comm, &pol, &rep);
     if (st != RM_OK) return st;
-    save_checkpoint(s, env);
+    if ((st = save_checkpoint(s, env)) != RM_OK) return st;
     rep.checkpoint_step = s->last_ckpt;
     if (s->verify && env->comm &&
         (rep.step % s->verify == 0 || rep.step == lim)) {
