@@ -105,6 +105,9 @@ typedef struct rm__job {
   struct rm_straggler *strag;   /* detector, created on the first report */
   struct rm__gate_state *gate;  /* per-step participant gate, per generation */
   int stored_state;             /* state in the jobs row (store.c counts) */
+  uint64_t stored_step;         /* step in the jobs row (public.c persists a
+                                   step a reader is shown: never backwards
+                                   after a restart) */
   /* suspect.c (issue 12): the last step whose excluded_ranks were counted */
   uint64_t susp_gen, susp_step;
   /* result.c: the job's result, chosen when it succeeds */

@@ -128,6 +128,9 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j);
 int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j);
 void rm__job_info_refresh(rm__job_t *j);
+/* Refresh, and persist the step when a reader is about to be shown a new one
+ * (job.c: progress that survives a restart). */
+void rm__job_progress(rm_coord_t *c, rm__job_t *j);
 
 /* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
  * straggler flags ---- */

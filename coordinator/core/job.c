@@ -121,6 +121,19 @@ void rm__job_info_refresh(rm__job_t *j)
     j->info.step = minstep;
 }
 
+/* PROGRESS THAT SURVIVES A RESTART. A step a reader is shown is in the
+ * jobs row before the reader's answer (the same transaction), so a
+ * restarted coordinator never shows less: at most one row write per read
+ * that sees a new step. While re-forming the job keeps that step; the new
+ * generation starts at min steps_done of its members (recovery.c R1), which
+ * is never below it for the workers that were shown. */
+void rm__job_progress(rm_coord_t *c, rm__job_t *j)
+{
+  rm__job_info_refresh(j);
+  if (j->info.step != j->stored_step && !rm_job_state_terminal(j->info.state))
+    rm__store_job_update(c->store, j);
+}
+
 void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
                        const char *reason)
 {
@@ -226,6 +239,7 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
     rm__worker_t *w = &j->w[idx[r]];
     j->members[r] = idx[r];
     w->rank = w->prev_rank = r;
+    w->step = start; /* a survivor ahead rolls back to it (R1) */
     w->state = RM_WORKER_RUNNING;
     w->generation = j->info.generation;
     w->last_ns = rm__now_ns();
@@ -524,7 +538,11 @@ void rm__job_load_active(rm_coord_t *c)
     rm__job_t *j = rm__job_new(c, &info.spec);
     j->info = info;
     j->stored_state = (int)info.state;
+    j->stored_step = info.step;
     rm__store_load_workers(c->store, j);
+    /* the window of recent steps, from the stored summaries */
+    j->ring_n = rm__store_recent_steps(c->store, j->info.id, j->ring, j->ring_cap);
+    j->ring_head = j->ring_n % j->ring_cap;
     if (rm__store_job_result_get(c->store, j->info.id, &j->result, &j->result_rank) != RM_OK)
       j->result_rank = -1;
     rm__job_resume(c, j);

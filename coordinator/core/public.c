@@ -59,7 +59,7 @@ rm_status_t rm__job_get_locked(rm_coord_t *c, uint64_t id, rm_job_info_t *out)
 {
   rm__job_t *j = rm__job_find(c, id);
   if (j) {
-    rm__job_info_refresh(j);
+    rm__job_progress(c, j);
     *out = j->info;
     return RM_OK;
   }
@@ -81,7 +81,7 @@ rm_status_t rm__job_list_locked(rm_coord_t *c, const rm_job_filter_t *f,
   for (size_t i = 0; st == RM_OK && i < *n; i++) {
     rm__job_t *j = rm__job_find(c, (*out)[i].id);
     if (j) {
-      rm__job_info_refresh(j);
+      rm__job_progress(c, j);
       (*out)[i] = j->info;
     }
   }

@@ -337,7 +337,8 @@ void rm__store_job_update(rm__store_t *c, rm__job_t *j)
   sqlite3_bind_int64(st, 8, in->started_ms);
   sqlite3_bind_int64(st, 9, in->finished_ms);
   sqlite3_bind_int64(st, 10, in->updated_ms);
-  if (rm__stmt_run(c, st) == SQLITE_DONE && j->stored_state != (int)in->state) {
+  if (rm__stmt_run(c, st) == SQLITE_DONE) j->stored_step = in->step;
+  if (j->stored_step == in->step && j->stored_state != (int)in->state) {
     if (j->stored_state >= 0 && j->stored_state < RM_JOB_STATE_COUNT &&
         c->job_counts[j->stored_state] > 0)
       c->job_counts[j->stored_state]--;

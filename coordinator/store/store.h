@@ -52,6 +52,11 @@ rm_status_t rm__store_job_result_get(rm__store_t *s, uint64_t id, char **text,
 void rm__store_generation(rm__store_t *s, rm__job_t *j);
 void rm__store_barrier(rm__store_t *s, rm__job_t *j, rm__barrier_t *b);
 void rm__store_step_summary(rm__store_t *s, rm__job_t *j, rm__worker_t *w);
+/* The newest `max` step summaries of a job as samples, oldest first (step =
+ * the summary's last step, times its means, bytes per step): the window a
+ * restarted coordinator starts with. Returns how many were written. */
+size_t rm__store_recent_steps(rm__store_t *s, uint64_t job_id, rm_step_sample_t *out,
+                              size_t max);
 /* The last checkpoint every member completed (recovery.c). */
 void rm__store_checkpoint(rm__store_t *s, rm__job_t *j);
 uint64_t rm__store_checkpoint_get(rm__store_t *s, uint64_t job_id);

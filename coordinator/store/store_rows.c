@@ -198,7 +198,8 @@ void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
                           "generation,first_step,last_step,count,mean_step_ms,"
                           "max_step_ms,mean_compute_ms,mean_comm_ms,"
                           "mean_wait_ms,last_loss,last_accuracy,"
-                          "allreduce_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "allreduce_bytes,time_ms) VALUES "
+                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   sqlite3_bind_int(st, 2, w->rank);
   sqlite3_bind_int64(st, 3, (sqlite3_int64)w->generation);
@@ -215,6 +216,7 @@ void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
   if (isnan(w->acc_acc)) sqlite3_bind_null(st, 13);
   else sqlite3_bind_double(st, 13, w->acc_acc);
   sqlite3_bind_int64(st, 14, (sqlite3_int64)w->acc_bytes);
+  sqlite3_bind_int64(st, 15, (sqlite3_int64)rm__wall_ms());
   step_done(c, st);
   w->acc_count = w->acc_bytes = 0;
   w->acc_step = w->acc_max = w->acc_compute = w->acc_comm = w->acc_wait = 0;
@@ -288,6 +290,41 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
     w->launch_index = sqlite3_column_int(st, 11);
   }
   rm__stmt_done(c, st);
+}
+
+size_t rm__store_recent_steps(rm__store_t *c, uint64_t job_id, rm_step_sample_t *out,
+                              size_t max)
+{
+  sqlite3_stmt *st = prep(c, "SELECT rank,generation,last_step,time_ms,count,"
+                          "mean_compute_ms,mean_comm_ms,mean_wait_ms,last_loss,"
+                          "last_accuracy,allreduce_bytes FROM step_summaries "
+                          "WHERE job_id=? ORDER BY id DESC LIMIT ?");
+  size_t n = 0;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)max);
+  while (n < max && sqlite3_step(st) == SQLITE_ROW) {
+    rm_step_sample_t *s = &out[n++];
+    int64_t count = sqlite3_column_int64(st, 4);
+    s->rank = sqlite3_column_int(st, 0);
+    s->generation = (uint64_t)sqlite3_column_int64(st, 1);
+    s->step = (uint64_t)sqlite3_column_int64(st, 2);
+    s->time_ms = sqlite3_column_int64(st, 3);
+    s->compute_ms = sqlite3_column_double(st, 5);
+    s->comm_ms = sqlite3_column_double(st, 6);
+    s->wait_ms = sqlite3_column_double(st, 7);
+    s->loss = sqlite3_column_type(st, 8) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 8);
+    s->accuracy = sqlite3_column_type(st, 9) == SQLITE_NULL ? NAN
+                                                           : sqlite3_column_double(st, 9);
+    s->allreduce_bytes = count > 0 ? (uint64_t)sqlite3_column_int64(st, 10) / (uint64_t)count
+                                   : 0;
+  }
+  rm__stmt_done(c, st);
+  for (size_t i = 0; i < n / 2; i++) { /* oldest first */
+    rm_step_sample_t t = out[i];
+    out[i] = out[n - 1 - i];
+    out[n - 1 - i] = t;
+  }
+  return n;
 }
 
 void rm__store_active_jobs(rm__store_t *c, uint64_t **out, size_t *nout)

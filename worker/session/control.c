@@ -65,15 +65,17 @@ rm__ctl_t *rm__ctl_open(const char *addr, const char *ca, const char *cert,
   }
   /* Reconnect quickly after a coordinator restart (gRPC's default backoff
    * grows to 120 s, during which fail-fast calls just fail). */
-  grpc_arg args[3];
-  args[0].type = args[1].type = args[2].type = GRPC_ARG_INTEGER;
+  grpc_arg args[4];
+  args[0].type = args[1].type = args[2].type = args[3].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
   args[0].value.integer = 100;
   args[1].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
   args[1].value.integer = 100;
   args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
   args[2].value.integer = 1000;
-  grpc_channel_args cargs = {3, args};
+  args[3].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
+  args[3].value.integer = 100;
+  grpc_channel_args cargs = {4, args};
   c->ch = grpc_channel_create(addr, creds, &cargs);
   grpc_channel_credentials_release(creds);
   free(pem_ca);
