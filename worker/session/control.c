@@ -72,7 +72,7 @@ rm__ctl_t *rm__ctl_open(const char *addr, const char *ca, const char *cert,
   args[1].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
   args[1].value.integer = 100;
   args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-  args[2].value.integer = 1000;
+  args[2].value.integer = 500; /* at most 2 attempts a second per worker */
   args[3].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
   args[3].value.integer = 100;
   grpc_channel_args cargs = {4, args};

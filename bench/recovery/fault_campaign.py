@@ -1,0 +1,208 @@
+"""fault_campaign.py - issue 11 benchmark (not a test): random faults against
+running training jobs, one table.
+
+Every trial is one `train` job on the digits MLP (4 workers, 300 steps, 2 ms
+of simulated compute per step, verify=5: the ranks compare their parameter
+checksums every 5 steps and the job fails if they differ; checkpoint_every
+10), on one coordinator per kind of trial (SQLite file, launcher none):
+
+  fail      SIGKILL one random rank at a uniformly random step in [5, 250]:
+            recovered = the job FAILED with a reason naming that rank and
+            every survivor exited non-zero
+  shrink    the same kill: recovered = SUCCEEDED at generation 2 (4 -> 3),
+            survivors exit 0, test accuracy >= 0.85
+  replace   the same kill, with one standby worker waiting (world 4 +
+            1, max_restarts 1): recovered = SUCCEEDED at generation 2 with 4
+            ranks, accuracy >= 0.85
+  sigstop   SIGSTOP one random rank (shrink, heartbeat timeout 1 s):
+            recovered as shrink; the stopped worker is SIGKILLed afterwards
+  coord     SIGKILL the coordinator at a random step (shrink, 1500 steps so
+            the job outlives the outage; the workers train on meanwhile) and restart
+            it on the same file and port after 0.2-2 s: recovered =
+            SUCCEEDED, every event seen before the kill still there in the
+            same order
+
+  hang          the job reached no end state within 120 s
+  wrong result  SUCCEEDED but a rank's accuracy is missing or < 0.85, or a
+                survivor exited non-zero (a checksum mismatch fails the job
+                and counts as not recovered)
+  detect        kill -> the worker_lost event (coord: restart -> the
+                coordinator_restarted event)
+  recover       kill -> the next generation's "generation" event (coord:
+                restart -> generation 2 formed)
+
+  /usr/bin/python3 bench/recovery/fault_campaign.py --coordinator build/coordinator/ringmaster \
+      --worker build/worker/agent/ringmaster-worker --proto proto [--trials N] [--coord-trials M]
+      [--kinds fail,shrink,replace,sigstop,coord]
+"""
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "recovery"))
+
+
+def take(flag, default):
+    if flag in sys.argv:
+        i = sys.argv.index(flag)
+        v = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
+        return v
+    return default
+
+
+TRIALS = int(take("--trials", "100"))
+COORD_TRIALS = int(take("--coord-trials", "20"))
+KINDS = take("--kinds", "fail,shrink,replace,sigstop,coord").split(",")
+SEED = int(take("--seed", "1"))
+import rc  # noqa: E402
+
+STEPS, WORLD = 300, 4
+
+
+def submit(env, n, policy, hb=2000, steps=STEPS):
+    spec = dict(name="t%d" % n, world_size=WORLD, steps=steps, heartbeat_timeout_ms=hb,
+                workload="train", workload_options=rc.train_opts(env, "sim_compute_ms=2"),
+                on_failure=policy, checkpoint_every=10)
+    if policy == "replace":
+        spec["max_restarts"] = 1
+    return env.submit(**spec)
+
+
+def wait_step(env, job, step, timeout=60):
+    return env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= step,
+                        timeout)
+
+
+def ev_time(evs, kind, after_ms, contains=""):
+    ts = [e.time_ms for e in evs if e.kind == kind and e.time_ms >= after_ms and
+          contains in e.message]
+    return ts[0] if ts else None
+
+
+def end(env, job, timeout=120):
+    done = (env.m.JOB_STATE_SUCCEEDED, env.m.JOB_STATE_FAILED, env.m.JOB_STATE_CANCELLED)
+    try:
+        return env.wait_job(job.id, lambda j: j.state in done, timeout)
+    except AssertionError:
+        return None
+
+
+def exits(ws, timeout=60):
+    out = []
+    for w in ws:
+        try:
+            out.append(w.wait(timeout=timeout))
+        except Exception:  # noqa: BLE001 - a hang is a result here
+            w.kill()
+            out.append(None)
+    return out
+
+
+def worker_trial(env, n, kind, rng):
+    policy = {"fail": "fail", "shrink": "shrink", "replace": "replace", "sigstop": "shrink"}[kind]
+    job = submit(env, n, policy, hb=1000 if kind == "sigstop" else 2000)
+    first = n * 10
+    ws = rc.start(env, job, WORLD, first=first)
+    standby = rc.start(env, job, 1, first=first + WORLD)[0] if kind == "replace" else None
+    wait_step(env, job, rng.randint(5, 250))
+    victim = rng.randrange(WORLD)
+    t_kill = time.time() * 1000
+    ws[victim].send_signal(signal.SIGSTOP if kind == "sigstop" else signal.SIGKILL)
+    j = end(env, job)
+    if kind == "sigstop":
+        ws[victim].send_signal(signal.SIGKILL)
+    others = [w for i, w in enumerate(ws) if i != victim] + ([standby] if standby else [])
+    codes = exits(others)
+    ws[victim].wait(timeout=20)
+    evs = env.events(job.id, job.token, timeout=1)
+    r = {"hang": j is None, "recovered": False, "wrong": False,
+         "detect": None, "recover": None}
+    lost = ev_time(evs, "worker_lost", t_kill - 5) or ev_time(evs, "worker_failed", t_kill - 5)
+    r["detect"] = lost - t_kill if lost else None
+    gen = ev_time(evs, "generation", t_kill - 5)
+    r["recover"] = gen - t_kill if gen else None
+    if j is None:
+        return r
+    if kind == "fail":
+        r["recovered"] = (j.state == env.m.JOB_STATE_FAILED and "lost" in j.reason and
+                          all(c not in (0, None) for c in codes))
+        return r
+    if j.state == env.m.JOB_STATE_SUCCEEDED and j.generation == 2:
+        r["recovered"] = True
+        accs = [rc.accuracy(env, first + i) for i in range(WORLD) if i != victim]
+        r["wrong"] = any(c != 0 for c in codes) or any(a is None or a < 0.85 for a in accs)
+    return r
+
+
+def coord_trial(env, n, rng):
+    job = submit(env, n, "shrink", steps=5 * STEPS)  # outlives a 2 s outage
+    first = n * 10
+    ws = rc.start(env, job, WORLD, first=first)
+    wait_step(env, job, rng.randint(5, 250))
+    before = env.events(job.id, job.token, timeout=1)
+    addr = env.addr
+    env.kill_coordinator()
+    time.sleep(rng.uniform(0.2, 2.0))
+    t_up = time.time() * 1000
+    env.start_coordinator(addr)
+    # events through Watch while the job still runs (Watch refuses a job
+    # that ended before this coordinator started)
+    evs = []
+    try:
+        env.wait_job(job.id, lambda j: j.generation >= 2 or j.state >= env.m.JOB_STATE_SUCCEEDED,
+                     120)
+        evs = env.events(job.id, job.token, timeout=1)
+    except (AssertionError, env.grpc.RpcError):
+        pass
+    j = end(env, job)
+    codes = exits(ws)
+    r = {"hang": j is None, "recovered": False, "wrong": False, "detect": None,
+         "recover": None}
+    restarted = ev_time(evs, "coordinator_restarted", t_up - 5)
+    r["detect"] = restarted - t_up if restarted else None
+    gen = ev_time(evs, "generation", t_up - 5)
+    r["recover"] = gen - t_up if gen else None
+    kept = [(e.seq, e.kind, e.message) for e in evs[:len(before)]] == \
+        [(e.seq, e.kind, e.message) for e in before]
+    if j is not None and j.state == env.m.JOB_STATE_SUCCEEDED:
+        r["recovered"] = kept
+        accs = [rc.accuracy(env, first + i) for i in range(WORLD)]
+        r["wrong"] = any(c != 0 for c in codes) or any(a is None or a < 0.85 for a in accs)
+    return r
+
+
+def fmt(xs):
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "-", "-"
+    return "%.1f" % statistics.median(xs), "%.1f" % max(xs)
+
+
+def campaign(env):
+    rng = random.Random(SEED)
+    rows = []
+    for kind in KINDS:
+        env.start_coordinator()
+        trials = COORD_TRIALS if kind == "coord" else TRIALS
+        res = []
+        for n in range(trials):
+            res.append(coord_trial(env, n, rng) if kind == "coord" else
+                       worker_trial(env, n, kind, rng))
+            sys.stderr.write("%s %d/%d %s\n" % (kind, n + 1, trials, res[-1]))
+        env.kill_coordinator(signal.SIGTERM)
+        d, r = [x["detect"] for x in res], [x["recover"] for x in res]
+        rows.append((kind, trials, sum(x["recovered"] for x in res), sum(x["hang"] for x in res),
+                     sum(x["wrong"] for x in res)) + fmt(d) + fmt(r))
+    print("| trial | trials | recovered | hangs | wrong results | detect median ms | "
+          "detect max ms | recover median ms | recover max ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print("| %s | %d | %d | %d | %d | %s | %s | %s | %s |" % row)
+
+
+rc.main(campaign)
