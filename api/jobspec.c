@@ -1,14 +1,40 @@
 /*
- * jobspec.c - strict, table-driven job-spec parser (format in jobspec.h).
+ * jobspec.c - strict, table-driven job-spec parser (format and rules in
+ * jobspec.h).
  *
  * The object is checked against one table of fields: the walk goes over the
  * object's keys (so an unknown key is caught by name), then over the table
- * (so a missing required key is caught). A field is a kind (string, int,
- * u64, options), a destination offset in rm_job_spec_t and its limits.
- * Nothing is written outside the destination buffers: strings are
- * length-checked against the field's size first, and Jansson refuses NUL
- * bytes inside strings (JSON_ALLOW_NUL is not passed), so C strings are
- * never silently truncated.
+ * (so a missing required key is caught). A field is a kind (string, name,
+ * int, u64, options, ...), a destination offset in rm_job_spec_t and, for
+ * strings, the destination size. Nothing is written outside the
+ * destination buffers: strings are length-checked against the field's size
+ * first and strings with NUL inside are refused, so C strings are never
+ * silently truncated.
+ *
+ * What this layer decides and what it leaves to rm_job_spec_validate (the
+ * coordinator, which serves gRPC too, so the rules live there once):
+ *   here       JSON syntax, types, unknown/duplicate/missing keys, sizes,
+ *              NUL, an empty string in a name field (REST only: protobuf
+ *              cannot tell "" from omitted), algorithm aliases that do not
+ *              fit the C field (stored canonical: "halving_doubling" ->
+ *              "hd", from RM_ALGO_ALIAS_MAP, ringmaster/types.h)
+ *   validate   which names exist (exact spelling), every integer range,
+ *              the relations between fields
+ * An integer the C field cannot hold is stored as INT_MIN (int) or
+ * UINT64_MAX (u64); no range includes those, so validate refuses it with
+ * the range that holds, the same words as for any other value out of range.
+ *
+ * Integers beyond 64 bits. Jansson refuses them while parsing ("numeric
+ * overflow"), before any field is known. Then the body is parsed again
+ * from a copy in which each such integer token is replaced by a marker
+ * string containing a NUL ("\u0000big+" / "\u0000big-", parsed with
+ * JSON_ALLOW_NUL): a marker cannot come from the client (the first parse
+ * refuses NUL in strings), and the walk treats it as "an integer beyond
+ * the 64-bit range" in whichever field holds it. A body refused for a NUL
+ * in a string is parsed again the same way, so that the message names the
+ * field (the code stays invalid_json, field "": malformed text). Library messages are not passed through; load_error maps
+ * Jansson's error codes to words (only a syntax error keeps Jansson's
+ * description of the token, which names JSON grammar, never a flag).
  *
  * command (K_ARGV) and env (K_ENV) are packed into their fixed arrays with
  * rm_job_spec_pack (coord.h); the sizes are checked there, the meaning
@@ -17,65 +43,89 @@
 #include "jobspec.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_STRING, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM } kind_t;
+#include "ringmaster/types.h"
+
+#if JANSSON_VERSION_HEX < 0x020b00
+#error "api/jobspec.c needs Jansson 2.11 or newer (json_error_code)"
+#endif
+
+/* K_NAME: a string naming one of a list (algorithm, dtype, ...), not "";
+ * which names exist is rm_job_spec_validate's rule. */
+typedef enum { K_STRING, K_NAME, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM } kind_t;
 
 typedef struct field {
   const char *key;
   kind_t kind;
   size_t off;  /* into rm_job_spec_t */
   size_t size; /* destination size for strings */
-  int64_t max; /* integers: 0..max */
+  int64_t max; /* command, env: entries */
   int required;
+  /* K_NAME: the canonical spelling of an accepted alias, else NULL */
+  const char *(*canon)(const char *);
 } field_t;
+
+/* "halving_doubling" -> "hd": the aliases of RM_ALGO_ALIAS_MAP
+ * (ringmaster/types.h), exact spelling. A header list, not
+ * rm_algo_parse_exact: this file is also built alone (api/fuzz). */
+static const char *algo_canon(const char *s)
+{
+#define RM__CANON(alias, canonical) \
+  if (strcmp(s, alias) == 0) return canonical;
+  RM_ALGO_ALIAS_MAP(RM__CANON)
+#undef RM__CANON
+  return NULL;
+}
 
 #define OFF(m) offsetof(rm_job_spec_t, m)
 #define SZ(m) sizeof(((rm_job_spec_t *)0)->m)
 #define STR(m) K_STRING, OFF(m), SZ(m), 0
-#define INT(m, mx) K_INT, OFF(m), 0, (mx)
-#define U64(m) K_U64, OFF(m), 0, ((int64_t)1 << 53)
+#define NAME(m) K_NAME, OFF(m), SZ(m), 0
+#define INT(m) K_INT, OFF(m), 0, 0
+#define U64(m) K_U64, OFF(m), 0, 0
 
 static const field_t k_fields[] = {
-    {"name", STR(name), 1},
-    {"world_size", INT(world_size, 65536), 0},
-    {"min_workers", INT(min_workers, 65536), 0},
-    {"max_workers", INT(max_workers, 65536), 0},
-    {"algorithm", STR(algorithm), 0},
-    {"dtype", STR(dtype), 0},
-    {"workload", STR(workload), 0},
-    {"workload_options", K_OPTIONS, OFF(workload_options), SZ(workload_options), 0, 0},
-    {"steps", U64(steps), 0},
-    {"launcher", STR(launcher), 0},
-    {"heartbeat_timeout_ms", INT(heartbeat_timeout_ms, INT32_MAX), 0},
-    {"barrier_timeout_ms", INT(barrier_timeout_ms, INT32_MAX), 0},
-    {"on_failure", STR(on_failure), 0},
-    {"max_restarts", INT(max_restarts, INT32_MAX), 0},
-    {"straggler_policy", STR(straggler_policy), 0},
-    {"backup_workers", INT(backup_workers, INT32_MAX), 0},
-    {"checkpoint_every", U64(checkpoint_every), 0},
-    {"command", K_ARGV, OFF(command), SZ(command), RM_COORD_ARGV_MAX, 0},
-    {"env", K_ENV, OFF(env), SZ(env), RM_COORD_ENV_MAX, 0},
-    {"workdir", STR(workdir), 0},
-    {"aggregation", K_AGG, 0, 0, 0, 0},
-    {NULL, 0, 0, 0, 0, 0}};
+    {"name", STR(name), 1, NULL},
+    {"world_size", INT(world_size), 0, NULL},
+    {"min_workers", INT(min_workers), 0, NULL},
+    {"max_workers", INT(max_workers), 0, NULL},
+    {"algorithm", NAME(algorithm), 0, algo_canon},
+    {"dtype", NAME(dtype), 0, NULL},
+    {"workload", NAME(workload), 0, NULL},
+    {"workload_options", K_OPTIONS, OFF(workload_options), SZ(workload_options), 0, 0, NULL},
+    {"steps", U64(steps), 0, NULL},
+    {"launcher", NAME(launcher), 0, NULL},
+    {"heartbeat_timeout_ms", INT(heartbeat_timeout_ms), 0, NULL},
+    {"barrier_timeout_ms", INT(barrier_timeout_ms), 0, NULL},
+    {"on_failure", NAME(on_failure), 0, NULL},
+    {"max_restarts", INT(max_restarts), 0, NULL},
+    {"straggler_policy", NAME(straggler_policy), 0, NULL},
+    {"backup_workers", INT(backup_workers), 0, NULL},
+    {"checkpoint_every", U64(checkpoint_every), 0, NULL},
+    {"command", K_ARGV, OFF(command), SZ(command), RM_COORD_ARGV_MAX, 0, NULL},
+    {"env", K_ENV, OFF(env), SZ(env), RM_COORD_ENV_MAX, 0, NULL},
+    {"workdir", STR(workdir), 0, NULL},
+    {"aggregation", K_AGG, 0, 0, 0, 0, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL}};
 
 /* The members of "aggregation" (issue 12), keys as the API names them; the
  * key in errors is "aggregation.<key>". The rules (method names, n against
  * f, m <= n - f, clip_norm >= 0, ...) are the coordinator's
  * (rm_job_spec_validate with rm_agg_check). */
 static const field_t k_agg_fields[] = {
-    {"method", STR(aggregation), 0},
-    {"f", INT(aggregation_f, 65536), 0},
-    {"m", INT(aggregation_m, 65536), 0},
-    {"clip_norm", K_NUM, OFF(clip_norm), 0, 0, 0},
-    {"tau", K_NUM, OFF(aggregation_tau), 0, 0, 0},
-    {"iterations", INT(aggregation_iterations, 1000000), 0},
-    {NULL, 0, 0, 0, 0, 0}};
+    {"method", NAME(aggregation), 0, NULL},
+    {"f", INT(aggregation_f), 0, NULL},
+    {"m", INT(aggregation_m), 0, NULL},
+    {"clip_norm", K_NUM, OFF(clip_norm), 0, 0, 0, NULL},
+    {"tau", K_NUM, OFF(aggregation_tau), 0, 0, 0, NULL},
+    {"iterations", INT(aggregation_iterations), 0, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL}};
 
 static int fail(rm_api_spec_error_t *err, const char *code, const char *field, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
@@ -92,8 +142,35 @@ static int fail(rm_api_spec_error_t *err, const char *code, const char *field, c
   return -1;
 }
 
+/* +1 / -1 when v is the marker of an integer beyond the 64-bit range
+ * (positive / negative; see the top of the file), else 0. */
+static int big_sign(const json_t *v)
+{
+  if (!json_is_string(v) || json_string_length(v) != 5) return 0;
+  if (memcmp(json_string_value(v), "\0big+", 5) == 0) return 1;
+  if (memcmp(json_string_value(v), "\0big-", 5) == 0) return -1;
+  return 0;
+}
+
+/* A string from the client (not a marker). */
+static int is_text(const json_t *v) { return json_is_string(v) && !big_sign(v); }
+
+/* A client string with a NUL inside (only the second parse lets one in). */
+static int has_nul(const json_t *v)
+{
+  return is_text(v) && strlen(json_string_value(v)) != json_string_length(v);
+}
+
+/* A NUL inside a string: malformed for the whole body (invalid_json, field
+ * "", as the first parse reports it), the message saying where. */
+static int nul_error(rm_api_spec_error_t *err, const char *where)
+{
+  return fail(err, "invalid_json", "", "strings must not contain NUL (\\u0000): %s", where);
+}
+
 static const char *type_name(const json_t *v)
 {
+  if (big_sign(v)) return "an integer beyond the 64-bit range";
   switch (json_typeof(v)) {
   case JSON_OBJECT: return "an object";
   case JSON_ARRAY: return "an array";
@@ -121,7 +198,8 @@ static int key_ok(const char *s)
 static int option_value(const json_t *v, const char *path, char *val, size_t vlen,
                         rm_api_spec_error_t *err)
 {
-  if (json_is_string(v)) {
+  if (has_nul(v)) return nul_error(err, path);
+  if (is_text(v)) {
     const char *s = json_string_value(v);
     if (strpbrk(s, ",=") || json_string_length(v) >= vlen)
       return fail(err, "invalid_value", path, "%s must not contain ',' or '=' (max %zu chars)",
@@ -133,6 +211,9 @@ static int option_value(const json_t *v, const char *path, char *val, size_t vle
     snprintf(val, vlen, "%.17g", json_real_value(v));
   } else if (json_is_boolean(v)) {
     snprintf(val, vlen, "%s", json_is_true(v) ? "1" : "0");
+  } else if (big_sign(v)) {
+    return fail(err, "invalid_value", path, "%s is an integer beyond the 64-bit range (give "
+                "it as a string if the workload reads it so)", path);
   } else {
     return fail(err, "invalid_type", path, "%s must be a string, number or boolean, got %s", path,
                 type_name(v));
@@ -151,7 +232,8 @@ static int parse_options(const json_t *v, const field_t *f, rm_job_spec_t *out,
   size_t used = 0;
   char sub[64], val[256];
 
-  if (json_is_string(v)) {
+  if (has_nul(v)) return nul_error(err, f->key);
+  if (is_text(v)) {
     if (json_string_length(v) >= f->size)
       return fail(err, "invalid_value", f->key, "%s is longer than %zu characters", f->key,
                   f->size - 1);
@@ -192,9 +274,11 @@ static int parse_argv(const json_t *v, const field_t *f, rm_job_spec_t *out,
   out->command_argc = 0;
   json_array_foreach((json_t *)v, i, item) {
     snprintf(sub, sizeof sub, "%s[%zu]", f->key, i);
-    if (!json_is_string(item))
+    if (!is_text(item))
       return fail(err, "invalid_type", f->key, "%s must be a string, got %s", sub,
                   type_name(item));
+    if (has_nul(item))
+      return nul_error(err, sub);
     if (rm_job_spec_pack(out->command, f->size, &out->command_argc, json_string_value(item),
                          json_string_length(item)))
       return fail(err, "invalid_value", f->key, "%s is longer than %zu bytes in all "
@@ -221,9 +305,11 @@ static int parse_env(const json_t *v, const field_t *f, rm_job_spec_t *out,
   json_object_foreach((json_t *)v, k, item) {
     size_t kl = strlen(k), vl;
     snprintf(sub, sizeof sub, "%s.%.40s", f->key, k);
-    if (!json_is_string(item))
+    if (!is_text(item))
       return fail(err, "invalid_type", f->key, "%s must be a string, got %s", sub,
                   type_name(item));
+    if (has_nul(item))
+      return nul_error(err, sub);
     vl = json_string_length(item);
     if (kl + vl + 2 > f->size)
       return fail(err, "invalid_value", f->key, "%s is longer than %zu bytes", f->key, f->size);
@@ -243,6 +329,35 @@ static int parse_env(const json_t *v, const field_t *f, rm_job_spec_t *out,
 
 static int parse_field_as(const field_t *f, const char *key, const json_t *v,
                           rm_job_spec_t *out, rm_api_spec_error_t *err);
+
+/* K_STRING and K_NAME into dst (f->size bytes). */
+static int parse_string(const field_t *f, const json_t *v, char *dst, rm_api_spec_error_t *err)
+{
+  const char *s;
+  size_t n;
+  if (!is_text(v))
+    return fail(err, "invalid_type", f->key, "%s must be a string, got %s", f->key,
+                type_name(v));
+  if (has_nul(v)) return nul_error(err, f->key);
+  s = json_string_value(v);
+  n = json_string_length(v);
+  if (f->kind == K_NAME && n == 0)
+    return fail(err, "invalid_value", f->key, "%s is empty: an omitted field takes the "
+                "default; an empty string is not a value", f->key);
+  if (f->kind == K_NAME && f->canon && f->canon(s)) {
+    s = f->canon(s);
+    n = strlen(s);
+  }
+  if (n >= f->size) {
+    if (f->kind == K_NAME)
+      return fail(err, "invalid_value", f->key, "%s: '%.24s...' is not an accepted value "
+                  "(every one is shorter than %zu characters)", f->key, s, f->size);
+    return fail(err, "invalid_value", f->key, "%s is longer than %zu characters", f->key,
+                f->size - 1);
+  }
+  memcpy(dst, s, n + 1);
+  return 0;
+}
 
 /* {"method": "krum", "f": 1, ...}: every member optional, unknown ones
  * refused by name ("aggregation.mthod"). */
@@ -284,25 +399,21 @@ static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
 
   switch (f->kind) {
   case K_STRING:
-    if (!json_is_string(v))
-      return fail(err, "invalid_type", f->key, "%s must be a string, got %s", f->key,
-                  type_name(v));
-    if (json_string_length(v) >= f->size)
-      return fail(err, "invalid_value", f->key, "%s is longer than %zu characters", f->key,
-                  f->size - 1);
-    memcpy(dst, json_string_value(v), json_string_length(v) + 1);
-    return 0;
+  case K_NAME:
+    return parse_string(f, v, dst, err);
   case K_INT:
-  case K_U64:
-    if (!json_is_integer(v))
+    if (!big_sign(v) && !json_is_integer(v))
       return fail(err, "invalid_type", f->key, "%s must be an integer, got %s", f->key,
                   type_name(v));
-    i = json_integer_value(v);
-    if (i < 0 || i > f->max)
-      return fail(err, "invalid_value", f->key, "%s must be in 0..%lld", f->key,
-                  (long long)f->max);
-    if (f->kind == K_INT) *(int *)dst = (int)i;
-    else *(uint64_t *)dst = (uint64_t)i;
+    i = big_sign(v) ? INT64_MIN : json_integer_value(v);
+    *(int *)dst = i < INT_MIN || i > INT_MAX ? INT_MIN : (int)i; /* see the top */
+    return 0;
+  case K_U64:
+    if (!big_sign(v) && !json_is_integer(v))
+      return fail(err, "invalid_type", f->key, "%s must be an integer, got %s", f->key,
+                  type_name(v));
+    i = big_sign(v) ? -1 : json_integer_value(v);
+    *(uint64_t *)dst = i < 0 ? UINT64_MAX : (uint64_t)i;
     return 0;
   case K_OPTIONS:
     return parse_options(v, f, out, err);
@@ -313,6 +424,9 @@ static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
   case K_AGG:
     return parse_aggregation(v, f, out, err);
   case K_NUM:
+    if (big_sign(v))
+      return fail(err, "invalid_value", f->key, "%s is beyond the 64-bit integer range "
+                  "(write a large number with an exponent: 1e20)", f->key);
     if (!json_is_number(v))
       return fail(err, "invalid_type", f->key, "%s must be a number, got %s", f->key,
                   type_name(v));
@@ -322,19 +436,143 @@ static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
   return fail(err, "invalid_value", f->key, "bad field table entry");
 }
 
+/* A copy of body[0..len) in which every integer token beyond the 64-bit
+ * range is the marker string (top of the file); never longer than body
+ * (a marker is 12 bytes, such a token at least 19). NULL: out of memory. */
+static char *mark_big_ints(const char *body, size_t len, size_t *out_len)
+{
+  char *o = malloc(len ? len : 1);
+  size_t i = 0, n = 0;
+  int in_str = 0;
+  if (o == NULL) return NULL;
+  while (i < len) {
+    char c = body[i];
+    if (in_str) {
+      o[n++] = c;
+      i++;
+      if (c == '\\' && i < len) o[n++] = body[i++];
+      else if (c == '"') in_str = 0;
+      continue;
+    }
+    if (c == '"') in_str = 1;
+    if (c != '-' && !(c >= '0' && c <= '9')) {
+      o[n++] = c;
+      i++;
+      continue;
+    }
+    size_t j = i, d;
+    int integer = 1, neg = c == '-';
+    while (j < len && strchr("0123456789+-.eE", body[j]) && body[j]) {
+      if (!(body[j] >= '0' && body[j] <= '9') && !(j == i && neg)) integer = 0;
+      j++;
+    }
+    d = i + (size_t)neg;
+    while (d + 1 < j && body[d] == '0') d++; /* leading zeros */
+    if (integer && j > d &&
+        (j - d > 19 || (j - d == 19 && memcmp(body + d, neg ? "9223372036854775808"
+                                                            : "9223372036854775807", 19) > 0))) {
+      memcpy(o + n, neg ? "\"\\u0000big-\"" : "\"\\u0000big+\"", 12);
+      n += 12;
+    } else {
+      memcpy(o + n, body + i, j - i);
+      n += j - i;
+    }
+    i = j;
+  }
+  *out_len = n;
+  return o;
+}
+
+/* The key of a duplicate-key error: the string token that ends at byte
+ * pos (where Jansson stops), decoded; "" when it cannot be found. */
+static void dup_key(const char *body, size_t len, size_t pos, char *out, size_t out_len)
+{
+  size_t j;
+  json_t *k;
+  out[0] = '\0';
+  if (pos < 2 || pos > len || body[pos - 1] != '"') return;
+  for (j = pos - 1; j-- > 0;) {
+    size_t bs = 0;
+    while (bs < j && body[j - 1 - bs] == '\\') bs++;
+    if (body[j] == '"' && bs % 2 == 0) break;
+  }
+  if (j == (size_t)-1) return;
+  k = json_loadb(body + j, pos - j, JSON_DECODE_ANY, NULL);
+  if (json_is_string(k)) snprintf(out, out_len, "%s", json_string_value(k));
+  json_decref(k);
+}
+
+/* A body Jansson refused, in the project's words (field ""). */
+static int load_error(const json_error_t *j, const char *body, size_t len,
+                      rm_api_spec_error_t *err)
+{
+  char key[48];
+  int l = j->line, c = j->column;
+  switch (json_error_code(j)) {
+  case json_error_invalid_utf8:
+    return fail(err, "invalid_json", "", "the job spec is not valid UTF-8 (line %d column %d)",
+                l, c);
+  case json_error_premature_end_of_input:
+    return fail(err, "invalid_json", "", "malformed JSON: the text ends at line %d column %d "
+                "before the job spec does", l, c);
+  case json_error_end_of_input_expected:
+    return fail(err, "invalid_json", "", "malformed JSON: text after the job spec at line %d "
+                "column %d", l, c);
+  case json_error_null_character:
+  case json_error_null_byte_in_key:
+    return fail(err, "invalid_json", "", "strings and keys must not contain NUL (\\u0000): "
+                "line %d column %d", l, c);
+  case json_error_duplicate_key:
+    dup_key(body, len, (size_t)j->position, key, sizeof key);
+    return fail(err, "invalid_json", "", "key '%s' appears twice (line %d column %d)", key, l,
+                c);
+  case json_error_numeric_overflow:
+    return fail(err, "invalid_json", "", "a number at line %d column %d is beyond the range "
+                "of a double", l, c);
+  case json_error_stack_overflow:
+    return fail(err, "invalid_json", "", "malformed JSON: nested too deeply at line %d "
+                "column %d", l, c);
+  case json_error_out_of_memory:
+    return fail(err, "invalid_json", "", "out of memory reading the job spec");
+  case json_error_invalid_syntax:
+    /* Jansson's words for the token ("':' expected near '1'"): JSON grammar. */
+    return fail(err, "invalid_json", "", "malformed JSON at line %d column %d: %s", l, c,
+                j->text);
+  default:
+    return fail(err, "invalid_json", "", "malformed JSON at line %d column %d", l, c);
+  }
+}
+
+/* Parse; on an integer beyond 64 bits or a NUL in a string, parse the
+ * marked copy (top of the file). *retried: the first parse's error code. */
+static json_t *load(const char *body, size_t len, json_error_t *jerr, int *retried)
+{
+  json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, jerr);
+  int code = root ? 0 : json_error_code(jerr);
+  *retried = 0;
+  if (code == json_error_numeric_overflow || code == json_error_null_character) {
+    json_error_t again;
+    size_t n = 0;
+    char *marked = mark_big_ints(body, len, &n);
+    if (marked) root = json_loadb(marked, n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &again);
+    free(marked);
+    *retried = code;
+  }
+  return root;
+}
+
 int rm__jobspec_parse(const char *body, size_t len, rm_job_spec_t *out, rm_api_spec_error_t *err)
 {
   json_error_t jerr;
   json_t *root;
   const char *k;
   json_t *v;
-  int rc = -1;
+  int rc = -1, retried;
 
   memset(err, 0, sizeof *err);
-  root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+  root = load(body, len, &jerr, &retried);
   if (root == NULL) {
-    fail(err, "invalid_json", "", "malformed JSON at line %d column %d: %s", jerr.line,
-         jerr.column, jerr.text);
+    load_error(&jerr, body, len, err);
     goto exit;
   }
   if (!json_is_object(root)) {
@@ -357,6 +595,10 @@ int rm__jobspec_parse(const char *body, size_t len, rm_job_spec_t *out, rm_api_s
       fail(err, "missing_field", f->key, "field '%s' is required", f->key);
       goto exit;
     }
+  }
+  if (retried == json_error_null_character) { /* the NUL was where no field looks */
+    load_error(&jerr, body, len, err);
+    goto exit;
   }
   rc = 0;
 exit:

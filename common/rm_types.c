@@ -1,6 +1,12 @@
 /*
  * rm_types.c - dtypes, ops and algorithms in words, and their parsers
  * (include/ringmaster/types.h). Compiled into libringmaster and rm_common.
+ *
+ * Each name has one canonical spelling (the table below, what *_name
+ * returns); an algorithm also has the aliases of RM_ALGO_ALIAS_MAP (types.h). The *_parse
+ * functions accept those spellings in any case (the library's environment
+ * variables and workload options have always done so); rm_algo_parse_exact
+ * accepts them exactly as written here (the coordinator's job specs).
  */
 #include <string.h>
 #include <strings.h>
@@ -26,6 +32,13 @@ static const char *const g_algos[RM_ALGO_COUNT] = {
     [RM_ALGO_HALVING_DOUBLING] = "hd", [RM_ALGO_BUTTERFLY] = "butterfly",
     [RM_ALGO_TREE] = "tree",
 };
+
+/* Other spellings of an algorithm, beside g_algos (types.h). */
+#define RM__ALIAS(alias, canonical) {alias, canonical},
+static const struct {
+  const char *name, *canonical;
+} g_algo_aliases[] = {RM_ALGO_ALIAS_MAP(RM__ALIAS)};
+#undef RM__ALIAS
 
 size_t rm_dtype_size(rm_dtype_t dt)
 {
@@ -71,19 +84,31 @@ rm_status_t rm_op_parse(const char *s, rm_op_t *out)
   return RM_ERR_INVALID_ARG;
 }
 
-rm_status_t rm_algo_parse(const char *s, rm_algo_t *out)
+static rm_status_t algo_parse(const char *s, rm_algo_t *out,
+                              int (*cmp)(const char *, const char *))
 {
   if (s == NULL || out == NULL) return RM_ERR_INVALID_ARG;
-  if (strcasecmp(s, "halving_doubling") == 0 ||
-      strcasecmp(s, "halving-doubling") == 0) {
-    *out = RM_ALGO_HALVING_DOUBLING;
-    return RM_OK;
+  for (size_t i = 0; i < sizeof g_algo_aliases / sizeof *g_algo_aliases; i++) {
+    if (cmp(s, g_algo_aliases[i].name) == 0) {
+      s = g_algo_aliases[i].canonical;
+      break;
+    }
   }
   for (int i = 0; i < RM_ALGO_COUNT; i++) {
-    if (strcasecmp(s, g_algos[i]) == 0) {
+    if (cmp(s, g_algos[i]) == 0) {
       *out = (rm_algo_t)i;
       return RM_OK;
     }
   }
   return RM_ERR_INVALID_ARG;
+}
+
+rm_status_t rm_algo_parse(const char *s, rm_algo_t *out)
+{
+  return algo_parse(s, out, strcasecmp);
+}
+
+rm_status_t rm_algo_parse_exact(const char *s, rm_algo_t *out)
+{
+  return algo_parse(s, out, strcmp);
 }

@@ -129,8 +129,9 @@ typedef struct rm_job_spec {
   int world_size;
   int min_workers;
   int max_workers;
-  char algorithm[16];            /* rm_algo_parse names; "" = "auto" */
-  char dtype[8];                 /* rm_dtype_parse names; "" = "f32" */
+  char algorithm[16];            /* rm_algo_parse_exact names, stored
+                                    canonical ("hd" for an alias); "" = "auto" */
+  char dtype[8];                 /* exact dtype names (rm_types.c); "" = "f32" */
   char workload[32];             /* "allreduce" (default), "train", ... */
   char workload_options[RM_COORD_OPTS_MAX]; /* "key=value,..." for the workload */
   uint64_t steps;                /* steps to run; 0 = 100 */

@@ -6,13 +6,17 @@
  * and `logs` live in run.c (cli_int.h).
  *
  * Exit codes (RM_CLI_EXIT_* in api.h, also printed by the usage text):
- *   0 ok, 1 server error (5xx, other), 2 usage, 3 not found (404),
- *   4 unauthorized (401/403), 5 server unreachable or no answer in time,
- *   6 request refused (400/409/413: bad spec, job already finished, ...)
+ *   0 ok (also --help/-h on any subcommand: usage on stdout), 1 server
+ *   error (5xx, other), 2 usage (unknown option, missing or malformed
+ *   argument such as --limit abc, unreadable input file: nothing was sent),
+ *   3 not found (404), 4 unauthorized (401/403), 5 server unreachable or no
+ *   answer in time, 6 request refused (400/409/413: bad spec, job already
+ *   finished, a value the server's rules refuse, ...)
  */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +33,8 @@ static const char k_usage[] =
     "usage: ringmaster COMMAND [options]\n"
     "  submit FILE|-            submit a job spec (JSON; '-' reads stdin)\n"
     "  jobs [--state S] [--limit N] [--offset N]\n"
-    "                           list jobs, newest first\n"
+    "                           list jobs, newest first (--limit 1..1000,\n"
+    "                           default 100)\n"
     "  job ID                   show a job, its workers and open barriers\n"
     "  cancel ID [--reason T]   cancel a job\n"
     "  k8s-manifest ID [--image IMG] [--namespace NS]\n"
@@ -60,6 +65,7 @@ static const char k_usage[] =
     "  --token-file F   read the token from F (env RINGMASTER_API_TOKEN_FILE)\n"
     "  --json           print the server's JSON instead of tables\n"
     "  --timeout MS     deadline for the whole request (default 10000)\n"
+    "  --help, -h       this text (on stdout, exit 0), after any command\n"
     "  --connect-timeout MS\n"
     "                   deadline for connecting, TCP and TLS (default: --timeout)\n"
     "  --cacert FILE    trust the CA certificates in FILE (PEM) for https://\n"
@@ -469,6 +475,25 @@ static int cmd_k8s_manifest(cli_t *c, const char *id)
 
 enum { OPT_CACERT = 1000, OPT_CONNECT_TIMEOUT };
 
+/* An option's value as a decimal integer in lo..hi; -1 (printed why) when
+ * it is not one: a usage error, found before anything is sent. */
+static int opt_num(const char *opt, const char *v, long long lo, long long hi, long long *out)
+{
+  char *end;
+  long long x;
+  errno = 0;
+  x = strtoll(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || errno != 0 || x < lo || x > hi) {
+    fprintf(stderr, "ringmaster: --%s needs an integer in %lld..%lld, got '%s'\n", opt, lo, hi,
+            v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+/* Returns 0, 1 after --help/-h (usage printed on stdout) or -1 on a bad
+ * option (the caller prints the usage on stderr). */
 int rm__cli_parse_args(cli_t *c, int argc, char **argv)
 {
   static const struct option opts[] = {
@@ -483,6 +508,7 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
   const char *token = NULL, *token_file = NULL;
   char err[256];
   int ch, gen;
+  long long x;
 
   optind = 1;
   while ((ch = getopt_long(argc, argv, "s:t:f:jT:S:l:o:r:i:n:h", opts, NULL)) != -1) {
@@ -491,15 +517,30 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
     case 't': token = optarg; break;
     case 'f': token_file = optarg; break;
     case 'j': c->json = 1; break;
-    case 'T': c->timeout_ms = atoi(optarg); break;
+    case 'T':
+      if (opt_num("timeout", optarg, 1, 3600000, &x)) return -1;
+      c->timeout_ms = (int)x;
+      break;
     case 'S': c->state = optarg; break;
-    case 'l': c->limit = optarg; break;
-    case 'o': c->offset = optarg; break;
+    case 'l': /* GET /api/v1/jobs: limit 1..1000 (openapi.json) */
+      if (opt_num("limit", optarg, 1, 1000, &x)) return -1;
+      c->limit = optarg;
+      break;
+    case 'o':
+      if (opt_num("offset", optarg, 0, INT64_MAX, &x)) return -1;
+      c->offset = optarg;
+      break;
     case 'r': c->reason = optarg; break;
     case 'i': c->image = optarg; break;
     case 'n': c->ns = optarg; break;
     case OPT_CACERT: c->cacert = optarg; break;
-    case OPT_CONNECT_TIMEOUT: c->connect_timeout_ms = atoi(optarg); break;
+    case OPT_CONNECT_TIMEOUT:
+      if (opt_num("connect-timeout", optarg, 1, 3600000, &x)) return -1;
+      c->connect_timeout_ms = (int)x;
+      break;
+    case 'h':
+      fputs(k_usage, stdout);
+      return 1;
     default: return -1;
     }
   }
@@ -535,7 +576,11 @@ static int cli_main(int argc, char **argv)
   if (!rm_cli_is_command(cmd)) goto usage;
   if (strcmp(cmd, "run") == 0) return rm__cli_run(&c, argc - 1, argv + 1);
   if (strcmp(cmd, "logs") == 0) return rm__cli_logs(&c, argc - 1, argv + 1);
-  if (rm__cli_parse_args(&c, argc - 1, argv + 1) != 0) goto usage;
+  switch (rm__cli_parse_args(&c, argc - 1, argv + 1)) {
+  case 0: break;
+  case 1: return RM_CLI_EXIT_OK; /* --help */
+  default: goto usage;
+  }
   /* getopt ran over argv + 1 (argc - 1 entries) and moved operands last. */
   arg = optind < argc - 1 ? argv[1 + optind] : NULL;
   if (optind + (arg != NULL) != argc - 1) goto usage; /* stray extra arguments */

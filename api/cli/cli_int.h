@@ -43,7 +43,8 @@ int rm__cli_call(cli_t *c, const char *method, const char *path, const char *bod
 /* Borrowed string member ("" when absent), integer member (0). */
 const char *rm__cli_jstr(json_t *o, const char *k);
 long long rm__cli_jint(json_t *o, const char *k);
-/* The global options (getopt over argv[0..argc)); -1 on a bad one. */
+/* The global options (getopt over argv[0..argc)): 0, 1 after --help/-h
+ * (usage printed on stdout: exit 0), -1 on a bad one (exit 2). */
 int rm__cli_parse_args(cli_t *c, int argc, char **argv);
 int rm__cli_is_id(const char *s);
 

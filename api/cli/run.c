@@ -425,7 +425,7 @@ static int num(const char *opt, const char *v, long long lo, long long hi, long 
   errno = 0;
   long long x = v ? strtoll(v, &end, 10) : 0;
   if (!v || !*v || *end || errno || x < lo || x > hi) {
-    fprintf(stderr, "ringmaster run: %s needs an integer in %lld..%lld, got '%s'\n", opt, lo,
+    fprintf(stderr, "ringmaster: %s needs an integer in %lld..%lld, got '%s'\n", opt, lo,
             hi, v ? v : "");
     return -1;
   }
@@ -666,6 +666,12 @@ static const char k_logs_usage[] =
     "usage: ringmaster logs ID [--follow] [--worker N] [--server URL] [--token T] "
     "[--token-file F] [--cacert FILE] [--timeout MS] [--connect-timeout MS]\n";
 
+static int logs_usage_err(void)
+{
+  fputs(k_logs_usage, stderr);
+  return RM_CLI_EXIT_USAGE;
+}
+
 int rm__cli_logs(cli_t *c, int argc, char **argv)
 {
   const char *id = NULL, *token = NULL, *token_file = NULL;
@@ -674,12 +680,20 @@ int rm__cli_logs(cli_t *c, int argc, char **argv)
   for (int i = 1; i < argc; i++) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(o, "--follow") || !strcmp(o, "-f")) fol = 1;
-    else if (!strcmp(o, "--worker") && v && !num(o, v, 0, 65535, &x)) only = (int)x, i++;
+    else if (!strcmp(o, "--worker") && v) {
+      if (num(o, v, 0, 65535, &x)) return logs_usage_err();
+      only = (int)x, i++;
+    }
     else if (!strcmp(o, "--server") && v) c->server = v, i++;
     else if (!strcmp(o, "--token") && v) token = v, i++;
     else if (!strcmp(o, "--token-file") && v) token_file = v, i++;
-    else if (!strcmp(o, "--timeout") && v) c->timeout_ms = atoi(v), i++;
-    else if (!strcmp(o, "--connect-timeout") && v) c->connect_timeout_ms = atoi(v), i++;
+    else if (!strcmp(o, "--timeout") && v) {
+      if (num(o, v, 1, 3600000, &x)) return logs_usage_err();
+      c->timeout_ms = (int)x, i++;
+    } else if (!strcmp(o, "--connect-timeout") && v) {
+      if (num(o, v, 1, 3600000, &x)) return logs_usage_err();
+      c->connect_timeout_ms = (int)x, i++;
+    }
     else if (!strcmp(o, "--cacert") && v) c->cacert = v, i++;
     else if (!id && rm__cli_is_id(o)) id = o;
     else if (!strcmp(o, "--help") || !strcmp(o, "-h")) {

@@ -14,9 +14,29 @@
  * straggler_policy "coded" is refused for command jobs: coded partitions
  * are computed by the built-in trainer, the coordinator cannot make a
  * user's program compute them.
+ *
+ * Strictness (issue 11). These rules hold for every way in (REST after
+ * api/jobspec.c, gRPC Jobs.SubmitJob after rpc_conv.c), so they live here:
+ *   - Names (algorithm, dtype, workload, launcher, on_failure,
+ *     straggler_policy, aggregation method) are compared exactly,
+ *     case-sensitive, against one list each: k_workloads / k_launchers /
+ *     k_on_failure / k_stragglers below, rm_algo_parse_exact and
+ *     rm_dtype_name (common/rm_types.c), rm_agg_method_parse (rm_agg.c).
+ *     An accepted alias is stored as the canonical name
+ *     (rm_algo_name(rm_algo_parse_exact("halving_doubling")) == "hd").
+ *   - "" in a name field means "omitted" here (protobuf strings cannot
+ *     tell the two apart) and takes the default; the REST layer refuses an
+ *     empty string before it gets here.
+ *   - Every integer field has one range, k_ranges, checked first; the
+ *     message states the range that holds. The REST layer stores a JSON
+ *     integer the C field cannot hold as INT_MIN (int fields) or
+ *     UINT64_MAX (steps, checkpoint_every), which every range excludes,
+ *     so a huge or negative number gets the same message as any other
+ *     value out of range.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -63,6 +83,9 @@ void rm_job_spec_init(rm_job_spec_t *s)
   snprintf(s->aggregation, sizeof s->aggregation, "mean");
   s->steps = 100;
 }
+
+#define RM__WORLD_WHY "must be in 1..65536, or 0 (or omitted) with min_workers and " \
+                      "max_workers for an elastic job"
 
 static rm_status_t bad(rm_coord_error_t *err, const char *field,
                        const char *msg)
@@ -122,23 +145,100 @@ static rm_status_t check_dataset(const rm_job_spec_t *s, rm_coord_error_t *err)
   if (!s->f[0]) snprintf(s->f, sizeof s->f, "%s", v)
 #define TERMINATED(f) (memchr(s->f, 0, sizeof s->f) != NULL)
 
+/* The names a job spec may use: one list each (issue 11). */
+static const char *const k_workloads[] = {"allreduce", "train", "synthetic", "command", NULL};
+static const char *const k_launchers[] = {"local", "slurm", "k8s", "none", NULL};
+static const char *const k_on_failure[] = {"fail", "shrink", "replace", NULL};
+static const char *const k_stragglers[] = {"none", "backup", "deadline", "coded", NULL};
+
+/* "must be a, b or c (exact spelling)" for a NULL-terminated list. */
+static rm_status_t bad_word(rm_coord_error_t *err, const char *field,
+                            const char *const *words)
+{
+  char msg[160];
+  size_t n = (size_t)snprintf(msg, sizeof msg, "must be ");
+  for (int i = 0; words[i] && n < sizeof msg; i++)
+    n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s",
+                          i == 0 ? "" : words[i + 1] ? ", " : " or ", words[i]);
+  if (n < sizeof msg) snprintf(msg + n, sizeof msg - n, " (exact spelling)");
+  return bad(err, field, msg);
+}
+
 static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
 {
-  static const char *const launchers[] = {"local", "slurm", "k8s", "none", NULL};
-  static const char *const on_fail[] = {"fail", "shrink", "replace", NULL};
-  static const char *const strag[] = {"none", "backup", "deadline", "coded", NULL};
   rm_algo_t a;
   rm_dtype_t d;
-  if (!TERMINATED(algorithm) || rm_algo_parse(s->algorithm, &a) != RM_OK)
-    return bad(err, "algorithm", "must be auto, ring, hd, butterfly or tree");
-  if (!TERMINATED(dtype) || rm_dtype_parse(s->dtype, &d) != RM_OK)
-    return bad(err, "dtype", "must be f32, f64, f16, bf16, i32, i64 or u8");
-  if (!TERMINATED(launcher) || !one_of(s->launcher, launchers))
-    return bad(err, "launcher", "must be local, slurm, k8s or none");
-  if (!TERMINATED(on_failure) || !one_of(s->on_failure, on_fail))
-    return bad(err, "on_failure", "must be fail, shrink or replace");
-  if (!TERMINATED(straggler_policy) || !one_of(s->straggler_policy, strag))
-    return bad(err, "straggler_policy", "must be none, backup, deadline or coded");
+  if (!TERMINATED(algorithm) || rm_algo_parse_exact(s->algorithm, &a) != RM_OK)
+    return bad(err, "algorithm", "must be auto, ring, hd (also spelled halving_doubling "
+               "or halving-doubling), butterfly or tree (exact spelling)");
+  snprintf(s->algorithm, sizeof s->algorithm, "%s", rm_algo_name(a)); /* canonical */
+  if (!TERMINATED(dtype) || rm_dtype_parse(s->dtype, &d) != RM_OK ||
+      strcmp(s->dtype, rm_dtype_name(d)) != 0)
+    return bad(err, "dtype", "must be f32, f64, f16, bf16, i32, i64 or u8 (exact spelling)");
+  if (!TERMINATED(workload) || !one_of(s->workload, k_workloads))
+    return bad_word(err, "workload", k_workloads);
+  if (!TERMINATED(launcher) || !one_of(s->launcher, k_launchers))
+    return bad_word(err, "launcher", k_launchers);
+  if (!TERMINATED(on_failure) || !one_of(s->on_failure, k_on_failure))
+    return bad_word(err, "on_failure", k_on_failure);
+  if (!TERMINATED(straggler_policy) || !one_of(s->straggler_policy, k_stragglers))
+    return bad_word(err, "straggler_policy", k_stragglers);
+  return RM_OK;
+}
+
+/* The range of every integer field (issue 11), in the order of the spec.
+ * zero: 0 is accepted besides lo..hi (it means the default). why: the
+ * message when it is not the generated one. */
+#define RM__SAFE_INT ((long long)1 << 53) /* exact in a double: JSON clients */
+static const struct {
+  const char *field;
+  size_t off;
+  int u64; /* uint64_t field, else int */
+  long long lo, hi;
+  int zero;
+  const char *why;
+} k_ranges[] = {
+    {"world_size", offsetof(rm_job_spec_t, world_size), 0, 0, 65536, 0, RM__WORLD_WHY},
+    {"min_workers", offsetof(rm_job_spec_t, min_workers), 0, 0, 65536, 0, NULL},
+    {"max_workers", offsetof(rm_job_spec_t, max_workers), 0, 0, 65536, 0, NULL},
+    {"steps", offsetof(rm_job_spec_t, steps), 1, 0, RM__SAFE_INT, 0,
+     "must be in 0..9007199254740992 (2^53; 0 = the default, 100)"},
+    {"heartbeat_timeout_ms", offsetof(rm_job_spec_t, heartbeat_timeout_ms), 0, 100, 3600000,
+     1, NULL},
+    {"barrier_timeout_ms", offsetof(rm_job_spec_t, barrier_timeout_ms), 0, 100, 86400000, 1,
+     NULL},
+    {"max_restarts", offsetof(rm_job_spec_t, max_restarts), 0, 0, INT32_MAX, 0, NULL},
+    {"backup_workers", offsetof(rm_job_spec_t, backup_workers), 0, 0, INT32_MAX, 0, NULL},
+    {"checkpoint_every", offsetof(rm_job_spec_t, checkpoint_every), 1, 0, RM__SAFE_INT, 0,
+     "must be in 0..9007199254740992 (2^53; 0 = never)"},
+    {"aggregation.f", offsetof(rm_job_spec_t, aggregation_f), 0, 0, 65536, 0, NULL},
+    {"aggregation.m", offsetof(rm_job_spec_t, aggregation_m), 0, 0, 65536, 0, NULL},
+    {"aggregation.iterations", offsetof(rm_job_spec_t, aggregation_iterations), 0, 0, 1000000,
+     0, NULL},
+};
+
+static rm_status_t check_ranges(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  char msg[128];
+  for (size_t i = 0; i < sizeof k_ranges / sizeof *k_ranges; i++) {
+    const char *p = (const char *)s + k_ranges[i].off;
+    int ok;
+    if (k_ranges[i].u64) {
+      uint64_t v;
+      memcpy(&v, p, sizeof v);
+      ok = (v == 0 && k_ranges[i].zero) ||
+           (v >= (uint64_t)k_ranges[i].lo && v <= (uint64_t)k_ranges[i].hi);
+    } else {
+      int v;
+      memcpy(&v, p, sizeof v);
+      ok = (v == 0 && k_ranges[i].zero) || (v >= k_ranges[i].lo && v <= k_ranges[i].hi);
+    }
+    if (ok) continue;
+    if (k_ranges[i].why) return bad(err, k_ranges[i].field, k_ranges[i].why);
+    snprintf(msg, sizeof msg, "must be %s%lld..%lld", k_ranges[i].zero ? "0 (the default) or " : "in ",
+             k_ranges[i].lo, k_ranges[i].hi);
+    return bad(err, k_ranges[i].field, msg);
+  }
   return RM_OK;
 }
 
@@ -188,14 +288,10 @@ static rm_status_t check_env(const rm_job_spec_t *s, rm_coord_error_t *err)
   return RM_OK;
 }
 
-/* Issue 9: command, env, workdir and the workload name. */
+/* Issue 9: command, env and workdir (the workload name: check_names). */
 static rm_status_t check_command(const rm_job_spec_t *s, rm_coord_error_t *err)
 {
-  static const char *const workloads[] = {"allreduce", "train", "synthetic",
-                                          "command", NULL};
   int cmd = !strcmp(s->workload, "command");
-  if (!one_of(s->workload, workloads))
-    return bad(err, "workload", "must be allreduce, train, synthetic or command");
   if (s->command_argc < 0 || s->command_argc > RM_COORD_ARGV_MAX ||
       rm_job_spec_packed_len(s->command, sizeof s->command, s->command_argc) < 0)
     return bad(err, "command", "at most 64 arguments and 4096 bytes");
@@ -293,18 +389,16 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   for (const char *p = s->name; *p; p++)
     if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
       return bad(err, "name", "only letters, digits, '.', '_' and '-'");
-  if (s->world_size < 0 || s->world_size > 65536)
-    return bad(err, "world_size", "must be between 1 and 65536");
+  rm_status_t st = check_ranges(s, err);
+  if (st != RM_OK) return st;
   if (s->world_size > 0) {
     if ((s->min_workers && s->min_workers != s->world_size) ||
         (s->max_workers && s->max_workers != s->world_size))
       return bad(err, "min_workers", "give either world_size or min_workers "
                  "and max_workers, not both");
   } else {
-    if (s->min_workers < 1)
-      return bad(err, "world_size", "must be between 1 and 65536 (or set "
-                 "min_workers and max_workers for an elastic job)");
-    if (s->max_workers < s->min_workers || s->max_workers > 65536)
+    if (s->min_workers < 1) return bad(err, "world_size", RM__WORLD_WHY);
+    if (s->max_workers < s->min_workers)
       return bad(err, "max_workers", "must be >= min_workers and <= 65536");
   }
   DEFAULT(algorithm, "auto");
@@ -313,26 +407,15 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   DEFAULT(launcher, "local");
   DEFAULT(on_failure, "fail");
   DEFAULT(straggler_policy, "none");
-  if (!TERMINATED(workload) || !TERMINATED(workload_options))
-    return bad(err, "workload", "too long");
-  for (const char *p = s->workload; *p; p++)
-    if (!isalnum((unsigned char)*p) && *p != '_')
-      return bad(err, "workload", "only letters, digits and '_'");
-  rm_status_t st = check_names(s, err);
+  if (!TERMINATED(workload_options))
+    return bad(err, "workload_options", "at most 511 bytes");
+  st = check_names(s, err);
   if (st != RM_OK) return st;
   st = check_command(s, err);
   if (st != RM_OK) return st;
   if (s->steps == 0) s->steps = 100;
-  if (s->heartbeat_timeout_ms && (s->heartbeat_timeout_ms < 100 ||
-                                  s->heartbeat_timeout_ms > 3600000))
-    return bad(err, "heartbeat_timeout_ms", "must be 0 (default) or 100..3600000");
-  if (s->barrier_timeout_ms && (s->barrier_timeout_ms < 100 ||
-                                s->barrier_timeout_ms > 86400000))
-    return bad(err, "barrier_timeout_ms", "must be 0 (default) or 100..86400000");
   st = check_dataset(s, err);
   if (st != RM_OK) return st;
-  if (s->max_restarts < 0) return bad(err, "max_restarts", "must be >= 0");
-  if (s->backup_workers < 0) return bad(err, "backup_workers", "must be >= 0");
   st = check_straggler(s, err);
   if (st != RM_OK) return st;
   return check_aggregation(s, err);

@@ -5,8 +5,9 @@
  * and env are heap tables of pointers into the packed lists: free them with
  * rm__pb_spec_free() after the pack.
  */
-#include <stdlib.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rpc/rpc_int.h"
@@ -89,10 +90,11 @@ int rm__pb_str(char *dst, size_t len, const char *src)
   return 0;
 }
 
+/* A value no int holds becomes INT_MIN, which every range of
+ * rm_job_spec_validate refuses in words that state the range. */
 static int u32_to_int(uint32_t v, int *out)
 {
-  if (v > 0x7fffffff) return -1;
-  *out = (int)v;
+  *out = v > 0x7fffffff ? INT_MIN : (int)v;
   return 0;
 }
 
@@ -109,7 +111,12 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   s->checkpoint_every = in->checkpoint_every;
 #define STR(f) if (rm__pb_str(s->f, sizeof s->f, in->f)) return #f
 #define INT(f) if (u32_to_int(in->f, &s->f)) return #f
-  STR(name); STR(algorithm); STR(dtype); STR(workload); STR(workload_options);
+  rm_algo_t algo;
+  if (in->algorithm && rm_algo_parse_exact(in->algorithm, &algo) == RM_OK)
+    snprintf(s->algorithm, sizeof s->algorithm, "%s", rm_algo_name(algo)); /* alias: canonical */
+  else
+    STR(algorithm);
+  STR(name); STR(dtype); STR(workload); STR(workload_options);
   STR(launcher); STR(on_failure); STR(straggler_policy);
   INT(world_size); INT(min_workers); INT(max_workers);
   INT(heartbeat_timeout_ms); INT(barrier_timeout_ms); INT(max_restarts);

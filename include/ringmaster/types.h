@@ -57,8 +57,18 @@ typedef enum {
 } rm_algo_t;
 
 RM_EXTERN const char *rm_algo_name(rm_algo_t a); /* "ring", "hd", ... */
-/* Accepts "auto", "ring", "hd"/"halving_doubling", "butterfly", "tree". */
+/* Other spellings of an algorithm: XX(alias, canonical name), the one list
+ * (used by rm_algo_parse*, and by code that cannot link this library but
+ * must map an alias, such as the coordinator's JSON layer). */
+#define RM_ALGO_ALIAS_MAP(XX) \
+  XX("halving_doubling", "hd") \
+  XX("halving-doubling", "hd")
+/* Accepts "auto", "ring", "hd" (also "halving_doubling" and
+ * "halving-doubling"), "butterfly", "tree", in any case. */
 RM_EXTERN rm_status_t rm_algo_parse(const char *s, rm_algo_t *out);
+/* The same spellings, case-sensitive (what a job spec accepts); *out is
+ * written only on RM_OK. rm_algo_name(*out) is the canonical spelling. */
+RM_EXTERN rm_status_t rm_algo_parse_exact(const char *s, rm_algo_t *out);
 
 #ifdef __cplusplus
 }

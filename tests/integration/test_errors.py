@@ -79,6 +79,17 @@ def test(env):
     cases.append(("list is open", lambda: anon.ListJobs(m.ListJobsRequest(any_state=True),
                                                         timeout=5), g.StatusCode.OK))
     lower = env.s.JobsStub(env.authed(env.raw_channel))
+    # the spec rules over gRPC (issue 11): an alias is stored canonical, a
+    # value beyond int range is refused naming the field and its range
+    alias = env.submit(name="alias", world_size=1, algorithm="halving_doubling")
+    assert alias.spec.algorithm == "hd", alias.spec
+    lower.CancelJob(m.CancelJobRequest(job_id=alias.id), timeout=5)
+    try:
+        env.submit(name="huge", world_size=2**32 - 1)
+        raise AssertionError("world_size 2^32-1 accepted over gRPC")
+    except g.RpcError as e:
+        assert e.code() == g.StatusCode.INVALID_ARGUMENT and "world_size" in e.details() and \
+            "65536" in e.details(), e.details()
     try:
         anon.SubmitJob(m.SubmitJobRequest(spec=spec), timeout=5)
     except g.RpcError as e:
@@ -91,8 +102,8 @@ def test(env):
         assert code(lambda: W.Heartbeat(m.HeartbeatRequest(**ok), timeout=5)) == g.StatusCode.OK, name
     # nothing above changed a job: one job, still running, no "anon" job
     jobs = lower.ListJobs(m.ListJobsRequest(any_state=True), timeout=5).jobs
-    assert [j.spec.name for j in jobs] == ["errors"], jobs
-    assert jobs[0].state == m.JOB_STATE_RUNNING, jobs[0]
+    assert [j.spec.name for j in jobs] == ["alias", "errors"], jobs
+    assert jobs[1].state == m.JOB_STATE_RUNNING, jobs[1]
     assert env.coord.poll() is None
 
 
