@@ -25,8 +25,19 @@ def test(env):
     env.start_coordinator(addr)
     j = env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.generation == 2
                      and j.step >= 20, 90)
-    ws[1].send_signal(signal.SIGKILL)
-    ws[1].wait(timeout=20)
+    # The restarted coordinator forms generation 2 from the first three to
+    # re-join, which may include the standby: the victim is a member of it
+    # (its log says so), and the one left out is the standby now.
+    procs = ws + [standby]
+    members = []
+    deadline = time.time() + 30
+    while len(members) < 3 and time.time() < deadline:
+        members = [i for i in range(4) if "generation 2: rank" in env.worker_log(i)]
+        time.sleep(0.05)
+    assert len(members) == 3, [env.worker_log(i)[-300:] for i in range(4)]
+    victim = members[1]
+    procs[victim].send_signal(signal.SIGKILL)
+    procs[victim].wait(timeout=20)
     done = (env.m.JOB_STATE_SUCCEEDED, env.m.JOB_STATE_FAILED, env.m.JOB_STATE_CANCELLED)
     j = env.wait_job(job.id, lambda j: j.state in done or
                      (j.state == env.m.JOB_STATE_RUNNING and j.generation >= 3), 60)
@@ -37,8 +48,9 @@ def test(env):
     assert len(rec) == 1 and "(restart 1)" in rec[0], rec
     assert not any("max_restarts" in msg for _, msg in kinds), kinds
     env.jobs.CancelJob(env.m.CancelJobRequest(job_id=job.id, reason="test over"), timeout=10)
-    for p in (ws[0], ws[2], standby):
-        rmtest.wait_exit(p, 30)
+    for i, p in enumerate(procs):
+        if i != victim:
+            rmtest.wait_exit(p, 30)
 
 
 rmtest.main(test)
