@@ -4,14 +4,31 @@
  *
  * Request flow (libmicrohttpd, one thread per connection):
  *
- *   1st access call     allocate rm__req_t; Content-Length > max_body -> 413
- *                       at once (the body is never read)
+ *   URI log callback    allocate rm__req_t (it becomes *con_cls); keep the
+ *                       request target as received and decode it ONCE:
+ *                       path and query parameters are percent-decoded by
+ *                       us (http.c), MHD's own copy of the query is cut
+ *                       off before MHD parses it, so MHD's decoded (and
+ *                       NUL-truncated) values are never looked at. A target
+ *                       that is too long, badly encoded, has a NUL, a
+ *                       control character, invalid UTF-8, too many or
+ *                       repeated parameters is marked refused (not routed)
+ *   1st access call     refused target -> its 4xx now; bad header (control
+ *                       character, two Content-Lengths, Transfer-Encoding
+ *                       other than chunked) -> 400/501; Content-Length >
+ *                       max_body -> 413 at once (the body is never read)
  *   upload calls        append to req->body; past max_body -> discard, flag
  *   last call           route: no path match -> 404; path but not method ->
  *                       405 + Allow; route needs auth and the bearer token
  *                       is wrong -> 401 (before the handler, so nothing is
- *                       changed); body flagged too large -> 413; else handler
+ *                       changed); body flagged too large -> 413; event
+ *                       stream and the stream limit reached -> 503 +
+ *                       Retry-After; else handler
  *   completed callback  free rm__req_t
+ *
+ * Errors MHD detects itself (malformed Content-Length, headers too large,
+ * bad chunking) are answered by http.c's logger hook in the same JSON shape
+ * (see "MHD's own error answers" there).
  *
  * A handler fills rm__resp_t: a status and a heap body (JSON or text), or a
  * ready MHD response (SSE, static files). Errors always go through
@@ -34,6 +51,8 @@ struct MHD_Connection;
 struct MHD_Response;
 
 #define RM__ROUTE_PARAMS 3
+#define RM__URI_MAX 8192   /* request target bytes (path + query); longer -> 414 */
+#define RM__QUERY_MAX 64   /* query parameters; more -> 400 too_many_parameters */
 
 typedef struct rm__asset {
   const char *path; /* URL path, "/", "/static/app.js", "/api/v1/openapi.json" */
@@ -53,6 +72,7 @@ struct rm_api {
   char token[RM_API_TOKEN_MAX + 1];
   char address[160];
   size_t max_body;
+  unsigned max_connections; /* MHD_OPTION_CONNECTION_LIMIT */
   int tick_ms;
   int sub_id;
   char *chartjs; /* file contents read at start, NULL when absent */
@@ -73,13 +93,31 @@ struct rm_api {
   /* HTTP counters for /metrics (atomics) */
   uint64_t http_requests[6]; /* by status class: 1xx..5xx, [0] other */
   uint64_t sse_events_published;
+  /* http.c's answers to MHD-detected errors (atomics) */
+  int http_closing;         /* rm__http_stop began: no more */
+  int mhd_answers_inflight; /* written, request not completed yet */
 };
+
+typedef struct rm__query_param {
+  char *name, *value; /* decoded, NUL-free, valid UTF-8, no control characters */
+} rm__query_param_t;
 
 typedef struct rm__req {
   rm_api_t *api;
   struct MHD_Connection *conn;
   const char *method;
-  const char *url;
+  const char *url;            /* the decoded path (= path; "" when refused) */
+  char *path;                 /* heap */
+  rm__query_param_t *query;   /* heap, nquery of them */
+  size_t nquery;
+  struct {                    /* the target was refused: answered on the 1st call */
+    unsigned status;          /* 0 = target fine */
+    const char *code;         /* static */
+    char field[72];           /* "path", "query" or the parameter's name */
+    char message[200];
+  } refused;
+  int started;                /* the 1st access call has happened */
+  int stream_slot;            /* holds an SSE slot (rm__sse_reserve) */
   char *body;
   size_t body_len;
   int too_large;
@@ -105,6 +143,7 @@ typedef struct rm__resp {
 typedef void (*rm__handler_t)(rm__req_t *req, rm__resp_t *resp);
 
 #define RM__ROUTE_AUTH 1
+#define RM__ROUTE_STREAM 2 /* an event stream: runs only with a stream slot (sse.h) */
 
 typedef struct rm__route {
   const char *method;
@@ -124,8 +163,12 @@ void rm__resp_text(rm__resp_t *r, unsigned status, const char *ctype, char *heap
 void rm__resp_static(rm__resp_t *r, const char *ctype, const void *data, size_t len);
 void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char *field,
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* Query parameter or NULL (borrowed). */
+/* Query parameter (decoded once, validated; "" for "?name") or NULL
+ * (borrowed, lives as long as req). */
 const char *rm__req_query(rm__req_t *req, const char *name);
+/* Split and percent-decode the raw request target into req->path /
+ * req->query (target.c); a refusal goes to req->refused and req->url = "". */
+void rm__req_parse_target(rm__req_t *req, const char *raw);
 const char *rm__req_header(rm__req_t *req, const char *name);
 
 /* Parse a decimal u64 (no sign, no junk, no overflow). 0 ok, -1 bad. */

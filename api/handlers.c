@@ -370,7 +370,7 @@ const rm__route_t rm__routes[] = {
     {"GET", "/readyz", h_ready, 0},
     {"GET", "/metrics", h_metrics, 0},
     {"GET", "/api/v1/openapi.json", rm__static_serve, 0},
-    {"GET", "/api/v1/events", h_sse, 0},
+    {"GET", "/api/v1/events", h_sse, RM__ROUTE_STREAM},
     {"GET", "/api/v1/jobs", h_list, 0},
     {"POST", "/api/v1/jobs", h_submit, RM__ROUTE_AUTH},
     {"GET", "/api/v1/jobs/{}", h_get, 0},

@@ -1,35 +1,58 @@
 /*
  * http.c - the libmicrohttpd server: listening socket, request lifecycle,
- * routing, auth, body limit, and the response/error helpers (request flow in
- * api_int.h).
+ * request-target decoding, routing, auth, body limit, and the
+ * response/error helpers (request flow in api_int.h).
  *
  * Threading: MHD_USE_THREAD_PER_CONNECTION with an internal poll() listener.
  * One thread per connection lets an SSE stream block in its content callback
  * (waiting on the event hub) without holding up other clients; keep-alive
  * connections (wrk, browsers) reuse their thread. The number of connections
- * is capped (MHD_OPTION_CONNECTION_LIMIT) so threads are bounded.
+ * is capped (MHD_OPTION_CONNECTION_LIMIT, api->max_connections) so threads
+ * are bounded, and event streams have their own lower cap (sse.h), so
+ * streams alone can never take every connection: the API and /healthz keep
+ * answering while the stream limit is reached. Accepted sockets get TCP
+ * keep-alive and TCP_USER_TIMEOUT (a vanished peer fails within ~30 s).
  *
- * Routing: the path is split on '/', compared segment by segment with each
+ * Request target: decoded exactly once, in target.c (rules there), from
+ * the URI log callback on_uri, before MHD touches it.
+ *
+ * Routing: the decoded path is split on '/', compared segment by segment with each
  * pattern ("{}" matches any one non-empty segment and is captured). A path
  * that matches some pattern but not the method gets 405 with an Allow header
  * listing the methods that do match (HEAD is allowed wherever GET is).
+ *
+ * MHD's own error answers: see the section of that name below.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "addr.h"
 #include "api_int.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
+
+#define RM__HTTP_FLAGS                                                                  \
+  (MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |     \
+   MHD_USE_ERROR_LOG)
+/* Per-connection memory (MHD_OPTION_CONNECTION_MEMORY_LIMIT; MHD's default
+ * is 32 KiB): holds the request line and headers, so RM__URI_MAX plus
+ * ordinary headers fit with room to spare. */
+#define RM__HTTP_POOL (64 * 1024)
+#define RM__TCP_DEAD_S 30       /* keep-alive idle + probes, and TCP_USER_TIMEOUT */
+#define RM__SSE_RETRY_AFTER_S 5 /* Retry-After of the 503 at the stream limit */
 
 /* ---- responses ---- */
 
@@ -79,7 +102,9 @@ void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char
 
 const char *rm__req_query(rm__req_t *req, const char *name)
 {
-  return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+  for (size_t i = 0; i < req->nquery; i++)
+    if (strcmp(req->query[i].name, name) == 0) return req->query[i].value;
+  return NULL;
 }
 
 const char *rm__req_header(rm__req_t *req, const char *name)
@@ -97,6 +122,75 @@ int rm__parse_u64(const char *s, uint64_t *out)
   }
   *out = v;
   return 0;
+}
+
+static void req_free(rm__req_t *req)
+{
+  for (size_t i = 0; i < req->nquery; i++) {
+    free(req->query[i].name);
+    free(req->query[i].value);
+  }
+  free(req->query);
+  free(req->path);
+  free(req->body);
+  free(req);
+}
+
+/* ---- headers (first access call) ---- */
+
+typedef struct {
+  int content_lengths, transfer_encodings, te_chunked;
+  char bad[72]; /* first header with a control character */
+} hdr_scan_t;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   size_t key_size, const char *value, size_t value_size)
+{
+  hdr_scan_t *h = cls;
+  int bad = 0;
+  for (size_t i = 0; i < value_size && !bad; i++) {
+    unsigned char c = (unsigned char)value[i];
+    bad = (c < 0x20 && c != '\t') || c == 0x7f;
+  }
+  if (bad && h->bad[0] == '\0') snprintf(h->bad, sizeof h->bad, "%.*s", (int)key_size, key);
+  if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) h->content_lengths++;
+  if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+    h->transfer_encodings++;
+    h->te_chunked = value && strcasecmp(value, "chunked") == 0;
+  }
+  return MHD_YES;
+}
+
+/* Checks made once the headers are in, before any body is read. 1 when resp
+ * holds the answer (the request goes no further). */
+static int first_call_checks(rm__req_t *req, rm__resp_t *resp)
+{
+  hdr_scan_t h = {0};
+  const char *cl = rm__req_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  uint64_t len = 0;
+
+  if (req->refused.status) {
+    rm__resp_error(resp, req->refused.status, req->refused.code, req->refused.field, "%s",
+                   req->refused.message);
+    return 1;
+  }
+  MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_header, &h);
+  if (h.bad[0]) {
+    rm__resp_error(resp, 400, "invalid_request", h.bad, "header %s has a control character",
+                   h.bad);
+  } else if (h.content_lengths > 1 || (h.content_lengths && h.transfer_encodings)) {
+    rm__resp_error(resp, 400, "invalid_request", MHD_HTTP_HEADER_CONTENT_LENGTH,
+                   "give one Content-Length, or Transfer-Encoding: chunked, not both");
+  } else if (h.transfer_encodings > 1 || (h.transfer_encodings && !h.te_chunked)) {
+    rm__resp_error(resp, 501, "not_implemented", MHD_HTTP_HEADER_TRANSFER_ENCODING,
+                   "the only Transfer-Encoding accepted is chunked");
+  } else if (cl && rm__parse_u64(cl, &len) == 0 && len > req->api->max_body) {
+    rm__resp_error(resp, 413, "payload_too_large", NULL, "request body of %llu bytes exceeds %zu",
+                   (unsigned long long)len, req->api->max_body);
+  } else {
+    return 0;
+  }
+  return 1;
 }
 
 /* ---- routing ---- */
@@ -154,6 +248,34 @@ static const rm__route_t *route(rm__req_t *req, const char *path, rm__resp_t *re
   return NULL;
 }
 
+static int conn_fd(struct MHD_Connection *conn)
+{
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? (int)ci->connect_fd : -1;
+}
+
+/* Event streams (RM__ROUTE_STREAM): the handler runs only with a stream
+ * slot (sse.h), so streams stay below their own limit and never take the
+ * whole connection limit. */
+static void run_stream_handler(const rm__route_t *r, rm__req_t *req, rm__resp_t *resp)
+{
+  rm__sse_hub_t *hub = req->api->hub;
+  if (rm__sse_reserve(hub) != 0) {
+    rm__resp_error(resp, 503, "too_many_streams", NULL,
+                   "%d event streams are open, the most this server allows; retry later",
+                   rm__sse_max_streams(hub));
+    resp->extra[0].name = "Retry-After";
+    snprintf(resp->extra[0].value, sizeof resp->extra[0].value, "%d", RM__SSE_RETRY_AFTER_S);
+    resp->extra[1].name = "Connection"; /* frees the thread at once */
+    snprintf(resp->extra[1].value, sizeof resp->extra[1].value, "close");
+    return;
+  }
+  r->fn(req, resp);
+  if (resp->raw) rm__sse_watch(hub, resp->raw, conn_fd(req->conn)); /* the stream owns the slot */
+  else rm__sse_release(hub);
+}
+
 static void dispatch(rm__req_t *req, rm__resp_t *resp)
 {
   char path[512];
@@ -180,7 +302,114 @@ static void dispatch(rm__req_t *req, rm__resp_t *resp)
                    req->api->max_body);
     return;
   }
-  r->fn(req, resp);
+  if (r->flags & RM__ROUTE_STREAM) run_stream_handler(r, req, resp);
+  else r->fn(req, resp);
+}
+
+/* ---- MHD's own error answers ----
+ *
+ * libmicrohttpd answers some malformed requests itself, with an HTML page:
+ * a Content-Length that is not a decimal number (400) or overflows (413),
+ * a malformed header line or chunked body (400), headers or a target too
+ * large for the connection's memory pool (431, 414). In 0.9.75 the
+ * Content-Length answers also go out with the status line and headers
+ * TWICE: parse_connection_headers() queues the error and builds its header,
+ * then the HEADERS_RECEIVED step overwrites the connection state with
+ * HEADERS_PROCESSED and START_REPLY builds the header again into the same
+ * write buffer. None of these reach the access handler, and MHD offers no
+ * hook to change their body.
+ *
+ * What it does do, on the connection's own thread (thread per connection),
+ * just before it queues such an answer, is log "Error processing request
+ * (HTTP response code is %u ('%s'))". on_mhd_log catches exactly that
+ * format and answers instead: it writes one complete JSON error (the same
+ * status, Connection: close) to the socket and shuts the socket down for
+ * writing, so whatever MHD then sends fails (EPIPE, MSG_NOSIGNAL) and MHD
+ * closes the connection. The client sees exactly one response.
+ *
+ * The socket comes from tls_conn, set by on_uri on this thread for the
+ * request being read (cleared by on_completed). So this covers every error
+ * MHD finds after a request line was read: Content-Length, header lines,
+ * headers too large (431), chunking. A request line too long for the pool
+ * (414, about 64 KiB) comes before on_uri and stays MHD's HTML; our own
+ * 414 JSON at RM__URI_MAX, far below that, covers the realistic cases.
+ * Nothing is written when we already queued an answer for the request
+ * (tls_conn.answered), when the format string is not that exact one
+ * (another MHD version: MHD's answer goes out unchanged), or outside
+ * thread-per-connection mode, where a thread is not one connection.
+ *
+ * Shutdown: MHD_queue_response returns MHD_YES without queueing once the
+ * daemon is shutting down, and transmit_error_response then builds the
+ * header of a NULL response (a crash in 0.9.75). Our early answer lets a
+ * client act (e.g. stop the server) while MHD is still inside that
+ * function, so each answer is counted until the request's on_completed
+ * (which comes after MHD's failed send), and rm__http_stop stops answering
+ * and waits for the count to drain (bounded) before MHD_stop_daemon.
+ */
+static _Thread_local struct {
+  int fd;          /* this thread's connection socket; -1 before on_uri */
+  const void *req; /* identity of the current request, never dereferenced */
+  int answered;    /* we queued (or wrote) the current request's answer */
+  int inflight;    /* counted in api->mhd_answers_inflight until on_completed */
+} tls_conn = {-1, NULL, 0, 0};
+
+static const char mhd_error_fmt[] =
+    "Error processing request (HTTP response code is %u ('%s')). Closing connection.\n";
+
+static void answer_mhd_error(rm_api_t *api, unsigned status, const char *html)
+{
+  rm__resp_t r;
+  const char *field = NULL, *code = "invalid_request", *what = "malformed HTTP request";
+  char head[512], date[64];
+  struct iovec iov[2];
+  struct msghdr msg = {0};
+  struct tm tm;
+  time_t now = time(NULL);
+  ssize_t sent;
+  int n;
+
+  if (!(RM__HTTP_FLAGS & MHD_USE_THREAD_PER_CONNECTION) || tls_conn.fd < 0 ||
+      tls_conn.req == NULL || tls_conn.answered ||
+      __atomic_load_n(&api->http_closing, __ATOMIC_ACQUIRE))
+    return;
+  if (html && strstr(html, "Content-Length")) {
+    field = MHD_HTTP_HEADER_CONTENT_LENGTH;
+    what = status == 413 ? "Content-Length is too large"
+                         : "Content-Length must be a decimal number of bytes";
+  } else if (html && strstr(html, "chunk")) {
+    field = MHD_HTTP_HEADER_TRANSFER_ENCODING;
+    what = "malformed chunked request body";
+  }
+  if (status == 413) code = "payload_too_large";
+  if (status == 414) code = "uri_too_long", what = "request target too long";
+  if (status == 431)
+    code = "headers_too_large", what = "request headers too large for the connection's memory";
+  memset(&r, 0, sizeof r);
+  rm__resp_error(&r, status, code, field, "%s", what);
+  gmtime_r(&now, &tm);
+  strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  n = snprintf(head, sizeof head,
+               "HTTP/1.1 %u %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: application/json"
+               "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+               "Content-Length: %zu\r\n\r\n",
+               status, MHD_get_reason_phrase_for(status), date, r.len);
+  if (n > 0 && (size_t)n < sizeof head) {
+    iov[0] = (struct iovec){head, (size_t)n};
+    iov[1] = (struct iovec){r.body, r.len};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
+    do sent = sendmsg(tls_conn.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (sent < 0 && errno == EINTR);
+    if (sent > 0) { /* (a send buffer too small for 300 bytes: truncated, still one answer) */
+      __atomic_fetch_add(&api->mhd_answers_inflight, 1, __ATOMIC_ACQ_REL);
+      tls_conn.inflight = 1;
+      shutdown(tls_conn.fd, SHUT_WR);
+      tls_conn.answered = 1;
+      __atomic_fetch_add(&api->http_requests[status / 100 < 6 ? status / 100 : 0], 1,
+                         __ATOMIC_RELAXED);
+    }
+  }
+  free(r.body);
 }
 
 /* ---- MHD callbacks ---- */
@@ -206,7 +435,8 @@ static enum MHD_Result send_resp(rm__req_t *req, rm__resp_t *resp)
     resp->body = NULL;
     MHD_add_response_header(m, "Content-Type",
                             resp->content_type ? resp->content_type : "application/json");
-    if (strncmp(req->url, "/api/", 5) == 0 || strcmp(req->url, "/metrics") == 0)
+    if (strncmp(req->url, "/api/", 5) == 0 || strcmp(req->url, "/metrics") == 0 ||
+        req->refused.status)
       MHD_add_response_header(m, "Cache-Control", "no-store");
   }
   MHD_add_response_header(m, "X-Content-Type-Options", "nosniff");
@@ -216,9 +446,31 @@ static enum MHD_Result send_resp(rm__req_t *req, rm__resp_t *resp)
     if (resp->extra[i].name) MHD_add_response_header(m, resp->extra[i].name, resp->extra[i].value);
   if (resp->status == 401) MHD_add_response_header(m, "WWW-Authenticate", "Bearer realm=\"ringmaster\"");
   __atomic_fetch_add(&req->api->http_requests[cls < 6 ? cls : 0], 1, __ATOMIC_RELAXED);
+  tls_conn.answered = 1;
   ret = MHD_queue_response(req->conn, resp->status, m);
   MHD_destroy_response(m);
   return ret;
+}
+
+/* Called with the raw request target, before MHD decodes it or parses its
+ * query; the return value becomes *con_cls (MHD then also always calls
+ * on_completed). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+  rm__req_t *req = rm__xcalloc(1, sizeof *req);
+  char *q = strchr(uri, '?');
+
+  req->api = cls;
+  req->conn = conn;
+  rm__req_parse_target(req, uri);
+  /* MHD has found the '?' already and parses what follows it once we
+   * return: leave it nothing (the buffer is MHD's read buffer, writable;
+   * the option documents processing the URI here). */
+  if (q && q[1]) q[1] = '\0';
+  tls_conn.fd = conn_fd(conn);
+  tls_conn.req = req;
+  tls_conn.answered = 0;
+  return req;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -229,21 +481,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   rm__req_t *req = *con_cls;
   rm__resp_t resp;
 
-  if (req == NULL) { /* first call: headers only */
-    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-    uint64_t len = 0;
-    req = rm__xcalloc(1, sizeof *req);
-    req->api = api;
-    req->conn = conn;
-    req->url = url;
+  if (req == NULL) return MHD_NO; /* on_uri runs for every request: cannot happen */
+  if (!req->started) { /* first call: headers only */
+    req->started = 1;
     req->method = method;
-    *con_cls = req;
-    if (cl && rm__parse_u64(cl, &len) == 0 && len > api->max_body) {
-      memset(&resp, 0, sizeof resp);
-      rm__resp_error(&resp, 413, "payload_too_large", NULL, "request body of %llu bytes exceeds %zu",
-                     (unsigned long long)len, api->max_body);
-      return send_resp(req, &resp);
-    }
+    memset(&resp, 0, sizeof resp);
+    if (first_call_checks(req, &resp)) return send_resp(req, &resp);
     return MHD_YES;
   }
   if (*upload_size > 0) {
@@ -267,15 +510,48 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
   rm__req_t *req = *con_cls;
+  rm_api_t *api = cls;
   if (req == NULL) return;
-  free(req->body);
-  free(req);
+  if (tls_conn.req == req) { /* the next request on this connection starts afresh */
+    if (tls_conn.inflight) __atomic_fetch_sub(&api->mhd_answers_inflight, 1, __ATOMIC_ACQ_REL);
+    tls_conn.req = NULL;
+    tls_conn.answered = tls_conn.inflight = 0;
+  }
+  req_free(req);
   *con_cls = NULL;
+}
+
+/* Accepted sockets: TCP keep-alive and a user timeout, so a peer that
+ * vanished (no FIN, no RST) fails a write within ~RM__TCP_DEAD_S seconds
+ * instead of holding its thread for the kernel's 15-minute retransmission. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+  int fd, on = 1, idle = RM__TCP_DEAD_S / 2, intvl = RM__TCP_DEAD_S / 6, cnt = 3;
+  unsigned user_ms = RM__TCP_DEAD_S * 1000u;
+
+  if (code != MHD_CONNECTION_NOTIFY_STARTED || (fd = conn_fd(conn)) < 0) return;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms) != 0)
+    RM_DEBUG("http: cannot set TCP keep-alive on fd %d: %s", fd, strerror(errno));
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
   char msg[512];
+  if (strcmp(fmt, mhd_error_fmt) == 0) {
+    va_list aq;
+    unsigned status;
+    const char *html;
+    va_copy(aq, ap);
+    status = va_arg(aq, unsigned);
+    html = va_arg(aq, const char *);
+    va_end(aq);
+    answer_mhd_error(cls, status, html);
+  }
   vsnprintf(msg, sizeof msg, fmt, ap);
   msg[strcspn(msg, "\n")] = '\0';
   RM_DEBUG("http: %s", msg);
@@ -335,12 +611,12 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
   int fd = open_listener(api, listen_addr, err, errlen);
   if (fd < 0) return -1;
   api->daemon = MHD_start_daemon(
-      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-          MHD_USE_ERROR_LOG,
-      0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, api, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_EXTERNAL_LOGGER,
-      on_mhd_log, api, MHD_OPTION_END);
+      RM__HTTP_FLAGS, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, api, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+      MHD_OPTION_NOTIFY_CONNECTION, on_connection, api, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)120, MHD_OPTION_CONNECTION_LIMIT,
+      api->max_connections ? api->max_connections : 1000u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      (size_t)RM__HTTP_POOL, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, MHD_OPTION_END);
   if (api->daemon == NULL) {
     snprintf(err, errlen, "cannot start the HTTP server on %s", api->address);
     close(fd);
@@ -351,6 +627,11 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
 
 void rm__http_stop(rm_api_t *api)
 {
+  /* No more early answers; let those in flight leave MHD's error path
+   * (see "MHD's own error answers"): a few ms at most, 2 s bound. */
+  __atomic_store_n(&api->http_closing, 1, __ATOMIC_RELEASE);
+  for (int i = 0; i < 2000 && __atomic_load_n(&api->mhd_answers_inflight, __ATOMIC_ACQUIRE); i++)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
   if (api->daemon) MHD_stop_daemon(api->daemon);
   api->daemon = NULL;
 }

@@ -18,6 +18,26 @@
 
 RM_PARAM(sse_keepalive_ms, "RINGMASTER_SSE_KEEPALIVE_MS", 15000)
 RM_PARAM(api_tick_ms, "RINGMASTER_API_TICK_MS", 1000)
+/* Connections the HTTP server holds at once (each is a thread), and the
+ * share of them event streams may take: streams beyond it get 503 +
+ * Retry-After, so the rest stays free for the API and /healthz. */
+RM_PARAM(http_max_connections, "RINGMASTER_HTTP_MAX_CONNECTIONS", 1000)
+RM_PARAM(sse_max_streams, "RINGMASTER_SSE_MAX_STREAMS", 512)
+
+/* Stream limit for a connection limit: below it, by at least a quarter of
+ * it, so streams can never take every connection. */
+static int sse_limit(unsigned max_conn)
+{
+  int64_t want = rm__param_sse_max_streams(), cap = (int64_t)max_conn * 3 / 4;
+  if (cap < 1) cap = 1;
+  if (want < 1 || want > cap) {
+    RM_WARN("api: RINGMASTER_SSE_MAX_STREAMS=%lld must be in 1..%lld (3/4 of "
+            "RINGMASTER_HTTP_MAX_CONNECTIONS=%u); using %lld",
+            (long long)want, (long long)cap, max_conn, (long long)cap);
+    want = cap;
+  }
+  return (int)want;
+}
 
 void rm_api_options_init(rm_api_options_t *o)
 {
@@ -47,11 +67,18 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
 {
   rm_api_t *api = rm__xcalloc(1, sizeof *api);
   int generated = 0, keepalive;
+  int64_t max_conn = rm__param_http_max_connections();
 
   api->coord = coord;
   api->max_body = o->max_body ? o->max_body : (1 << 20);
   api->tick_ms = o->tick_ms > 0 ? o->tick_ms : (int)rm__param_api_tick_ms();
   if (api->tick_ms < 10) api->tick_ms = 10;
+  if (max_conn < 4 || max_conn > 100000) {
+    RM_WARN("api: RINGMASTER_HTTP_MAX_CONNECTIONS=%lld must be in 4..100000; using 1000",
+            (long long)max_conn);
+    max_conn = 1000;
+  }
+  api->max_connections = (unsigned)max_conn;
   keepalive = o->sse_keepalive_ms > 0 ? o->sse_keepalive_ms : (int)rm__param_sse_keepalive_ms();
   if (rm__auth_resolve(o->token, o->token_file, api->token, sizeof api->token, &generated, err,
                        errlen) != 0)
@@ -63,7 +90,7 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
   api->advertise_addr = o->advertise_addr ? rm__xstrdup(o->advertise_addr) : NULL;
   api->k8s_image = o->k8s_image ? rm__xstrdup(o->k8s_image) : NULL;
   api->k8s_namespace = o->k8s_namespace ? rm__xstrdup(o->k8s_namespace) : NULL;
-  api->hub = rm__sse_hub_new(4096, keepalive);
+  api->hub = rm__sse_hub_new(4096, keepalive, sse_limit(api->max_connections));
   api->sub_id = rm_coord_subscribe(coord, on_event, api);
   if (api->sub_id <= 0) {
     snprintf(err, errlen, "cannot subscribe to coordinator events (table full)");

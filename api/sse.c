@@ -12,15 +12,24 @@
  *                           cursor too old  -> emit `reset`, jump to oldest
  *                           next match      -> format it, advance cursor
  *                           none            -> wait (cond) until publish or
- *                                              keep-alive deadline
+ *                                              keep-alive deadline, in slices
+ *                                              of RM__SSE_PEER_CHECK_MS when
+ *                                              the socket is known; peer gone
+ *                                              -> end of stream
+ *
+ * Streams are on a list (hub->live) so watch() can find the stream of an
+ * MHD response; `streams` counts slots (live streams + reservations).
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include "sse.h"
 
 #include <errno.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "rm_alloc.h"
@@ -42,11 +51,15 @@ struct rm__sse_hub {
   uint64_t next_id;
   int keepalive_ms;
   int closing;
-  int streams;
+  int streams, max_streams; /* slots taken; limit (<= 0: none) */
+  struct stream *live;      /* streams MHD has not freed yet */
 };
 
-typedef struct {
+typedef struct stream {
   rm__sse_hub_t *hub;
+  struct stream *next, *prev; /* hub->live, under hub->lock */
+  struct MHD_Response *resp;  /* identity for watch() */
+  int fd;                     /* the client's socket, -1 = unknown */
   char *filter; /* NULL = all */
   uint64_t cursor;
   int started;
@@ -54,7 +67,7 @@ typedef struct {
   size_t pend_len, pend_off;
 } stream_t;
 
-rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms)
+rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms, int max_streams)
 {
   rm__sse_hub_t *h = rm__xcalloc(1, sizeof *h);
   pthread_condattr_t ca;
@@ -68,6 +81,7 @@ rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms)
   h->events = rm__xcalloc(h->cap, sizeof *h->events);
   h->next_id = (uint64_t)rm__wall_ms() * 1000u;
   h->keepalive_ms = keepalive_ms > 0 ? keepalive_ms : 15000;
+  h->max_streams = max_streams;
   return h;
 }
 
@@ -122,6 +136,27 @@ exit:
   return id;
 }
 
+int rm__sse_reserve(rm__sse_hub_t *h)
+{
+  int rc = -1;
+  pthread_mutex_lock(&h->lock);
+  if (!h->closing && (h->max_streams <= 0 || h->streams < h->max_streams)) {
+    h->streams++;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&h->lock);
+  return rc;
+}
+
+void rm__sse_release(rm__sse_hub_t *h)
+{
+  pthread_mutex_lock(&h->lock);
+  h->streams--;
+  pthread_mutex_unlock(&h->lock);
+}
+
+int rm__sse_max_streams(rm__sse_hub_t *h) { return h->max_streams; }
+
 int rm__sse_streams(rm__sse_hub_t *h)
 {
   int n;
@@ -156,16 +191,41 @@ static void format_event(rm__sbuf_t *b, uint64_t id, const char *type, const cha
   rm__sbuf_puts(b, "\n");
 }
 
-/* Under the lock: produce the next chunk of the stream into b, waiting up to
- * the keep-alive deadline. Returns 0, or -1 when the hub is closing. */
-static int next_chunk(stream_t *s, rm__sbuf_t *b)
+/* 1 when the client has closed its end or the socket failed. A readable
+ * socket with data is not a hang-up (the byte stays queued). */
+static int peer_gone(int fd)
 {
-  rm__sse_hub_t *h = s->hub;
+  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  char c;
+  ssize_t r;
+
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return 1;
+  if (!(p.revents & POLLIN)) return 0;
+  r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static struct timespec ts_of(int64_t ns)
+{
+  return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+}
+
+/* Under the lock: produce the next chunk of the stream into b, waiting up to
+ * the keep-alive deadline. Returns 0, or -1 when the hub is closing or the
+ * peer is gone. */
+static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+{
+  const int64_t slice = (int64_t)RM__SSE_PEER_CHECK_MS * 1000000;
   int64_t deadline = rm__now_ns() + (int64_t)h->keepalive_ms * 1000000;
-  struct timespec ts = {(time_t)(deadline / 1000000000), (long)(deadline % 1000000000)};
+  int64_t next_check = rm__now_ns() + slice;
 
   for (;;) {
     uint64_t oldest = h->next_id - h->count;
+    int64_t now, until = deadline;
+    struct timespec ts;
+    int fd = s->fd;
+
     if (h->closing) return -1;
     if (s->cursor + 1 < oldest || s->cursor >= h->next_id) {
       /* The client re-fetches state over REST on reset, so replaying what
@@ -183,9 +243,20 @@ static int next_chunk(stream_t *s, rm__sbuf_t *b)
         return 0;
       }
     }
-    if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) == ETIMEDOUT) {
+    if (fd >= 0 && next_check < deadline) until = next_check;
+    ts = ts_of(until);
+    if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) == ETIMEDOUT && until == deadline) {
       rm__sbuf_puts(b, ": keep-alive\n\n");
       return 0;
+    }
+    now = rm__now_ns();
+    if (fd >= 0 && now >= next_check) { /* is anyone still there? (not under the lock) */
+      int gone;
+      pthread_mutex_unlock(&h->lock);
+      gone = peer_gone(fd);
+      pthread_mutex_lock(&h->lock);
+      if (gone) return -1;
+      next_check = now + slice;
     }
   }
 }
@@ -206,7 +277,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
       s->started = 1;
     } else {
       pthread_mutex_lock(&s->hub->lock);
-      rc = next_chunk(s, &b);
+      rc = next_chunk(s, s->hub, &b);
       pthread_mutex_unlock(&s->hub->lock);
     }
     s->pend = rm__sbuf_take(&b, &s->pend_len);
@@ -220,15 +291,25 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
   return (ssize_t)n;
 }
 
-static void stream_free(void *cls)
+static void stream_destroy(stream_t *s)
 {
-  stream_t *s = cls;
-  pthread_mutex_lock(&s->hub->lock);
-  s->hub->streams--;
-  pthread_mutex_unlock(&s->hub->lock);
   free(s->filter);
   free(s->pend);
   free(s);
+}
+
+/* MHD frees the response: the stream's slot goes back. */
+static void stream_free(void *cls)
+{
+  stream_t *s = cls;
+  rm__sse_hub_t *h = s->hub;
+  pthread_mutex_lock(&h->lock);
+  h->streams--;
+  if (s->prev) s->prev->next = s->next;
+  else h->live = s->next;
+  if (s->next) s->next->prev = s->prev;
+  pthread_mutex_unlock(&h->lock);
+  stream_destroy(s);
 }
 
 struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter, uint64_t last_id)
@@ -237,18 +318,34 @@ struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter, 
   struct MHD_Response *r;
 
   s->hub = h;
+  s->fd = -1;
   s->filter = job_filter && *job_filter ? rm__xstrdup(job_filter) : NULL;
-  pthread_mutex_lock(&h->lock);
-  s->cursor = last_id ? last_id : h->next_id - 1;
-  h->streams++;
-  pthread_mutex_unlock(&h->lock);
   r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
   if (r == NULL) {
-    stream_free(s);
+    stream_destroy(s); /* the slot stays with the caller */
     return NULL;
   }
+  pthread_mutex_lock(&h->lock);
+  s->cursor = last_id ? last_id : h->next_id - 1;
+  s->resp = r;
+  s->next = h->live;
+  if (h->live) h->live->prev = s;
+  h->live = s;
+  pthread_mutex_unlock(&h->lock);
   MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
   MHD_add_response_header(r, "Cache-Control", "no-cache");
   MHD_add_response_header(r, "X-Accel-Buffering", "no");
   return r;
+}
+
+void rm__sse_watch(rm__sse_hub_t *h, struct MHD_Response *r, int fd)
+{
+  if (fd < 0) return;
+  pthread_mutex_lock(&h->lock);
+  for (stream_t *s = h->live; s; s = s->next)
+    if (s->resp == r) {
+      s->fd = fd;
+      break;
+    }
+  pthread_mutex_unlock(&h->lock);
 }
