@@ -100,13 +100,6 @@ void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char
                 json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field", f));
 }
 
-const char *rm__req_query(rm__req_t *req, const char *name)
-{
-  for (size_t i = 0; i < req->nquery; i++)
-    if (strcmp(req->query[i].name, name) == 0) return req->query[i].value;
-  return NULL;
-}
-
 const char *rm__req_header(rm__req_t *req, const char *name)
 {
   return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);

@@ -28,6 +28,13 @@
 #include "api_int.h"
 #include "rm_alloc.h"
 
+const char *rm__req_query(rm__req_t *req, const char *name)
+{
+  for (size_t i = 0; i < req->nquery; i++)
+    if (strcmp(req->query[i].name, name) == 0) return req->query[i].value;
+  return NULL;
+}
+
 /* 1 when s[0..n) is well-formed UTF-8 (no overlong forms, no surrogates,
  * nothing past U+10FFFF). */
 static int utf8_valid(const unsigned char *s, size_t n)
