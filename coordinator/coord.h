@@ -304,6 +304,9 @@ typedef enum {
   RM_WORKER_LOST = 2,    /* missed its heartbeat deadline / call cancelled */
   RM_WORKER_LEFT = 3,    /* left cleanly after its last step */
   RM_WORKER_FAILED = 4,  /* left reporting an error */
+  RM_WORKER_STOPPED = 5, /* still joining or running when its job ended
+                            (failed or cancelled; a waiting standby when it
+                            succeeded): told to stop, no longer alive */
   RM_WORKER_STATE_COUNT
 } rm_worker_state_t;
 

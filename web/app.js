@@ -316,7 +316,7 @@ class JobView {
         ...(w.suspect ? [el('span', { class: 'badge suspect', text: 'suspect', title: 'Byzantine suspect: excluded by the robust aggregation in most recent steps (see the byzantine_suspect event)' })] : [])),
       el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
       el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
-      el('td', { class: 'num', text: ['lost', 'left', 'failed'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
+      el('td', { class: 'num', text: ['lost', 'left', 'failed', 'stopped'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
       el('td', {}, ...(this.hasLogs && w.launch_index >= 0 ? [this.logLink(w.launch_index)] : [])))));
     $('#workers-empty').hidden = current.length > 0;
     const alive = current.filter((w) => w.state === 'running' || w.state === 'joining').length;

@@ -150,6 +150,16 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
             rm_job_state_name(st), reason && *reason ? ": " : "",
             reason ? reason : "");
   if (!rm_job_state_terminal(st)) return;
+  /* Worker states follow the job's end: a worker still joining or running
+   * is told to stop (its next call learns the job ended; the launcher stops
+   * the processes it started) and is no longer counted alive. */
+  for (size_t i = 0; i < j->nw; i++) {
+    rm__worker_t *w = &j->w[i];
+    if (w->state > RM_WORKER_RUNNING) continue;
+    w->state = RM_WORKER_STOPPED;
+    rm__store_worker_update(c->store, j, w);
+  }
+  rm__job_info_refresh(j); /* workers_alive: 0 */
   rm__after_commit(c, j, RM__AFTER_STOP); /* launcher stop() after COMMIT */
   for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c->store, j, &j->w[i]);
   char why[200];

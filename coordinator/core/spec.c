@@ -46,7 +46,7 @@
 static const char *const job_states[RM_JOB_STATE_COUNT] = {
     "pending", "forming", "running", "succeeded", "failed", "cancelled"};
 static const char *const worker_states[RM_WORKER_STATE_COUNT] = {
-    "joining", "running", "lost", "left", "failed"};
+    "joining", "running", "lost", "left", "failed", "stopped"};
 
 const double rm_coord_step_bucket_le[RM_COORD_STEP_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};

@@ -1,6 +1,9 @@
 """on_failure fail: a SIGKILLed worker fails the job with a reason naming
-its rank; every survivor exits non-zero within its deadlines (no hang)."""
+its rank; every survivor exits non-zero within its deadlines (no hang); and
+the worker states tell the truth afterwards (issue 11 item 7): the lost one
+is lost, the survivors stopped, none still running, in the SQLite file."""
 import signal
+import sqlite3
 
 import rc
 
@@ -20,6 +23,11 @@ def test(env):
     assert ("rank %d of 3" % lost[0].rank) in env.worker_log(2), env.worker_log(2)
     for i in (0, 1):
         assert rc.wait_exit(ws[i], 60) == 1, env.worker_log(i)
+    db = sqlite3.connect("file:%s?mode=ro" % env.db, uri=True, timeout=10)
+    states = sorted(r[0] for r in db.execute("SELECT state FROM workers WHERE job_id=?",
+                                             (job.id,)))
+    db.close()
+    assert states == [2, 5, 5], states  # RM_WORKER_LOST, RM_WORKER_STOPPED x2
 
 
 rc.main(test)
