@@ -58,7 +58,7 @@
 
 /* K_NAME: a string naming one of a list (algorithm, dtype, ...), not "";
  * which names exist is rm_job_spec_validate's rule. */
-typedef enum { K_STRING, K_NAME, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM } kind_t;
+typedef enum { K_STRING, K_NAME, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM, K_BOOL } kind_t;
 
 typedef struct field {
   const char *key;
@@ -112,6 +112,7 @@ static const field_t k_fields[] = {
     {"env", K_ENV, OFF(env), SZ(env), RM_COORD_ENV_MAX, 0, NULL},
     {"workdir", STR(workdir), 0, NULL},
     {"aggregation", K_AGG, 0, 0, 0, 0, NULL},
+    {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
 /* The members of "aggregation" (issue 12), keys as the API names them; the
@@ -431,6 +432,12 @@ static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
       return fail(err, "invalid_type", f->key, "%s must be a number, got %s", f->key,
                   type_name(v));
     *(double *)dst = json_number_value(v);
+    return 0;
+  case K_BOOL:
+    if (!json_is_boolean(v))
+      return fail(err, "invalid_type", f->key, "%s must be true or false, got %s", f->key,
+                  type_name(v));
+    *(int *)dst = json_is_true(v);
     return 0;
   }
   return fail(err, "invalid_value", f->key, "bad field table entry");

@@ -43,6 +43,8 @@
  *     .tau                 number             centered_clip radius
  *     .iterations          integer            0..10^6 centered_clip rounds
  *                                             (errors name "aggregation.f")
+ *   deterministic          boolean            bitwise reproducible (issue 11;
+ *                                             coord.h says what it promises)
  *
  * The rules (issue 11; api/openapi.json states the same, and
  * tests/api/test_strict_spec.py holds the server to the document):

@@ -135,6 +135,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   kv_i64(b, "checkpoint_every", (int64_t)s->checkpoint_every);
   write_command(b, s);
   write_aggregation(b, s);
+  rm__sbuf_puts(b, s->deterministic ? ",\"deterministic\":true" : ",\"deterministic\":false");
   rm__sbuf_append(b, "}", 1);
 }
 

@@ -168,6 +168,16 @@ typedef struct rm_job_spec {
   double clip_norm;
   double aggregation_tau;
   int aggregation_iterations;
+  /* Bitwise reproducibility (issue 11): 1 = every all-reduce of the job
+   * uses an algorithm that is a function of the message size and the world
+   * size only (the communicator's `auto` takes the fixed cost model, never
+   * the one calibrated from timing), with the segmenting of the workers'
+   * environment, and reduces in the algorithm's fixed order; policies whose
+   * participants depend on timing (backup, deadline, coded) are refused.
+   * Two runs of one spec on one world then end on the same parameters, also
+   * across a worker replaced (on_failure replace) or a coordinator restart;
+   * a shrink changes the world and so the grouping of the sums. */
+  int deterministic;
 } rm_job_spec_t;
 
 /* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */

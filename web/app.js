@@ -244,7 +244,7 @@ class JobView {
     const size = s.world_size ? `${s.world_size} workers` : `${s.min_workers}-${s.max_workers} workers (elastic)`;
     $('#job-meta').innerHTML = '';
     $('#job-meta').append(`${size} · workload `, el('b', { text: s.workload }), ` · algorithm `, el('b', { text: s.algorithm }),
-      ` · ${s.dtype} · launcher ${s.launcher} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
+      ` · ${s.dtype} · launcher ${s.launcher}${s.deterministic ? ' · deterministic' : ''} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
     this.renderCommand(s);
     this.renderAggregation(s);
     this.renderState(j.state, j.step, j.steps_total);

@@ -183,6 +183,11 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
     return bad_word(err, "on_failure", k_on_failure);
   if (!TERMINATED(straggler_policy) || !one_of(s->straggler_policy, k_stragglers))
     return bad_word(err, "straggler_policy", k_stragglers);
+  if (s->deterministic && strcmp(s->straggler_policy, "none"))
+    return bad(err, "deterministic", "true cannot be combined with "
+               "straggler_policy backup, deadline or coded: which workers "
+               "contribute to a step depends on timing (use straggler_policy "
+               "none)");
   return RM_OK;
 }
 

@@ -62,6 +62,7 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
   o->clip_norm = s->clip_norm;
   o->aggregation_tau = s->aggregation_tau;
   o->aggregation_iterations = (uint32_t)s->aggregation_iterations;
+  o->deterministic = s->deterministic != 0;
 }
 
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
@@ -109,6 +110,7 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   s->aggregation_tau = in->aggregation_tau;
   s->steps = in->steps;
   s->checkpoint_every = in->checkpoint_every;
+  s->deterministic = in->deterministic;
 #define STR(f) if (rm__pb_str(s->f, sizeof s->f, in->f)) return #f
 #define INT(f) if (u32_to_int(in->f, &s->f)) return #f
   rm_algo_t algo;

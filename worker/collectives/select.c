@@ -32,6 +32,11 @@
  *
  * Precedence of the algorithm for one call: rm_allreduce_ex's algo, else the
  * communicator's (rm_comm_set_algorithm, else RINGMASTER_ALGO), else auto.
+ *
+ * DETERMINISTIC jobs (cost.fixed, set by the session from the job spec):
+ * never calibrated, so auto uses the defaults above on every rank of every
+ * run: the choice is a function of the message size and the world size,
+ * never of timing, and with it the order of every reduction.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -200,7 +205,7 @@ rm_status_t rm__allreduce_resolve(rm_comm_t *c, rm_algo_t algo, size_t bytes,
 {
   rm_algo_t a = algo != RM_ALGO_AUTO ? algo : c->algorithm;
   double pred[RM_ALGO_COUNT] = {0};
-  if (a == RM_ALGO_AUTO && !c->cost.calibrated && rm_comm_world(c) > 1)
+  if (a == RM_ALGO_AUTO && !c->cost.calibrated && !c->cost.fixed && rm_comm_world(c) > 1)
     RM_CHECK(rm__cost_calibrate(c));
   if (a == RM_ALGO_AUTO)
     a = rm_allreduce_choose(c, bytes, NULL);

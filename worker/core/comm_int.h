@@ -30,6 +30,8 @@ typedef struct rm__cost_model {
   double beta_us_per_byte; /* inverse bandwidth */
   double gamma_us_per_byte; /* reduction cost per byte */
   int calibrated;     /* 1 when measured on live links */
+  int fixed;          /* 1: never calibrate (a deterministic job: auto is
+                         then a function of size and world only) */
 } rm__cost_model_t;
 
 struct rm_comm {

@@ -256,6 +256,12 @@ static rm_status_t form(rm_session_t *s)
   if (r->spec && r->spec->algorithm[0]) rm_algo_parse(r->spec->algorithm, &cfg.algorithm);
   st = rm_comm_init(&cfg, &comm);
   free(peers);
+  if (comm && r->spec && r->spec->deterministic) {
+    comm->cost.fixed = 1; /* select.c: auto from the fixed model, never timing */
+    RM_INFO("generation %llu: deterministic job: all-reduce algorithm %s, auto "
+            "by the fixed cost model (a function of size and world only)",
+            (unsigned long long)s->generation, rm_algo_name(cfg.algorithm));
+  }
   pthread_mutex_lock(&s->mu);
   s->comm = comm;
   int stale = s->stale;
@@ -549,5 +555,6 @@ uint64_t rm_session_spec_uint(const rm_session_t *s, const char *name)
   if (!strcmp(name, "aggregation_f")) return p->aggregation_f;
   if (!strcmp(name, "aggregation_m")) return p->aggregation_m;
   if (!strcmp(name, "aggregation_iterations")) return p->aggregation_iterations;
+  if (!strcmp(name, "deterministic")) return p->deterministic;
   return 0;
 }
