@@ -91,7 +91,10 @@ typedef struct rm__job {
   rm__park_t parked;            /* sentinel */
   rm__barrier_t *barriers;      /* newest first */
   rm_step_sample_t *ring;       /* recent step reports */
-  size_t ring_cap, ring_head, ring_n;
+  size_t ring_cap, ring_head, ring_n; /* allocated, next write, filled */
+  size_t ring_max;              /* the window (step_window): the ring grows
+                                   by doubling up to it, so a short job
+                                   holds a few samples, not 4096 */
   int64_t last_join_ns;
   int64_t reform_deadline_ns;   /* 0 = none */
   uint64_t start_step;

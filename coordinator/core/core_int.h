@@ -131,6 +131,10 @@ void rm__job_info_refresh(rm__job_t *j);
 /* Refresh, and persist the step when a reader is about to be shown a new one
  * (job.c: progress that survives a restart). */
 void rm__job_progress(rm_coord_t *c, rm__job_t *j);
+/* Grow the samples ring to at least min(want, ring_max). */
+void rm__job_ring_reserve(rm__job_t *j, size_t want);
+/* Free finished jobs past their retention (job.c: retention). */
+void rm__job_evict(rm_coord_t *c, int64_t now_ms);
 
 /* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
  * straggler flags ---- */

@@ -44,6 +44,7 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_param.h"
 
 #define ELASTIC_SETTLE_NS (1000LL * 1000000LL)
 
@@ -55,14 +56,55 @@ rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec)
   j->result_rank = -1;
   j->stored_state = -1;
   j->parked.next = j->parked.prev = &j->parked;
-  j->ring_cap = (size_t)c->opt.step_window;
-  j->ring = rm__xcalloc(j->ring_cap, sizeof *j->ring);
+  j->ring_max = (size_t)c->opt.step_window;
   if (c->njobs == c->capjobs) {
     c->capjobs = c->capjobs ? 2 * c->capjobs : 16;
     c->jobs = rm__xrealloc(c->jobs, c->capjobs * sizeof *c->jobs);
   }
   c->jobs[c->njobs++] = j;
   return j;
+}
+
+/* Capacity of the samples ring at least min(want, ring_max), oldest first
+ * from index 0 afterwards (head = n). */
+void rm__job_ring_reserve(rm__job_t *j, size_t want)
+{
+  if (want > j->ring_max) want = j->ring_max;
+  if (want <= j->ring_cap) return;
+  rm_step_sample_t *r = rm__xcalloc(want, sizeof *r);
+  for (size_t i = 0; i < j->ring_n; i++)
+    r[i] = j->ring[(j->ring_head + j->ring_cap - j->ring_n + i) % j->ring_cap];
+  free(j->ring);
+  j->ring = r;
+  j->ring_cap = want;
+  j->ring_head = j->ring_n % want;
+}
+
+/* ---- retention ----
+ * A finished job stays loaded for RINGMASTER_JOB_RETENTION_MS (default
+ * 10 min: late calls of its workers, the dashboard's last looks), then is
+ * freed and served from SQLite like a job of an earlier coordinator run
+ * (public.c falls back to the store for every read), so memory holds the
+ * active jobs and the recently finished ones, not every job ever run. A job
+ * with parked calls stays until they are answered. */
+RM_PARAM(job_retention_ms, "RINGMASTER_JOB_RETENTION_MS", 600000)
+
+void rm__job_evict(rm_coord_t *c, int64_t now_ms)
+{
+  int64_t keep = (int64_t)rm__param_job_retention_ms();
+  size_t k = 0;
+  for (size_t i = 0; i < c->njobs; i++) {
+    rm__job_t *j = c->jobs[i];
+    if (rm_job_state_terminal(j->info.state) && j->parked.next == &j->parked &&
+        now_ms - j->info.finished_ms >= keep) {
+      RM_DEBUG("job %llu: finished %lld ms ago, unloaded (served from the store)",
+               (unsigned long long)j->info.id, (long long)(now_ms - j->info.finished_ms));
+      rm__job_free(j);
+      continue;
+    }
+    c->jobs[k++] = j; /* order kept: rm__job_find bisects by id */
+  }
+  c->njobs = k;
 }
 
 void rm__job_free(rm__job_t *j)
@@ -407,6 +449,8 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   w->compute_ms = s->compute_ms;
   w->comm_ms = s->comm_ms;
   w->wait_ms = s->wait_ms;
+  if (j->ring_n == j->ring_cap && j->ring_cap < j->ring_max)
+    rm__job_ring_reserve(j, j->ring_cap ? 2 * j->ring_cap : 16);
   j->ring[j->ring_head] = *s;
   j->ring_head = (j->ring_head + 1) % j->ring_cap;
   if (j->ring_n < j->ring_cap) j->ring_n++;
@@ -551,6 +595,7 @@ void rm__job_load_active(rm_coord_t *c)
     j->stored_step = info.step;
     rm__store_load_workers(c->store, j);
     /* the window of recent steps, from the stored summaries */
+    rm__job_ring_reserve(j, j->ring_max);
     j->ring_n = rm__store_recent_steps(c->store, j->info.id, j->ring, j->ring_cap);
     j->ring_head = j->ring_n % j->ring_cap;
     if (rm__store_job_result_get(c->store, j->info.id, &j->result, &j->result_rank) != RM_OK)

@@ -234,9 +234,15 @@ rm_status_t rm_coord_job_steps(rm_coord_t *c, uint64_t job_id, int rank,
       k = limit;
     }
     *n = k;
-  } else {
-    st = rm__store_job_get(c->store, job_id, &info);
-    if (st == RM_OK) *out = rm__xcalloc(1, sizeof **out);
+  } else if ((st = rm__store_job_get(c->store, job_id, &info)) == RM_OK) {
+    /* not loaded (finished): the stored step summaries */
+    size_t max = limit ? limit : (size_t)c->opt.step_window, k = 0;
+    rm_step_sample_t *all = rm__xcalloc(max, sizeof *all);
+    size_t got = rm__store_recent_steps(c->store, job_id, all, max);
+    for (size_t i = 0; i < got; i++)
+      if (rank < 0 || all[i].rank == rank) all[k++] = all[i];
+    *out = all;
+    *n = k;
   }
   rm__commit(c);
   return st;

@@ -350,6 +350,7 @@ static void tick(rm_coord_t *c)
   int64_t now = rm__now_ns();
   rm__lock(c);
   for (size_t i = 0; i < c->njobs; i++) rm__job_tick(c, c->jobs[i], now);
+  rm__job_evict(c, rm__wall_ms());
   rm__commit(c);
 }
 
