@@ -335,23 +335,55 @@ static void h_steps(rm__req_t *req, rm__resp_t *resp)
   rm__resp_json(resp, 200, json_pack("{s:I,s:o}", "job_id", (json_int_t)id, "steps", arr));
 }
 
+/* rm__sse_history_fn over the coordinator's event log: the same JSON as the
+ * live events (server.c on_event), so a replayed event is byte for byte the
+ * one a live stream got. */
+static int sse_history(void *ctx, uint64_t after, rm__sse_stored_t *out, int max)
+{
+  rm_event_t *ev = NULL;
+  size_t n = 0;
+  int k = 0;
+
+  if (rm_coord_events(ctx, 0, after, (uint32_t)max, &ev, &n) != RM_OK) return -1;
+  for (size_t i = 0; i < n && k < max; i++) {
+    json_t *j = rm__json_event(&ev[i]);
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    if (text == NULL) goto fail;
+    out[k].seq = ev[i].seq;
+    out[k].job[0] = '\0';
+    if (ev[i].job_id)
+      snprintf(out[k].job, sizeof out[k].job, "%llu", (unsigned long long)ev[i].job_id);
+    out[k++].data = text;
+  }
+  rm_coord_free(ev);
+  return k;
+fail:
+  while (k > 0) free(out[--k].data);
+  rm_coord_free(ev);
+  return -1;
+}
+
+/* GET /api/v1/events: ids and the resume rules are in sse.h. */
 static void h_sse(rm__req_t *req, rm__resp_t *resp)
 {
   const char *job = rm__req_query(req, "job");
   const char *last = rm__req_header(req, "Last-Event-ID");
-  uint64_t id = 0, last_id = 0;
+  uint64_t id = 0;
+  rm__sse_resume_t resume = {.history = sse_history, .history_ctx = req->api->coord};
 
   if (last == NULL) last = rm__req_query(req, "last_event_id");
   if (job && *job && (rm__parse_u64(job, &id) != 0 || id == 0)) {
     rm__resp_error(resp, 400, "invalid_value", "job", "job must be a job id");
     return;
   }
-  if (last && *last && rm__parse_u64(last, &last_id) != 0) {
+  if (last && *last && rm__parse_u64(last, &resume.last_id) != 0) {
     rm__resp_error(resp, 400, "invalid_value", "Last-Event-ID", "Last-Event-ID must be an "
                    "event id");
     return;
   }
-  resp->raw = rm__sse_response(req->api->hub, job, last_id);
+  resume.newest_seq = rm_coord_event_seq(req->api->coord);
+  resp->raw = rm__sse_response(req->api->hub, job, &resume);
   if (resp->raw == NULL) {
     rm__resp_error(resp, 500, "internal", NULL, "cannot create the event stream");
     return;

@@ -1,15 +1,29 @@
 /*
- * sse.c - server-sent events hub (wire format and threading in sse.h).
+ * sse.c - server-sent events hub (wire format, ids, resume rules R1-R5 and
+ * threading in sse.h).
  *
- * Ring: events[cap], the oldest at `head`, `count` of them, ids contiguous
- * from oldest_id = next_id - count. An id's slot is therefore
- * (head + (id - oldest_id)) % cap, so a stream finds its next event without
- * a search. A stream keeps `cursor` = the last id it has consumed (sent or
- * skipped by its filter).
+ * Ring: msgs[cap], the oldest at `head`, `count` of them, at positions
+ * contiguous from oldest_pos = next_pos - count (positions are the hub's
+ * own publish counter, not ids: an event whose callback arrives late has a
+ * smaller id than the progress published before it). A position's slot is
+ * (head + (pos - oldest_pos)) % cap, so a stream finds its next message
+ * without a search. A stream keeps `cursor` = the last position it has
+ * consumed (sent or skipped by its filter).
  *
- * Stream callback states:   pending bytes?  -> copy them out
+ * What the ring remembers of what it dropped: `dropped_seq` (newest event
+ * seq dropped; raises the floor F) and `lost_progress` (newest progress id
+ * dropped; R3/R5 reset when it is newer than the client's id).
+ *
+ * Stream modes:  RESUME  first chunk after the preamble: apply R1-R5
+ *                        (under the lock) -> LIVE or REPLAY, or `reset`
+ *                REPLAY  one batch of stored events per chunk, read with
+ *                        no lock held; a short batch -> LIVE
+ *                LIVE    the ring from cursor on, skipping events with
+ *                        seq <= skip_seq (sent by REPLAY)
+ *
+ * Stream callback (LIVE):   pending bytes?  -> copy them out
  *                           hub closing     -> end of stream
- *                           cursor too old  -> emit `reset`, jump to oldest
+ *                           cursor too old  -> emit `reset`, jump to newest
  *                           next match      -> format it, advance cursor
  *                           none            -> wait (cond) until publish or
  *                                              keep-alive deadline, in slices
@@ -24,6 +38,7 @@
 #include "sse.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <pthread.h>
@@ -36,24 +51,33 @@
 #include "rm_clock.h"
 #include "sbuf.h"
 
+#define NO_FLOOR UINT64_MAX /* not seeded: every resume is older than the ring */
+
 typedef struct {
   uint64_t id;
+  uint64_t seq; /* the event's seq; 0 for progress and other types */
   char *job;
   char *type;
   char *data;
-} event_t;
+} msg_t;
 
 struct rm__sse_hub {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  event_t *events;
+  msg_t *msgs;
   size_t cap, head, count;
-  uint64_t next_id;
+  uint64_t next_pos;
+  uint64_t cur_seq, nprog;   /* progress ids: cur_seq * SCALE + nprog */
+  uint64_t seed_floor;       /* NO_FLOOR until rm__sse_hub_seed */
+  uint64_t dropped_seq;      /* newest event seq dropped from the ring */
+  uint64_t lost_progress;    /* newest progress id dropped from the ring */
   int keepalive_ms;
   int closing;
   int streams, max_streams; /* slots taken; limit (<= 0: none) */
   struct stream *live;      /* streams MHD has not freed yet */
 };
+
+enum { MODE_RESUME, MODE_REPLAY, MODE_LIVE };
 
 typedef struct stream {
   rm__sse_hub_t *hub;
@@ -62,7 +86,9 @@ typedef struct stream {
   int fd;                     /* the client's socket, -1 = unknown */
   char *filter; /* NULL = all */
   uint64_t cursor;
-  int started;
+  int started, mode;
+  rm__sse_resume_t resume;
+  uint64_t replay_after, replayed, skip_seq;
   char *pend; /* formatted bytes not yet handed to MHD */
   size_t pend_len, pend_off;
 } stream_t;
@@ -78,19 +104,20 @@ rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms, int max_stream
   pthread_cond_init(&h->cond, &ca);
   pthread_condattr_destroy(&ca);
   h->cap = capacity ? capacity : 1024;
-  h->events = rm__xcalloc(h->cap, sizeof *h->events);
-  h->next_id = (uint64_t)rm__wall_ms() * 1000u;
+  h->msgs = rm__xcalloc(h->cap, sizeof *h->msgs);
+  h->next_pos = 1;
+  h->seed_floor = NO_FLOOR;
   h->keepalive_ms = keepalive_ms > 0 ? keepalive_ms : 15000;
   h->max_streams = max_streams;
   return h;
 }
 
-static void event_clear(event_t *e)
+static void msg_clear(msg_t *m)
 {
-  free(e->job);
-  free(e->type);
-  free(e->data);
-  memset(e, 0, sizeof *e);
+  free(m->job);
+  free(m->type);
+  free(m->data);
+  memset(m, 0, sizeof *m);
 }
 
 void rm__sse_hub_close(rm__sse_hub_t *h)
@@ -104,36 +131,103 @@ void rm__sse_hub_close(rm__sse_hub_t *h)
 void rm__sse_hub_free(rm__sse_hub_t *h)
 {
   if (h == NULL) return;
-  for (size_t i = 0; i < h->cap; i++) event_clear(&h->events[i]);
-  free(h->events);
+  for (size_t i = 0; i < h->cap; i++) msg_clear(&h->msgs[i]);
+  free(h->msgs);
   pthread_cond_destroy(&h->cond);
   pthread_mutex_destroy(&h->lock);
   free(h);
 }
 
-uint64_t rm__sse_publish(rm__sse_hub_t *h, const char *job, const char *type, const char *data)
+/* Under the lock. */
+static void raise_seq(rm__sse_hub_t *h, uint64_t seq)
 {
-  event_t *slot;
+  if (seq > h->cur_seq) {
+    h->cur_seq = seq;
+    h->nprog = 0;
+  }
+}
+
+void rm__sse_hub_seed(rm__sse_hub_t *h, uint64_t newest_seq)
+{
+  pthread_mutex_lock(&h->lock);
+  if (h->seed_floor == NO_FLOOR) h->seed_floor = newest_seq;
+  raise_seq(h, newest_seq);
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* Under the lock: F of sse.h. */
+static uint64_t ring_floor(const rm__sse_hub_t *h)
+{
+  if (h->seed_floor == NO_FLOOR) return NO_FLOOR;
+  return h->seed_floor > h->dropped_seq ? h->seed_floor : h->dropped_seq;
+}
+
+static msg_t *at(rm__sse_hub_t *h, uint64_t pos)
+{
+  return &h->msgs[(h->head + (pos - (h->next_pos - h->count))) % h->cap];
+}
+
+/* Under the lock: the id a stream that continues from the newest message
+ * is at (what `reset` carries). */
+static uint64_t newest_id(rm__sse_hub_t *h)
+{
+  if (h->count) return at(h, h->next_pos - 1)->id;
+  return h->cur_seq * RM__SSE_ID_SCALE;
+}
+
+uint64_t rm__sse_publish_seq(rm__sse_hub_t *h, const char *job, const char *type,
+                             const char *data, uint64_t seq)
+{
+  msg_t *slot;
   uint64_t id = 0;
 
+  if (seq >= UINT64_MAX / RM__SSE_ID_SCALE) seq = 0; /* cannot be an id: progress-like */
   pthread_mutex_lock(&h->lock);
   if (h->closing) goto exit;
-  if (h->count == h->cap) { /* drop the oldest */
-    event_clear(&h->events[h->head]);
+  if (h->count == h->cap) { /* drop the oldest, remembering what it was */
+    msg_t *old = &h->msgs[h->head];
+    if (old->seq && old->seq > h->dropped_seq) h->dropped_seq = old->seq;
+    if (!old->seq && old->id > h->lost_progress) h->lost_progress = old->id;
+    msg_clear(old);
     h->head = (h->head + 1) % h->cap;
     h->count--;
   }
-  slot = &h->events[(h->head + h->count) % h->cap];
-  id = h->next_id++;
+  if (seq) {
+    raise_seq(h, seq);
+    id = seq * RM__SSE_ID_SCALE;
+  } else {
+    if (h->nprog < RM__SSE_ID_SCALE - 1) h->nprog++;
+    id = h->cur_seq * RM__SSE_ID_SCALE + h->nprog;
+  }
+  slot = &h->msgs[(h->head + h->count) % h->cap];
   slot->id = id;
+  slot->seq = seq;
   slot->job = rm__xstrdup(job ? job : "");
   slot->type = rm__xstrdup(type);
   slot->data = rm__xstrdup(data ? data : "{}");
   h->count++;
+  h->next_pos++;
   pthread_cond_broadcast(&h->cond);
 exit:
   pthread_mutex_unlock(&h->lock);
   return id;
+}
+
+/* data.seq of a coordinator event; 0 when there is none. */
+static uint64_t event_seq(const char *data)
+{
+  json_t *j = data ? json_loads(data, 0, NULL) : NULL;
+  json_t *v = json_object_get(j, "seq");
+  uint64_t seq = json_is_integer(v) && json_integer_value(v) > 0
+                     ? (uint64_t)json_integer_value(v) : 0;
+  json_decref(j);
+  return seq;
+}
+
+uint64_t rm__sse_publish(rm__sse_hub_t *h, const char *job, const char *type, const char *data)
+{
+  uint64_t seq = type && strcmp(type, "event") == 0 ? event_seq(data) : 0;
+  return rm__sse_publish_seq(h, job, type, data, seq);
 }
 
 int rm__sse_reserve(rm__sse_hub_t *h)
@@ -170,7 +264,7 @@ uint64_t rm__sse_last_id(rm__sse_hub_t *h)
 {
   uint64_t id;
   pthread_mutex_lock(&h->lock);
-  id = h->next_id - 1;
+  id = h->count ? at(h, h->next_pos - 1)->id : 0;
   pthread_mutex_unlock(&h->lock);
   return id;
 }
@@ -189,6 +283,74 @@ static void format_event(rm__sbuf_t *b, uint64_t id, const char *type, const cha
     line = nl + 1;
   }
   rm__sbuf_puts(b, "\n");
+}
+
+static int wanted(const stream_t *s, const char *job)
+{
+  return s->filter == NULL || job[0] == '\0' || strcmp(job, s->filter) == 0;
+}
+
+/* Under the lock: tell the client to re-fetch, continue live at the newest. */
+static void go_reset(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+{
+  s->cursor = h->next_pos - 1;
+  s->mode = MODE_LIVE;
+  format_event(b, newest_id(h), "reset", "{\"reason\":\"events were missed; re-fetch state\"}");
+}
+
+/* Under the lock: rules R1-R5 of sse.h for the stream's Last-Event-ID. */
+static void resume_decide(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+{
+  uint64_t id = s->resume.last_id, seq = id / RM__SSE_ID_SCALE, k = id % RM__SSE_ID_SCALE;
+  uint64_t newest = h->cur_seq > s->resume.newest_seq ? h->cur_seq : s->resume.newest_seq;
+  uint64_t floor = ring_floor(h), oldest = h->next_pos - h->count;
+
+  s->mode = MODE_LIVE;
+  s->cursor = h->next_pos - 1;
+  if (id == 0) return;                                   /* R1 */
+  if (seq > newest) return go_reset(s, h, b);            /* R2 */
+  if (floor != NO_FLOOR && seq >= floor) {               /* R3 */
+    for (uint64_t pos = h->next_pos - 1; pos >= oldest && pos > 0; pos--)
+      if (at(h, pos)->id <= id) {
+        s->cursor = pos;
+        return;
+      }
+    s->cursor = oldest - 1;
+    if (h->lost_progress > id) go_reset(s, h, b);
+    return;
+  }
+  if (k > 0 || s->resume.history == NULL || newest - seq > RM__SSE_REPLAY_MAX ||
+      h->lost_progress > id)
+    return go_reset(s, h, b);                            /* R4, R5 cannot */
+  s->mode = MODE_REPLAY;                                 /* R5 */
+  s->cursor = oldest - 1;
+  s->replay_after = seq - 1; /* the first batch starts with event seq itself */
+  s->skip_seq = seq;
+}
+
+/* No lock held: one batch of stored events into b. Returns 0 while there
+ * may be more, 1 when the replay is complete, -1 when it cannot be done
+ * (the caller resets). */
+static int replay_batch(stream_t *s, rm__sbuf_t *b)
+{
+  rm__sse_stored_t items[RM__SSE_REPLAY_BATCH];
+  int n = s->resume.history(s->resume.history_ctx, s->replay_after, items, RM__SSE_REPLAY_BATCH);
+  int rc = 0, first = s->replay_after + 1 == s->skip_seq;
+
+  if (n < 0) return -1;
+  if (first && (n == 0 || items[0].seq != s->skip_seq)) rc = -1; /* event S is not stored */
+  for (int i = 0; i < n; i++) {
+    if (rc == 0 && items[i].seq > s->skip_seq && wanted(s, items[i].job)) {
+      format_event(b, items[i].seq * RM__SSE_ID_SCALE, "event", items[i].data);
+      s->replayed++;
+    }
+    if (items[i].seq > s->replay_after) s->replay_after = items[i].seq;
+    free(items[i].data);
+  }
+  if (rc != 0) return rc;
+  if (s->replay_after > s->skip_seq) s->skip_seq = s->replay_after;
+  if (n < RM__SSE_REPLAY_BATCH || s->replayed >= RM__SSE_REPLAY_MAX) return 1;
+  return 0;
 }
 
 /* 1 when the client has closed its end or the socket failed. A readable
@@ -211,9 +373,9 @@ static struct timespec ts_of(int64_t ns)
   return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
 }
 
-/* Under the lock: produce the next chunk of the stream into b, waiting up to
- * the keep-alive deadline. Returns 0, or -1 when the hub is closing or the
- * peer is gone. */
+/* Under the lock: produce the next chunk of a LIVE stream into b, waiting
+ * up to the keep-alive deadline. Returns 0, or -1 when the hub is closing
+ * or the peer is gone. */
 static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
 {
   const int64_t slice = (int64_t)RM__SSE_PEER_CHECK_MS * 1000000;
@@ -221,25 +383,23 @@ static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
   int64_t next_check = rm__now_ns() + slice;
 
   for (;;) {
-    uint64_t oldest = h->next_id - h->count;
+    uint64_t oldest = h->next_pos - h->count;
     int64_t now, until = deadline;
     struct timespec ts;
     int fd = s->fd;
 
     if (h->closing) return -1;
-    if (s->cursor + 1 < oldest || s->cursor >= h->next_id) {
+    if (s->cursor + 1 < oldest || s->cursor >= h->next_pos) {
       /* The client re-fetches state over REST on reset, so replaying what
        * is left of the ring is pointless: continue live. */
-      s->cursor = h->next_id - 1;
-      format_event(b, s->cursor, "reset",
-                   "{\"reason\":\"events were missed; re-fetch state\"}");
+      go_reset(s, h, b);
       return 0;
     }
-    while (s->cursor + 1 < h->next_id) {
-      event_t *e = &h->events[(h->head + (s->cursor + 1 - oldest)) % h->cap];
-      s->cursor = e->id;
-      if (s->filter == NULL || e->job[0] == '\0' || strcmp(e->job, s->filter) == 0) {
-        format_event(b, e->id, e->type, e->data);
+    while (s->cursor + 1 < h->next_pos) {
+      msg_t *m = at(h, ++s->cursor);
+      if (m->seq && m->seq <= s->skip_seq) continue; /* sent by the replay */
+      if (wanted(s, m->job)) {
+        format_event(b, m->id, m->type, m->data);
         return 0;
       }
     }
@@ -261,11 +421,36 @@ static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
   }
 }
 
+/* The next chunk of any stream after its preamble. */
+static int produce(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+{
+  int rc = 0;
+
+  pthread_mutex_lock(&h->lock);
+  if (s->mode == MODE_RESUME) resume_decide(s, h, b);
+  pthread_mutex_unlock(&h->lock);
+  while (s->mode == MODE_REPLAY && b->len == 0) {
+    int r = replay_batch(s, b);
+    pthread_mutex_lock(&h->lock);
+    if (h->closing) rc = -1;
+    else if (r < 0) go_reset(s, h, b);
+    else if (r > 0) s->mode = MODE_LIVE;
+    pthread_mutex_unlock(&h->lock);
+    if (rc) return rc;
+  }
+  if (b->len) return 0;
+  pthread_mutex_lock(&h->lock);
+  rc = next_chunk(s, h, b);
+  pthread_mutex_unlock(&h->lock);
+  return rc;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
   stream_t *s = cls;
   size_t n;
 
+  (void)pos;
   if (s->pend_off == s->pend_len) {
     rm__sbuf_t b;
     int rc = 0;
@@ -276,9 +461,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
       rm__sbuf_puts(&b, "retry: 2000\n: connected\n\n");
       s->started = 1;
     } else {
-      pthread_mutex_lock(&s->hub->lock);
-      rc = next_chunk(s, s->hub, &b);
-      pthread_mutex_unlock(&s->hub->lock);
+      rc = produce(s, s->hub, &b);
     }
     s->pend = rm__sbuf_take(&b, &s->pend_len);
     s->pend_off = 0;
@@ -312,7 +495,8 @@ static void stream_free(void *cls)
   stream_destroy(s);
 }
 
-struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter, uint64_t last_id)
+struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter,
+                                      const rm__sse_resume_t *resume)
 {
   stream_t *s = rm__xcalloc(1, sizeof *s);
   struct MHD_Response *r;
@@ -320,13 +504,18 @@ struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter, 
   s->hub = h;
   s->fd = -1;
   s->filter = job_filter && *job_filter ? rm__xstrdup(job_filter) : NULL;
+  if (resume) s->resume = *resume;
   r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
   if (r == NULL) {
     stream_destroy(s); /* the slot stays with the caller */
     return NULL;
   }
+  if (resume) rm__sse_hub_seed(h, resume->newest_seq);
   pthread_mutex_lock(&h->lock);
-  s->cursor = last_id ? last_id : h->next_id - 1;
+  /* Live streams start at the newest message now, not when MHD first
+   * asks for bytes; a resume decides then (resume_decide). */
+  s->cursor = h->next_pos - 1;
+  s->mode = s->resume.last_id ? MODE_RESUME : MODE_LIVE;
   s->resp = r;
   s->next = h->live;
   if (h->live) h->live->prev = s;

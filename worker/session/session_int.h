@@ -29,6 +29,19 @@
 #include "session/control.h"
 
 /* gRPC status codes the session acts on. */
+/* Step reports the coordinator did not get (session_step.c, REPORT BUFFER):
+ * at most RM__REPORT_BUF_MAX, embedded in the session (about 120 KiB), of
+ * which at most RM__REPORT_FLUSH_MAX are delivered per ReportStep call. */
+#define RM__REPORT_BUF_MAX 1024
+#define RM__REPORT_FLUSH_MAX 64
+#define RM__REPORT_EXCLUDED_MAX 8
+
+typedef struct rm__report {
+  uint64_t generation, step, allreduce_bytes, param_checksum, checkpoint_step;
+  double compute_ms, comm_ms, wait_ms, loss, accuracy;
+  uint32_t n_excluded, excluded[RM__REPORT_EXCLUDED_MAX];
+} rm__report_t;
+
 enum { RM__G_OK = 0, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
        RM__G_FAILED_PRECONDITION = 9, RM__G_UNAVAILABLE = 14,
        RM__G_UNAUTHENTICATED = 16 };
@@ -67,6 +80,12 @@ struct rm_session {
   int64_t step_t0_ns, comm_ns0;
   uint64_t bytes0;
   double step_wait_ms;
+
+  /* undelivered step reports, oldest at rbuf_head (caller's thread only) */
+  rm__report_t rbuf[RM__REPORT_BUF_MAX];
+  size_t rbuf_head, rbuf_n;
+  uint64_t rbuf_overflow;       /* dropped because the buffer was full */
+  uint64_t rbuf_stale;          /* dropped: of a generation the coordinator left */
 
   char last_error[640];         /* invariant 4 */
 };

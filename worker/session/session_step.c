@@ -9,6 +9,8 @@
  *   compute = wall time - comm - wait
  *   bytes   = payload all-reduced during the step
  * with ReportStep, whose answer also tells whether the coordinator moved on.
+ * Reports that fail for a transport reason are kept and delivered later, in
+ * order (REPORT BUFFER, above rm_session_step_report).
  *
  * STRAGGLER GATE (backup, deadline; coordinator/core/step_gate.c). Step s is the
  * 0-based global step being computed = the steps completed so far. A rank
@@ -88,46 +90,156 @@ static void recovered_line(rm_session_t *s, uint64_t step)
   s->broke_wall_ms = 0;
 }
 
-rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
+/* ---- step reports and the report buffer ---- */
+static void report_of(rm_session_t *s, const rm_step_report_t *rep, rm__report_t *e)
+{
+  memset(e, 0, sizeof *e);
+  e->generation = s->generation;
+  e->step = rep->step;
+  e->compute_ms = rep->compute_ms;
+  e->comm_ms = rep->comm_ms;
+  e->wait_ms = rep->wait_ms;
+  e->loss = rep->loss;
+  e->accuracy = rep->accuracy;
+  e->allreduce_bytes = rep->allreduce_bytes;
+  e->param_checksum = rep->param_checksum;
+  e->checkpoint_step = rep->checkpoint_step;
+  if (rep->struct_size >= offsetof(rm_step_report_t, n_excluded) + sizeof rep->n_excluded &&
+      rep->n_excluded && rep->excluded_ranks) {
+    e->n_excluded = rep->n_excluded < RM__REPORT_EXCLUDED_MAX ? (uint32_t)rep->n_excluded
+                                                              : RM__REPORT_EXCLUDED_MAX;
+    memcpy(e->excluded, rep->excluded_ranks, e->n_excluded * sizeof e->excluded[0]);
+  }
+}
+
+enum { SENT, RETRY, REFUSED }; /* what one ReportStep call came to */
+
+/* One ReportStep call for e, with its own deadline; acts on the answer the
+ * way every call does (invariant 2). RETRY: a transport status, the report
+ * is worth keeping. */
+static int report_send(rm_session_t *s, const rm__report_t *e)
 {
   Ringmaster__V1__ReportStepRequest q = RINGMASTER__V1__REPORT_STEP_REQUEST__INIT;
   Ringmaster__V1__ReportStepResponse *r = NULL;
   char msg[256];
-  if (!s || !rep || rep->struct_size < sizeof *rep) return RM_ERR_INVALID_ARG;
-  if (s->ended) return RM_ERR_JOB_ENDED;
-  pthread_mutex_lock(&s->mu);
-  s->steps_done = rep->step;
-  pthread_mutex_unlock(&s->mu);
+  int rc;
+
   RM__SESSION_IDS(q, s);
-  q.step = rep->step;
-  q.compute_ms = rep->compute_ms;
-  q.comm_ms = rep->comm_ms;
-  q.wait_ms = rep->wait_ms;
-  q.loss = rep->loss;
-  q.accuracy = rep->accuracy;
-  q.allreduce_bytes = rep->allreduce_bytes;
-  q.param_checksum = rep->param_checksum;
-  q.checkpoint_step = rep->checkpoint_step;
-  if (rep->struct_size >= offsetof(rm_step_report_t, n_excluded) + sizeof rep->n_excluded &&
-      rep->n_excluded && rep->excluded_ranks) {
-    q.n_excluded_ranks = rep->n_excluded;
-    q.excluded_ranks = (uint32_t *)rep->excluded_ranks;
+  q.generation = e->generation;
+  q.step = e->step;
+  q.compute_ms = e->compute_ms;
+  q.comm_ms = e->comm_ms;
+  q.wait_ms = e->wait_ms;
+  q.loss = e->loss;
+  q.accuracy = e->accuracy;
+  q.allreduce_bytes = e->allreduce_bytes;
+  q.param_checksum = e->param_checksum;
+  q.checkpoint_step = e->checkpoint_step;
+  if (e->n_excluded) {
+    q.n_excluded_ranks = e->n_excluded;
+    q.excluded_ranks = (uint32_t *)e->excluded;
   }
-  recovered_line(s, rep->step);
-  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
-                        &ringmaster__v1__report_step_response__descriptor,
-                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
+                    &ringmaster__v1__report_step_response__descriptor,
+                    (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
   if (rc == RM__G_OK) {
     if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
       rm__session_mark_stale(s, r->job_state, "job finished");
     else if (r->generation != s->generation)
       rm__session_mark_stale(s, -1, "new generation");
     protobuf_c_message_free_unpacked(&r->base, NULL);
-  } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
-    rm__session_mark_stale(s, -1, msg);
-  } else {
-    RM_DEBUG("ReportStep: status %d: %s", rc, msg);
+    return SENT;
   }
+  if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
+    rm__session_mark_stale(s, -1, msg);
+    return REFUSED;
+  }
+  RM_DEBUG("ReportStep step %llu: status %d: %s", (unsigned long long)e->step, rc, msg);
+  return rc == RM__G_UNAVAILABLE || rc == RM__G_DEADLINE ? RETRY : REFUSED;
+}
+
+static void rbuf_push(rm_session_t *s, const rm__report_t *e)
+{
+  if (s->rbuf_n == RM__REPORT_BUF_MAX) { /* full: the oldest goes */
+    s->rbuf_head = (s->rbuf_head + 1) % RM__REPORT_BUF_MAX;
+    s->rbuf_n--;
+    if (s->rbuf_overflow++ == 0)
+      RM_WARN("ReportStep: coordinator unreachable for more than %d steps; the oldest "
+              "undelivered step reports are dropped", RM__REPORT_BUF_MAX);
+  }
+  s->rbuf[(s->rbuf_head + s->rbuf_n++) % RM__REPORT_BUF_MAX] = *e;
+}
+
+/* Buffered reports the coordinator will refuse (FAILED_PRECONDITION: not
+ * the generation it runs) are dropped with one line. */
+static void rbuf_drop(rm_session_t *s, const char *why)
+{
+  if (s->rbuf_n == 0) return;
+  RM_WARN("ReportStep: dropping %zu undelivered step report%s of generation %llu "
+          "(steps %llu..%llu): %s", s->rbuf_n, s->rbuf_n == 1 ? "" : "s",
+          (unsigned long long)s->rbuf[s->rbuf_head].generation,
+          (unsigned long long)s->rbuf[s->rbuf_head].step,
+          (unsigned long long)s->rbuf[(s->rbuf_head + s->rbuf_n - 1) % RM__REPORT_BUF_MAX].step,
+          why);
+  s->rbuf_stale += s->rbuf_n;
+  s->rbuf_head = s->rbuf_n = 0;
+}
+
+/* The backlog first (oldest first, at most RM__REPORT_FLUSH_MAX calls),
+ * then e; whatever is not delivered for a transport reason is kept. */
+static void report_deliver(rm_session_t *s, const rm__report_t *e)
+{
+  int sent = 0, out = SENT;
+
+  if (s->rbuf_n && s->rbuf[s->rbuf_head].generation != s->generation)
+    rbuf_drop(s, "the session re-joined at a later generation, whose coordinator refuses "
+                 "reports of an earlier one");
+  while (s->rbuf_n && sent < RM__REPORT_FLUSH_MAX) {
+    out = report_send(s, &s->rbuf[s->rbuf_head]);
+    if (out == RETRY) break;
+    sent++;
+    s->rbuf_head = (s->rbuf_head + 1) % RM__REPORT_BUF_MAX;
+    s->rbuf_n--;
+    if (out == REFUSED) {
+      rbuf_drop(s, "the coordinator refused them (stale generation or unknown worker)");
+      return; /* it would refuse e as well */
+    }
+    if (rm__session_is_stale(s)) break;
+  }
+  if (out == SENT && s->rbuf_n == 0) out = report_send(s, e);
+  else if (out == SENT) out = RETRY; /* keep the order: e waits its turn */
+  if (out == RETRY) rbuf_push(s, e);
+}
+
+/* REPORT BUFFER. A ReportStep that fails with a transport status
+ * (UNAVAILABLE, DEADLINE_EXCEEDED: coordinator down, restarting or
+ * unreachable; the data plane does not need it, so training goes on) keeps
+ * its report in s->rbuf, a ring of the last RM__REPORT_BUF_MAX (oldest
+ * dropped and counted in rbuf_overflow; ~120 KiB inside the session, no
+ * allocation; excluded ranks kept up to RM__REPORT_EXCLUDED_MAX). Each later
+ * report first delivers the backlog, oldest first, at most
+ * RM__REPORT_FLUSH_MAX calls per step, each with its own 5 s deadline; the
+ * first transport failure stops the flush (one failing call per step while
+ * the coordinator is away, as without the buffer), and a report is sent
+ * only after every older one, so the coordinator sees steps in order.
+ * Buffered reports carry their generation. The coordinator answers a report
+ * of a generation it is no longer running with FAILED_PRECONDITION
+ * (rpc.c check_worker), and a restarted one re-forms at the next
+ * generation (job.c rm__job_resume), so after a re-join the backlog of the
+ * old generation is dropped with one warning line (counted in rbuf_stale);
+ * reports of an outage the coordinator survived at the same generation
+ * (a network blip, a call past its deadline) are delivered. */
+rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
+{
+  rm__report_t e;
+  if (!s || !rep || rep->struct_size < sizeof *rep) return RM_ERR_INVALID_ARG;
+  if (s->ended) return RM_ERR_JOB_ENDED;
+  pthread_mutex_lock(&s->mu);
+  s->steps_done = rep->step;
+  pthread_mutex_unlock(&s->mu);
+  report_of(s, rep, &e);
+  recovered_line(s, rep->step);
+  report_deliver(s, &e);
   return rm__session_moved_on(s);
 }
 
