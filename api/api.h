@@ -39,6 +39,10 @@ typedef struct rm_api_options {
   int sse_keepalive_ms;   /* 0 = RINGMASTER_SSE_KEEPALIVE_MS or 15000 */
   int tick_ms;            /* progress push period; 0 = RINGMASTER_API_TICK_MS or 1000 */
   const char *chartjs_path; /* NULL = RINGMASTER_CHARTJS or Debian libjs-chart.js path */
+  /* HTTPS: both PEM file paths set = TLS on the REST port (libmicrohttpd
+   * with GnuTLS); both NULL = plain HTTP. */
+  const char *tls_cert;
+  const char *tls_key;
   /* GET .../workers/{index}/log: where the launchers write the log of job
    * id's worker with launch index `index`, as a folder and a file name in
    * it (the API opens both without following links); 0 ok. The composition

@@ -73,6 +73,8 @@ struct rm_api {
   char address[160];
   size_t max_body;
   unsigned max_connections; /* MHD_OPTION_CONNECTION_LIMIT */
+  char *tls_cert_pem, *tls_key_pem; /* HTTPS when set (file contents) */
+  int tls;                  /* the daemon speaks TLS */
   int tick_ms;
   int sub_id;
   char *chartjs; /* file contents read at start, NULL when absent */

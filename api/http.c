@@ -328,8 +328,10 @@ static void dispatch(rm__req_t *req, rm__resp_t *resp)
  * 414 JSON at RM__URI_MAX, far below that, covers the realistic cases.
  * Nothing is written when we already queued an answer for the request
  * (tls_conn.answered), when the format string is not that exact one
- * (another MHD version: MHD's answer goes out unchanged), or outside
- * thread-per-connection mode, where a thread is not one connection.
+ * (another MHD version: MHD's answer goes out unchanged), outside
+ * thread-per-connection mode, where a thread is not one connection, or
+ * over HTTPS, where the socket carries TLS records (MHD's own answer goes
+ * out there, HTML and for a bad Content-Length doubled).
  *
  * Shutdown: MHD_queue_response returns MHD_YES without queueing once the
  * daemon is shutting down, and transmit_error_response then builds the
@@ -361,7 +363,7 @@ static void answer_mhd_error(rm_api_t *api, unsigned status, const char *html)
   ssize_t sent;
   int n;
 
-  if (!(RM__HTTP_FLAGS & MHD_USE_THREAD_PER_CONNECTION) || tls_conn.fd < 0 ||
+  if (!(RM__HTTP_FLAGS & MHD_USE_THREAD_PER_CONNECTION) || api->tls || tls_conn.fd < 0 ||
       tls_conn.req == NULL || tls_conn.answered ||
       __atomic_load_n(&api->http_closing, __ATOMIC_ACQUIRE))
     return;
@@ -602,16 +604,30 @@ exit:
 int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t errlen)
 {
   int fd = open_listener(api, listen_addr, err, errlen);
+  int tls = api->tls_cert_pem && api->tls_key_pem;
+  struct MHD_OptionItem tls_opts[] = {
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key_pem},
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, api->tls_cert_pem},
+      {MHD_OPTION_END, 0, NULL}};
+  struct MHD_OptionItem no_opts[] = {{MHD_OPTION_END, 0, NULL}};
   if (fd < 0) return -1;
+  if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+    snprintf(err, errlen, "--http-tls-cert: this libmicrohttpd has no TLS support");
+    close(fd);
+    return -1;
+  }
+  api->tls = tls;
   api->daemon = MHD_start_daemon(
-      RM__HTTP_FLAGS, 0, NULL, NULL, on_request, api, MHD_OPTION_LISTEN_SOCKET, fd,
+      RM__HTTP_FLAGS | (tls ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, api,
+      MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_ARRAY, tls ? tls_opts : no_opts,
       MHD_OPTION_URI_LOG_CALLBACK, on_uri, api, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, api, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)120, MHD_OPTION_CONNECTION_LIMIT,
       api->max_connections ? api->max_connections : 1000u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       (size_t)RM__HTTP_POOL, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, MHD_OPTION_END);
   if (api->daemon == NULL) {
-    snprintf(err, errlen, "cannot start the HTTP server on %s", api->address);
+    snprintf(err, errlen, "cannot start the HTTP%s server on %s%s", tls ? "S" : "", api->address,
+             tls ? " (is the certificate/key pair valid PEM?)" : "");
     close(fd);
     return -1;
   }

@@ -7,6 +7,7 @@
  * Stop: close the hub (ends SSE streams) -> stop the HTTP daemon (joins
  * connection threads) -> stop the ticker -> unsubscribe -> free the hub.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,32 @@ static void on_event(void *ctx, const rm_event_t *ev)
   json_decref(j);
   if (text == NULL) return;
   if (ev->job_id) snprintf(job, sizeof job, "%llu", (unsigned long long)ev->job_id);
-  rm__sse_publish(api->hub, job, "event", text);
+  rm__sse_publish_seq(api->hub, job, "event", text, ev->seq); /* id = seq x 10^6 (sse.h) */
   __atomic_fetch_add(&api->sse_events_published, 1, __ATOMIC_RELAXED);
   free(text);
+}
+
+/* A PEM file's contents (NUL-terminated heap copy, at most 1 MiB); NULL and
+ * a sentence in err when it cannot be read. */
+static char *read_pem(const char *flag, const char *path, char *err, size_t errlen)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  size_t n = 0;
+  if (f) {
+    buf = rm__xmalloc((1 << 20) + 1);
+    n = fread(buf, 1, 1 << 20, f);
+    buf[n] = '\0';
+    if (ferror(f) || !feof(f) || n == 0 || !strstr(buf, "-----BEGIN ")) {
+      free(buf);
+      buf = NULL;
+    }
+    fclose(f);
+  }
+  if (!buf)
+    snprintf(err, errlen, "%s %s: cannot read a PEM file (at most 1 MiB)%s%s", flag, path,
+             f ? "" : ": ", f ? "" : strerror(errno));
+  return buf;
 }
 
 rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t **out, char *err,
@@ -83,6 +107,13 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
   if (rm__auth_resolve(o->token, o->token_file, api->token, sizeof api->token, &generated, err,
                        errlen) != 0)
     goto fail;
+  if (!o->tls_cert != !o->tls_key) {
+    snprintf(err, errlen, "HTTPS needs both --http-tls-cert and --http-tls-key");
+    goto fail;
+  }
+  if (o->tls_cert && (!(api->tls_cert_pem = read_pem("--http-tls-cert", o->tls_cert, err, errlen)) ||
+                      !(api->tls_key_pem = read_pem("--http-tls-key", o->tls_key, err, errlen))))
+    goto fail;
   rm__chartjs_load(api, o->chartjs_path);
   api->log_location = o->log_location;
   api->log_ctx = o->log_ctx;
@@ -105,8 +136,8 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
     RM_WARN("api: no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN);"
             " generated one for this run: %s",
             api->token);
-  RM_INFO("api: REST API and dashboard on http://%s/ (metrics /metrics, API /api/v1)",
-          api->address);
+  RM_INFO("api: REST API and dashboard on %s://%s/ (metrics /metrics, API /api/v1)",
+          api->tls ? "https" : "http", api->address);
   *out = api;
   return RM_OK;
 fail:
@@ -129,5 +160,8 @@ void rm_api_stop(rm_api_t *api)
   free(api->k8s_image);
   free(api->k8s_namespace);
   memset(api->token, 0, sizeof api->token);
+  if (api->tls_key_pem) memset(api->tls_key_pem, 0, strlen(api->tls_key_pem));
+  free(api->tls_key_pem);
+  free(api->tls_cert_pem);
   free(api);
 }

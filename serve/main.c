@@ -39,6 +39,7 @@ static void usage(FILE *f)
           "                        [--api-token T | --api-token-file F]\n"
           "                        [--log-dir DIR] [--worker PATH] [--advertise HOST:PORT]\n"
           "                        [--slurm-partition P] [--k8s-image IMAGE]\n"
+          "                        [--http-tls-cert PEM --http-tls-key PEM]\n"
           "  The API token guards every mutation: REST POST/DELETE (Authorization:\n"
           "  Bearer T) and gRPC Jobs.SubmitJob/CancelJob (metadata authorization:\n"
           "  Bearer T). Without --api-token, --api-token-file, RINGMASTER_API_TOKEN or\n"
@@ -55,6 +56,7 @@ static int serve(int argc, char **argv)
   const char *http = NULL, *api_token = NULL, *api_token_file = NULL;
   const char *log_dir = "ringmaster-logs", *worker = NULL, *advertise = NULL;
   const char *slurm_partition = NULL, *k8s_image = NULL;
+  const char *http_cert = NULL, *http_key = NULL;
   const char *admin_token = NULL;
   rm_coord_t *c = NULL;
   char err[512], token[RM_TOKEN_MAX + 1];
@@ -84,6 +86,8 @@ static int serve(int argc, char **argv)
     else if (OPT("--advertise")) advertise = v;
     else if (OPT("--slurm-partition")) slurm_partition = v;
     else if (OPT("--k8s-image")) k8s_image = v;
+    else if (OPT("--http-tls-cert")) http_cert = v;
+    else if (OPT("--http-tls-key")) http_key = v;
     else {
       fprintf(stderr, "ringmaster serve: unknown or incomplete option '%s'\n", a);
       usage(stderr);
@@ -144,6 +148,8 @@ static int serve(int argc, char **argv)
     rm_api_options_init(&ao);
     ao.listen = http;
     ao.token = token; /* resolved above: REST and gRPC share it */
+    ao.tls_cert = http_cert;
+    ao.tls_key = http_key;
 #ifdef RM_HAVE_LAUNCH
     /* the launchers' log files and k8s renderer, for the REST API */
     ao.log_location = rm_launch_coord_log_location; /* .../workers/{index}/log */
@@ -160,6 +166,8 @@ static int serve(int argc, char **argv)
     printf("ringmaster: http listening on %s\n", rm_api_address(api));
   }
 #else
+  (void)http_cert;
+  (void)http_key;
   if (http) fprintf(stderr, "ringmaster: --http %s: the REST API is not part of this build\n", http);
 #endif
   if (generated)
