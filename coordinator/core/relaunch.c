@@ -22,13 +22,14 @@
  * post-commit queue (commit.c), which calls the job's launcher relaunch()
  * after COMMIT:
  *
- *   launcher has relaunch   -> event "relaunch" (one more worker process,
- *                              next launch index; it joins, loads the last
+ *   launcher has relaunch   -> event "relaunch" (one more worker process
+ *   (local, slurm)             (slurm: a one-task sbatch), next launch
+ *                              index; it joins, loads the last
  *                              complete checkpoint, gets live parameters
  *                              from a survivor: train_workload.c)
  *   relaunch() fails        -> event "relaunch_failed" with its message
- *   launcher cannot (slurm, -> event "relaunch_unsupported": start one by
- *   k8s) or none               hand or keep standbys
+ *   launcher cannot (k8s)   -> event "relaunch_unsupported": start one by
+ *   or none                    hand or keep standbys
  *
  * In the last two cases the group completes only if someone starts a
  * worker; otherwise the re-formation deadline fails the job (job.c). Each

@@ -23,7 +23,8 @@
  * failed) before the coordinator saw the job end does it call
  * job_fail(coord, id, reason) so the job fails with the launcher's reason.
  * relaunch (on_failure replace): local starts one more worker process with
- * the next launch index; slurm and k8s answer RM_ERR_UNSUPPORTED. stop (job became terminal): a job that
+ * the next launch index; slurm sbatches a one-task job with it
+ * (replace.sbatch); k8s answers RM_ERR_UNSUPPORTED. stop (job became terminal): a job that
  * succeeded gets grace_ms to exit by itself, any other is cancelled at once
  * (local: SIGTERM then SIGKILL after grace_ms; slurm: scancel).
  *

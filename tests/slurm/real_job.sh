@@ -15,6 +15,10 @@
 #      examples/c/session_allreduce, which joins through the session API and verifies
 #      every all-reduce -> succeeded at step 50, each task logs its program's exit 0
 #      (run when EXAMPLE, the 5th argument, is given)
+#   6. on_failure replace with launcher "slurm": one worker of a 3-worker train job is
+#      SIGKILLed; the coordinator asks the launcher for a replacement, which sbatches a
+#      one-task job (replace.sbatch, launch index 3, log worker-3.log) -> succeeded at
+#      generation 2
 # Every wait has a deadline; the coordinators are stopped by PID. The rig's daemons are
 # stopped by run_rig_test.sh (slurm_rig.sh stop: after the step sockets are gone, slurmd,
 # slurmctld, munged, by PID).
@@ -151,6 +155,29 @@ case "$res" in
   failed*"nvalid partition"*) ;;
   *) echo "FAIL: wanted failed with sbatch's message"; exit 1 ;;
 esac
+stop_coord
+
+echo "-- on_failure replace under the slurm launcher: a SIGKILLed worker is relaunched"
+start_coord replace
+out="$(printf '{"name":"slurm-replace","world_size":3,"launcher":"slurm","workload":"train","steps":400,"workload_options":"batch=64,verify=25,sim_compute_ms=20","on_failure":"replace","max_restarts":1,"checkpoint_every":20,"heartbeat_timeout_ms":3000}' | cli submit -)"
+id="$(echo "$out" | field id)"
+logs="$work/replace/ringmaster-logs/job-$id"
+for _ in $(seq 600); do
+  [ "$(cli job "$id" | field state)" = running ] && [ "$(cli job "$id" | field step)" -ge 30 ] && break
+  sleep 0.2
+done
+vpid="$(sed -n 's/^ringmaster-worker: pid //p' "$logs/worker-1.log" | head -n 1)"
+[ -n "$vpid" ] || { echo "FAIL: no pid in worker-1.log"; cat "$logs/"worker-*.log; exit 1; }
+kill -KILL "$vpid"
+res="$(wait_state "$id")"
+echo "job $id: $res (generation $(cli job "$id" | field generation))"
+[ "${res%% *}" = succeeded ] || { echo "FAIL: slurm replace job"; cat "$work/replace/serve.err"
+                                   tail -n 5 "$logs/"*.log; exit 1; }
+[ "$(cli job "$id" | field generation)" = 2 ] || { echo "FAIL: not re-formed once"; exit 1; }
+[ -s "$logs/replace.sbatch" ] && [ -s "$logs/worker-3.log" ] ||
+  { echo "FAIL: no replacement worker-3.log"; ls "$logs"; exit 1; }
+grep -q "loaded the checkpoint\|generation 2: rank" "$logs/worker-3.log" ||
+  { echo "FAIL: the replacement did not join generation 2"; tail "$logs/worker-3.log"; exit 1; }
 stop_coord
 
 if [ -n "$example_bin" ]; then

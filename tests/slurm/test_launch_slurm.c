@@ -86,7 +86,7 @@ static void case_script(void)
   CHECK(strstr(t, "\n#SBATCH --exclusive\n") != NULL);
   snprintf(want, sizeof want, "\n#SBATCH --output=%s/slurm-%%j.out\n", s.log_dir);
   CHECK(strstr(t, want) != NULL);
-  CHECK(strstr(t, "exec srun --kill-on-bad-exit=1") != NULL);
+  CHECK(strstr(t, "exec srun --kill-on-bad-exit=0") != NULL);
   snprintf(path, sizeof path, "%s/rendered.sbatch", g_dir);
   lt_write(path, t, 0600);
   free(t);
@@ -146,9 +146,37 @@ static void case_fake_cluster(void)
   CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_PENDING);
   fake_state("squeue", "RUNNING\n");
   CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_RUNNING);
+  /* on_failure replace: one more worker, a one-task Slurm job with launch
+   * index world + 0 = 2; its script runs one srun task logging worker-2.log */
+  int index = -1;
+  CHECK(rm__launch_add(l, &index, err, sizeof err) == RM_OK && index == 2);
+  snprintf(path, sizeof path, "%s/sbatch.args", g_fake);
+  CHECK(lt_file_has(path, "--export=ALL,RINGMASTER_LAUNCH_INDEX=2,RINGMASTER_LAUNCH_WORLD=2"));
+  CHECK(lt_file_has(path, "/replace.sbatch"));
+  {
+    char cmd[1400], want[700];
+    snprintf(cmd, sizeof cmd, "RINGMASTER_LAUNCH_INDEX=2 RINGMASTER_LAUNCH_WORLD=2 bash "
+             "'%s/replace.sbatch'", s.log_dir);
+    char *t = sh(cmd);
+    snprintf(want, sizeof want, "<--ntasks=1>\n<--output=%s/worker-2.log>\n", s.log_dir);
+    CHECK(t != NULL && strstr(t, want) != NULL);
+    if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);
+    free(t);
+  }
+  /* final only when the replacement is too */
+  fake_state("squeue", "COMPLETED\n");
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_SUCCEEDED);
+  fake_state("squeue", "RUNNING\n");
+  CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK); /* all final: nothing to cancel */
+  rm__launch_destroy(l);
+  l = NULL;
+  CHECK(rm__launch_start(&rm__launcher_slurm, &s, &l, err, sizeof err) == RM_OK);
+  if (l == NULL) return;
+  CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_RUNNING);
+  CHECK(rm__launch_add(l, &index, err, sizeof err) == RM_OK && index == 2);
   CHECK(rm__launch_cancel(l, err, sizeof err) == RM_OK);
   snprintf(path, sizeof path, "%s/scancel.args", g_fake);
-  CHECK(lt_file_has(path, "4242"));
+  CHECK(lt_file_has(path, "4242 4242")); /* the batch job and its replacement */
   CHECK(poll_now(l, err, sizeof err) == RM_LAUNCH_CANCELLING);
   fake_state("squeue", "");
   fake_state("sacct", "CANCELLED by 0\n");
@@ -182,7 +210,8 @@ static void install_fakes(void)
       {"srun", "#!/bin/sh\nprintf '<%s>\\n' \"$@\"\n"},
       {"sbatch", "#!/bin/sh\nif [ \"$(cat \"$RM_FAKE_DIR/sbatch.state\")\" = fail ]; then\n"
                  "  echo 'sbatch: error: Batch job submission failed: Invalid partition "
-                 "name specified' >&2; exit 1; fi\necho '4242;cluster'\n"},
+                 "name specified' >&2; exit 1; fi\necho \"$@\" > \"$RM_FAKE_DIR/sbatch.args\"\n"
+                 "echo '4242;cluster'\n"},
       {"squeue", "#!/bin/sh\ncat \"$RM_FAKE_DIR/squeue.state\" 2>/dev/null\n"},
       {"sacct", "#!/bin/sh\ncat \"$RM_FAKE_DIR/sacct.state\" 2>/dev/null\n"},
       {"scancel", "#!/bin/sh\necho \"$@\" > \"$RM_FAKE_DIR/scancel.args\"\n"},
