@@ -28,8 +28,11 @@
  *                              complete checkpoint, gets live parameters
  *                              from a survivor: train_workload.c)
  *   relaunch() fails        -> event "relaunch_failed" with its message
- *   launcher cannot (k8s)   -> event "relaunch_unsupported": start one by
- *   or none                    hand or keep standbys
+ *   k8s                     -> event "relaunch": Kubernetes does it (the
+ *                              Indexed Job's backoffLimit = max_restarts
+ *                              makes a new pod for the lost index: k8s.c)
+ *   launcher none           -> event "relaunch_unsupported": start one by
+ *                              hand or keep standbys
  *
  * In the last two cases the group completes only if someone starts a
  * worker; otherwise the re-formation deadline fails the job (job.c). Each
@@ -54,7 +57,11 @@ void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
   rm__lock(c);
   rm__job_t *j = rm__job_find(c, id);
   if (j && !rm_job_state_terminal(j->info.state)) {
-    if (!err)
+    if (!err && !strcmp(launcher, "k8s"))
+      rm__event(c, j, "relaunch", -1, "Kubernetes starts the replacement: the "
+                "Indexed Job (backoffLimit %d) makes a new pod for the lost index",
+                j->info.spec.max_restarts);
+    else if (!err)
       rm__event(c, j, "relaunch", -1, "launcher %s starts a replacement worker",
                 launcher);
     else

@@ -129,6 +129,7 @@ void rm_launch_coord_spec(const rm_launch_coord_t *b, const rm_job_info_t *job,
   s->slurm_time_limit_min = b->o.slurm_time_limit_min;
   s->k8s_image = b->image;
   s->k8s_namespace = b->ns;
+  s->k8s_replacements = !strcmp(job->spec.on_failure, "replace") ? job->spec.max_restarts : 0;
 }
 
 void rm_launch_coord_log_path(const rm_launch_coord_t *b, uint64_t job_id, int index,
@@ -197,6 +198,15 @@ static rm_status_t bridge_relaunch(void *ctx, const rm_job_info_t *job,
   reg_ctx_t *r = ctx;
   rm_launch_coord_t *b = r->b;
   (void)coord_addr;
+  if (r->ops == &rm__launcher_k8s) {
+    /* Kubernetes replaces the pod itself: the Indexed Job's backoffLimit is
+     * the job's max_restarts (k8s.c), and a new pod of the lost index joins
+     * as the replacement. Nothing to start here. */
+    if (strcmp(job->spec.on_failure, "replace") || job->spec.max_restarts <= 0)
+      return rm__launch_err(err, errlen, RM_ERR_UNSUPPORTED, "the Indexed Job of a job "
+                            "without on_failure replace replaces no pod");
+    return RM_OK;
+  }
   if (!rm__launch_can_add(r->ops))
     return rm__launch_err(err, errlen, RM_ERR_UNSUPPORTED, "launcher %s cannot "
                           "start one more worker (not supported)", r->ops->name);

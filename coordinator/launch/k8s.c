@@ -10,7 +10,12 @@
  *                             addresses so peers resolve before readiness
  *   Job     rm-<id>-workers   label ringmaster.io/world-size: "<world>",
  *                             completionMode: Indexed, completions ==
- *                             parallelism == world, backoffLimit 0,
+ *                             parallelism == world, backoffLimit = the
+ *                             pods it may replace (on_failure replace:
+ *                             max_restarts; else 0), restartPolicy Never:
+ *                             a failed pod is replaced by a NEW pod of the
+ *                             same completion index, which joins afresh as
+ *                             the job's replacement worker,
  *                             template.spec.subdomain == the Service's name,
  *                             pod labels == the Service's selector;
  *                             JOB_COMPLETION_INDEX (also set by Kubernetes
@@ -116,12 +121,13 @@ static void render_job(FILE *f, const rm_launch_spec_t *spec, const char *label)
   meta(f, name, spec, label);
   fprintf(f, "    ringmaster.io/world-size: \"%d\"\n", spec->world);
   fprintf(f, "spec:\n  completionMode: Indexed\n  completions: %d\n  parallelism: %d\n"
-             "  backoffLimit: 0\n  template:\n    metadata:\n      labels:\n"
+             "  backoffLimit: %d\n  template:\n    metadata:\n      labels:\n"
              "        app.kubernetes.io/name: ringmaster-worker\n"
              "        ringmaster.io/job: \"%s\"\n    spec:\n      subdomain: %s\n"
              "      restartPolicy: Never\n      containers:\n        - name: worker\n"
              "          image: ",
-          spec->world, spec->world, label, name);
+          spec->world, spec->world, spec->k8s_replacements > 0 ? spec->k8s_replacements : 0,
+          label, name);
   yq(f, spec->k8s_image != NULL && *spec->k8s_image ? spec->k8s_image : K8S_DEFAULT_IMAGE);
   fputs("\n          command: [\"ringmaster-worker\"]\n", f);
   container_args(f, spec);

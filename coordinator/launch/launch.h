@@ -97,6 +97,9 @@ typedef struct {
   /* k8s */
   const char *k8s_image;         /* optional (default "ringmaster:latest") */
   const char *k8s_namespace;     /* optional (default: none, kubectl's) */
+  int k8s_replacements;          /* pods the Indexed Job may replace (its
+                                    backoffLimit): max_restarts of an
+                                    on_failure replace job, else 0 */
 } rm_launch_spec_t;
 
 /* Per-worker view for the API and dashboard (local only; others return

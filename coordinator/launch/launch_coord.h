@@ -24,7 +24,9 @@
  * job_fail(coord, id, reason) so the job fails with the launcher's reason.
  * relaunch (on_failure replace): local starts one more worker process with
  * the next launch index; slurm sbatches a one-task job with it
- * (replace.sbatch); k8s answers RM_ERR_UNSUPPORTED. stop (job became terminal): a job that
+ * (replace.sbatch); k8s answers RM_OK and starts nothing: the Indexed Job
+ * it rendered has backoffLimit = max_restarts, so Kubernetes makes a new pod
+ * for the lost index. stop (job became terminal): a job that
  * succeeded gets grace_ms to exit by itself, any other is cancelled at once
  * (local: SIGTERM then SIGKILL after grace_ms; slurm: scancel).
  *

@@ -26,6 +26,11 @@ int main(int argc, char **argv)
   job.id = strtoull(argv[1], NULL, 10);
   job.spec.world_size = atoi(argv[2]);
   snprintf(job.spec.workload, sizeof job.spec.workload, "train");
+  const char *replace = getenv("RENDER_REPLACE"); /* on_failure replace, max_restarts N */
+  if (replace && *replace) {
+    snprintf(job.spec.on_failure, sizeof job.spec.on_failure, "replace");
+    job.spec.max_restarts = atoi(replace);
+  }
   const char *cmd = getenv("RENDER_COMMAND");
   if (cmd && *cmd) {
     char buf[1024], *save = NULL;

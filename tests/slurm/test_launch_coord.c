@@ -23,7 +23,7 @@ static char g_failed_reason[256];
 static int g_fail_calls;
 static const char *g_registered[8];
 static int g_nreg;
-static rm_coord_launcher_t g_local;
+static rm_coord_launcher_t g_local, g_k8s;
 
 static rm_status_t fake_fail(rm_coord_t *c, uint64_t id, const char *reason)
 {
@@ -39,6 +39,7 @@ static rm_status_t fake_register(rm_coord_t *c, const rm_coord_launcher_t *l)
 {
   g_registered[g_nreg++] = l->name;
   if (strcmp(l->name, "local") == 0) g_local = *l;
+  if (strcmp(l->name, "k8s") == 0) g_k8s = *l;
   return RM_OK;
 }
 
@@ -133,6 +134,21 @@ int main(void)
   CHECK(strstr(text, "completions: 4\n") && strstr(text, "subdomain: rm-14-workers\n") &&
            strstr(text, "namespace: \"ml\"") && strstr(text, "image: \"img:1\""));
   free(text);
+  /* on_failure replace under k8s: the Indexed Job replaces the pod itself
+   * (backoffLimit = max_restarts), so relaunch is accepted and starts nothing;
+   * without replace it is refused. */
+  job_init(&j, 16, 3, "train");
+  snprintf(j.spec.on_failure, sizeof j.spec.on_failure, "replace");
+  j.spec.max_restarts = 2;
+  f = open_memstream(&text, &len);
+  CHECK(rm_launch_k8s_manifest(&j, "ringmaster:7070", NULL, NULL, f, err, sizeof err) == RM_OK);
+  fclose(f);
+  CHECK(strstr(text, "\n  backoffLimit: 2\n") != NULL);
+  free(text);
+  CHECK(g_k8s.relaunch && g_k8s.relaunch(g_k8s.ctx, &j, "127.0.0.1:7070", err, sizeof err) ==
+                              RM_OK);
+  snprintf(j.spec.on_failure, sizeof j.spec.on_failure, "fail");
+  CHECK(g_k8s.relaunch(g_k8s.ctx, &j, "127.0.0.1:7070", err, sizeof err) == RM_ERR_UNSUPPORTED);
   /* After shutdown (before the coordinator closes) start refuses, stop is a no-op. */
   rm_launch_coord_shutdown(b, 1);
   job_init(&j, 15, 1, "ok");
