@@ -110,15 +110,20 @@ def worker_trial(env, n, kind, rng):
     ws = rc.start(env, job, WORLD, first=first)
     standby = rc.start(env, job, 1, first=first + WORLD)[0] if kind == "replace" else None
     wait_step(env, job, rng.randint(5, 250))
-    victim = rng.randrange(WORLD)
+    procs = ws + ([standby] if standby else [])
+    # the victim is a member of generation 1 (its log says so): with a
+    # standby, whichever process joined last waits, not necessarily the 5th
+    members = [i for i in range(len(procs)) if "generation 1: rank" in
+               env.worker_log(first + i)]
+    victim = rng.choice(members)
     t_kill = time.time() * 1000
-    ws[victim].send_signal(signal.SIGSTOP if kind == "sigstop" else signal.SIGKILL)
+    procs[victim].send_signal(signal.SIGSTOP if kind == "sigstop" else signal.SIGKILL)
     j = end(env, job)
     if kind == "sigstop":
-        ws[victim].send_signal(signal.SIGKILL)
-    others = [w for i, w in enumerate(ws) if i != victim] + ([standby] if standby else [])
+        procs[victim].send_signal(signal.SIGKILL)
+    others = [w for i, w in enumerate(procs) if i != victim]
     codes = exits(others)
-    ws[victim].wait(timeout=20)
+    procs[victim].wait(timeout=20)
     evs = env.events(job.id, job.token, timeout=1)
     r = {"hang": j is None, "recovered": False, "wrong": False,
          "detect": None, "recover": None}
@@ -134,7 +139,7 @@ def worker_trial(env, n, kind, rng):
         return r
     if j.state == env.m.JOB_STATE_SUCCEEDED and j.generation == 2:
         r["recovered"] = True
-        accs = [rc.accuracy(env, first + i) for i in range(WORLD) if i != victim]
+        accs = [rc.accuracy(env, first + i) for i in range(len(procs)) if i != victim]
         r["wrong"] = any(c != 0 for c in codes) or any(a is None or a < 0.85 for a in accs)
     return r
 
