@@ -283,7 +283,9 @@ static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
                                   const rm__frame_t *f)
 {
   rm_status_t st = (rm_status_t)f->seq;
-  int blamed = (int)f->tag - 1;
+  /* tag = blamed rank + 1, 0 = nobody; any other value from the wire
+   * (found by fuzz/fuzz_frame.c: 2^31 overflowed an int) blames nobody */
+  int blamed = f->tag >= 1 && f->tag <= (uint64_t)c->world ? (int)(f->tag - 1) : -1;
   if (st == RM_ERR_RECONFIGURED || st == RM_ERR_JOB_ENDED)
     /* a session peer learned first that the coordinator moved on (the
      * generation changed or the job ended): nobody is to blame */
