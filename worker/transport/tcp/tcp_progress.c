@@ -96,8 +96,9 @@ static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
 /* A WAIT frame from k: remember whom k says it is blocked on. */
 static void note_wait(rm_comm_t *c, rm__tcp_conn_t *k, const rm__frame_t *f)
 {
-  int on = (int)f->tag - 1;
-  if (f->tag == 0 || f->tag > (uint64_t)c->world || on == k->peer) on = -1;
+  /* checked as the wire's u64 before it becomes an int (fuzz/fuzz_frame.c) */
+  int on = f->tag >= 1 && f->tag <= (uint64_t)c->world ? (int)(f->tag - 1) : -1;
+  if (on == k->peer) on = -1;
   k->waits_on = on;
   k->waits_seq = f->seq;
   k->waits_ns = rm__now_ns();
