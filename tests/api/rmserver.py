@@ -12,6 +12,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -90,3 +91,27 @@ class Server:
         self.log.close()
         self.tmp.cleanup()
         return self.proc.returncode
+
+
+# ---- shared by the HTTP tests ----
+FAILS = []  # every failed check(); a test exits 1 when it is not empty
+
+
+def check(cond, what):
+    """Record (and print) a failed check; the test goes on."""
+    if not cond:
+        FAILS.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def run_cli(binary, url, *args, token=None, timeout=60):
+    """Run the CLI against url with only the given token in its environment:
+    (exit code, stdout, stderr)."""
+    env = dict(os.environ)
+    env.pop("RINGMASTER_API_TOKEN", None)
+    env["RINGMASTER_SERVER"] = url
+    if token:
+        env["RINGMASTER_API_TOKEN"] = token
+    p = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr

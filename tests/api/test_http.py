@@ -21,15 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server  # noqa: E402
+from rmserver import Server, FAILS, check, run_cli  # noqa: E402
 
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 def error_of(body):
@@ -341,14 +334,6 @@ def test_openapi(srv, job):
         check(p in doc["paths"], f"{p} documented")
 
 
-def run_cli(binary, srv_url, *args, token=None):
-    env = dict(os.environ)
-    env.pop("RINGMASTER_API_TOKEN", None)
-    env["RINGMASTER_SERVER"] = srv_url
-    if token:
-        env["RINGMASTER_API_TOKEN"] = token
-    p = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=30)
-    return p.returncode, p.stdout, p.stderr
 
 
 def test_cli(srv, binary):

@@ -24,17 +24,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server  # noqa: E402
+from rmserver import Server, FAILS, check  # noqa: E402
 from test_http import Sse  # noqa: E402
 
 SCALE = 1000000
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, file=sys.stderr)
 
 
 class Serve:

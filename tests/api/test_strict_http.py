@@ -27,16 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server  # noqa: E402
-
-FAILS = []
-
-
-def check(cond, what):
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, file=sys.stderr)
-    return cond
+from rmserver import Server, FAILS, check  # noqa: E402
 
 
 def exchange(srv, data, deadline_s=20):
