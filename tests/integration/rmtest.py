@@ -174,6 +174,19 @@ class Env:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def http_addr(p):
+    """The REST address a coordinator started with --http prints after its
+    gRPC line (start_coordinator read up to that one)."""
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if b"http listening on" in line:
+            return line.decode().split()[-1]
+        if not line:
+            break
+    raise AssertionError("the coordinator printed no http line")
+
+
 def wait_exit(p, timeout):
     try:
         return p.wait(timeout=timeout)

@@ -14,17 +14,6 @@ import urllib.request
 import rmtest
 
 
-def http_addr(p):
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if b"http listening on" in line:
-            return line.decode().split()[-1]
-        if not line:
-            break
-    raise AssertionError("no http line")
-
-
 def steps(http, job_id):
     with urllib.request.urlopen("http://%s/api/v1/jobs/%d/steps?limit=100000" % (http, job_id),
                                 timeout=10) as r:
@@ -37,7 +26,7 @@ DROP = re.compile(r"dropping (\d+) undelivered step reports? of generation (\d+)
 
 def test(env):
     p = env.start_coordinator(extra=["--http", "127.0.0.1:0"])
-    http = http_addr(p)
+    http = rmtest.http_addr(p)
     job = env.submit(name="report-buffer", world_size=2, steps=100000, heartbeat_timeout_ms=3000,
                      workload="synthetic", workload_options="bytes=65536,compute_ms=10")
     ws = [env.start_worker(job, i) for i in range(2)]
@@ -47,7 +36,7 @@ def test(env):
     env.kill_coordinator()
     time.sleep(1.0)  # the workers train on (the data plane does not need the coordinator)
     p = env.start_coordinator(addr, extra=["--http", "127.0.0.1:0"])
-    http = http_addr(p)
+    http = rmtest.http_addr(p)
     j = env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.generation == 2
                      and j.step > before + 20, 60)
     time.sleep(0.5)

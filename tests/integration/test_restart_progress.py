@@ -9,17 +9,6 @@ import urllib.request
 import rmtest
 
 
-def http_addr(p):
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if b"http listening on" in line:
-            return line.decode().split()[-1]
-        if not line:
-            break
-    raise AssertionError("no http line")
-
-
 def steps(http, job_id):
     with urllib.request.urlopen("http://%s/api/v1/jobs/%d/steps" % (http, job_id),
                                 timeout=10) as r:
@@ -28,7 +17,7 @@ def steps(http, job_id):
 
 def test(env):
     p = env.start_coordinator(extra=["--http", "127.0.0.1:0"])
-    http = http_addr(p)
+    http = rmtest.http_addr(p)
     job = env.submit(name="progress", world_size=2, steps=100000, heartbeat_timeout_ms=2000,
                      workload="synthetic", workload_options="bytes=65536,compute_ms=10")
     ws = [env.start_worker(job, i) for i in range(2)]
@@ -40,7 +29,7 @@ def test(env):
     env.kill_coordinator()
     time.sleep(0.3)
     p = env.start_coordinator(addr, extra=["--http", "127.0.0.1:0"])
-    http = http_addr(p)
+    http = rmtest.http_addr(p)
     seen = []
     deadline = time.time() + 60
     while time.time() < deadline:
