@@ -72,7 +72,7 @@ def main():
         assert len(set(sums)) == 1, sums
         # a replaced worker: the same bits
         rs = dict(spec, on_failure="replace", max_restarts=1, checkpoint_every=10,
-                  workload_options=spec["workload_options"] + ",sim_compute_ms=5")
+                  workload_options=spec["workload_options"] + ",sim_compute_ms=20")
         j = srv.submit(name="det-replace", **rs)
         wait(srv, j["id"], lambda x: x["state"] == "running" and x["step"] >= 40)
         os.kill(worker_pid(srv, logs, j["id"], 1), signal.SIGKILL)
