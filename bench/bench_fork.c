@@ -43,3 +43,21 @@ int rm_bench_run_forked(int world, rm_bench_rank_fn fn, const void *arg)
   for (int r = 0; r < world; r++) rm_endpoint_close(ep[r]);
   return bad ? 1 : 0;
 }
+
+rm_status_t rm_bench_comm(int rank, int world, const char **peers, rm_endpoint_t *ep,
+                          int timeout_ms, rm_comm_t **out)
+{
+  rm_comm_config_t cfg;
+  rm_comm_config_init(&cfg);
+  cfg.job_id = 1;
+  cfg.generation = 1;
+  cfg.rank = rank;
+  cfg.world = world;
+  cfg.peers = peers;
+  cfg.endpoint = ep;
+  if (timeout_ms > 0 && cfg.timeout_ms < timeout_ms) cfg.timeout_ms = timeout_ms;
+  if (cfg.connect_timeout_ms == 0) cfg.connect_timeout_ms = 60000;
+  rm_status_t st = rm_comm_init(&cfg, out);
+  if (st != RM_OK) fprintf(stderr, "rank %d: rm_comm_init: %s\n", rank, rm_status_name(st));
+  return st;
+}

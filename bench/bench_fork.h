@@ -17,4 +17,9 @@ typedef int (*rm_bench_rank_fn)(int rank, int world, const char **peers,
  * exited 0. */
 int rm_bench_run_forked(int world, rm_bench_rank_fn fn, const void *arg);
 
+/* The rank's communicator over ep (job 1, generation 1; connect deadline
+ * 60 s, data deadline at least timeout_ms when > 0); prints why it failed. */
+rm_status_t rm_bench_comm(int rank, int world, const char **peers, rm_endpoint_t *ep,
+                          int timeout_ms, rm_comm_t **out);
+
 #endif

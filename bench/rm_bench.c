@@ -162,21 +162,8 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep,
                    const void *arg)
 {
   const opts_t *o = arg;
-  rm_comm_config_t cfg;
   rm_comm_t *c;
-  rm_comm_config_init(&cfg);
-  cfg.job_id = 1;
-  cfg.generation = 1;
-  cfg.rank = rank;
-  cfg.world = world;
-  cfg.peers = peers;
-  cfg.endpoint = ep;
-  if (cfg.connect_timeout_ms == 0) cfg.connect_timeout_ms = 60000;
-  rm_status_t st = rm_comm_init(&cfg, &c);
-  if (st != RM_OK) {
-    fprintf(stderr, "rank %d: rm_comm_init: %s\n", rank, rm_status_name(st));
-    return 1;
-  }
+  if (rm_bench_comm(rank, world, peers, ep, 0, &c) != RM_OK) return 1;
   int rc = bench_rank(c, o);
   rm_comm_destroy(c);
   return rc;

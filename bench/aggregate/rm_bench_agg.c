@@ -143,18 +143,8 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep,
                    const void *arg)
 {
   const opts_t *o = arg;
-  rm_comm_config_t cfg;
   rm_comm_t *c;
-  rm_comm_config_init(&cfg);
-  cfg.job_id = 1;
-  cfg.generation = 1;
-  cfg.rank = rank;
-  cfg.world = world;
-  cfg.peers = peers;
-  cfg.endpoint = ep;
-  if (cfg.timeout_ms < 120000) cfg.timeout_ms = 120000;
-  cfg.connect_timeout_ms = 60000;
-  if (rm_comm_init(&cfg, &c) != RM_OK) return 1;
+  if (rm_bench_comm(rank, world, peers, ep, 120000, &c) != RM_OK) return 1;
   int rc = bench_rank(c, o);
   if (rc) fprintf(stderr, "rank %d: %s\n", rank, rm_comm_last_error(c));
   rm_comm_destroy(c);
