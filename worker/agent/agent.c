@@ -118,6 +118,7 @@ static rm_status_t run_once(rm_session_t *s, workload_t *w, char *why,
   env.straggler_policy = pol;
   env.step_quorum = (int)rm_session_spec_uint(s, "step_quorum");
   env.coded_s = (int)rm_session_spec_uint(s, "coded_s");
+  env.max_staleness = (int)rm_session_spec_uint(s, "max_staleness");
   env.gate = strcmp(pol, "none") ? gate : NULL;
   env.aggregation = rm_session_spec_string(s, "aggregation");
   env.agg_f = (int)rm_session_spec_uint(s, "aggregation_f");
@@ -143,7 +144,7 @@ static int run_builtin(const rm_agent_opts_t *o)
   rm_session_config_t cfg;
   rm_session_t *s = NULL;
   workload_t w = {0};
-  char err[700], summary[512], why[256];
+  char err[700], summary[1024], why[256];
   int rc = 1;
   rm__agent_session_config(o, &cfg);
   rm_status_t st = rm_session_join(&cfg, &s, err, sizeof err);
@@ -163,6 +164,8 @@ static int run_builtin(const rm_agent_opts_t *o)
     if (st == RM_OK && rm_session_step(s) >= w.max_steps) {
       summary[0] = 0;
       if (w.wl->summary) w.wl->summary(w.state, summary, sizeof summary);
+      if (summary[0]) printf("ringmaster-worker: result %s\n", summary);
+      fflush(stdout);
       st = rm_session_leave(s, 1, NULL, summary[0] ? summary : NULL);
       if (st == RM_OK) { rc = 0; break; }
       if (st != RM_ERR_RECONFIGURED) { rc = 1; break; }

@@ -8,8 +8,15 @@
  *
  * Verification (nccl-tests style, exact): rank r at step s fills element i
  * with (r + 1) * v(i, s), v = 1 + (i + s) % 7, small integers that every
- * dtype represents exactly; the SUM over world ranks is
- * world * (world + 1) / 2 * v(i, s), also exact, so any wrong byte shows.
+ * dtype represents exactly; the SUM over the contributing ranks C is
+ * sum_{r in C} (r + 1) * v(i, s), also exact, so any wrong byte shows.
+ *
+ * Straggler policies (issue 17, session/step_policy.h): none sums every
+ * rank (C = all, with the chosen algo); backup, deadline and auto take the
+ * member mask of the step from the coordinator and sum exactly those ranks
+ * (C = the mask; the others add zeros and still receive the sum). coded and
+ * stale are refused at submit: this workload has no batch to partition and
+ * no compute to finish late.
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +26,8 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_opts.h"
+#include "aggregate/aggregate.h"
+#include "session/step_policy.h"
 #include "workload.h"
 
 typedef struct {
@@ -27,6 +36,7 @@ typedef struct {
   rm_algo_t algo;
   int verify;
   void *buf;
+  rm__sp_t sp;
 } ar_state_t;
 
 static rm_status_t parse_opt(ar_state_t *s, const char *key, const char *val,
@@ -107,9 +117,8 @@ static void fill(ar_state_t *s, int rank, uint64_t step)
   }
 }
 
-static size_t check(ar_state_t *s, int world, uint64_t step, double *got)
+static size_t check(ar_state_t *s, double k, uint64_t step, double *got)
 {
-  double k = (double)world * (world + 1) / 2;
   for (size_t i = 0; i < s->count; i++) {
     double v;
     switch (s->dtype) {
@@ -129,27 +138,47 @@ static size_t check(ar_state_t *s, int world, uint64_t step, double *got)
 static rm_status_t ar_run(void *state, rm_workload_env_t *env)
 {
   ar_state_t *s = state;
+  rm__sp_t *sp = &s->sp;
+  rm_status_t st = rm__sp_start(sp, env->straggler_policy, env->rank, env->world,
+                                0, env->max_staleness, env->gate, env->report_ctx);
+  if (st == RM_OK && (sp->kind == RM__SP_CODED || sp->kind == RM__SP_STALE)) {
+    snprintf(env->error, sizeof env->error, "straggler_policy %s is not "
+             "available for workload allreduce", rm__sp_kind_name(sp->kind));
+    st = RM_ERR_INVALID_ARG;
+  }
+  if (st != RM_OK) return st;
   for (uint64_t step = env->start_step + 1; step <= env->max_steps; step++) {
     rm_step_report_t r;
     rm_allreduce_info_t info;
-    double got = 0;
+    double got = 0, k = 0;
     memset(&r, 0, sizeof r);
+    sp->wait_ms = 0;
     int64_t t0 = rm__now_ns();
     fill(s, env->rank, step);
+    if (rm__sp_gated(sp) && (st = rm__sp_decide(sp, step - 1)) != RM_OK) return st;
     int64_t t1 = rm__now_ns();
-    rm_status_t st = rm_allreduce_ex(env->comm, s->buf, s->buf, s->count,
-                                     s->dtype, RM_SUM, s->algo, &info);
+    if (rm__sp_gated(sp))
+      st = rm__masked_allreduce(env->comm, s->buf, s->buf, s->count, s->dtype,
+                                RM_SUM, sp->members, 0, NULL);
+    else
+      st = rm_allreduce_ex(env->comm, s->buf, s->buf, s->count, s->dtype,
+                           RM_SUM, s->algo, &info);
     int64_t t2 = rm__now_ns();
     if (st != RM_OK) return st;
-    size_t bad = s->verify ? check(s, env->world, step, &got) : (size_t)-1;
+    int n = 0;
+    for (int q = 0; q < env->world; q++)
+      if (!rm__sp_gated(sp) || sp->members[q]) k += q + 1, n++;
+    rm__sp_count(sp, !rm__sp_gated(sp) || sp->members[env->rank], n);
+    size_t bad = s->verify ? check(s, k, step, &got) : (size_t)-1;
     if (bad != (size_t)-1) {
-      RM_ERROR("allreduce step %llu: element %zu is %g, expected %g",
-               (unsigned long long)step, bad, got,
-               (double)env->world * (env->world + 1) / 2 * value(bad, step));
+      RM_ERROR("allreduce step %llu: element %zu is %g, expected %g (the sum "
+               "over %d contributors)", (unsigned long long)step, bad, got,
+               k * value(bad, step), n);
       return RM_ERR_INTERNAL;
     }
     r.step = step;
-    r.compute_ms = (double)(t1 - t0) / 1e6;
+    r.wait_ms = sp->wait_ms;
+    r.compute_ms = (double)(t1 - t0) / 1e6 - r.wait_ms;
     r.comm_ms = (double)(t2 - t1) / 1e6;
     r.loss = r.accuracy = NAN;
     r.allreduce_bytes = s->count * rm_dtype_size(s->dtype);
@@ -161,8 +190,10 @@ static rm_status_t ar_run(void *state, rm_workload_env_t *env)
 static void ar_summary(void *state, char *buf, size_t len)
 {
   ar_state_t *s = state;
-  snprintf(buf, len, "{\"count\":%zu,\"dtype\":\"%s\",\"verified\":%s}", s->count,
-           rm_dtype_name(s->dtype), s->verify ? "true" : "false");
+  char strag[256];
+  rm__sp_summary(&s->sp, strag, sizeof strag);
+  snprintf(buf, len, "{\"count\":%zu,\"dtype\":\"%s\",\"verified\":%s,%s}", s->count,
+           rm_dtype_name(s->dtype), s->verify ? "true" : "false", strag);
 }
 
 static void ar_destroy(void *state)
@@ -170,6 +201,7 @@ static void ar_destroy(void *state)
   ar_state_t *s = state;
   if (!s) return;
   free(s->buf);
+  rm__sp_free(&s->sp);
   free(s);
 }
 

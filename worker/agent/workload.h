@@ -51,7 +51,10 @@ typedef struct rm_workload_env {
   uint64_t checkpoint_every;   /* write a checkpoint every K steps; 0 never */
   uint64_t checkpoint_step;    /* last checkpoint every member completed */
   const char *straggler_policy; /* "none" (or NULL), "backup", "deadline",
-                                   "coded" */
+                                   "coded", "stale", "auto" (issue 17: the
+                                   workload runs it through the session's
+                                   step engine, session/step_policy.h) */
+  int max_staleness;           /* stale: k */
   int step_quorum;             /* backup: gradients a step needs */
   int coded_s;                 /* coded: tolerated stragglers */
   rm_step_gate_fn gate;        /* with report_ctx; NULL under "none" */

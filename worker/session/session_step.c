@@ -12,7 +12,8 @@
  * Reports that fail for a transport reason are kept and delivered later, in
  * order (REPORT BUFFER, above rm_session_step_report).
  *
- * STRAGGLER GATE (backup, deadline; coordinator/core/step_gate.c). Step s is the
+ * STRAGGLER GATE (backup, deadline, auto; coordinator/core/step_gate.c;
+ * the worker side is the step engine, session/step_policy.c). Step s is the
  * 0-based global step being computed = the steps completed so far. A rank
  * whose gradient is ready calls StepGate(s, ready) and waits (long-poll; the
  * deadline policy polls every 1 ms) for the member mask of step s, the same
@@ -38,6 +39,7 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "session/session_int.h"
+#include "session/step_policy.h"
 
 static rm_status_t check(rm_session_t *s)
 {
@@ -276,20 +278,35 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
   return ret;
 }
 
-static int gated(const rm_session_t *s)
+static int gate_cb(void *ctx, uint64_t step, int ready, int wait_ms,
+                   uint8_t *members, int *dropped)
 {
-  const char *p = rm_session_spec_string(s, "straggler_policy");
-  return p && (!strcmp(p, "backup") || !strcmp(p, "deadline"));
+  return rm__session_gate(ctx, step, ready, wait_ms, members, dropped);
+}
+
+/* The step engine (step_policy.h) for this generation's policy; a policy a
+ * session program cannot run (coded, stale) is refused at submit, so it is
+ * an invalid argument here. */
+static rm_status_t engine(rm_session_t *s, rm__sp_t *sp)
+{
+  memset(sp, 0, sizeof *sp);
+  rm_status_t st = rm__sp_start(sp, rm_session_spec_string(s, "straggler_policy"),
+                                s->rank, s->world, 0, 1, gate_cb, s);
+  if (st == RM_OK && (sp->kind == RM__SP_CODED || sp->kind == RM__SP_STALE))
+    st = RM_ERR_INVALID_ARG;
+  if (st != RM_OK) rm__sp_free(sp);
+  return st;
 }
 
 int rm_session_step_dropped(rm_session_t *s)
 {
-  if (!s || !s->comm || !gated(s)) return 0;
-  uint8_t *m = calloc((size_t)s->world, 1);
+  rm__sp_t sp;
   int dropped = 0;
-  if (!m) return 0;
-  if (rm__session_gate(s, s->steps_done, 0, 0, m, &dropped) != 1) dropped = 0;
-  free(m);
+  if (!s || !s->comm || engine(s, &sp) != RM_OK) return 0;
+  if (rm__sp_gated(&sp) &&
+      rm__session_gate(s, s->steps_done, 0, 0, sp.members, &dropped) != 1)
+    dropped = 0;
+  rm__sp_free(&sp);
   return dropped;
 }
 
@@ -297,35 +314,23 @@ rm_status_t rm_session_allreduce_step(rm_session_t *s, const void *send,
                                       void *recv, size_t count, rm_dtype_t dt,
                                       int *contributors)
 {
+  rm__sp_t sp;
   rm_status_t st = check(s);
   if (st != RM_OK) return st;
   if (dt != RM_F32 && dt != RM_F64 && dt != RM_F16 && dt != RM_BF16)
     return RM_ERR_INVALID_ARG;
-  if (!gated(s)) {
+  if ((st = engine(s, &sp)) != RM_OK) return st;
+  if (!rm__sp_gated(&sp)) {
     st = rm_allreduce(s->comm, send, recv, count, dt, RM_AVG);
     if (st == RM_OK && contributors) *contributors = s->world;
-    return st;
-  }
-  uint8_t *m = calloc((size_t)s->world, 1);
-  if (!m) return RM_ERR_NOMEM;
-  int deadline = !strcmp(rm_session_spec_string(s, "straggler_policy"), "deadline");
-  int dropped = 0, rc;
-  int64_t t0 = rm__now_ns();
-  for (;;) {
-    rc = rm__session_gate(s, s->steps_done, 1, deadline ? 0 : 30000, m, &dropped);
-    if (rc != 0) break;
-    if (deadline) {
-      struct timespec ts = {0, 1000000L};
-      nanosleep(&ts, NULL);
-    }
-  }
-  s->step_wait_ms += (double)(rm__now_ns() - t0) / 1e6;
-  if (rc == 1)
-    st = rm__masked_allreduce(s->comm, send, recv, count, dt, RM_AVG, m, 0,
-                              contributors);
-  else
+  } else if (rm__sp_decide(&sp, s->steps_done) == RM_OK) {
+    st = rm__masked_allreduce(s->comm, send, recv, count, dt, RM_AVG,
+                              sp.members, 0, contributors);
+  } else {
     st = rm__session_moved_on(s) != RM_OK ? rm__session_moved_on(s) : RM_ERR_UNAVAILABLE;
-  free(m);
+  }
+  s->step_wait_ms += sp.wait_ms;
+  rm__sp_free(&sp);
   return st;
 }
 

@@ -25,6 +25,7 @@
 #include "rm_opts.h"
 #include "rm_testhook.h"
 #include "train.h"
+#include "session/step_policy.h"
 
 /* ---- small helpers (rand.c) ---- */
 
@@ -229,26 +230,60 @@ rm_status_t rm__robust_reduce(rm__trainer_t *t, rm_comm_t *comm,
                               rm_step_report_t *rep);
 void rm__robust_free(rm__robust_t *r);
 
-/* ---- a step under a straggler policy (policy_step.c, issue 6) ---- */
-enum { RM__POL_NONE = 0, RM__POL_BACKUP, RM__POL_DEADLINE, RM__POL_CODED };
+/* ---- simulated stragglers (slow.c; options of train and synthetic) ----
+ * The knob of straggler tests and benches: options slow_rank, slow_factor,
+ * slow_from, slow_until, stall_rank, stall_step, stall_ms, parsed here once
+ * for both workloads. */
+#define RM__SLOW_MAX_RANKS 16
+typedef struct rm__slow {
+  int nranks;                      /* ranks slowed on purpose */
+  int ranks[RM__SLOW_MAX_RANKS];   /* slow_rank=R or R1:R2:R3 */
+  double factor;                   /* slow_factor (>= 1): their compute x F */
+  uint64_t from, until;            /* slow_from / slow_until: 0-based steps
+                                      [from, until) that are slow; until 0 =
+                                      every step from `from` on (transient
+                                      stragglers: a window) */
+  int stall_rank;                  /* stall_rank: -1 none */
+  uint64_t stall_step;             /* stall_step: the 0-based step ... */
+  double stall_ms;                 /* ... whose compute takes stall_ms more */
+} rm__slow_t;
+
+void rm__slow_init(rm__slow_t *sl);
+/* One workload option: 1 = the key was one of ours (and val was good),
+ * 0 = not ours, -1 = ours but bad (err names key and range). */
+int rm__slow_option(rm__slow_t *sl, const char *key, const char *val,
+                    char *err, size_t errlen);
+/* Is `rank` one of the slowed ranks at 0-based `step`? */
+int rm__slow_is(const rm__slow_t *sl, int rank, uint64_t step);
+/* Extra simulated compute of `rank` at `step` when its honest compute
+ * takes base_ms: base_ms * (factor - 1) while slowed, plus stall_ms at the
+ * stall. */
+double rm__slow_extra_ms(const rm__slow_t *sl, int rank, uint64_t step,
+                         double base_ms);
+/* Any straggler simulated at all? */
+int rm__slow_any(const rm__slow_t *sl);
+/* The option names, for "unknown option" messages. */
+#define RM__SLOW_OPTION_NAMES \
+  "slow_rank slow_factor slow_from slow_until stall_rank stall_step stall_ms"
+
+/* ---- a step under a straggler policy (policy_step.c; issues 6, 17) ----
+ * The policy itself is the session's step engine (session/step_policy.h),
+ * shared with every workload and session program; this is train's use. */
 typedef struct rm__policy {
-  int kind;             /* RM__POL_* */
-  int rank, world;
-  int s;                /* coded: tolerated stragglers */
-  /* the gate (workload.h rm_step_gate_fn) and its context */
-  int (*gate)(void *ctx, uint64_t step, int ready, int wait_ms,
-              uint8_t *members, int *dropped);
-  void *ctx;
+  rm__sp_t sp;           /* the step engine, (re)started per generation */
   double sim_compute_ms; /* simulated compute added to every step */
-  int slow_rank;         /* rank slowed on purpose, -1 none */
-  double slow_factor;    /* its compute takes this many times longer */
+  rm__slow_t slow;       /* simulated stragglers (slow_* / stall_* options) */
   rm__robust_t *robust;  /* policy "none" only: the step's reduce when
                             rm__robust_active (NULL = plain all-reduce) */
+  float *owed;           /* stale: the owed gradient (nparams + 2), owned */
+  uint32_t owed_rows;    /* ... over this many rows */
 } rm__policy_t;
 /* One step with comm (world >= 1); fills rep (zeroed first). Errors of the
- * gate (generation moved on) are RM_ERR_ABORTED; I2 of trainer.c holds. */
+ * gate (generation moved on) are RM_ERR_ABORTED; a broken staleness bound
+ * is RM_ERR_INTERNAL; I2 of trainer.c holds. */
 rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
-                            const rm__policy_t *p, rm_step_report_t *rep);
+                            rm__policy_t *p, rm_step_report_t *rep);
+void rm__policy_free(rm__policy_t *p);
 
 /* ---- kill points for the fault tests ----
  * rm__crash_point / rm__crash_wants (crash_hook.c, test builds only) are

@@ -19,8 +19,13 @@
  *                          and fail with RM_ERR_INTERNAL if ranks differ
  *   ckpt_dir     (3)       folder of the checkpoints (shared by the ranks)
  *   sim_compute_ms 0       simulated compute added to every step (bench)
- *   slow_rank    -1        rank slowed on purpose (straggler tests) ...
+ *   slow_rank    -1        rank(s) slowed on purpose (straggler tests and
+ *                          benches): R or R1:R2:R3 ...
  *   slow_factor  1         ... whose compute takes this many times longer
+ *   slow_from, slow_until  0-based steps [from, until) they are slow (a
+ *                          transient straggler; until 0 = to the end)
+ *   stall_rank, stall_step, stall_ms  one rank stalls once, for stall_ms
+ *                          (session/step_policy.h rm__slow_t)
  *   attack       none      signflip gaussian alie ipm labelflip nan: the
  *                          last `attackers` ranks send a Byzantine gradient
  *                          (tests, demonstrations; robust_step.c defines
@@ -78,9 +83,8 @@ typedef struct train_state {
   char dataset[1024];
   char ckpt_dir[1024];
   uint64_t last_ckpt;
-  double sim_compute_ms, slow_factor;
-  int slow_rank;
   rm__robust_t robust; /* aggregation (from env) and attack (options) */
+  rm__policy_t pol;    /* straggler policy engine + simulated stragglers */
 } train_state_t;
 
 static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
@@ -90,6 +94,8 @@ static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
   uint64_t u = 0;
   double d = 0;
   rm_status_t st = RM_OK;
+  int slow = rm__slow_option(&s->pol.slow, key, val, err, errlen);
+  if (slow) return slow > 0 ? RM_OK : RM_ERR_INVALID_ARG;
   if (!strcmp(key, "dataset")) {
     snprintf(s->dataset, sizeof(s->dataset), "%s", val);
   } else if (!strcmp(key, "batch")) {
@@ -122,12 +128,7 @@ static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
   } else if (!strcmp(key, "ckpt_dir")) {
     snprintf(s->ckpt_dir, sizeof(s->ckpt_dir), "%s", val);
   } else if (!strcmp(key, "sim_compute_ms")) {
-    st = rm__opt_double(key, val, 0, 1e6, &s->sim_compute_ms, err, errlen);
-  } else if (!strcmp(key, "slow_factor")) {
-    st = rm__opt_double(key, val, 1, 1e6, &s->slow_factor, err, errlen);
-  } else if (!strcmp(key, "slow_rank")) {
-    st = rm__opt_u64(key, val, 0, 1u << 20, &u, err, errlen);
-    s->slow_rank = (int)u;
+    st = rm__opt_double(key, val, 0, 1e6, &s->pol.sim_compute_ms, err, errlen);
   } else if (!strcmp(key, "verify")) {
     st = rm__opt_u64(key, val, 0, UINT64_MAX, &s->verify, err, errlen);
   } else if (!strcmp(key, "attack")) {
@@ -147,8 +148,8 @@ static rm_status_t set_option(train_state_t *s, rm__train_cfg_t *cfg,
   } else {
     snprintf(err, errlen, "unknown option '%s' for workload train (known: "
              "dataset batch hidden act lr momentum seed split_seed steps "
-             "epochs verify ckpt_dir sim_compute_ms slow_rank slow_factor "
-             "attack attackers attack_scale)",
+             "epochs verify ckpt_dir sim_compute_ms " RM__SLOW_OPTION_NAMES
+             " attack attackers attack_scale)",
              key);
     st = RM_ERR_INVALID_ARG;
   }
@@ -169,8 +170,7 @@ static rm_status_t train_create(const char *options, void **state, char *err,
            rm__env_str("RINGMASTER_TRAIN_DATASET", RM_TRAIN_DEFAULT_DATASET));
   snprintf(s->ckpt_dir, sizeof(s->ckpt_dir), "%s",
            rm__env_str("RINGMASTER_CHECKPOINT_DIR", "ringmaster-ckpt"));
-  s->slow_rank = -1;
-  s->slow_factor = 1;
+  rm__slow_init(&s->pol.slow);
   rm_agg_config_init(&s->robust.cfg);
   s->robust.attack_scale = -1;
   s->robust.attackers = -1;
@@ -272,23 +272,18 @@ static rm_status_t save_checkpoint(train_state_t *s, rm_workload_env_t *env)
   return RM_OK;
 }
 
-static void policy_of(const train_state_t *s, const rm_workload_env_t *env,
-                      rm__policy_t *p)
+/* The step engine for this generation (session/step_policy.h). */
+static rm_status_t policy_start(train_state_t *s, rm_workload_env_t *env)
 {
-  const char *n = env->straggler_policy && env->gate ? env->straggler_policy : "none";
-  memset(p, 0, sizeof(*p));
-  p->kind = !strcmp(n, "backup")     ? RM__POL_BACKUP
-            : !strcmp(n, "deadline") ? RM__POL_DEADLINE
-            : !strcmp(n, "coded") && env->coded_s > 0 ? RM__POL_CODED
-                                                      : RM__POL_NONE;
-  p->rank = env->rank;
-  p->world = env->world;
-  p->s = env->coded_s;
-  p->gate = env->gate;
-  p->ctx = env->report_ctx;
-  p->sim_compute_ms = s->sim_compute_ms;
-  p->slow_rank = s->slow_rank;
-  p->slow_factor = s->slow_factor;
+  rm_status_t st = rm__sp_start(&s->pol.sp, env->straggler_policy, env->rank,
+                                env->world, env->coded_s, env->max_staleness,
+                                env->gate, env->report_ctx);
+  if (st == RM_ERR_INVALID_ARG)
+    snprintf(env->error, sizeof env->error, "straggler_policy %s with "
+             "max_staleness %d: not a policy this worker can run",
+             env->straggler_policy ? env->straggler_policy : "none",
+             env->max_staleness);
+  return st;
 }
 
 /* The job's aggregation for this generation; refuses what cannot hold
@@ -321,7 +316,7 @@ static rm_status_t robust_setup(train_state_t *s, rm_workload_env_t *env,
              r->attackers + 1, env->world);
     return RM_ERR_INVALID_ARG;
   }
-  if (pol->kind != RM__POL_NONE) {
+  if (rm__sp_gated(&pol->sp)) {
     snprintf(env->error, sizeof env->error, "straggler_policy %s cannot be "
              "combined with aggregation %s%s%s: the policy leaves gradients "
              "out, which a robust method cannot tell from attacks (use "
@@ -342,9 +337,9 @@ static rm_status_t robust_setup(train_state_t *s, rm_workload_env_t *env,
 static rm_status_t train_run(void *state, rm_workload_env_t *env)
 {
   train_state_t *s = state;
-  rm__policy_t pol;
-  policy_of(s, env, &pol);
-  rm_status_t rs = robust_setup(s, env, &pol);
+  rm__policy_t *pol = &s->pol;
+  rm_status_t rs = policy_start(s, env);
+  if (rs == RM_OK) rs = robust_setup(s, env, pol);
   if (rs != RM_OK) {
     RM_ERROR("train: rank %d: %s", env->rank, env->error);
     return rs;
@@ -353,13 +348,13 @@ static rm_status_t train_run(void *state, rm_workload_env_t *env)
   rm_status_t st = rm__trainer_resync(&s->t, env->comm, env->start_step);
   if (st != RM_OK) return st;
   uint64_t lim = step_limit(s, env->max_steps);
-  pol.robust = &s->robust;
-  int plain = pol.kind == RM__POL_NONE && !s->sim_compute_ms &&
-              s->slow_rank < 0 && !rm__robust_active(&s->robust);
+  pol->robust = &s->robust;
+  int plain = !rm__sp_gated(&pol->sp) && !pol->sim_compute_ms &&
+              !rm__slow_any(&pol->slow) && !rm__robust_active(&s->robust);
   while (s->t.step < lim) {
     rm_step_report_t rep;
     if (plain || !env->comm) st = rm__trainer_step(&s->t, env->comm, &rep);
-    else st = rm__policy_step(&s->t, env->comm, &pol, &rep);
+    else st = rm__policy_step(&s->t, env->comm, pol, &rep);
     if (st != RM_OK) return st;
     if ((st = save_checkpoint(s, env)) != RM_OK) return st;
     rep.checkpoint_step = s->last_ckpt;
@@ -386,16 +381,18 @@ static void train_summary(void *state, char *buf, size_t len)
 {
   train_state_t *s = state;
   double loss, acc;
+  char strag[256];
   rm__mlp_evaluate(&s->t.model, &s->t.test, &loss, &acc);
+  rm__sp_summary(&s->pol.sp, strag, sizeof strag);
   snprintf(buf, len,
            "{\"accuracy\":%.6f,\"test_loss\":%.6f,\"test_samples\":%u,"
            "\"train_samples\":%u,\"steps\":%llu,\"train_loss\":%.6f,"
-           "\"train_accuracy\":%.6f,\"param_checksum\":\"%016llx\"}",
+           "\"train_accuracy\":%.6f,\"param_checksum\":\"%016llx\",%s}",
            acc, loss, s->t.test.n, s->t.train.n,
            (unsigned long long)s->t.step,
            isfinite(s->t.last_loss) ? s->t.last_loss : 0.0,
            isfinite(s->t.last_acc) ? s->t.last_acc : 0.0,
-           (unsigned long long)rm__trainer_checksum(&s->t));
+           (unsigned long long)rm__trainer_checksum(&s->t), strag);
 }
 
 static void train_destroy(void *state)
@@ -403,6 +400,7 @@ static void train_destroy(void *state)
   train_state_t *s = state;
   if (!s) return;
   rm__robust_free(&s->robust);
+  rm__policy_free(&s->pol);
   rm__trainer_free(&s->t);
   free(s);
 }
