@@ -113,6 +113,7 @@ static const field_t k_fields[] = {
     {"workdir", STR(workdir), 0, NULL},
     {"aggregation", K_AGG, 0, 0, 0, 0, NULL},
     {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 0, NULL},
+    {"max_staleness", INT(max_staleness), 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
 /* The members of "aggregation" (issue 12), keys as the API names them; the

@@ -25,7 +25,9 @@
  *   barrier_timeout_ms     integer            0 (default) or 100..86400000
  *   on_failure             name               fail|shrink|replace
  *   max_restarts           integer            0..2^31-1
- *   straggler_policy       name               none|backup|deadline|coded
+ *   straggler_policy       name               none|backup|deadline|coded|
+ *                                             stale|auto (which workload
+ *                                             may use which: core/spec.c)
  *   backup_workers         integer            0..2^31-1 (and what the
  *                                             policy needs)
  *   checkpoint_every       integer            0..2^53 (0 = never)
@@ -45,6 +47,8 @@
  *                                             (errors name "aggregation.f")
  *   deterministic          boolean            bitwise reproducible (issue 11;
  *                                             coord.h says what it promises)
+ *   max_staleness          integer            0..64; 1..64 with, and only
+ *                                             with, straggler_policy stale
  *
  * The rules (issue 11; api/openapi.json states the same, and
  * tests/api/test_strict_spec.py holds the server to the document):

@@ -136,6 +136,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   write_command(b, s);
   write_aggregation(b, s);
   rm__sbuf_puts(b, s->deterministic ? ",\"deterministic\":true" : ",\"deterministic\":false");
+  kv_i64(b, "max_staleness", s->max_staleness);
   rm__sbuf_append(b, "}", 1);
 }
 
@@ -160,6 +161,8 @@ static void jw_job_fields(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
   kv_i64(b, "started_ms", j->started_ms);
   kv_i64(b, "finished_ms", j->finished_ms);
   kv_i64(b, "updated_ms", j->updated_ms);
+  kv_str(b, "straggler_mitigation", rm_mitigation_name(j->mitigation));
+  kv_i64(b, "straggler_mitigation_step", (int64_t)j->mitigation_step);
   if (with_token) kv_str(b, "token", j->token);
 }
 

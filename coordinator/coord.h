@@ -140,8 +140,9 @@ typedef struct rm_job_spec {
   int barrier_timeout_ms;        /* 0 = coordinator default; >= 100 */
   char on_failure[16];           /* "fail" (default), "shrink", "replace" */
   int max_restarts;              /* for "replace"; >= 0 */
-  char straggler_policy[16];     /* "none" (default), "backup", "deadline", "coded" */
-  int backup_workers;            /* for "backup"; >= 0 */
+  char straggler_policy[16];     /* "none" (default), "backup", "deadline",
+                                    "coded", "stale", "auto" (issue 17) */
+  int backup_workers;            /* for "backup", "coded", "auto"; >= 0 */
   uint64_t checkpoint_every;     /* steps between checkpoints; 0 = never */
   /* workload "command" only (required exactly then): the program every
    * worker's agent runs, no shell; env "KEY=VALUE" added to its
@@ -178,6 +179,12 @@ typedef struct rm_job_spec {
    * across a worker replaced (on_failure replace) or a coordinator restart;
    * a shrink changes the world and so the grouping of the sums. */
   int deterministic;
+  /* Bounded staleness (issue 17): straggler_policy "stale" only, 1..64 (0
+   * otherwise). A worker left out of step s by the deadline keeps its
+   * gradient and folds it into a later step, at most max_staleness steps
+   * late (the worker does the folding; the coordinator's gate is the
+   * deadline gate). */
+  int max_staleness;
 } rm_job_spec_t;
 
 /* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */
@@ -218,10 +225,13 @@ static inline const char *rm_job_spec_next(const char *p)
 /* Check every field; RM_ERR_INVALID_ARG with err->field set on the first bad
  * one. Empty strings are replaced by their defaults in *s (hence not const).
  * Every on_failure policy (fail, shrink, replace) and straggler policy
- * (none, backup, deadline, coded) is implemented (coordinator/recovery.c,
- * core/step_gate.c); the checks are on their parameters: min_workers for shrink,
- * max_restarts >= 0, backup needs 1 <= backup_workers < world size, coded
- * needs s = backup_workers >= 1 with (s+1) dividing the world size.
+ * (none, backup, deadline, coded, stale, auto) is implemented
+ * (coordinator/recovery.c, core/step_gate.c); the checks are on their
+ * parameters: min_workers for shrink, max_restarts >= 0, backup needs 1 <=
+ * backup_workers < world size, coded needs s = backup_workers >= 1 with
+ * (s+1) dividing the world size, stale needs 1 <= max_staleness <= 64 and
+ * backup_workers 0, auto 0 <= backup_workers < world size; which policy a
+ * workload may use is the table at the top of core/spec.c.
  * aggregation: a known method, and rm_agg_check's rule for n = world_size
  * (fixed-size job) or n = min_workers (elastic job); the field named is
  * "aggregation.method", ".f", ".m", ".clip_norm", ".tau" or ".iterations". */
@@ -249,6 +259,15 @@ static inline int rm_job_state_terminal(rm_job_state_t s)
   return s >= RM_JOB_SUCCEEDED;
 }
 
+/* Straggler mitigation of a job under straggler_policy auto (issue 17). */
+typedef enum {
+  RM_MITIGATION_OFF = 0,      /* synchronous steps */
+  RM_MITIGATION_BACKUP = 1,   /* a step takes the first world - b workers */
+  RM_MITIGATION_DEADLINE = 2, /* a step waits for the median arrival + slack */
+} rm_mitigation_t;
+/* "off", "backup", "deadline"; "off" for anything else. */
+const char *rm_mitigation_name(rm_mitigation_t m);
+
 typedef struct rm_job_info {
   uint64_t id;
   rm_job_spec_t spec;       /* as validated (defaults filled) */
@@ -265,6 +284,12 @@ typedef struct rm_job_info {
   int64_t started_ms;       /* first generation formed; 0 if never */
   int64_t finished_ms;      /* terminal; 0 if not */
   int64_t updated_ms;       /* last state change */
+  /* straggler_policy auto (issue 17): what the steps do about late workers
+   * now, and the 0-based step from which (0 when off). Memory only: "off"
+   * for any other policy, for a job read back from the store, after a
+   * restart and in a new generation (core/step_gate.c). */
+  rm_mitigation_t mitigation;
+  uint64_t mitigation_step;
 } rm_job_info_t;
 
 /* Validate and store a new job. OUT: *out (with id and token) on success.

@@ -247,8 +247,28 @@ class JobView {
       ` · ${s.dtype} · launcher ${s.launcher}${s.deterministic ? ' · deterministic' : ''} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
     this.renderCommand(s);
     this.renderAggregation(s);
+    this.renderStraggler(j);
     this.renderState(j.state, j.step, j.steps_total);
     this.renderResult(j);
+  }
+
+  /* Straggler policy (issues 6, 17): "straggler deadline", "straggler stale
+   * (max_staleness 3)"; under auto the mode the coordinator is in now,
+   * "auto: mitigating (deadline) since step 42" or "auto: synchronous"
+   * (each switch is a straggler_auto event, and refetches the job). Nothing
+   * for none. */
+  renderStraggler(j) {
+    const s = j.spec, p = s.straggler_policy || 'none';
+    if (p === 'none') return;
+    if (p !== 'auto') {
+      $('#job-meta').append(' · straggler ', el('b', { text: p }), p === 'stale' ? ` (max_staleness ${s.max_staleness})` : '');
+      return;
+    }
+    const m = j.straggler_mitigation || 'off';
+    $('#job-meta').append(' · straggler ', el('b', {
+      id: 'job-mitigation', class: m === 'off' ? '' : 'mitigating',
+      text: m === 'off' ? 'auto: synchronous' : `auto: mitigating (${m}) since step ${j.straggler_mitigation_step}`,
+    }));
   }
 
   /* Aggregation (issue 12): "aggregation krum · f 1 · clip_norm 5" next to
@@ -375,7 +395,7 @@ class JobView {
       const [job, workers] = await Promise.all([api(base), api(`${base}/workers`)]);
       this.renderJob(job); this.renderWorkers(workers.workers);
     }, 200);
-    if (/^(job|worker|generation|barrier)/.test(e.kind)) this.refetch();
+    if (/^(job|worker|generation|barrier|straggler_auto)/.test(e.kind)) this.refetch();
   }
 
   onProgress(p) {

@@ -11,9 +11,37 @@
  * are refused for the built-in workloads (they would be ignored silently).
  * Env keys are [A-Za-z_][A-Za-z0-9_]*, not RINGMASTER_* (the agent sets
  * those: a job could otherwise point its program at another job).
- * straggler_policy "coded" is refused for command jobs: coded partitions
- * are computed by the built-in trainer, the coordinator cannot make a
- * user's program compute them.
+ *
+ * Straggler policy x workload (issues 6 and 17). Checked at submit
+ * (check_policy_workload, k_policy_refused): a refusal is a 400 naming
+ * straggler_policy with the reason in the words below.
+ *
+ *   policy     allreduce  synthetic  train  command
+ *   none       yes        yes        yes    yes
+ *   backup     yes        yes        yes    yes
+ *   deadline   yes        yes        yes    yes
+ *   coded      no (1)     yes        yes    no (3)
+ *   stale      no (2)     yes        yes    no (4)
+ *   auto       yes        yes        yes    yes
+ *
+ *   (1) the allreduce workload sums fixed buffers: there is no batch to
+ *       partition into coded shares.
+ *   (2) the allreduce workload has no compute to finish late: its buffers
+ *       are filled instantly, so nothing would ever be folded.
+ *   (3) coded partitions are computed by the built-in trainer; the
+ *       coordinator cannot make a user's program compute them.
+ *   (4) folding needs the worker to keep a late gradient and keep computing
+ *       while its peers step on; a user's program computes in its own code,
+ *       which ringmaster cannot resume later (deadline or auto instead).
+ *
+ * Across the table: deterministic refuses every policy but none (which
+ * workers contribute to a step depends on timing), and so does a robust
+ * aggregation or clip_norm (it combines every member's gradient each
+ * step). Parameters (check_straggler): backup 1 <= backup_workers < world;
+ * coded s = backup_workers >= 1 with (s+1) | world; stale 1 <=
+ * max_staleness <= 64 with backup_workers 0; auto 0 <= backup_workers <
+ * world (>= 1: it mitigates with backup, 0: with a deadline);
+ * max_staleness is refused (must be 0) under every policy but stale.
  *
  * Strictness (issue 11). These rules hold for every way in (REST after
  * api/jobspec.c, gRPC Jobs.SubmitJob after rpc_conv.c), so they live here:
@@ -54,6 +82,11 @@ const double rm_coord_step_bucket_le[RM_COORD_STEP_BUCKETS] = {
 const char *rm_job_state_name(rm_job_state_t s)
 {
   return (unsigned)s < RM_JOB_STATE_COUNT ? job_states[s] : "unknown";
+}
+
+const char *rm_mitigation_name(rm_mitigation_t m)
+{
+  return m == RM_MITIGATION_BACKUP ? "backup" : m == RM_MITIGATION_DEADLINE ? "deadline" : "off";
 }
 
 const char *rm_worker_state_name(rm_worker_state_t s)
@@ -149,7 +182,28 @@ static rm_status_t check_dataset(const rm_job_spec_t *s, rm_coord_error_t *err)
 static const char *const k_workloads[] = {"allreduce", "train", "synthetic", "command", NULL};
 static const char *const k_launchers[] = {"local", "slurm", "k8s", "none", NULL};
 static const char *const k_on_failure[] = {"fail", "shrink", "replace", NULL};
-static const char *const k_stragglers[] = {"none", "backup", "deadline", "coded", NULL};
+static const char *const k_stragglers[] = {"none",  "backup", "deadline", "coded",
+                                           "stale", "auto",   NULL};
+
+/* The refused cells of the policy x workload table at the top of the file;
+ * why: the message after "straggler_policy: ". */
+static const struct {
+  const char *workload, *policy, *why;
+} k_policy_refused[] = {
+    {"allreduce", "coded", "coded is not available for workload allreduce: it sums "
+     "fixed buffers, so there is no batch to partition into coded shares (use none, "
+     "backup, deadline or auto; coded is for train and synthetic)"},
+    {"allreduce", "stale", "stale is not available for workload allreduce: its "
+     "buffers are filled instantly, so no worker finishes late and nothing would "
+     "be folded into a later step (use none, backup, deadline or auto)"},
+    {"command", "coded", "coded is not available for workload command: coded "
+     "partitions are computed by the built-in trainer, and the coordinator cannot "
+     "make a user's program compute them (use none, backup, deadline or auto)"},
+    {"command", "stale", "stale is not available for workload command: folding "
+     "keeps a late gradient while the worker computes on, and a user's program "
+     "computes in its own code, which ringmaster cannot resume later (use deadline "
+     "or auto)"},
+};
 
 /* "must be a, b or c (exact spelling)" for a NULL-terminated list. */
 static rm_status_t bad_word(rm_coord_error_t *err, const char *field,
@@ -185,9 +239,19 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
     return bad_word(err, "straggler_policy", k_stragglers);
   if (s->deterministic && strcmp(s->straggler_policy, "none"))
     return bad(err, "deterministic", "true cannot be combined with "
-               "straggler_policy backup, deadline or coded: which workers "
-               "contribute to a step depends on timing (use straggler_policy "
-               "none)");
+               "straggler_policy backup, deadline, coded, stale or auto: which "
+               "workers contribute to a step depends on timing (use "
+               "straggler_policy none)");
+  return RM_OK;
+}
+
+/* The policy x workload table (top of the file); names already checked. */
+static rm_status_t check_policy_workload(const rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  for (size_t i = 0; i < sizeof k_policy_refused / sizeof *k_policy_refused; i++)
+    if (!strcmp(s->workload, k_policy_refused[i].workload) &&
+        !strcmp(s->straggler_policy, k_policy_refused[i].policy))
+      return bad(err, "straggler_policy", k_policy_refused[i].why);
   return RM_OK;
 }
 
@@ -220,6 +284,7 @@ static const struct {
     {"aggregation.m", offsetof(rm_job_spec_t, aggregation_m), 0, 0, 65536, 0, NULL},
     {"aggregation.iterations", offsetof(rm_job_spec_t, aggregation_iterations), 0, 0, 1000000,
      0, NULL},
+    {"max_staleness", offsetof(rm_job_spec_t, max_staleness), 0, 0, 64, 0, NULL},
 };
 
 static rm_status_t check_ranges(const rm_job_spec_t *s, rm_coord_error_t *err)
@@ -247,13 +312,31 @@ static rm_status_t check_ranges(const rm_job_spec_t *s, rm_coord_error_t *err)
   return RM_OK;
 }
 
-/* Straggler policies (issue 6): backup_workers is b for "backup" (N + b
- * workers, a step takes the first N) and s for "coded" (s tolerated
- * stragglers; (s+1) must divide the world size). */
+/* Straggler policies (issues 6, 17): backup_workers is b for "backup" (N +
+ * b workers, a step takes the first N) and for "auto" (the same when it
+ * mitigates; 0 = mitigate with a deadline), s for "coded" (s tolerated
+ * stragglers; (s+1) must divide the world size); "stale" folds late
+ * gradients instead (max_staleness, no backup workers). */
 static rm_status_t check_straggler(const rm_job_spec_t *s, rm_coord_error_t *err)
 {
   int world = s->world_size ? s->world_size : s->max_workers;
   int b = s->backup_workers;
+  int stale = !strcmp(s->straggler_policy, "stale");
+  if (stale && s->max_staleness < 1)
+    return bad(err, "max_staleness", "straggler_policy stale needs 1 <= "
+               "max_staleness <= 64: how many steps late a gradient may be "
+               "folded in");
+  if (!stale && s->max_staleness != 0)
+    return bad(err, "max_staleness", "only for straggler_policy stale (must be "
+               "0 or omitted)");
+  if (stale && b != 0)
+    return bad(err, "backup_workers", "straggler_policy stale needs "
+               "backup_workers 0: a late worker's gradient is folded into a "
+               "later step, no backup worker replaces it");
+  if (!strcmp(s->straggler_policy, "auto") && b >= world)
+    return bad(err, "backup_workers", "straggler_policy auto needs 0 <= "
+               "backup_workers < world size (>= 1: mitigate with backup, 0: "
+               "with a deadline)");
   if (!strcmp(s->straggler_policy, "backup") && (b < 1 || b >= world))
     return bad(err, "backup_workers", "straggler_policy backup needs "
                "1 <= backup_workers < world size");
@@ -314,11 +397,6 @@ static rm_status_t check_command(const rm_job_spec_t *s, rm_coord_error_t *err)
     return bad(err, "workdir", "at most 255 bytes");
   if (!cmd && s->workdir[0])
     return bad(err, "workdir", "only for workload command");
-  if (cmd && !strcmp(s->straggler_policy, "coded"))
-    return bad(err, "straggler_policy", "coded is not available for workload "
-               "command: coded partitions are computed by the built-in "
-               "trainer, and the coordinator cannot make a user's program "
-               "compute them (use none, backup or deadline)");
   return check_env(s, err);
 }
 
@@ -377,8 +455,8 @@ static rm_status_t check_aggregation(rm_job_spec_t *s, rm_coord_error_t *err)
   if ((cfg.method != RM_AGG_MEAN || cfg.clip_norm > 0) &&
       strcmp(s->straggler_policy, "none"))
     return bad(err, "aggregation.method", "a robust method or clip_norm combines every "
-               "member's gradient each step, while straggler_policy backup, deadline "
-               "and coded leave members out of steps: use one or the other");
+               "member's gradient each step, while straggler_policy backup, deadline, "
+               "coded, stale and auto leave members out of steps: use one or the other");
   if (rm_agg_check(&cfg, n, why, sizeof why) == RM_OK) return RM_OK;
   snprintf(msg, sizeof msg, "%s (n = %s)", why,
            elastic ? "min_workers: an elastic job may form with that few"
@@ -415,6 +493,8 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   if (!TERMINATED(workload_options))
     return bad(err, "workload_options", "at most 511 bytes");
   st = check_names(s, err);
+  if (st != RM_OK) return st;
+  st = check_policy_workload(s, err);
   if (st != RM_OK) return st;
   st = check_command(s, err);
   if (st != RM_OK) return st;

@@ -1,7 +1,8 @@
 /*
  * step_gate.c - the StepGate long-poll: per-step participant sets for the
- * straggler policies backup, deadline and coded (issue 6), on top of the
- * rm_gate decision machine (straggler/gate.c).
+ * straggler policies backup, deadline and coded (issue 6), stale and auto
+ * (issue 17), on top of the rm_gate decision machine (straggler/gate.c) and
+ * auto's state machine (straggler/auto.c).
  *
  * One gate per job, rebuilt when the generation changes:
  *   backup    RM_GATE_FIRST_K, k = world - backup_workers (>= 1)
@@ -21,6 +22,31 @@
  *   coded     RM_GATE_CODED, s = backup_workers when (s+1) | world, else
  *             RM_GATE_ALL (after a shrink broke divisibility; documented
  *             fallback: no straggler is tolerated, results stay exact)
+ *   stale     RM_GATE_DEADLINE exactly as deadline: the worker keeps a
+ *             gradient that missed the deadline and folds it into a later
+ *             step (at most max_staleness late); the coordinator only
+ *             decides who is in each step
+ *   auto      RM_GATE_ALL while synchronous (every member, once every
+ *             member arrived: a step of straggler_policy none, but workers
+ *             call StepGate as under deadline), and while mitigating
+ *             RM_GATE_FIRST_K with k = world - backup_workers (b >= 1) or
+ *             RM_GATE_DEADLINE with deadline's slack (b = 0)
+ *
+ * AUTO (issue 17). The gate records each member's ready arrival (ms) for
+ * the step under way. When the next step starts, the previous one is
+ * surely decided and every member has arrived (a step's all-reduce needs
+ * every rank, a dropped one too), so its verdicts are fed then
+ * (auto_feed): rm_auto_verdicts with the threshold max(1 ms, 0.5 x the
+ * median of the members' last compute_ms; no verdicts before any member
+ * reported one), then rm_auto_observe. A switch recreates the rm_gate with
+ * the new mode's config before the new step is reset, so it holds from
+ * that step on, and is an event "straggler_auto" in words; the job's
+ * info.mitigation / mitigation_step (REST straggler_mitigation) follow.
+ * W and M: RINGMASTER_AUTO_WINDOW (default 10) and
+ * RINGMASTER_AUTO_MIN_LATE (default 6), read once; out of range (W 1..64,
+ * M 1..W) -> the defaults with a warning. A new generation rebuilds the
+ * gate and starts synchronous with empty windows (its ranks may be other
+ * workers); leaving RUNNING shows "off" at once.
  *
  * Per step (the 0-based global step), state machine of the job's gate:
  *
@@ -49,21 +75,31 @@
  * coordinator lock; nothing is written to SQLite (a step's participant set
  * is not state a restart needs: a restart re-forms the group anyway).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "auto.h"
 #include "core/core_int.h"
 #include "gate.h"
+#include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"
+
+RM_PARAM(auto_window, "RINGMASTER_AUTO_WINDOW", 10)
+RM_PARAM(auto_min_late, "RINGMASTER_AUTO_MIN_LATE", 6)
 
 typedef struct rm__gate_state {
   rm_gate_t *g;
   uint64_t generation;
   int world;
   int started;     /* a step is under way */
+  /* straggler_policy auto only (NULL otherwise) */
+  rm_auto_t *autom;
+  double *arrive_ms; /* world: this step's ready arrivals, NaN = not yet */
+  uint8_t *late;     /* world: verdict scratch */
 } rm__gate_state_t;
 
 static int cmp_double(const void *a, const void *b)
@@ -72,34 +108,52 @@ static int cmp_double(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
+/* The median over the members (the first 64) of their last reported
+ * compute_ms; NaN before any member reported a step. */
+static double median_compute(const rm__job_t *j)
+{
+  double v[64];
+  int n = 0;
+  for (int r = 0; r < j->nmembers && n < 64; r++) {
+    double c = j->w[j->members[r]].compute_ms;
+    if (c == c && c >= 0) v[n++] = c; /* NaN until its first report */
+  }
+  if (!n) return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The deadline slack for the next step (see the top of the file). */
 static double deadline_slack(const rm__job_t *j)
 {
   int64_t fixed = rm__env_int("RINGMASTER_DEADLINE_SLACK_MS", -1);
   double pct = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_PCT", 10);
   double floor_ms = (double)rm__env_int("RINGMASTER_DEADLINE_SLACK_MIN_MS", 1);
-  double v[64], slack;
-  int n = 0;
+  double med, slack;
   if (fixed >= 0) return (double)fixed;
-  for (int r = 0; r < j->nmembers && n < 64; r++) {
-    double c = j->w[j->members[r]].compute_ms;
-    if (c == c && c >= 0) v[n++] = c; /* NaN until its first report */
-  }
-  if (!n) return 20.0;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  slack = (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) * pct / 100.0;
+  med = median_compute(j);
+  if (isnan(med)) return 20.0;
+  slack = med * pct / 100.0;
   return slack > floor_ms ? slack : floor_ms;
 }
 
-static rm_gate_config_t gate_config(const rm__job_t *j)
+static int is_policy(const rm__job_t *j, const char *name)
+{
+  return !strcmp(j->info.spec.straggler_policy, name);
+}
+
+/* The gate of the job's policy; mode: auto's (ignored for the others). */
+static rm_gate_config_t gate_config(const rm__job_t *j, rm_auto_mode_t mode)
 {
   const rm_job_spec_t *s = &j->info.spec;
   rm_gate_config_t cfg = {RM_GATE_ALL, j->nmembers, j->nmembers, 0, 0};
   int b = s->backup_workers;
-  if (!strcmp(s->straggler_policy, "backup")) {
+  int autom = is_policy(j, "auto");
+  if (is_policy(j, "backup") || (autom && mode == RM_AUTO_BACKUP)) {
     cfg.policy = RM_GATE_FIRST_K;
     cfg.k = j->nmembers - b >= 1 ? j->nmembers - b : 1;
-  } else if (!strcmp(s->straggler_policy, "deadline")) {
+  } else if (is_policy(j, "deadline") || is_policy(j, "stale") ||
+             (autom && mode == RM_AUTO_DEADLINE)) {
     cfg.policy = RM_GATE_DEADLINE;
     cfg.slack_ms = deadline_slack(j);
   } else if (!strcmp(s->straggler_policy, "coded") && b >= 0 &&
@@ -110,20 +164,60 @@ static rm_gate_config_t gate_config(const rm__job_t *j)
   return cfg;
 }
 
+/* auto (join answers, a fresh gate): synchronous, so quorum = world, s = 0 */
 void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s)
 {
-  rm_gate_config_t cfg = gate_config(j);
+  rm_gate_config_t cfg = gate_config(j, RM_AUTO_SYNC);
   *quorum = (uint32_t)(cfg.policy == RM_GATE_FIRST_K ? cfg.k : j->nmembers);
   *s = (uint32_t)(cfg.policy == RM_GATE_CODED ? cfg.s : 0);
 }
 
-static rm__gate_state_t *gate_for(rm__job_t *j)
+static void set_mitigation(rm__job_t *j, rm_auto_mode_t mode, uint64_t step)
+{
+  j->info.mitigation = mode == RM_AUTO_BACKUP     ? RM_MITIGATION_BACKUP
+                       : mode == RM_AUTO_DEADLINE ? RM_MITIGATION_DEADLINE
+                                                  : RM_MITIGATION_OFF;
+  j->info.mitigation_step = mode == RM_AUTO_SYNC ? 0 : step;
+}
+
+/* auto's state for a new gate (gs->world members); NULL-safe on failure:
+ * the job then runs synchronous steps only (logged). */
+static void auto_create(rm__job_t *j, rm__gate_state_t *gs)
+{
+  rm_auto_config_t cfg;
+  rm_auto_config_init(&cfg, gs->world, j->info.spec.backup_workers);
+  int64_t w = rm__param_auto_window(), m = rm__param_auto_min_late();
+  if (w >= 1 && w <= RM_AUTO_WINDOW_MAX && m >= 1 && m <= w) {
+    cfg.window = (int)w;
+    cfg.min_late = (int)m;
+  } else {
+    RM_WARN("RINGMASTER_AUTO_WINDOW=%lld / RINGMASTER_AUTO_MIN_LATE=%lld out of "
+            "range (1 <= M <= W <= %d): using W %d, M %d", (long long)w,
+            (long long)m, RM_AUTO_WINDOW_MAX, cfg.window, cfg.min_late);
+  }
+  if (rm_auto_create(&cfg, &gs->autom) != RM_OK) {
+    RM_WARN("job %llu: straggler_policy auto: no state machine for %d ranks; "
+            "synchronous steps only", (unsigned long long)j->info.id, gs->world);
+    return;
+  }
+  gs->arrive_ms = rm__xcalloc((size_t)gs->world, sizeof *gs->arrive_ms);
+  gs->late = rm__xcalloc((size_t)gs->world, 1);
+  for (int r = 0; r < gs->world; r++) gs->arrive_ms[r] = NAN;
+}
+
+static rm__gate_state_t *gate_for(rm_coord_t *c, rm__job_t *j)
 {
   rm__gate_state_t *gs = j->gate;
   if (gs && gs->generation == j->info.generation && gs->world == j->nmembers)
     return gs;
+  if (gs && gs->autom && rm_auto_mode(gs->autom) != RM_AUTO_SYNC)
+    rm__event(c, j, "straggler_auto", -1, "straggler_policy auto: generation "
+              "%llu (%d workers) starts with synchronous steps; lateness is "
+              "counted afresh", (unsigned long long)j->info.generation,
+              j->nmembers);
   rm__gate_free(j);
-  rm_gate_config_t cfg = gate_config(j);
+  set_mitigation(j, RM_AUTO_SYNC, 0);
+  rm_gate_config_t cfg = gate_config(j, RM_AUTO_SYNC);
   gs = calloc(1, sizeof *gs);
   if (!gs || rm_gate_create(&cfg, &gs->g) != RM_OK) {
     free(gs);
@@ -131,6 +225,7 @@ static rm__gate_state_t *gate_for(rm__job_t *j)
   }
   gs->generation = j->info.generation;
   gs->world = j->nmembers;
+  if (is_policy(j, "auto")) auto_create(j, gs);
   j->gate = gs;
   return gs;
 }
@@ -139,8 +234,64 @@ void rm__gate_free(rm__job_t *j)
 {
   if (!j->gate) return;
   rm_gate_destroy(j->gate->g);
+  rm_auto_destroy(j->gate->autom);
+  free(j->gate->arrive_ms);
+  free(j->gate->late);
   free(j->gate);
   j->gate = NULL;
+}
+
+/* The words of auto's mitigation in mode m, for events. */
+static void mitigation_words(const rm__job_t *j, const rm__gate_state_t *gs,
+                             rm_auto_mode_t m, char *buf, size_t len)
+{
+  rm_gate_config_t cfg = gate_config(j, m);
+  if (m == RM_AUTO_BACKUP)
+    snprintf(buf, len, "a step takes the first %d of %d workers (backup)", cfg.k,
+             gs->world);
+  else
+    snprintf(buf, len, "a step waits for the median arrival + %.1f ms (deadline)",
+             cfg.slack_ms);
+}
+
+/* Step `step` starts: feed the previous step's verdicts to auto's state
+ * machine and switch the gate's config when it says so (top of the file).
+ * Before rm_gate_reset. */
+static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_t step)
+{
+  rm_auto_event_t ev = {RM_AUTO_SAME, RM_AUTO_SYNC, -1, 0, 0};
+  const uint8_t *m = gs->started ? rm_gate_members(gs->g, NULL) : NULL;
+  double thr = rm_auto_threshold(median_compute(j));
+  char words[96];
+  if (m && !isnan(thr)) {
+    rm_auto_verdicts(gs->autom, gs->arrive_ms, m, thr, gs->late);
+    rm_auto_observe(gs->autom, gs->late, &ev);
+  }
+  for (int r = 0; r < gs->world; r++) gs->arrive_ms[r] = NAN;
+  if (ev.transition == RM_AUTO_SAME) return;
+  rm_gate_config_t cfg = gate_config(j, ev.mode);
+  rm_gate_t *g;
+  if (rm_gate_create(&cfg, &g) != RM_OK) { /* cannot happen: k, slack valid */
+    RM_WARN("job %llu: straggler_policy auto: cannot build the gate of mode "
+            "%d; keeping the old one", (unsigned long long)j->info.id, ev.mode);
+    return;
+  }
+  rm_gate_destroy(gs->g);
+  gs->g = g;
+  gs->started = 0;
+  set_mitigation(j, ev.mode, step);
+  if (ev.transition == RM_AUTO_ON) {
+    const rm__worker_t *w = ev.rank < j->nmembers ? &j->w[j->members[ev.rank]] : NULL;
+    mitigation_words(j, gs, ev.mode, words, sizeof words);
+    rm__event(c, j, "straggler_auto", ev.rank, "straggler_policy auto: rank %d "
+              "(%s) late in %d of the last %d steps; from step %llu %s", ev.rank,
+              w ? w->host : "?", ev.late, ev.of, (unsigned long long)step, words);
+  } else {
+    rm__event(c, j, "straggler_auto", -1, "straggler_policy auto: every worker "
+              "on time (late in at most %d of the last %d steps); synchronous "
+              "steps again from step %llu", ev.late, ev.of,
+              (unsigned long long)step);
+  }
 }
 
 static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
@@ -177,19 +328,24 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                       uint64_t step, int ready, uint32_t wait_ms, rm__park_t *p)
 {
   rm_gate_state_t state;
-  rm__gate_state_t *gs = rm_job_state_terminal(j->info.state) ? NULL : gate_for(j);
+  rm__gate_state_t *gs = rm_job_state_terminal(j->info.state) ? NULL : gate_for(c, j);
   p->worker_id = w->id;
   if (!gs) {
     rm__answer_stale(c, p, "no step gate: job finished or out of memory");
     return;
   }
   if (!gs->started || step > rm_gate_step(gs->g)) {
+    if (gs->autom) auto_feed(c, j, gs, step);
     rm_gate_reset(gs->g, step);
     rm_gate_set_slack(gs->g, deadline_slack(j)); /* no-op for the others */
     gs->started = 1;
   }
-  if (ready && step == rm_gate_step(gs->g))
-    rm_gate_arrive(gs->g, w->rank, now_ms(), &state);
+  if (ready && step == rm_gate_step(gs->g)) {
+    double t = now_ms();
+    rm_gate_arrive(gs->g, w->rank, t, &state);
+    if (gs->autom && w->rank >= 0 && w->rank < gs->world && isnan(gs->arrive_ms[w->rank]))
+      gs->arrive_ms[w->rank] = t;
+  }
   if (!rm_gate_members(gs->g, NULL)) /* deadline: every call is a clock tick */
     rm_gate_poll(gs->g, now_ms(), &state, NULL);
   if (rm_gate_members(gs->g, NULL) || step < rm_gate_step(gs->g) || !wait_ms) {
@@ -207,6 +363,7 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 
 void rm__gate_release(rm_coord_t *c, rm__job_t *j)
 {
+  if (j->info.state != RM_JOB_RUNNING) set_mitigation(j, RM_AUTO_SYNC, 0);
   for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
     n = p->next;
     if (p->kind != RM__PARK_GATE) continue;

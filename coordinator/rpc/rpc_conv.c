@@ -63,6 +63,7 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
   o->aggregation_tau = s->aggregation_tau;
   o->aggregation_iterations = (uint32_t)s->aggregation_iterations;
   o->deterministic = s->deterministic != 0;
+  o->max_staleness = (uint32_t)s->max_staleness;
 }
 
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
@@ -125,6 +126,7 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   INT(backup_workers);
   STR(workdir); STR(aggregation);
   INT(aggregation_f); INT(aggregation_m); INT(aggregation_iterations);
+  INT(max_staleness);
 #undef STR
 #undef INT
   if (in->n_command > RM_COORD_ARGV_MAX) return "command";

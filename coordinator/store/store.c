@@ -194,7 +194,7 @@ int rm__store_commit(rm__store_t *c)
   "state,token,reason,generation,world,step,restarts,created_ms,started_ms,"  \
   "finished_ms,updated_ms,command,env,workdir,aggregation,aggregation_f,"   \
   "aggregation_m,clip_norm,aggregation_tau,aggregation_iterations,"          \
-  "deterministic"
+  "deterministic,max_staleness"
 
 /* Packed lists (command, env) as BLOBs: their strings end in NULs. */
 static void bind_list(sqlite3_stmt *st, int i, const char *buf, size_t cap,
@@ -260,6 +260,7 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   sqlite3_bind_double(st, i++, s->aggregation_tau);
   sqlite3_bind_int(st, i++, s->aggregation_iterations);
   sqlite3_bind_int(st, i++, s->deterministic);
+  sqlite3_bind_int(st, i++, s->max_staleness);
 }
 
 static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
@@ -308,12 +309,13 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   s->aggregation_tau = sqlite3_column_double(st, i++);
   s->aggregation_iterations = sqlite3_column_int(st, i++);
   s->deterministic = sqlite3_column_int(st, i++);
+  s->max_staleness = sqlite3_column_int(st, i++);
 }
 
 void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
-                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {

@@ -288,8 +288,9 @@ RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
  * "backup_workers", "heartbeat_interval_ms", "aggregation_f",
  * "aggregation_m", "aggregation_iterations", "deterministic" (1 = the job
  * asked for bitwise reproducibility: the session's communicator then picks
- * algorithms from the fixed cost model, never from timing); 0 for an
- * unknown name. */
+ * algorithms from the fixed cost model, never from timing), "max_staleness"
+ * (straggler_policy stale: how many steps late a gradient may be folded
+ * in, 1..64; 0 otherwise); 0 for an unknown name. */
 RM_EXTERN const char *rm_session_spec_string(const rm_session_t *s,
                                              const char *name);
 RM_EXTERN uint64_t rm_session_spec_uint(const rm_session_t *s,

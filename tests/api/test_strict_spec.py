@@ -128,10 +128,12 @@ def fields(doc):
 ENUM_CONTEXT = {
     ("workload", "command"): {"command": ["true"]},
     ("straggler_policy", "backup"): {"world_size": 2, "backup_workers": 1},
-    ("straggler_policy", "coded"): {"world_size": 2, "backup_workers": 1},
+    ("straggler_policy", "coded"): {"world_size": 2, "backup_workers": 1, "workload": "synthetic"},
+    ("straggler_policy", "stale"): {"max_staleness": 1, "workload": "synthetic"},
     ("aggregation.method", None): {"world_size": 3},
 }
 INT_CONTEXT = {  # field -> (context at the maximum, context at the minimum)
+    "max_staleness": ({"straggler_policy": "stale", "workload": "synthetic"}, {}),
     "world_size": ({}, {"min_workers": 1, "max_workers": 1}),
     "min_workers": ({"world_size": None, "max_workers": 65536}, {}),
     "max_workers": ({"world_size": None, "min_workers": 1}, {}),

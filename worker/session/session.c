@@ -556,5 +556,6 @@ uint64_t rm_session_spec_uint(const rm_session_t *s, const char *name)
   if (!strcmp(name, "aggregation_m")) return p->aggregation_m;
   if (!strcmp(name, "aggregation_iterations")) return p->aggregation_iterations;
   if (!strcmp(name, "deterministic")) return p->deterministic;
+  if (!strcmp(name, "max_staleness")) return p->max_staleness;
   return 0;
 }
