@@ -346,11 +346,13 @@ RM_EXTERN rm_status_t rm_session_step_report(rm_session_t *s,
                                              const rm_step_report_t *r);
 
 /* The step's gradient all-reduce under the job's straggler policy
- * ("none": a plain all-reduce; "backup" / "deadline": the coordinator
- * decides which ranks contribute to this step, every rank receives the
- * average over those contributors; "coded" is refused at submit for
- * command jobs). Average (RM_AVG) over contributors; in place when
- * send == recv. OUT *contributors (may be NULL). Float dtypes. */
+ * ("none": a plain all-reduce; "backup" / "deadline" / "auto": the
+ * coordinator decides which ranks contribute to this step, every rank
+ * receives the average over those contributors; "coded" and "stale" are
+ * refused at submit for command jobs). Average (RM_AVG) over contributors;
+ * in place when send == recv. OUT *contributors (may be NULL). Float
+ * dtypes. The same step engine as the built-in workloads
+ * (worker/session/step_policy.c). */
 RM_EXTERN rm_status_t rm_session_allreduce_step(rm_session_t *s,
                                                 const void *send, void *recv,
                                                 size_t count, rm_dtype_t dt,
