@@ -67,6 +67,12 @@
  *     restarts, which lose no worker: job.c rm__job_resume); replace
  *     refuses the (max_restarts+1)-th loss.
  *
+ * STALLS (issue 17). The straggler detector flags a worker slow in M of W
+ * steps; a worker that stops once for seconds is not that. A step report
+ * whose compute_ms exceeds max(RINGMASTER_STALL_MS (default 1000), 10 x
+ * the median of the other members' last compute_ms) is a "stall" event in
+ * words (rank, host, step, both times): one per report, so one per stall.
+ *
  * GLOBAL BATCH under shrink: it stays B. The trainer shards the global
  * batch over the current world (rank r of N: rows [B r/N, B (r+1)/N)), so
  * after shrinking to N' ranks each survivor computes about B/N' rows: every
@@ -81,6 +87,7 @@
 #include "core/core_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_param.h"
 #include "straggler.h"
 
 enum { POL_FAIL = 0, POL_SHRINK = 1, POL_REPLACE = 2 };
@@ -213,6 +220,34 @@ static void checkpoint_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
             "%d members", (unsigned long long)m, j->nmembers);
 }
 
+static int cmp_ms(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* A single step far slower than the peers' (STALLS above). */
+static void stall_seen(rm_coord_t *c, rm__job_t *j, const rm__worker_t *w,
+                       const rm_step_sample_t *s)
+{
+  double v[64], floor_ms = (double)rm__env_int("RINGMASTER_STALL_MS", 1000);
+  int n = 0;
+  if (s->compute_ms <= floor_ms) return;
+  for (int r = 0; r < j->nmembers && n < 64; r++) {
+    const rm__worker_t *x = &j->w[j->members[r]];
+    if (x != w && x->compute_ms == x->compute_ms) v[n++] = x->compute_ms;
+  }
+  if (!n) return;
+  qsort(v, (size_t)n, sizeof *v, cmp_ms);
+  double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  if (s->compute_ms <= 10 * med) return;
+  rm__event(c, j, "stall", w->rank, "rank %d (%s) stalled at step %llu: its "
+            "compute took %.0f ms against the other workers' median %.1f ms "
+            "(straggler_policy %s)", w->rank, w->host,
+            (unsigned long long)s->step, s->compute_ms, med,
+            j->info.spec.straggler_policy);
+}
+
 static void straggler_seen(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                            const rm_step_sample_t *s)
 {
@@ -240,6 +275,7 @@ void rm__recovery_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                        const rm_step_sample_t *s, uint64_t ckpt_step)
 {
   checkpoint_seen(c, j, w, ckpt_step);
+  stall_seen(c, j, w, s);
   straggler_seen(c, j, w, s);
 }
 

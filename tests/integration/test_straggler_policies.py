@@ -14,6 +14,7 @@ checks the job succeeded and reads each worker's final result line
                 the largest staleness seen is in the result), some folded
   auto          switched on and, for a transient straggler, off again
                 (events "straggler_auto"), and the job is exact throughout
+A worker that stalls once for seconds raises a "stall" event naming it.
 """
 import json
 import os
@@ -95,6 +96,11 @@ def test(env):
             for i in range(WORLD):
                 acc = rc.accuracy(env, first + i)
                 assert acc is not None and acc >= 0.7, acc
+
+    # a worker that stalls once: a "stall" event names it and its step
+    job, _, _ = run(env, "synthetic", SYN + ",stall_rank=2,stall_step=5,stall_ms=1500", steps=12)
+    ev = [e for e in rc.events(env, job) if e.kind == "stall"]
+    assert len(ev) == 1 and ev[0].rank == 2 and "at step 6" in ev[0].message, ev
 
     # allreduce (no compute, so no straggler): deadline and auto sum exactly
     # the decided set; auto with nobody late stays synchronous
