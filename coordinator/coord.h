@@ -272,7 +272,12 @@ typedef struct rm_job_info {
   uint64_t id;
   rm_job_spec_t spec;       /* as validated (defaults filled) */
   rm_job_state_t state;
-  char token[72];           /* the worker token (secret: show once) */
+  char token[72];           /* the worker token (secret: show once). Never
+                             * stored: the store keeps a verifier and a
+                             * sealed copy (store/store_key.c) and unseals
+                             * it for rm_coord_job_get; "" in job lists */
+  char token_verifier[65];  /* hex SHA-256 of token, what workers are
+                             * checked against (not secret) */
   char reason[RM_COORD_TEXT_MAX]; /* why it failed/was cancelled; "" otherwise */
   uint64_t generation;      /* 0 until the first group formed */
   int world;                /* members of the current generation, 0 if none */
@@ -321,7 +326,9 @@ typedef struct rm_job_filter {
 } rm_job_filter_t;
 
 /* Newest first. *out: array of *n jobs (free with rm_coord_free); *total:
- * how many match the filter ignoring offset/limit (may be NULL). */
+ * how many match the filter ignoring offset/limit (may be NULL). A listed
+ * job's token is "" unless the job is loaded (active or recently finished);
+ * rm_coord_job_get always fills it. */
 rm_status_t rm_coord_job_list(rm_coord_t *c, const rm_job_filter_t *f,
                               rm_job_info_t **out, size_t *n, size_t *total);
 /* Cancel: parked worker calls are answered, workers are told at their next

@@ -125,6 +125,10 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j); /* after restart */
 void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
 void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                   const rm_step_sample_t *s);
+/* A step report of a generation that is over (rpc.c LATE STEP REPORTS),
+ * s already carrying that generation and the rank the worker had then:
+ * into the step history only, never into current-generation state. */
+void rm__job_step_late(rm_coord_t *c, rm__job_t *j, const rm_step_sample_t *s);
 int rm__job_heartbeat_ms(const rm_coord_t *c, const rm__job_t *j);
 int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j);
 void rm__job_info_refresh(rm__job_t *j);

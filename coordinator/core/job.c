@@ -439,16 +439,9 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
   rm__job_set_state(c, j, RM_JOB_FORMING, "re-forming after coordinator restart");
 }
 
-void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
-                  const rm_step_sample_t *s)
+/* The job's window of samples (arrival order) and the step counters. */
+static void step_record(rm_coord_t *c, rm__job_t *j, const rm_step_sample_t *s, double ms)
 {
-  double ms = s->compute_ms + s->comm_ms + s->wait_ms;
-  w->step = s->step;
-  w->steps_done = s->step;
-  w->step_ms = ms;
-  w->compute_ms = s->compute_ms;
-  w->comm_ms = s->comm_ms;
-  w->wait_ms = s->wait_ms;
   if (j->ring_n == j->ring_cap && j->ring_cap < j->ring_max)
     rm__job_ring_reserve(j, j->ring_cap ? 2 * j->ring_cap : 16);
   j->ring[j->ring_head] = *s;
@@ -461,6 +454,28 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   int b = 0;
   while (b < RM_COORD_STEP_BUCKETS && ms / 1000.0 > rm_coord_step_bucket_le[b]) b++;
   c->ctr.step_seconds_bucket[b]++;
+}
+
+/* A report of a generation that is over (rpc.c LATE STEP REPORTS): history
+ * only - the window, the counters, its own summary row. No worker field,
+ * no accumulator, nothing of the current generation changes. */
+void rm__job_step_late(rm_coord_t *c, rm__job_t *j, const rm_step_sample_t *s)
+{
+  step_record(c, j, s, s->compute_ms + s->comm_ms + s->wait_ms);
+  rm__store_step_late(c->store, j->info.id, s);
+}
+
+void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                  const rm_step_sample_t *s)
+{
+  double ms = s->compute_ms + s->comm_ms + s->wait_ms;
+  w->step = s->step;
+  w->steps_done = s->step;
+  w->step_ms = ms;
+  w->compute_ms = s->compute_ms;
+  w->comm_ms = s->comm_ms;
+  w->wait_ms = s->wait_ms;
+  step_record(c, j, s, ms);
   if (!w->acc_count) {
     w->acc_first = s->step;
     w->acc_max = 0;

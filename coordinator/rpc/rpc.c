@@ -11,6 +11,41 @@
  *   member of the job's current generation, same generation number?
  *                         no  -> FAILED_PRECONDITION "stale generation ..."
  * Join skips the last check: it is how a worker reaches a new generation.
+ *
+ * TOKENS. A job's token is checked by its verifier (store/store_key.c):
+ * SHA-256 of the presented token against the job's token_verifier, compared
+ * in constant time; the coordinator never compares plaintext and the
+ * database holds no token. One SHA-256 per call (0.4 to 1 us for a
+ * 48-byte token), under the lock.
+ *
+ * LATE STEP REPORTS (ReportStep only; late_report). A report whose
+ * generation is over - older than the job's, or the job's while the job is
+ * not RUNNING (re-forming: after a coordinator restart, the job stays at
+ * generation G, FORMING, until G+1 forms) - is a report the agent buffered
+ * while the coordinator was away (worker/session/session_step.c, REPORT
+ * BUFFER) or one that arrives after a re-formation. It is ACCEPTED into the
+ * step history when the worker is known, the token is the job's, the job is
+ * not finished, and the generations table lists that worker id as a member
+ * of that generation (which also gives the rank it had then): the sample
+ * goes into the job's window (rm__job_step_late) and into step_summaries as
+ * a one-step row, with that generation and rank. It touches nothing of the
+ * current generation: not the worker's step or steps_done (progress never
+ * moves back; a new generation's start step comes from Join's steps_done,
+ * recovery.c R1), not the accumulators of the current summaries, not the
+ * step gate, straggler detector, suspect tracker or checkpoint record, not
+ * membership or job state. The answer is OK with the job's state and
+ * generation, so the agent learns where the job is. Anything else of an
+ * ended generation (not a member then, unknown generation) is refused as
+ * stale, as before.
+ *
+ * Why this is safe: the sample is a measurement of a step that worker did
+ * compute in a generation it belonged to (the same token guards it as any
+ * current report); history is append-only and labelled with its
+ * generation, so readers (GET .../steps, the dashboard) see it where it
+ * belongs; and every decision the coordinator takes (forming, gating,
+ * straggler and failure handling, progress) reads only current-generation
+ * state, which a late report never writes. The cost is one SELECT of the
+ * generations row per late report (the backlog after an outage only).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -56,6 +91,14 @@ static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
   return -1;
 }
 
+/* The presented token against the job's verifier (TOKENS above). */
+static int token_ok(const rm_job_info_t *info, const char *token)
+{
+  char v[RM__VERIFIER_HEX + 1];
+  rm__store_verifier(token ? token : "", v);
+  return info->token_verifier[0] != '\0' && rm__ct_streq(info->token_verifier, v);
+}
+
 /* Finds job and token; 0 ok. */
 static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                      const char *token, rm__job_t **jp)
@@ -66,33 +109,39 @@ static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
     if (rm__store_job_get(c->store, job_id, &info) != RM_OK)
       return fail(c, call, RM__GRPC_NOT_FOUND, "job %llu not found",
                   (unsigned long long)job_id);
-    if (!rm__ct_streq(info.token, token ? token : ""))
+    if (!token_ok(&info, token))
       return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
                   (unsigned long long)job_id);
     return fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is %s",
                 (unsigned long long)job_id, rm_job_state_name(info.state));
   }
-  if (!rm__ct_streq(j->info.token, token ? token : ""))
+  if (!token_ok(&j->info, token))
     return fail(c, call, RM__GRPC_UNAUTHENTICATED, "wrong token for job %llu",
                 (unsigned long long)job_id);
   *jp = j;
   return 0;
 }
 
-static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
-                        const char *token, uint64_t gen, uint64_t worker_id,
-                        rm__job_t **jp, rm__worker_t **wp)
+/* The worker of an authenticated job; its liveness is refreshed. */
+static rm__worker_t *find_worker(rm_coord_t *c, rm__call_t *call, rm__job_t *j,
+                                 uint64_t worker_id)
 {
-  rm__job_t *j;
-  if (check_job(c, call, job_id, token, &j)) return -1;
   rm__worker_t *w = rm__job_worker(j, worker_id);
-  if (!w)
-    return fail(c, call, RM__GRPC_NOT_FOUND, "worker %llu not in job %llu",
-                (unsigned long long)worker_id, (unsigned long long)job_id);
+  if (!w) {
+    fail(c, call, RM__GRPC_NOT_FOUND, "worker %llu not in job %llu",
+         (unsigned long long)worker_id, (unsigned long long)j->info.id);
+    return NULL;
+  }
   w->last_ns = rm__now_ns();
   w->last_wall_ms = rm__wall_ms();
-  *jp = j;
-  *wp = w;
+  return w;
+}
+
+/* The last check of the header: a member of the running generation gen. */
+static int check_member(rm_coord_t *c, rm__call_t *call, rm__job_t *j,
+                        rm__worker_t *w, uint64_t gen)
+{
+  uint64_t job_id = j->info.id, worker_id = w->id;
   if (rm_job_state_terminal(j->info.state)) return 0;
   if (j->info.state != RM_JOB_RUNNING || gen != j->info.generation ||
       w->generation != gen || w->state != RM_WORKER_RUNNING)
@@ -104,6 +153,19 @@ static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                 (unsigned long long)j->info.generation,
                 (unsigned long long)worker_id, rm_worker_state_name(w->state));
   return 0;
+}
+
+static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
+                        const char *token, uint64_t gen, uint64_t worker_id,
+                        rm__job_t **jp, rm__worker_t **wp)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  if (check_job(c, call, job_id, token, &j)) return -1;
+  if (!(w = find_worker(c, call, j, worker_id))) return -1;
+  *jp = j;
+  *wp = w;
+  return check_member(c, call, j, w, gen);
 }
 
 /* For command.c: job and token only (no worker). */
@@ -316,27 +378,54 @@ static void on_barrier(rm_coord_t *c, rm__call_t *call,
   rm__barrier_arrive(c, j, w, q->name, timeout, p);
 }
 
+static void sample_of(rm_step_sample_t *s, const Ringmaster__V1__ReportStepRequest *q,
+                      int rank, int64_t time_ms)
+{
+  memset(s, 0, sizeof *s);
+  s->rank = rank;
+  s->step = q->step;
+  s->generation = q->generation;
+  s->time_ms = time_ms;
+  s->compute_ms = isfinite(q->compute_ms) && q->compute_ms >= 0 ? q->compute_ms : 0;
+  s->comm_ms = isfinite(q->comm_ms) && q->comm_ms >= 0 ? q->comm_ms : 0;
+  s->wait_ms = isfinite(q->wait_ms) && q->wait_ms >= 0 ? q->wait_ms : 0;
+  s->loss = q->loss;
+  s->accuracy = q->accuracy;
+  s->allreduce_bytes = q->allreduce_bytes;
+}
+
+/* LATE STEP REPORTS of the header: 1 if q was one and is answered. */
+static int late_report(rm_coord_t *c, rm__call_t *call, rm__job_t *j, rm__worker_t *w,
+                       const Ringmaster__V1__ReportStepRequest *q)
+{
+  Ringmaster__V1__ReportStepResponse r = RINGMASTER__V1__REPORT_STEP_RESPONSE__INIT;
+  rm_step_sample_t s;
+  int over = q->generation < j->info.generation ||
+             (q->generation == j->info.generation && j->info.state != RM_JOB_RUNNING);
+  if (rm_job_state_terminal(j->info.state) || !over || q->generation == 0) return 0;
+  int rank = rm__store_generation_rank(c->store, j->info.id, q->generation, w->id);
+  if (rank < 0) return 0; /* not a member then: stale, as before */
+  sample_of(&s, q, rank, w->last_wall_ms);
+  rm__job_step_late(c, j, &s);
+  r.job_state = (Ringmaster__V1__JobState)j->info.state;
+  r.generation = j->info.generation;
+  rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  return 1;
+}
+
 static void on_report_step(rm_coord_t *c, rm__call_t *call,
                            const Ringmaster__V1__ReportStepRequest *q)
 {
   rm__job_t *j;
   rm__worker_t *w;
   Ringmaster__V1__ReportStepResponse r = RINGMASTER__V1__REPORT_STEP_RESPONSE__INIT;
-  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
-    return;
+  if (check_job(c, call, q->job_id, q->token, &j)) return;
+  if (!(w = find_worker(c, call, j, q->worker_id))) return;
+  if (late_report(c, call, j, w, q)) return;
+  if (check_member(c, call, j, w, q->generation)) return;
   if (!rm_job_state_terminal(j->info.state)) {
     rm_step_sample_t s;
-    memset(&s, 0, sizeof s);
-    s.rank = w->rank;
-    s.step = q->step;
-    s.generation = q->generation;
-    s.time_ms = w->last_wall_ms;
-    s.compute_ms = isfinite(q->compute_ms) && q->compute_ms >= 0 ? q->compute_ms : 0;
-    s.comm_ms = isfinite(q->comm_ms) && q->comm_ms >= 0 ? q->comm_ms : 0;
-    s.wait_ms = isfinite(q->wait_ms) && q->wait_ms >= 0 ? q->wait_ms : 0;
-    s.loss = q->loss;
-    s.accuracy = q->accuracy;
-    s.allreduce_bytes = q->allreduce_bytes;
+    sample_of(&s, q, w->rank, w->last_wall_ms);
     rm__job_step(c, j, w, &s);
     rm__recovery_step(c, j, w, &s, q->checkpoint_step);
     rm__suspect_step(c, j, q->step, q->excluded_ranks, q->n_excluded_ranks);

@@ -12,7 +12,9 @@
  * mid-migration leaves the previous version intact.
  *
  * Tables: jobs, workers, generations, barriers, step_summaries, events (see
- * migrations/0001_initial.sql). Memory holds the live view of loaded jobs;
+ * migrations/0001_initial.sql). A job's worker token is never written: the
+ * row holds its verifier and a sealed copy (store_key.c, migration 0010);
+ * rm__store_open loads the key file "<db>.key" after the migrations. Memory holds the live view of loaded jobs;
  * these tables are the durable record and the source for finished jobs.
  *
  * Statement cache. Every statement is prepared ONCE per connection
@@ -149,10 +151,12 @@ rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
     goto fail;
   }
   if (migrate(c, err, errlen)) goto fail;
+  if (rm__store_key_open(c, path, err, errlen)) goto fail;
   rm__store_count_jobs(c);
   *out = c;
   return RM_OK;
 fail:
+  for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   sqlite3_close(c->db);
   free(c);
   return RM_ERR_SYSTEM;
@@ -163,6 +167,7 @@ void rm__store_close(rm__store_t *c)
   if (!c) return;
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   c->nstmts = 0;
+  memset(c->key, 0, sizeof c->key);
   if (c->db && sqlite3_close(c->db) != SQLITE_OK)
     RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
   free(c);
@@ -191,10 +196,12 @@ int rm__store_commit(rm__store_t *c)
   "id,name,world_size,min_workers,max_workers,algorithm,dtype,workload,"      \
   "workload_options,steps,launcher,heartbeat_timeout_ms,barrier_timeout_ms,"  \
   "on_failure,max_restarts,straggler_policy,backup_workers,checkpoint_every," \
-  "state,token,reason,generation,world,step,restarts,created_ms,started_ms,"  \
+  "state,token_verifier,reason,generation,world,step,restarts,created_ms,started_ms,"  \
   "finished_ms,updated_ms,command,env,workdir,aggregation,aggregation_f,"   \
   "aggregation_m,clip_norm,aggregation_tau,aggregation_iterations,"          \
   "deterministic,max_staleness"
+/* ... and what job_get reads to unseal the token (store_key.c) */
+#define JOB_SEAL_COLS ",token_salt,token_sealed"
 
 /* Packed lists (command, env) as BLOBs: their strings end in NULs. */
 static void bind_list(sqlite3_stmt *st, int i, const char *buf, size_t cap,
@@ -240,7 +247,7 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   sqlite3_bind_int(st, i++, s->backup_workers);
   sqlite3_bind_int64(st, i++, (sqlite3_int64)s->checkpoint_every);
   sqlite3_bind_int(st, i++, in->state);
-  sqlite3_bind_text(st, i++, in->token, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, in->token_verifier, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, i++, in->reason, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st, i++, (sqlite3_int64)in->generation);
   sqlite3_bind_int(st, i++, in->world);
@@ -289,7 +296,7 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   s->backup_workers = sqlite3_column_int(st, i++);
   s->checkpoint_every = (uint64_t)sqlite3_column_int64(st, i++);
   o->state = (rm_job_state_t)sqlite3_column_int(st, i++);
-  copy_text(o->token, sizeof o->token, sqlite3_column_text(st, i++));
+  copy_text(o->token_verifier, sizeof o->token_verifier, sqlite3_column_text(st, i++));
   copy_text(o->reason, sizeof o->reason, sqlite3_column_text(st, i++));
   o->generation = (uint64_t)sqlite3_column_int64(st, i++);
   o->world = sqlite3_column_int(st, i++);
@@ -312,12 +319,20 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   s->max_staleness = sqlite3_column_int(st, i++);
 }
 
+/* The row gets the token's verifier and sealed copy, never the token (its
+ * column, NOT NULL since 0001, gets ''); j->info.token_verifier is set. */
 void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
 {
-  sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS ") VALUES (?,"
-                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS JOB_SEAL_COLS ",token) VALUES (?,"
+                          "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                          "?,?,'')");
+  char salt[RM__SALT_HEX + 1], sealed[2 * sizeof j->info.token];
+  rm__store_verifier(j->info.token, j->info.token_verifier);
+  rm__store_seal(c, j->info.token, salt, sealed, sizeof sealed);
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
+  sqlite3_bind_text(st, 41, salt, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 42, sealed, -1, SQLITE_TRANSIENT);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {
     c->job_counts[j->info.state]++;
     j->stored_state = (int)j->info.state;
@@ -354,11 +369,18 @@ void rm__store_job_update(rm__store_t *c, rm__job_t *j)
 
 rm_status_t rm__store_job_get(rm__store_t *c, uint64_t id, rm_job_info_t *out)
 {
-  sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS " FROM jobs WHERE id=?");
+  sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS JOB_SEAL_COLS " FROM jobs WHERE id=?");
   rm_status_t rc = RM_ERR_NOT_FOUND;
   sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
   if (sqlite3_step(st) == SQLITE_ROW) {
     read_job(st, out);
+    const char *salt = (const char *)sqlite3_column_text(st, 40);
+    const char *sealed = (const char *)sqlite3_column_text(st, 41);
+    if (rm__store_unseal(c, salt ? salt : "", sealed ? sealed : "", out->token_verifier,
+                         out->token, sizeof out->token) != 0)
+      RM_WARN("job %llu: its worker token cannot be unsealed (key file or row "
+              "changed); workers still authenticate, relaunch cannot",
+              (unsigned long long)id);
     rc = RM_OK;
   }
   rm__stmt_done(c, st);

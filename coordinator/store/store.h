@@ -23,6 +23,10 @@ typedef struct rm__store rm__store_t; /* store_int.h */
 rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
                            size_t errlen);
 void rm__store_close(rm__store_t *s);
+/* The verifier of a job token as the jobs table stores it (store_key.c):
+ * hex SHA-256, RM__VERIFIER_HEX digits. Compare two with rm__ct_streq. */
+#define RM__VERIFIER_HEX 64
+void rm__store_verifier(const char *token, char out[RM__VERIFIER_HEX + 1]);
 /* The transaction of one locked section: BEGIN; COMMIT (a failed COMMIT is
  * rolled back and the job counts are recounted; returns -1). */
 void rm__store_begin(rm__store_t *s);
@@ -30,7 +34,9 @@ int rm__store_commit(rm__store_t *s);
 
 void rm__store_job_insert(rm__store_t *s, rm__job_t *j);
 void rm__store_job_update(rm__store_t *s, rm__job_t *j);
+/* One job, its token unsealed (store_key.c; "" if it cannot be). */
 rm_status_t rm__store_job_get(rm__store_t *s, uint64_t id, rm_job_info_t *out);
+/* A page of jobs, newest first; the rows carry the verifier, token "". */
 rm_status_t rm__store_job_list(rm__store_t *s, const rm_job_filter_t *f,
                                rm_job_info_t **out, size_t *n, size_t *total);
 /* Rows of the jobs table by state (kept in memory, no count(*)). */
@@ -52,6 +58,12 @@ rm_status_t rm__store_job_result_get(rm__store_t *s, uint64_t id, char **text,
 void rm__store_generation(rm__store_t *s, rm__job_t *j);
 void rm__store_barrier(rm__store_t *s, rm__job_t *j, rm__barrier_t *b);
 void rm__store_step_summary(rm__store_t *s, rm__job_t *j, rm__worker_t *w);
+/* A late step report (rpc.c) as a one-step summary row of its own
+ * generation and rank; the rank worker_id had in generation gen (-1: not a
+ * member of it). */
+void rm__store_step_late(rm__store_t *s, uint64_t job_id, const rm_step_sample_t *sample);
+int rm__store_generation_rank(rm__store_t *s, uint64_t job_id, uint64_t gen,
+                              uint64_t worker_id);
 /* The newest `max` step summaries of a job as samples, oldest first (step =
  * the summary's last step, times its means, bytes per step): the window a
  * restarted coordinator starts with. Returns how many were written. */

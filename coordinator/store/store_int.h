@@ -24,6 +24,8 @@ struct rm__store {
    * of a job's state (rm__job_t.stored_state), so the job list's total and
    * /metrics need no count(*) */
   uint64_t job_counts[RM_JOB_STATE_COUNT];
+  /* K of store_key.c: seals the job tokens (the key file <db>.key) */
+  unsigned char key[32];
 };
 
 /* The cached prepared statement for sql, which MUST be a string literal (the
@@ -39,6 +41,22 @@ int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st);
 int rm__store_exec(rm__store_t *c, const char *sql); /* 0 ok */
 /* Recount job_counts from the jobs table (open, and after a ROLLBACK). */
 void rm__store_count_jobs(rm__store_t *c);
+
+/* ---- job tokens at rest (store_key.c) ---- */
+#define RM__SALT_HEX 32        /* token_salt: 16 random bytes, hex */
+#define RM__TOKEN_SEAL_MAX 71  /* longest token sealed (rm_job_info_t.token) */
+/* Load (or create) K from "<db_path>.key", refuse a bad or foreign one, then
+ * seal any plaintext token left by a database older than migration 0010.
+ * 0, or -1 with a sentence in err. */
+int rm__store_key_open(rm__store_t *c, const char *db_path, char *err, size_t errlen);
+/* Seal token with a fresh random salt: OUT salt (hex), sealed (hex, 2 *
+ * strlen(token) + 1 bytes at least). */
+void rm__store_seal(const rm__store_t *c, const char *token, char salt[RM__SALT_HEX + 1],
+                    char *sealed, size_t sealed_len);
+/* The token back into out, checked against verifier; 0, or -1 (wrong key,
+ * edited row, nothing sealed) with out "". */
+int rm__store_unseal(const rm__store_t *c, const char *salt, const char *sealed,
+                     const char *verifier, char *out, size_t outlen);
 
 /* The generated migrations table (migrations/NNNN_*.sql, in order). */
 struct rm__migration {

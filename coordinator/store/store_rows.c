@@ -222,6 +222,58 @@ void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
   w->acc_step = w->acc_max = w->acc_compute = w->acc_comm = w->acc_wait = 0;
 }
 
+/* A late report (rpc.c LATE STEP REPORTS) as a one-step summary row: its
+ * own generation and rank, never the worker's current accumulators. */
+void rm__store_step_late(rm__store_t *c, uint64_t job_id, const rm_step_sample_t *s)
+{
+  double ms = s->compute_ms + s->comm_ms + s->wait_ms;
+  sqlite3_stmt *st = prep(c, "INSERT INTO step_summaries(job_id,rank,"
+                          "generation,first_step,last_step,count,mean_step_ms,"
+                          "max_step_ms,mean_compute_ms,mean_comm_ms,"
+                          "mean_wait_ms,last_loss,last_accuracy,"
+                          "allreduce_bytes,time_ms) VALUES "
+                          "(?1,?2,?3,?4,?4,1,?5,?5,?6,?7,?8,?9,?10,?11,?12)");
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int(st, 2, s->rank);
+  sqlite3_bind_int64(st, 3, (sqlite3_int64)s->generation);
+  sqlite3_bind_int64(st, 4, (sqlite3_int64)s->step);
+  sqlite3_bind_double(st, 5, ms);
+  sqlite3_bind_double(st, 6, s->compute_ms);
+  sqlite3_bind_double(st, 7, s->comm_ms);
+  sqlite3_bind_double(st, 8, s->wait_ms);
+  if (isnan(s->loss)) sqlite3_bind_null(st, 9);
+  else sqlite3_bind_double(st, 9, s->loss);
+  if (isnan(s->accuracy)) sqlite3_bind_null(st, 10);
+  else sqlite3_bind_double(st, 10, s->accuracy);
+  sqlite3_bind_int64(st, 11, (sqlite3_int64)s->allreduce_bytes);
+  sqlite3_bind_int64(st, 12, s->time_ms);
+  step_done(c, st);
+}
+
+/* The rank worker_id had in generation gen of job_id, from the peers text
+ * of its generations row ("rank worker_id host data_addr" lines); -1 if it
+ * was not a member (or no such generation). */
+int rm__store_generation_rank(rm__store_t *c, uint64_t job_id, uint64_t gen,
+                              uint64_t worker_id)
+{
+  sqlite3_stmt *st = prep(c, "SELECT peers FROM generations WHERE job_id=? AND generation=?");
+  int rank = -1;
+  sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(st, 2, (sqlite3_int64)gen);
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const char *p = (const char *)sqlite3_column_text(st, 0);
+    while (p && *p && rank < 0) {
+      int r;
+      unsigned long long id;
+      if (sscanf(p, "%d %llu", &r, &id) == 2 && id == worker_id) rank = r;
+      p = strchr(p, '\n');
+      if (p) p++;
+    }
+  }
+  rm__stmt_done(c, st);
+  return rank;
+}
+
 /* ---- events ---- */
 uint64_t rm__store_event(rm__store_t *c, const rm_event_t *ev)
 {
