@@ -2,7 +2,8 @@
  * api_int.h - private to api/: the server object, requests, responses, the
  * route table and the helpers handlers share.
  *
- * Request flow (libmicrohttpd, one thread per connection):
+ * Request flow (libmicrohttpd, a small pool of epoll worker threads; a
+ * connection stays on the worker that accepted it, http.c):
  *
  *   URI log callback    allocate rm__req_t (it becomes *con_cls); keep the
  *                       request target as received and decode it ONCE:
@@ -73,6 +74,7 @@ struct rm_api {
   char address[160];
   size_t max_body;
   unsigned max_connections; /* MHD_OPTION_CONNECTION_LIMIT */
+  unsigned http_threads;    /* MHD worker threads */
   char *tls_cert_pem, *tls_key_pem; /* HTTPS when set (file contents) */
   int tls;                  /* the daemon speaks TLS */
   int tick_ms;
@@ -119,6 +121,7 @@ typedef struct rm__req {
     char message[200];
   } refused;
   int started;                /* the 1st access call has happened */
+  int mhd_inflight;           /* http.c answered an MHD-detected error (counted) */
   int stream_slot;            /* holds an SSE slot (rm__sse_reserve) */
   char *body;
   size_t body_len;
@@ -192,6 +195,10 @@ json_t *rm__json_str(const char *s); /* never NULL: non-UTF-8 bytes become '?' *
 
 /* ---- pieces ---- */
 int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t errlen);
+/* Raises RLIMIT_NOFILE to its hard limit and returns want, lowered to what
+ * the descriptor limit allows (less a reserve for the rest of the
+ * process); logs the limit. */
+unsigned rm__http_fd_budget(unsigned want);
 void rm__http_stop(rm_api_t *api);
 void rm__metrics_render(rm_api_t *api, rm__resp_t *resp);   /* metrics.c */
 int rm__ticker_start(rm_api_t *api);                          /* ticker.c */

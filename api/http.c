@@ -3,15 +3,28 @@
  * request-target decoding, routing, auth, body limit, and the
  * response/error helpers (request flow in api_int.h).
  *
- * Threading: MHD_USE_THREAD_PER_CONNECTION with an internal poll() listener.
- * One thread per connection lets an SSE stream block in its content callback
- * (waiting on the event hub) without holding up other clients; keep-alive
- * connections (wrk, browsers) reuse their thread. The number of connections
- * is capped (MHD_OPTION_CONNECTION_LIMIT, api->max_connections) so threads
- * are bounded, and event streams have their own lower cap (sse.h), so
- * streams alone can never take every connection: the API and /healthz keep
- * answering while the stream limit is reached. Accepted sockets get TCP
- * keep-alive and TCP_USER_TIMEOUT (a vanished peer fails within ~30 s).
+ * Threading: MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL with
+ * MHD_OPTION_THREAD_POOL_SIZE = RINGMASTER_HTTP_THREADS (8) workers. Each
+ * worker has its own epoll set and accepts from the shared listening
+ * socket; a connection stays on the worker that accepted it, and handlers
+ * run on that worker (so a handler must not block for long: they are
+ * SQLite reads and small writes). Event streams never block a worker: a
+ * stream with nothing to send is suspended (MHD_ALLOW_SUSPEND_RESUME;
+ * sse.h, rules P1-P5 in sse.c), so 10,000 idle streams are 10,000 parked
+ * sockets, not threads, and the API and /healthz are served by the same
+ * workers at once. The old mode, MHD_USE_THREAD_PER_CONNECTION, was
+ * measured and dropped: 10,000 streams are 10,000 threads, and in 0.9.75 its
+ * suspended connections all wait on the daemon's one ITC, which the first
+ * thread to wake clears, so resumed streams stall (bench/api/sse_idle.py
+ * hung opening 2,000 streams). Without epoll support MHD_USE_POLL is used.
+ *
+ * Limits: MHD_OPTION_CONNECTION_LIMIT = api->max_connections (server.c;
+ * MHD divides it between the workers, and a worker at its share stops
+ * accepting while the others go on), and event streams have their own
+ * lower cap (sse.h), so streams alone can never take every connection: the
+ * API and /healthz keep answering while the stream limit is reached.
+ * Accepted sockets get TCP keep-alive and TCP_USER_TIMEOUT (a vanished peer
+ * fails within ~30 s).
  *
  * Request target: decoded exactly once, in target.c (rules there), from
  * the URI log callback on_uri, before MHD touches it.
@@ -34,6 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -43,10 +58,17 @@
 #include "api_int.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
+#include "rm_param.h"
 
-#define RM__HTTP_FLAGS                                                                  \
-  (MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |     \
+RM_PARAM(http_threads, "RINGMASTER_HTTP_THREADS", 8)
+
+#define RM__HTTP_FLAGS_POOL                                                             \
+  (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |          \
    MHD_USE_ERROR_LOG)
+#define RM__HTTP_THREADS_MAX 64
+/* Descriptors kept for the rest of the process (gRPC, SQLite, workers'
+ * logs) when the limit is low: at most this many, at most a quarter. */
+#define RM__FD_RESERVE 1024
 /* Per-connection memory (MHD_OPTION_CONNECTION_MEMORY_LIMIT; MHD's default
  * is 32 KiB): holds the request line and headers, so RM__URI_MAX plus
  * ordinary headers fit with room to spare. */
@@ -260,12 +282,13 @@ static void run_stream_handler(const rm__route_t *r, rm__req_t *req, rm__resp_t 
                    rm__sse_max_streams(hub));
     resp->extra[0].name = "Retry-After";
     snprintf(resp->extra[0].value, sizeof resp->extra[0].value, "%d", RM__SSE_RETRY_AFTER_S);
-    resp->extra[1].name = "Connection"; /* frees the thread at once */
+    resp->extra[1].name = "Connection"; /* frees the connection at once */
     snprintf(resp->extra[1].value, sizeof resp->extra[1].value, "close");
     return;
   }
   r->fn(req, resp);
-  if (resp->raw) rm__sse_watch(hub, resp->raw, conn_fd(req->conn)); /* the stream owns the slot */
+  if (resp->raw) /* the stream owns the slot */
+    rm__sse_watch(hub, resp->raw, req->conn, conn_fd(req->conn));
   else rm__sse_release(hub);
 }
 
@@ -312,26 +335,39 @@ static void dispatch(rm__req_t *req, rm__resp_t *resp)
  * write buffer. None of these reach the access handler, and MHD offers no
  * hook to change their body.
  *
- * What it does do, on the connection's own thread (thread per connection),
- * just before it queues such an answer, is log "Error processing request
- * (HTTP response code is %u ('%s'))". on_mhd_log catches exactly that
- * format and answers instead: it writes one complete JSON error (the same
- * status, Connection: close) to the socket and shuts the socket down for
- * writing, so whatever MHD then sends fails (EPIPE, MSG_NOSIGNAL) and MHD
- * closes the connection. The client sees exactly one response.
+ * What it does do, on the thread that processes the connection, just
+ * before it queues such an answer, is log "Error processing request (HTTP
+ * response code is %u ('%s'))". on_mhd_log catches exactly that format and
+ * answers instead: it writes one complete JSON error (the same status,
+ * Connection: close) to the socket and shuts the socket down for writing,
+ * so whatever MHD then sends fails (EPIPE, MSG_NOSIGNAL) and MHD closes the
+ * connection. The client sees exactly one response.
  *
- * The socket comes from tls_conn, set by on_uri on this thread for the
- * request being read (cleared by on_completed). So this covers every error
- * MHD finds after a request line was read: Content-Length, header lines,
- * headers too large (431), chunking. A request line too long for the pool
- * (414, about 64 KiB) comes before on_uri and stays MHD's HTML; our own
- * 414 JSON at RM__URI_MAX, far below that, covers the realistic cases.
- * Nothing is written when we already queued an answer for the request
- * (tls_conn.answered), when the format string is not that exact one
- * (another MHD version: MHD's answer goes out unchanged), outside
- * thread-per-connection mode, where a thread is not one connection, or
- * over HTTPS, where the socket carries TLS records (MHD's own answer goes
- * out there, HTML and for a bad Content-Length doubled).
+ * Which connection: the log line does not say, and a worker thread serves
+ * many. Every connection has a record (conn_rec_t, its socket context) on
+ * a registry, with the thread that last ran a callback for it (`owner`:
+ * the accepting worker, then the thread that read its request line) and
+ * its phase:
+ *
+ *   IDLE     no request line read yet (new, or between keep-alive requests)
+ *   PENDING  request line read (on_uri), no answer queued yet
+ *   EARLY    answered at the first access call, body maybe still coming
+ *   DONE     answered after the whole request was read: MHD parses nothing
+ *            more on it until that answer is sent (event streams stay DONE)
+ *
+ * Only IDLE, PENDING and EARLY connections can be the one in error, and
+ * only those of the logging thread. We answer connection C when:
+ *   - a Content-Length error, and C is the only PENDING one of this thread
+ *     whose Content-Length is not a decimal number (a positive match); or
+ *   - any error, and C is the only IDLE/PENDING/EARLY connection of this
+ *     thread, and it is PENDING.
+ * Otherwise (two half-received requests on one worker; a request line too
+ * long, before on_uri; another MHD version's format) MHD's own answer goes
+ * out unchanged: never an answer on another client's socket. Over HTTPS the
+ * socket carries TLS records, so MHD's own answer goes out there too (HTML,
+ * and for a bad Content-Length doubled). A request line too long for the
+ * pool (414, about 64 KiB) is such a case; our own 414 JSON at RM__URI_MAX,
+ * far below that, covers the realistic ones.
  *
  * Shutdown: MHD_queue_response returns MHD_YES without queueing once the
  * daemon is shutting down, and transmit_error_response then builds the
@@ -341,15 +377,80 @@ static void dispatch(rm__req_t *req, rm__resp_t *resp)
  * (which comes after MHD's failed send), and rm__http_stop stops answering
  * and waits for the count to drain (bounded) before MHD_stop_daemon.
  */
-static _Thread_local struct {
-  int fd;          /* this thread's connection socket; -1 before on_uri */
-  const void *req; /* identity of the current request, never dereferenced */
-  int answered;    /* we queued (or wrote) the current request's answer */
-  int inflight;    /* counted in api->mhd_answers_inflight until on_completed */
-} tls_conn = {-1, NULL, 0, 0};
+enum { PH_IDLE, PH_PENDING, PH_EARLY, PH_DONE };
+
+typedef struct conn_rec {
+  struct conn_rec *next, *prev; /* registry, under reg_lock */
+  struct MHD_Connection *conn;
+  int fd;
+  pthread_t owner;
+  int phase;
+  rm__req_t *req; /* the request being read or answered; NULL when IDLE */
+} conn_rec_t;
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static conn_rec_t *reg_head;
 
 static const char mhd_error_fmt[] =
     "Error processing request (HTTP response code is %u ('%s')). Closing connection.\n";
+
+static conn_rec_t *conn_rec(struct MHD_Connection *conn)
+{
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+/* Under reg_lock: the request's connection enters phase. */
+static void rec_set_locked(rm__req_t *req, int phase)
+{
+  conn_rec_t *r = conn_rec(req->conn);
+  if (r == NULL || (r->req != req && r->req != NULL)) return;
+  r->phase = phase;
+  r->req = phase == PH_IDLE ? NULL : req;
+}
+
+static void rec_set(rm__req_t *req, int phase, int take_owner)
+{
+  conn_rec_t *r = conn_rec(req->conn);
+  pthread_mutex_lock(&reg_lock);
+  if (r && take_owner) {
+    r->owner = pthread_self();
+    r->req = req;
+  }
+  rec_set_locked(req, phase);
+  pthread_mutex_unlock(&reg_lock);
+}
+
+static int cl_malformed(const char *v)
+{
+  uint64_t n;
+  return v && rm__parse_u64(v, &n) != 0;
+}
+
+/* Under reg_lock, on the logging thread: the request MHD is failing, or
+ * NULL when that cannot be told for sure (rules above). */
+static rm__req_t *erring_request(const char *html)
+{
+  pthread_t me = pthread_self();
+  conn_rec_t *only = NULL, *cl = NULL;
+  int open = 0, ncl = 0;
+
+  for (conn_rec_t *r = reg_head; r; r = r->next) {
+    if (!pthread_equal(r->owner, me) || r->phase == PH_DONE) continue;
+    open++;
+    only = r;
+    if (r->phase == PH_PENDING && html && strstr(html, "Content-Length") &&
+        cl_malformed(MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH))) {
+      ncl++;
+      cl = r;
+    }
+  }
+  if (ncl == 1) return cl->req;
+  if (open == 1 && only->phase == PH_PENDING) return only->req;
+  return NULL;
+}
 
 static void answer_mhd_error(rm_api_t *api, unsigned status, const char *html)
 {
@@ -363,10 +464,15 @@ static void answer_mhd_error(rm_api_t *api, unsigned status, const char *html)
   ssize_t sent;
   int n;
 
-  if (!(RM__HTTP_FLAGS & MHD_USE_THREAD_PER_CONNECTION) || api->tls || tls_conn.fd < 0 ||
-      tls_conn.req == NULL || tls_conn.answered ||
-      __atomic_load_n(&api->http_closing, __ATOMIC_ACQUIRE))
-    return;
+  rm__req_t *req;
+  int fd;
+
+  if (api->tls || __atomic_load_n(&api->http_closing, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&reg_lock);
+  req = erring_request(html);
+  if (req) rec_set_locked(req, PH_EARLY);
+  pthread_mutex_unlock(&reg_lock);
+  if (req == NULL || (fd = conn_fd(req->conn)) < 0) return;
   if (html && strstr(html, "Content-Length")) {
     field = MHD_HTTP_HEADER_CONTENT_LENGTH;
     what = status == 413 ? "Content-Length is too large"
@@ -393,13 +499,12 @@ static void answer_mhd_error(rm_api_t *api, unsigned status, const char *html)
     iov[1] = (struct iovec){r.body, r.len};
     msg.msg_iov = iov;
     msg.msg_iovlen = 2;
-    do sent = sendmsg(tls_conn.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    do sent = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (sent < 0 && errno == EINTR);
     if (sent > 0) { /* (a send buffer too small for 300 bytes: truncated, still one answer) */
       __atomic_fetch_add(&api->mhd_answers_inflight, 1, __ATOMIC_ACQ_REL);
-      tls_conn.inflight = 1;
-      shutdown(tls_conn.fd, SHUT_WR);
-      tls_conn.answered = 1;
+      req->mhd_inflight = 1;
+      shutdown(fd, SHUT_WR);
       __atomic_fetch_add(&api->http_requests[status / 100 < 6 ? status / 100 : 0], 1,
                          __ATOMIC_RELAXED);
     }
@@ -441,7 +546,6 @@ static enum MHD_Result send_resp(rm__req_t *req, rm__resp_t *resp)
     if (resp->extra[i].name) MHD_add_response_header(m, resp->extra[i].name, resp->extra[i].value);
   if (resp->status == 401) MHD_add_response_header(m, "WWW-Authenticate", "Bearer realm=\"ringmaster\"");
   __atomic_fetch_add(&req->api->http_requests[cls < 6 ? cls : 0], 1, __ATOMIC_RELAXED);
-  tls_conn.answered = 1;
   ret = MHD_queue_response(req->conn, resp->status, m);
   MHD_destroy_response(m);
   return ret;
@@ -462,9 +566,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
    * return: leave it nothing (the buffer is MHD's read buffer, writable;
    * the option documents processing the URI here). */
   if (q && q[1]) q[1] = '\0';
-  tls_conn.fd = conn_fd(conn);
-  tls_conn.req = req;
-  tls_conn.answered = 0;
+  rec_set(req, PH_PENDING, 1);
   return req;
 }
 
@@ -481,7 +583,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     req->started = 1;
     req->method = method;
     memset(&resp, 0, sizeof resp);
-    if (first_call_checks(req, &resp)) return send_resp(req, &resp);
+    if (first_call_checks(req, &resp)) {
+      rec_set(req, PH_EARLY, 0);
+      return send_resp(req, &resp);
+    }
     return MHD_YES;
   }
   if (*upload_size > 0) {
@@ -498,6 +603,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   }
   memset(&resp, 0, sizeof resp);
   dispatch(req, &resp);
+  rec_set(req, PH_DONE, 0);
   return send_resp(req, &resp);
 }
 
@@ -507,11 +613,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   rm__req_t *req = *con_cls;
   rm_api_t *api = cls;
   if (req == NULL) return;
-  if (tls_conn.req == req) { /* the next request on this connection starts afresh */
-    if (tls_conn.inflight) __atomic_fetch_sub(&api->mhd_answers_inflight, 1, __ATOMIC_ACQ_REL);
-    tls_conn.req = NULL;
-    tls_conn.answered = tls_conn.inflight = 0;
-  }
+  rec_set(req, PH_IDLE, 0); /* the next request on this connection starts afresh */
+  if (req->mhd_inflight) __atomic_fetch_sub(&api->mhd_answers_inflight, 1, __ATOMIC_ACQ_REL);
   req_free(req);
   *con_cls = NULL;
 }
@@ -524,8 +627,33 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
   int fd, on = 1, idle = RM__TCP_DEAD_S / 2, intvl = RM__TCP_DEAD_S / 6, cnt = 3;
   unsigned user_ms = RM__TCP_DEAD_S * 1000u;
+  conn_rec_t *r = *socket_context;
 
-  if (code != MHD_CONNECTION_NOTIFY_STARTED || (fd = conn_fd(conn)) < 0) return;
+  (void)cls;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    if (r == NULL) return;
+    pthread_mutex_lock(&reg_lock);
+    if (r->prev) r->prev->next = r->next;
+    else reg_head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    pthread_mutex_unlock(&reg_lock);
+    free(r);
+    *socket_context = NULL;
+    return;
+  }
+  if (code != MHD_CONNECTION_NOTIFY_STARTED) return;
+  r = rm__xcalloc(1, sizeof *r);
+  r->conn = conn;
+  r->fd = conn_fd(conn);
+  r->owner = pthread_self();
+  r->phase = PH_IDLE;
+  pthread_mutex_lock(&reg_lock);
+  r->next = reg_head;
+  if (reg_head) reg_head->prev = r;
+  reg_head = r;
+  pthread_mutex_unlock(&reg_lock);
+  *socket_context = r;
+  if ((fd = r->fd) < 0) return;
   if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
       setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
@@ -601,6 +729,53 @@ exit:
   return fd;
 }
 
+unsigned rm__http_fd_budget(unsigned want)
+{
+  struct rlimit rl;
+  rlim_t was, reserve;
+  unsigned got = want;
+
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    RM_WARN("api: cannot read RLIMIT_NOFILE: %s", strerror(errno));
+    return want;
+  }
+  was = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      RM_WARN("api: cannot raise RLIMIT_NOFILE to %llu: %s", (unsigned long long)rl.rlim_max,
+              strerror(errno));
+      rl.rlim_cur = was;
+    }
+  }
+  reserve = rl.rlim_cur / 4 < RM__FD_RESERVE ? rl.rlim_cur / 4 : RM__FD_RESERVE;
+  if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)want + reserve > rl.rlim_cur) {
+    got = rl.rlim_cur > reserve + 4 ? (unsigned)(rl.rlim_cur - reserve) : 4;
+    RM_WARN("api: file descriptor limit %llu (hard %llu) leaves room for %u HTTP connections, "
+            "not the %u asked (RINGMASTER_HTTP_MAX_CONNECTIONS); raise `ulimit -Hn`",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, got, want);
+  }
+  if (rl.rlim_cur == RLIM_INFINITY)
+    RM_INFO("api: file descriptor limit unlimited");
+  else
+    RM_INFO("api: file descriptor limit %llu (was %llu, hard %llu)",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)was,
+            (unsigned long long)rl.rlim_max);
+  return got;
+}
+
+/* Worker threads (RINGMASTER_HTTP_THREADS, read once). */
+static unsigned http_threads(void)
+{
+  int64_t n = rm__param_http_threads();
+  if (n < 1 || n > RM__HTTP_THREADS_MAX) {
+    RM_WARN("api: RINGMASTER_HTTP_THREADS=%lld must be in 1..%d; using 8", (long long)n,
+            RM__HTTP_THREADS_MAX);
+    n = 8;
+  }
+  return (unsigned)n;
+}
+
 int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t errlen)
 {
   int fd = open_listener(api, listen_addr, err, errlen);
@@ -610,6 +785,9 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
       {MHD_OPTION_HTTPS_MEM_CERT, 0, api->tls_cert_pem},
       {MHD_OPTION_END, 0, NULL}};
   struct MHD_OptionItem no_opts[] = {{MHD_OPTION_END, 0, NULL}};
+  unsigned threads = http_threads(), flags;
+  struct MHD_OptionItem pool_opts[] = {{MHD_OPTION_THREAD_POOL_SIZE, (intptr_t)threads, NULL},
+                                       {MHD_OPTION_END, 0, NULL}};
   if (fd < 0) return -1;
   if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
     snprintf(err, errlen, "--http-tls-cert: this libmicrohttpd has no TLS support");
@@ -617,8 +795,15 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
     return -1;
   }
   api->tls = tls;
+  flags = RM__HTTP_FLAGS_POOL | (tls ? MHD_USE_TLS : 0);
+  if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+    RM_WARN("api: this libmicrohttpd has no epoll; using poll()");
+    flags = (flags & ~(unsigned)MHD_USE_EPOLL) | MHD_USE_POLL;
+  }
+  api->http_threads = threads;
   api->daemon = MHD_start_daemon(
-      RM__HTTP_FLAGS | (tls ? MHD_USE_TLS : 0), 0, NULL, NULL, on_request, api,
+      flags, 0, NULL, NULL, on_request, api,
+      MHD_OPTION_ARRAY, threads > 1 ? pool_opts : no_opts,
       MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_ARRAY, tls ? tls_opts : no_opts,
       MHD_OPTION_URI_LOG_CALLBACK, on_uri, api, MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, api, MHD_OPTION_CONNECTION_TIMEOUT,
@@ -631,6 +816,7 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
     close(fd);
     return -1;
   }
+  RM_INFO("api: HTTP on %u worker threads (idle event streams suspended)", threads);
   return 0;
 }
 

@@ -4,8 +4,19 @@
  * Start order (stop is the reverse, so no thread ever sees freed state):
  *   resolve token -> load Chart.js -> SSE hub -> subscribe to coordinator
  *   events (forwarded into the hub) -> progress ticker -> HTTP daemon.
- * Stop: close the hub (ends SSE streams) -> stop the HTTP daemon (joins
- * connection threads) -> stop the ticker -> unsubscribe -> free the hub.
+ * Stop: close the hub (resumes and ends every SSE stream, joins its waker:
+ * MHD must see no suspended connection) -> stop the HTTP daemon (joins its
+ * worker threads) -> stop the ticker -> unsubscribe -> free the hub.
+ *
+ * Limits (read once at start):
+ *   connections  RINGMASTER_HTTP_MAX_CONNECTIONS (12000), at most the file
+ *                descriptor limit less a reserve for the coordinator
+ *                (rm__http_fd_budget raises RLIMIT_NOFILE to its hard limit
+ *                and logs both)
+ *   streams      RINGMASTER_SSE_MAX_STREAMS (10000), at most 5/6 of the
+ *                connections: at least a sixth of them (2000 of 12000)
+ *                stays for the API and /healthz however many clients stream;
+ *                beyond it 503 + Retry-After (http.c)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,21 +30,23 @@
 
 RM_PARAM(sse_keepalive_ms, "RINGMASTER_SSE_KEEPALIVE_MS", 15000)
 RM_PARAM(api_tick_ms, "RINGMASTER_API_TICK_MS", 1000)
-/* Connections the HTTP server holds at once (each is a thread), and the
- * share of them event streams may take: streams beyond it get 503 +
- * Retry-After, so the rest stays free for the API and /healthz. */
-RM_PARAM(http_max_connections, "RINGMASTER_HTTP_MAX_CONNECTIONS", 1000)
-RM_PARAM(sse_max_streams, "RINGMASTER_SSE_MAX_STREAMS", 512)
+/* Connections the HTTP server holds at once (an idle event stream is a
+ * parked connection, no thread), and the share of them event streams may
+ * take: streams beyond it get 503 + Retry-After, so the rest stays free for
+ * the API and /healthz. */
+RM_PARAM(http_max_connections, "RINGMASTER_HTTP_MAX_CONNECTIONS", 12000)
+RM_PARAM(sse_max_streams, "RINGMASTER_SSE_MAX_STREAMS", 10000)
 
-/* Stream limit for a connection limit: below it, by at least a quarter of
- * it, so streams can never take every connection. */
+/* Stream limit for a connection limit: below it by at least a sixth of it,
+ * so streams can never take every connection. */
 static int sse_limit(unsigned max_conn)
 {
-  int64_t want = rm__param_sse_max_streams(), cap = (int64_t)max_conn * 3 / 4;
+  int64_t want = rm__param_sse_max_streams(), cap = (int64_t)max_conn - max_conn / 6;
+  if (cap >= (int64_t)max_conn) cap = (int64_t)max_conn - 1;
   if (cap < 1) cap = 1;
   if (want < 1 || want > cap) {
-    RM_WARN("api: RINGMASTER_SSE_MAX_STREAMS=%lld must be in 1..%lld (3/4 of "
-            "RINGMASTER_HTTP_MAX_CONNECTIONS=%u); using %lld",
+    RM_WARN("api: RINGMASTER_SSE_MAX_STREAMS=%lld must be in 1..%lld (5/6 of "
+            "the %u HTTP connections); using %lld",
             (long long)want, (long long)cap, max_conn, (long long)cap);
     want = cap;
   }
@@ -97,12 +110,12 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
   api->max_body = o->max_body ? o->max_body : (1 << 20);
   api->tick_ms = o->tick_ms > 0 ? o->tick_ms : (int)rm__param_api_tick_ms();
   if (api->tick_ms < 10) api->tick_ms = 10;
-  if (max_conn < 4 || max_conn > 100000) {
-    RM_WARN("api: RINGMASTER_HTTP_MAX_CONNECTIONS=%lld must be in 4..100000; using 1000",
+  if (max_conn < 4 || max_conn > 1000000) {
+    RM_WARN("api: RINGMASTER_HTTP_MAX_CONNECTIONS=%lld must be in 4..1000000; using 12000",
             (long long)max_conn);
-    max_conn = 1000;
+    max_conn = 12000;
   }
-  api->max_connections = (unsigned)max_conn;
+  api->max_connections = rm__http_fd_budget((unsigned)max_conn);
   keepalive = o->sse_keepalive_ms > 0 ? o->sse_keepalive_ms : (int)rm__param_sse_keepalive_ms();
   if (rm__auth_resolve(o->token, o->token_file, api->token, sizeof api->token, &generated, err,
                        errlen) != 0)
@@ -122,6 +135,12 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
   api->k8s_image = o->k8s_image ? rm__xstrdup(o->k8s_image) : NULL;
   api->k8s_namespace = o->k8s_namespace ? rm__xstrdup(o->k8s_namespace) : NULL;
   api->hub = rm__sse_hub_new(4096, keepalive, sse_limit(api->max_connections));
+  if (api->hub == NULL) {
+    snprintf(err, errlen, "cannot start the event-stream thread");
+    goto fail;
+  }
+  RM_INFO("api: at most %u HTTP connections, %d of them event streams", api->max_connections,
+          rm__sse_max_streams(api->hub));
   api->sub_id = rm_coord_subscribe(coord, on_event, api);
   if (api->sub_id <= 0) {
     snprintf(err, errlen, "cannot subscribe to coordinator events (table full)");

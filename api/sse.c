@@ -21,15 +21,43 @@
  *                LIVE    the ring from cursor on, skipping events with
  *                        seq <= skip_seq (sent by REPLAY)
  *
- * Stream callback (LIVE):   pending bytes?  -> copy them out
- *                           hub closing     -> end of stream
+ * Stream callback (LIVE), never blocking (it runs on one of libmicrohttpd's
+ * few worker threads, http.c):
+ *                           pending bytes?  -> copy them out
+ *                           hub closing / peer gone -> end of stream
  *                           cursor too old  -> emit `reset`, jump to newest
  *                           next match      -> format it, advance cursor
- *                           none            -> wait (cond) until publish or
- *                                              keep-alive deadline, in slices
- *                                              of RM__SSE_PEER_CHECK_MS when
- *                                              the socket is known; peer gone
- *                                              -> end of stream
+ *                           keep-alive due  -> ": keep-alive"
+ *                           none            -> park: suspended = 1 (under
+ *                                              the lock), then
+ *                                              MHD_suspend_connection, return 0
+ *
+ * Parked streams (the state machine of one stream's connection):
+ *
+ *   ACTIVE --reader finds nothing (lock: suspended = 1)--> PARKED
+ *   PARKED --waker (lock: suspended = 0), then MHD_resume_connection--> ACTIVE
+ *
+ *   P1 Only the waker thread clears `suspended`, and it calls
+ *      MHD_resume_connection exactly once per clearing, outside the lock
+ *      (MHD's cleanup mutex is never taken under the hub lock).
+ *   P2 So while suspended == 1 the connection is, or is about to be,
+ *      suspended in MHD: MHD neither closes it nor frees the stream, and
+ *      its fd stays this connection's. The waker may poll that fd and touch
+ *      the stream's cursor (under the lock) without racing the reader.
+ *   P3 A resume that overtakes the reader's MHD_suspend_connection (the
+ *      reader dropped the lock in between) cancels that suspend (MHD 0.9.75
+ *      internal_suspend_connection_: `resuming` set -> no suspend), and MHD
+ *      calls the reader again: no wake-up is lost.
+ *   P4 The waker resumes a parked stream when: its ring has a message the
+ *      stream wants (unwanted ones are skipped there and then, so a filtered
+ *      stream never falls behind the ring), its cursor fell out of the ring
+ *      (reset), its keep-alive is due, its peer is gone, or the hub closes.
+ *      It wakes on publish (wake_pending + cond), at the earliest keep-alive
+ *      due, and every RM__SSE_PEER_CHECK_MS to poll every parked socket in
+ *      one poll() (no lock held: P2).
+ *   P5 close(): closing = 1 under the lock (no reader parks after that), the
+ *      waker resumes every parked stream and exits, close() joins it; only
+ *      then may MHD_stop_daemon run (MHD panics on suspended connections).
  *
  * Streams are on a list (hub->live) so watch() can find the stream of an
  * MHD response; `streams` counts slots (live streams + reservations).
@@ -74,7 +102,13 @@ struct rm__sse_hub {
   int keepalive_ms;
   int closing;
   int streams, max_streams; /* slots taken; limit (<= 0: none) */
+  int parked;               /* streams with suspended == 1 */
   struct stream *live;      /* streams MHD has not freed yet */
+  /* the waker (P1-P5): cond is signalled on publish, close and when a
+   * stream parks with a keep-alive due before waker_due */
+  pthread_t waker;
+  int waker_started, wake_pending;
+  int64_t waker_due; /* when the waker next wakes by itself (ns) */
 };
 
 enum { MODE_RESUME, MODE_REPLAY, MODE_LIVE };
@@ -83,7 +117,11 @@ typedef struct stream {
   rm__sse_hub_t *hub;
   struct stream *next, *prev; /* hub->live, under hub->lock */
   struct MHD_Response *resp;  /* identity for watch() */
+  struct MHD_Connection *conn; /* from watch(); NULL: the stream cannot park */
   int fd;                     /* the client's socket, -1 = unknown */
+  int suspended;              /* parked (P1, P2); under hub->lock */
+  int gone;                   /* the waker saw the peer hang up */
+  int64_t last_sent;          /* rm__now_ns() of the last bytes produced */
   char *filter; /* NULL = all */
   uint64_t cursor;
   int started, mode;
@@ -92,6 +130,8 @@ typedef struct stream {
   char *pend; /* formatted bytes not yet handed to MHD */
   size_t pend_len, pend_off;
 } stream_t;
+
+static void *waker_main(void *arg);
 
 rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms, int max_streams)
 {
@@ -109,6 +149,11 @@ rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms, int max_stream
   h->seed_floor = NO_FLOOR;
   h->keepalive_ms = keepalive_ms > 0 ? keepalive_ms : 15000;
   h->max_streams = max_streams;
+  if (pthread_create(&h->waker, NULL, waker_main, h) != 0) {
+    rm__sse_hub_free(h);
+    return NULL;
+  }
+  h->waker_started = 1;
   return h;
 }
 
@@ -126,11 +171,16 @@ void rm__sse_hub_close(rm__sse_hub_t *h)
   h->closing = 1;
   pthread_cond_broadcast(&h->cond);
   pthread_mutex_unlock(&h->lock);
+  if (h->waker_started) { /* P5: it resumes every parked stream, then exits */
+    pthread_join(h->waker, NULL);
+    h->waker_started = 0;
+  }
 }
 
 void rm__sse_hub_free(rm__sse_hub_t *h)
 {
   if (h == NULL) return;
+  rm__sse_hub_close(h);
   for (size_t i = 0; i < h->cap; i++) msg_clear(&h->msgs[i]);
   free(h->msgs);
   pthread_cond_destroy(&h->cond);
@@ -207,7 +257,10 @@ uint64_t rm__sse_publish_seq(rm__sse_hub_t *h, const char *job, const char *type
   slot->data = rm__xstrdup(data ? data : "{}");
   h->count++;
   h->next_pos++;
-  pthread_cond_broadcast(&h->cond);
+  if (h->parked && !h->wake_pending) {
+    h->wake_pending = 1;
+    pthread_cond_signal(&h->cond);
+  }
 exit:
   pthread_mutex_unlock(&h->lock);
   return id;
@@ -353,17 +406,15 @@ static int replay_batch(stream_t *s, rm__sbuf_t *b)
   return 0;
 }
 
-/* 1 when the client has closed its end or the socket failed. A readable
- * socket with data is not a hang-up (the byte stays queued). */
-static int peer_gone(int fd)
+/* 1 when poll() says the client has closed its end or the socket failed.
+ * A readable socket with data is not a hang-up (the byte stays queued). */
+static int peer_gone(int fd, short revents)
 {
-  struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
   char c;
   ssize_t r;
 
-  if (poll(&p, 1, 0) <= 0) return 0;
-  if (p.revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return 1;
-  if (!(p.revents & POLLIN)) return 0;
+  if (revents & (POLLERR | POLLHUP | POLLRDHUP | POLLNVAL)) return 1;
+  if (!(revents & POLLIN)) return 0;
   r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
@@ -373,55 +424,54 @@ static struct timespec ts_of(int64_t ns)
   return (struct timespec){(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
 }
 
-/* Under the lock: produce the next chunk of a LIVE stream into b, waiting
- * up to the keep-alive deadline. Returns 0, or -1 when the hub is closing
- * or the peer is gone. */
-static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+static int64_t keepalive_due(const stream_t *s, const rm__sse_hub_t *h)
 {
-  const int64_t slice = (int64_t)RM__SSE_PEER_CHECK_MS * 1000000;
-  int64_t deadline = rm__now_ns() + (int64_t)h->keepalive_ms * 1000000;
-  int64_t next_check = rm__now_ns() + slice;
-
-  for (;;) {
-    uint64_t oldest = h->next_pos - h->count;
-    int64_t now, until = deadline;
-    struct timespec ts;
-    int fd = s->fd;
-
-    if (h->closing) return -1;
-    if (s->cursor + 1 < oldest || s->cursor >= h->next_pos) {
-      /* The client re-fetches state over REST on reset, so replaying what
-       * is left of the ring is pointless: continue live. */
-      go_reset(s, h, b);
-      return 0;
-    }
-    while (s->cursor + 1 < h->next_pos) {
-      msg_t *m = at(h, ++s->cursor);
-      if (m->seq && m->seq <= s->skip_seq) continue; /* sent by the replay */
-      if (wanted(s, m->job)) {
-        format_event(b, m->id, m->type, m->data);
-        return 0;
-      }
-    }
-    if (fd >= 0 && next_check < deadline) until = next_check;
-    ts = ts_of(until);
-    if (pthread_cond_timedwait(&h->cond, &h->lock, &ts) == ETIMEDOUT && until == deadline) {
-      rm__sbuf_puts(b, ": keep-alive\n\n");
-      return 0;
-    }
-    now = rm__now_ns();
-    if (fd >= 0 && now >= next_check) { /* is anyone still there? (not under the lock) */
-      int gone;
-      pthread_mutex_unlock(&h->lock);
-      gone = peer_gone(fd);
-      pthread_mutex_lock(&h->lock);
-      if (gone) return -1;
-      next_check = now + slice;
-    }
-  }
+  return s->last_sent + (int64_t)h->keepalive_ms * 1000000;
 }
 
-/* The next chunk of any stream after its preamble. */
+/* Under the lock, for a LIVE stream: 1 when the reader has something to do
+ * now (P4). Consumes (skips) the messages the stream does not want. */
+static int has_work(stream_t *s, rm__sse_hub_t *h, int64_t now)
+{
+  uint64_t oldest = h->next_pos - h->count;
+
+  if (h->closing || s->gone || s->mode != MODE_LIVE) return 1;
+  if (s->cursor + 1 < oldest || s->cursor >= h->next_pos) return 1; /* reset */
+  while (s->cursor + 1 < h->next_pos) {
+    msg_t *m = at(h, s->cursor + 1);
+    if ((!m->seq || m->seq > s->skip_seq) && wanted(s, m->job)) return 1;
+    s->cursor++;
+  }
+  return now >= keepalive_due(s, h);
+}
+
+/* Under the lock: the next chunk of a LIVE stream into b, or nothing (b
+ * empty). Returns 0, or -1 when the hub is closing or the peer is gone. */
+static int next_chunk(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
+{
+  uint64_t oldest = h->next_pos - h->count;
+
+  if (h->closing || s->gone) return -1;
+  if (s->cursor + 1 < oldest || s->cursor >= h->next_pos) {
+    /* The client re-fetches state over REST on reset, so replaying what
+     * is left of the ring is pointless: continue live. */
+    go_reset(s, h, b);
+    return 0;
+  }
+  while (s->cursor + 1 < h->next_pos) {
+    msg_t *m = at(h, ++s->cursor);
+    if (m->seq && m->seq <= s->skip_seq) continue; /* sent by the replay */
+    if (wanted(s, m->job)) {
+      format_event(b, m->id, m->type, m->data);
+      return 0;
+    }
+  }
+  if (rm__now_ns() >= keepalive_due(s, h)) rm__sbuf_puts(b, ": keep-alive\n\n");
+  return 0;
+}
+
+/* The next chunk of any stream after its preamble; b stays empty when there
+ * is nothing to send now. */
 static int produce(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
 {
   int rc = 0;
@@ -445,19 +495,40 @@ static int produce(stream_t *s, rm__sse_hub_t *h, rm__sbuf_t *b)
   return rc;
 }
 
+/* Nothing to send: park the stream (P1-P3). 1 when parked (the reader
+ * returns 0 and MHD calls it again once resumed), 0 when there is work
+ * after all (the reader produces again). */
+static int park(stream_t *s, rm__sse_hub_t *h)
+{
+  int parked = 0;
+
+  pthread_mutex_lock(&h->lock);
+  if (!has_work(s, h, rm__now_ns())) {
+    s->suspended = 1;
+    h->parked++;
+    parked = 1;
+    if (keepalive_due(s, h) < h->waker_due) pthread_cond_signal(&h->cond);
+  }
+  pthread_mutex_unlock(&h->lock);
+  if (parked) MHD_suspend_connection(s->conn);
+  return parked;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
   stream_t *s = cls;
   size_t n;
 
   (void)pos;
-  if (s->pend_off == s->pend_len) {
+  while (s->pend_off == s->pend_len) {
     rm__sbuf_t b;
     int rc = 0;
     rm__sbuf_init(&b);
     free(s->pend);
     s->pend = NULL;
-    if (!s->started) {
+    if (s->conn == NULL) { /* never watched: it could only spin */
+      rc = -1;
+    } else if (!s->started) {
       rm__sbuf_puts(&b, "retry: 2000\n: connected\n\n");
       s->started = 1;
     } else {
@@ -466,12 +537,121 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     s->pend = rm__sbuf_take(&b, &s->pend_len);
     s->pend_off = 0;
     if (rc != 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (s->pend_len) s->last_sent = rm__now_ns();
+    else if (park(s, s->hub)) return 0;
   }
   n = s->pend_len - s->pend_off;
   if (n > max) n = max;
   memcpy(buf, s->pend + s->pend_off, n);
   s->pend_off += n;
   return (ssize_t)n;
+}
+
+/* ---- the waker (P1-P5) ---- */
+
+typedef struct {
+  struct MHD_Connection **conn; /* to resume */
+  size_t nconn, cap;
+  struct pollfd *pfd;           /* parked sockets to check */
+  stream_t **ps;
+  size_t npfd, pcap;
+} wake_set_t;
+
+static void push_conn(wake_set_t *w, struct MHD_Connection *c)
+{
+  if (w->nconn == w->cap) {
+    w->cap = w->cap ? w->cap * 2 : 256;
+    w->conn = rm__xrealloc(w->conn, w->cap * sizeof *w->conn);
+  }
+  w->conn[w->nconn++] = c;
+}
+
+static void push_fd(wake_set_t *w, stream_t *s)
+{
+  if (w->npfd == w->pcap) {
+    w->pcap = w->pcap ? w->pcap * 2 : 256;
+    w->pfd = rm__xrealloc(w->pfd, w->pcap * sizeof *w->pfd);
+    w->ps = rm__xrealloc(w->ps, w->pcap * sizeof *w->ps);
+  }
+  w->pfd[w->npfd] = (struct pollfd){s->fd, POLLIN | POLLRDHUP, 0};
+  w->ps[w->npfd++] = s;
+}
+
+/* Under the lock: a parked stream becomes active again (P1). */
+static void unpark(rm__sse_hub_t *h, stream_t *s, wake_set_t *w)
+{
+  s->suspended = 0;
+  h->parked--;
+  push_conn(w, s->conn);
+}
+
+/* No lock held: resume what was collected. */
+static void resume_all(wake_set_t *w)
+{
+  for (size_t i = 0; i < w->nconn; i++) MHD_resume_connection(w->conn[i]);
+  w->nconn = 0;
+}
+
+/* Under the lock: one pass over the parked streams. Returns the earliest
+ * keep-alive due of those left parked (or `until`). */
+static int64_t waker_pass(rm__sse_hub_t *h, wake_set_t *w, int64_t now, int check,
+                          int64_t until)
+{
+  for (stream_t *s = h->live; s; s = s->next) {
+    if (!s->suspended) continue;
+    if (has_work(s, h, now)) {
+      unpark(h, s, w);
+      continue;
+    }
+    if (keepalive_due(s, h) < until) until = keepalive_due(s, h);
+    if (check && s->fd >= 0) push_fd(w, s);
+  }
+  return until;
+}
+
+static void *waker_main(void *arg)
+{
+  rm__sse_hub_t *h = arg;
+  const int64_t slice = (int64_t)RM__SSE_PEER_CHECK_MS * 1000000;
+  wake_set_t w = {0};
+  int64_t next_check = rm__now_ns() + slice;
+
+  pthread_mutex_lock(&h->lock);
+  for (;;) {
+    int64_t now = rm__now_ns(), due;
+    int check = now >= next_check, closing = h->closing;
+
+    h->wake_pending = 0;
+    if (check) next_check = now + slice;
+    due = waker_pass(h, &w, now, check, next_check);
+    h->waker_due = due;
+    pthread_mutex_unlock(&h->lock);
+    resume_all(&w);
+    if (w.npfd) { /* P2: parked sockets stay valid with no lock held */
+      if (poll(w.pfd, w.npfd, 0) > 0) {
+        pthread_mutex_lock(&h->lock);
+        for (size_t i = 0; i < w.npfd; i++)
+          if (w.pfd[i].revents && peer_gone(w.pfd[i].fd, w.pfd[i].revents)) {
+            w.ps[i]->gone = 1;
+            unpark(h, w.ps[i], &w);
+          }
+        pthread_mutex_unlock(&h->lock);
+        resume_all(&w);
+      }
+      w.npfd = 0;
+    }
+    pthread_mutex_lock(&h->lock);
+    if (closing) break; /* P5: that pass resumed every parked stream */
+    if (!h->wake_pending && !h->closing) { /* publish, close, an earlier keep-alive */
+      struct timespec ts = ts_of(h->waker_due);
+      pthread_cond_timedwait(&h->cond, &h->lock, &ts);
+    }
+  }
+  pthread_mutex_unlock(&h->lock);
+  free(w.conn);
+  free(w.pfd);
+  free(w.ps);
+  return NULL;
 }
 
 static void stream_destroy(stream_t *s)
@@ -488,6 +668,7 @@ static void stream_free(void *cls)
   rm__sse_hub_t *h = s->hub;
   pthread_mutex_lock(&h->lock);
   h->streams--;
+  if (s->suspended) h->parked--; /* (cannot happen: MHD frees no suspended connection) */
   if (s->prev) s->prev->next = s->next;
   else h->live = s->next;
   if (s->next) s->next->prev = s->prev;
@@ -503,6 +684,7 @@ struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter,
 
   s->hub = h;
   s->fd = -1;
+  s->last_sent = rm__now_ns();
   s->filter = job_filter && *job_filter ? rm__xstrdup(job_filter) : NULL;
   if (resume) s->resume = *resume;
   r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
@@ -527,12 +709,12 @@ struct MHD_Response *rm__sse_response(rm__sse_hub_t *h, const char *job_filter,
   return r;
 }
 
-void rm__sse_watch(rm__sse_hub_t *h, struct MHD_Response *r, int fd)
+void rm__sse_watch(rm__sse_hub_t *h, struct MHD_Response *r, struct MHD_Connection *conn, int fd)
 {
-  if (fd < 0) return;
   pthread_mutex_lock(&h->lock);
   for (stream_t *s = h->live; s; s = s->next)
     if (s->resp == r) {
+      s->conn = conn;
       s->fd = fd;
       break;
     }

@@ -59,28 +59,35 @@
  * filtered the same way.
  *
  * Replay bounds: stored events are read RM__SSE_REPLAY_BATCH at a time on
- * the stream's own thread with no hub lock held (one coordinator section
+ * the stream's worker thread with no hub lock held (one coordinator section
  * per batch), formatted like the live ones (byte for byte: data is
  * rm__json_event's compact JSON), at most RM__SSE_REPLAY_MAX per resume.
  *
- * Threading: publish() from any thread. Stream callbacks run on
- * libmicrohttpd's per-connection threads and block on the hub's condition
- * variable until an event or the keep-alive deadline; close() wakes them all
- * and makes them end their streams, so MHD_stop_daemon can join them.
+ * Threading: publish() from any thread; it never blocks on streams (it
+ * appends to the ring and signals the waker). Stream callbacks run on
+ * libmicrohttpd's worker threads (a small pool serving every connection,
+ * http.c) and never wait: a stream with nothing to send parks its
+ * connection (MHD_suspend_connection), so an idle stream holds no thread
+ * and costs no CPU. One hub thread, the waker, resumes parked streams when
+ * they have something to send (rules P1-P5 in sse.c). close() wakes every
+ * parked stream, makes them all end, and joins the waker, so
+ * MHD_stop_daemon (which must see no suspended connection) can run after.
  *
- * Limit: at most max_streams streams (each holds a connection and its
+ * Limit: at most max_streams streams (each holds a connection, not a
  * thread). A request takes a slot with reserve() before it builds a stream;
  * the stream then owns the slot and gives it back when MHD frees it; a
  * request that ends up with no stream gives it back with release(). At the
  * limit (or while closing) reserve() fails and http.c answers 503 +
  * Retry-After.
  *
- * Dead peers: a stream told its socket (watch()) waits in slices of at most
- * RM__SSE_PEER_CHECK_MS and between them polls the socket; a peer that
- * closed (FIN, RST; also a half-close: an SSE client never sends) ends the
- * stream within that slice, not at the next keep-alive write. A vanished
- * peer (no FIN) is left to TCP keep-alive and TCP_USER_TIMEOUT (http.c),
- * which make a write fail.
+ * Dead peers: while parked, MHD does not look at a connection, so the waker
+ * polls every parked socket (one poll() over all of them) every
+ * RM__SSE_PEER_CHECK_MS; a peer that closed (FIN, RST; also a half-close:
+ * an SSE client never sends) ends its stream within that period. A vanished
+ * peer (no FIN) is found by TCP keep-alive probes (the socket then reports
+ * an error to that poll) and, for a stream that is writing, by
+ * TCP_USER_TIMEOUT (http.c); every stream writes at least a keep-alive
+ * comment per keepalive_ms, and a failed write closes it.
  */
 #ifndef RM_API_SSE_H
 #define RM_API_SSE_H
@@ -89,6 +96,7 @@
 #include <stdint.h>
 
 struct MHD_Response;
+struct MHD_Connection;
 typedef struct rm__sse_hub rm__sse_hub_t;
 
 #define RM__SSE_PEER_CHECK_MS 1000
@@ -96,9 +104,11 @@ typedef struct rm__sse_hub rm__sse_hub_t;
 #define RM__SSE_REPLAY_MAX 10000u
 #define RM__SSE_REPLAY_BATCH 256
 
-/* max_streams <= 0: unlimited. */
+/* max_streams <= 0: unlimited. Starts the waker thread; NULL when it cannot
+ * be started. */
 rm__sse_hub_t *rm__sse_hub_new(size_t capacity, int keepalive_ms, int max_streams);
-/* Ends every stream (callbacks return end-of-stream); publish becomes a no-op. */
+/* Ends every stream (callbacks return end-of-stream; parked ones are
+ * resumed first) and joins the waker; publish becomes a no-op. */
 void rm__sse_hub_close(rm__sse_hub_t *hub);
 /* After close() and after the HTTP daemon stopped. */
 void rm__sse_hub_free(rm__sse_hub_t *hub);
@@ -150,8 +160,11 @@ typedef struct rm__sse_resume {
 struct MHD_Response *rm__sse_response(rm__sse_hub_t *hub, const char *job_filter,
                                       const rm__sse_resume_t *resume);
 /* The stream of response r (from rm__sse_response, not yet freed) runs on
- * socket fd: end it when the peer hangs up. No-op for fd < 0. */
-void rm__sse_watch(rm__sse_hub_t *hub, struct MHD_Response *r, int fd);
+ * connection conn, socket fd (-1: unknown, no hang-up check). Must be called
+ * before the response is queued: a stream without its connection cannot
+ * park and ends at its first callback. */
+void rm__sse_watch(rm__sse_hub_t *hub, struct MHD_Response *r, struct MHD_Connection *conn,
+                   int fd);
 
 /* Slots taken right now (open streams, plus requests about to open one),
  * and the id of the newest message published (for /metrics; 0 if none). */
