@@ -16,6 +16,17 @@ checksums every 5 steps and the job fails if they differ; checkpoint_every
             ranks, accuracy >= 0.85
   sigstop   SIGSTOP one random rank (shrink, heartbeat timeout 1 s):
             recovered as shrink; the stopped worker is SIGKILLed afterwards
+  linkcut   cut the data-plane link between two ring neighbours of
+            generation 1 (ranks r and r+1 mod 4; see LINK CUTS below) at a
+            random step, for the rest of the job (shrink, heartbeat timeout
+            2 s, data timeout 2 s): recovered = SUCCEEDED at a later
+            generation (>= 2) whose members are the workers whose logs
+            show that generation; wrong = one of them exited non-zero or
+            is below accuracy 0.85 (verify=5 holds their parameters
+            bitwise equal). A line under the table counts the final
+            world sizes and the trials that dropped a worker that was not
+            an end of the cut link (shrink promises to drop the lost
+            member, and a cut blames no one for certain)
   coord     SIGKILL the coordinator at a random step (shrink, 1500 steps so
             the job outlives the outage; the workers train on meanwhile) and restart
             it on the same file and port after 0.2-2 s: recovered =
@@ -31,14 +42,36 @@ checksums every 5 steps and the job fails if they differ; checkpoint_every
   recover       kill -> the next generation's "generation" event (coord:
                 restart -> generation 2 formed)
 
+LINK CUTS (as tests/recovery/test_link_cut.py: needs root and `ip netns`;
+the trial is reported as skipped otherwise). Topology, built once for the
+linkcut trials and removed at the end: a bridge rmfN-br with 10.212.S.1/24
+in the root namespace (the coordinator listens there), and per worker slot
+i a namespace rmfN-wI with eth0 10.212.S.(i+2) on a veth to the bridge; a
+worker runs under `ip netns exec` with its data port on that address. The
+cut of the link between slots a and b is a blackhole route to the other's
+address in each of the two namespaces (`ip -n A route add blackhole B/32`
+and back): no packet passes between the two in either direction, no FIN or
+RST is sent, and both keep their links to the coordinator and to the other
+two workers, so both keep heartbeating. A ring neighbour pair is cut
+because every all-reduce algorithm at 4 ranks (ring, halving-doubling,
+butterfly) and the calibration exchange use the pair (r, r+1) for some r
+in {0, 2} -- and the trial takes r uniformly from {0, 1, 2, 3}, so it also
+cuts (1, 2) and (3, 0), which the ring uses. The routes are removed after
+the trial. Detect = cut -> the first worker_lost / worker_failed event (a
+data-plane timeout names a peer that still heartbeats, so the coordinator
+only records a failure_report; the reporter's session gives the decision
+8 heartbeat intervals, then leaves failed); recover = cut -> generation 2.
+
   /usr/bin/python3 bench/recovery/fault_campaign.py --coordinator build/coordinator/ringmaster \
       --worker build/worker/agent/ringmaster-worker --proto proto [--trials N] [--coord-trials M]
-      [--kinds fail,shrink,replace,sigstop,coord]
+      [--kinds fail,shrink,replace,sigstop,linkcut,coord]
 """
 import os
 import random
+import re
 import signal
 import statistics
+import subprocess
 import sys
 import time
 
@@ -57,7 +90,9 @@ def take(flag, default):
 
 TRIALS = int(take("--trials", "100"))
 COORD_TRIALS = int(take("--coord-trials", "20"))
-KINDS = take("--kinds", "fail,shrink,replace,sigstop,coord").split(",")
+KINDS = take("--kinds", "fail,shrink,replace,sigstop,linkcut,coord").split(",")
+LINK_DATA_TIMEOUT_MS = 2000
+LINKCUT_NOTES = ""
 SEED = int(take("--seed", "1"))
 import rc  # noqa: E402
 
@@ -181,6 +216,159 @@ def coord_trial(env, n, rng):
     return r
 
 
+# ---- link cuts (LINK CUTS above) ----
+def sh(*cmd, check=True):
+    return subprocess.run(cmd, check=check, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=20)
+
+
+class Net:
+    """WORLD namespaces on one bridge (the topology of test_link_cut.py)."""
+
+    def __init__(self, n):
+        tag = "rmf%d" % (os.getpid() % 100000)
+        self.br = tag + "-br"
+        self.ns = ["%s-w%d" % (tag, i) for i in range(n)]
+        self.subnet = "10.212.%d" % random.SystemRandom().randint(1, 254)
+        self.made = []
+
+    def up(self):
+        sh("ip", "link", "add", self.br, "type", "bridge")
+        self.made.append(("link", self.br))
+        sh("ip", "addr", "add", self.subnet + ".1/24", "dev", self.br)
+        sh("ip", "link", "set", self.br, "up")
+        for i, ns in enumerate(self.ns):
+            sh("ip", "netns", "add", ns)
+            self.made.append(("netns", ns))
+            host_end = "%s-v%d" % (self.br[:-3], i)
+            sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
+               "netns", ns)
+            self.made.append(("link", host_end))
+            sh("ip", "link", "set", host_end, "master", self.br, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+
+    def addr(self, i):
+        return "%s.%d" % (self.subnet, i + 2)
+
+    def cut(self, a, b, on=True):
+        verb = "add" if on else "del"
+        for x, y in ((a, b), (b, a)):
+            sh("ip", "-n", self.ns[x], "route", verb, "blackhole", self.addr(y) + "/32",
+               check=on)
+
+    def down(self):
+        for kind, name in reversed(self.made):
+            if kind == "netns":
+                sh("ip", "netns", "del", name, check=False)
+            else:
+                sh("ip", "link", "del", name, check=False)
+
+
+def netns_missing():
+    if os.geteuid() != 0:
+        return "not root"
+    probe = "rmfprobe%d" % (os.getpid() % 100000)
+    r = sh("ip", "netns", "add", probe, check=False)
+    if r.returncode != 0:
+        return "ip netns add failed: " + r.stdout.decode(errors="replace").strip()
+    sh("ip", "netns", "del", probe, check=False)
+    return None
+
+
+def start_in_ns(env, net, job, slot, log_index):
+    log = open(os.path.join(env.dir, "worker%d.log" % log_index), "ab")
+    p = subprocess.Popen(["ip", "netns", "exec", net.ns[slot], env.a.worker,
+                          "--coordinator", env.addr, "--job", str(job.id),
+                          "--token", job.token, "--host", "host%d" % slot,
+                          "--data-addr", net.addr(slot) + ":0",
+                          "--data-timeout-ms", str(LINK_DATA_TIMEOUT_MS),
+                          "--connect-timeout-ms", "20000"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    env.procs.append(p)
+    return p
+
+
+def gen1_rank(env, log_index, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = re.search(r"generation 1: rank (\d+) of", env.worker_log(log_index))
+        if m:
+            return int(m.group(1))
+        time.sleep(0.02)
+    return None
+
+
+def linkcut_trial(env, net, n, rng):
+    job = submit(env, n, "shrink")
+    first = n * 10
+    ws = [start_in_ns(env, net, job, i, first + i) for i in range(WORLD)]
+    wait_step(env, job, rng.randint(5, 250))
+    slot_of = {gen1_rank(env, first + i): i for i in range(WORLD)}
+    r0 = rng.randrange(WORLD)
+    a, b = slot_of.get(r0), slot_of.get((r0 + 1) % WORLD)
+    r = {"hang": False, "recovered": False, "wrong": False, "detect": None,
+         "recover": None, "cut": (r0, (r0 + 1) % WORLD), "world": None, "bystanders": 0}
+    if a is None or b is None:
+        r["hang"] = True  # no rank line: counted, never seen so far
+        return r
+    t_cut = time.time() * 1000
+    net.cut(a, b)
+    try:
+        j = end(env, job)
+    finally:
+        net.cut(a, b, on=False)
+    codes = exits(ws)
+    evs = env.events(job.id, job.token, timeout=1)
+    r["hang"] = j is None
+    lost = ev_time(evs, "worker_lost", t_cut - 5) or ev_time(evs, "worker_failed", t_cut - 5)
+    r["detect"] = lost - t_cut if lost else None
+    gen = ev_time(evs, "generation", t_cut - 5)
+    r["recover"] = gen - t_cut if gen else None
+    if j is None or j.state != env.m.JOB_STATE_SUCCEEDED or j.generation < 2:
+        return r
+    # the members at the end: the workers whose log shows the last generation
+    last = [i for i in range(WORLD)
+            if "generation %d: rank" % j.generation in env.worker_log(first + i)]
+    dropped = set(range(WORLD)) - set(last)
+    r["world"] = j.world
+    r["bystanders"] = len(dropped - {a, b})  # dropped, yet not an end of the cut
+    r["recovered"] = len(last) == j.world
+    accs = [rc.accuracy(env, first + i) for i in last]
+    r["wrong"] = any(codes[i] != 0 for i in last) or any(x is None or x < 0.85 for x in accs)
+    return r
+
+
+def linkcut_trials(env, trials, rng):
+    why = netns_missing()
+    if why:
+        sys.stderr.write("linkcut: skipped (%s)\n" % why)
+        return None
+    net = Net(WORLD)
+    res = []
+    try:
+        net.up()
+        env.start_coordinator(net.subnet + ".1:0")
+        for n in range(trials):
+            t0 = time.time()
+            res.append(linkcut_trial(env, net, n, rng))
+            sys.stderr.write("linkcut %d/%d %.1fs %s\n" % (n + 1, trials, time.time() - t0,
+                                                           res[-1]))
+        env.kill_coordinator(signal.SIGTERM)
+    finally:
+        net.down()
+    global LINKCUT_NOTES
+    ok = [x for x in res if x["world"] is not None]
+    worlds = sorted(set(x["world"] for x in ok))
+    LINKCUT_NOTES = ("linkcut: of %d trials that succeeded at a later generation, final world "
+                     "%s; %d dropped a worker that was not an end of the cut link" %
+                     (len(ok), ", ".join("%d in %d" % (w, sum(x["world"] == w for x in ok))
+                                         for w in worlds),
+                      sum(x["bystanders"] > 0 for x in ok)))
+    return res
+
+
 def fmt(xs):
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -188,26 +376,38 @@ def fmt(xs):
     return "%.1f" % statistics.median(xs), "%.1f" % max(xs)
 
 
+def table_row(kind, res):
+    d, r = [x["detect"] for x in res], [x["recover"] for x in res]
+    return ((kind, len(res), sum(x["recovered"] for x in res), sum(x["hang"] for x in res),
+             sum(x["wrong"] for x in res)) + fmt(d) + fmt(r))
+
+
 def campaign(env):
     rng = random.Random(SEED)
     rows = []
     for kind in KINDS:
-        env.start_coordinator()
         trials = COORD_TRIALS if kind == "coord" else TRIALS
+        if kind == "linkcut":
+            res = linkcut_trials(env, trials, rng)
+            if res is not None:
+                rows.append(table_row(kind, res))
+            continue
+        env.start_coordinator()
         res = []
         for n in range(trials):
             res.append(coord_trial(env, n, rng) if kind == "coord" else
                        worker_trial(env, n, kind, rng))
             sys.stderr.write("%s %d/%d %s\n" % (kind, n + 1, trials, res[-1]))
         env.kill_coordinator(signal.SIGTERM)
-        d, r = [x["detect"] for x in res], [x["recover"] for x in res]
-        rows.append((kind, trials, sum(x["recovered"] for x in res), sum(x["hang"] for x in res),
-                     sum(x["wrong"] for x in res)) + fmt(d) + fmt(r))
+        rows.append(table_row(kind, res))
     print("| trial | trials | recovered | hangs | wrong results | detect median ms | "
           "detect max ms | recover median ms | recover max ms |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print("| %s | %d | %d | %d | %d | %s | %s | %s | %s |" % row)
+    if LINKCUT_NOTES:
+        print()
+        print(LINKCUT_NOTES)
 
 
 rc.main(campaign)
