@@ -64,6 +64,11 @@ typedef struct rm__worker {
   uint64_t acc_first, acc_last, acc_count, acc_bytes;
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
   uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
+  /* recovery.c LINK FAILURES: generation + 1 in which this worker's own data
+   * plane failed (it sent ReportFailure), and in which a peer reported a
+   * timeout naming it; 0 = never */
+  uint64_t dp_failed_gen, blamed_gen;
+  int blamed_by;                /* rank of the first peer that named it */
   char *result;                 /* heap: the JSON object its Leave carried
                                    (result.c), NULL if none */
 } rm__worker_t;

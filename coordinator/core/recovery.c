@@ -67,6 +67,19 @@
  *     restarts, which lose no worker: job.c rm__job_resume); replace
  *     refuses the (max_restarts+1)-th loss.
  *
+ * LINK FAILURES. A timeout naming a peer that still answers the coordinator
+ * is not a loss on its own (a slow peer is a straggler). But when the named
+ * peer's own data plane failed in the same generation too (it sent its own
+ * ReportFailure: it is not busy computing, it cannot reach its peers), the
+ * link between them is broken (a cut, a firewall, a dead NIC queue): that
+ * peer is lost, with both ranks in the reason, as soon as both reports are
+ * in, whichever came first. One loss re-forms the group (shrink) or fails
+ * the job (fail); the other end stays. Found by the fault campaign's link
+ * cuts: before, a survivor told by an ABORT frame that it was the one
+ * blamed reported the ABORT's sender as peer_lost, and an innocent worker
+ * was dropped (tcp_progress.c on_abort_frame now reports a timeout naming
+ * nobody in that case).
+ *
  * STALLS (issue 17). The straggler detector flags a worker slow in M of W
  * steps; a worker that stops once for seconds is not that. A step report
  * whose compute_ms exceeds max(RINGMASTER_STALL_MS (default 1000), 10 x
@@ -297,6 +310,20 @@ void rm__recovery_free(rm__job_t *j)
 }
 
 /* ---- failure reports (ReportFailure, rpc/rpc_failure.c) ---- */
+/* LINK FAILURES above: v was named in a timeout and failed on its own. */
+static int link_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *v)
+{
+  uint64_t g = j->info.generation + 1;
+  if (v->blamed_gen != g || v->dp_failed_gen != g || !rm__worker_member(j, v))
+    return 0;
+  char why[300];
+  snprintf(why, sizeof why, "rank %d timed out on it and its own data plane "
+           "failed too while both answer the coordinator: the link between "
+           "ranks %d and %d is broken", v->blamed_by, v->blamed_by, v->rank);
+  rm__job_worker_lost(c, j, v, why);
+  return 1;
+}
+
 int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                                 int fr, const char *status, const char *err,
                                 uint64_t step)
@@ -323,7 +350,17 @@ int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                status, e);
       rm__job_worker_lost(c, j, v, why);
       accepted = 1;
+    } else if (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
+               v->blamed_gen != j->info.generation + 1) {
+      v->blamed_gen = j->info.generation + 1;
+      v->blamed_by = w->rank;
     }
+  }
+  if (!accepted && rm__worker_member(j, w)) {
+    w->dp_failed_gen = j->info.generation + 1;
+    if (fr >= 0 && fr < j->nmembers && fr != w->rank)
+      accepted = link_lost(c, j, &j->w[j->members[fr]]);
+    if (!accepted) accepted = link_lost(c, j, w);
   }
   return accepted;
 }

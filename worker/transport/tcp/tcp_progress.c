@@ -294,6 +294,12 @@ static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
                          k->peer, c->peers[k->peer],
                          st == RM_ERR_JOB_ENDED ? "the job ended"
                                                 : "the membership changed");
+  if (blamed == c->rank && st == RM_ERR_TIMEOUT)
+    /* the peer timed out waiting on us: it is alive (it just spoke), so it
+     * is not what we lost; say so and name nobody (the coordinator's LINK
+     * FAILURES rule, coordinator/core/recovery.c, decides) */
+    return rm__comm_fail(c, st, -1, "peer rank %d (%s) timed out waiting on "
+                         "this rank", k->peer, c->peers[k->peer]);
   if (st == RM_ERR_ABORTED || st == RM_OK || (unsigned)st > RM_ERR_INTERNAL ||
       blamed < 0 || blamed >= c->world || blamed == c->rank) {
     /* the peer itself gave up (or blames us / nobody): it is what we lost */
