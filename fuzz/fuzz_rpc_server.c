@@ -1,0 +1,149 @@
+/*
+ * fuzz_rpc_server.c - the RPC adapter's server half for fuzz_rpc: the
+ * functions coordinator/rpc/server.c provides to the handlers and the core
+ * (rpc_int.h "server.c: gRPC", core/waiters.h rm__out_flush), with no gRPC.
+ * fuzz_rpc links every coordinator source except server.c, and this file
+ * instead, so the handlers (rpc*.c, waiters.c) and the core run unchanged.
+ *
+ * What each replacement keeps from server.c (the contract the handlers and
+ * the core rely on):
+ *   rm__reply        first answer wins (k->answered), unparks the call,
+ *                    counts grpc_errors_total, packs resp only when OK;
+ *                    queued in c->out and delivered after COMMIT;
+ *   rm__reply_tail   the same with the answer = head's encoding + the
+ *                    blob's bytes (copied now: server.c takes a slice
+ *                    reference, so a blob freed later must not matter);
+ *   rm__stream_send  one Watch message; sets park.watch_sending;
+ *   rm__out_flush    (commit step 1) delivers each queued answer to its
+ *                    call: a final status is recorded (code, details,
+ *                    bytes), a stream message counted; the harness checks
+ *                    them (fuzz_rpc.c, "Oracle");
+ *   rm__server_start/stop: no listener; c->srv stays NULL.
+ * Not reproduced: byte buffers, metadata, the completion queue thread and
+ * the reference counts of a call (the harness owns each call and frees it
+ * only once it is answered and unlinked).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_rpc.h"
+#include "rm_alloc.h"
+
+rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
+
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
+{
+  *len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = rm__xmalloc(*len ? *len : 1);
+  protobuf_c_message_pack(m, buf);
+  return buf;
+}
+
+/* One queued answer. c->out's bb field carries a struct fz_bytes *. */
+struct fz_bytes {
+  uint8_t *buf;
+  size_t len;
+};
+
+static void out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details,
+                     uint8_t *buf, size_t len)
+{
+  struct fz_bytes *b = NULL;
+  if (c->nout == c->capout) {
+    c->capout = c->capout ? 2 * c->capout : 16;
+    c->out = rm__xrealloc(c->out, c->capout * sizeof *c->out);
+  }
+  if (buf) {
+    b = rm__xmalloc(sizeof *b);
+    b->buf = buf;
+    b->len = len;
+  }
+  rm__out_t *o = &c->out[c->nout++];
+  o->call = k;
+  o->code = code;
+  o->details = details ? rm__xstrdup(details) : NULL;
+  o->bb = b;
+  k->queued++;
+}
+
+void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
+               const ProtobufCMessage *resp)
+{
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  if (k->answered) return;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  if (code != RM__GRPC_OK) c->ctr.grpc_errors_total++;
+  if (code == RM__GRPC_OK && resp) buf = pack(resp, &len);
+  out_push(c, k, code, details ? details : "", buf, len);
+}
+
+struct rm__blob {
+  uint8_t *buf;
+  size_t len;
+};
+
+rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
+{
+  rm__blob_t *b = rm__xmalloc(sizeof *b);
+  b->buf = pack(m, &b->len);
+  return b;
+}
+
+void rm__blob_unref(rm__blob_t *b)
+{
+  if (!b) return;
+  free(b->buf);
+  free(b);
+}
+
+void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                    rm__blob_t *tail)
+{
+  size_t hl;
+  if (k->answered) return;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  uint8_t *h = pack(head, &hl);
+  uint8_t *buf = rm__xmalloc(hl + tail->len + 1);
+  memcpy(buf, h, hl);
+  memcpy(buf + hl, tail->buf, tail->len);
+  free(h);
+  k->tail_used = 1;
+  out_push(c, k, RM__GRPC_OK, "", buf, hl + tail->len);
+}
+
+void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
+{
+  size_t len;
+  if (k->answered) return;
+  k->park.watch_sending = 1;
+  uint8_t *buf = pack(msg, &len);
+  out_push(c, k, -1, NULL, buf, len);
+}
+
+void rm__out_flush(rm_coord_t *c)
+{
+  for (size_t i = 0; i < c->nout; i++) {
+    rm__out_t *o = &c->out[i];
+    struct fz_bytes *b = o->bb;
+    fz_deliver(o->call, o->code, o->details, b ? b->buf : NULL, b ? b->len : 0);
+    o->call->queued--;
+    if (b) free(b->buf);
+    free(b);
+    free(o->details);
+  }
+  c->nout = 0;
+}
+
+rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
+{
+  (void)err;
+  (void)errlen;
+  snprintf(c->grpc_addr, sizeof c->grpc_addr, "fuzz:0");
+  return RM_OK;
+}
+
+void rm__server_stop(rm_coord_t *c) { (void)c; }
