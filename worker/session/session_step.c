@@ -193,9 +193,6 @@ static void report_deliver(rm_session_t *s, const rm__report_t *e)
 {
   int sent = 0, out = SENT;
 
-  if (s->rbuf_n && s->rbuf[s->rbuf_head].generation != s->generation)
-    rbuf_drop(s, "the session re-joined at a later generation, whose coordinator refuses "
-                 "reports of an earlier one");
   while (s->rbuf_n && sent < RM__REPORT_FLUSH_MAX) {
     out = report_send(s, &s->rbuf[s->rbuf_head]);
     if (out == RETRY) break;
@@ -224,13 +221,14 @@ static void report_deliver(rm_session_t *s, const rm__report_t *e)
  * first transport failure stops the flush (one failing call per step while
  * the coordinator is away, as without the buffer), and a report is sent
  * only after every older one, so the coordinator sees steps in order.
- * Buffered reports carry their generation. The coordinator answers a report
- * of a generation it is no longer running with FAILED_PRECONDITION
- * (rpc.c check_worker), and a restarted one re-forms at the next
- * generation (job.c rm__job_resume), so after a re-join the backlog of the
- * old generation is dropped with one warning line (counted in rbuf_stale);
- * reports of an outage the coordinator survived at the same generation
- * (a network blip, a call past its deadline) are delivered. */
+ * Buffered reports carry their generation. A restarted coordinator
+ * re-forms at the next generation (job.c rm__job_resume) and accepts a
+ * report of an earlier generation from a worker that was a member of it as
+ * a late report (rpc.c, LATE STEP REPORTS: step history only), so the
+ * backlog is delivered also after the session re-joined, before the new
+ * generation's reports (the order holds). Reports the coordinator refuses
+ * (FAILED_PRECONDITION: a worker it does not know as a member of that
+ * generation) are dropped with one warning line (counted in rbuf_stale). */
 rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 {
   rm__report_t e;
