@@ -70,6 +70,9 @@
  * The 100 ms coordinator tick also polls the deadline, but a deadline of
  * tens of ms needs finer time: under `deadline` the waiting workers call
  * with short wait_ms in a loop, and every call polls the gate.
+ A "not decided" answer says whether only an arrival can decide the step
+ * (StepGateResponse.arrivals_decide: every gate but RM_GATE_DEADLINE, e.g.
+ * auto while synchronous), so those workers long-poll instead.
  *
  * Cost: one unary call per worker per step, answered from memory under the
  * coordinator lock; nothing is written to SQLite (a step's participant set
@@ -96,6 +99,8 @@ typedef struct rm__gate_state {
   uint64_t generation;
   int world;
   int started;     /* a step is under way */
+  int deadline;    /* the gate is RM_GATE_DEADLINE: decided by a clock, so
+                      waiting workers poll (StepGateResponse.arrivals_decide) */
   /* straggler_policy auto only (NULL otherwise) */
   rm_auto_t *autom;
   double *arrive_ms; /* world: this step's ready arrivals, NaN = not yet */
@@ -225,6 +230,7 @@ static rm__gate_state_t *gate_for(rm_coord_t *c, rm__job_t *j)
   }
   gs->generation = j->info.generation;
   gs->world = j->nmembers;
+  gs->deadline = cfg.policy == RM_GATE_DEADLINE;
   if (is_policy(j, "auto")) auto_create(j, gs);
   j->gate = gs;
   return gs;
@@ -278,6 +284,7 @@ static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_
   }
   rm_gate_destroy(gs->g);
   gs->g = g;
+  gs->deadline = cfg.policy == RM_GATE_DEADLINE;
   gs->started = 0;
   set_mitigation(j, ev.mode, step);
   if (ev.transition == RM_AUTO_ON) {
@@ -306,9 +313,14 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
   int k = 0, dropped = 0;
   const uint8_t *m = gs && rm_gate_step(gs->g) == step && gs->started
                          ? rm_gate_members(gs->g, &k) : NULL;
+  int arrivals = 0;
   if (m) dropped = !w || w->rank < 0 || w->rank >= gs->world || !m[w->rank];
   else if (gs && gs->started && step < rm_gate_step(gs->g)) dropped = 1;
-  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped);
+  /* only an arrival decides a gate without a deadline: a long poll is
+   * answered at once when it does (answer_parked) */
+  if (!m && !dropped && gs && gs->started && step == rm_gate_step(gs->g))
+    arrivals = !gs->deadline;
+  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals);
 }
 
 static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)

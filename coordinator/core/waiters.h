@@ -23,9 +23,11 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p);
 void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
                         const rm__barrier_t *b, rm__park_t *p);
 /* A StepGate call about `step`: members (world bytes) when decided, else
- * NULL ("not decided"); dropped: not a member, or an older step. */
+ * NULL ("not decided"); dropped: not a member, or an older step;
+ * arrivals_decide: not decided and no deadline runs (StepGateResponse). */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
-                     const uint8_t *members, int world, int dropped);
+                     const uint8_t *members, int world, int dropped,
+                     int arrivals_decide);
 /* The call's generation or job is over: FAILED_PRECONDITION with why. */
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
 /* New events or state for j: answer its parked Joins, kick its watchers. */

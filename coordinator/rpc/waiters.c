@@ -41,11 +41,13 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
 }
 
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
-                     const uint8_t *members, int world, int dropped)
+                     const uint8_t *members, int world, int dropped,
+                     int arrivals_decide)
 {
   Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
   r.step = step;
   r.dropped = dropped != 0;
+  r.arrivals_decide = !members && arrivals_decide;
   if (members) {
     r.decided = 1;
     r.members.data = (uint8_t *)members;

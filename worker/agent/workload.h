@@ -33,7 +33,9 @@
  * `step` (0-based) is decided. ready: my gradient is ready (an arrival);
  * wait_ms: how long the coordinator may hold the answer. Returns 1 decided
  * (members[0..world-1] filled, *dropped = I am not a member), 0 not yet,
- * < 0 the call failed (the generation moved on: stop stepping). */
+ * 2 not yet and only an arrival can decide it (no deadline runs: a long
+ * poll is answered in time), < 0 the call failed (the generation moved on:
+ * stop stepping). */
 typedef int (*rm_step_gate_fn)(void *ctx, uint64_t step, int ready,
                                int wait_ms, uint8_t *members, int *dropped);
 

@@ -266,6 +266,8 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
       ret = 1;
     } else if (r->dropped) {
       ret = -1; /* a step behind the group: cannot happen when in sync */
+    } else if (r->arrivals_decide) {
+      ret = 2; /* not decided; a long poll will be answered in time */
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
   } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {

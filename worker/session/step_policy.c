@@ -59,8 +59,12 @@
  * was owed (parameters were re-synchronised, rm__sp_start).
  *
  * WAITS. Every gate call has its deadline (the session's call timeouts);
- * the long poll under backup and coded is 30 s per call, re-asked; a gate
- * that fails (the generation moved on) ends the step with RM_ERR_ABORTED.
+ * the long poll under backup and coded is 30 s per call, re-asked. Under
+ * deadline, stale and auto the coordinator decides at a deadline finer than
+ * its 100 ms tick, so a waiting rank polls every 1 ms; when an answer says
+ * that only an arrival can decide the step (auto while synchronous), it
+ * long-polls instead. A gate that fails (the generation moved on) ends the
+ * step with RM_ERR_ABORTED.
  */
 #include <math.h>
 #include <stdio.h>
@@ -190,11 +194,15 @@ rm_status_t rm__sp_decide(rm__sp_t *p, uint64_t step)
   int poll = p->kind == RM__SP_DEADLINE || p->kind == RM__SP_STALE ||
              p->kind == RM__SP_AUTO;
   int64_t t0 = rm__now_ns();
-  int rc, dropped;
+  int rc, dropped, wait = poll ? 0 : 30000;
   for (;;) {
-    rc = ask(p, step, 1, poll ? 0 : 30000, &dropped);
+    rc = ask(p, step, 1, wait, &dropped);
+    if (rc == 2) { /* no deadline runs (auto while synchronous): long poll */
+      wait = 30000;
+      continue;
+    }
     if (rc != 0) break;
-    if (poll) sleep_ms(1, 0);
+    if (wait == 0) sleep_ms(1, 0);
   }
   p->wait_ms += (double)(rm__now_ns() - t0) / 1e6;
   return rc == 1 ? RM_OK : RM_ERR_ABORTED;

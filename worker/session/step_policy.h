@@ -36,7 +36,8 @@ enum {
                       is that of deadline) */
 };
 
-/* The StepGate call (agent/workload.h rm_step_gate_fn). */
+/* The StepGate call (agent/workload.h rm_step_gate_fn): 1 decided, 0 not
+ * yet, 2 not yet and only an arrival decides it, < 0 failed. */
 typedef int (*rm__sp_gate_fn)(void *ctx, uint64_t step, int ready,
                               int wait_ms, uint8_t *members, int *dropped);
 
