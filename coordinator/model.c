@@ -42,6 +42,15 @@ void rm__park_link(rm__job_t *j, rm__park_t *p)
   p->prev = j->parked.prev;
   j->parked.prev->next = p;
   j->parked.prev = p;
+  p->job = j;
+  if (p->kind == RM__PARK_WATCH) {
+    p->wnext = &j->watchers;
+    p->wprev = j->watchers.wprev;
+    j->watchers.wprev->wnext = p;
+    j->watchers.wprev = p;
+  }
+  rm__worker_t *w = p->kind == RM__PARK_JOIN ? rm__job_worker(j, p->worker_id) : NULL;
+  if (w) w->joins_parked++;
 }
 
 void rm__park_unlink(rm__park_t *p)
@@ -50,6 +59,15 @@ void rm__park_unlink(rm__park_t *p)
   p->prev->next = p->next;
   p->next->prev = p->prev;
   p->next = p->prev = NULL;
+  if (p->wnext) {
+    p->wprev->wnext = p->wnext;
+    p->wnext->wprev = p->wprev;
+    p->wnext = p->wprev = NULL;
+  }
+  rm__worker_t *w = p->kind == RM__PARK_JOIN && p->job ?
+                    rm__job_worker(p->job, p->worker_id) : NULL;
+  if (w && w->joins_parked > 0) w->joins_parked--;
+  p->job = NULL;
 }
 
 int rm__worker_member(const rm__job_t *j, const rm__worker_t *w)

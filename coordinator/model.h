@@ -24,6 +24,8 @@ enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
 
 typedef struct rm__park {
   struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */
+  struct rm__park *wprev, *wnext; /* WATCH: also in job->watchers */
+  struct rm__job *job;          /* the job it is linked into, NULL */
   rm__call_t *call;
   int kind;
   uint64_t job_id;
@@ -46,6 +48,8 @@ typedef struct rm__worker {
   char devices[256];
   rm_worker_state_t state;
   int in_group;                 /* joining set or current member */
+  int joins_parked;             /* its Join calls linked in job->parked
+                                   (rm__park_link/unlink keep it) */
   uint64_t generation;
   int64_t last_ns;              /* monotonic, last call */
   int64_t last_wall_ms;
@@ -85,6 +89,9 @@ typedef struct rm__barrier {
   char reason[160];
   int n_missing;
   rm_barrier_member_t *missing; /* snapshot when closed */
+  rm__blob_t *answer;           /* RELEASED: the packed answer, built by the
+                                   first waiter answered (rpc/waiters.c) and
+                                   shared by all; freed with the barrier */
 } rm__barrier_t;
 
 typedef struct rm__job {
@@ -94,6 +101,17 @@ typedef struct rm__job {
   int *members;                 /* index into w, by rank, current generation */
   int nmembers;
   rm__park_t parked;            /* sentinel */
+  rm__park_t watchers;          /* sentinel of the wnext/wprev list: the
+                                   WATCH calls of parked, so an event kicks
+                                   its watchers without walking N parked
+                                   Joins or Barriers */
+  /* JOINING COUNT: n_joining == #{w in w[] : rm__worker_joining(w)}.
+   * Kept where worker states change in job.c and rpc.c (on_join); every
+   * rm__job_info_refresh() recounts it (its O(N) pass: every state
+   * transition, rm__job_resume after a restart, recovery's re-formation
+   * via rm__job_set_state), so it is rebuilt from the stored rows when a
+   * job is reloaded. rm__job_try_form reads it instead of scanning. */
+  int n_joining;
   rm__barrier_t *barriers;      /* newest first */
   rm_step_sample_t *ring;       /* recent step reports */
   size_t ring_cap, ring_head, ring_n; /* allocated, next write, filled */
@@ -134,12 +152,19 @@ rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
 /* Append a zeroed worker (rank, hints and launch index -1, timings NaN);
  * the caller sets its id. The pointer is valid until the next append. */
 rm__worker_t *rm__job_worker_add(rm__job_t *j);
+/* w waits in the group being formed (counted in j->n_joining). */
+static inline int rm__worker_joining(const rm__worker_t *w)
+{
+  return w->in_group && w->state == RM_WORKER_JOINING;
+}
 /* w is a member of j's current generation (invariant 1 of core/job.c). */
 int rm__worker_member(const rm__job_t *j, const rm__worker_t *w);
 /* w counts for liveness: a member, or joining the group being formed. */
 int rm__worker_live(const rm__job_t *j, const rm__worker_t *w);
 /* Link p at the end of j's parked calls / unlink it (no-op when not
- * linked). */
+ * linked). p->kind and p->worker_id are set before linking: a WATCH call
+ * is also linked into j->watchers, a JOIN counts in its worker's
+ * joins_parked. */
 void rm__park_link(rm__job_t *j, rm__park_t *p);
 void rm__park_unlink(rm__park_t *p);
 

@@ -85,6 +85,7 @@ static void prune(rm__job_t *j)
     rm__barrier_t *b = *pp;
     if (b->state != RM_BARRIER_OPEN && ++closed > KEEP_CLOSED) {
       *pp = b->next;
+      rm__blob_unref(b->answer);
       free(b->missing);
       free(b->here);
       free(b);

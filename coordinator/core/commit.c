@@ -18,6 +18,14 @@
  *                     when it was queued (rm__after_commit): no job is
  *                     re-read and no lock taken to run them
  *
+ * A section that writes no row (a finished send, a call's normal close)
+ * takes rm__lock_ro: the mutex without BEGIN, so rm__commit has nothing to
+ * COMMIT (rm__store_commit is a no-op outside a transaction) and the
+ * post-commit queue runs as above. Should such a section write after all,
+ * SQLite's autocommit makes each statement durable when it returns, so an
+ * answer queued after it still goes out after its row is in the WAL: the
+ * rule above holds, only one BEGIN/COMMIT pair is saved.
+ *
  * Work queued by a section that rolls back (a failed COMMIT) still runs:
  * the rows are gone but the memory (which the queue reflects) is not, the
  * same as an answer that was already promised.
@@ -34,6 +42,11 @@ void rm__lock(rm_coord_t *c)
 {
   pthread_mutex_lock(&c->mu);
   rm__store_begin(c->store);
+}
+
+void rm__lock_ro(rm_coord_t *c)
+{
+  pthread_mutex_lock(&c->mu);
 }
 
 static void run_callbacks(rm_coord_t *c, rm_event_t *q, size_t n)

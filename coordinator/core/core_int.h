@@ -73,6 +73,9 @@ struct rm_coord {
 
 /* ---- commit.c: the lock and the post-commit queue (design there) ---- */
 void rm__lock(rm_coord_t *c);
+/* The mutex without BEGIN, for a section that writes no row (commit.c);
+ * leave it with rm__commit as usual. */
+void rm__lock_ro(rm_coord_t *c);
 /* COMMIT, then answers, unlock, callbacks, launcher work. */
 void rm__commit(rm_coord_t *c);
 /* Queue launcher work for j to run after COMMIT with no lock held: start

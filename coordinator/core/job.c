@@ -27,6 +27,13 @@
  *     rm__job_worker() is a binary search.
  *  3. A terminal job answers every parked call (joins: not formed + state;
  *     barriers: broken; watchers: end of stream after the last event).
+ *  4. Counters instead of scans (issue 16; model.h): j->n_joining ==
+ *     #{w : in_group && state == JOINING} (changed beside every worker
+ *     transition here and in rpc.c on_join, recounted by every
+ *     rm__job_info_refresh, after recovery and in rm__job_resume, so it is
+ *     rebuilt from the stored rows after a restart); w->joins_parked == the
+ *     number of w's Join calls in j->parked (rm__park_link/unlink);
+ *     j->watchers lists exactly the WATCH entries of j->parked.
  *
  * RANKS (assign_ranks): when every candidate carries a distinct launcher hint
  * (SLURM_PROCID, completion index) in [0, world), the hints are the ranks.
@@ -35,6 +42,7 @@
  * within a host, so a ring crosses hosts as few times as possible.
  */
 #define _GNU_SOURCE /* qsort_r */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +64,7 @@ rm__job_t *rm__job_new(rm_coord_t *c, const rm_job_spec_t *spec)
   j->result_rank = -1;
   j->stored_state = -1;
   j->parked.next = j->parked.prev = &j->parked;
+  j->watchers.wnext = j->watchers.wprev = &j->watchers;
   j->ring_max = (size_t)c->opt.step_window;
   if (c->njobs == c->capjobs) {
     c->capjobs = c->capjobs ? 2 * c->capjobs : 16;
@@ -112,6 +121,7 @@ void rm__job_free(rm__job_t *j)
   rm__barrier_t *b = j->barriers;
   while (b) {
     rm__barrier_t *next = b->next;
+    rm__blob_unref(b->answer);
     free(b->here);
     free(b->missing);
     free(b);
@@ -141,13 +151,23 @@ int rm__job_barrier_ms(const rm_coord_t *c, const rm__job_t *j)
   return v > 0 ? v : c->opt.barrier_timeout_ms;
 }
 
+/* JOINING COUNT (model.h): the O(N) recount, where a pass over w[] is made
+ * anyway or a transition outside this file (recovery.c) may have moved it. */
+static int joining_recount(const rm__job_t *j)
+{
+  int n = 0;
+  for (size_t i = 0; i < j->nw; i++) n += rm__worker_joining(&j->w[i]);
+  return n;
+}
+
 void rm__job_info_refresh(rm__job_t *j)
 {
-  int joined = 0, alive = 0;
+  int joined = 0, alive = 0, joining = 0;
   uint64_t minstep = UINT64_MAX;
   for (size_t i = 0; i < j->nw; i++) {
     const rm__worker_t *w = &j->w[i];
     joined += w->in_group;
+    joining += rm__worker_joining(w);
     alive += w->in_group && w->state <= RM_WORKER_RUNNING;
     /* members, and members of this generation that finished (LEFT): once
      * the last one leaves nobody is a member, and the job's step must still
@@ -159,6 +179,7 @@ void rm__job_info_refresh(rm__job_t *j)
   }
   j->info.workers_joined = joined;
   j->info.workers_alive = alive;
+  j->n_joining = joining;
   if (j->info.state == RM_JOB_RUNNING && minstep != UINT64_MAX)
     j->info.step = minstep;
 }
@@ -201,7 +222,7 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
     w->state = RM_WORKER_STOPPED;
     rm__store_worker_update(c->store, j, w);
   }
-  rm__job_info_refresh(j); /* workers_alive: 0 */
+  rm__job_info_refresh(j); /* workers_alive: 0, n_joining: 0 */
   rm__after_commit(c, j, RM__AFTER_STOP); /* launcher stop() after COMMIT */
   for (size_t i = 0; i < j->nw; i++) rm__store_step_summary(c->store, j, &j->w[i]);
   char why[200];
@@ -289,6 +310,7 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
   j->nmembers = n;
   for (int r = 0; r < n; r++) {
     rm__worker_t *w = &j->w[idx[r]];
+    j->n_joining -= rm__worker_joining(w);
     j->members[r] = idx[r];
     w->rank = w->prev_rank = r;
     w->step = start; /* a survivor ahead rolls back to it (R1) */
@@ -315,11 +337,28 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
   }
 }
 
+/* Ready to form with n candidates? (n capped at target) */
+static int form_ready(const rm__job_t *j, int n, int target)
+{
+  const rm_job_spec_t *s = &j->info.spec;
+  int settled = !s->world_size && n >= s->min_workers &&
+                rm__now_ns() - j->last_join_ns >= ELASTIC_SETTLE_NS;
+  return n > 0 && (n == target || settled);
+}
+
+/* Called on every Join and tick while forming: O(1) until the JOINING
+ * COUNT (model.h) says the group is complete, then one O(N) pass builds
+ * the candidate list (a join wave of N costs O(N), not O(N^2)). */
 void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
   if (j->info.state != RM_JOB_PENDING && j->info.state != RM_JOB_FORMING) return;
   int target = rm__recovery_target(j);
+#ifndef NDEBUG
+  assert(j->n_joining == joining_recount(j));
+#endif
+  if (!form_ready(j, j->n_joining < target ? j->n_joining : target, target))
+    return;
   int *idx = rm__xmalloc((j->nw ? j->nw : 1) * sizeof *idx), n = 0;
   /* previous members first (survivors of a loss), then standbys/new ones */
   for (int pass = 0; pass < 2; pass++)
@@ -327,9 +366,7 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
       if (j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING && n < target &&
           (j->w[i].prev_rank >= 0) == (pass == 0))
         idx[n++] = (int)i;
-  int settled = !s->world_size && n >= s->min_workers &&
-                rm__now_ns() - j->last_join_ns >= ELASTIC_SETTLE_NS;
-  if (n > 0 && (n == target || settled)) {
+  if (form_ready(j, n, target)) {
     char rule[160], why[320];
     /* issue 12: a shrinking re-formation that lost more members while
      * forming can fall below the aggregation rule */
@@ -354,6 +391,7 @@ static void on_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                            const char *reason)
 {
   rm__recovery_member_down(c, j, w, reason);
+  j->n_joining = joining_recount(j); /* reform() moved survivors (rare) */
 }
 
 void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -361,6 +399,7 @@ void rm__job_worker_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 {
   if (w->state >= RM_WORKER_LOST) return;
   int member = rm__worker_member(j, w);
+  j->n_joining -= rm__worker_joining(w);
   w->state = RM_WORKER_LOST;
   c->ctr.workers_lost_total++;
   rm__store_worker_update(c->store, j, w);
@@ -383,6 +422,7 @@ void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
 {
   int member = rm__worker_member(j, w);
   if (w->state >= RM_WORKER_LOST) return;
+  j->n_joining -= rm__worker_joining(w);
   w->state = ok ? RM_WORKER_LEFT : RM_WORKER_FAILED;
   rm__store_step_summary(c->store, j, w);
   rm__store_worker_update(c->store, j, w);
@@ -417,6 +457,7 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
   int expected = 0;
   int64_t now = rm__now_ns();
   rm__recovery_load(c, j);
+  j->n_joining = joining_recount(j); /* JOINING COUNT from the stored rows */
   if (j->info.state == RM_JOB_PENDING) return;
   for (size_t i = 0; i < j->nw; i++) {
     rm__worker_t *w = &j->w[i];
@@ -433,6 +474,7 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
   j->reform_deadline_ns = now + (int64_t)wait_ms * 1000000;
   /* Not counted in restarts: max_restarts is the budget for replacing lost
    * workers (recovery.c R3); a coordinator restart loses no worker. */
+  j->n_joining = 0; /* in_group 0 for all: the re-join counts them again */
   rm__event(c, j, "coordinator_restarted", -1, "coordinator restarted: "
             "waiting up to %d ms for %d workers to re-join at the next "
             "generation", wait_ms, expected);
@@ -504,12 +546,9 @@ static void tick_liveness(rm_coord_t *c, rm__job_t *j, int64_t now)
     rm__worker_t *w = &j->w[i];
     int live = rm__worker_live(j, w);
     if (!live || now - w->last_ns <= hb) continue;
-    if (!rm__worker_member(j, w)) { /* joining: a parked Join keeps it alive */
-      int parked = 0;
-      for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
-        parked |= p->kind == RM__PARK_JOIN && p->worker_id == w->id;
-      if (parked) continue;
-    }
+    /* joining: a parked Join keeps it alive (joins_parked, kept by
+     * rm__park_link/unlink: no walk of the parked list per tick) */
+    if (!rm__worker_member(j, w) && w->joins_parked > 0) continue;
     char why[128];
     snprintf(why, sizeof why, "no heartbeat for %lld ms (timeout %d ms)",
              (long long)((now - w->last_ns) / 1000000), rm__job_heartbeat_ms(c, j));

@@ -247,7 +247,7 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
 static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
 {
   const rm_job_spec_t *s = &j->info.spec;
-  int target = s->world_size ? s->world_size : s->max_workers, n = 0;
+  int target = s->world_size ? s->world_size : s->max_workers;
   int standby = rm__recovery_standby_cap(j); /* replace: standbys wait */
   if (j->info.state == RM_JOB_RUNNING && !standby) {
     fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu is running with "
@@ -255,8 +255,7 @@ static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
          (unsigned long long)j->info.generation);
     return NULL;
   }
-  for (size_t i = 0; i < j->nw; i++)
-    n += j->w[i].in_group && j->w[i].state == RM_WORKER_JOINING;
+  int n = j->n_joining; /* JOINING COUNT (model.h), not a scan */
   if (j->info.state == RM_JOB_RUNNING) n += target; /* members */
   if (n >= target + standby) {
     fail(c, call, RM__GRPC_FAILED_PRECONDITION, "job %llu already has its %d "
@@ -308,6 +307,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
    * unlike the hint, it is kept when the worker becomes a rank elsewhere. */
   w->launch_index = q->world_hint > 0 && q->rank_hint >= 0 ? q->rank_hint : -1;
   if (q->steps_done > w->steps_done) w->steps_done = q->steps_done;
+  int was_joining = rm__worker_joining(w); /* JOINING COUNT (model.h) */
   w->state = RM_WORKER_JOINING;
   w->last_ns = rm__now_ns();
   w->last_wall_ms = rm__wall_ms();
@@ -322,6 +322,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
               (unsigned long long)w->id, w->host, w->data_addr,
               fresh ? "" : ", re-joining");
   w->in_group = 1;
+  j->n_joining += 1 - was_joining;
   j->last_join_ns = w->last_ns;
   if (j->info.state == RM_JOB_PENDING)
     rm__job_set_state(c, j, RM_JOB_FORMING, "first worker joined");
@@ -492,11 +493,13 @@ void rm__watch_next(rm_coord_t *c, rm__park_t *p)
   free(ev);
 }
 
+/* Walks j->watchers only (model.h): an event of a join wave no longer
+ * visits the N parked Joins. */
 void rm__watch_kick(rm_coord_t *c, rm__job_t *j)
 {
-  for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
-    n = p->next;
-    if (p->kind == RM__PARK_WATCH) rm__watch_next(c, p);
+  for (rm__park_t *p = j->watchers.wnext, *n; p != &j->watchers; p = n) {
+    n = p->wnext;
+    rm__watch_next(c, p);
   }
 }
 

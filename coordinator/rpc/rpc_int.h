@@ -24,7 +24,8 @@ void rm__reply(rm_coord_t *c, rm__call_t *call, int code, const char *details,
  * by a shared tail is one message). */
 rm__blob_t *rm__blob_pack(const ProtobufCMessage *m);
 void rm__blob_unref(rm__blob_t *b);
-/* rm__reply with status OK whose message is head's encoding + tail's. */
+/* rm__reply with status OK whose message is head's encoding + tail's
+ * (an empty head: tail's bytes alone, shared, not copied). */
 void rm__reply_tail(rm_coord_t *c, rm__call_t *call,
                     const ProtobufCMessage *head, rm__blob_t *tail);
 /* Queue one message of a server stream. Under lock. */

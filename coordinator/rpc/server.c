@@ -174,7 +174,14 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
   k->answered = 1;
   rm__park_unlink(&k->park);
   size_t len = protobuf_c_message_get_packed_size(head);
-  uint8_t *buf = rm__xmalloc(len ? len : 1);
+  if (!len) { /* an empty head: the answer is the shared bytes alone */
+    grpc_slice s = grpc_slice_ref(tail->slice);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    out_push(c, k, GRPC_STATUS_OK, "", bb);
+    return;
+  }
+  uint8_t *buf = rm__xmalloc(len);
   protobuf_c_message_pack(head, buf);
   grpc_slice parts[2] = {grpc_slice_new(buf, len, free), grpc_slice_ref(tail->slice)};
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
@@ -321,9 +328,10 @@ static void on_recv(rm_coord_t *c, rm__call_t *k, int ok)
   call_unref(k);
 }
 
+/* Writes no row (a Watch reads the next event): no BEGIN/COMMIT. */
 static void on_send(rm_coord_t *c, rm__call_t *k)
 {
-  rm__lock(c);
+  rm__lock_ro(c);
   if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
   k->send_bb = NULL;
   if (k->has_status_slice) grpc_slice_unref(k->status_slice);
@@ -336,9 +344,12 @@ static void on_send(rm_coord_t *c, rm__call_t *k)
   call_unref(k);
 }
 
+/* A normal close only unparks; a cancelled call may declare its worker
+ * lost (rows): only that one opens a transaction. */
 static void on_close(rm_coord_t *c, rm__call_t *k)
 {
-  rm__lock(c);
+  if (k->cancelled) rm__lock(c);
+  else rm__lock_ro(c);
   rm__park_drop(c, &k->park, k->cancelled);
   if (k->cancelled) k->answered = 1;
   rm__commit(c);

@@ -10,10 +10,28 @@
 #include "rm_alloc.h"
 #include "rpc/rpc_int.h"
 
+/* A RELEASED answer is the same for every waiter of the round (no missing
+ * ranks, same counts and reason): packed by the first one answered into
+ * b->answer and shared by the other N-1 (rm__reply_tail, empty head). b is const in the
+ * port (the core's state is not the adapter's to change); the packed bytes
+ * are a cache of it, not state, hence the cast. */
 void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
                         rm__park_t *p)
 {
   Ringmaster__V1__BarrierResponse r = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
+  if (b->state == RM_BARRIER_RELEASED && !b->n_missing) {
+    rm__barrier_t *cache = (rm__barrier_t *)b;
+    if (!cache->answer) {
+      r.released = 1;
+      r.reason = (char *)b->reason;
+      r.arrived = (uint32_t)b->arrived;
+      r.expected = (uint32_t)b->expected;
+      cache->answer = rm__blob_pack(&r.base);
+    }
+    Ringmaster__V1__BarrierResponse none = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
+    rm__reply_tail(c, p->call, &none.base, cache->answer); /* empty head */
+    return;
+  }
   Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
   r.released = b->state == RM_BARRIER_RELEASED;
   r.reason = (char *)b->reason;
