@@ -94,6 +94,7 @@ KINDS = take("--kinds", "fail,shrink,replace,sigstop,linkcut,coord").split(",")
 LINK_DATA_TIMEOUT_MS = 2000
 LINKCUT_NOTES = ""
 SEED = int(take("--seed", "1"))
+import netns  # noqa: E402
 import rc  # noqa: E402
 
 STEPS, WORLD = 300, 4
@@ -217,66 +218,6 @@ def coord_trial(env, n, rng):
 
 
 # ---- link cuts (LINK CUTS above) ----
-def sh(*cmd, check=True):
-    return subprocess.run(cmd, check=check, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=20)
-
-
-class Net:
-    """WORLD namespaces on one bridge (the topology of test_link_cut.py)."""
-
-    def __init__(self, n):
-        tag = "rmf%d" % (os.getpid() % 100000)
-        self.br = tag + "-br"
-        self.ns = ["%s-w%d" % (tag, i) for i in range(n)]
-        self.subnet = "10.212.%d" % random.SystemRandom().randint(1, 254)
-        self.made = []
-
-    def up(self):
-        sh("ip", "link", "add", self.br, "type", "bridge")
-        self.made.append(("link", self.br))
-        sh("ip", "addr", "add", self.subnet + ".1/24", "dev", self.br)
-        sh("ip", "link", "set", self.br, "up")
-        for i, ns in enumerate(self.ns):
-            sh("ip", "netns", "add", ns)
-            self.made.append(("netns", ns))
-            host_end = "%s-v%d" % (self.br[:-3], i)
-            sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            self.made.append(("link", host_end))
-            sh("ip", "link", "set", host_end, "master", self.br, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-
-    def addr(self, i):
-        return "%s.%d" % (self.subnet, i + 2)
-
-    def cut(self, a, b, on=True):
-        verb = "add" if on else "del"
-        for x, y in ((a, b), (b, a)):
-            sh("ip", "-n", self.ns[x], "route", verb, "blackhole", self.addr(y) + "/32",
-               check=on)
-
-    def down(self):
-        for kind, name in reversed(self.made):
-            if kind == "netns":
-                sh("ip", "netns", "del", name, check=False)
-            else:
-                sh("ip", "link", "del", name, check=False)
-
-
-def netns_missing():
-    if os.geteuid() != 0:
-        return "not root"
-    probe = "rmfprobe%d" % (os.getpid() % 100000)
-    r = sh("ip", "netns", "add", probe, check=False)
-    if r.returncode != 0:
-        return "ip netns add failed: " + r.stdout.decode(errors="replace").strip()
-    sh("ip", "netns", "del", probe, check=False)
-    return None
-
-
 def start_in_ns(env, net, job, slot, log_index):
     log = open(os.path.join(env.dir, "worker%d.log" % log_index), "ab")
     p = subprocess.Popen(["ip", "netns", "exec", net.ns[slot], env.a.worker,
@@ -341,11 +282,11 @@ def linkcut_trial(env, net, n, rng):
 
 
 def linkcut_trials(env, trials, rng):
-    why = netns_missing()
+    why = netns.missing("rmf")
     if why:
         sys.stderr.write("linkcut: skipped (%s)\n" % why)
         return None
-    net = Net(WORLD)
+    net = netns.Net(WORLD, "rmf", 212)
     res = []
     try:
         net.up()

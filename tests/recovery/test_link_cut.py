@@ -1,8 +1,8 @@
 """A worker whose network link is cut (`ip link set eth0 down` in its network
 namespace) is handled like a lost worker (issue 6's optional test).
 
-Topology, built here and removed at the end (needs root and `ip netns`;
-skips with 77 otherwise):
+Topology (tests/recovery/netns.py), built here and removed at the end
+(needs root and `ip netns`; skips with 77 otherwise):
 
     root namespace: bridge rmcN-br, 10.211.S.1/24, the coordinator on it
     rmcN-w0..w2:    eth0 10.211.S.(i+2)/24, a veth to the bridge; one
@@ -21,72 +21,20 @@ must be the cut worker's rank, never the other survivor. Steps carry 20 ms
 of simulated compute so the job is still running when the cut lands.
 """
 import os
-import random
 import re
 import subprocess
 
+import netns
 import rc
 import rmtest
 
 
-def sh(*cmd, check=True):
-    return subprocess.run(cmd, check=check, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=20)
-
-
-class Net:
-    def __init__(self, n):
-        tag = "rmc%d" % (os.getpid() % 100000)
-        self.br = tag + "-br"
-        self.ns = ["%s-w%d" % (tag, i) for i in range(n)]
-        self.subnet = "10.211.%d" % random.randint(1, 254)
-        self.made = []
-
-    def up(self):
-        sh("ip", "link", "add", self.br, "type", "bridge")
-        self.made.append(("link", self.br))
-        sh("ip", "addr", "add", self.subnet + ".1/24", "dev", self.br)
-        sh("ip", "link", "set", self.br, "up")
-        for i, ns in enumerate(self.ns):
-            sh("ip", "netns", "add", ns)
-            self.made.append(("netns", ns))
-            host_end = "%s-v%d" % (self.br[:-3], i)
-            sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
-               "netns", ns)
-            self.made.append(("link", host_end))
-            sh("ip", "link", "set", host_end, "master", self.br, "up")
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-            sh("ip", "-n", ns, "addr", "add", self.addr(i) + "/24", "dev", "eth0")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-
-    def addr(self, i):
-        return "%s.%d" % (self.subnet, i + 2)
-
-    def down(self):
-        for kind, name in reversed(self.made):
-            if kind == "netns":
-                sh("ip", "netns", "del", name, check=False)
-            else:
-                sh("ip", "link", "del", name, check=False)
-
-
-def can_build_netns():
-    if os.geteuid() != 0:
-        return "not root"
-    probe = "rmcprobe%d" % (os.getpid() % 100000)
-    r = sh("ip", "netns", "add", probe, check=False)
-    if r.returncode != 0:
-        return "ip netns add failed: " + r.stdout.decode(errors="replace").strip()
-    sh("ip", "netns", "del", probe, check=False)
-    return None
-
-
 def test(env):
-    why = can_build_netns()
+    why = netns.missing("rmc")
     if why:
         print("SKIP: cannot build network namespaces (%s)" % why)
         raise SystemExit(rmtest.SKIP)
-    net = Net(3)
+    net = netns.Net(3, "rmc", 211)
     try:
         net.up()
         run(env, net)
@@ -111,7 +59,7 @@ def run(env, net):
         env.procs.append(p)
         ws.append(p)
     env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 20, 60)
-    sh("ip", "-n", net.ns[1], "link", "set", "eth0", "down")
+    netns.sh("ip", "-n", net.ns[1], "link", "set", "eth0", "down")
     cut_worker_id = None
     for e in rc.events(env, job):  # the coordinator's id of worker 1 (host1)
         m = re.search(r"worker (\d+) joined from host1 ", e.message)
