@@ -115,3 +115,13 @@ def run_cli(binary, url, *args, token=None, timeout=60):
         env["RINGMASTER_API_TOKEN"] = token
     p = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr
+
+
+def sse_slots(srv):
+    """Event-stream slots in use, from /metrics (ringmaster_sse_streams);
+    -1 when the gauge is missing."""
+    st, _, text = srv.request("GET", "/metrics")
+    for line in text.splitlines():
+        if line.startswith("ringmaster_sse_streams"):
+            return int(float(line.split()[-1]))
+    return -1

@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check  # noqa: E402
+from rmserver import Server, FAILS, check, sse_slots  # noqa: E402
 
 REQ = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
 
@@ -58,7 +58,10 @@ class StreamPool:
             self.sel.register(s, selectors.EVENT_WRITE, i)
             if i % 256 == 255:  # let the listen backlog drain while connecting
                 self.pump(0)
-        self.wait(lambda i: b"\r\n\r\n" in self.buf[i] or self.closed(i), deadline_s)
+        # opened: the head and, for a 200, the first comment, which may come
+        # in a later segment than the head
+        self.wait(lambda i: self.closed(i) or (b"\r\n\r\n" in self.buf[i] and (
+            self.status(i) != 200 or b": connected" in self.buf[i])), deadline_s)
 
     def closed(self, i):
         return self.socks[i] is None
@@ -112,14 +115,6 @@ class StreamPool:
         for i in range(len(self.socks)):
             self.drop(i)
         self.sel.close()
-
-
-def sse_slots(srv):
-    st, _, text = srv.request("GET", "/metrics")
-    for line in text.splitlines():
-        if line.startswith("ringmaster_sse_streams"):
-            return int(float(line.split()[-1]))
-    return -1
 
 
 def api_answers(srv, what):

@@ -27,7 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check  # noqa: E402
+from rmserver import Server, FAILS, check, sse_slots  # noqa: E402
 
 
 def exchange(srv, data, deadline_s=20):
@@ -225,14 +225,6 @@ def open_stream(srv):
             break
         head += d
     return s, head
-
-
-def sse_slots(srv):
-    st, _, text = srv.request("GET", "/metrics")
-    for line in text.splitlines():
-        if line.startswith("ringmaster_sse_streams"):
-            return int(float(line.split()[-1]))
-    return -1
 
 
 def test_stream_limit(binary):
