@@ -100,11 +100,11 @@ class StreamPool:
         """Pump until done(i) holds for every stream (or the deadline);
         returns the indexes for which it does not."""
         end = time.monotonic() + deadline_s
-        todo = set(range(len(self.socks)))
-        while todo and time.monotonic() < end:
+        pending = set(range(len(self.socks)))
+        while pending and time.monotonic() < end:
             self.pump(0.05)
-            todo = {i for i in todo if not done(i)}
-        return todo
+            pending = {i for i in pending if not done(i)}
+        return pending
 
     def status(self, i):
         head = self.buf[i].split(b"\r\n", 1)[0]

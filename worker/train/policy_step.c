@@ -194,9 +194,7 @@ rm_status_t rm__policy_step(rm__trainer_t *t, rm_comm_t *comm,
         decided = 1;
       rm__crash_point("barrier", step + 1);
     }
-    int64_t tg = rm__now_ns();
     if (!decided) st = rm__sp_decide(sp, step);
-    else sp->wait_ms += (double)(rm__now_ns() - tg) / 1e6;
     if (st == RM_OK) rm__crash_point("allreduce", step + 1);
     t1 = rm__now_ns();
     if (st == RM_OK && sp->kind == RM__SP_CODED) {

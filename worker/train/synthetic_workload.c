@@ -245,9 +245,7 @@ static rm_status_t gated_step(synth_state_t *s, rm_comm_t *comm, int rank,
   double ms = s->compute_ms * parts;
   ms += rm__slow_extra_ms(&s->slow, rank, step, ms);
   int dropped = rm__sp_spend(sp, step, ms, NULL);
-  int64_t tg = rm__now_ns();
   rm_status_t st = dropped ? RM_OK : rm__sp_decide(sp, step);
-  if (dropped) sp->wait_ms += (double)(rm__now_ns() - tg) / 1e6;
   if (st != RM_OK) return st;
   *t1 = rm__now_ns();
   uint8_t *use = sp->members;
