@@ -58,7 +58,7 @@
 
 /* K_NAME: a string naming one of a list (algorithm, dtype, ...), not "";
  * which names exist is rm_job_spec_validate's rule. */
-typedef enum { K_STRING, K_NAME, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_NUM, K_BOOL } kind_t;
+typedef enum { K_STRING, K_NAME, K_INT, K_U64, K_OPTIONS, K_ARGV, K_ENV, K_AGG, K_SECAGG, K_NUM, K_BOOL } kind_t;
 
 typedef struct field {
   const char *key;
@@ -114,6 +114,7 @@ static const field_t k_fields[] = {
     {"aggregation", K_AGG, 0, 0, 0, 0, NULL},
     {"deterministic", K_BOOL, OFF(deterministic), 0, 0, 0, NULL},
     {"max_staleness", INT(max_staleness), 0, NULL},
+    {"secure_aggregation", K_SECAGG, 0, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
 /* The members of "aggregation" (issue 12), keys as the API names them; the
@@ -127,6 +128,18 @@ static const field_t k_agg_fields[] = {
     {"clip_norm", K_NUM, OFF(clip_norm), 0, 0, 0, NULL},
     {"tau", K_NUM, OFF(aggregation_tau), 0, 0, 0, NULL},
     {"iterations", INT(aggregation_iterations), 0, NULL},
+    {NULL, 0, 0, 0, 0, 0, NULL}};
+
+/* The members of "secure_aggregation" (issue 13); errors name
+ * "secure_aggregation.<key>". The object's presence turns it on (bits 32
+ * unless given); the rules and the other defaults are the coordinator's
+ * (core/spec.c check_secure). */
+static const field_t k_secagg_fields[] = {
+    {"bits", INT(secagg_bits), 0, NULL},
+    {"clip", K_NUM, OFF(secagg_clip), 0, 0, 0, NULL},
+    {"scale", K_NUM, OFF(secagg_scale), 0, 0, 0, NULL},
+    {"threshold", INT(secagg_threshold), 0, NULL},
+    {"neighbours", NAME(secagg_neighbours), 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
 static int fail(rm_api_spec_error_t *err, const char *code, const char *field, const char *fmt,
@@ -361,26 +374,52 @@ static int parse_string(const field_t *f, const json_t *v, char *dst, rm_api_spe
   return 0;
 }
 
-/* {"method": "krum", "f": 1, ...}: every member optional, unknown ones
- * refused by name ("aggregation.mthod"). */
-static int parse_aggregation(const json_t *v, const field_t *f, rm_job_spec_t *out,
-                             rm_api_spec_error_t *err)
+/* A nested object of members (aggregation, secure_aggregation): every
+ * member optional, unknown ones refused by name ("aggregation.mthod");
+ * example and names are the words of the refusals. */
+static int parse_members(const json_t *v, const field_t *f, const field_t *members,
+                         const char *example, const char *names, rm_job_spec_t *out,
+                         rm_api_spec_error_t *err)
 {
   const char *k;
   json_t *item;
   char sub[64];
   if (!json_is_object(v))
-    return fail(err, "invalid_type", f->key, "%s must be an object ({\"method\": "
-                "\"krum\", \"f\": 1, ...}), got %s", f->key, type_name(v));
+    return fail(err, "invalid_type", f->key, "%s must be an object (%s), got %s", f->key,
+                example, type_name(v));
   json_object_foreach((json_t *)v, k, item) {
-    const field_t *a = k_agg_fields;
+    const field_t *a = members;
     while (a->key && strcmp(a->key, k) != 0) a++;
     snprintf(sub, sizeof sub, "%s.%.40s", f->key, k);
     if (a->key == NULL)
-      return fail(err, "unknown_field", sub, "unknown field '%s' (aggregation has "
-                  "method, f, m, clip_norm, tau and iterations)", sub);
+      return fail(err, "unknown_field", sub, "unknown field '%s' (%s has %s)", sub, f->key,
+                  names);
     if (parse_field_as(a, sub, item, out, err) != 0) return -1;
   }
+  return 0;
+}
+
+static int parse_aggregation(const json_t *v, const field_t *f, rm_job_spec_t *out,
+                             rm_api_spec_error_t *err)
+{
+  return parse_members(v, f, k_agg_fields, "{\"method\": \"krum\", \"f\": 1, ...}",
+                       "method, f, m, clip_norm, tau and iterations", out, err);
+}
+
+/* Present = on: bits 32 unless the object gives it. "bits": 0 is refused
+ * here, REST only (as "" in a name field): in rm_job_spec_t and protobuf 0
+ * means off, so validate could not tell it from an omitted object. */
+static int parse_secagg(const json_t *v, const field_t *f, rm_job_spec_t *out,
+                        rm_api_spec_error_t *err)
+{
+  out->secagg_bits = 32;
+  if (parse_members(v, f, k_secagg_fields, "{\"bits\": 32, \"threshold\": 3, ...}",
+                    "bits, clip, scale, threshold and neighbours", out, err) != 0)
+    return -1;
+  if (out->secagg_bits == 0)
+    return fail(err, "invalid_value", "secure_aggregation.bits", "secure_aggregation.bits "
+                "must be 32 or 64, got 0 (omit the secure_aggregation object to turn it "
+                "off)");
   return 0;
 }
 
@@ -425,6 +464,8 @@ static int parse_field_as(const field_t *fd, const char *key, const json_t *v,
     return parse_env(v, f, out, err);
   case K_AGG:
     return parse_aggregation(v, f, out, err);
+  case K_SECAGG:
+    return parse_secagg(v, f, out, err);
   case K_NUM:
     if (big_sign(v))
       return fail(err, "invalid_value", f->key, "%s is beyond the 64-bit integer range "

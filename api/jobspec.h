@@ -49,6 +49,17 @@
  *                                             coord.h says what it promises)
  *   max_staleness          integer            0..64; 1..64 with, and only
  *                                             with, straggler_policy stale
+ *   secure_aggregation     object             issue 13, present = on, every
+ *                                             member optional:
+ *     .bits                integer            32 (default) or 64
+ *     .clip                number             > 0; 0/omitted = clip_norm
+ *                                             when > 0, else 1
+ *     .scale               number             >= 0; 0 = the worker's
+ *                                             largest safe power of two
+ *     .threshold           integer            2..world; 0/omitted =
+ *                                             max(2, n/2 + 1)
+ *     .neighbours          name               all (default) | log
+ *                                             (rules: core/spec.c)
  *
  * The rules (issue 11; api/openapi.json states the same, and
  * tests/api/test_strict_spec.py holds the server to the document):

@@ -83,6 +83,22 @@ static void write_aggregation(rm__sbuf_t *b, const rm_job_spec_t *s)
   rm__sbuf_append(b, "}", 1);
 }
 
+/* "secure_aggregation": {"bits": 32, "clip": 1, "scale": 0, "threshold":
+ * 3, "neighbours": "all"} (issue 13), only when it is on (the object's
+ * presence is what turns it on in a spec). */
+static void write_secagg(rm__sbuf_t *b, const rm_job_spec_t *s)
+{
+  if (!s->secagg_bits) return;
+  rm__sbuf_puts(b, ",\"secure_aggregation\":{");
+  rm__jw_key(b, "bits");
+  rm__jw_i64(b, s->secagg_bits);
+  kv_num(b, "clip", s->secagg_clip);
+  kv_num(b, "scale", s->secagg_scale);
+  kv_i64(b, "threshold", s->secagg_threshold);
+  kv_str(b, "neighbours", s->secagg_neighbours[0] ? s->secagg_neighbours : "all");
+  rm__sbuf_append(b, "}", 1);
+}
+
 /* "command": [...], "env": {...}, "workdir": "..." (issue 9): [] / {} / ""
  * for the built-in workloads. env entries are "KEY=VALUE" (the coordinator
  * checked the '=' and the key's characters, so the key needs no escaping
@@ -137,6 +153,7 @@ static void write_spec(rm__sbuf_t *b, const rm_job_spec_t *s)
   write_aggregation(b, s);
   rm__sbuf_puts(b, s->deterministic ? ",\"deterministic\":true" : ",\"deterministic\":false");
   kv_i64(b, "max_staleness", s->max_staleness);
+  write_secagg(b, s);
   rm__sbuf_append(b, "}", 1);
 }
 
@@ -163,6 +180,8 @@ static void jw_job_fields(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
   kv_i64(b, "updated_ms", j->updated_ms);
   kv_str(b, "straggler_mitigation", rm_mitigation_name(j->mitigation));
   kv_i64(b, "straggler_mitigation_step", (int64_t)j->mitigation_step);
+  kv_i64(b, "secure_recovered_steps", j->secure_recovered_steps);
+  kv_i64(b, "secure_dropouts", j->secure_dropouts);
   if (with_token) kv_str(b, "token", j->token);
 }
 

@@ -185,6 +185,23 @@ typedef struct rm_job_spec {
    * late (the worker does the folding; the coordinator's gate is the
    * deadline gate). */
   int max_staleness;
+  /* Secure aggregation (issue 13): the REST object "secure_aggregation"
+   * flattened. secagg_bits 0 = off; 32 (default when the object is given)
+   * or 64: the masked sum is taken in Z_{2^bits}. secagg_clip: the L2 clip
+   * before quantizing (default aggregation.clip_norm when > 0, else 1).
+   * secagg_scale: fixed-point scale (0 = the worker's default, the largest
+   * power of two with N*(clip*scale+1) <= 2^(bits-2)). secagg_threshold:
+   * the fewest members any sum is revealed over (default max(2, n/2 + 1),
+   * n = world_size, or min_workers for an elastic job); a re-formation
+   * below it fails the job (recovery.c). secagg_neighbours: "all" (every
+   * pair masks, default) or "log" (O(log N) neighbours, SecAgg+). The
+   * coordinator never sees a gradient: it relays public key material
+   * through barrier payloads (core/barrier.c). */
+  int secagg_bits;
+  double secagg_clip;
+  double secagg_scale;
+  int secagg_threshold;
+  char secagg_neighbours[8];
 } rm_job_spec_t;
 
 /* Zero the spec and fill defaults (launcher "local", on_failure "fail", ...). */
@@ -234,7 +251,10 @@ static inline const char *rm_job_spec_next(const char *p)
  * workload may use is the table at the top of core/spec.c.
  * aggregation: a known method, and rm_agg_check's rule for n = world_size
  * (fixed-size job) or n = min_workers (elastic job); the field named is
- * "aggregation.method", ".f", ".m", ".clip_norm", ".tau" or ".iterations". */
+ * "aggregation.method", ".f", ".m", ".clip_norm", ".tau" or ".iterations".
+ * secure_aggregation (secagg_bits != 0): the rules at the top of
+ * core/spec.c; the field named is "secure_aggregation.<member>", or two
+ * fields for a combination ("aggregation.method" with a robust method). */
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);
 
 /* ---- job state machine (diagram in coordinator/job.c) ----
@@ -285,6 +305,11 @@ typedef struct rm_job_info {
   int workers_alive;        /* ... of which not lost/left */
   uint64_t step;            /* steps every member has completed (min) */
   int restarts;             /* re-formations so far */
+  /* Secure aggregation (issue 13): generations re-formed after a loss (each
+   * redoes its first step with fresh masks over the survivors) and the
+   * members those re-formations lost, in all. Stored with the job. */
+  int secure_recovered_steps;
+  int secure_dropouts;
   int64_t created_ms;       /* wall clock, ms since epoch */
   int64_t started_ms;       /* first generation formed; 0 if never */
   int64_t finished_ms;      /* terminal; 0 if not */

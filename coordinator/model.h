@@ -91,7 +91,14 @@ typedef struct rm__barrier {
   rm_barrier_member_t *missing; /* snapshot when closed */
   rm__blob_t *answer;           /* RELEASED: the packed answer, built by the
                                    first waiter answered (rpc/waiters.c) and
-                                   shared by all; freed with the barrier */
+                                   shared by all; dropped when the barrier
+                                   closes (the queued answers hold their own
+                                   references) */
+  /* PAYLOADS (core/barrier.c): expected * payload_len bytes, rank r's at
+   * r * payload_len; payload_len -1 until the first arrival fixes it.
+   * Memory only, wiped and freed when the barrier closes. */
+  uint8_t *payloads;
+  int payload_len;
 } rm__barrier_t;
 
 typedef struct rm__job {

@@ -177,7 +177,9 @@ def spec(**kw):
              "barrier_timeout_ms", "on_failure", "max_restarts", "straggler_policy",
              "backup_workers", "checkpoint_every", "command", "env", "workdir",
              "aggregation", "aggregation_f", "aggregation_m", "clip_norm",
-             "aggregation_tau", "aggregation_iterations", "deterministic", "max_staleness"]
+             "aggregation_tau", "aggregation_iterations", "deterministic", "max_staleness",
+             "secagg_bits", "secagg_clip", "secagg_scale", "secagg_threshold",
+             "secagg_neighbours"]
     fields = []
     for k, v in kw.items():
         n = order.index(k) + 1
@@ -259,6 +261,19 @@ RPCS = [
     ("malformed-varint", call(M_JOIN, b"\x08\xff\xff")),
     ("malformed-wiretype", call(M_HEARTBEAT, b"\x0f\x01")),
     ("malformed-len", call(M_SUBMIT, b"\x0a\x7f\x0a")),
+    # secure aggregation (issue 13): the spec's secagg_* fields and barrier
+    # payloads (8 in BarrierRequest): one arrival, a replay with other
+    # bytes, another length, one over the 1024-byte limit
+    ("submit-secure", call(M_SUBMIT, pb((1, spec(
+        name="sa", world_size=3, workload="train", launcher="none", on_failure="shrink",
+        secagg_bits=64, secagg_clip=1.5, secagg_scale=1024.0, secagg_threshold=2,
+        secagg_neighbours="log"))))),
+    ("barrier-payload", call(M_BARRIER, pb((4, 0), (5, "secagg-keys"), (8, b"k" * 32)), TRAIN)),
+    ("barrier-payload-replay", call(M_BARRIER, pb((4, 0), (5, "secagg-keys"), (8, b"x" * 32)),
+                                    TRAIN)),
+    ("barrier-payload-len", call(M_BARRIER, pb((4, 1), (5, "secagg-keys"), (8, b"k" * 16)),
+                                 TRAIN)),
+    ("barrier-payload-big", call(M_BARRIER, pb((4, 2), (5, "big"), (8, b"\0" * 1025)), TRAIN)),
 ]
 
 if __name__ == "__main__":

@@ -247,6 +247,7 @@ class JobView {
       ` · ${s.dtype} · launcher ${s.launcher}${s.deterministic ? ' · deterministic' : ''} · generation ${j.generation}${j.reason ? ' · ' : ''}`, j.reason ? el('b', { text: j.reason }) : '');
     this.renderCommand(s);
     this.renderAggregation(s);
+    this.renderSecure(j);
     this.renderStraggler(j);
     this.renderState(j.state, j.step, j.steps_total);
     this.renderResult(j);
@@ -278,6 +279,23 @@ class JobView {
     const parts = ['f', 'm', 'clip_norm', 'tau', 'iterations'].filter((k) => a[k]).map((k) => ` · ${k} ${a[k]}`);
     if (a.method === 'mean' && !parts.length) return;
     $('#job-meta').append(' · aggregation ', el('b', { id: 'job-aggregation', text: a.method }), parts.join(''));
+  }
+
+  /* Secure aggregation (issue 13): "secure aggregation · 32-bit · clip 1 ·
+   * threshold 3 · neighbours all", and once a loss was recovered "2 steps
+   * redone (3 dropouts)" (secure_recovered events refetch the job). Nothing
+   * for a plain job (the spec shows the object only when it is on). */
+  renderSecure(j) {
+    const a = j.spec.secure_aggregation;
+    if (!a) return;
+    const scale = a.scale ? ` · scale ${a.scale}` : '';
+    $('#job-meta').append(' · ', el('b', { id: 'job-secure', class: 'secure', text: 'secure aggregation' }),
+      ` · ${a.bits}-bit · clip ${a.clip}${scale} · threshold ${a.threshold} · neighbours ${a.neighbours}`);
+    const n = j.secure_recovered_steps || 0;
+    if (n) {
+      $('#job-meta').append(' · ', el('b', { id: 'job-secure-recovered', class: 'recovered',
+        text: `${n} step${n === 1 ? '' : 's'} redone (${j.secure_dropouts} dropout${j.secure_dropouts === 1 ? '' : 's'})` }));
+    }
   }
 
   /* Command jobs: the argv as a shell would quote it, env and workdir. */
@@ -380,7 +398,7 @@ class JobView {
   addEvent(e) {
     if (e.seq <= this.lastEvent) return;
     this.lastEvent = e.seq;
-    const bad = /lost|fail|broken|cancel|error|byzantine_suspect/.test(e.kind), good = /succeeded|released|formed|generation/.test(e.kind);
+    const bad = /lost|fail|broken|cancel|error|byzantine_suspect|secure_threshold/.test(e.kind), good = /succeeded|released|formed|generation|secure_recovered/.test(e.kind);
     const li = el('li', {}, el('span', { class: 't', text: fmtTime(e.time_ms) }),
       el('span', { class: `k ${bad ? 'bad' : good ? 'good' : ''}`, text: e.kind.replace(/_/g, ' ') }), el('span', { text: e.message }));
     $('#timeline').prepend(li);
@@ -395,7 +413,7 @@ class JobView {
       const [job, workers] = await Promise.all([api(base), api(`${base}/workers`)]);
       this.renderJob(job); this.renderWorkers(workers.workers);
     }, 200);
-    if (/^(job|worker|generation|barrier|straggler_auto)/.test(e.kind)) this.refetch();
+    if (/^(job|worker|generation|barrier|straggler_auto|secure_)/.test(e.kind)) this.refetch();
   }
 
   onProgress(p) {

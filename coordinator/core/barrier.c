@@ -15,7 +15,33 @@
  * 64). A member arriving at a name whose barrier already BROKE in this
  * generation is answered at once with that outcome; a name that was RELEASED
  * opens a new instance (names may be reused round after round).
+ *
+ * PAYLOADS (issue 13: the relay of secure aggregation's public keys and
+ * self-mask seed material; the coordinator only passes them on). An arrival
+ * may carry up to RM__BARRIER_PAYLOAD_MAX (1024) bytes. The contract:
+ *   P1 one length per instance: the first arrival fixes it (0 = none);
+ *      every other arrival at that instance carries the same length, else
+ *      it is refused (INVALID_ARGUMENT naming both lengths).
+ *   P2 RELEASED answers carry every member's payload in rank order
+ *      (BarrierResponse.payloads, `expected` entries) when the length is
+ *      > 0, the same bytes to every waiter; BROKEN answers carry none.
+ *   P3 a worker arriving again at an OPEN instance (a retry after a
+ *      reconnect) with the same payload is one arrival, parked again; with
+ *      a different payload it is refused ("replayed arrival with a
+ *      different payload") and the stored payload stays: a member cannot
+ *      swap its key after others may have seen the first one announced.
+ *   P4 an old or wrong generation never gets here (rpc.c check_worker:
+ *      FAILED_PRECONDITION, as for every barrier); a barrier belongs to one
+ *      generation, so keys of one generation are never handed to another.
+ *   P5 memory only: never in SQLite (the barriers row keeps the outcome,
+ *      rm__store_barrier), never in an event or a log line; wiped and freed
+ *      in close_barrier right after the answers are queued (each queued
+ *      answer holds its own reference to the packed bytes, which the RPC
+ *      layer frees once sent), so nothing of it outlives the instance.
+ * The answers are queued under the lock and sent after COMMIT like every
+ * answer (commit.c), so a release is durable before any member learns it.
  */
+#define _DEFAULT_SOURCE /* explicit_bzero: a wipe the compiler keeps */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +63,27 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
     c->ctr.barrier_wait_count++;
   }
   rm__answer_barrier(c, j, b, p);
+}
+
+/* P5: nothing of the payloads stays once the answers are queued; the
+ * packed answer (which holds them too) was only shared by those answers. */
+static void drop_payloads(rm__barrier_t *b)
+{
+  if (b->payloads) {
+    explicit_bzero(b->payloads, (size_t)b->expected * (size_t)b->payload_len);
+    free(b->payloads);
+    b->payloads = NULL;
+  }
+  rm__blob_unref(b->answer);
+  b->answer = NULL;
+}
+
+void rm__barrier_free(rm__barrier_t *b)
+{
+  drop_payloads(b);
+  free(b->missing);
+  free(b->here);
+  free(b);
 }
 
 static void close_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
@@ -76,6 +123,7 @@ static void close_barrier(rm_coord_t *c, rm__job_t *j, rm__barrier_t *b,
   }
   free(b->here);
   b->here = NULL;
+  drop_payloads(b); /* P5: the answers are queued */
 }
 
 static void prune(rm__job_t *j)
@@ -85,53 +133,90 @@ static void prune(rm__job_t *j)
     rm__barrier_t *b = *pp;
     if (b->state != RM_BARRIER_OPEN && ++closed > KEEP_CLOSED) {
       *pp = b->next;
-      rm__blob_unref(b->answer);
-      free(b->missing);
-      free(b->here);
-      free(b);
+      rm__barrier_free(b);
       continue;
     }
     pp = &b->next;
   }
 }
 
-void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
-                        const char *name, int timeout_ms, rm__park_t *p)
+/* P1 and P3 for w's arrival at the open instance b: 0 = take it, -1 =
+ * refused (why). */
+static int payload_refused(const rm__barrier_t *b, const rm__worker_t *w,
+                           const uint8_t *payload, size_t len, char *why, size_t whylen)
+{
+  if (b->payload_len >= 0 && len != (size_t)b->payload_len) {
+    snprintf(why, whylen, "barrier '%s': payload of %zu bytes, but this barrier's "
+             "arrivals carry %d bytes each", b->name, len, b->payload_len);
+    return -1;
+  }
+  if (b->here[w->rank] && len &&
+      memcmp(b->payloads + (size_t)w->rank * len, payload, len) != 0) {
+    snprintf(why, whylen, "barrier '%s': rank %d: replayed arrival with a different "
+             "payload (the first one stands)", b->name, w->rank);
+    return -1;
+  }
+  return 0;
+}
+
+static rm__barrier_t *barrier_open(rm_coord_t *c, rm__job_t *j, const char *name,
+                                   int timeout_ms, int64_t now_ns)
+{
+  rm__barrier_t *b = rm__xcalloc(1, sizeof *b);
+  if (timeout_ms <= 0) timeout_ms = rm__job_barrier_ms(c, j);
+  snprintf(b->name, sizeof b->name, "%s", name);
+  b->generation = j->info.generation;
+  b->expected = j->nmembers;
+  b->here = rm__xcalloc((size_t)j->nmembers, 1);
+  b->payload_len = -1;
+  b->opened_ms = rm__wall_ms();
+  b->deadline_ms = b->opened_ms + timeout_ms;
+  b->deadline_ns = now_ns + (int64_t)timeout_ms * 1000000;
+  b->next = j->barriers;
+  j->barriers = b;
+  prune(j);
+  return b;
+}
+
+rm_status_t rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                               const char *name, int timeout_ms, const uint8_t *payload,
+                               size_t len, rm__park_t *p, char *why, size_t whylen)
 {
   rm__barrier_t *b = NULL;
+  int64_t now_ns = rm__now_ns();
+  if (len > RM__BARRIER_PAYLOAD_MAX) {
+    snprintf(why, whylen, "barrier '%s': payload of %zu bytes, at most %d", name, len,
+             RM__BARRIER_PAYLOAD_MAX);
+    return RM_ERR_INVALID_ARG;
+  }
   for (rm__barrier_t *x = j->barriers; x && !b; x = x->next)
     if (x->generation == j->info.generation && !strcmp(x->name, name) &&
         x->state != RM_BARRIER_RELEASED)
       b = x;
+  if (b && b->state == RM_BARRIER_OPEN && payload_refused(b, w, payload, len, why, whylen))
+    return RM_ERR_INVALID_ARG;
   p->kind = RM__PARK_BARRIER;
-  p->arrived_ns = rm__now_ns();
+  p->arrived_ns = now_ns;
   if (b && b->state == RM_BARRIER_BROKEN) {
     p->arrived_ns = 0;
     answer(c, j, b, p);
-    return;
+    return RM_OK;
   }
-  if (!b) {
-    if (timeout_ms <= 0) timeout_ms = rm__job_barrier_ms(c, j);
-    b = rm__xcalloc(1, sizeof *b);
-    snprintf(b->name, sizeof b->name, "%s", name);
-    b->generation = j->info.generation;
-    b->expected = j->nmembers;
-    b->here = rm__xcalloc((size_t)j->nmembers, 1);
-    b->opened_ms = rm__wall_ms();
-    b->deadline_ms = b->opened_ms + timeout_ms;
-    b->deadline_ns = p->arrived_ns + (int64_t)timeout_ms * 1000000;
-    b->next = j->barriers;
-    j->barriers = b;
-    prune(j);
+  if (!b) b = barrier_open(c, j, name, timeout_ms, now_ns);
+  if (b->payload_len < 0) { /* P1: the first arrival fixes the length */
+    b->payload_len = (int)len;
+    if (len) b->payloads = rm__xcalloc((size_t)b->expected, len);
   }
   p->barrier = b;
   rm__park_link(j, p);
   if (!b->here[w->rank]) {
     b->here[w->rank] = 1;
     b->arrived++;
+    if (len) memcpy(b->payloads + (size_t)w->rank * len, payload, len);
   }
   if (b->arrived == b->expected)
     close_barrier(c, j, b, RM_BARRIER_RELEASED, "all members arrived");
+  return RM_OK;
 }
 
 void rm__barrier_break_all(rm_coord_t *c, rm__job_t *j, const char *reason)

@@ -165,6 +165,14 @@ void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j);
 /* Does the job's aggregation rule (issue 12) hold for n members? 1, or 0
  * with rm_agg_check's words in why. */
 int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len);
+/* Secure aggregation (issue 13): may a generation of n members form? 1 (or
+ * not a secure job), or 0 with "secure aggregation: n members left,
+ * threshold t: ..." in why. */
+int rm__recovery_secure_holds(const rm__job_t *j, int n, char *why, size_t len);
+/* A generation of a secure job formed: when it lost members of the one
+ * before (prev_world members, survivors of them back), count it on the
+ * job and record the secure_recovered event. */
+void rm__recovery_secure_formed(rm_coord_t *c, rm__job_t *j, int prev_world, int survivors);
 /* Reload the last complete checkpoint step from SQLite (restart). */
 void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
 /* A survivor's data plane named rank fr as failed (ReportFailure): record
@@ -229,9 +237,17 @@ void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 void rm__result_settle(rm_coord_t *c, rm__job_t *j);
 
 /* ---- barrier.c ---- */
-/* Arrive at barrier `name` for member w; parks p or answers at once. */
-void rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
-                        const char *name, int timeout_ms, rm__park_t *p);
+/* Largest barrier payload, bytes (PAYLOADS in barrier.c). */
+#define RM__BARRIER_PAYLOAD_MAX 1024
+/* Arrive at barrier `name` for member w with payload[len] (len 0: none);
+ * parks p or answers at once: RM_OK. RM_ERR_INVALID_ARG: refused by the
+ * payload rules (barrier.c), why filled, p neither parked nor answered and
+ * the barrier unchanged (the caller fails the call). */
+rm_status_t rm__barrier_arrive(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
+                               const char *name, int timeout_ms, const uint8_t *payload,
+                               size_t len, rm__park_t *p, char *why, size_t whylen);
+/* Free a barrier (its payloads wiped first). */
+void rm__barrier_free(rm__barrier_t *b);
 /* Break every open barrier of j with reason (member lost, job stopped). */
 void rm__barrier_break_all(rm_coord_t *c, rm__job_t *j, const char *reason);
 void rm__barrier_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);

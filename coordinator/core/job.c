@@ -121,10 +121,7 @@ void rm__job_free(rm__job_t *j)
   rm__barrier_t *b = j->barriers;
   while (b) {
     rm__barrier_t *next = b->next;
-    rm__blob_unref(b->answer);
-    free(b->here);
-    free(b->missing);
-    free(b);
+    rm__barrier_free(b);
     b = next;
   }
   rm__blob_unref(j->join_tail);
@@ -303,6 +300,8 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
 {
   const char *how = assign_ranks(j, idx, n);
   uint64_t start = rm__recovery_start_step(j, idx, n); /* recovery.c R1 */
+  int prev_world = j->info.world, survivors = 0;
+  for (int r = 0; r < n; r++) survivors += j->w[idx[r]].prev_rank >= 0;
   j->info.generation++;
   c->ctr.generations_total++;
   free(j->members);
@@ -330,6 +329,7 @@ static void form(rm_coord_t *c, rm__job_t *j, int *idx, int n)
             "(ranks: %s), starting after step %llu",
             (unsigned long long)j->info.generation, n, how,
             (unsigned long long)j->start_step);
+  rm__recovery_secure_formed(c, j, prev_world, survivors); /* before the row is stored */
   rm__job_set_state(c, j, RM_JOB_RUNNING, NULL);
   for (rm__park_t *p = j->parked.next, *nx; p != &j->parked; p = nx) {
     nx = p->next;
@@ -370,7 +370,10 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
     char rule[160], why[320];
     /* issue 12: a shrinking re-formation that lost more members while
      * forming can fall below the aggregation rule */
-    if (rm__recovery_agg_holds(j, n, rule, sizeof rule)) {
+    if (!rm__recovery_secure_holds(j, n, why, sizeof why)) {
+      rm__event(c, j, "secure_threshold", -1, "re-formation: %s", why);
+      rm__job_set_state(c, j, RM_JOB_FAILED, why);
+    } else if (rm__recovery_agg_holds(j, n, rule, sizeof rule)) {
       form(c, j, idx, n);
     } else {
       snprintf(why, sizeof why, "re-formation with %d worker%s cannot hold "

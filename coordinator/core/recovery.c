@@ -86,6 +86,21 @@
  * the median of the other members' last compute_ms) is a "stall" event in
  * words (rank, host, step, both times): one per report, so one per stall.
  *
+ * SECURE AGGREGATION (issue 13). A secure job's sum is revealed only over
+ * its whole membership (the pairwise masks cancel there and nowhere else),
+ * so a member lost at any point of a step aborts that step on every
+ * survivor: nothing of it is revealed. The job then re-forms as any other
+ * (shrink or replace), and the new generation redoes the step with fresh
+ * keys and masks over its own members: a secure_recovered event, "generation
+ * G: step S redone with fresh masks over N members after D dropouts" (S =
+ * the generation's start step + 1, D = members of the generation before
+ * that are not back), counted on the job (secure_recovered_steps,
+ * secure_dropouts). The threshold is the floor: a re-formation with fewer
+ * than secagg_threshold members fails the job ("secure aggregation: 2
+ * members left, threshold 3: no sum over fewer inputs is revealed"; also a
+ * secure_threshold event), checked when the loss is seen (shrink) and when
+ * a group forms (job.c rm__job_try_form: members lost while forming).
+ *
  * GLOBAL BATCH under shrink: it stays B. The trainer shards the global
  * batch over the current world (rank r of N: rows [B r/N, B (r+1)/N)), so
  * after shrinking to N' ranks each survivor computes about B/N' rows: every
@@ -184,6 +199,10 @@ void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
     snprintf(msg, sizeof msg, "%s; on_failure replace: max_restarts (%d) "
              "reached", why, s->max_restarts);
     rm__job_set_state(c, j, RM_JOB_FAILED, msg);
+  } else if (pol == POL_SHRINK && !rm__recovery_secure_holds(j, n, rule, sizeof rule)) {
+    snprintf(msg, sizeof msg, "%s; %s", why, rule);
+    rm__event(c, j, "secure_threshold", -1, "%s", msg);
+    rm__job_set_state(c, j, RM_JOB_FAILED, msg);
   } else if (pol == POL_SHRINK && (n < min || n == 0)) {
     snprintf(msg, sizeof msg, "%s; on_failure shrink: %d survivor%s, fewer "
              "than min_workers %d", why, n, n == 1 ? "" : "s", min);
@@ -208,6 +227,27 @@ int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len)
     return 0;
   }
   return rm_agg_check(&cfg, n, why, len) == RM_OK;
+}
+
+int rm__recovery_secure_holds(const rm__job_t *j, int n, char *why, size_t len)
+{
+  int t = j->info.spec.secagg_threshold;
+  if (!j->info.spec.secagg_bits || n >= t) return 1;
+  snprintf(why, len, "secure aggregation: %d member%s left, threshold %d: no sum over "
+           "fewer inputs is revealed", n, n == 1 ? "" : "s", t);
+  return 0;
+}
+
+void rm__recovery_secure_formed(rm_coord_t *c, rm__job_t *j, int prev_world, int survivors)
+{
+  int dropouts = prev_world - survivors;
+  if (!j->info.spec.secagg_bits || j->info.generation < 2 || dropouts <= 0) return;
+  j->info.secure_recovered_steps++;
+  j->info.secure_dropouts += dropouts;
+  rm__event(c, j, "secure_recovered", -1, "generation %llu: step %llu redone with fresh "
+            "masks over %d members after %d dropout%s",
+            (unsigned long long)j->info.generation, (unsigned long long)j->start_step + 1,
+            j->nmembers, dropouts, dropouts == 1 ? "" : "s");
 }
 
 /* ---- checkpoints and stragglers, per accepted step report ---- */

@@ -43,6 +43,38 @@
  * world (>= 1: it mitigates with backup, 0: with a deadline);
  * max_staleness is refused (must be 0) under every policy but stale.
  *
+ * Secure aggregation (issue 13; check_secure). On when secagg_bits != 0
+ * (REST: the "secure_aggregation" object is present). Defaults: bits 32,
+ * clip aggregation.clip_norm when > 0 else 1, scale 0 (the worker picks the
+ * largest power of two with N*(clip*scale+1) <= 2^(bits-2)), threshold
+ * max(2, n/2 + 1) with n = world_size (min_workers for an elastic job),
+ * neighbours "all". Rules, each a 400 naming the field and the numbers:
+ *   secure_aggregation.bits       32 or 64
+ *   secure_aggregation.clip       finite, > 0 (0 = the default)
+ *   secure_aggregation.scale      finite, >= 0; when > 0 the sum cannot
+ *                                 wrap: N*(clip*scale + 1) < 2^(bits-1),
+ *                                 N = max(world_size, max_workers)
+ *   secure_aggregation.threshold  2 <= t <= world (world_size, or
+ *                                 max_workers for an elastic job); an
+ *                                 elastic job's min_workers >= t (it may
+ *                                 form with that few: a sum over fewer
+ *                                 inputs than t would be revealed). A
+ *                                 fixed-size job forms with all world_size
+ *                                 members; under on_failure shrink the
+ *                                 threshold is its floor (recovery.c fails
+ *                                 the job at a re-formation below it)
+ *   secure_aggregation.neighbours all or log
+ * and the combinations, named both in the message:
+ *   aggregation.method    only mean: a robust method needs every plaintext
+ *                         gradient, a secure sum reveals only the sum
+ *   straggler_policy      only none: masks cancel only over the whole
+ *                         membership; a dropped member is a re-formed
+ *                         generation, not a step left out
+ *   workload              train, allreduce or command (synthetic models
+ *                         compute time, it has no gradient to protect)
+ * With secagg_bits 0 every other secagg_* must be 0 / "" (a gRPC client
+ * that set a threshold meant secure aggregation on).
+ *
  * Strictness (issue 11). These rules hold for every way in (REST after
  * api/jobspec.c, gRPC Jobs.SubmitJob after rpc_conv.c), so they live here:
  *   - Names (algorithm, dtype, workload, launcher, on_failure,
@@ -64,6 +96,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -285,6 +318,8 @@ static const struct {
     {"aggregation.iterations", offsetof(rm_job_spec_t, aggregation_iterations), 0, 0, 1000000,
      0, NULL},
     {"max_staleness", offsetof(rm_job_spec_t, max_staleness), 0, 0, 64, 0, NULL},
+    {"secure_aggregation.threshold", offsetof(rm_job_spec_t, secagg_threshold), 0, 0, 65536,
+     0, NULL},
 };
 
 static rm_status_t check_ranges(const rm_job_spec_t *s, rm_coord_error_t *err)
@@ -464,6 +499,90 @@ static rm_status_t check_aggregation(rm_job_spec_t *s, rm_coord_error_t *err)
   return bad(err, agg_field(&cfg, n, why), msg);
 }
 
+/* Secure aggregation's defaults and rules (top of the file); after the
+ * names, ranges and aggregation are checked. */
+static rm_status_t check_secure(rm_job_spec_t *s, rm_coord_error_t *err)
+{
+  char msg[240];
+  int elastic = s->world_size == 0;
+  int world = elastic ? s->max_workers : s->world_size;
+  int n_max = s->world_size > s->max_workers ? s->world_size : s->max_workers;
+  int n_min = elastic ? s->min_workers : s->world_size;
+  if (!TERMINATED(secagg_neighbours))
+    return bad(err, "secure_aggregation.neighbours", "must be all or log (exact spelling)");
+  if (s->secagg_bits == 0) {
+    if (s->secagg_clip != 0 || s->secagg_scale != 0 || s->secagg_threshold != 0 ||
+        s->secagg_neighbours[0])
+      return bad(err, "secure_aggregation.bits", "0 turns secure aggregation off: give "
+                 "bits 32 or 64 with clip, scale, threshold or neighbours");
+    return RM_OK;
+  }
+  if (s->secagg_bits != 32 && s->secagg_bits != 64) {
+    snprintf(msg, sizeof msg, "must be 32 or 64 (the masked sum is taken modulo "
+             "2^bits), got %d", s->secagg_bits);
+    return bad(err, "secure_aggregation.bits", msg);
+  }
+  if (s->secagg_clip == 0) s->secagg_clip = s->clip_norm > 0 ? s->clip_norm : 1.0;
+  if (!isfinite(s->secagg_clip) || s->secagg_clip <= 0) {
+    snprintf(msg, sizeof msg, "must be a finite number > 0 (the L2 clip before "
+             "quantizing), got %g", s->secagg_clip);
+    return bad(err, "secure_aggregation.clip", msg);
+  }
+  if (!isfinite(s->secagg_scale) || s->secagg_scale < 0) {
+    snprintf(msg, sizeof msg, "must be a finite number >= 0 (0 = the largest power "
+             "of two that cannot wrap), got %g", s->secagg_scale);
+    return bad(err, "secure_aggregation.scale", msg);
+  }
+  /* every coordinate is at most clip*scale + 1 after stochastic rounding;
+   * N of them must stay below half the ring (the sign bit) */
+  if (s->secagg_scale > 0 &&
+      !((double)n_max * (s->secagg_clip * s->secagg_scale + 1) < ldexp(1.0, s->secagg_bits - 1))) {
+    snprintf(msg, sizeof msg, "%.10g too large: N*(clip*scale + 1) = %d*(%.10g*%.10g + 1) = "
+             "%.10g must be < 2^%d = %.10g so that the sum of N inputs cannot wrap", s->secagg_scale, n_max,
+             s->secagg_clip, s->secagg_scale,
+             (double)n_max * (s->secagg_clip * s->secagg_scale + 1), s->secagg_bits - 1,
+             ldexp(1.0, s->secagg_bits - 1));
+    return bad(err, "secure_aggregation.scale", msg);
+  }
+  if (s->secagg_threshold == 0) s->secagg_threshold = n_min / 2 + 1 > 2 ? n_min / 2 + 1 : 2;
+  if (s->secagg_threshold < 2 || s->secagg_threshold > world) {
+    snprintf(msg, sizeof msg, "%d: must be in 2..%d (%s): a sum over one member is that "
+             "member's input", s->secagg_threshold, world,
+             elastic ? "max_workers" : "world_size");
+    return bad(err, "secure_aggregation.threshold", msg);
+  }
+  if (n_min < s->secagg_threshold) {
+    snprintf(msg, sizeof msg, "%d is more than min_workers %d: an elastic job may form "
+             "with min_workers members, and no sum over fewer inputs than the threshold "
+             "may be revealed (raise min_workers or lower the threshold)",
+             s->secagg_threshold, n_min);
+    return bad(err, "secure_aggregation.threshold", msg);
+  }
+  DEFAULT(secagg_neighbours, "all");
+  if (strcmp(s->secagg_neighbours, "all") && strcmp(s->secagg_neighbours, "log"))
+    return bad(err, "secure_aggregation.neighbours", "must be all or log (exact spelling)");
+  if (strcmp(s->aggregation, "mean")) {
+    snprintf(msg, sizeof msg, "%s cannot be combined with secure_aggregation: a robust "
+             "method needs every member's plaintext gradient, and secure aggregation "
+             "reveals only their sum (use mean, or drop secure_aggregation)", s->aggregation);
+    return bad(err, "aggregation.method", msg);
+  }
+  if (strcmp(s->straggler_policy, "none")) {
+    snprintf(msg, sizeof msg, "%s cannot be combined with secure_aggregation: a secure "
+             "sum's masks cancel only over the whole membership; a dropped member is a "
+             "re-formed generation (use none)", s->straggler_policy);
+    return bad(err, "straggler_policy", msg);
+  }
+  if (strcmp(s->workload, "train") && strcmp(s->workload, "allreduce") &&
+      strcmp(s->workload, "command")) {
+    snprintf(msg, sizeof msg, "%s cannot be combined with secure_aggregation: it models "
+             "compute time and sums no gradient (use train, allreduce or command)",
+             s->workload);
+    return bad(err, "workload", msg);
+  }
+  return RM_OK;
+}
+
 rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
 {
   if (err) err->field[0] = err->message[0] = 0;
@@ -503,5 +622,7 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err)
   if (st != RM_OK) return st;
   st = check_straggler(s, err);
   if (st != RM_OK) return st;
-  return check_aggregation(s, err);
+  st = check_aggregation(s, err);
+  if (st != RM_OK) return st;
+  return check_secure(s, err);
 }

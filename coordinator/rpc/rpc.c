@@ -376,7 +376,10 @@ static void on_barrier(rm_coord_t *c, rm__call_t *call,
   p->job_id = j->info.id;
   p->worker_id = w->id;
   int timeout = q->timeout_ms > 86400000u ? 86400000 : (int)q->timeout_ms;
-  rm__barrier_arrive(c, j, w, q->name, timeout, p);
+  char why[200];
+  if (rm__barrier_arrive(c, j, w, q->name, timeout, q->payload.data, q->payload.len, p, why,
+                         sizeof why) != RM_OK)
+    fail(c, call, RM__GRPC_INVALID_ARGUMENT, "%s", why); /* never the payload bytes */
 }
 
 static void sample_of(rm_step_sample_t *s, const Ringmaster__V1__ReportStepRequest *q,

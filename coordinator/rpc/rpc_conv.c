@@ -64,6 +64,11 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
   o->aggregation_iterations = (uint32_t)s->aggregation_iterations;
   o->deterministic = s->deterministic != 0;
   o->max_staleness = (uint32_t)s->max_staleness;
+  o->secagg_bits = (uint32_t)s->secagg_bits;
+  o->secagg_clip = s->secagg_clip;
+  o->secagg_scale = s->secagg_scale;
+  o->secagg_threshold = (uint32_t)s->secagg_threshold;
+  o->secagg_neighbours = s->secagg_neighbours;
 }
 
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
@@ -112,6 +117,8 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   s->steps = in->steps;
   s->checkpoint_every = in->checkpoint_every;
   s->deterministic = in->deterministic;
+  s->secagg_clip = in->secagg_clip;
+  s->secagg_scale = in->secagg_scale;
 #define STR(f) if (rm__pb_str(s->f, sizeof s->f, in->f)) return #f
 #define INT(f) if (u32_to_int(in->f, &s->f)) return #f
   rm_algo_t algo;
@@ -127,6 +134,7 @@ const char *rm__pb_spec_to(rm_job_spec_t *s, const Ringmaster__V1__JobSpec *in)
   STR(workdir); STR(aggregation);
   INT(aggregation_f); INT(aggregation_m); INT(aggregation_iterations);
   INT(max_staleness);
+  INT(secagg_bits); INT(secagg_threshold); STR(secagg_neighbours);
 #undef STR
 #undef INT
   if (in->n_command > RM_COORD_ARGV_MAX) return "command";

@@ -11,7 +11,7 @@
 #include "rpc/rpc_int.h"
 
 /* A RELEASED answer is the same for every waiter of the round (no missing
- * ranks, same counts and reason): packed by the first one answered into
+ * ranks, same counts, reason and payloads): packed by the first one answered into
  * b->answer and shared by the other N-1 (rm__reply_tail, empty head). b is const in the
  * port (the core's state is not the adapter's to change); the packed bytes
  * are a cache of it, not state, hence the cast. */
@@ -22,11 +22,22 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
   if (b->state == RM_BARRIER_RELEASED && !b->n_missing) {
     rm__barrier_t *cache = (rm__barrier_t *)b;
     if (!cache->answer) {
+      ProtobufCBinaryData *pl = NULL;
       r.released = 1;
       r.reason = (char *)b->reason;
       r.arrived = (uint32_t)b->arrived;
       r.expected = (uint32_t)b->expected;
+      if (b->payloads) { /* barrier.c P2: every member's, rank order */
+        pl = rm__xcalloc((size_t)b->expected, sizeof *pl);
+        for (int k = 0; k < b->expected; k++) {
+          pl[k].len = (size_t)b->payload_len;
+          pl[k].data = b->payloads + (size_t)k * (size_t)b->payload_len;
+        }
+        r.n_payloads = (size_t)b->expected;
+        r.payloads = pl;
+      }
       cache->answer = rm__blob_pack(&r.base);
+      free(pl);
     }
     Ringmaster__V1__BarrierResponse none = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
     rm__reply_tail(c, p->call, &none.base, cache->answer); /* empty head */

@@ -199,7 +199,9 @@ int rm__store_commit(rm__store_t *c)
   "state,token_verifier,reason,generation,world,step,restarts,created_ms,started_ms,"  \
   "finished_ms,updated_ms,command,env,workdir,aggregation,aggregation_f,"   \
   "aggregation_m,clip_norm,aggregation_tau,aggregation_iterations,"          \
-  "deterministic,max_staleness"
+  "deterministic,max_staleness,secagg_bits,secagg_clip,secagg_scale,"       \
+  "secagg_threshold,secagg_neighbours,secure_recovered_steps,secure_dropouts"
+#define JOB_NCOLS 47 /* in JOB_COLS: the seal columns come after them */
 /* ... and what job_get reads to unseal the token (store_key.c) */
 #define JOB_SEAL_COLS ",token_salt,token_sealed"
 
@@ -268,6 +270,13 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   sqlite3_bind_int(st, i++, s->aggregation_iterations);
   sqlite3_bind_int(st, i++, s->deterministic);
   sqlite3_bind_int(st, i++, s->max_staleness);
+  sqlite3_bind_int(st, i++, s->secagg_bits);
+  sqlite3_bind_double(st, i++, s->secagg_clip);
+  sqlite3_bind_double(st, i++, s->secagg_scale);
+  sqlite3_bind_int(st, i++, s->secagg_threshold);
+  sqlite3_bind_text(st, i++, s->secagg_neighbours, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, i++, in->secure_recovered_steps);
+  sqlite3_bind_int(st, i++, in->secure_dropouts);
 }
 
 static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
@@ -317,6 +326,13 @@ static void read_job(sqlite3_stmt *st, rm_job_info_t *o)
   s->aggregation_iterations = sqlite3_column_int(st, i++);
   s->deterministic = sqlite3_column_int(st, i++);
   s->max_staleness = sqlite3_column_int(st, i++);
+  s->secagg_bits = sqlite3_column_int(st, i++);
+  s->secagg_clip = sqlite3_column_double(st, i++);
+  s->secagg_scale = sqlite3_column_double(st, i++);
+  s->secagg_threshold = sqlite3_column_int(st, i++);
+  copy_text(s->secagg_neighbours, sizeof s->secagg_neighbours, sqlite3_column_text(st, i++));
+  o->secure_recovered_steps = sqlite3_column_int(st, i++);
+  o->secure_dropouts = sqlite3_column_int(st, i++);
 }
 
 /* The row gets the token's verifier and sealed copy, never the token (its
@@ -325,14 +341,15 @@ void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS JOB_SEAL_COLS ",token) VALUES (?,"
                           "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+                          "?,?,?,?,?,?,?,"
                           "?,?,'')");
   char salt[RM__SALT_HEX + 1], sealed[2 * sizeof j->info.token];
   rm__store_verifier(j->info.token, j->info.token_verifier);
   rm__store_seal(c, j->info.token, salt, sealed, sizeof sealed);
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
-  sqlite3_bind_text(st, 41, salt, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 42, sealed, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, JOB_NCOLS + 1, salt, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, JOB_NCOLS + 2, sealed, -1, SQLITE_TRANSIENT);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {
     c->job_counts[j->info.state]++;
     j->stored_state = (int)j->info.state;
@@ -344,7 +361,8 @@ void rm__store_job_update(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "UPDATE jobs SET state=?2, reason=?3, "
                           "generation=?4, world=?5, step=?6, restarts=?7, "
-                          "started_ms=?8, finished_ms=?9, updated_ms=?10 "
+                          "started_ms=?8, finished_ms=?9, updated_ms=?10, "
+                          "secure_recovered_steps=?11, secure_dropouts=?12 "
                           "WHERE id=?1");
   const rm_job_info_t *in = &j->info;
   sqlite3_bind_int64(st, 1, (sqlite3_int64)in->id);
@@ -357,6 +375,8 @@ void rm__store_job_update(rm__store_t *c, rm__job_t *j)
   sqlite3_bind_int64(st, 8, in->started_ms);
   sqlite3_bind_int64(st, 9, in->finished_ms);
   sqlite3_bind_int64(st, 10, in->updated_ms);
+  sqlite3_bind_int(st, 11, in->secure_recovered_steps);
+  sqlite3_bind_int(st, 12, in->secure_dropouts);
   if (rm__stmt_run(c, st) == SQLITE_DONE) j->stored_step = in->step;
   if (j->stored_step == in->step && j->stored_state != (int)in->state) {
     if (j->stored_state >= 0 && j->stored_state < RM_JOB_STATE_COUNT &&
@@ -374,8 +394,8 @@ rm_status_t rm__store_job_get(rm__store_t *c, uint64_t id, rm_job_info_t *out)
   sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
   if (sqlite3_step(st) == SQLITE_ROW) {
     read_job(st, out);
-    const char *salt = (const char *)sqlite3_column_text(st, 40);
-    const char *sealed = (const char *)sqlite3_column_text(st, 41);
+    const char *salt = (const char *)sqlite3_column_text(st, JOB_NCOLS);
+    const char *sealed = (const char *)sqlite3_column_text(st, JOB_NCOLS + 1);
     if (rm__store_unseal(c, salt ? salt : "", sealed ? sealed : "", out->token_verifier,
                          out->token, sizeof out->token) != 0)
       RM_WARN("job %llu: its worker token cannot be unsealed (key file or row "

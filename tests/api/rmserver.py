@@ -105,6 +105,57 @@ def check(cond, what):
     return cond
 
 
+def spec_post(srv, body):
+    """POST body as a job spec with the admin token: (status, JSON)."""
+    st, _, j = srv.request("POST", "/api/v1/jobs", body, token=srv.token)
+    return st, j
+
+
+def spec_refused(srv, body, field, words=(), code="invalid_value"):
+    """The spec is a 400 `code` naming `field`, its message holding every
+    word and not cut short."""
+    st, j = spec_post(srv, body)
+    e = j.get("error", {}) if isinstance(j, dict) else {}
+    ok = check(st == 400 and e.get("field") == field and e.get("code") == code,
+               f"{body}: wanted 400 {code} naming {field}, got {st} {j}")
+    msg = e.get("message", "")
+    for w in words:
+        check(w in msg, f"{body}: {w!r} not in {msg!r}")
+    check(not msg.endswith("..."), f"{body}: message cut: {msg!r}")
+    return ok
+
+
+def spec_accepted(srv, body):
+    """The spec is a 201: the job as GET /api/v1/jobs/ID shows it, or None."""
+    st, j = spec_post(srv, body)
+    if not check(st == 201, f"{body}: wanted 201, got {st} {j}"):
+        return None
+    st, _, g = srv.request("GET", "/api/v1/jobs/%d" % j["id"])
+    return g if check(st == 200, f"GET job {j['id']}: {st}") else None
+
+
+def spec_main(label, tests, restart):
+    """The job-spec tests' main: each of tests(srv) against one server,
+    then restart(binary) with its own; exit status 1 on any failed check."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringmaster", required=True)
+    a = ap.parse_args()
+    srv = Server(a.ringmaster)
+    try:
+        for t in tests:
+            t(srv)
+    finally:
+        rc = srv.stop()
+    check(rc == 0, f"server exit status {rc} after SIGTERM")
+    restart(a.ringmaster)
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
+        return 1
+    print(f"api {label}: all checks passed")
+    return 0
+
+
 def run_cli(binary, url, *args, token=None, timeout=60):
     """Run the CLI against url with only the given token in its environment:
     (exit code, stdout, stderr)."""

@@ -24,14 +24,13 @@ World size 4 satisfies coded's (s+1) | world with s = 1.
 
 usage: test_straggler_spec.py --ringmaster PATH
 """
-import argparse
 import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import FAILS, Server, check  # noqa: E402
+from rmserver import Server, check, spec_accepted, spec_main, spec_post, spec_refused  # noqa: E402
 
 WORLD = 4
 WORKLOADS = ("allreduce", "synthetic", "train", "command")
@@ -58,29 +57,14 @@ def spec(workload="synthetic", policy="none", **kw):
     return {k: v for k, v in s.items() if v is not None}
 
 
-def post(srv, body):
-    st, _, j = srv.request("POST", "/api/v1/jobs", body, token=srv.token)
-    return st, j
-
-
-def refused(srv, body, field, words=(), code="invalid_value"):
-    st, j = post(srv, body)
-    e = j.get("error", {}) if isinstance(j, dict) else {}
-    ok = check(st == 400 and e.get("field") == field and e.get("code") == code,
-               f"{body}: wanted 400 {code} naming {field}, got {st} {j}")
-    msg = e.get("message", "")
-    for w in words:
-        check(w in msg, f"{body}: {w!r} not in {msg!r}")
-    check(not msg.endswith("..."), f"{body}: message cut: {msg!r}")
-    return ok
+post, refused = spec_post, spec_refused
 
 
 def accepted(srv, body):
-    st, j = post(srv, body)
-    if not check(st == 201, f"{body}: wanted 201, got {st} {j}"):
+    g = spec_accepted(srv, body)
+    if g is None:
         return None
-    st, _, g = srv.request("GET", "/api/v1/jobs/%d" % j["id"])
-    check(st == 200 and g["spec"]["straggler_policy"] == body["straggler_policy"] and
+    check(g["spec"]["straggler_policy"] == body["straggler_policy"] and
           g["spec"]["max_staleness"] == body.get("max_staleness", 0),
           f"{body}: shown back as {g.get('spec')}")
     check(g.get("straggler_mitigation") == "off" and g.get("straggler_mitigation_step") == 0,
@@ -183,26 +167,5 @@ def test_restart(binary):
         tmp.cleanup()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
-    srv = Server(a.ringmaster)
-    try:
-        test_table(srv)
-        test_params(srv)
-        test_across(srv)
-        test_document(srv)
-    finally:
-        rc = srv.stop()
-    check(rc == 0, f"server exit status {rc} after SIGTERM")
-    test_restart(a.ringmaster)
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("api straggler_spec: all checks passed")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(spec_main("straggler_spec", [test_table, test_params, test_across, test_document], test_restart))

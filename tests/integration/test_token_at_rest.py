@@ -152,7 +152,11 @@ def part_migration(env):
     legacy = "ab" * 24  # a 0001-era token: 48 hex digits
     db = sqlite3.connect(env.db)
     db.execute("UPDATE jobs SET token=? WHERE id=?", (legacy, job.id))
-    for col in ("token_salt", "token_sealed", "token_verifier"):
+    # what 0010 and every later migration added: a database of that age
+    # has none of it
+    for col in ("token_salt", "token_sealed", "token_verifier", "secagg_bits",
+                "secagg_clip", "secagg_scale", "secagg_threshold", "secagg_neighbours",
+                "secure_recovered_steps", "secure_dropouts"):
         db.execute("ALTER TABLE jobs DROP COLUMN " + col)
     db.execute("PRAGMA user_version=9")
     db.commit()
