@@ -60,7 +60,7 @@ endif()
 # dependencies (rm_proto, gRPC, CUDA, ibverbs) for the build tree only
 # ($<BUILD_INTERFACE:...>) and puts rm_proto's objects into libringmaster.a;
 # the installed static target links instead ringmaster::private_deps, which
-# ringmasterConfig.cmake defines (grpc and libprotobuf-c from pkg-config, plus
+# ringmasterConfig.cmake defines (grpc, libprotobuf-c and libsodium from pkg-config, plus
 # CUDA/ibverbs when built with them).
 target_link_libraries(ringmaster_static INTERFACE
                       "$<INSTALL_INTERFACE:$<LINK_ONLY:ringmaster::private_deps>>")
@@ -79,7 +79,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/ringmaster
         FILES_MATCHING PATTERN "*.h")
 
 # ---- CMake package ---------------------------------------------------------
-# What the static library needs besides pkg-config's grpc/libprotobuf-c:
+# What the static library needs besides pkg-config's grpc/libprotobuf-c/libsodium:
 # spelled for ringmasterConfig.cmake (RM_CFG_*) and ringmaster.pc.
 set(RM_CFG_HAVE_CUDA 0)
 set(RM_CFG_HAVE_RDMA 0)

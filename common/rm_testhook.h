@@ -17,10 +17,22 @@
  *                               (worker/checkpoint/checkpoint.c: "synced",
  *                               after fsync and before rename) calls the
  *                               function set with rm__testhook_set_ckpt
+ *   rm__testhook_secagg_die(rank, round, seq)
+ *                               RINGMASTER_TEST_SECAGG_DIE=rank:round:seq[,...]
+ *                               SIGKILLs that rank at the start of a secure-
+ *                               aggregation round (worker/secagg/secagg_hook.c)
+ *   rm__testhook_secagg_tamper(rank)
+ *                               RINGMASTER_TEST_SECAGG_TAMPER=rank: 1 on that
+ *                               rank (it corrupts a received public key)
+ *   rm__testhook_tap(buf, len)  RINGMASTER_TEST_TAP=PREFIX: the TCP transport
+ *                               appends every received payload to
+ *                               PREFIX.<pid> as [u32 LE length][bytes]
+ *                               (worker/transport/tcp/tcp_tap.c)
  */
 #ifndef RM_COMMON_TESTHOOK_H
 #define RM_COMMON_TESTHOOK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef void (*rm__testhook_fn)(const char *stage);
@@ -43,6 +55,14 @@ static inline void rm__testhook_ckpt(const char *stage)
   if (rm__ckpt_test_hook != NULL) rm__ckpt_test_hook(stage);
 }
 
+/* round: "keys", "confirm", "mask", "reduce", "open", "unmask" (seq is
+ * ignored for keys and confirm). The env is parsed once per process. */
+void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq);
+int rm__testhook_secagg_tamper(int rank);
+/* The env is read at the first message a process receives (again after a
+ * fork); no file unless it is set. */
+void rm__testhook_tap(const void *buf, size_t len);
+
 #else
 #define RM_TESTHOOKS 0
 
@@ -59,6 +79,22 @@ static inline int rm__crash_wants(const char *where, uint64_t step)
 }
 static inline void rm__testhook_set_ckpt(rm__testhook_fn fn) { (void)fn; }
 static inline void rm__testhook_ckpt(const char *stage) { (void)stage; }
+static inline void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq)
+{
+  (void)rank;
+  (void)round;
+  (void)seq;
+}
+static inline int rm__testhook_secagg_tamper(int rank)
+{
+  (void)rank;
+  return 0;
+}
+static inline void rm__testhook_tap(const void *buf, size_t len)
+{
+  (void)buf;
+  (void)len;
+}
 #endif
 
 #endif

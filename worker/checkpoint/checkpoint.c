@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_int.h"
+#include "rm_le.h"
 #include "rm_testhook.h"
 
 #if RM_TESTHOOKS
@@ -99,40 +100,20 @@ void rm__ckpt_seterr(char *err, size_t n, const char *fmt, ...)
   va_end(ap);
 }
 
-static void put32(uint8_t *p, uint32_t v)
-{
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p)
-{
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
 
 static void pack_header(uint8_t *h, const rm__ckpt_meta_t *m, uint32_t pcrc)
 {
   memcpy(h, ckpt_magic, 8);
-  put32(h + 8, RM__CKPT_VERSION);
-  put32(h + 12, RM__CKPT_HEADER_LEN);
-  put64(h + 16, m->job_id);
-  put64(h + 24, m->step);
-  put64(h + 32, m->generation);
-  put32(h + 40, (uint32_t)m->rank);
-  put32(h + 44, (uint32_t)m->world);
-  put64(h + 48, m->payload_len);
-  put32(h + 56, pcrc);
-  put32(h + 60, rm__crc32(0, h, 60));
+  rm__put_le32(h + 8, RM__CKPT_VERSION);
+  rm__put_le32(h + 12, RM__CKPT_HEADER_LEN);
+  rm__put_le64(h + 16, m->job_id);
+  rm__put_le64(h + 24, m->step);
+  rm__put_le64(h + 32, m->generation);
+  rm__put_le32(h + 40, (uint32_t)m->rank);
+  rm__put_le32(h + 44, (uint32_t)m->world);
+  rm__put_le64(h + 48, m->payload_len);
+  rm__put_le32(h + 56, pcrc);
+  rm__put_le32(h + 60, rm__crc32(0, h, 60));
 }
 
 static int write_all(int fd, const void *buf, size_t len)
@@ -277,21 +258,21 @@ static rm_status_t check_header(const char *path, const uint8_t *h,
     rm__ckpt_seterr(err, errlen, "checkpoint %s: bad magic (not a checkpoint file)", path);
     return RM_ERR_INVALID_ARG;
   }
-  if (get32(h + 8) != RM__CKPT_VERSION || get32(h + 12) != RM__CKPT_HEADER_LEN) {
+  if (rm__get_le32(h + 8) != RM__CKPT_VERSION || rm__get_le32(h + 12) != RM__CKPT_HEADER_LEN) {
     rm__ckpt_seterr(err, errlen, "checkpoint %s: unsupported version %u (header %u bytes)",
-           path, get32(h + 8), get32(h + 12));
+           path, rm__get_le32(h + 8), rm__get_le32(h + 12));
     return RM_ERR_INVALID_ARG;
   }
-  if (get32(h + 60) != rm__crc32(0, h, 60)) {
+  if (rm__get_le32(h + 60) != rm__crc32(0, h, 60)) {
     rm__ckpt_seterr(err, errlen, "checkpoint %s: header checksum mismatch (corrupt)", path);
     return RM_ERR_INVALID_ARG;
   }
-  m->job_id = get64(h + 16);
-  m->step = get64(h + 24);
-  m->generation = get64(h + 32);
-  m->rank = (int)get32(h + 40);
-  m->world = (int)get32(h + 44);
-  m->payload_len = get64(h + 48);
+  m->job_id = rm__get_le64(h + 16);
+  m->step = rm__get_le64(h + 24);
+  m->generation = rm__get_le64(h + 32);
+  m->rank = (int)rm__get_le32(h + 40);
+  m->world = (int)rm__get_le32(h + 44);
+  m->payload_len = rm__get_le64(h + 48);
   if (size - RM__CKPT_HEADER_LEN != m->payload_len) {
     rm__ckpt_seterr(err, errlen, "checkpoint %s: %s: file has %" PRIu64 " payload bytes, "
            "header says %" PRIu64, path,
@@ -348,7 +329,7 @@ static rm_status_t read_payload(const char *path, int fd, const uint8_t *h,
     }
     crc = rm__crc32(crc, iov[i].iov_base, iov[i].iov_len);
   }
-  if (crc != get32(h + 56)) {
+  if (crc != rm__get_le32(h + 56)) {
     rm__ckpt_seterr(err, errlen, "checkpoint %s: payload checksum mismatch (corrupt)", path);
     return RM_ERR_INVALID_ARG;
   }

@@ -1,0 +1,493 @@
+/*
+ * secagg.c - secure aggregation (secagg.h): a pairwise-masked all-reduce of
+ * clipped fixed-point gradients. Issue 13. The arithmetic (capacity rule,
+ * rounding, PRG, KDF, graph) is secagg_math.c.
+ *
+ * PARTIES. Members: the N ranks of one generation's communicator. The RELAY:
+ * the coordinator, through secagg.h's exchange (a barrier with payloads);
+ * it sees public keys and self-mask seeds, never a data-plane byte. An
+ * OBSERVER: anybody who reads data-plane traffic, a member included (a rank
+ * sees every message addressed to it during the all-reduce).
+ *
+ * ROUNDS. Per generation, in rm__secagg_open:
+ *   KEYS     u makes an X25519 pair (sk_u, pk_u) and posts the 44-byte KEYS
+ *            payload under "secagg/keys"; every slot is checked; the perm
+ *            seed = BLAKE2b-256(all N payloads in rank order); for every
+ *            neighbour v (graph below) s_uv = KDF(job, generation, u, v,
+ *            X25519(sk_u, pk_v), pk_min, pk_max) (secagg_int.h). sk_u is
+ *            wiped as soon as the seeds exist.
+ *   CONFIRM  4 lanes of the pairwise masks alone (seq UINT64_MAX, purpose
+ *            3), one rm_allreduce SUM: must be 0 on every lane. A key that
+ *            reached one end of an edge altered makes the two ends derive
+ *            different seeds and the sum nonzero (probability of a false
+ *            pass 2^-(4 x bits)): RM_ERR_PROTOCOL on every rank, nothing else
+ *            moves. A rank that refused a KEYS slot (malformed, low-order
+ *            point) contributes random lanes instead, so that every rank
+ *            fails CONFIRM with it rather than wait for it.
+ * Per call seq = 0, 1, ... (rm__secagg_sum_f32; seq is taken before any
+ * work, so even a failed call never lets a later one reuse its masks):
+ *   MASK     norm in double; factor = clip/norm when norm > clip, 0 when the
+ *            norm is not finite (zeros: a vector that cannot be measured
+ *            cannot be bounded); q = stochastic_round(x * factor * scale);
+ *            y = q + sum_{v in nbr(u)} sign(v - u) PRG(s_uv; seq, 0)
+ *                  + [u guard] PRG(b_u; seq, 1),  b_u = 32 fresh random bytes.
+ *            Fused per 16 KiB block (input, keystream, lanes stay in cache).
+ *   REDUCE   rm_allreduce(y, I32 | I64, SUM), any algorithm; integer sums
+ *            wrap in Z_{2^bits} there. Every rank ends with
+ *            Y = sum_u q_u + sum_{guards g} PRG(b_g): the pairwise masks
+ *            cancel over the whole membership (each edge once +, once -).
+ *   OPEN     u posts the 40-byte OPEN payload (b_u, zeros on non-guards)
+ *            under "secagg/open/<seq>", only after its REDUCE completed.
+ *   UNMASK   Y - sum_g PRG(b_g; seq, 1) = sum_u q_u, exactly (CAPACITY in
+ *            secagg_math.c: no wrap); recv = that / scale.
+ *
+ * WIRE FORMAT of the relay payloads (little-endian):
+ *   KEYS  "secagg/keys", 44 bytes         OPEN  "secagg/open/<seq>", 40 bytes
+ *     0  32  X25519 public key              0  32  b_u (zeros: not a guard)
+ *    32   8  generation                    32   8  seq
+ *    40   4  rank
+ * Every received slot r must carry our generation and rank r (KEYS) or our
+ * seq (OPEN; zeros where r is no guard), and our own slot must come back as
+ * we posted it; else RM_ERR_PROTOCOL naming r.
+ *
+ * GRAPH (secagg.h rm__secagg_graph). "all": every pair masks; every rank a
+ * guard. "log": a circulant graph C_N(1..k/2), k = 2 ceil(log2 N) (complete
+ * when that is >= N - 1), on the positions of a permutation seeded by the
+ * transcript; guards: the ranks at positions 0..k. C_N(1..k/2) with k even
+ * is the Harary graph H_{k,N}: k-vertex-connected.
+ *
+ * INVARIANTS.
+ *   1. A (key, nonce) stream is never used twice: keys are fresh per
+ *      generation (pairwise, rounding) or per call (b_u); nonces carry seq
+ *      and purpose.
+ *   2. Every message of the all-reduce is a sum over a subset S of members
+ *      of their y_u (all-reduce algorithms only add); internal edges of S
+ *      cancel in it, so it carries sum_{u in S} q_u + the pairwise masks of
+ *      the edges leaving S + the self-masks of the guards in S.
+ *   3. Before OPEN releases, nobody holds every guard's b_g; the relay
+ *      releases only once every member posted, i.e. once every member holds
+ *      Y (it posts after its REDUCE).
+ *
+ * SECURITY ARGUMENT (honest-but-curious parties, coalition C of members).
+ * Even once every b_g is public (after OPEN), a message over S (invariant
+ * 2) is uniform in Z_{2^bits}^D to C unless C knows every seed of the edges
+ * leaving S, i.e. every edge leaving S has an end in C, with C disjoint
+ * from S (a member of C in S knows its own input anyway: take S \ C). Then
+ * C contains the neighbourhood of S. "all": S's neighbourhood is V \ S, so
+ * C = V \ S and S is all-but-C, whose sum C learns from the total minus its
+ * own inputs anyway; a single observer v learns only S = all-but-v.
+ * "log": if S u C != V, C separates S from the rest, so |C| >= k
+ * (k-connectivity); a coalition of fewer than k members learns nothing
+ * beyond the total. An outside observer of the data plane holds no seed:
+ * every message it sees is uniform (the all-gather phase carries Y, masked
+ * by the guards' PRG(b_g)).
+ * DROPOUTS: option (a), "survivors redo with fresh masks over the new
+ * membership". A member lost during a call fails the communicator (and the
+ * relay's barrier); the session re-forms: next generation, rm__secagg_open
+ * again, fresh keys, and the survivors redo the call. OPEN is the commit
+ * point. A loss BEFORE OPEN released: Y cannot be unmasked by anyone
+ * (invariant 3; the guards' b_g of the call are never revealed - the relay
+ * releases all or nothing), so the redo reveals only the sum without the
+ * lost member w. A loss AFTER: every member already holds Y and every b_g;
+ * the call is complete and is not redone (the caller must not redo it: its
+ * result stands). So no party ever learns both "sum with w" and "sum
+ * without w" of the same inputs, whose difference is x_w: the classic
+ * difference attack on dropout recovery. With k+1 guards ("log") a
+ * coalition of at most k members always misses an honest guard's b_g
+ * before OPEN.
+ * THREAT MODEL. The coordinator is honest-but-curious: it relays the
+ * payloads faithfully; it sees pk_u and b_g but no data-plane byte, so
+ * learns nothing about inputs. An attacker who alters a key on its way to
+ * one member (or a corrupted relay reply) is detected by CONFIRM. OUT OF
+ * SCOPE: a malicious coordinator that substitutes keys consistently on both
+ * ends of an edge (man in the middle; without a PKI nothing can tell its
+ * keys from the members'), integrity of the masked vectors on the data
+ * plane (a tampered vector corrupts the sum; that is the transport's TLS /
+ * the robust aggregators' business), and Bonawitz et al.'s option (b),
+ * Shamir-shared seeds that let survivors finish a call after a dropout:
+ * not built (option (a) costs a redo instead).
+ *
+ * COST per call, per rank, D = count: the all-reduce on D lanes of bits/8
+ * bytes (the same bytes as f32 at 32 bits); keystream (|nbr| + [guard]) *
+ * D * bits/8 at MASK and |guards| * D * bits/8 at UNMASK plus 2 D (32-bit lanes) or
+ * 4 D (64-bit) bytes of rounding coins ("all": ~2 N D lanes; "log": ~4 log2 N D). Memory: one
+ * cached D-lane buffer (never N x D).
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "rm_le.h"
+#include "rm_clock.h"
+#include "rm_testhook.h"
+#include "secagg/secagg.h"
+#include "secagg/secagg_int.h"
+
+#define KEYS_LEN 44
+#define OPEN_LEN 40
+
+struct rm__secagg {
+  rm_comm_t *comm;            /* borrowed */
+  rm__secagg_relay_t relay;   /* copied */
+  rm__secagg_params_t p;      /* scale resolved */
+  int world, rank, n_nbr, guard;
+  int *nbr;                   /* n_nbr, ascending */
+  uint8_t (*seed)[32];        /* s_{rank, nbr[j]}: secret */
+  uint8_t *guards;            /* world */
+  uint8_t *open_all;          /* world * OPEN_LEN */
+  uint8_t round_key[32];      /* secret */
+  uint8_t b[32];              /* this call's self-mask seed: secret until OPEN */
+  uint8_t perm_seed[32];
+  double bound;               /* |q| clamp */
+  uint64_t seq;
+  void *y;                    /* ycap bytes, grown on demand */
+  size_t ycap;
+};
+
+static void seterr(char *err, size_t len, const char *fmt, ...)
+{
+  va_list ap;
+  if (err == NULL || len == 0) return;
+  va_start(ap, fmt);
+  vsnprintf(err, len, fmt, ap);
+  va_end(ap);
+}
+
+
+static double ms_since(int64_t t0) { return (double)(rm__now_ns() - t0) / 1e6; }
+
+static rm_dtype_t lane_dt(int bits) { return bits == 32 ? RM_I32 : RM_I64; }
+
+/* The communicator's words for a failed collective. */
+static rm_status_t comm_fail(rm__secagg_t *sa, rm_status_t st, const char *round, char *err,
+                             size_t errlen)
+{
+  const char *why = rm_comm_last_error(sa->comm);
+  seterr(err, errlen, "secure aggregation %s: %s%s%s", round, rm_status_string(st),
+         why && *why ? ": " : "", why ? why : "");
+  return st;
+}
+
+static rm_status_t relay_call(rm__secagg_t *sa, const char *name, const void *mine, size_t len,
+                              void *all, char *err, size_t errlen)
+{
+  char why[256] = "";
+  rm_status_t st = sa->relay.exchange(sa->relay.ctx, name, mine, len, all, why, sizeof why);
+  if (st != RM_OK)
+    seterr(err, errlen, "secure aggregation: relay %s: %s%s%s", name, rm_status_string(st),
+           why[0] ? ": " : "", why);
+  return st;
+}
+
+/* ---- KEYS ---- */
+
+static rm_status_t check_keys(rm__secagg_t *sa, const uint8_t *all, const uint8_t *mine,
+                              char *err, size_t errlen)
+{
+  for (int r = 0; r < sa->world; r++) {
+    const uint8_t *s = all + (size_t)r * KEYS_LEN;
+    if (rm__get_le64(s + 32) != sa->p.generation || rm__get_le32(s + 40) != (uint32_t)r) {
+      seterr(err, errlen, "secure aggregation KEYS: rank %d's public key is bound to "
+             "generation %llu rank %u, not generation %llu rank %d", r,
+             (unsigned long long)rm__get_le64(s + 32), rm__get_le32(s + 40),
+             (unsigned long long)sa->p.generation, r);
+      return RM_ERR_PROTOCOL;
+    }
+  }
+  if (memcmp(all + (size_t)sa->rank * KEYS_LEN, mine, KEYS_LEN) != 0) {
+    seterr(err, errlen, "secure aggregation KEYS: the relay returned rank %d's (our own) "
+           "public key altered", sa->rank);
+    return RM_ERR_PROTOCOL;
+  }
+  return RM_OK;
+}
+
+static rm_status_t derive(rm__secagg_t *sa, const uint8_t *all, const uint8_t sk[32],
+                          char *err, size_t errlen)
+{
+  int *scratch = malloc((size_t)sa->world * sizeof *scratch);
+  if (scratch == NULL) return RM_ERR_NOMEM;
+  crypto_generichash(sa->perm_seed, 32, all, (size_t)sa->world * KEYS_LEN, NULL, 0);
+  rm__secagg_graph(sa->world, sa->rank, sa->p.neighbours_log, sa->perm_seed, sa->nbr,
+                   &sa->n_nbr, &sa->guard);
+  rm__secagg_guards(sa->world, sa->p.neighbours_log, sa->perm_seed, scratch, sa->guards);
+  free(scratch);
+  for (int j = 0; j < sa->n_nbr; j++) {
+    int v = sa->nbr[j];
+    if (rm__secagg_seed(sa->p.job_id, sa->p.generation, sa->rank, v, sk,
+                        all + (size_t)sa->rank * KEYS_LEN, all + (size_t)v * KEYS_LEN,
+                        sa->seed[j]) != RM_OK) {
+      seterr(err, errlen, "secure aggregation KEYS: rank %d's public key is a low-order "
+             "point (rejected)", v);
+      return RM_ERR_PROTOCOL;
+    }
+  }
+  return RM_OK;
+}
+
+static rm_status_t do_keys(rm__secagg_t *sa, char *err, size_t errlen)
+{
+  uint8_t mine[KEYS_LEN], sk[crypto_box_SECRETKEYBYTES];
+  uint8_t *all = malloc((size_t)sa->world * KEYS_LEN);
+  rm_status_t st = RM_ERR_NOMEM;
+  if (all == NULL) return st;
+  rm__testhook_secagg_die(sa->rank, "keys", 0);
+  crypto_box_keypair(mine, sk);
+  rm__put_le64(mine + 32, sa->p.generation);
+  rm__put_le32(mine + 40, (uint32_t)sa->rank);
+  if ((st = relay_call(sa, "secagg/keys", mine, KEYS_LEN, all, err, errlen)) != RM_OK) goto out;
+  if ((st = check_keys(sa, all, mine, err, errlen)) != RM_OK) goto out;
+  if (rm__testhook_secagg_tamper(sa->rank)) /* a substituted key (secagg_hook.c) */
+    all[(size_t)(sa->rank == 0 ? 1 : 0) * KEYS_LEN] ^= 0x10;
+  st = derive(sa, all, sk, err, errlen);
+out:
+  sodium_memzero(sk, sizeof sk);
+  free(all);
+  return st;
+}
+
+/* ---- CONFIRM ---- */
+
+static rm_status_t do_confirm(rm__secagg_t *sa, int poison, char *err, size_t errlen)
+{
+  uint64_t lanes[4] = {0, 0, 0, 0}; /* 4 lanes of 32 or 64 bits: 32 bytes suffice */
+  rm__testhook_secagg_die(sa->rank, "confirm", 0);
+  if (poison) /* our KEYS failed: make every rank's CONFIRM fail with us */
+    randombytes_buf(lanes, sizeof lanes);
+  else
+    rm__secagg_mask_add(sa->p.bits, sa->rank, sa->nbr, sa->n_nbr,
+                        (const uint8_t(*)[32])sa->seed, NULL, UINT64_MAX, RM__SA_CONFIRM, lanes,
+                        0, 4);
+  rm_status_t st = rm_allreduce(sa->comm, lanes, lanes, 4, lane_dt(sa->p.bits), RM_SUM);
+  if (st != RM_OK) return comm_fail(sa, st, "CONFIRM", err, errlen);
+  if (poison) return RM_ERR_PROTOCOL; /* err already says why */
+  if (lanes[0] | lanes[1] | lanes[2] | lanes[3]) {
+    seterr(err, errlen, "secure aggregation CONFIRM: pairwise masks do not cancel: a public "
+           "key was substituted or corrupted on its way to some member, or a member refused "
+           "the keys it received (generation %llu)", (unsigned long long)sa->p.generation);
+    return RM_ERR_PROTOCOL;
+  }
+  return RM_OK;
+}
+
+/* ---- lifecycle ---- */
+
+rm_status_t rm__secagg_open(rm_comm_t *comm, const rm__secagg_params_t *p,
+                            const rm__secagg_relay_t *relay, rm__secagg_t **out, char *err,
+                            size_t errlen)
+{
+  rm__secagg_t *sa;
+  rm_status_t st;
+  if (comm == NULL || p == NULL || relay == NULL || relay->exchange == NULL || out == NULL) {
+    seterr(err, errlen, "secure aggregation: NULL argument");
+    return RM_ERR_INVALID_ARG;
+  }
+  int world = rm_comm_world(comm);
+  if ((st = rm__secagg_check(p, world, err, errlen)) != RM_OK) return st; /* nothing moved */
+  if (rm__secagg_sodium() != RM_OK) {
+    seterr(err, errlen, "secure aggregation: sodium_init failed");
+    return RM_ERR_INTERNAL;
+  }
+  if ((sa = calloc(1, sizeof *sa)) == NULL) goto nomem;
+  sa->comm = comm;
+  sa->relay = *relay;
+  sa->p = *p;
+  if (sa->p.scale == 0) sa->p.scale = rm__secagg_default_scale(p->bits, p->clip, world);
+  sa->bound = floor(sa->p.clip * sa->p.scale) + 1;
+  sa->world = world;
+  sa->rank = rm_comm_rank(comm);
+  sa->nbr = malloc((size_t)world * sizeof *sa->nbr);
+  sa->seed = calloc((size_t)world, sizeof *sa->seed);
+  sa->guards = malloc((size_t)world);
+  sa->open_all = malloc((size_t)world * OPEN_LEN);
+  if (!sa->nbr || !sa->seed || !sa->guards || !sa->open_all) goto nomem;
+  randombytes_buf(sa->round_key, sizeof sa->round_key);
+  /* A rank that refuses the keys it received (RM_ERR_PROTOCOL) still takes
+   * part in CONFIRM, poisoned, so that every rank fails together and the
+   * communicator stays usable; a relay failure is every rank's already. */
+  st = do_keys(sa, err, errlen);
+  if (st != RM_OK && st != RM_ERR_PROTOCOL) goto fail;
+  if ((st = do_confirm(sa, st != RM_OK, err, errlen)) != RM_OK) goto fail;
+  *out = sa;
+  return RM_OK;
+nomem:
+  st = RM_ERR_NOMEM;
+  seterr(err, errlen, "secure aggregation: out of memory");
+fail:
+  rm__secagg_close(sa);
+  return st;
+}
+
+void rm__secagg_close(rm__secagg_t *sa)
+{
+  if (sa == NULL) return;
+  if (sa->seed) sodium_memzero(sa->seed, (size_t)sa->world * sizeof *sa->seed);
+  sodium_memzero(sa->round_key, sizeof sa->round_key);
+  sodium_memzero(sa->b, sizeof sa->b);
+  free(sa->seed);
+  free(sa->nbr);
+  free(sa->guards);
+  free(sa->open_all);
+  free(sa->y);
+  sodium_memzero(sa, sizeof *sa);
+  free(sa);
+}
+
+/* ---- per call ---- */
+
+static double l2_norm(const float *x, size_t n)
+{
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return sqrt(s);
+}
+
+/* MASK: q and every mask into sa->y, one cache-sized block at a time. */
+static void do_mask(rm__secagg_t *sa, const float *send, size_t count, double factor,
+                    uint64_t seq, void *my_q)
+{
+  size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
+  if (sa->guard) randombytes_buf(sa->b, sizeof sa->b);
+  for (size_t i = 0; i < count; i += per) {
+    size_t m = count - i < per ? count - i : per;
+    char *lanes = (char *)sa->y + i * w;
+    rm__secagg_quantize(sa->p.bits, send + i, m, factor, sa->p.scale, sa->bound,
+                        sa->round_key, seq, i, lanes);
+    if (my_q) memcpy((char *)my_q + i * w, lanes, m * w);
+    rm__secagg_mask_add(sa->p.bits, sa->rank, sa->nbr, sa->n_nbr,
+                        (const uint8_t(*)[32])sa->seed, sa->guard ? sa->b : NULL, seq,
+                        RM__SA_PAIR, lanes, i, m);
+  }
+}
+
+static rm_status_t do_open(rm__secagg_t *sa, uint64_t seq, char *err, size_t errlen)
+{
+  uint8_t mine[OPEN_LEN];
+  char name[64];
+  rm_status_t st;
+  memcpy(mine, sa->b, 32); /* zeros on a non-guard (never set) */
+  rm__put_le64(mine + 32, seq);
+  snprintf(name, sizeof name, "secagg/open/%llu", (unsigned long long)seq);
+  st = relay_call(sa, name, mine, OPEN_LEN, sa->open_all, err, errlen);
+  sodium_memzero(mine, sizeof mine);
+  if (st != RM_OK) return st;
+  for (int r = 0; r < sa->world; r++) {
+    const uint8_t *s = sa->open_all + (size_t)r * OPEN_LEN;
+    if (rm__get_le64(s + 32) != seq) {
+      seterr(err, errlen, "secure aggregation OPEN: rank %d posted for call %llu, not %llu", r,
+             (unsigned long long)rm__get_le64(s + 32), (unsigned long long)seq);
+      return RM_ERR_PROTOCOL;
+    }
+    if (!sa->guards[r] && !sodium_is_zero(s, 32)) {
+      seterr(err, errlen, "secure aggregation OPEN: rank %d is no guard but posted a "
+             "self-mask seed", r);
+      return RM_ERR_PROTOCOL;
+    }
+  }
+  if (sa->guard && memcmp(sa->open_all + (size_t)sa->rank * OPEN_LEN, sa->b, 32) != 0) {
+    seterr(err, errlen, "secure aggregation OPEN: the relay returned rank %d's (our own) "
+           "self-mask seed altered", sa->rank);
+    return RM_ERR_PROTOCOL;
+  }
+  return RM_OK;
+}
+
+/* UNMASK: strip every guard's self-mask, then dequantize, per block. */
+static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq, void *sum_q)
+{
+  size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
+  double inv = 1.0 / sa->p.scale;
+  for (size_t i = 0; i < count; i += per) {
+    size_t m = count - i < per ? count - i : per;
+    char *lanes = (char *)sa->y + i * w;
+    for (int g = 0; g < sa->world; g++)
+      if (sa->guards[g])
+        rm__secagg_prg_add(sa->p.bits, sa->open_all + (size_t)g * OPEN_LEN, seq, RM__SA_SELF,
+                           -1, lanes, i, m);
+    if (sum_q) memcpy((char *)sum_q + i * w, lanes, m * w);
+    if (sa->p.bits == 32)
+      for (size_t j = 0; j < m; j++) recv[i + j] = (float)((int32_t)((uint32_t *)lanes)[j] * inv);
+    else
+      for (size_t j = 0; j < m; j++)
+        recv[i + j] = (float)((double)(int64_t)((uint64_t *)lanes)[j] * inv);
+  }
+}
+
+static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
+{
+  if (bytes <= sa->ycap) return RM_OK;
+  void *y = malloc(bytes);
+  if (y == NULL) return RM_ERR_NOMEM;
+  free(sa->y);
+  sa->y = y;
+  sa->ycap = bytes;
+  return RM_OK;
+}
+
+rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv, size_t count,
+                               void *my_q, void *sum_q, rm__secagg_stats_t *st, char *err,
+                               size_t errlen)
+{
+  rm_allreduce_info_t ai;
+  rm__secagg_stats_t s;
+  rm_status_t rc;
+  int64_t t;
+  if (sa == NULL || (count > 0 && (send == NULL || recv == NULL))) {
+    seterr(err, errlen, "secure aggregation: NULL argument");
+    return RM_ERR_INVALID_ARG;
+  }
+  size_t w = (size_t)sa->p.bits / 8;
+  if ((uint64_t)count > RM__SA_STREAM_MAX / 8) {
+    seterr(err, errlen, "secure aggregation: %zu elements is more than one call can mask", count);
+    return RM_ERR_INVALID_ARG;
+  }
+  if (grow_y(sa, count * w) != RM_OK) {
+    seterr(err, errlen, "secure aggregation: out of memory for %zu lanes", count);
+    return RM_ERR_NOMEM;
+  }
+  memset(&s, 0, sizeof s);
+  memset(&ai, 0, sizeof ai);
+  s.seq = sa->seq++; /* taken first: a failed call's masks are never reused */
+  s.members = sa->world;
+  s.neighbours = sa->n_nbr;
+  s.guard = sa->guard;
+
+  rm__testhook_secagg_die(sa->rank, "mask", s.seq);
+  t = rm__now_ns();
+  s.norm = l2_norm(send, count);
+  double factor = !isfinite(s.norm) ? 0 : s.norm > sa->p.clip ? sa->p.clip / s.norm : 1;
+  s.clipped = factor != 1;
+  do_mask(sa, send, count, factor, s.seq, my_q);
+  s.ms_mask = ms_since(t);
+
+  rm__testhook_secagg_die(sa->rank, "reduce", s.seq);
+  t = rm__now_ns();
+  rc = rm_allreduce_ex(sa->comm, sa->y, sa->y, count, lane_dt(sa->p.bits), RM_SUM,
+                       RM_ALGO_AUTO, &ai);
+  s.ms_reduce = ms_since(t);
+  s.bytes_sent = ai.bytes_sent;
+  if (rc != RM_OK) {
+    rc = comm_fail(sa, rc, "REDUCE", err, errlen);
+    goto out;
+  }
+
+  rm__testhook_secagg_die(sa->rank, "open", s.seq);
+  t = rm__now_ns();
+  rc = do_open(sa, s.seq, err, errlen);
+  s.ms_open = ms_since(t);
+  if (rc != RM_OK) goto out;
+
+  rm__testhook_secagg_die(sa->rank, "unmask", s.seq);
+  t = rm__now_ns();
+  do_unmask(sa, recv, count, s.seq, sum_q);
+  s.ms_unmask = ms_since(t);
+  if (st) *st = s;
+out:
+  sodium_memzero(sa->b, sizeof sa->b);
+  sodium_memzero(sa->open_all, (size_t)sa->world * OPEN_LEN);
+  return rc;
+}
