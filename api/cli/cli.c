@@ -53,7 +53,7 @@ static const char k_usage[] =
     "      run options: --launcher local|slurm  --on-failure fail|shrink|replace\n"
     "                   --min-workers N  --max-restarts N  --steps N  --name NAME\n"
     "                   --env K=V (repeatable)  --workdir DIR  --algorithm A\n"
-    "                   --heartbeat-timeout-ms N\n"
+    "                   --heartbeat-timeout-ms N  --secure-aggregation JSON\n"
     "  logs ID [--follow] [--worker N]\n"
     "                           print a job's worker logs (every worker, lines\n"
     "                           prefixed [i], or worker N alone); --follow until\n"

@@ -399,13 +399,15 @@ typedef struct {
   const char *server, *token, *token_file, *cacert;
   json_t *env;   /* object */
   json_t *argv;  /* array */
+  json_t *secure; /* --secure-aggregation: the spec's object, or NULL */
 } run_args_t;
 
 static const char k_run_usage[] =
     "usage: ringmaster run -n N [--launcher local|slurm] [--on-failure "
     "fail|shrink|replace] [--min-workers N] [--max-restarts N] [--steps N] "
     "[--name NAME] [--env K=V]... [--workdir DIR] [--algorithm A] "
-    "[--heartbeat-timeout-ms N] [--server URL] [--token T] [--token-file F] "
+    "[--heartbeat-timeout-ms N] [--secure-aggregation JSON] [--server URL] "
+    "[--token T] [--token-file F] "
     "[--cacert FILE] [--timeout MS] [--connect-timeout MS] -- PROG ARGS...\n";
 
 /* A parse result that is not an error: --help printed the usage. */
@@ -459,7 +461,8 @@ static int parse_run(run_args_t *a, int argc, char **argv)
                                          "--heartbeat-timeout-ms", "--name", "--workdir",
                                          "--algorithm", "--server", "--token",
                                          "--token-file", "--env", "--timeout",
-                                         "--connect-timeout", "--cacert", NULL};
+                                         "--connect-timeout", "--cacert",
+                                         "--secure-aggregation", NULL};
     int k = 0;
     while (valued[k] && strcmp(o, valued[k])) k++;
     if (!valued[k]) return usage_err("unknown option '%s'", o);
@@ -494,6 +497,15 @@ static int parse_run(run_args_t *a, int argc, char **argv)
     } else if (!strcmp(o, "--connect-timeout")) {
       if (num(o, v, 1, 3600000, &x)) return RM_CLI_EXIT_USAGE;
       a->connect_timeout_ms = (int)x;
+    } else if (!strcmp(o, "--secure-aggregation")) {
+      /* the spec's object as is ('{}' for the defaults); the coordinator
+       * checks its members and names a bad one */
+      json_error_t je;
+      json_decref(a->secure);
+      a->secure = json_loads(v, 0, &je);
+      if (!json_is_object(a->secure))
+        return usage_err("--secure-aggregation wants a JSON object ('{}' for the "
+                         "defaults, '{\"clip\": 5}'), got '%s'", v);
     } else if (!strcmp(o, "--cacert")) a->cacert = v;
     else if (!strcmp(o, "--name")) a->name = v;
     else if (!strcmp(o, "--workdir")) a->workdir = v;
@@ -558,6 +570,7 @@ static char *spec_json(const run_args_t *a)
   if (a->launcher) json_object_set_new(s, "launcher", json_string(a->launcher));
   if (a->on_failure) json_object_set_new(s, "on_failure", json_string(a->on_failure));
   if (a->algorithm) json_object_set_new(s, "algorithm", json_string(a->algorithm));
+  if (a->secure) json_object_set(s, "secure_aggregation", a->secure);
   if (a->max_restarts >= 0) json_object_set_new(s, "max_restarts", json_integer(a->max_restarts));
   if (a->steps > 0) json_object_set_new(s, "steps", json_integer(a->steps));
   if (a->hb > 0) json_object_set_new(s, "heartbeat_timeout_ms", json_integer(a->hb));
@@ -652,6 +665,7 @@ exit:
   json_decref(r);
   json_decref(a.env);
   json_decref(a.argv);
+  json_decref(a.secure);
   if (priv.pid > 0) {
     fflush(stdout);
     fprintf(stderr, "ringmaster run: stopping the private coordinator (pid %d)\n",

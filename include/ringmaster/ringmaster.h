@@ -280,7 +280,8 @@ RM_EXTERN uint64_t rm_session_start_step(const rm_session_t *s);
 RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
 /* The job spec as the coordinator sent it. Strings: "name", "workload",
  * "workload_options", "algorithm", "dtype", "on_failure",
- * "straggler_policy", "launcher", "workdir"; borrowed, valid until the next
+ * "straggler_policy", "launcher", "workdir", "secagg_neighbours" ("all" or
+ * "log"; "" when secure aggregation is off); borrowed, valid until the next
  * reform; NULL for an unknown name ("aggregation" too: "mean" when unset).
  * Numbers: "steps", "world_size",
  * "min_workers", "max_workers", "checkpoint_every", "checkpoint_step"
@@ -290,13 +291,17 @@ RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
  * asked for bitwise reproducibility: the session's communicator then picks
  * algorithms from the fixed cost model, never from timing), "max_staleness"
  * (straggler_policy stale: how many steps late a gradient may be folded
- * in, 1..64; 0 otherwise); 0 for an unknown name. */
+ * in, 1..64; 0 otherwise), "secagg_bits" (secure aggregation, issue 13:
+ * 32 or 64, 0 = off), "secagg_threshold" (the fewest members a sum is
+ * revealed over); 0 for an unknown name. */
 RM_EXTERN const char *rm_session_spec_string(const rm_session_t *s,
                                              const char *name);
 RM_EXTERN uint64_t rm_session_spec_uint(const rm_session_t *s,
                                         const char *name);
-/* Floating-point spec fields: "clip_norm", "aggregation_tau"; 0 for an
- * unknown name. (String "aggregation" and numbers "aggregation_f",
+/* Floating-point spec fields: "clip_norm", "aggregation_tau",
+ * "secagg_clip" (the L2 clip before quantizing), "secagg_scale" (the
+ * fixed-point scale; 0 = the worker picks the largest power of two with
+ * N*(clip*scale+1) <= 2^(bits-2)); 0 for an unknown name. (String "aggregation" and numbers "aggregation_f",
  * "aggregation_m", "aggregation_iterations" come from the two getters
  * above.) */
 RM_EXTERN double rm_session_spec_double(const rm_session_t *s, const char *name);
@@ -383,4 +388,8 @@ RM_EXTERN void rm_session_close(rm_session_t *s);
 #ifdef __cplusplus
 }
 #endif
+
+/* Secure aggregation of a session's gradients: ringmaster/secure.h. */
+#include "ringmaster/secure.h"
+
 #endif /* RINGMASTER_RINGMASTER_H */

@@ -799,6 +799,41 @@ def allreduce_gradients(x):
     return k.value
 
 
+def secure():
+    """True in a session whose job spec asks for secure_aggregation."""
+    d = _default
+    return bool(d.session and _sfn("rm_session_secure")(d.session))
+
+
+def secure_allreduce(x, op="avg"):
+    """Secure aggregation (rm_session_secure_allreduce, ringmaster/secure.h)
+    of a C-contiguous float32 numpy array or CPU tensor, in place: the sum
+    (op "sum") or mean ("avg") over the members of their vectors clipped to
+    the spec's clip, within members / scale per coordinate, without any
+    worker or the coordinator seeing another's vector. Only in a session of
+    a job with "secure_aggregation". Returns a dict: members, norm (this
+    rank's, before clipping), clipped, neighbours, guard, scale, bytes_sent
+    and the phase times ms_keys, ms_mask, ms_reduce, ms_open, ms_unmask.
+    Raises Reconfigured / PeerLost / Timeout like the other session calls
+    (reform(), then call again: the sum is redone with fresh masks)."""
+    d = _default
+    p, n, dt = _buf(x)
+    if dt != F32:
+        raise TypeError("ringmaster: secure_allreduce sums float32 vectors, got %s"
+                        % (getattr(x, "dtype", type(x)),))
+    if op not in ("avg", "sum"):
+        raise ValueError("ringmaster: secure_allreduce op is 'avg' or 'sum', not %r" % (op,))
+    if not d.session:
+        raise RuntimeError("ringmaster: secure_allreduce needs a session (a job's worker)")
+    info = _lib.SecureInfo()
+    info.struct_size = ctypes.sizeof(info)
+    st = _sfn("rm_session_secure_allreduce")(d.session, p, p, n, AVG if op == "avg" else SUM,
+                                            ctypes.byref(info))
+    if st:
+        raise d.error(st, "rm_session_secure_allreduce")
+    return {k: getattr(info, k) for k, _ in info._fields_ if k != "struct_size"}
+
+
 def step_dropped():
     d = _default
     return bool(d.session and _sfn("rm_session_step_dropped")(d.session))

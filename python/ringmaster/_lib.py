@@ -120,6 +120,25 @@ class AggInfo(ctypes.Structure):
     ]
 
 
+class SecureInfo(ctypes.Structure):
+    """Mirror of rm_secure_info_t (include/ringmaster/secure.h)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("members", c_int),
+        ("norm", c_double),
+        ("clipped", c_int),
+        ("neighbours", c_int),
+        ("guard", c_int),
+        ("scale", c_double),
+        ("bytes_sent", c_size_t),
+        ("ms_keys", c_double),
+        ("ms_mask", c_double),
+        ("ms_reduce", c_double),
+        ("ms_open", c_double),
+        ("ms_unmask", c_double),
+    ]
+
+
 # name: (restype, argtypes)
 _CORE = {
     "rm_status_name": (c_char_p, [c_int]),
@@ -187,6 +206,10 @@ _SESSION = {
     "rm_session_allreduce_step": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                           ctypes.POINTER(c_int)]),
     "rm_session_step_dropped": (c_int, [c_void_p]),
+    # secure aggregation (issue 13)
+    "rm_session_secure_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
+                                            ctypes.POINTER(SecureInfo)]),
+    "rm_session_secure": (c_int, [c_void_p]),
     "rm_session_barrier": (c_int, [c_void_p, c_char_p, c_int]),
     "rm_session_leave": (c_int, [c_void_p, c_int, c_char_p, c_char_p]),
     "rm_session_close": (None, [c_void_p]),

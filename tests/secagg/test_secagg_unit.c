@@ -9,7 +9,7 @@
  *      standard errors of 0), bounded (|q - v| < 1, |q| <= bound) and
  *      deterministic per (key, seq) but different across seq;
  *   3. the neighbour graph: symmetric, no self loops, ascending, degree k
- *      for every rank, guards = the k + 1 positions (all ranks for "all"),
+ *      for every rank, guards = min(threshold, k + 1) positions (at least 2),
  *      vertex connectivity >= k for N = 2..64 (Menger / max-flow from a
  *      fixed vertex, valid because a circulant graph is vertex-transitive;
  *      cross-checked by brute force over every (k-1)-cut for N <= 12);
@@ -217,13 +217,13 @@ static void test_graph(void)
   int nbr[MAXN], scratch[MAXN], n, guard;
   for (int lg = 0; lg <= 1; lg++)
     for (int N = 2; N <= MAXN; N++) {
-      int k = rm__secagg_degree(N, lg), nguard = 0;
+      int k = rm__secagg_degree(N, lg), nguard = 0, T = 2 + N % 7; /* thresholds 2..8 */
       randombytes_buf(seed, sizeof seed);
       memset(&g, 0, sizeof g);
       g.n = N;
-      rm__secagg_guards(N, lg, seed, scratch, guards);
+      rm__secagg_guards(N, lg, T, seed, scratch, guards);
       for (int u = 0; u < N; u++) {
-        rm__secagg_graph(N, u, lg, seed, nbr, &n, &guard);
+        rm__secagg_graph(N, u, lg, T, seed, nbr, &n, &guard);
         CHECKF(n == k, "N %d log %d rank %d: degree %d, want %d", N, lg, u, n, k);
         CHECK(guard == guards[u]);
         nguard += guard;
@@ -233,7 +233,10 @@ static void test_graph(void)
           g.adj[u][nbr[j]] = 1;
         }
       }
-      CHECKF(nguard == (k >= N - 1 ? N : k + 1), "N %d log %d: %d guards", N, lg, nguard);
+      /* guards: the threshold, at most k + 1, at least 2 */
+      int want = T < k + 1 ? T : k + 1;
+      want = want < 2 ? 2 : want > N ? N : want;
+      CHECKF(nguard == want, "N %d log %d T %d: %d guards, want %d", N, lg, T, nguard, want);
       for (int u = 0; u < N; u++)
         for (int v = 0; v < N; v++) CHECK(g.adj[u][v] == g.adj[v][u]);
       if (lg && N <= 12) CHECKF(!has_small_cut(&g, k), "N %d: a vertex cut below %d", N, k);
@@ -285,7 +288,7 @@ static void test_masks(void)
           for (int u = 0; u < N; u++) {
             int nbr[MAXN], n, guard;
             uint8_t ns[MAXN][32];
-            rm__secagg_graph(N, u, lg, perm_seed, nbr, &n, &guard);
+            rm__secagg_graph(N, u, lg, N / 2 + 1, perm_seed, nbr, &n, &guard);
             for (int j = 0; j < n; j++) memcpy(ns[j], seeds[u][nbr[j]], 32);
             randombytes_buf(b[u], 32);
             memset(lanes, 0, L * w);

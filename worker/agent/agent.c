@@ -126,6 +126,8 @@ static rm_status_t run_once(rm_session_t *s, workload_t *w, char *why,
   env.agg_iterations = (int)rm_session_spec_uint(s, "aggregation_iterations");
   env.clip_norm = rm_session_spec_double(s, "clip_norm");
   env.agg_tau = rm_session_spec_double(s, "aggregation_tau");
+  env.session = s;
+  env.secure = rm_session_secure(s);
   rm_status_t st = w->wl->run(w->state, &env);
   snprintf(why, whylen, "%s", env.error);
   return st;

@@ -17,6 +17,11 @@
  * (C = the mask; the others add zeros and still receive the sum). coded and
  * stale are refused at submit: this workload has no batch to partition and
  * no compute to finish late.
+ *
+ * Secure aggregation (issue 13; the spec's secure_aggregation, f32 only,
+ * straggler policy none): each step is one secure sum of inputs every rank
+ * can predict, checked as wl_secure.c says; verify=exact adds the bit-exact
+ * integer check (which reveals the quantized inputs: tests only).
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,15 +33,18 @@
 #include "rm_opts.h"
 #include "aggregate/aggregate.h"
 #include "session/step_policy.h"
+#include "wl_secure.h"
 #include "workload.h"
 
 typedef struct {
   size_t count;
   rm_dtype_t dtype;
   rm_algo_t algo;
-  int verify;
+  int verify;                /* 0, 1, 2 = "exact" (secure jobs) */
   void *buf;
   rm__sp_t sp;
+  rm__ar_secure_t sec;
+  int secure;                /* the job ran secure steps */
 } ar_state_t;
 
 static rm_status_t parse_opt(ar_state_t *s, const char *key, const char *val,
@@ -57,8 +65,8 @@ static rm_status_t parse_opt(ar_state_t *s, const char *key, const char *val,
   } else if (!strcmp(key, "algo")) {
     if (rm_algo_parse(val, &s->algo) != RM_OK) goto bad;
   } else if (!strcmp(key, "verify")) {
-    if (strcmp(val, "0") && strcmp(val, "1")) goto bad;
-    s->verify = val[0] == '1';
+    if (strcmp(val, "0") && strcmp(val, "1") && strcmp(val, "exact")) goto bad;
+    s->verify = val[0] == 'e' ? 2 : val[0] == '1';
   } else {
     snprintf(err, errlen, "allreduce: unknown option '%s' (count, dtype, algo, verify)", key);
     return RM_ERR_INVALID_ARG;
@@ -147,6 +155,13 @@ static rm_status_t ar_run(void *state, rm_workload_env_t *env)
     st = RM_ERR_INVALID_ARG;
   }
   if (st != RM_OK) return st;
+  if (env->secure && (s->dtype != RM_F32 || rm__sp_gated(sp))) {
+    snprintf(env->error, sizeof env->error, "secure aggregation sums f32 "
+             "vectors under straggler_policy none (this job: dtype %s, "
+             "policy %s)", rm_dtype_name(s->dtype), rm__sp_kind_name(sp->kind));
+    return RM_ERR_INVALID_ARG;
+  }
+  s->secure |= env->secure;
   for (uint64_t step = env->start_step + 1; step <= env->max_steps; step++) {
     rm_step_report_t r;
     rm_allreduce_info_t info;
@@ -157,6 +172,18 @@ static rm_status_t ar_run(void *state, rm_workload_env_t *env)
     fill(s, env->rank, step);
     if (rm__sp_gated(sp) && (st = rm__sp_decide(sp, step - 1)) != RM_OK) return st;
     int64_t t1 = rm__now_ns();
+    if (env->secure) {
+      st = rm__ar_secure_step(&s->sec, env, s->count, step, s->verify, s->buf);
+      if (st != RM_OK) return st;
+      rm__sp_count(sp, 1, env->world);
+      r.step = step;
+      r.comm_ms = (double)(rm__now_ns() - t1) / 1e6;
+      r.compute_ms = (double)(t1 - t0) / 1e6;
+      r.loss = r.accuracy = NAN;
+      r.allreduce_bytes = s->count * sizeof(float);
+      if (env->report && env->report(env->report_ctx, &r)) break;
+      continue;
+    }
     if (rm__sp_gated(sp))
       st = rm__masked_allreduce(env->comm, s->buf, s->buf, s->count, s->dtype,
                                 RM_SUM, sp->members, 0, NULL);
@@ -191,9 +218,14 @@ static void ar_summary(void *state, char *buf, size_t len)
 {
   ar_state_t *s = state;
   char strag[256];
+  char sec[512] = "";
   rm__sp_summary(&s->sp, strag, sizeof strag);
-  snprintf(buf, len, "{\"count\":%zu,\"dtype\":\"%s\",\"verified\":%s,%s}", s->count,
-           rm_dtype_name(s->dtype), s->verify ? "true" : "false", strag);
+  if (s->secure) {
+    sec[0] = ',';
+    rm__ar_secure_summary(&s->sec, sec + 1, sizeof sec - 1);
+  }
+  snprintf(buf, len, "{\"count\":%zu,\"dtype\":\"%s\",\"verified\":%s,%s%s}", s->count,
+           rm_dtype_name(s->dtype), s->verify ? "true" : "false", strag, sec);
 }
 
 static void ar_destroy(void *state)
@@ -202,6 +234,7 @@ static void ar_destroy(void *state)
   if (!s) return;
   free(s->buf);
   rm__sp_free(&s->sp);
+  rm__ar_secure_free(&s->sec);
   free(s);
 }
 

@@ -68,6 +68,11 @@ typedef struct rm_workload_env {
   const char *aggregation;
   int agg_f, agg_m, agg_iterations;
   double clip_norm, agg_tau;
+  /* The worker's session (borrowed): secure aggregation (issue 13) needs
+   * it, for the coordinator's relay rounds; secure = the job's spec has
+   * secure_aggregation (rm_session_secure). */
+  rm_session_t *session;
+  int secure;
   /* Filled by run() when it fails on its own account, which no re-forming
    * clears: RM_ERR_INTERNAL or RM_ERR_INVALID_ARG (a bad combination, a rule
    * the membership cannot hold), or RM_ERR_SYSTEM with error[] set (an I/O

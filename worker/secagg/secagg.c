@@ -50,11 +50,15 @@
  * seq (OPEN; zeros where r is no guard), and our own slot must come back as
  * we posted it; else RM_ERR_PROTOCOL naming r.
  *
- * GRAPH (secagg.h rm__secagg_graph). "all": every pair masks; every rank a
- * guard. "log": a circulant graph C_N(1..k/2), k = 2 ceil(log2 N) (complete
- * when that is >= N - 1), on the positions of a permutation seeded by the
- * transcript; guards: the ranks at positions 0..k. C_N(1..k/2) with k even
- * is the Harary graph H_{k,N}: k-vertex-connected.
+ * GRAPH (secagg.h rm__secagg_graph). "all": every pair masks. "log": a
+ * circulant graph C_N(1..k/2), k = 2 ceil(log2 N) (complete when that is
+ * >= N - 1), on the positions of a permutation seeded by the transcript.
+ * C_N(1..k/2) with k even is the Harary graph H_{k,N}: k-vertex-connected.
+ * GUARDS: the ranks at the first g positions of the permutation, g =
+ * min(N, max(2, min(t, k + 1))) with t the job's threshold (k = N - 1 for
+ * "all"): Bonawitz et al.'s bound, fewer than t colluders; each guard costs
+ * every member one keystream of the vector at UNMASK, so g = N for every
+ * job would cost N of them.
  *
  * INVARIANTS.
  *   1. A (key, nonce) stream is never used twice: keys are fresh per
@@ -92,9 +96,11 @@
  * the call is complete and is not redone (the caller must not redo it: its
  * result stands). So no party ever learns both "sum with w" and "sum
  * without w" of the same inputs, whose difference is x_w: the classic
- * difference attack on dropout recovery. With k+1 guards ("log") a
- * coalition of at most k members always misses an honest guard's b_g
- * before OPEN.
+ * difference attack on dropout recovery. With g guards, a coalition of
+ * fewer than g members always misses an honest guard's b_g before OPEN, so
+ * it cannot unmask early either. Together: a coalition of fewer than
+ * min(t, k) members ("all": fewer than t) learns nothing beyond the sum of
+ * the others' inputs, under any pattern of dropouts.
  * THREAT MODEL. The coordinator is honest-but-curious: it relays the
  * payloads faithfully; it sees pk_u and b_g but no data-plane byte, so
  * learns nothing about inputs. An attacker who alters a key on its way to
@@ -212,9 +218,10 @@ static rm_status_t derive(rm__secagg_t *sa, const uint8_t *all, const uint8_t sk
   int *scratch = malloc((size_t)sa->world * sizeof *scratch);
   if (scratch == NULL) return RM_ERR_NOMEM;
   crypto_generichash(sa->perm_seed, 32, all, (size_t)sa->world * KEYS_LEN, NULL, 0);
-  rm__secagg_graph(sa->world, sa->rank, sa->p.neighbours_log, sa->perm_seed, sa->nbr,
-                   &sa->n_nbr, &sa->guard);
-  rm__secagg_guards(sa->world, sa->p.neighbours_log, sa->perm_seed, scratch, sa->guards);
+  rm__secagg_graph(sa->world, sa->rank, sa->p.neighbours_log, sa->p.threshold,
+                   sa->perm_seed, sa->nbr, &sa->n_nbr, &sa->guard);
+  rm__secagg_guards(sa->world, sa->p.neighbours_log, sa->p.threshold, sa->perm_seed,
+                    scratch, sa->guards);
   free(scratch);
   for (int j = 0; j < sa->n_nbr; j++) {
     int v = sa->nbr[j];
@@ -400,7 +407,6 @@ static rm_status_t do_open(rm__secagg_t *sa, uint64_t seq, char *err, size_t err
 static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq, void *sum_q)
 {
   size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
-  double inv = 1.0 / sa->p.scale;
   for (size_t i = 0; i < count; i += per) {
     size_t m = count - i < per ? count - i : per;
     char *lanes = (char *)sa->y + i * w;
@@ -409,11 +415,7 @@ static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq,
         rm__secagg_prg_add(sa->p.bits, sa->open_all + (size_t)g * OPEN_LEN, seq, RM__SA_SELF,
                            -1, lanes, i, m);
     if (sum_q) memcpy((char *)sum_q + i * w, lanes, m * w);
-    if (sa->p.bits == 32)
-      for (size_t j = 0; j < m; j++) recv[i + j] = (float)((int32_t)((uint32_t *)lanes)[j] * inv);
-    else
-      for (size_t j = 0; j < m; j++)
-        recv[i + j] = (float)((double)(int64_t)((uint64_t *)lanes)[j] * inv);
+    rm__secagg_dequantize(sa->p.bits, lanes, m, sa->p.scale, recv + i);
   }
 }
 

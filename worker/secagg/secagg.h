@@ -75,12 +75,15 @@ rm_status_t rm__secagg_check(const rm__secagg_params_t *p, int world,
                              char *why, size_t whylen);
 
 /* The neighbour graph: OUT nbr[0..*n) = ranks u masks with (ascending),
- * *guard = 1 when u adds a self-mask. "all": every other rank, every rank a
- * guard. "log": circulant graph of even degree k = min(world - 1,
- * 2 ceil(log2 world)) on positions of a permutation seeded by perm_seed
- * (32 bytes: every member derives it from the key transcript), guards the
- * ranks at positions 0..k. nbr holds world entries. */
-void rm__secagg_graph(int world, int rank, int neighbours_log,
+ * *guard = 1 when u adds a self-mask. "all": every other rank. "log":
+ * circulant graph of even degree k = min(world - 1, 2 ceil(log2 world)) on
+ * positions of a permutation seeded by perm_seed (32 bytes: every member
+ * derives it from the key transcript). Guards: the ranks at the first g
+ * positions of that permutation, g = min(world, max(2, min(threshold,
+ * k + 1))) (secagg_int.h rm__secagg_nguards): a coalition of fewer than g
+ * members never holds every guard's seed before OPEN. nbr holds world
+ * entries. */
+void rm__secagg_graph(int world, int rank, int neighbours_log, int threshold,
                       const uint8_t perm_seed[32], int *nbr, int *n,
                       int *guard);
 

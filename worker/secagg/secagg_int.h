@@ -67,6 +67,10 @@ void rm__secagg_quantize(int bits, const float *x, size_t n, double factor,
                          const uint8_t round_key[32], uint64_t seq,
                          size_t first, void *lanes);
 
+/* out[i] = (float)(lane i read as a two's complement integer / scale). */
+void rm__secagg_dequantize(int bits, const void *lanes, size_t n, double scale,
+                           float *out);
+
 /* The pairwise seed s_uv (both ends compute the same bytes):
  * BLAKE2b-256("ringmaster-secagg-v1" || job u64 LE || generation u64 LE ||
  * min(u,v) u32 LE || max(u,v) u32 LE || X25519(sk_self, pk_other) ||
@@ -80,9 +84,12 @@ rm_status_t rm__secagg_seed(uint64_t job, uint64_t generation, int self,
 /* The "log" graph's degree for world members: min(world - 1,
  * 2 ceil(log2 world)); "all": world - 1. */
 int rm__secagg_degree(int world, int neighbours_log);
+/* How many ranks add a self-mask: min(world, max(2, min(threshold,
+ * degree + 1))). */
+int rm__secagg_nguards(int world, int neighbours_log, int threshold);
 /* OUT guard[0..world): 1 for the ranks that add a self-mask (see
  * rm__secagg_graph in secagg.h); scratch holds world ints. */
-void rm__secagg_guards(int world, int neighbours_log,
+void rm__secagg_guards(int world, int neighbours_log, int threshold,
                        const uint8_t perm_seed[32], int *scratch,
                        uint8_t *guard);
 /* OUT perm[0..world): the rank at each position of the "log" graph's

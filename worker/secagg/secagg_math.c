@@ -171,20 +171,27 @@ static int cmp_int(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-void rm__secagg_graph(int world, int rank, int neighbours_log, const uint8_t perm_seed[32],
-                      int *nbr, int *n, int *guard)
+int rm__secagg_nguards(int world, int neighbours_log, int threshold)
+{
+  int k = rm__secagg_degree(world, neighbours_log), g = threshold < k + 1 ? threshold : k + 1;
+  g = g < 2 ? 2 : g;
+  return g < world ? g : world;
+}
+
+void rm__secagg_graph(int world, int rank, int neighbours_log, int threshold,
+                      const uint8_t perm_seed[32], int *nbr, int *n, int *guard)
 {
   int k = rm__secagg_degree(world, neighbours_log), m = 0, p = 0;
-  if (k >= world - 1) { /* complete graph: every rank a neighbour and a guard */
+  int near[64]; /* k <= 2 ceil(log2 world) <= 62 when not complete */
+  rm__secagg_perm(world, perm_seed, nbr); /* nbr as scratch: world entries */
+  while (nbr[p] != rank) p++;
+  *guard = p < rm__secagg_nguards(world, neighbours_log, threshold);
+  if (k >= world - 1) { /* complete graph: every other rank a neighbour */
     for (int r = 0; r < world; r++)
       if (r != rank) nbr[m++] = r;
     *n = m;
-    *guard = 1;
     return;
   }
-  int near[64]; /* k <= 2 ceil(log2 world) <= 62 */
-  rm__secagg_perm(world, perm_seed, nbr); /* nbr as scratch: world entries */
-  while (nbr[p] != rank) p++;
   for (int d = 1; d <= k / 2; d++) {
     near[m++] = nbr[(p + d) % world];
     near[m++] = nbr[(p - d + world) % world];
@@ -192,20 +199,15 @@ void rm__secagg_graph(int world, int rank, int neighbours_log, const uint8_t per
   qsort(near, (size_t)m, sizeof near[0], cmp_int);
   memcpy(nbr, near, (size_t)m * sizeof near[0]);
   *n = m;
-  *guard = p <= k;
 }
 
-void rm__secagg_guards(int world, int neighbours_log, const uint8_t perm_seed[32],
-                       int *scratch, uint8_t *guard)
+void rm__secagg_guards(int world, int neighbours_log, int threshold,
+                       const uint8_t perm_seed[32], int *scratch, uint8_t *guard)
 {
-  int k = rm__secagg_degree(world, neighbours_log);
-  if (k >= world - 1) {
-    memset(guard, 1, (size_t)world);
-    return;
-  }
+  int g = rm__secagg_nguards(world, neighbours_log, threshold);
   rm__secagg_perm(world, perm_seed, scratch);
   memset(guard, 0, (size_t)world);
-  for (int p = 0; p <= k; p++) guard[scratch[p]] = 1;
+  for (int p = 0; p < g; p++) guard[scratch[p]] = 1;
 }
 
 /* ---- KDF ---- */
@@ -384,4 +386,45 @@ void rm__secagg_quantize(int bits, const float *x, size_t n, double factor, doub
   sodium_memzero(ks, sizeof ks);
   sodium_memzero(coin, sizeof coin);
   sodium_memzero(coin16, sizeof coin16);
+}
+
+/* The unmasked sum back to floats: the int32 -> double -> float loop
+ * vectorizes like quant32 (picked the same way). */
+#define DEQUANT32_BODY                                                        \
+  for (size_t j = 0; j < n; j++) out[j] = (float)((double)(int32_t)l[j] * inv);
+
+typedef void (*dequant32_fn)(const uint32_t *restrict l, size_t n, double inv,
+                             float *restrict out);
+
+static void dequant32_base(const uint32_t *restrict l, size_t n, double inv,
+                           float *restrict out)
+{
+  DEQUANT32_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void
+dequant32_avx2(const uint32_t *restrict l, size_t n, double inv, float *restrict out)
+{
+  DEQUANT32_BODY
+}
+#endif
+
+void rm__secagg_dequantize(int bits, const void *lanes, size_t n, double scale, float *out)
+{
+  static dequant32_fn d32; /* a benign race: every thread stores the same */
+  double inv = 1.0 / scale;
+  if (!d32) {
+    d32 = dequant32_base;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) d32 = dequant32_avx2;
+#endif
+  }
+  if (bits == 32) {
+    d32(lanes, n, inv, out);
+    return;
+  }
+  for (size_t j = 0; j < n; j++)
+    out[j] = (float)((double)(int64_t)((const uint64_t *)lanes)[j] * inv);
 }

@@ -451,6 +451,7 @@ rm_status_t rm_session_reform(rm_session_t *s)
   rm_comm_t *old = s->comm;
   s->comm = NULL;
   pthread_mutex_unlock(&s->mu);
+  rm__session_secure_drop(s);
   rm_comm_destroy(old);
   return form(s);
 }
@@ -465,6 +466,7 @@ void rm_session_close(rm_session_t *s)
   rm_comm_t *comm = s->comm;
   s->comm = NULL;
   pthread_mutex_unlock(&s->mu);
+  rm__session_secure_drop(s);
   rm_comm_destroy(comm);
   if (s->join) protobuf_c_message_free_unpacked(&s->join->base, NULL);
   rm__ctl_close(s->ctl);
@@ -514,6 +516,7 @@ const char *rm_session_spec_string(const rm_session_t *s, const char *name)
 #define F(n) {#n, offsetof(Ringmaster__V1__JobSpec, n)}
       F(name), F(workload), F(workload_options), F(algorithm), F(dtype),
       F(on_failure), F(straggler_policy), F(launcher), F(workdir), F(aggregation),
+      F(secagg_neighbours),
 #undef F
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
@@ -531,6 +534,8 @@ double rm_session_spec_double(const rm_session_t *s, const char *name)
   if (!p || !name) return 0;
   if (!strcmp(name, "clip_norm")) return p->clip_norm;
   if (!strcmp(name, "aggregation_tau")) return p->aggregation_tau;
+  if (!strcmp(name, "secagg_clip")) return p->secagg_clip;
+  if (!strcmp(name, "secagg_scale")) return p->secagg_scale;
   return 0;
 }
 
@@ -557,5 +562,7 @@ uint64_t rm_session_spec_uint(const rm_session_t *s, const char *name)
   if (!strcmp(name, "aggregation_iterations")) return p->aggregation_iterations;
   if (!strcmp(name, "deterministic")) return p->deterministic;
   if (!strcmp(name, "max_staleness")) return p->max_staleness;
+  if (!strcmp(name, "secagg_bits")) return p->secagg_bits;
+  if (!strcmp(name, "secagg_threshold")) return p->secagg_threshold;
   return 0;
 }

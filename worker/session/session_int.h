@@ -42,7 +42,7 @@ typedef struct rm__report {
   uint32_t n_excluded, excluded[RM__REPORT_EXCLUDED_MAX];
 } rm__report_t;
 
-enum { RM__G_OK = 0, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
+enum { RM__G_OK = 0, RM__G_INVALID_ARGUMENT = 3, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
        RM__G_FAILED_PRECONDITION = 9, RM__G_UNAVAILABLE = 14,
        RM__G_UNAUTHENTICATED = 16 };
 
@@ -88,6 +88,11 @@ struct rm_session {
   uint64_t rbuf_stale;          /* dropped: of a generation the coordinator left */
 
   char last_error[640];         /* invariant 4 */
+
+  /* secure aggregation (session_secure.c): this generation's keys, made on
+   * the first secure call of a generation, dropped with its communicator */
+  struct rm__secagg *secagg;
+  uint64_t secagg_gen;
 };
 
 /* session_live.c */
@@ -126,6 +131,23 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
 void rm__session_report_failure(rm_session_t *s, rm_status_t st);
 /* JobState of the last answer (RINGMASTER__V1__JOB_STATE__*). */
 int rm__session_job_state(rm_session_t *s);
+/* session_step.c: a named barrier that relays one payload per member
+ * (coordinator/core/barrier.c PAYLOADS). mine[len], 1 <= len <=
+ * RM__SESSION_EXCHANGE_MAX, the same len on every member; released: all
+ * gets world * len bytes, rank r's at r * len (RM_ERR_PROTOCOL when the
+ * answer does not hold exactly world payloads of len bytes). Otherwise
+ * rm_session_barrier's statuses (RM_ERR_TIMEOUT broken, the moved-on
+ * status, RM_ERR_UNAVAILABLE), RM_ERR_INVALID_ARG for a payload the
+ * coordinator refused (another length, a replay with other bytes); err
+ * (may be NULL) and last_error get the words. all is written only on
+ * RM_OK. deadline_ms 0 = the job's barrier timeout. */
+#define RM__SESSION_EXCHANGE_MAX 1024
+rm_status_t rm__session_exchange(rm_session_t *s, const char *name, const void *mine,
+                                 size_t len, void *all, int deadline_ms, char *err,
+                                 size_t errlen);
+/* session_secure.c: forget this generation's secure-aggregation keys
+ * (wiped); called where the communicator is destroyed. */
+void rm__session_secure_drop(rm_session_t *s);
 /* The agent prints its recovery line with its own name. */
 void rm__session_set_log_prefix(rm_session_t *s, const char *prefix);
 

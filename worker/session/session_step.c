@@ -351,7 +351,32 @@ static void missing_words(rm_session_t *s, const Ringmaster__V1__BarrierResponse
   snprintf(s->last_error, sizeof s->last_error, "%s", buf);
 }
 
-rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_ms)
+/* The payload of a released exchange: exactly world entries of len bytes
+ * (barrier.c P2), copied into all[world * len]. */
+static rm_status_t take_payloads(rm_session_t *s, const Ringmaster__V1__BarrierResponse *r,
+                                 const char *name, size_t len, uint8_t *all)
+{
+  if (r->n_payloads != (size_t)s->world) {
+    snprintf(s->last_error, sizeof s->last_error, "RM_ERR_PROTOCOL: barrier '%s' "
+             "released with %zu payloads for a world of %d", name, r->n_payloads, s->world);
+    return RM_ERR_PROTOCOL;
+  }
+  for (size_t i = 0; i < r->n_payloads; i++)
+    if (r->payloads[i].len != len) {
+      snprintf(s->last_error, sizeof s->last_error, "RM_ERR_PROTOCOL: barrier '%s': "
+               "rank %zu's payload has %zu bytes, %zu expected", name, i,
+               r->payloads[i].len, len);
+      return RM_ERR_PROTOCOL;
+    }
+  for (size_t i = 0; i < r->n_payloads; i++) memcpy(all + i * len, r->payloads[i].data, len);
+  return RM_OK;
+}
+
+/* One Barrier call; with len > 0 it carries mine[len] and, released,
+ * fills all[world * len] (OUT only on RM_OK). The statuses and words of
+ * rm_session_barrier, the exchange's rm__session_exchange. */
+static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_ms,
+                                const void *mine, size_t len, void *all)
 {
   Ringmaster__V1__BarrierRequest q = RINGMASTER__V1__BARRIER_REQUEST__INIT;
   Ringmaster__V1__BarrierResponse *r = NULL;
@@ -363,6 +388,8 @@ rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_m
   q.name = (char *)name;
   q.timeout_ms = (uint32_t)(deadline_ms > 0 ? deadline_ms : 0);
   q.step = s->steps_done;
+  q.payload.data = (uint8_t *)mine;
+  q.payload.len = len;
   /* the coordinator answers at the barrier's deadline at the latest; give
    * the call that plus a margin (the job's own timeout when 0; one the spec
    * leaves to the coordinator's default is at most 24 h) */
@@ -378,6 +405,11 @@ rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_m
       rm__session_mark_stale(s, -1, msg);
       return rm__session_moved_on(s);
     }
+    if (rc == RM__G_INVALID_ARGUMENT) { /* barrier.c P1/P3: our payload refused */
+      snprintf(s->last_error, sizeof s->last_error, "RM_ERR_INVALID_ARG: barrier '%s': %s",
+               name, msg);
+      return RM_ERR_INVALID_ARG;
+    }
     snprintf(s->last_error, sizeof s->last_error, "RM_ERR_UNAVAILABLE: barrier "
              "'%s': %s (gRPC status %d)", name, msg, rc);
     return RM_ERR_UNAVAILABLE;
@@ -387,7 +419,32 @@ rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_m
     missing_words(s, r, name);
     st = RM_ERR_TIMEOUT;
   }
-  protobuf_c_message_free_unpacked(&r->base, NULL);
   if (st == RM_OK) st = rm__session_moved_on(s);
+  if (st == RM_OK && len) st = take_payloads(s, r, name, len, all);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return st;
+}
+
+rm_status_t rm_session_barrier(rm_session_t *s, const char *name, int deadline_ms)
+{
+  return barrier_call(s, name, deadline_ms, NULL, 0, NULL);
+}
+
+rm_status_t rm__session_exchange(rm_session_t *s, const char *name, const void *mine,
+                                 size_t len, void *all, int deadline_ms, char *err,
+                                 size_t errlen)
+{
+  rm_status_t st;
+  if (!s || !mine || !all || len == 0 || len > RM__SESSION_EXCHANGE_MAX) {
+    st = RM_ERR_INVALID_ARG;
+    if (s)
+      snprintf(s->last_error, sizeof s->last_error, "RM_ERR_INVALID_ARG: exchange '%s': "
+               "a payload of 1..%d bytes is needed, got %zu", name ? name : "",
+               RM__SESSION_EXCHANGE_MAX, len);
+  } else {
+    st = barrier_call(s, name, deadline_ms, mine, len, all);
+  }
+  if (st != RM_OK && err && errlen)
+    snprintf(err, errlen, "%s", s && s->last_error[0] ? s->last_error : rm_status_name(st));
   return st;
 }

@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "session/session_secure.h"
 #include "train_int.h"
 
 static const char *const ATTACKS[RM__ATK_COUNT] = {
@@ -68,7 +69,7 @@ int rm__attack_parse(const char *s)
 
 int rm__robust_active(const rm__robust_t *r)
 {
-  return r && (r->cfg.method != RM_AGG_MEAN || r->cfg.clip_norm > 0 ||
+  return r && (r->cfg.method != RM_AGG_MEAN || r->cfg.clip_norm > 0 || r->secure ||
                (r->attack != RM__ATK_NONE && r->attackers > 0));
 }
 
@@ -216,7 +217,15 @@ rm_status_t rm__robust_reduce(rm__trainer_t *t, rm_comm_t *comm,
   if (st != RM_OK) return st; /* I2: nothing applied */
   if (bad) attack(r, t, v, np, s + 3, s + 3 + np, world - r->attackers);
 
-  if (r->cfg.method == RM_AGG_MEAN && !(r->cfg.clip_norm > 0)) {
+  if (r->secure) {
+    /* the mean of the members' clipped mean gradients, of which nobody
+     * sees one (session_secure.c); the clip is secure_aggregation.clip */
+    rm_secure_info_t info = {.struct_size = sizeof info};
+    st = rm__session_secure_sum(r->secure, v, r->agg, np, NULL, NULL, &info);
+    if (st == RM_OK)
+      for (size_t i = 0; i < np; i++) r->agg[i] /= (float)info.members;
+    memset(r->excluded, 0, (size_t)world);
+  } else if (r->cfg.method == RM_AGG_MEAN && !(r->cfg.clip_norm > 0)) {
     st = rm_allreduce(comm, v, r->agg, np, RM_F32, RM_AVG);
     memset(r->excluded, 0, (size_t)world);
   } else {

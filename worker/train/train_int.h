@@ -205,6 +205,9 @@ typedef struct rm__robust {
   int attackers;        /* the last `attackers` ranks of the world attack */
   double attack_scale;  /* < 0: the attack's default (see robust_step.c) */
   int rank, world;      /* of the current generation */
+  /* Secure aggregation (issue 13): the session whose secure sum replaces
+   * the method (the spec refuses robust methods with it); NULL = off. */
+  rm_session_t *secure;
   /* scratch, owned, grown on demand */
   float *vec, *agg;     /* nparams each: my contribution, the aggregate */
   double *stats;        /* 2 * nparams + 3 */
@@ -215,7 +218,7 @@ typedef struct rm__robust {
 } rm__robust_t;
 
 /* Anything but the plain all-reduce: a method other than mean, clipping,
- * or an attack. */
+ * an attack, or secure aggregation. */
 int rm__robust_active(const rm__robust_t *r);
 /* Is this rank one of the attackers? */
 int rm__robust_attacker(const rm__robust_t *r);

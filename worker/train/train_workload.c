@@ -49,7 +49,11 @@
  * plain mean (a robust method, clip_norm > 0) or an attack, the per-worker
  * mean gradients go through rm_aggregate instead (robust_step.c); that
  * composes with straggler_policy none only (a gated policy is refused:
- * RM_ERR_INVALID_ARG with words in env->error).
+ * RM_ERR_INVALID_ARG with words in env->error). With secure_aggregation
+ * (issue 13) the per-worker mean gradients are summed by the session's
+ * secure sum instead (ringmaster/secure.h: clipped, masked, only the sum
+ * revealed) and divided by the members; the step's [loss, correct, rows]
+ * stay on a plain all-reduce (three numbers of metrics, not gradients).
  *
  * Recovery (issue 6): every checkpoint_every steps (job spec) each rank
  * writes its state atomically (checkpoint/checkpoint.h) and reports the step;
@@ -309,6 +313,13 @@ static rm_status_t robust_setup(train_state_t *s, rm_workload_env_t *env,
   r->rank = env->rank;
   r->world = env->world;
   s->t.flip_labels = r->attack == RM__ATK_LABELFLIP && rm__robust_attacker(r);
+  r->secure = env->secure && env->comm ? env->session : NULL;
+  if (r->secure && (rm__sp_gated(&pol->sp) || r->cfg.method != RM_AGG_MEAN)) {
+    snprintf(env->error, sizeof env->error, "secure aggregation needs "
+             "straggler_policy none and aggregation mean (this job: %s, %s)",
+             env->straggler_policy ? env->straggler_policy : "none", m);
+    return RM_ERR_INVALID_ARG;
+  }
   if (!env->comm || !rm__robust_active(r)) return RM_OK;
   if (r->attack != RM__ATK_NONE && r->attackers >= env->world) {
     snprintf(env->error, sizeof env->error, "attackers=%d needs a world of "
@@ -355,6 +366,14 @@ static rm_status_t train_run(void *state, rm_workload_env_t *env)
     rm_step_report_t rep;
     if (plain || !env->comm) st = rm__trainer_step(&s->t, env->comm, &rep);
     else st = rm__policy_step(&s->t, env->comm, pol, &rep);
+    if (st != RM_OK && s->robust.secure &&
+        (st == RM_ERR_PROTOCOL || st == RM_ERR_INVALID_ARG)) {
+      /* a key that does not verify, a membership below the threshold: no
+       * re-forming clears it (workload.h) */
+      snprintf(env->error, sizeof env->error, "%s",
+               rm_session_last_error(s->robust.secure));
+      return st == RM_ERR_PROTOCOL ? RM_ERR_INTERNAL : st;
+    }
     if (st != RM_OK) return st;
     if ((st = save_checkpoint(s, env)) != RM_OK) return st;
     rep.checkpoint_step = s->last_ckpt;

@@ -430,6 +430,13 @@ class _DistributedOptimizer:
                             aggregation.get("m", 0), aggregation.get("clip_norm", 0.0),
                             aggregation.get("tau", 0.0), aggregation.get("iterations", 0))
         self._rm_agg = aggregation
+        # secure aggregation (issue 13): the job's spec decides; the whole
+        # flattened gradient is one secure sum (its clip sees all of it)
+        self._rm_secure = _rm.secure()
+        if self._rm_secure and (aggregation is not None or straggler_policy or op != "avg"):
+            raise ValueError("DistributedOptimizer: the job's secure_aggregation needs "
+                             "op 'avg', no aggregation method and no straggler policy")
+        self.secure_info = None
         self.excluded_ranks = []
         self._rm_synced = False
         self._rm_plan = None
@@ -442,7 +449,14 @@ class _DistributedOptimizer:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in ps]
-        if self._rm_agg is not None:
+        if self._rm_secure:
+            if any(g.dtype != torch.float32 for g in grads):
+                raise TypeError("DistributedOptimizer: secure aggregation sums float32 "
+                                "gradients")
+            flat = torch.cat([g.reshape(-1) for g in grads]).contiguous()
+            self.secure_info = _rm.secure_allreduce(flat, "avg")
+            _unflatten(flat, grads)
+        elif self._rm_agg is not None:
             self._rm_aggregate(grads)
         elif self._rm_straggler:
             allreduce_tensors(grads, "avg", straggler_step=True)
@@ -546,7 +560,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, op="avg",
     takes the job spec's "aggregation" in a session (plain average when it
     is mean without clipping), False forces the plain average. Not with a
     straggler policy. After step(), ``.excluded_ranks`` lists the ranks the
-    last aggregation excluded or down-weighted."""
+    last aggregation excluded or down-weighted.
+
+    In a job with "secure_aggregation" the whole flattened float32 gradient
+    is averaged by ringmaster.secure_allreduce instead (clipped, masked; no
+    worker sees another's gradient); ``.secure_info`` holds the last call's
+    figures. It needs op "avg", no aggregation and no straggler policy."""
     base = optimizer.__class__
     cls = type(base.__name__, (base,), {k: v for k, v in _DistributedOptimizer.__dict__.items()
                                         if not k.startswith("__")})
