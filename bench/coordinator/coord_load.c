@@ -2,131 +2,382 @@
  * coord_load.c - load generator for the coordinator (benchmark, not a test).
  *
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
+ *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
- * job of world N (launcher none), then simulates N workers from this one
- * process with the gRPC C core async API (8 channels, one completion queue):
- *   1. N concurrent Join long-polls; join time = first Join sent -> last
- *      "formed" answer received (includes sending N peer lists of N entries).
- *   2. R barrier rounds: all N call Barrier("round-k") at once; a call's
- *      latency = its send -> its answer; p50/p99 over all N*R calls, and the
- *      round time (first send -> last answer).
- * Coordinator CPU (utime+stime from /proc/PID/stat) and peak RSS (VmHWM) are
- * read before it is stopped (SIGTERM, by PID).
+ * job of world N (launcher none), and simulates its N workers from P client
+ * processes (default ceil(N / 2048)), each with C channels (TCP connections;
+ * default 8 for one process, else 4) and its share of the workers
+ * (load_client.c; the pipe protocol is in load_int.h).  Phases, each started
+ * in every client at once by the parent:
+ *   1. Join wave: join time = first Join sent -> last "formed" answer.
+ *   2. R barrier rounds: a call's latency = its send -> its answer; p50 / p99
+ *      / max over all N*R calls; round = first send -> last answer.
+ *   3. Heartbeats: every worker at 1 Hz for S s (spread over each second);
+ *      the coordinator's CPU during the phase as % of one core.
+ * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
+ * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
+ * and the peak (VmHWM); per worker = (peak - base) / N.
+ *
+ * Every answer is checked (load_client.c); failures are counted and printed
+ * and make the exit status 1.  Cleanup: the coordinator and every client are
+ * killed by PID on every exit path (and get SIGKILL if this process dies:
+ * PR_SET_PDEATHSIG), the temp dir is removed file by file.
  */
-#include <grpc/byte_buffer_reader.h>
-#include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
-#include <grpc/support/time.h>
+#define _GNU_SOURCE /* F_SETPIPE_SZ */
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ringmaster/v1/messages.pb-c.h"
+#include "load_int.h"
 #include "rm_clock.h"
 
-#define NCH 8
+#define MAX_SIZES 8
+#define WORKERS_PER_PROC 2048
+#define MAX_PROCS 256
 
 typedef struct {
-  grpc_call *call;
-  grpc_byte_buffer *send, *recv;
-  grpc_metadata_array md1, md2;
-  grpc_status_code st;
-  grpc_slice details;
-  int64_t t0, t1;
-} op_t;
+  const char *bin;
+  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s;
+} opts_t;
 
-static grpc_byte_buffer *pack(const ProtobufCMessage *m)
+typedef struct {
+  pid_t pid;
+  int cmd_fd, res_fd, lo, hi;
+} proc_t;
+
+/* Everything to undo, reachable from the signal handler. */
+static struct {
+  volatile pid_t coord;
+  volatile int nprocs;
+  proc_t procs[MAX_PROCS];
+  char dir[64];
+  int max_fd;
+} g;
+
+/* What `serve --db DIR/db` creates, for the signal path; the normal path
+ * lists the directory. */
+static const char *const dir_files[] = {"db",         "db-wal", "db-shm",
+                                        "db-journal", "db.key", "serve.log"};
+
+static void note_fd(int fd)
 {
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
-  protobuf_c_message_pack(m, buf);
-  grpc_slice s = grpc_slice_new(buf, len, free);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
+  if (fd > g.max_fd) g.max_fd = fd;
 }
 
-static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+/* Async-signal-safe: kill by PID, unlink the known files, rmdir. */
+static void cleanup_now(void)
 {
-  grpc_byte_buffer_reader rd;
-  if (!bb || !grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
-  grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
-  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s),
-                                                  GRPC_SLICE_START_PTR(s));
-  grpc_slice_unref(s);
-  grpc_byte_buffer_reader_destroy(&rd);
-  return m;
-}
-
-#define BENCH_TOKEN "coord-load-token"
-
-static void start(grpc_channel *ch, grpc_completion_queue *cq, const char *method,
-                  const ProtobufCMessage *req, op_t *o, void *tag)
-{
-  grpc_op ops[6];
-  memset(ops, 0, sizeof ops);
-  memset(o, 0, sizeof *o);
-  o->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
-                                     grpc_slice_from_static_string(method), NULL,
-                                     gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                                  gpr_time_from_seconds(600, GPR_TIMESPAN)),
-                                     NULL);
-  o->send = pack(req);
-  grpc_metadata_array_init(&o->md1);
-  grpc_metadata_array_init(&o->md2);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  if (!strcmp(method, "/ringmaster.v1.Jobs/SubmitJob")) { /* a mutation: the API token */
-    static grpc_metadata auth;
-    auth.key = grpc_slice_from_static_string("authorization");
-    auth.value = grpc_slice_from_static_string("Bearer " BENCH_TOKEN);
-    ops[0].data.send_initial_metadata.count = 1;
-    ops[0].data.send_initial_metadata.metadata = &auth;
+  char path[96];
+  for (int i = 0; i < g.nprocs; i++)
+    if (g.procs[i].pid > 0) kill(g.procs[i].pid, SIGKILL);
+  if (g.coord > 0) kill(g.coord, SIGKILL);
+  if (g.dir[0]) {
+    for (size_t i = 0; i < sizeof dir_files / sizeof *dir_files; i++) {
+      size_t n = strlen(g.dir);
+      memcpy(path, g.dir, n);
+      path[n] = '/';
+      memcpy(path + n + 1, dir_files[i], strlen(dir_files[i]) + 1);
+      unlink(path);
+    }
+    rmdir(g.dir);
   }
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = o->send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &o->md1;
-  ops[4].op = GRPC_OP_RECV_MESSAGE;
-  ops[4].data.recv_message.recv_message = &o->recv;
-  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[5].data.recv_status_on_client.trailing_metadata = &o->md2;
-  ops[5].data.recv_status_on_client.status = &o->st;
-  ops[5].data.recv_status_on_client.status_details = &o->details;
-  o->t0 = rm__now_ns();
-  if (grpc_call_start_batch(o->call, ops, 6, tag, NULL) != GRPC_CALL_OK) abort();
 }
 
-static void finish(op_t *o)
+/* Not async-signal-safe: every file in the temp dir, then the dir. */
+static void remove_dir(void)
 {
-  grpc_call_unref(o->call);
-  grpc_byte_buffer_destroy(o->send);
-  if (o->recv) grpc_byte_buffer_destroy(o->recv);
-  grpc_metadata_array_destroy(&o->md1);
-  grpc_metadata_array_destroy(&o->md2);
-  grpc_slice_unref(o->details);
+  char path[400];
+  DIR *d = g.dir[0] ? opendir(g.dir) : NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(path, sizeof path, "%s/%s", g.dir, e->d_name);
+      unlink(path);
+    }
+  if (d) closedir(d);
+  cleanup_now();
+  if (g.dir[0] && !access(g.dir, F_OK)) fprintf(stderr, "rm-coord-load: cannot remove %s\n", g.dir);
 }
 
-/* Wait for n completions; returns the first failing status or 0. */
-static int wait_all(grpc_completion_queue *cq, op_t *ops, int n)
+static void on_signal(int sig)
 {
-  int bad = 0;
-  for (int k = 0; k < n; k++) {
-    grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    op_t *o = &ops[(intptr_t)ev.tag];
-    o->t1 = rm__now_ns();
-    if (o->st != GRPC_STATUS_OK && !bad) {
-      bad = o->st;
-      fprintf(stderr, "call failed: %d %.*s\n", o->st, (int)GRPC_SLICE_LENGTH(o->details),
-              (const char *)GRPC_SLICE_START_PTR(o->details));
+  cleanup_now();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+/* waitpid with a deadline; SIGKILL (and reap) when it passes. */
+static void reap(pid_t pid, int grace_ms)
+{
+  int64_t dl = rm__now_ns() + (int64_t)grace_ms * 1000000;
+  while (waitpid(pid, NULL, WNOHANG) == 0) {
+    if (rm__now_ns() > dl) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      return;
+    }
+    usleep(10000);
+  }
+}
+
+/* ---- the coordinator ---- */
+
+typedef struct {
+  double cpu_s;
+  long rss_kb, hwm_kb;
+} usage_t;
+
+static usage_t coord_usage(pid_t pid)
+{
+  char path[64], buf[4096];
+  usage_t u = {0, 0, 0};
+  unsigned long ut = 0, st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f && fgets(buf, sizeof buf, f)) {
+    char *p = strrchr(buf, ')');
+    if (p) sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+  }
+  if (f) fclose(f);
+  u.cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  f = fopen(path, "r");
+  while (f && fgets(buf, sizeof buf, f)) {
+    if (!strncmp(buf, "VmHWM:", 6)) u.hwm_kb = atol(buf + 6);
+    if (!strncmp(buf, "VmRSS:", 6)) u.rss_kb = atol(buf + 6);
+  }
+  if (f) fclose(f);
+  return u;
+}
+
+/* Starts `ringmaster serve`; fills addr from its "listening" line. The
+ * stdout pipe stays open (OUT: *out_fd) so the coordinator never gets EPIPE. */
+static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
+{
+  char db[96], log[96], line[256];
+  int fds[2];
+  snprintf(db, sizeof db, "%s/db", g.dir);
+  snprintf(log, sizeof log, "%s/serve.log", g.dir);
+  if (pipe(fds)) return -1;
+  note_fd(fds[0]);
+  note_fd(fds[1]);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fds[1], 1);
+    if (lf >= 0) dup2(lf, 2);
+    for (int fd = 3; fd <= g.max_fd + 1; fd++) close(fd);
+    execl(bin, bin, "serve", "--db", db, "--grpc", "127.0.0.1:0", "--api-token",
+          LOAD_API_TOKEN, (char *)NULL);
+    _exit(127);
+  }
+  g.coord = pid;
+  close(fds[1]);
+  fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
+  *out_fd = fds[0];
+  /* Read line by line (byte at a time: the rest stays in the pipe). */
+  int64_t dl = rm__now_ns() + 30 * 1000000000LL;
+  size_t n = 0;
+  while (n + 1 < sizeof line && !load_read_full(fds[0], line + n, 1, dl)) {
+    if (line[n] != '\n') {
+      n++;
+      continue;
+    }
+    line[n] = 0;
+    char fmt[48];
+    snprintf(fmt, sizeof fmt, "ringmaster: grpc listening on %%%zus", addrlen - 1);
+    if (sscanf(line, fmt, addr) == 1) return 0;
+    n = 0;
+  }
+  fprintf(stderr, "rm-coord-load: coordinator did not report its address (see %s)\n", log);
+  return -1;
+}
+
+/* The submit helper process: job id and token of a job of world n. */
+static int submit(const char *addr, int n, int timeout_s, uint64_t *job, char *tok,
+                  size_t toklen)
+{
+  int fds[2];
+  char buf[160];
+  if (pipe(fds)) return -1;
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(fds[0]);
+    _exit(load_submit_main(addr, n, timeout_s, fds[1]));
+  }
+  close(fds[1]);
+  int64_t dl = rm__now_ns() + (int64_t)(timeout_s + 10) * 1000000000LL;
+  size_t len = 0;
+  while (len + 1 < sizeof buf && !load_read_full(fds[0], buf + len, 1, dl) &&
+         buf[len] != '\n')
+    len++;
+  buf[len] = 0;
+  close(fds[0]);
+  reap(pid, 5000);
+  unsigned long long id;
+  char fmt[32];
+  snprintf(fmt, sizeof fmt, "%%llu %%%zus", toklen - 1);
+  if (sscanf(buf, fmt, &id, tok) != 2) {
+    fprintf(stderr, "rm-coord-load: SubmitJob failed\n");
+    return -1;
+  }
+  *job = id;
+  return 0;
+}
+
+/* ---- client processes ---- */
+
+static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int procs)
+{
+  for (int k = 0; k < procs; k++) {
+    int cmd[2], res[2];
+    if (pipe(cmd) || pipe(res)) return -1;
+    note_fd(cmd[0]);
+    note_fd(cmd[1]);
+    note_fd(res[0]);
+    note_fd(res[1]);
+    proc_t *p = &g.procs[k];
+    p->lo = (int)((int64_t)n * k / procs);
+    p->hi = (int)((int64_t)n * (k + 1) / procs);
+    p->cmd_fd = cmd[1];
+    p->res_fd = res[0];
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      for (int fd = 3; fd <= g.max_fd; fd++)
+        if (fd != cmd[0] && fd != res[1]) close(fd);
+      load_client_cfg_t cfg = *base;
+      cfg.lo = p->lo;
+      cfg.hi = p->hi;
+      cfg.channels = o->channels ? o->channels : procs == 1 ? 8 : 4;
+      if (cfg.channels > cfg.hi - cfg.lo) cfg.channels = cfg.hi - cfg.lo > 0 ? cfg.hi - cfg.lo : 1;
+      cfg.cmd_fd = cmd[0];
+      cfg.res_fd = res[1];
+      _exit(load_client_main(&cfg));
+    }
+    p->pid = pid;
+    g.nprocs = k + 1;
+    close(cmd[0]);
+    close(res[1]);
+  }
+  return 0;
+}
+
+typedef struct {
+  int64_t t_first, t_last;
+  int n_ok, n_err, n_bad, n_fast, n_rejoin;
+  int64_t *lat;     /* all clients' latencies */
+  size_t n_lat;
+  uint32_t *ranks;  /* JOIN */
+  size_t n_ranks;
+  int mixed;        /* JOIN: generation / peer digest differ between clients */
+  int64_t client_hwm_kb;
+  char msg[LOAD_MSG_MAX + 64];
+} phase_t;
+
+static void client_gone(int k, const char *why, int kind)
+{
+  proc_t *p = &g.procs[k];
+  int st = 0;
+  pid_t w = p->pid > 0 ? waitpid(p->pid, &st, WNOHANG) : 0;
+  fprintf(stderr, "rm-coord-load: client %d (pid %d, workers %d..%d) %s in phase %d\n", k,
+          (int)p->pid, p->lo, p->hi - 1,
+          w == p->pid && WIFSIGNALED(st) ? "was killed by a signal"
+          : w == p->pid                  ? "exited"
+                                         : why,
+          kind);
+  if (w == p->pid) p->pid = 0;
+}
+
+/* Client k's result, readable now: appended to ph (cap = the most
+ * latencies one client may send). */
+static int read_result(int k, int kind, size_t cap, int64_t dl, phase_t *ph, load_res_t *r)
+{
+  proc_t *p = &g.procs[k];
+  if (load_read_full(p->res_fd, r, sizeof *r, dl) || r->kind != kind || r->n_lat < 0 ||
+      (size_t)r->n_lat > cap || r->n_ranks < 0 || r->n_ranks > p->hi - p->lo ||
+      load_read_full(p->res_fd, ph->lat + ph->n_lat, (size_t)r->n_lat * sizeof *ph->lat, dl) ||
+      load_read_full(p->res_fd, ph->ranks + ph->n_ranks,
+                     (size_t)r->n_ranks * sizeof *ph->ranks, dl)) {
+    client_gone(k, errno == ETIMEDOUT ? "stopped answering (timeout)" : "broke the protocol",
+                kind);
+    return -1;
+  }
+  ph->n_lat += (size_t)r->n_lat;
+  ph->n_ranks += (size_t)r->n_ranks;
+  ph->n_ok += r->n_ok;
+  ph->n_err += r->n_err;
+  ph->n_bad += r->n_bad;
+  ph->n_fast += r->n_fast;
+  ph->n_rejoin += r->n_rejoin;
+  ph->client_hwm_kb += r->hwm_kb;
+  if (r->t_first && r->t_first < ph->t_first) ph->t_first = r->t_first;
+  if (r->t_last > ph->t_last) ph->t_last = r->t_last;
+  if (r->msg[0] && !ph->msg[0])
+    snprintf(ph->msg, sizeof ph->msg, "client %d: %.*s", k, LOAD_MSG_MAX, r->msg);
+  return 0;
+}
+
+/* Broadcast cmd (the start signal), then collect every client's result,
+ * in whatever order they come: a client that dies (EOF) is reported at
+ * once, not after the others' deadlines; none may take past wait_s. */
+static int run_phase(load_cmd_t cmd, int wait_s, size_t cap, phase_t *ph)
+{
+  struct pollfd pf[MAX_PROCS];
+  int idx[MAX_PROCS], left = g.nprocs, have_gen = 0;
+  uint64_t gen = 0, digest = 0;
+  char done[MAX_PROCS] = {0};
+  for (int k = 0; k < g.nprocs; k++)
+    if (load_write_full(g.procs[k].cmd_fd, &cmd, sizeof cmd)) {
+      client_gone(k, "is gone", cmd.kind);
+      return -1;
+    }
+  int64_t dl = rm__now_ns() + (int64_t)wait_s * 1000000000LL;
+  ph->t_first = INT64_MAX;
+  while (left > 0) {
+    int n = 0;
+    for (int k = 0; k < g.nprocs; k++)
+      if (!done[k]) {
+        pf[n] = (struct pollfd){.fd = g.procs[k].res_fd, .events = POLLIN};
+        idx[n++] = k;
+      }
+    int r = poll(pf, (nfds_t)n, rm__ms_left(dl));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      for (int i = 0; i < n; i++) client_gone(idx[i], "stopped answering (timeout)", cmd.kind);
+      return -1;
+    }
+    for (int i = 0; i < n; i++) {
+      if (!pf[i].revents) continue;
+      load_res_t res;
+      int k = idx[i];
+      if (read_result(k, cmd.kind, cap, dl, ph, &res)) return -1;
+      done[k] = 1;
+      left--;
+      if (cmd.kind == LOAD_CMD_JOIN && res.generation) {
+        if (have_gen && (gen != res.generation || digest != res.peers_digest)) ph->mixed = 1;
+        have_gen = 1;
+        gen = res.generation;
+        digest = res.peers_digest;
+      }
     }
   }
-  return bad;
+  return 0;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -135,192 +386,247 @@ static int cmp_i64(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-typedef struct { pid_t pid; char addr[64]; } coord_t;
-
-static int start_coord(const char *bin, const char *db, coord_t *c)
+static double pct_ms(const int64_t *sorted, size_t n, int pct)
 {
-  int fds[2];
-  if (pipe(fds)) return -1;
-  c->pid = fork();
-  if (c->pid == 0) {
-    dup2(fds[1], 1);
-    int null = open("/dev/null", 1);
-    dup2(null, 2);
-    close(fds[0]);
-    execl(bin, bin, "serve", "--db", db, "--grpc", "127.0.0.1:0", "--api-token", BENCH_TOKEN,
-          (char *)NULL);
-    _exit(127);
+  if (!n) return 0;
+  size_t i = n * (size_t)pct / 100;
+  return (double)sorted[i < n ? i : n - 1] / 1e6;
+}
+
+/* Ranks of all N answers are a permutation of 0..N-1. */
+static int ranks_ok(const uint32_t *r, size_t nr, int n)
+{
+  if (nr != (size_t)n) return 0;
+  unsigned char *seen = calloc((size_t)n, 1);
+  int ok = seen != NULL;
+  for (size_t i = 0; ok && i < nr; i++) {
+    if (r[i] >= (uint32_t)n || seen[r[i]]) ok = 0;
+    else seen[r[i]] = 1;
   }
-  close(fds[1]);
-  FILE *f = fdopen(fds[0], "r");
-  char line[256];
-  int ok = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "ringmaster: grpc listening on %63s", c->addr) == 1) {
-      ok = 0;
-      break;
-    }
+  free(seen);
   return ok;
 }
 
-static void coord_usage(pid_t pid, double *cpu_s, long *hwm_kb)
+static int phase_failures(const char *what, const phase_t *ph)
 {
-  char path[64], buf[4096];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  unsigned long ut = 0, st = 0;
-  if (f && fgets(buf, sizeof buf, f)) {
-    char *p = strrchr(buf, ')');
-    if (p) sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
-  }
-  if (f) fclose(f);
-  *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  f = fopen(path, "r");
-  *hwm_kb = 0;
-  while (f && fgets(buf, sizeof buf, f))
-    if (!strncmp(buf, "VmHWM:", 6)) *hwm_kb = atol(buf + 6);
-  if (f) fclose(f);
+  int f = ph->n_err + ph->n_bad;
+  if (f) fprintf(stderr, "rm-coord-load: %s: %d errors, %d bad answers; first: %s\n", what,
+                 ph->n_err, ph->n_bad, ph->msg);
+  return f;
 }
 
-static int submit(grpc_channel *ch, grpc_completion_queue *cq, int n, uint64_t *id,
-                  char *token, size_t toklen)
-{
-  Ringmaster__V1__JobSpec spec = RINGMASTER__V1__JOB_SPEC__INIT;
-  Ringmaster__V1__SubmitJobRequest q = RINGMASTER__V1__SUBMIT_JOB_REQUEST__INIT;
-  op_t o;
-  spec.name = "load";
-  spec.world_size = (uint32_t)n;
-  spec.launcher = "none";
-  spec.heartbeat_timeout_ms = 600000;
-  spec.barrier_timeout_ms = 600000;
-  q.spec = &spec;
-  start(ch, cq, "/ringmaster.v1.Jobs/SubmitJob", &q.base, &o, (void *)0);
-  if (wait_all(cq, &o, 1)) return -1;
-  Ringmaster__V1__SubmitJobResponse *r = (void *)unpack(o.recv, &ringmaster__v1__submit_job_response__descriptor);
-  *id = r->job->id;
-  snprintf(token, toklen, "%s", r->job->token);
-  protobuf_c_message_free_unpacked(&r->base, NULL);
-  finish(&o);
-  return 0;
-}
+/* ---- one world size ---- */
 
-static int run_one(const char *bin, int n, int rounds)
+typedef struct {
+  double join_s, p50, p99, max, round_ms, hb_pct, hb_p99, cpu_s, cpu_join, cpu_bar;
+  double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
+  int failures, fast;
+} result_t;
+
+static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
 {
-  char db[] = "/tmp/rm-coord-load-XXXXXX", dbfile[64], token[80], host[32], data[32], name[32];
-  coord_t co;
-  uint64_t job;
-  if (!mkdtemp(db)) return 1;
-  snprintf(dbfile, sizeof dbfile, "%s/db", db);
-  if (start_coord(bin, dbfile, &co)) return 1;
-  grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
-  grpc_channel *ch[NCH];
-  grpc_arg arg = {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}};
-  grpc_channel_args ca = {1, &arg};
-  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-  for (int i = 0; i < NCH; i++) ch[i] = grpc_channel_create(co.addr, cr, &ca);
-  grpc_channel_credentials_release(cr);
-  op_t *ops = calloc((size_t)n, sizeof *ops);
-  uint64_t *wid = calloc((size_t)n, sizeof *wid), gen = 0;
-  int64_t *lat = calloc((size_t)n * (size_t)rounds, sizeof *lat);
-  int rc = 1;
-  if (submit(ch[0], cq, n, &job, token, sizeof token)) goto out;
-  /* 1. joins */
-  int64_t t0 = rm__now_ns();
-  for (int i = 0; i < n; i++) {
-    Ringmaster__V1__JoinRequest q = RINGMASTER__V1__JOIN_REQUEST__INIT;
-    snprintf(host, sizeof host, "node%d", i / 8);
-    snprintf(data, sizeof data, "10.0.%d.%d:5000", i / 256, i % 256);
-    q.job_id = job;
-    q.token = token;
-    q.host = host;
-    q.data_addr = data;
-    q.devices = "cpu";
-    q.rank_hint = -1;
-    q.wait_ms = 60000;
-    start(ch[i % NCH], cq, "/ringmaster.v1.Worker/Join", &q.base, &ops[i], (void *)(intptr_t)i);
+  phase_t ph;
+  load_cmd_t cmd = {LOAD_CMD_JOIN, 0};
+  int wait_s = o->timeout_s + 90, rc = -1;
+  size_t hb_cap = per * (size_t)o->heartbeat_s;
+  size_t bar_cap = (size_t)n * (size_t)o->rounds;
+  size_t cap = bar_cap > (size_t)n * (size_t)o->heartbeat_s ? bar_cap
+                                                            : (size_t)n * (size_t)o->heartbeat_s;
+  memset(&ph, 0, sizeof ph);
+  ph.lat = calloc(cap + (size_t)n, sizeof *ph.lat);
+  ph.ranks = calloc((size_t)n, sizeof *ph.ranks);
+  if (!ph.lat || !ph.ranks) goto out;
+  usage_t u0 = coord_usage(g.coord);
+  if (run_phase(cmd, wait_s, per, &ph)) goto out;
+  usage_t u1 = coord_usage(g.coord);
+  out->join_s = (double)(ph.t_last - ph.t_first) / 1e9;
+  out->cpu_join = u1.cpu_s - u0.cpu_s;
+  out->fast = ph.n_fast;
+  fprintf(stderr, "rm-coord-load: join: %.2f s; %d answers checked, %d by byte-compare with the "
+          "verified first one, %d unpacked; coordinator cpu %.2f s\n", out->join_s,
+          ph.n_ok + ph.n_bad, ph.n_fast, ph.n_ok + ph.n_bad - ph.n_fast, out->cpu_join);
+  out->failures += phase_failures("join", &ph);
+  if (ph.n_rejoin) fprintf(stderr, "rm-coord-load: %d Join answers said not formed yet\n",
+                           ph.n_rejoin);
+  if (!ranks_ok(ph.ranks, ph.n_ranks, n) || ph.mixed) {
+    fprintf(stderr, "rm-coord-load: join: %s\n",
+            ph.mixed ? "clients saw different generations or peer lists"
+                     : "the answers' ranks are not each rank 0..N-1 once");
+    out->failures++;
   }
-  if (wait_all(cq, ops, n)) goto out;
-  int64_t t1 = rm__now_ns();
-  for (int i = 0; i < n; i++) {
-    Ringmaster__V1__JoinResponse *r = (void *)unpack(ops[i].recv, &ringmaster__v1__join_response__descriptor);
-    if (!r || !r->formed) {
-      fprintf(stderr, "worker %d: not formed\n", i);
-      goto out;
-    }
-    wid[i] = r->worker_id;
-    gen = r->generation;
-    protobuf_c_message_free_unpacked(&r->base, NULL);
-    finish(&ops[i]);
+  if (out->failures) goto done;
+  /* barriers */
+  int64_t *bar = ph.lat;
+  phase_t pb;
+  memset(&pb, 0, sizeof pb);
+  pb.lat = bar;
+  pb.ranks = ph.ranks;
+  double round_sum = 0;
+  for (int k = 0; k < o->rounds; k++) {
+    phase_t one = pb;
+    one.t_first = one.t_last = 0;
+    cmd = (load_cmd_t){LOAD_CMD_BARRIER, k};
+    if (run_phase(cmd, wait_s, per, &one)) goto out;
+    round_sum += (double)(one.t_last - one.t_first) / 1e6;
+    out->failures += phase_failures("barrier", &one);
+    pb.n_lat = one.n_lat;
+    if (out->failures) goto done;
   }
-  /* 2. barrier rounds */
-  double round_ms_sum = 0;
-  for (int k = 0; k < rounds; k++) {
-    int64_t r0 = rm__now_ns();
-    snprintf(name, sizeof name, "round-%d", k);
-    for (int i = 0; i < n; i++) {
-      Ringmaster__V1__BarrierRequest q = RINGMASTER__V1__BARRIER_REQUEST__INIT;
-      q.job_id = job;
-      q.token = token;
-      q.generation = gen;
-      q.worker_id = wid[i];
-      q.name = name;
-      start(ch[i % NCH], cq, "/ringmaster.v1.Worker/Barrier", &q.base, &ops[i], (void *)(intptr_t)i);
-    }
-    if (wait_all(cq, ops, n)) goto out;
-    round_ms_sum += (double)(rm__now_ns() - r0) / 1e6;
-    for (int i = 0; i < n; i++) {
-      lat[(size_t)k * (size_t)n + (size_t)i] = ops[i].t1 - ops[i].t0;
-      finish(&ops[i]);
-    }
+  out->cpu_bar = coord_usage(g.coord).cpu_s - u1.cpu_s;
+  qsort(bar, pb.n_lat, sizeof *bar, cmp_i64);
+  out->p50 = pct_ms(bar, pb.n_lat, 50);
+  out->p99 = pct_ms(bar, pb.n_lat, 99);
+  out->max = pct_ms(bar, pb.n_lat, 100);
+  out->round_ms = round_sum / o->rounds;
+  /* heartbeats */
+  if (o->heartbeat_s > 0) {
+    phase_t hb;
+    memset(&hb, 0, sizeof hb);
+    hb.lat = ph.lat;
+    hb.ranks = ph.ranks;
+    usage_t h0 = coord_usage(g.coord);
+    int64_t w0 = rm__now_ns();
+    cmd = (load_cmd_t){LOAD_CMD_HEARTBEAT, o->heartbeat_s};
+    if (run_phase(cmd, o->heartbeat_s + 60, hb_cap, &hb)) goto out;
+    double wall = (double)(rm__now_ns() - w0) / 1e9;
+    out->hb_pct = 100.0 * (coord_usage(g.coord).cpu_s - h0.cpu_s) / wall;
+    qsort(hb.lat, hb.n_lat, sizeof *hb.lat, cmp_i64);
+    out->hb_p99 = pct_ms(hb.lat, hb.n_lat, 99);
+    out->failures += phase_failures("heartbeat", &hb);
+    out->client_mib = (double)hb.client_hwm_kb / 1024;
   }
-  qsort(lat, (size_t)n * (size_t)rounds, sizeof *lat, cmp_i64);
-  size_t total = (size_t)n * (size_t)rounds;
-  double cpu;
-  long hwm;
-  coord_usage(co.pid, &cpu, &hwm);
-  printf("workers %5d | join (all formed) %8.1f ms | barrier p50 %7.2f ms p99 %7.2f ms | "
-         "round %7.2f ms | coordinator cpu %6.2f s, peak rss %6.1f MiB\n",
-         n, (double)(t1 - t0) / 1e6, (double)lat[total / 2] / 1e6,
-         (double)lat[total * 99 / 100] / 1e6, round_ms_sum / rounds, cpu, (double)hwm / 1024);
+done:
   rc = 0;
 out:
-  for (int i = 0; i < NCH; i++) grpc_channel_destroy(ch[i]);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
-         GRPC_QUEUE_SHUTDOWN) {
-  }
-  grpc_completion_queue_destroy(cq);
-  kill(co.pid, SIGTERM);
-  waitpid(co.pid, NULL, 0);
-  snprintf(dbfile, sizeof dbfile, "rm -rf %s", db);
-  if (system(dbfile)) fprintf(stderr, "cannot remove %s\n", db);
-  free(ops);
-  free(wid);
-  free(lat);
+  free(ph.lat);
+  free(ph.ranks);
   return rc;
+}
+
+/* graceful: QUIT and a grace period each; else (a failure) SIGKILL now. */
+static void quit_clients(int graceful)
+{
+  load_cmd_t q = {LOAD_CMD_QUIT, 0};
+  for (int k = 0; k < g.nprocs; k++) {
+    if (graceful) load_write_full(g.procs[k].cmd_fd, &q, sizeof q);
+    else if (g.procs[k].pid > 0) kill(g.procs[k].pid, SIGKILL);
+    close(g.procs[k].cmd_fd);
+  }
+  for (int k = 0; k < g.nprocs; k++) {
+    if (g.procs[k].pid > 0) reap(g.procs[k].pid, 10000);
+    g.procs[k].pid = 0;
+    close(g.procs[k].res_fd);
+  }
+  g.nprocs = 0;
+}
+
+static int run_size(const opts_t *o, int n, result_t *out)
+{
+  char addr[64], token[96];
+  uint64_t job;
+  int out_fd = -1, rc = -1;
+  int procs = o->procs ? o->procs : (n + WORKERS_PER_PROC - 1) / WORKERS_PER_PROC;
+  if (procs < 1) procs = 1;
+  if (procs > n) procs = n;
+  if (procs > MAX_PROCS) procs = MAX_PROCS;
+  memset(out, 0, sizeof *out);
+  snprintf(g.dir, sizeof g.dir, "/tmp/rm-coord-load-XXXXXX");
+  if (!mkdtemp(g.dir)) {
+    g.dir[0] = 0;
+    return -1;
+  }
+  if (start_coord(o->bin, addr, sizeof addr, &out_fd)) goto out;
+  fprintf(stderr, "rm-coord-load: %d workers, %d procs: coordinator pid %d at %s\n", n, procs,
+          (int)g.coord, addr);
+  if (submit(addr, n, o->timeout_s, &job, token, sizeof token)) goto out;
+  usleep(200000); /* let the submit settle before the base RSS */
+  usage_t base = coord_usage(g.coord);
+  load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
+                           .timeout_s = o->timeout_s};
+  if (fork_clients(o, &cfg, n, procs)) goto out;
+  size_t per = 0;
+  for (int k = 0; k < procs; k++)
+    if ((size_t)(g.procs[k].hi - g.procs[k].lo) > per) per = (size_t)(g.procs[k].hi - g.procs[k].lo);
+  if (run_phases(o, n, per, out)) goto out;
+  usage_t end = coord_usage(g.coord);
+  out->cpu_s = end.cpu_s;
+  out->hwm_mib = (double)end.hwm_kb / 1024;
+  out->base_mib = (double)base.rss_kb / 1024;
+  out->end_mib = (double)end.rss_kb / 1024;
+  out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
+  printf("workers %5d | procs %3d | join (all formed) %8.1f ms | barrier p50 %7.2f p99 %7.2f "
+         "max %7.2f ms | round %7.2f ms | heartbeat %d/s: coordinator %5.1f%% of a core, "
+         "p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, barriers %.2f) | rss base %.1f "
+         "MiB, peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | failures %d\n",
+         n, procs, out->join_s * 1e3, out->p50, out->p99, out->max, out->round_ms, n,
+         out->hb_pct, out->hb_p99, out->cpu_s, out->cpu_join, out->cpu_bar, out->base_mib,
+         out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->failures);
+  fflush(stdout);
+  rc = 0;
+out:
+  quit_clients(rc == 0);
+  if (g.coord > 0) {
+    kill(g.coord, SIGTERM);
+    reap(g.coord, 10000);
+    g.coord = 0;
+  }
+  if (out_fd >= 0) close(out_fd);
+  remove_dir();
+  g.dir[0] = 0;
+  return rc;
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+  memset(o, 0, sizeof *o);
+  o->rounds = 20;
+  o->heartbeat_s = 5;
+  o->timeout_s = 300;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char *k = argv[i], *v = argv[i + 1];
+    if (!strcmp(k, "--ringmaster")) o->bin = v;
+    else if (!strcmp(k, "--workers") && o->nc < MAX_SIZES) o->counts[o->nc++] = atoi(v);
+    else if (!strcmp(k, "--rounds")) o->rounds = atoi(v);
+    else if (!strcmp(k, "--procs")) o->procs = atoi(v);
+    else if (!strcmp(k, "--channels")) o->channels = atoi(v);
+    else if (!strcmp(k, "--heartbeat-s")) o->heartbeat_s = atoi(v);
+    else if (!strcmp(k, "--timeout-s")) o->timeout_s = atoi(v);
+    else return -1;
+  }
+  if (!o->nc) {
+    o->counts[o->nc++] = 1024;
+    o->counts[o->nc++] = 4096;
+  }
+  for (int i = 0; i < o->nc; i++)
+    if (o->counts[i] < 1 || o->counts[i] > 65536) return -1;
+  if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
+      o->heartbeat_s < 0 || o->timeout_s < 5)
+    return -1;
+  return 0;
 }
 
 int main(int argc, char **argv)
 {
-  const char *bin = NULL;
-  int counts[8], nc = 0, rounds = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--ringmaster")) bin = argv[i + 1];
-    else if (!strcmp(argv[i], "--workers") && nc < 8) counts[nc++] = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
-  }
-  if (!bin || rounds < 1) {
-    fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n");
+  opts_t o;
+  if ((argc % 2) != 1 || parse(argc, argv, &o)) {
+    fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
+                    "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n");
     return 2;
   }
-  if (!nc) {
-    counts[nc++] = 1024;
-    counts[nc++] = 4096;
+  struct rlimit rl;
+  if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
   }
-  grpc_init();
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGHUP, on_signal);
   int rc = 0;
-  for (int i = 0; i < nc && !rc; i++) rc = run_one(bin, counts[i], rounds);
-  grpc_shutdown();
+  for (int i = 0; i < o.nc && !rc; i++) {
+    result_t r;
+    if (run_size(&o, o.counts[i], &r)) rc = 1;
+    else if (r.failures) rc = 1;
+  }
   return rc;
 }
