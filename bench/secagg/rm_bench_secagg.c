@@ -30,9 +30,11 @@
  * measured by bench/recovery).
  *
  * Table 2 (one process, simulated members): what one member computes in the
- * key round at world N (N - 1 X25519 + BLAKE2b seeds, the relay's answer of
- * 44 N bytes) and the mask of 1M lanes with N - 1 ("all") or
- * 2 ceil(log2 N) ("log") neighbours: the SecAgg+ crossover.
+ * key round at world N (N - 1 X25519 + BLAKE2b seeds, timed; the relay's
+ * answer of 44 N bytes) and its mask of 1M lanes with N - 1 ("all") or
+ * 2 ceil(log2 N) ("log") neighbours: the SecAgg+ crossover, computed as the
+ * degree times one neighbour's measured mask time (a mask is one keystream
+ * per neighbour).
  */
 #include <math.h>
 #include <sodium.h>
