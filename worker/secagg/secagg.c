@@ -344,6 +344,8 @@ void rm__secagg_close(rm__secagg_t *sa)
   free(sa);
 }
 
+double rm__secagg_scale(const rm__secagg_t *sa) { return sa->p.scale; }
+
 /* ---- per call ---- */
 
 static double l2_norm(const float *x, size_t n)

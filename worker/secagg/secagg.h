@@ -98,6 +98,9 @@ typedef struct rm__secagg rm__secagg_t;
 rm_status_t rm__secagg_open(rm_comm_t *comm, const rm__secagg_params_t *p,
                             const rm__secagg_relay_t *relay,
                             rm__secagg_t **out, char *err, size_t errlen);
+/* The fixed-point scale this generation uses (the spec's, or the default
+ * for its world, resolved by rm__secagg_open). */
+double rm__secagg_scale(const rm__secagg_t *sa);
 /* Wipes every secret (sodium_memzero) and frees. NULL is fine. */
 void rm__secagg_close(rm__secagg_t *sa);
 

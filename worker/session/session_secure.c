@@ -122,10 +122,7 @@ rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
     info->clipped = sst.clipped;
     info->neighbours = sst.neighbours;
     info->guard = sst.guard;
-    rm__secagg_params_t p;
-    params_of(s, &p);
-    info->scale = p.scale > 0 ? p.scale
-                  : rm__secagg_default_scale(p.bits, p.clip, sst.members);
+    info->scale = rm__secagg_scale(s->secagg);
     info->bytes_sent = sst.bytes_sent;
     info->ms_keys = ms_keys;
     info->ms_mask = sst.ms_mask;
