@@ -12,8 +12,8 @@
  *       confirm (once per generation). Dying at "open" is the interesting
  *       case: every member holds the masked sum, nobody can unmask it.
  *   RINGMASTER_TEST_SECAGG_TAMPER=RANK (or *, as above)
- *       that rank flips one bit of the public key it received from the
- *       lowest other rank before deriving seeds: a substituted key, which
+ *       that rank flips one bit of the public key it received from its
+ *       lowest neighbour before deriving seeds: a substituted key, which
  *       CONFIRM must catch on every rank.
  *
  * Both are parsed once per process (after a fork the child re-parses only
