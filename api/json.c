@@ -224,10 +224,12 @@ void rm__resp_job(rm__resp_t *r, unsigned status, const rm_job_info_t *j, int wi
 
 json_t *rm__json_worker(const rm_worker_info_t *w)
 {
-  return json_pack("{s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:b,s:b}", "id",
+  return json_pack("{s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:o,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:b,s:b}", "id",
                    (json_int_t)w->id, "job_id", (json_int_t)w->job_id, "rank", w->rank,
                    "launch_index", w->launch_index, "host",
-                   rm__json_str(w->host), "data_addr", rm__json_str(w->data_addr), "devices", rm__json_str(w->devices),
+                   rm__json_str(w->host), "data_addr", rm__json_str(w->data_addr),
+                   "transports", rm__json_str(w->transports[0] ? w->transports : "tcp"),
+                   "links", rm__json_str(w->links), "devices", rm__json_str(w->devices),
                    "state", rm_worker_state_name(w->state), "generation",
                    (json_int_t)w->generation, "last_heartbeat_ms",
                    (json_int_t)w->last_heartbeat_ms, "ms_since_heartbeat",

@@ -22,4 +22,11 @@ int rm_bench_run_forked(int world, rm_bench_rank_fn fn, const void *arg);
 rm_status_t rm_bench_comm(int rank, int world, const char **peers, rm_endpoint_t *ep,
                           int timeout_ms, rm_comm_t **out);
 
+/* One rank started on its own (another host, a network namespace): listen
+ * on bind_ip:0, publish "address\noffer\n" as DIR/RANK, wait up to 60 s for
+ * every rank's file, fill peers (static storage) and remember the offers
+ * for rm_bench_comm. *ep is the endpoint to pass on. 0 or -1 (printed). */
+int rm_bench_rendezvous(const char *dir, int rank, int world, const char *bind_ip,
+                        rm_endpoint_t **ep, const char **peers);
+
 #endif

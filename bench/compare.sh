@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # compare.sh - ringmaster's all-reduce side by side with Open MPI (TCP
-# loopback) and Gloo, in one run, with the ratio per cell.
+# loopback and shared memory) and Gloo, in one run, with the ratio per cell.
+# loopback mode runs ringmaster twice: over TCP (RINGMASTER_TRANSPORTS=tcp,
+# column rm) and over shared memory (the default on one host, rmshm);
+# Open MPI likewise (btl tcp,self: mpi; btl vader,self: mpishm). Ratios:
+# rm/mpi (TCP paths), shm/msh = rmshm/mpishm, shm/rm = rmshm/rm.
 #
 #   bench/compare.sh [loopback|netns]
 #     NPROCS="2 4 8"  SIZES=4096,65536,1048576,16777216,67108864  REPEATS=1
@@ -70,10 +74,15 @@ run_loopback() {
   { mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl tcp,self \
     --mca btl_tcp_if_include lo "$tmp/peers/mpi_allreduce" -l mpi -s "$SIZES" ||
     echo "# repeat $rep n=$n: mpi failed" >&2; } | peer_lines >>"$raw"
+  { mpirun -np "$n" --oversubscribe --bind-to none --mca pml ob1 --mca btl vader,self \
+    "$tmp/peers/mpi_allreduce" -l mpi -s "$SIZES" ||
+    echo "# repeat $rep n=$n: mpi vader failed" >&2; } | peer_lines | sed 's/^mpi/mpishm/' >>"$raw"
   { "$tmp/peers/gloo_run.sh" "$n" -s "$SIZES" || echo "# repeat $rep n=$n: gloo failed" >&2; } |
     peer_lines | sed 's/^gloo[^ ]*/gloo/' >>"$raw"
-  { "$bench" -n "$n" -s "$SIZES" || echo "# repeat $rep n=$n: rm_bench failed" >&2; } |
-    rm_lines rm >>"$raw"
+  { RINGMASTER_TRANSPORTS=tcp "$bench" -n "$n" -s "$SIZES" ||
+    echo "# repeat $rep n=$n: rm_bench (tcp) failed" >&2; } | rm_lines rm >>"$raw"
+  { RINGMASTER_TRANSPORTS=shm,tcp "$bench" -n "$n" -s "$SIZES" ||
+    echo "# repeat $rep n=$n: rm_bench (shm) failed" >&2; } | rm_lines rmshm >>"$raw"
 }
 
 # One timed stream SRC -> DST (namespaces arbench*), GB/s on stdout.
@@ -156,8 +165,8 @@ cells = collections.defaultdict(list)
 algos = collections.defaultdict(list)
 for (impl, n, b, rep), (bw, algo) in best.items():
     cells[(impl, n, b)].append(bw)
-    if impl == "rm":
-        algos[(n, b)].append(algo)
+    if impl in ("rm", "rmshm"):
+        algos[(impl, n, b)].append(algo)
 netns = sys.argv[3] == "netns"
 link = 0.125  # GB/s, the 1 Gbit tbf rate of netns_bench.sh
 ceil = collections.defaultdict(list)
@@ -166,11 +175,29 @@ for line in open(sys.argv[2]):
     if len(f) == 3:
         ceil[f[0]].append(float(f[1]))
 c4 = statistics.median(ceil["ceil4"]) if ceil["ceil4"] else 0.0
-head = "%3s %10s %9s %9s %9s %-15s %8s %8s" % ("n", "bytes", "mpi", "gloo", "rm", "rm_algo", "rm/mpi", "rm/gloo")
+def ratio(x, y):
+    return x / y if y else 0.0
+shm = any(k[0] == "rmshm" for k in cells)
+if shm:
+    # rm = ringmaster over TCP loopback, rmshm = over shared memory; mpi =
+    # Open MPI's TCP path, mpishm = Open MPI over shared memory (vader)
+    head = "%3s %10s %8s %8s %8s %8s %8s %-13s %7s %7s %7s %7s" % (
+        "n", "bytes", "mpi", "mpishm", "gloo", "rm", "rmshm", "rmshm_algo",
+        "rm/mpi", "shm/msh", "shm/rm", "rm/gloo")
+else:
+    head = "%3s %10s %9s %9s %9s %-15s %8s %8s" % ("n", "bytes", "mpi", "gloo", "rm", "rm_algo", "rm/mpi", "rm/gloo")
 print(head + ("  %6s %6s" % ("%link", "%4str") if netns else ""))
 for n, b in sorted({(k[1], k[2]) for k in cells}):
-    med = {i: statistics.median(cells[(i, n, b)]) if cells[(i, n, b)] else 0.0 for i in ("mpi", "gloo", "rm")}
-    a = collections.Counter(algos[(n, b)]).most_common(1)
+    med = {i: statistics.median(cells[(i, n, b)]) if cells[(i, n, b)] else 0.0
+           for i in ("mpi", "mpishm", "gloo", "rm", "rmshm")}
+    a = collections.Counter(algos[("rmshm" if shm else "rm", n, b)]).most_common(1)
+    if shm:
+        print("%3d %10d %8.3f %8.3f %8.3f %8.3f %8.3f %-13s %7.2f %7.2f %7.2f %7.2f" % (
+            n, b, med["mpi"], med["mpishm"], med["gloo"], med["rm"], med["rmshm"],
+            a[0][0] if a else "-", ratio(med["rm"], med["mpi"]),
+            ratio(med["rmshm"], med["mpishm"]), ratio(med["rmshm"], med["rm"]),
+            ratio(med["rm"], med["gloo"])))
+        continue
     row = "%3d %10d %9.3f %9.3f %9.3f %-15s %8.2f %8.2f" % (
         n, b, med["mpi"], med["gloo"], med["rm"], a[0][0] if a else "-",
         med["rm"] / med["mpi"] if med["mpi"] else 0, med["rm"] / med["gloo"] if med["gloo"] else 0)

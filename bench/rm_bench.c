@@ -147,6 +147,11 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
     put(pristine, i, o->dt, in_val(o->dt, r, i));
     put(want, i, o->dt, in_val(o->dt, 0, i) * n * (n + 1) / 2);
   }
+  if (r == 0) {
+    printf("# rm_bench: world %d, rank 0's pairs:", n);
+    for (int p = 1; p < n; p++) printf(" %d %s%s", p, rm_comm_transport(c, p), p + 1 < n ? "," : "");
+    printf("\n");
+  }
   if (r == 0)
     printf("# rm_bench: world %d, in place, time = median over iterations of the max over ranks\n"
            "# %10s %12s %5s %4s %2s %-15s %11s %9s %9s %7s\n", n, "size(B)", "count", "type",
@@ -187,7 +192,8 @@ static void usage(void)
 {
   fprintf(stderr, "usage: rm_bench [-n WORLD] [-b MIN] [-e MAX] [-f FACTOR] [-s SIZES]\n"
                   "  [-a ALGOS] [-t DTYPE] [-i ITERS] [-w WARMUP]\n"
-                  "  [--rank R --world N --peers H:P,...]\n");
+                  "  [--rank R --world N --peers H:P,...]\n"
+                  "  [--rank R --world N --rendezvous DIR --bind IP]\n");
 }
 
 int main(int argc, char **argv)
@@ -196,6 +202,7 @@ int main(int argc, char **argv)
   size_t minb = 8, maxb = (size_t)256 << 20, factor = 2;
   int world = 2, rank = -1;
   char *peers_arg = NULL, *algos_arg = NULL, *sizes_arg = NULL, *items[MAX_WORLD];
+  char *rdv = NULL, *bind_ip = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) { usage(); return 2; }
@@ -203,6 +210,8 @@ int main(int argc, char **argv)
     if (!strcmp(a, "-n") || !strcmp(a, "--world")) world = atoi(v);
     else if (!strcmp(a, "--rank")) rank = atoi(v);
     else if (!strcmp(a, "--peers")) peers_arg = strdup(v);
+    else if (!strcmp(a, "--rendezvous")) rdv = strdup(v);
+    else if (!strcmp(a, "--bind")) bind_ip = strdup(v);
     else if (!strcmp(a, "-b")) minb = strtoull(v, NULL, 0);
     else if (!strcmp(a, "-e")) maxb = strtoull(v, NULL, 0);
     else if (!strcmp(a, "-f")) factor = strtoull(v, NULL, 0);
@@ -227,13 +236,22 @@ int main(int argc, char **argv)
       if (rm_algo_parse(items[j], &o.algos[o.nalgos++]) != RM_OK) { usage(); return 2; }
   } else {
     rm_algo_t all[] = {RM_ALGO_RING, RM_ALGO_HALVING_DOUBLING, RM_ALGO_BUTTERFLY,
-                       RM_ALGO_TREE, RM_ALGO_AUTO};
+                       RM_ALGO_TREE, RM_ALGO_HIERARCHICAL, RM_ALGO_AUTO};
     memcpy(o.algos, all, sizeof all);
-    o.nalgos = 5;
+    o.nalgos = 6;
   }
   if (world < 1 || world > MAX_WORLD) { usage(); return 2; }
   if (rank < 0)
     return run_forked(world, &o);
+  if (rdv) { /* ranks started one by one: offers too, so hosts use shm inside */
+    const char *peers[MAX_WORLD];
+    rm_endpoint_t *ep = NULL;
+    if (rm_bench_rendezvous(rdv, rank, world, bind_ip ? bind_ip : "127.0.0.1", &ep, peers))
+      return 1;
+    int rc = run_one(rank, world, peers, ep, &o);
+    rm_endpoint_close(ep);
+    return rc;
+  }
   if (!peers_arg || parse_list(peers_arg, items, MAX_WORLD) != world) { usage(); return 2; }
   return run_one(rank, world, (const char **)items, NULL, &o);
 }

@@ -385,6 +385,11 @@ typedef struct rm_worker_info {
   int rank;               /* -1 until ranks are assigned */
   char host[128];
   char data_addr[160];    /* data-plane "host:port" */
+  char transports[256];   /* what its data plane offers ("" = tcp) */
+  /* Transports of its pairs with the current members, e.g. "shm 3, tcp 4"
+   * (the pair rule of common/rm_transports.h); "" when not a member or the
+   * generation has more than 1,024 members (not computed). */
+  char links[64];
   char devices[256];      /* what the agent reported ("cpu", "cuda:0 ...") */
   rm_worker_state_t state;
   uint64_t generation;    /* generation it last joined */

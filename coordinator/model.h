@@ -45,6 +45,7 @@ typedef struct rm__worker {
   int prev_rank;                /* rank before a re-formation, -1 */
   char host[128];
   char data_addr[160];
+  char transports[256];         /* its offer (common/rm_transports.h) */
   char devices[256];
   rm_worker_state_t state;
   int in_group;                 /* joining set or current member */

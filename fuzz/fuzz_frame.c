@@ -197,7 +197,7 @@ static void snapshot(const rm__tcp_conn_t *k, rm__req_t *rq, int nposted, snap_t
   sn->carry = k->carry;
   sn->head = k->rq_head;
   for (int i = 0; i < nposted; i++) {
-    sn->done[i] = rq[i].done + (size_t)rq[i].hdr_done;
+    sn->done[i] = rq[i].done + rq[i].ctl_moved;
     sn->ncomplete += rq[i].complete;
   }
 }
@@ -253,13 +253,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   c.wake_fd[0] = c.wake_fd[1] = -1;
   if (pipe2(c.wake_fd, O_NONBLOCK | O_CLOEXEC) != 0) return 0;
   CHECK(rm__tcp_state_new(&c) == RM_OK);
-  c.tcp->spin_us = 0;
+  rm__tcp(&c)->spin_us = 0;
   if (make_pair(s1) != 0) goto out;
-  c.tcp->conns[1].fd = s1[0];
+  rm__tcp(&c)->conns[1].fd = s1[0];
   s1[0] = -1; /* owned by the state now */
   if (peer2 == 1 || peer2 == 2) {
     if (make_pair(s2) != 0) goto out;
-    c.tcp->conns[2].fd = s2[0];
+    rm__tcp(&c)->conns[2].fd = s2[0];
     s2[0] = -1;
     if (peer2 == 2) {
       close(s2[1]);
@@ -299,11 +299,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
       }
       idle = 0;
     }
-    snapshot(&c.tcp->conns[1], rq, nposted, &before);
+    snapshot(&rm__tcp(&c)->conns[1], rq, nposted, &before);
     rm_status_t st = rm__tcp_transport.progress(&c, 0);
     CHECK(st == c.status || st == RM_ERR_SYSTEM);
     if (st != RM_OK) break;
-    snapshot(&c.tcp->conns[1], rq, nposted, &after);
+    snapshot(&rm__tcp(&c)->conns[1], rq, nposted, &after);
     idle = memcmp(&before, &after, sizeof before) == 0 ? idle + 1 : 0;
     if (idle >= 4 && nposted == nrecv) break;
   }
@@ -328,10 +328,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (e.bad == RM_OK && no_eof) CHECK(c.status == RM_OK);
   }
 out:
-  if (c.tcp != NULL) {
+  if (rm__tcp(&c) != NULL) {
     c.destroying = 1;
     rm__tcp_transport.close_all(&c, c.status);
-    CHECK(c.tcp == NULL);
+    CHECK(rm__tcp(&c) == NULL);
   }
   for (int i = 0; i < MAX_RECV; i++) free(buf[i]);
   if (s1[0] >= 0) close(s1[0]);

@@ -352,7 +352,8 @@ class JobView {
       el('td', { class: 'num', text: w.rank < 0 ? '-' : w.rank }),
       el('td', {}, badge(w.state), ...(w.straggler ? [el('span', { class: 'badge straggler', text: 'straggler' })] : []),
         ...(w.suspect ? [el('span', { class: 'badge suspect', text: 'suspect', title: 'Byzantine suspect: excluded by the robust aggregation in most recent steps (see the byzantine_suspect event)' })] : [])),
-      el('td', { text: w.host || '-' }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
+      el('td', { text: w.host || '-' }),
+      el('td', { class: 'links', text: w.links || '-', title: `offers: ${w.transports || 'tcp'}` }), el('td', { class: 'num', text: w.generation }), el('td', { class: 'num', text: fmtInt(w.step) }),
       el('td', { class: 'num', text: fmtMs(w.step_ms) }), el('td', { class: 'num', text: fmtMs(w.comm_ms) }),
       el('td', { class: 'num', text: ['lost', 'left', 'failed', 'stopped'].includes(w.state) ? '-' : fmtSecs(w.ms_since_heartbeat) }),
       el('td', {}, ...(this.hasLogs && w.launch_index >= 0 ? [this.logLink(w.launch_index)] : [])))));

@@ -13,6 +13,7 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_transports.h"
 
 static void make_token(char *out, size_t len)
 {
@@ -169,6 +170,7 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->rank = w->rank;
   memcpy(o->host, w->host, sizeof o->host);
   memcpy(o->data_addr, w->data_addr, sizeof o->data_addr);
+  memcpy(o->transports, w->transports, sizeof o->transports);
   memcpy(o->devices, w->devices, sizeof o->devices);
   o->state = w->state;
   o->generation = w->generation;
@@ -182,6 +184,33 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->straggler = w->straggler;
   o->suspect = w->suspect;
   o->launch_index = w->launch_index;
+}
+
+/* "shm 3, tcp 4": the transports of each member's pairs, by the rule the
+ * workers connect with (common/rm_transports.h). O(members^2): skipped
+ * past LINKS_MAX members. out is indexed like j->w. */
+#define LINKS_MAX 1024
+static void worker_links(const rm__job_t *j, rm_worker_info_t *out)
+{
+  if (j->nmembers > LINKS_MAX) return;
+  static const char *const kinds[] = {"shm", "rdma", "tcp", "none"};
+  for (int a = 0; a < j->nmembers; a++) {
+    int count[4] = {0, 0, 0, 0};
+    for (int b = 0; b < j->nmembers; b++) {
+      if (a == b) continue;
+      const rm__worker_t *lo = &j->w[j->members[a < b ? a : b]];
+      const rm__worker_t *hi = &j->w[j->members[a < b ? b : a]];
+      const char *t = rm_tp_pick(lo->transports, hi->transports);
+      int k = 3;
+      for (int i = 0; t && i < 3; i++)
+        if (strcmp(t, kinds[i]) == 0) k = i;
+      count[k]++;
+    }
+    char *o = out[j->members[a]].links;
+    size_t n = sizeof out[0].links, k = 0;
+    for (int i = 0; i < 4 && k < n; i++)
+      if (count[i]) k += (size_t)snprintf(o + k, n - k, "%s%s %d", k ? ", " : "", kinds[i], count[i]);
+  }
 }
 
 static int by_rank(const void *a, const void *b)
@@ -203,6 +232,7 @@ rm_status_t rm_coord_job_workers(rm_coord_t *c, uint64_t job_id,
     int64_t now = rm__wall_ms();
     *out = rm__xcalloc(j->nw ? j->nw : 1, sizeof **out);
     for (size_t i = 0; i < j->nw; i++) worker_info(j, &j->w[i], &(*out)[i], now);
+    worker_links(j, *out);
     *n = j->nw;
     qsort(*out, *n, sizeof **out, by_rank);
   } else if ((st = rm__store_job_get(c->store, job_id, &info)) == RM_OK) {

@@ -257,7 +257,8 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
   rm_dtype_t d;
   if (!TERMINATED(algorithm) || rm_algo_parse_exact(s->algorithm, &a) != RM_OK)
     return bad(err, "algorithm", "must be auto, ring, hd (also spelled halving_doubling "
-               "or halving-doubling), butterfly or tree (exact spelling)");
+               "or halving-doubling), butterfly, tree or hierarchical (also hier; "
+               "exact spelling)");
   snprintf(s->algorithm, sizeof s->algorithm, "%s", rm_algo_name(a)); /* canonical */
   if (!TERMINATED(dtype) || rm_dtype_parse(s->dtype, &d) != RM_OK ||
       strcmp(s->dtype, rm_dtype_name(d)) != 0)

@@ -58,6 +58,7 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_token.h"
+#include "rm_transports.h"
 
 #define JOIN_WAIT_MAX_MS 60000
 
@@ -201,6 +202,7 @@ static rm__blob_t *join_tail(rm__job_t *j)
     peers[i].rank = (uint32_t)i;
     peers[i].host = m->host;
     peers[i].data_addr = m->data_addr;
+    peers[i].transports = m->transports;
     peers[i].worker_id = m->id;
     pp[i] = &peers[i];
   }
@@ -280,6 +282,15 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
          "devices missing or too long");
     return;
   }
+  {
+    char why[160];
+    if (rm__pb_str(tmp.transports, sizeof tmp.transports, q->transports) ||
+        !rm_tp_offer_valid(tmp.transports, why, sizeof why)) {
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "transports: %s",
+           tmp.transports[0] ? why : "too long (at most 255 bytes)");
+      return;
+    }
+  }
   rm__park_t *p = rm__call_park(call);
   p->call = call;
   if (rm_job_state_terminal(j->info.state)) {
@@ -300,6 +311,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   if (fresh && !(w = join_new(c, call, j))) return;
   memcpy(w->host, tmp.host, sizeof w->host);
   memcpy(w->data_addr, tmp.data_addr, sizeof w->data_addr);
+  memcpy(w->transports, tmp.transports, sizeof w->transports);
   memcpy(w->devices, tmp.devices, sizeof w->devices);
   w->rank_hint = q->world_hint > 0 ? q->rank_hint : -1;
   w->world_hint = q->world_hint;

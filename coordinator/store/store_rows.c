@@ -27,8 +27,9 @@ static void copy_text(char *dst, size_t len, const unsigned char *s)
 }
 
 /* ---- workers ---- */
-/* Parameters 2..10 of both worker statements: rank, host, data_addr,
- * devices, state, generation, last_heartbeat_ms, step, launch_index. */
+/* Parameters 2..10 and 12 of both worker statements: rank, host,
+ * data_addr, devices, state, generation, last_heartbeat_ms, step,
+ * launch_index; transports. */
 static void bind_worker(sqlite3_stmt *st, const rm__worker_t *w)
 {
   sqlite3_bind_int(st, 2, w->rank);
@@ -40,14 +41,15 @@ static void bind_worker(sqlite3_stmt *st, const rm__worker_t *w)
   sqlite3_bind_int64(st, 8, w->last_wall_ms);
   sqlite3_bind_int64(st, 9, (sqlite3_int64)w->step);
   sqlite3_bind_int(st, 10, w->launch_index);
+  sqlite3_bind_text(st, 12, w->transports, -1, SQLITE_TRANSIENT);
 }
 
 void rm__store_worker_insert(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
                           "devices,state,generation,last_heartbeat_ms,step,"
-                          "launch_index,joined_ms) "
-                          "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+                          "launch_index,joined_ms,transports) "
+                          "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   bind_worker(st, w);
   sqlite3_bind_int64(st, 11, w->joined_ms);
@@ -59,8 +61,8 @@ void rm__store_worker_update(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
                           "data_addr=?4, devices=?5, state=?6, generation=?7, "
-                          "last_heartbeat_ms=?8, step=?9, launch_index=?10 "
-                          "WHERE id=?1");
+                          "last_heartbeat_ms=?8, step=?9, launch_index=?10, "
+                          "transports=?12 WHERE id=?1");
   (void)j;
   sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
   bind_worker(st, w);
@@ -71,8 +73,9 @@ rm_status_t rm__store_workers(rm__store_t *c, uint64_t job_id,
                               rm_worker_info_t **out, size_t *n)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
-                          "generation,last_heartbeat_ms,step,launch_index "
-                          "FROM workers WHERE job_id=? ORDER BY rank<0, rank, id");
+                          "generation,last_heartbeat_ms,step,launch_index,"
+                          "transports FROM workers WHERE job_id=? "
+                          "ORDER BY rank<0, rank, id");
   size_t k = 0, cap = 16;
   rm_worker_info_t *arr = rm__xcalloc(cap, sizeof *arr);
   int64_t now = rm__wall_ms();
@@ -93,6 +96,7 @@ rm_status_t rm__store_workers(rm__store_t *c, uint64_t job_id,
     w->ms_since_heartbeat = now - w->last_heartbeat_ms;
     w->step = (uint64_t)sqlite3_column_int64(st, 8);
     w->launch_index = sqlite3_column_int(st, 9);
+    copy_text(w->transports, sizeof w->transports, sqlite3_column_text(st, 10));
     w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
   }
   rm__stmt_done(c, st);
@@ -323,7 +327,8 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
 {
   sqlite3_stmt *st = prep(c, "SELECT id,rank,host,data_addr,devices,state,"
                           "generation,joined_ms,last_heartbeat_ms,step,result,"
-                          "launch_index FROM workers WHERE job_id=? ORDER BY id");
+                          "launch_index,transports FROM workers WHERE job_id=? "
+                          "ORDER BY id");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   while (sqlite3_step(st) == SQLITE_ROW) {
     rm__worker_t *w = rm__job_worker_add(j);
@@ -340,6 +345,7 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
     const unsigned char *res = sqlite3_column_text(st, 10);
     if (res && *res) w->result = rm__xstrdup((const char *)res);
     w->launch_index = sqlite3_column_int(st, 11);
+    copy_text(w->transports, sizeof w->transports, sqlite3_column_text(st, 12));
   }
   rm__stmt_done(c, st);
 }

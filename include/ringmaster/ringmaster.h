@@ -60,6 +60,11 @@ RM_EXTERN rm_status_t rm_endpoint_open(const char *bind_addr,
                                        rm_endpoint_t **out);
 /* "host:port" actually bound; borrowed, valid until rm_endpoint_close. */
 RM_EXTERN const char *rm_endpoint_address(const rm_endpoint_t *ep);
+/* The transports this endpoint offers, in priority order (RINGMASTER_
+ * TRANSPORTS, default "shm,tcp"): e.g. "shm:3f9c01d2a4b5e6f7/8c1e0a2b3c4d5e6f
+ * tcp". Hand every rank's string to rm_comm_init (config.transports) and
+ * pairs on one host use shared memory. Borrowed, valid until close. */
+RM_EXTERN const char *rm_endpoint_transports(const rm_endpoint_t *ep);
 RM_EXTERN void rm_endpoint_close(rm_endpoint_t *ep);
 
 /* ---- communicators ---- */
@@ -82,6 +87,11 @@ typedef struct rm_comm_config {
   int connect_timeout_ms;
   /* Default all-reduce algorithm; RM_ALGO_AUTO unless RINGMASTER_ALGO says. */
   rm_algo_t algorithm;
+  /* Optional: world entries, what rm_endpoint_transports() said on each
+   * rank. Each pair uses the first transport of the lower rank's list that
+   * the other offers too (shared memory on one host, else TCP). NULL (or a
+   * NULL entry) = that rank offers TCP only. Borrowed: copied. */
+  const char *const *transports;
 } rm_comm_config_t;
 
 /* Fill *cfg with defaults (reads RINGMASTER_* once). */
@@ -96,6 +106,9 @@ RM_EXTERN rm_status_t rm_comm_init(const rm_comm_config_t *cfg,
                                    rm_comm_t **out);
 /* Safe from any thread, any number of times; never blocks on peers. */
 RM_EXTERN void rm_comm_abort(rm_comm_t *comm);
+/* The transport that carries the pair (this rank, peer): "shm" or "tcp";
+ * NULL for this rank itself or a bad peer. Borrowed, static. */
+RM_EXTERN const char *rm_comm_transport(const rm_comm_t *comm, int peer);
 /* Frees everything; the communicator must not be in use by another thread. */
 RM_EXTERN void rm_comm_destroy(rm_comm_t *comm);
 

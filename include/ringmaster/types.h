@@ -53,6 +53,11 @@ typedef enum {
   RM_ALGO_HALVING_DOUBLING = 2, /* Rabenseifner */
   RM_ALGO_BUTTERFLY = 3,        /* recursive doubling, whole vector */
   RM_ALGO_TREE = 4,             /* binomial reduce + broadcast */
+  RM_ALGO_HIERARCHICAL = 5,     /* reduce-scatter in each host (shared
+                                 * memory), all-reduce across hosts, all-
+                                 * gather in each host; the flat ring when
+                                 * the job is on one host or hosts differ
+                                 * in rank count */
   RM_ALGO_COUNT
 } rm_algo_t;
 
@@ -62,9 +67,11 @@ RM_EXTERN const char *rm_algo_name(rm_algo_t a); /* "ring", "hd", ... */
  * must map an alias, such as the coordinator's JSON layer). */
 #define RM_ALGO_ALIAS_MAP(XX) \
   XX("halving_doubling", "hd") \
-  XX("halving-doubling", "hd")
+  XX("halving-doubling", "hd") \
+  XX("hier", "hierarchical")
 /* Accepts "auto", "ring", "hd" (also "halving_doubling" and
- * "halving-doubling"), "butterfly", "tree", in any case. */
+ * "halving-doubling"), "butterfly", "tree", "hierarchical" (also "hier"),
+ * in any case. */
 RM_EXTERN rm_status_t rm_algo_parse(const char *s, rm_algo_t *out);
 /* The same spellings, case-sensitive (what a job spec accepts); *out is
  * written only on RM_OK. rm_algo_name(*out) is the canonical spelling. */

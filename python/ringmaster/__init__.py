@@ -50,7 +50,8 @@ OPS = {"sum": SUM, "prod": PROD, "product": PROD, "min": MIN, "max": MAX,
        "avg": AVG, "mean": AVG, SUM: SUM, PROD: PROD, MIN: MIN, MAX: MAX, AVG: AVG}
 F32, F64, F16, BF16, I32, I64, U8 = 0, 1, 2, 3, 4, 5, 6
 ALGORITHMS = {None: 0, "auto": 0, "ring": 1, "hd": 2, "halving_doubling": 2,
-              "butterfly": 3, "tree": 4, 0: 0, 1: 1, 2: 2, 3: 3, 4: 4}
+              "butterfly": 3, "tree": 4, "hierarchical": 5, "hier": 5,
+              0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5}
 
 # ---- dtype tables (filled lazily for torch) --------------------------------
 try:
@@ -190,6 +191,12 @@ class Communicator:
         self.job_id = f("rm_session_job_id")(s)
         self.start_step = f("rm_session_start_step")(s)
         self.step = f("rm_session_step")(s)
+
+    def transport(self, peer):
+        """The data-plane transport of the pair (this rank, peer): "shm"
+        (one host) or "tcp"; None for this rank itself."""
+        t = _lib.rm_comm_transport(self.ptr, int(peer))
+        return t.decode() if t else None
 
     def comm_info(self):
         self.rank = _lib.rm_comm_rank(self.ptr)
@@ -370,9 +377,17 @@ def open_endpoint(bind):
     return ep.value, _lib.rm_endpoint_address(ep.value).decode()
 
 
+def endpoint_transports(ep):
+    """What the endpoint's data plane offers ("shm:<host>/<nonce> tcp"):
+    hand every rank's string to comm_from_peers(transports=...)."""
+    return _lib.rm_endpoint_transports(ep).decode()
+
+
 def comm_from_peers(rank, world, peers, endpoint=None, job_id=0, generation=1,
-                    timeout_ms=0, connect_timeout_ms=0, algorithm=None):
-    """A new Communicator from an explicit peer list (rm_comm_init)."""
+                    timeout_ms=0, connect_timeout_ms=0, algorithm=None, transports=None):
+    """A new Communicator from an explicit peer list (rm_comm_init).
+    transports: per rank, what endpoint_transports() said there (pairs on one
+    host then use shared memory); None = TCP for every pair."""
     if len(peers) != world or not 0 <= rank < world:
         raise ValueError("ringmaster: need world=%d peers and 0 <= rank < world, got %d "
                          "peers, rank %r" % (world, len(peers), rank))
@@ -388,6 +403,12 @@ def comm_from_peers(rank, world, peers, endpoint=None, job_id=0, generation=1,
     arr = (ctypes.c_char_p * world)(*enc)
     cfg.job_id, cfg.generation, cfg.rank, cfg.world = job_id, generation, rank, world
     cfg.peers = arr
+    if transports is not None:
+        if len(transports) != world:
+            raise ValueError("ringmaster: need world=%d transports, got %d"
+                             % (world, len(transports)))
+        tarr = (ctypes.c_char_p * world)(*[t.encode() for t in transports])
+        cfg.transports = tarr
     cfg.endpoint = endpoint
     if timeout_ms:
         cfg.timeout_ms = int(timeout_ms)
@@ -431,11 +452,15 @@ def comm_from_store(store, rank, world, master_addr="127.0.0.1", prefix="ringmas
     ep, addr = open_endpoint("%s:0" % _data_host(master_addr))
     try:
         store.set("%s/addr/%d" % (prefix, rank), addr)
-        peers = []
+        store.set("%s/transports/%d" % (prefix, rank), endpoint_transports(ep))
+        peers, offers = [], []
         for r in range(world):
             v = store.get("%s/addr/%d" % (prefix, r))
             peers.append(v.decode() if isinstance(v, bytes) else str(v))
-        return comm_from_peers(rank, world, peers, endpoint=ep, timeout_ms=timeout_ms)
+            v = store.get("%s/transports/%d" % (prefix, r))
+            offers.append(v.decode() if isinstance(v, bytes) else str(v))
+        return comm_from_peers(rank, world, peers, endpoint=ep, timeout_ms=timeout_ms,
+                               transports=offers)
     except BaseException:
         _lib.rm_endpoint_close(ep)
         raise

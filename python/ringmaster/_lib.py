@@ -51,6 +51,7 @@ class CommConfig(ctypes.Structure):
         ("timeout_ms", c_int),
         ("connect_timeout_ms", c_int),
         ("algorithm", c_int),
+        ("transports", ctypes.POINTER(c_char_p)),  # NULL = TCP only
     ]
 
 
@@ -150,6 +151,7 @@ _CORE = {
     "rm_algo_parse": (c_int, [c_char_p, ctypes.POINTER(c_int)]),
     "rm_endpoint_open": (c_int, [c_char_p, ctypes.POINTER(c_void_p)]),
     "rm_endpoint_address": (c_char_p, [c_void_p]),
+    "rm_endpoint_transports": (c_char_p, [c_void_p]),
     "rm_endpoint_close": (None, [c_void_p]),
     "rm_comm_config_init": (None, [ctypes.POINTER(CommConfig)]),
     "rm_comm_init": (c_int, [ctypes.POINTER(CommConfig), ctypes.POINTER(c_void_p)]),
@@ -160,6 +162,7 @@ _CORE = {
     "rm_comm_generation": (c_uint64, [c_void_p]),
     "rm_comm_status": (c_int, [c_void_p]),
     "rm_comm_last_error": (c_char_p, [c_void_p]),
+    "rm_comm_transport": (c_char_p, [c_void_p, c_int]),
     "rm_comm_failed_peer": (c_int, [c_void_p]),
     "rm_comm_set_algorithm": (c_int, [c_void_p, c_int]),
     "rm_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),

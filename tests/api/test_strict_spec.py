@@ -46,7 +46,8 @@ FAILS = []
 COUNT = {"checks": 0, "accepted": 0, "refused": 0}
 MESSAGES = []
 SEQ = [0]
-ALIASES = {"algorithm": {"halving_doubling": "hd", "halving-doubling": "hd"}}
+ALIASES = {"algorithm": {"halving_doubling": "hd", "halving-doubling": "hd",
+                         "hier": "hierarchical"}}
 
 
 def check(cond, what):

@@ -13,6 +13,12 @@
  *                               the algorithm choice is the same on every rank
  *   test_coll 2 large           one in-place f32 sum of 256 MiB per rank
  *
+ * Every suite first checks that each pair got the expected transport
+ * (check_transports). CTest runs the matrix three ways: over shared memory
+ * (the default between ranks of one host), over TCP
+ * (RINGMASTER_TRANSPORTS=tcp) and mixed (RINGMASTER_TEST_HOSTS=2: two
+ * simulated hosts, shared memory inside each, TCP across).
+ *
  * Inputs are small integers chosen per (op, dtype) so every result is exact
  * in every order of reduction (nccl-tests style): sums stay below 2^24 (f32),
  * 2048 (f16), 256 (bf16, u8); products are of values in {1, 2} (and -1 for
@@ -32,6 +38,16 @@
 #include "ringmaster/ringmaster.h"
 
 static size_t esize(rm_dtype_t dt) { return rm_dtype_size(dt); }
+
+/* Whether hierarchical applies to a world of n ranks here: RINGMASTER_TEST_
+ * HOSTS=K simulated hosts of equal size >= 2 (and shared memory offered). */
+static int hier_applies(int n)
+{
+  const char *only = getenv("RINGMASTER_TRANSPORTS"), *k = getenv("RINGMASTER_TEST_HOSTS");
+  int hosts = k ? atoi(k) : 0;
+  if (only && strcmp(only, "tcp") == 0) return 0;
+  return hosts >= 2 && n % hosts == 0 && n / hosts >= 2;
+}
 
 static int is_signed(rm_dtype_t dt) { return dt != RM_U8; }
 
@@ -169,7 +185,10 @@ static int one_allreduce(rm_comm_t *c, rm_algo_t algo, size_t count, rm_op_t op,
   st = rm_allreduce_ex(c, a, inplace ? a : b, count, dt, op, algo, &info);
   if (check_st(r, what, st, c))
     return -1;
-  if (algo != RM_ALGO_AUTO && n > 1 && count > 0 && info.algorithm != algo) {
+  /* hierarchical runs (and reports) the ring where the ranks are not H
+   * hosts of L >= 2 ranks each */
+  rm_algo_t want = algo == RM_ALGO_HIERARCHICAL && !hier_applies(n) ? RM_ALGO_RING : algo;
+  if (algo != RM_ALGO_AUTO && n > 1 && count > 0 && info.algorithm != want) {
     fprintf(stderr, "rank %d: %s: ran %s\n", r, what, rm_algo_name(info.algorithm));
     return 1;
   }
@@ -187,15 +206,40 @@ static int one_allreduce(rm_comm_t *c, rm_algo_t algo, size_t count, rm_op_t op,
 }
 
 static const rm_algo_t g_algos[] = {RM_ALGO_RING, RM_ALGO_HALVING_DOUBLING,
-                                    RM_ALGO_BUTTERFLY, RM_ALGO_TREE, RM_ALGO_AUTO};
+                                    RM_ALGO_BUTTERFLY, RM_ALGO_TREE,
+                                    RM_ALGO_HIERARCHICAL, RM_ALGO_AUTO};
 #define NALGOS 5
 #define BIG_COUNT ((size_t)(1u << 20) + 3)
+
+/* Every pair got the transport the environment asks for: TCP under
+ * RINGMASTER_TRANSPORTS=tcp, RDMA when the list starts with rdma (the
+ * emulated device of tests/rdma_emu), else shared memory between ranks of
+ * one (simulated, RINGMASTER_TEST_HOSTS) host and TCP across hosts. */
+static int check_transports(rm_comm_t *c)
+{
+  const char *only = getenv("RINGMASTER_TRANSPORTS"), *k = getenv("RINGMASTER_TEST_HOSTS");
+  int hosts = k ? atoi(k) : 0, n = rm_comm_world(c), r = rm_comm_rank(c), bad = 0;
+  int tcp_only = only && strcmp(only, "tcp") == 0;
+  int rdma_first = only && strncmp(only, "rdma", 4) == 0;
+  for (int p = 0; p < n; p++) {
+    if (p == r) continue;
+    int same = hosts < 1 || r * hosts / n == p * hosts / n;
+    const char *want = rdma_first ? "rdma" : tcp_only || !same ? "tcp" : "shm";
+    const char *got = rm_comm_transport(c, p);
+    if (got == NULL || strcmp(got, want) != 0) {
+      fprintf(stderr, "rank %d: pair with rank %d carried by %s, expected %s\n", r, p,
+              got ? got : "(none)", want);
+      bad++;
+    }
+  }
+  return bad;
+}
 
 static int suite_allreduce(rm_comm_t *c, void *arg)
 {
   static const size_t counts[] = {0, 1, 7, 1000};
   char *a = malloc(BIG_COUNT * 8), *b = malloc(BIG_COUNT * 8);
-  int fails = 0, cases = 0, rc = 0;
+  int fails = check_transports(c), cases = 0, rc = 0;
   (void)arg;
   /* TEST_COLL_BIG_ONLY=1: only the 2^20+3 cases (debugging aid) */
   for (int ai = getenv("TEST_COLL_BIG_ONLY") ? NALGOS : 0; ai < NALGOS; ai++)
@@ -442,7 +486,7 @@ out:
 
 static int suite_others(rm_comm_t *c, void *arg)
 {
-  int bad = 0, r = rm_comm_rank(c);
+  int bad = check_transports(c), r = rm_comm_rank(c);
   (void)arg;
   bad += t_args(c);
   if (!bad) bad += t_reduce_scatter(c);

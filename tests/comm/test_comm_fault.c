@@ -121,6 +121,7 @@ static int run_ring_fault(int sig, int timeout_ms)
       bad++;
     }
   }
+  bad += rm_test_shm_leftovers(&h);
   rm_test_world_close(&h);
   return bad;
 }
@@ -225,6 +226,7 @@ static int run_all_end(int world, rm_test_rank_fn fn, rm_status_t want)
       bad++;
     }
   }
+  bad += rm_test_shm_leftovers(&h);
   rm_test_world_close(&h);
   return bad;
 }
@@ -252,6 +254,7 @@ static int run_deadlock(void)
     if (!res->done || (!told && res->failed_peer != 1 - r)) bad++;
   }
   if (saw_deadlock == 0) bad++;
+  bad += rm_test_shm_leftovers(&h);
   rm_test_world_close(&h);
   return bad;
 }
@@ -305,6 +308,7 @@ static int run_abort(void)
            h.res[r].failed_peer, h.res[r].msg);
   if (h.res[0].status != RM_ERR_ABORTED || h.res[0].bad) bad++;
   if (h.res[1].status != RM_ERR_PEER_LOST || h.res[1].failed_peer != 0) bad++;
+  bad += rm_test_shm_leftovers(&h);
   rm_test_world_close(&h);
   return bad;
 }

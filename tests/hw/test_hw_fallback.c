@@ -1,12 +1,13 @@
 /*
  * test_hw_fallback.c - a build with the optional hardware parts (CUDA
- * runtime, libibverbs) still runs collectives normally, over TCP, on this
- * machine - whether or not it has a GPU or an RDMA device (those have no data
- * path yet, so TCP must carry every pair either way).
+ * runtime, libibverbs) still runs collectives normally, over shared memory
+ * or TCP, on this machine - whether or not it has a GPU or an RDMA device
+ * (those have no data path yet, so one of the two must carry every pair).
  *
  * Three real processes on 127.0.0.1 (tests/collectives' launcher). Each rank:
  *   1. probes devices (rm__devices_probe; with none it logs and says "none"),
- *   2. checks every peer pair was given the TCP transport,
+ *   2. checks every peer pair got shared memory (one host: the default) or
+ *      TCP (RINGMASTER_TRANSPORTS=tcp), never a device transport,
  *   3. runs rm_allreduce for f32 sum (count 2^16+3, every algorithm), i32 max
  *      and bf16 avg (count 1000) with inputs whose results are exact, and
  *      checks every element.
@@ -32,9 +33,10 @@ static int check_transports(rm_comm_t *c)
   for (int p = 0; p < rm_comm_world(c); p++) {
     if (p == rm_comm_rank(c))
       continue;
-    if (c->pair_transport[p] != &rm__tcp_transport) {
-      fprintf(stderr, "rank %d: peer %d carried by '%s', expected tcp\n", rm_comm_rank(c), p,
-              c->pair_transport[p] ? c->pair_transport[p]->name : "(none)");
+    const char *t = rm_comm_transport(c, p);
+    if (t == NULL || (strcmp(t, "tcp") != 0 && strcmp(t, "shm") != 0)) {
+      fprintf(stderr, "rank %d: peer %d carried by '%s', expected shm or tcp\n",
+              rm_comm_rank(c), p, t ? t : "(none)");
       bad++;
     }
   }
@@ -100,7 +102,7 @@ static int rank_main(rm_comm_t *c, void *arg)
   int n = rm__devices_probe(devs, sizeof devs), bad = 0;
   (void)arg;
   if (rm_comm_rank(c) == 0)
-    printf("devices: %s (%d); every pair over tcp\n", devs, n);
+    printf("devices: %s (%d); every pair over shm or tcp\n", devs, n);
   bad += check_transports(c);
   for (int a = RM_ALGO_RING; a < RM_ALGO_COUNT; a++)
     bad += f32_sum(c, (rm_algo_t)a);

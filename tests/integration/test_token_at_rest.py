@@ -158,6 +158,7 @@ def part_migration(env):
                 "secagg_clip", "secagg_scale", "secagg_threshold", "secagg_neighbours",
                 "secure_recovered_steps", "secure_dropouts"):
         db.execute("ALTER TABLE jobs DROP COLUMN " + col)
+    db.execute("ALTER TABLE workers DROP COLUMN transports")  # 0012
     db.execute("PRAGMA user_version=9")
     db.commit()
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

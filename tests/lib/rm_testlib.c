@@ -39,6 +39,54 @@ int rm_test_open_fds(void)
   return n - 1; /* the DIR's own fd */
 }
 
+/* RINGMASTER_TEST_HOSTS=K: the world's ranks pretend to run on K hosts
+ * (consecutive blocks of ranks): the host part of each shm offer token is
+ * replaced by "simH", so pairs inside a block use shared memory and pairs
+ * across blocks TCP (the pair rule, common/rm_transports.h). */
+static void simulate_host(rm_test_world_t *w, int r, const char *offer)
+{
+  const char *k = getenv("RINGMASTER_TEST_HOSTS"), *shm = strstr(offer, "shm:");
+  const char *slash = shm ? strchr(shm, '/') : NULL;
+  int hosts = k ? atoi(k) : 0;
+  if (hosts < 1 || !shm || !slash) {
+    snprintf(w->offer[r], sizeof w->offer[r], "%s", offer);
+    return;
+  }
+  snprintf(w->offer[r], sizeof w->offer[r], "%.*sshm:sim%d%s", (int)(shm - offer),
+           offer, rm_test_host_of(w, r), slash);
+}
+
+int rm_test_host_of(const rm_test_world_t *w, int r)
+{
+  const char *k = getenv("RINGMASTER_TEST_HOSTS");
+  int hosts = k ? atoi(k) : 0;
+  if (hosts < 1) return 0;
+  return r * hosts / w->world;
+}
+
+int rm_test_shm_leftovers(const rm_test_world_t *w)
+{
+  int left = 0;
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  if (d == NULL) return 0;
+  while ((e = readdir(d)) != NULL) {
+    for (int r = 0; r < w->world; r++) {
+      const char *shm = strstr(w->offer[r], "shm:"), *slash = shm ? strchr(shm, '/') : NULL;
+      char want[64];
+      if (!slash) continue;
+      snprintf(want, sizeof want, "rm-%.16s-", slash + 1);
+      if (strncmp(e->d_name, want, strlen(want)) == 0) {
+        fprintf(stderr, "rm_test: /dev/shm/%s of rank %d outlived its world\n",
+                e->d_name, r);
+        left++;
+      }
+    }
+  }
+  closedir(d);
+  return left;
+}
+
 int rm_test_world_open(rm_test_world_t *w, int world)
 {
   memset(w, 0, sizeof *w);
@@ -61,6 +109,8 @@ int rm_test_world_open(rm_test_world_t *w, int world)
     }
     snprintf(w->addr[r], sizeof w->addr[r], "%s", rm_endpoint_address(w->ep[r]));
     w->peers[r] = w->addr[r];
+    simulate_host(w, r, rm_endpoint_transports(w->ep[r]));
+    w->offers[r] = w->offer[r];
   }
   return 0;
 fail:
@@ -86,6 +136,7 @@ void rm_test_config(const rm_test_world_t *w, int rank, rm_comm_config_t *cfg)
   cfg->rank = rank;
   cfg->world = w->world;
   cfg->peers = w->peers;
+  cfg->transports = w->offers;
   cfg->endpoint = w->ep[rank];
   cfg->timeout_ms = 10000;
   cfg->connect_timeout_ms = 10000;
@@ -212,6 +263,7 @@ int rm_test_run_opts(int world, rm_test_fn fn, void *arg, const rm_test_opts_t *
   }
   if (rm_test_start(w, run_rank, &x) != 0) bad = world;
   else bad = rm_test_wait(w, x.o->timeout_ms > 0 ? x.o->timeout_ms : 120000, -1);
+  bad += rm_test_shm_leftovers(w);
   rm_test_world_close(w);
   free(w);
   return bad;

@@ -50,6 +50,11 @@ typedef struct rm_test_world {
   rm_endpoint_t *ep[RM_TEST_MAX_WORLD];
   char addr[RM_TEST_MAX_WORLD][128];
   const char *peers[RM_TEST_MAX_WORLD]; /* -> addr, for rm_comm_config_t */
+  /* what each endpoint offers (rm_endpoint_transports): ranks of one world
+   * share the host, so pairs use shared memory unless RINGMASTER_TRANSPORTS
+   * says otherwise (e.g. "tcp" for the TCP fault tests) */
+  char offer[RM_TEST_MAX_WORLD][256];
+  const char *offers[RM_TEST_MAX_WORLD];
   pid_t pid[RM_TEST_MAX_WORLD];
   int status[RM_TEST_MAX_WORLD]; /* waitpid status once reaped */
   int killed[RM_TEST_MAX_WORLD]; /* 1: SIGKILLed at the deadline */
@@ -77,8 +82,9 @@ int rm_test_run_opts(int world, rm_test_fn fn, void *arg, const rm_test_opts_t *
 /* Endpoints on 127.0.0.1:0 and zeroed shared results. 0, or -1 (closed). */
 int rm_test_world_open(rm_test_world_t *w, int world);
 void rm_test_world_close(rm_test_world_t *w);
-/* Communicator config for `rank` on the world's endpoints: job 42,
- * generation 1, timeout and connect timeout 10000 ms. */
+/* Communicator config for `rank` on the world's endpoints and their
+ * transport offers: job 42, generation 1, timeout and connect timeout
+ * 10000 ms. */
 void rm_test_config(const rm_test_world_t *w, int rank, rm_comm_config_t *cfg);
 /* Fork every rank; child r runs fn(w, r, arg), sets res[r].done and exits
  * with fn's value. 0, or -1 when a fork failed (the ranks already started
@@ -93,6 +99,13 @@ int rm_test_wait(rm_test_world_t *w, int timeout_ms, int expect_killed);
 /* Record how a rank's communicator ended in res (status st, the peer it
  * blames, its last error message), then destroy c. */
 void rm_test_finish(rm_test_result_t *res, rm_comm_t *c, rm_status_t st);
+
+/* Segments in /dev/shm named by this world's endpoints (shm inboxes) that
+ * still exist; each is printed. 0 once every rank's communicator is gone
+ * (also after a SIGKILL: inboxes are unlinked once all peers mapped them). */
+int rm_test_shm_leftovers(const rm_test_world_t *w);
+/* The simulated host of rank r under RINGMASTER_TEST_HOSTS=K (0 without). */
+int rm_test_host_of(const rm_test_world_t *w, int r);
 
 double rm_test_now_ms(void);  /* CLOCK_MONOTONIC */
 int rm_test_open_fds(void);   /* entries in /proc/self/fd (-1 if unreadable) */

@@ -3,7 +3,7 @@
  * benchmark steps.
  *
  * Options: count=N (elements, default 1048576), dtype=f32|f64|i32|i64
- * (default f32), algo=auto|ring|hd|butterfly|tree, verify=0|1 (default 1),
+ * (default f32), algo=auto|ring|hd|butterfly|tree|hierarchical, verify=0|1 (default 1),
  * in the workload option grammar of common/rm_opts.h.
  *
  * Verification (nccl-tests style, exact): rank r at step s fills element i

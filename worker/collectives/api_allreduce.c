@@ -24,6 +24,7 @@ static const algo_fn_t g_algos[RM_ALGO_COUNT] = {
     [RM_ALGO_HALVING_DOUBLING] = rm__allreduce_hd,
     [RM_ALGO_BUTTERFLY] = rm__allreduce_butterfly,
     [RM_ALGO_TREE] = rm__allreduce_tree,
+    [RM_ALGO_HIERARCHICAL] = rm__allreduce_hier,
 };
 
 rm_status_t rm__check_buf(const void *buf, size_t count, rm_dtype_t dt)

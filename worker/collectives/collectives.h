@@ -19,6 +19,12 @@ rm_status_t rm__allreduce_ring(rm_comm_t *c, void *buf, size_t count,
                                rm_dtype_t dt, rm__reduce_fn_t fn);
 rm_status_t rm__allreduce_hd(rm_comm_t *c, void *buf, size_t count,
                              rm_dtype_t dt, rm__reduce_fn_t fn);
+/* hier.c: shared memory inside hosts, the network across */
+rm_status_t rm__allreduce_hier(rm_comm_t *c, void *buf, size_t count,
+                               rm_dtype_t dt, rm__reduce_fn_t fn);
+/* 1 when the hierarchical layout applies (H >= 2 hosts of L >= 2 ranks
+ * each); *hosts, *local = H, L. Computed once per communicator. */
+int rm__hier_shape(rm_comm_t *c, int *hosts, int *local);
 rm_status_t rm__allreduce_butterfly(rm_comm_t *c, void *buf, size_t count,
                                     rm_dtype_t dt, rm__reduce_fn_t fn);
 rm_status_t rm__allreduce_tree(rm_comm_t *c, void *buf, size_t count,

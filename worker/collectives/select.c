@@ -10,6 +10,13 @@
  *   butterfly  log2(p) (alpha + n beta + n gamma) + fold
  *   tree       2 d alpha + 2 d n beta + d n gamma   (root link carries d n
  *              each way; pipelining hides the depth, not that)
+ *   hierarchical  (only when the ranks form H >= 2 hosts of L >= 2 each,
+ *              collectives/hier.c; else infinite)
+ *              2 (L-1) alpha/G + 2 (L-1)/L n beta/G + (L-1)/L n gamma
+ *              + 2 (H-1) alpha + 2 (H-1)/H (n/L) beta + (H-1)/H (n/L) gamma
+ *              with G = SHM_GAIN = 4: the calibrated links are the ring's
+ *              (across hosts where the job spans hosts), shared memory is
+ *              taken as 4x cheaper (3-6x measured on loopback)
  *
  * HD_BW = 1.25: measured, not derived. On TCP loopback halving-doubling
  * moves the same bytes as the ring but ran 25-35% slower from 16 MiB up
@@ -51,6 +58,7 @@
 #define DEF_BETA_US_PER_B (1.0 / 1000.0)  /* 1 GB/s */
 #define DEF_GAMMA_US_PER_B (1.0 / 4000.0) /* 4 GB/s */
 #define HD_BW 1.25
+#define SHM_GAIN 4.0
 #define CAL_SMALL_ITERS 16
 #define CAL_BIG_ITERS 8
 #define CAL_BARRIER_TAG ((uint64_t)1 << 40)
@@ -88,6 +96,16 @@ double rm__allreduce_predict(const rm_comm_t *c, rm_algo_t algo, size_t bytes)
     return 2 * lp * a + 2 * fp * n * HD_BW * b + fp * n * g + fold;
   case RM_ALGO_BUTTERFLY: return lp * (a + n * b + n * g) + fold;
   case RM_ALGO_TREE: return 2 * d * a + 2 * d * n * b + d * n * g;
+  case RM_ALGO_HIERARCHICAL: {
+    int H, L;
+    if (!rm__hier_shape((rm_comm_t *)c, &H, &L)) return INFINITY;
+    /* the model's links are the network's; shared memory inside a host is
+     * taken as SHM_GAIN times cheaper in latency and per byte (measured
+     * 3-6x on loopback, bench/compare.sh) */
+    double fl = (double)(L - 1) / L, fh = (double)(H - 1) / H, m = n / L;
+    return 2 * (L - 1) * a / SHM_GAIN + 2 * fl * n * b / SHM_GAIN + fl * n * g +
+           2 * (H - 1) * a + 2 * fh * m * b + fh * m * g;
+  }
   default: return INFINITY;
   }
 }
@@ -209,13 +227,18 @@ rm_status_t rm__allreduce_resolve(rm_comm_t *c, rm_algo_t algo, size_t bytes,
     RM_CHECK(rm__cost_calibrate(c));
   if (a == RM_ALGO_AUTO)
     a = rm_allreduce_choose(c, bytes, NULL);
+  if (a == RM_ALGO_HIERARCHICAL) {
+    int H, L;
+    if (!rm__hier_shape(c, &H, &L)) a = RM_ALGO_RING; /* one host, or uneven */
+  }
   for (int k = RM_ALGO_RING; k < RM_ALGO_COUNT; k++)
     pred[k] = rm__allreduce_predict(c, (rm_algo_t)k, bytes);
   RM_DEBUG("allreduce %zu bytes, world %d: %s%s (predicted us: ring %.1f, hd %.1f, "
-           "butterfly %.1f, tree %.1f)", bytes, rm_comm_world(c), rm_algo_name(a),
+           "butterfly %.1f, tree %.1f, hierarchical %.1f)", bytes, rm_comm_world(c),
+           rm_algo_name(a),
            algo == RM_ALGO_AUTO && c->algorithm == RM_ALGO_AUTO ? " by auto" : "",
            pred[RM_ALGO_RING], pred[RM_ALGO_HALVING_DOUBLING],
-           pred[RM_ALGO_BUTTERFLY], pred[RM_ALGO_TREE]);
+           pred[RM_ALGO_BUTTERFLY], pred[RM_ALGO_TREE], pred[RM_ALGO_HIERARCHICAL]);
   *out = a;
   *predicted_us = pred[a];
   return RM_OK;

@@ -33,6 +33,7 @@
 #include "rm_check.h"
 #include "rm_log.h"
 #include "rm_param.h"
+#include "rm_transports.h"
 
 RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
 RM_PARAM(connect_timeout_ms, "RINGMASTER_CONNECT_TIMEOUT_MS", 0)
@@ -81,6 +82,18 @@ static rm_status_t copy_peers(rm_comm_t *c, const rm_comm_config_t *cfg)
     c->peers[i] = strdup(p);
     if (c->peers[i] == NULL) return RM_ERR_NOMEM;
   }
+  c->offers = calloc((size_t)c->world, sizeof *c->offers);
+  if (c->offers == NULL) return RM_ERR_NOMEM;
+  for (int i = 0; i < c->world; i++) {
+    const char *o = cfg->transports && cfg->transports[i] ? cfg->transports[i] : "tcp";
+    char why[160];
+    if (!rm_tp_offer_valid(o, why, sizeof why)) {
+      RM_ERROR("rm_comm_init: transports[%d]: %s", i, why);
+      return RM_ERR_INVALID_ARG;
+    }
+    c->offers[i] = strdup(o);
+    if (c->offers[i] == NULL) return RM_ERR_NOMEM;
+  }
   return RM_OK;
 }
 
@@ -113,7 +126,9 @@ static void comm_free(rm_comm_t *c)
   if (c->owns_endpoint) rm_endpoint_close(c->endpoint);
   for (int i = 0; c->peers != NULL && i < c->world; i++) free(c->peers[i]);
   free(c->peers);
-  free(c->pair_transport);
+  for (int i = 0; c->offers != NULL && i < c->world; i++) free(c->offers[i]);
+  free(c->offers);
+  free(c->conns);
   free(c->scratch);
   if (c->wake_fd[0] >= 0) close(c->wake_fd[0]);
   if (c->wake_fd[1] >= 0) close(c->wake_fd[1]);
@@ -167,6 +182,7 @@ void rm__comm_abort_with(rm_comm_t *c, rm_status_t st, const char *why)
   rm__comm_fail(c, st, -1, "%s", why);
   n = write(c->wake_fd[1], &b, 1); /* full pipe is fine: already awake */
   (void)n;
+  rm__transport_wake(c); /* a transport that sleeps elsewhere (shm: futex) */
 }
 
 void rm_comm_abort(rm_comm_t *c)
@@ -183,6 +199,14 @@ void rm_comm_destroy(rm_comm_t *c)
 }
 
 int rm_comm_rank(const rm_comm_t *c) { return c ? c->rank : -1; }
+
+const char *rm_comm_transport(const rm_comm_t *c, int peer)
+{
+  if (c == NULL || peer < 0 || peer >= c->world || c->conns == NULL ||
+      c->conns[peer].type == NULL)
+    return NULL;
+  return c->conns[peer].type->name;
+}
 int rm_comm_world(const rm_comm_t *c) { return c ? c->world : 0; }
 uint64_t rm_comm_generation(const rm_comm_t *c) { return c ? c->generation : 0; }
 

@@ -22,8 +22,6 @@
 #include "ringmaster/ringmaster.h"
 #include "transport/transport.h"
 
-struct rm__tcp_state; /* transport/tcp/tcp_int.h */
-
 /* alpha-beta cost model of this communicator's links (collectives/select.c) */
 typedef struct rm__cost_model {
   double alpha_us;    /* per-message latency, microseconds */
@@ -40,16 +38,21 @@ struct rm_comm {
   int rank;
   int world;
   char **peers;          /* world "host:port" strings, owned */
+  char **offers;         /* world transport offers (rm_transports.h), owned */
   int timeout_ms;
   int connect_timeout_ms;
   rm_algo_t algorithm;   /* default for rm_allreduce */
 
   rm_endpoint_t *endpoint;   /* borrowed or owned, see owns_endpoint */
   int owns_endpoint;
-  const rm__transport_ops_t **pair_transport; /* per peer rank */
+  rm__conn_t *conns;     /* world entries: the transport of each pair */
+  void *tstate[RM__TP_COUNT]; /* per-transport communicator state */
 
   uint64_t coll_seq;     /* invariant 3 */
   rm__cost_model_t cost;
+  /* hosts x ranks per host of the hierarchical layout (collectives/hier.c);
+   * hier_hosts 0 = not usable; valid once hier_known */
+  int hier_known, hier_hosts, hier_local;
 
   /* sticky error (invariant 2) */
   pthread_mutex_t err_lock;
@@ -65,13 +68,23 @@ struct rm_comm {
   size_t scratch_size;
 
   int destroying;         /* set by rm_comm_destroy: close_all may free */
-  struct rm__tcp_state *tcp;
   size_t bytes_sent;     /* by this rank, cumulative */
   /* time in rm_allreduce_ex and payload bytes reduced, cumulative: the
    * session's step reports take differences (session/session_step.c) */
   int64_t allreduce_ns;
   uint64_t allreduce_bytes;
 };
+
+/* The connection to peer: its transport and that transport's state. */
+static inline const rm__transport_ops_t *rm__conn_type(const rm_comm_t *c,
+                                                       int peer)
+{
+  return c->conns ? c->conns[peer].type : NULL;
+}
+static inline void *rm__conn_priv(const rm_comm_t *c, int peer)
+{
+  return c->conns ? c->conns[peer].priv : NULL;
+}
 
 /* rm_comm_abort with the status and words the waiters get: the session
  * aborts a communicator whose generation the coordinator replaced with

@@ -161,6 +161,7 @@ static rm_status_t join(rm_session_t *s, Ringmaster__V1__JoinResponse **out)
     RM__SESSION_IDS(q, s);
     q.host = s->host;
     q.data_addr = (char *)rm_endpoint_address(s->ep);
+    q.transports = (char *)rm_endpoint_transports(s->ep);
     q.devices = s->devices;
     q.rank_hint = s->rank_hint;
     q.world_hint = s->world_hint;
@@ -219,14 +220,18 @@ static rm_status_t form(rm_session_t *s)
     return fail(s, RM_ERR_JOB_ENDED, "job %llu is %s",
                 (unsigned long long)s->job_id, job_state_word(s->job_state));
   }
-  const char **peers = calloc(r->n_peers ? r->n_peers : 1, sizeof *peers);
+  const char **peers = calloc(r->n_peers ? 2 * r->n_peers : 1, sizeof *peers);
+  const char **offers = peers + r->n_peers;
   rm_comm_config_t cfg;
   rm_comm_t *comm = NULL;
   if (!peers) {
     protobuf_c_message_free_unpacked(&r->base, NULL);
     return fail(s, RM_ERR_NOMEM, "out of memory for %zu peers", r->n_peers);
   }
-  for (size_t i = 0; i < r->n_peers; i++) peers[i] = r->peers[i]->data_addr;
+  for (size_t i = 0; i < r->n_peers; i++) {
+    peers[i] = r->peers[i]->data_addr;
+    offers[i] = r->peers[i]->transports; /* "" from an older coordinator: tcp */
+  }
   if (s->join) protobuf_c_message_free_unpacked(&s->join->base, NULL);
   s->join = r;
   pthread_mutex_lock(&s->mu);
@@ -251,6 +256,7 @@ static rm_status_t form(rm_session_t *s)
   cfg.rank = s->rank;
   cfg.world = s->world;
   cfg.peers = peers;
+  cfg.transports = offers;
   cfg.endpoint = s->ep;
   if (s->data_timeout_ms > 0) cfg.timeout_ms = s->data_timeout_ms;
   if (r->spec && r->spec->algorithm[0]) rm_algo_parse(r->spec->algorithm, &cfg.algorithm);

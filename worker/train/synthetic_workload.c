@@ -17,7 +17,7 @@
  *   slow_until   0        slow (a transient straggler; 0 = to the end)
  *   stall_rank   -        one rank's compute at stall_step takes stall_ms
  *   stall_step, stall_ms  more (a worker that stalls for seconds)
- *   algo         auto     all-reduce algorithm: auto ring hd butterfly tree
+ *   algo         auto     all-reduce algorithm: auto ring hd butterfly tree hierarchical
  *   steps        -        step limit; the smaller of it and the agent's
  *                         max_steps (the job's steps); 100 when neither is set
  *   verify       1        check every element of the result, every step
@@ -100,7 +100,7 @@ static rm_status_t synth_option(synth_state_t *s, const char *key,
   } else if (!strcmp(key, "algo")) {
     if (rm_algo_parse(val, &s->algo) != RM_OK) {
       snprintf(err, errlen, "option algo=%s: expected auto, ring, hd, "
-               "butterfly or tree", val);
+               "butterfly, tree or hierarchical", val);
       st = RM_ERR_INVALID_ARG;
     }
   } else if (!strcmp(key, "steps")) {

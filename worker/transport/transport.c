@@ -2,9 +2,13 @@
  * transport.c - the request API of transport.h over the transport plug-ins:
  * transport selection, posting, and the wait loop with its deadline.
  *
- * Selection: g_priority is walked for every peer; the first transport that
- * is available() in this process and can_connect() to that peer carries the
- * pair. Then connect_all() runs once per transport that carries any pair.
+ * Selection: per peer, the pair rule of common/rm_transports.h over the two
+ * ranks' offers (c->offers) names the transport; it must be available() in
+ * this process and can_connect() to that peer, else rm_comm_init fails
+ * naming the peer and both offers (both ranks decide alike: they read the
+ * same two strings). One info line per communicator says which transport
+ * carries which ranks. Then connect_all() runs once per transport used, in
+ * id order (shared memory, then TCP), on every rank alike.
  *
  * Wait loop (rm__wait), one iteration (T = timeout_ms, "idle" = time since
  * the last byte moved on req):
@@ -40,45 +44,93 @@
 #include "rm_check.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_transports.h"
+#include "transport/offer.h"
 #include "transport/transport.h"
 
-static const rm__transport_ops_t *const g_priority[] = {&rm__tcp_transport};
-#define NPRIO ((int)(sizeof g_priority / sizeof g_priority[0]))
+/* Transports in id order; which of them carry a pair of c is in c->conns. */
+#define NTP RM__TP_COUNT
 
 static int transport_used(const rm_comm_t *c, const rm__transport_ops_t *t)
 {
+  if (c->conns == NULL || t == NULL) return 0;
   for (int p = 0; p < c->world; p++)
-    if (c->pair_transport[p] == t) return 1;
+    if (c->conns[p].type == t) return 1;
   return 0;
+}
+
+/* "shm to ranks 0-2,5; tcp to ranks 3,4" (ranks as ranges) */
+static void describe(const rm_comm_t *c, char *out, size_t n)
+{
+  size_t k = 0;
+  out[0] = '\0';
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    int first = 1;
+    if (!transport_used(c, t)) continue;
+    k += (size_t)snprintf(out + k, k < n ? n - k : 0, "%s%s to rank%s ",
+                          k ? "; " : "", t->name, "s");
+    for (int p = 0; p < c->world && k < n; p++) {
+      if (c->conns[p].type != t) continue;
+      int q = p;
+      while (q + 1 < c->world && c->conns[q + 1].type == t) q++;
+      k += (size_t)snprintf(out + k, k < n ? n - k : 0, "%s%d", first ? "" : ",", p);
+      if (q > p) k += (size_t)snprintf(out + k, k < n ? n - k : 0, "-%d", q);
+      first = 0;
+      p = q;
+    }
+  }
 }
 
 rm_status_t rm__transport_connect(rm_comm_t *c)
 {
-  int avail[NPRIO];
-
-  c->pair_transport = calloc((size_t)c->world, sizeof *c->pair_transport);
-  if (c->pair_transport == NULL) return RM_ERR_NOMEM;
-  for (int i = 0; i < NPRIO; i++) avail[i] = g_priority[i]->available();
+  char line[512];
+  c->conns = calloc((size_t)c->world, sizeof *c->conns);
+  if (c->conns == NULL) return RM_ERR_NOMEM;
   for (int p = 0; p < c->world; p++) {
+    int lo = p < c->rank ? p : c->rank, hi = p < c->rank ? c->rank : p;
+    const char *name;
+    const rm__transport_ops_t *t;
     if (p == c->rank) continue;
-    for (int i = 0; i < NPRIO && c->pair_transport[p] == NULL; i++)
-      if (avail[i] && g_priority[i]->can_connect(c, p))
-        c->pair_transport[p] = g_priority[i];
-    if (c->pair_transport[p] == NULL) {
-      RM_ERROR("no transport can reach peer rank %d (%s)", p, c->peers[p]);
+    name = rm_tp_pick(c->offers[lo], c->offers[hi]);
+    t = rm__tp_by_name(name);
+    if (t == NULL || !t->available() || !t->can_connect(c, p)) {
+      RM_ERROR("rank %d: no transport can reach peer rank %d (%s): rank %d "
+               "offers \"%s\", rank %d offers \"%s\"%s%s%s",
+               c->rank, p, c->peers[p], lo, c->offers[lo], hi, c->offers[hi],
+               name ? " (" : "", name ? name : "", name ? " is not usable here)" : "");
       return RM_ERR_UNSUPPORTED;
     }
+    c->conns[p].type = t;
   }
-  for (int i = 0; i < NPRIO; i++)
-    if (transport_used(c, g_priority[i])) RM_CHECK(g_priority[i]->connect_all(c));
+  describe(c, line, sizeof line);
+  if (c->world > 1)
+    RM_INFO("rank %d: job %llu generation %llu: %s", c->rank,
+            (unsigned long long)c->job_id, (unsigned long long)c->generation,
+            line);
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (transport_used(c, t)) RM_CHECK(t->connect_all(c));
+  }
   return RM_OK;
 }
 
 void rm__transport_close(rm_comm_t *c, rm_status_t reason)
 {
-  if (c->pair_transport == NULL) return;
-  for (int i = 0; i < NPRIO; i++)
-    if (transport_used(c, g_priority[i])) g_priority[i]->close_all(c, reason);
+  if (c->conns == NULL) return;
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (transport_used(c, t)) t->close_all(c, reason);
+  }
+}
+
+void rm__transport_wake(rm_comm_t *c)
+{
+  if (c->conns == NULL) return;
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (t && t->wake && c->tstate[i] != NULL) t->wake(c);
+  }
 }
 
 static rm_status_t post(rm_comm_t *c, int peer, rm__req_kind_t kind,
@@ -89,7 +141,7 @@ static rm_status_t post(rm_comm_t *c, int peer, rm__req_kind_t kind,
       (buf == NULL && len > 0))
     return RM_ERR_INVALID_ARG;
   if (st != RM_OK) return st;
-  memset(req, 0, offsetof(rm__req_t, hdr));
+  memset(req, 0, sizeof *req);
   req->peer = peer;
   req->kind = kind;
   req->buf = buf;
@@ -98,7 +150,7 @@ static rm_status_t post(rm_comm_t *c, int peer, rm__req_kind_t kind,
   req->seq = c->coll_seq;
   req->status = RM_OK;
   if (kind == RM__REQ_SEND) c->bytes_sent += len;
-  return c->pair_transport[peer]->post(c, req);
+  return c->conns[peer].type->post(c, req);
 }
 
 rm_status_t rm__isend(rm_comm_t *c, int peer, const void *buf, size_t len,
@@ -113,14 +165,27 @@ rm_status_t rm__irecv(rm_comm_t *c, int peer, void *buf, size_t len,
   return post(c, peer, RM__REQ_RECV, buf, len, tag, req);
 }
 
+/* Several transports in use (shm inside a host, TCP across): each is
+ * polled in turn without blocking, except that the last one (TCP, which
+ * blocks in poll() and wakes on the abort pipe) may block for at most
+ * MIXED_BLOCK_MS, so a shared-memory arrival waits at most that long. */
+#define MIXED_BLOCK_MS 1
+
 static rm_status_t progress_all(rm_comm_t *c, int timeout_ms)
 {
+  const rm__transport_ops_t *used[NTP];
   int n = 0;
   rm_status_t st = RM_OK;
-  for (int i = 0; i < NPRIO; i++) n += transport_used(c, g_priority[i]);
-  for (int i = 0; i < NPRIO && st == RM_OK; i++)
-    if (transport_used(c, g_priority[i]))
-      st = g_priority[i]->progress(c, n == 1 ? timeout_ms : 0);
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (transport_used(c, t)) used[n++] = t;
+  }
+  for (int i = 0; i < n && st == RM_OK; i++) {
+    int ms = n == 1 ? timeout_ms
+             : i == n - 1 ? (timeout_ms < MIXED_BLOCK_MS ? timeout_ms : MIXED_BLOCK_MS)
+                          : 0;
+    st = used[i]->progress(c, ms);
+  }
   return st;
 }
 
@@ -133,9 +198,10 @@ static rm_status_t failed(rm_comm_t *c)
 
 static void tell_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
-  for (int i = 0; i < NPRIO; i++)
-    if (transport_used(c, g_priority[i]))
-      g_priority[i]->stalled(c, on, seq, since_ns);
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (transport_used(c, t)) t->stalled(c, on, seq, since_ns);
+  }
 }
 
 /* Idle reached T on req (top of file). 1 = keep waiting until 2T. */
@@ -145,7 +211,7 @@ static int stall_verdict(rm_comm_t *c, rm__req_t *req, int64_t idle_ns,
   const char *what = req->kind == RM__REQ_SEND ? "sending" : "receiving";
   const char *addr = c->peers[req->peer];
   uint64_t qseq = 0;
-  int q = c->pair_transport[req->peer]->waits_on(
+  int q = c->conns[req->peer].type->waits_on(
       c, req->peer, rm__now_ns() - span, &qseq);
   int idle_ms = (int)(idle_ns / 1000000);
 
@@ -179,7 +245,7 @@ static int stall_verdict(rm_comm_t *c, rm__req_t *req, int64_t idle_ns,
 
 rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
 {
-  size_t mark = req->done + (size_t)req->hdr_done;
+  size_t mark = req->done + req->ctl_moved;
   int64_t last = rm__now_ns(), told = 0;
   int64_t span = (int64_t)c->timeout_ms * 1000000LL;
   int64_t quarter = span / 4 > 1000000 ? span / 4 : 1000000;
@@ -205,8 +271,8 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
     int64_t left_ms = (due - now + 999999) / 1000000;
     int left = left_ms < 1 ? 1 : left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms;
     if (progress_all(c, left) != RM_OK) return failed(c);
-    if (req->done + (size_t)req->hdr_done != mark) {
-      mark = req->done + (size_t)req->hdr_done;
+    if (req->done + req->ctl_moved != mark) {
+      mark = req->done + req->ctl_moved;
       last = rm__now_ns();
     }
   }

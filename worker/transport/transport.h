@@ -15,10 +15,18 @@
  * Progress: requests advance only inside rm__wait / rm__waitall / rm__test
  * (single-threaded progress engine per communicator; the caller's thread).
  * All posted requests of the communicator progress in any of these calls,
- * so a rank sends and receives at once. There is no buffering of messages
- * nobody has posted a receive for (TCP reads payload only into posted
- * buffers): a large send completes only once the peer posts the matching
- * receive, so post receives before waiting on sends (rm__sendrecv does).
+ * so a rank sends and receives at once. Payload lands only in posted
+ * receive buffers; what a transport holds for a receive nobody posted yet
+ * is bounded (TCP: the socket buffers; shared memory: the ring), so a large
+ * send completes only once the peer posts the matching receive: post
+ * receives before waiting on sends (rm__sendrecv does).
+ *
+ * Transports. Each pair of ranks is carried by one transport, chosen from
+ * what both ranks offered (c->offers, common/rm_transports.h): shared
+ * memory (transport/shm/) between ranks of one host, TCP (transport/tcp/)
+ * otherwise. The generic request fields above are all an algorithm sees;
+ * each transport keeps its per-request state in req->tp and its
+ * per-connection state in c->conns[peer].priv / c->tstate[id].
  *
  * Deadlines: a wait fails with RM_ERR_TIMEOUT when the request it waits for
  * sees no byte of progress for comm->timeout_ms (up to twice that when the
@@ -47,6 +55,10 @@ struct rm__conn;
 
 typedef enum { RM__REQ_SEND = 1, RM__REQ_RECV = 2 } rm__req_kind_t;
 
+/* Bytes of per-request state private to the transport that carries the
+ * request (TCP keeps its frame header there; see tcp_int.h). */
+#define RM__REQ_TP_BYTES 64
+
 typedef struct rm__req {
   /* set by the poster */
   int peer;
@@ -57,11 +69,16 @@ typedef struct rm__req {
   /* owned by the transport */
   uint64_t seq;
   size_t done;     /* payload bytes moved so far */
-  int hdr_done;    /* header bytes moved so far */
+  size_t ctl_moved; /* other bytes moved for it (headers, descriptors): with
+                     * done, the meter of the wait deadline (transport.c) */
   int complete;    /* 1 when finished */
   rm_status_t status;
   struct rm__req *next; /* per-connection FIFO */
-  unsigned char hdr[64];
+  /* transport-private; zeroed by post() before the transport sees it */
+  union {
+    unsigned char bytes[RM__REQ_TP_BYTES];
+    uint64_t align_;
+  } tp;
 } rm__req_t;
 
 /* Post a send of len bytes to peer. buf must stay valid until completion. */
@@ -82,21 +99,49 @@ rm_status_t rm__sendrecv(rm_comm_t *c, int send_peer, const void *sbuf,
                          size_t rlen, uint64_t rtag);
 
 /* ---- transport plug-ins ---- */
+
+/* Transports, in the default priority order (RINGMASTER_TRANSPORTS
+ * reorders or restricts it; see transport.c). */
+typedef enum {
+  RM__TP_SHM = 0,
+  RM__TP_RDMA = 1,
+  RM__TP_TCP = 2,
+  RM__TP_COUNT
+} rm__tp_id_t;
+
+/* Contract for every op (the progress engine is single-threaded per
+ * communicator: every op runs on the thread inside rm__wait / rm__test /
+ * rm_comm_init / rm_comm_destroy, except `wake`):
+ *  - no op blocks longer than it says; post, stalled and waits_on never;
+ *  - requests are borrowed (transport.h, Lifetime): a transport queues the
+ *    pointer, never frees or copies it, and forgets every queued request in
+ *    close_all (their owners may free them as soon as it returns);
+ *  - a failure goes through rm__comm_fail with words that name the peer
+ *    rank and its address, and the op returns the sticky status;
+ *  - per-communicator state lives in c->tstate[id] (allocated by
+ *    connect_all, freed by close_all when c->destroying), per-connection
+ *    state in c->conns[peer].priv; the generic code only reads them. */
 typedef struct rm__transport_ops {
   const char *name;
+  rm__tp_id_t id;
   /* Probe once per process; return 0 when the transport can never be used
    * here (no device, no library). Must not block; logs why at debug. */
   int (*available)(void);
-  /* Whether this transport can carry traffic between c->rank and peer. */
+  /* Whether this transport can carry traffic between c->rank and peer; the
+   * answer must be the same on both ranks of the pair (decided from what
+   * both advertised: c->offers, rm__tp_offer_*). */
   int (*can_connect)(const rm_comm_t *c, int peer);
-  /* Establish every connection this transport was selected for, within
-   * c->connect_timeout_ms. Must fail with a status naming the peer. */
+  /* Establish every connection whose c->conns[p].type is this transport,
+   * within c->connect_timeout_ms. Must fail with a status naming the peer. */
   rm_status_t (*connect_all)(rm_comm_t *c);
   /* Queue a posted request on its connection; must not block. */
   rm_status_t (*post)(rm_comm_t *c, rm__req_t *req);
-  /* Make progress on every connection; block at most timeout_ms (0 = poll). */
+  /* Make progress on every connection; block at most timeout_ms (0 = poll),
+   * and return early when `wake` is called. */
   rm_status_t (*progress)(rm_comm_t *c, int timeout_ms);
-  /* Close every connection; tell peers why when `reason` != RM_OK. */
+  /* Close every connection; tell peers why when `reason` != RM_OK. Runs
+   * again (idempotent) from rm_comm_destroy with c->destroying set, which
+   * frees everything. */
   void (*close_all)(rm_comm_t *c, rm_status_t reason);
   /* Tell rank `on`, and every peer that said (at or after since_ns) it
    * waits on us, that this rank is alive and blocked on `on` in collective
@@ -106,9 +151,38 @@ typedef struct rm__transport_ops {
    * since_ns (rm__now_ns clock); else -1. *seq = its collective. */
   int (*waits_on)(const rm_comm_t *c, int peer, int64_t since_ns,
                   uint64_t *seq);
+  /* Any thread, async-signal-safe in spirit (no locks, no allocation):
+   * make a progress call blocked in this transport return soon (abort).
+   * NULL when the transport blocks only in poll() on c->wake_fd. */
+  void (*wake)(rm_comm_t *c);
+  /* Optional (NULL: the token is built by offer.c, as for shm and tcp):
+   * the token this transport adds to a new endpoint's offer, for an
+   * endpoint bound to `host` (the host part of its TCP address). Writes a
+   * token without spaces into tok (charset of common/rm_transports.h) and
+   * may keep per-endpoint state in *state (a bootstrap listener, an opened
+   * device), reached later through rm__endpoint_tp_state(c->endpoint, id).
+   * 0 = nothing to offer (no device; logged at info once). Runs inside
+   * rm_endpoint_open; must not block longer than a device query. */
+  int (*offer)(const char *host, char *tok, size_t n, void **state);
+  /* Frees what offer() kept; from rm_endpoint_close. */
+  void (*offer_close)(void *state);
 } rm__transport_ops_t;
 
 extern const rm__transport_ops_t rm__tcp_transport;
+extern const rm__transport_ops_t rm__shm_transport;
+#ifdef RM_HAVE_RDMA
+extern const rm__transport_ops_t rm__rdma_transport; /* transport/rdma/ */
+#endif
+
+/* What a transport's offer() kept for this endpoint (NULL if none). */
+void *rm__endpoint_tp_state(const rm_endpoint_t *ep, rm__tp_id_t id);
+
+/* One connection: which transport carries the pair and its private state
+ * (Redis connection.h habit: type + private data behind small wrappers). */
+typedef struct rm__conn {
+  const rm__transport_ops_t *type; /* NULL for c->rank itself */
+  void *priv;
+} rm__conn_t;
 
 /* ---- used by core/ (transport.c) ---- */
 /* Pick a transport for every peer (priority list, first can_connect wins)
@@ -117,5 +191,12 @@ rm_status_t rm__transport_connect(rm_comm_t *c);
 /* close_all of every transport in use; idempotent. reason RM_OK = graceful
  * (peers are told BYE), else peers are told ABORT with the sticky failure. */
 void rm__transport_close(rm_comm_t *c, rm_status_t reason);
+/* A peer said it failed with st blaming rank `blamed` (-1 = nobody): make
+ * that this rank's sticky failure, blaming whom the rules say (TCP's ABORT
+ * frame, shared memory's abort word; the rules are in transport.c). */
+rm_status_t rm__transport_adopt_abort(rm_comm_t *c, int peer, rm_status_t st,
+                                      int blamed);
+/* wake of every transport in use (rm_comm_abort, any thread). */
+void rm__transport_wake(rm_comm_t *c);
 
 #endif

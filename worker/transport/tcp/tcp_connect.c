@@ -69,6 +69,12 @@ typedef struct hs {
   struct pollfd pfds[1 + MAX_ANON + 1024];
 } hs_t;
 
+/* Whether TCP carries the pair (c->rank, p) (transport.c chose per pair). */
+static int is_tcp_pair(const rm_comm_t *c, int p)
+{
+  return rm__conn_type(c, p) == &rm__tcp_transport;
+}
+
 static int send_frame(int fd, const rm__frame_t *f)
 {
   unsigned char h[RM__TCP_HDR];
@@ -80,7 +86,7 @@ static void set_ready(hs_t *h, int p, int fd)
 {
   h->peers[p].state = HS_READY;
   h->peers[p].fd = -1;
-  h->c->tcp->conns[p].fd = fd;
+  rm__tcp(h->c)->conns[p].fd = fd;
   h->missing--;
   RM_DEBUG("rank %d: connected to peer rank %d (%s)", h->c->rank, p,
            h->c->peers[p]);
@@ -189,7 +195,8 @@ static void on_hello(hs_t *h, int fd, const unsigned char *buf)
     why = "HELLO from an older generation";
   } else if (f.tag != (uint64_t)c->world) {
     why = "HELLO with another world size";
-  } else if (f.seq <= (uint64_t)c->rank || f.seq >= (uint64_t)c->world) {
+  } else if (f.seq <= (uint64_t)c->rank || f.seq >= (uint64_t)c->world ||
+             !is_tcp_pair(c, (int)f.seq)) {
     why = "HELLO from a rank that must not connect to us";
   } else if (h->peers[f.seq].state == HS_READY) {
     why = "duplicate HELLO for a connected rank";
@@ -268,6 +275,7 @@ static int build_poll(hs_t *h, int left, int *n_out, int *map)
   }
   for (int p = 0; p < c->rank; p++) {
     hs_peer_t *q = &h->peers[p];
+    if (!is_tcp_pair(c, p)) continue;
     if (q->state == HS_IDLE && q->retry_at <= now) start_connect(h, p);
     if (q->state == HS_IDLE) {
       int ms = rm__ms_left(q->retry_at);
@@ -304,7 +312,7 @@ static rm_status_t timeout_error(hs_t *h)
   rm_comm_t *c = h->c;
   for (int p = 0; p < c->world; p++) {
     hs_peer_t *q = &h->peers[p];
-    if (p == c->rank || q->state == HS_READY) continue;
+    if (p == c->rank || q->state == HS_READY || !is_tcp_pair(c, p)) continue;
     RM_ERROR("rank %d: job %llu generation %llu: no connection to peer rank "
              "%d (%s) within %d ms: %s",
              c->rank, (unsigned long long)c->job_id,
@@ -324,7 +332,7 @@ static rm_status_t resolve_active(hs_t *h)
     hs_peer_t *q = &h->peers[p];
     q->fd = -1;
     q->backoff_ms = 5;
-    if (p == c->rank) continue;
+    if (p == c->rank || !is_tcp_pair(c, p)) continue;
     h->missing++;
     if (p < c->rank &&
         rm__tcp_resolve(c->peers[p], &q->ss, &q->sslen, q->why, sizeof q->why)) {

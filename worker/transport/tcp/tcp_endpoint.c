@@ -22,6 +22,8 @@
 
 #include "addr.h"
 #include "rm_log.h"
+#include "rm_transports.h"
+#include "transport/offer.h"
 #include "rm_param.h"
 
 #define RM__STASH_MAX 256
@@ -36,6 +38,9 @@ typedef struct stash_entry {
 struct rm_endpoint {
   int fd;
   char address[NI_MAXHOST + NI_MAXSERV + 4];
+  char offer[RM_TP_OFFER_MAX];   /* transport/offer.c */
+  char nonce[RM__TP_NONCE_LEN + 1];
+  void *tp_state[RM__TP_COUNT];  /* what transports' offer() kept */
   stash_entry_t stash[RM__STASH_MAX];
   int nstash;
 };
@@ -120,7 +125,14 @@ rm_status_t rm_endpoint_open(const char *bind_addr, rm_endpoint_t **out)
   sslen = sizeof ss;
   if (getsockname(ep->fd, (struct sockaddr *)&ss, &sslen) != 0) goto sys_fail;
   format_addr(&ss, ep->address, sizeof ep->address);
-  RM_DEBUG("endpoint listening on %s", ep->address);
+  {
+    char host[NI_MAXHOST + 2];
+    int port;
+    if (rm__addr_split(ep->address, host, sizeof host, &port) != 0)
+      snprintf(host, sizeof host, "127.0.0.1");
+    rm__tp_build_offer(ep->offer, sizeof ep->offer, ep->nonce, host, ep->tp_state);
+  }
+  RM_DEBUG("endpoint listening on %s, offering \"%s\"", ep->address, ep->offer);
   *out = ep;
   return RM_OK;
 
@@ -137,9 +149,20 @@ const char *rm_endpoint_address(const rm_endpoint_t *ep)
   return ep ? ep->address : "";
 }
 
+const char *rm_endpoint_transports(const rm_endpoint_t *ep)
+{
+  return ep ? ep->offer : "";
+}
+
+void *rm__endpoint_tp_state(const rm_endpoint_t *ep, rm__tp_id_t id)
+{
+  return ep && id >= 0 && id < RM__TP_COUNT ? ep->tp_state[id] : NULL;
+}
+
 void rm_endpoint_close(rm_endpoint_t *ep)
 {
   if (ep == NULL) return;
+  rm__tp_close_offer(ep->tp_state);
   for (int i = 0; i < ep->nstash; i++) close(ep->stash[i].fd);
   if (ep->fd >= 0) close(ep->fd);
   free(ep);

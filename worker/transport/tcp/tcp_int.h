@@ -1,9 +1,11 @@
 /*
  * tcp_int.h - private to the TCP transport (worker/transport/tcp/).
  *
- * Topology: a full mesh, one full-duplex TCP connection per unordered pair of
- * ranks. Rank i actively connects to every rank j < i and accepts from every
- * rank j > i; the handshake (tcp_connect.c) identifies the accepted side.
+ * Topology: one full-duplex TCP connection per unordered pair of ranks that
+ * TCP carries (transport.c picks per pair; pairs on one host usually go over
+ * shared memory). Rank i actively connects to every such rank j < i and
+ * accepts from every such j > i; the handshake (tcp_connect.c) identifies
+ * the accepted side and refuses a HELLO from a rank whose pair is not TCP.
  *
  * Wire format. Every message is a fixed 48-byte header, followed by `length`
  * payload bytes for DATA frames only. All integers little-endian.
@@ -84,6 +86,19 @@ typedef struct rm__frame {
   uint64_t length;
 } rm__frame_t;
 
+/* A request's TCP state, in its transport-private bytes (transport.h). */
+typedef struct rm__tcp_req {
+  unsigned char hdr[RM__TCP_HDR]; /* the frame header (sends) */
+  int hdr_done;                   /* header bytes moved so far */
+} rm__tcp_req_t;
+_Static_assert(sizeof(rm__tcp_req_t) <= RM__REQ_TP_BYTES,
+               "TCP request state must fit the transport-private bytes");
+
+static inline rm__tcp_req_t *rm__tcp_req(rm__req_t *r)
+{
+  return (rm__tcp_req_t *)(void *)r->tp.bytes;
+}
+
 /* tcp_frame.c */
 void rm__frame_encode(const rm__frame_t *f, unsigned char out[RM__TCP_HDR]);
 void rm__frame_decode(const unsigned char in[RM__TCP_HDR], rm__frame_t *f);
@@ -123,6 +138,11 @@ struct rm__tcp_state {
   int closed;            /* close_all ran */
   int spin_us;           /* poll(0) this long before a blocking poll */
 };
+
+static inline struct rm__tcp_state *rm__tcp(const rm_comm_t *c)
+{
+  return (struct rm__tcp_state *)c->tstate[RM__TP_TCP];
+}
 
 /* tcp_endpoint.c: socket helpers shared by endpoint and handshake. */
 int rm__tcp_set_opts(int fd); /* TCP_NODELAY, buffers; 0 or -1 */

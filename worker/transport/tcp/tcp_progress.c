@@ -114,7 +114,7 @@ static int probe(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
   const char *why;
   for (;;) {
     int boundary = k->rhdr_got == 0 &&
-                   (k->rq_head == NULL || k->rq_head->hdr_done == 0);
+                   (k->rq_head == NULL || rm__tcp_req(k->rq_head)->hdr_done == 0);
     while (k->rhdr_got < RM__TCP_HDR) {
       ssize_t n = recv(k->fd, k->rhdr + k->rhdr_got,
                        (size_t)(RM__TCP_HDR - k->rhdr_got), MSG_DONTWAIT);
@@ -132,7 +132,7 @@ static int probe(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
     }
     /* a WAIT read here was never seen by do_recv: consume it and look on */
     if (f.type != RM__FRAME_WAIT || k->carry > 0 ||
-        (k->rq_head != NULL && k->rq_head->hdr_done != 0))
+        (k->rq_head != NULL && rm__tcp_req(k->rq_head)->hdr_done != 0))
       return 0;
     note_wait(c, k, &f);
     k->rhdr_got = 0;
@@ -149,14 +149,14 @@ static int root_cause(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t *st)
   int dead = -1;
   if (probe(c, k, st) == 1) return 1;
   for (int p = 0; p < c->world; p++) {
-    rm__tcp_conn_t *j = &c->tcp->conns[p];
+    rm__tcp_conn_t *j = &rm__tcp(c)->conns[p];
     if (j == k || j->fd < 0) continue;
     int r = probe(c, j, st);
     if (r == 1) return 1;
     if (r == 2 && dead < 0) dead = p;
   }
   if (dead < 0) return 0;
-  *st = conn_fail(c, &c->tcp->conns[dead], RM_ERR_PEER_LOST,
+  *st = conn_fail(c, &rm__tcp(c)->conns[dead], RM_ERR_PEER_LOST,
                   "connection closed without goodbye (peer died?)");
   return 1;
 }
@@ -189,21 +189,22 @@ static void advance_sends(rm__tcp_conn_t *k, size_t n)
 {
   while (n > 0 && k->sq_head != NULL) {
     rm__req_t *r = k->sq_head;
-    size_t h = (size_t)(RM__TCP_HDR - r->hdr_done);
+    size_t h = (size_t)(RM__TCP_HDR - rm__tcp_req(r)->hdr_done);
     size_t take = n < h ? n : h;
-    r->hdr_done += (int)take;
+    rm__tcp_req(r)->hdr_done += (int)take;
+    r->ctl_moved += take;
     n -= take;
     take = n < r->len - r->done ? n : r->len - r->done;
     r->done += take;
     n -= take;
     k->send_mid_frame = 1;
-    if (r->hdr_done == RM__TCP_HDR && r->done == r->len) {
+    if (rm__tcp_req(r)->hdr_done == RM__TCP_HDR && r->done == r->len) {
       pop_send(k);
       k->send_mid_frame = 0;
     }
   }
   /* zero-length frames already fully written complete here too */
-  while (k->sq_head && k->sq_head->hdr_done == RM__TCP_HDR &&
+  while (k->sq_head && rm__tcp_req(k->sq_head)->hdr_done == RM__TCP_HDR &&
          k->sq_head->done == k->sq_head->len)
     pop_send(k);
 }
@@ -218,10 +219,10 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
     size_t room = chunk_cap((size_t)-1), total = 0;
     /* each request may add two entries (header rest, payload): stop while two fit */
     for (rm__req_t *r = k->sq_head; r && n + 2 <= 2 * MAX_BATCH && room; r = r->next) {
-      if (r->hdr_done < RM__TCP_HDR) {
-        iov[n].iov_base = r->hdr + r->hdr_done;
-        iov[n++].iov_len = (size_t)(RM__TCP_HDR - r->hdr_done);
-        total += (size_t)(RM__TCP_HDR - r->hdr_done);
+      if (rm__tcp_req(r)->hdr_done < RM__TCP_HDR) {
+        iov[n].iov_base = rm__tcp_req(r)->hdr + rm__tcp_req(r)->hdr_done;
+        iov[n++].iov_len = (size_t)(RM__TCP_HDR - rm__tcp_req(r)->hdr_done);
+        total += (size_t)(RM__TCP_HDR - rm__tcp_req(r)->hdr_done);
       }
       if (r->done < r->len) {
         size_t take = r->len - r->done < room ? r->len - r->done : room;
@@ -242,7 +243,7 @@ static rm_status_t do_send(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
         return RM_OK;
       }
       if ((errno == EPIPE || errno == ECONNRESET) && k->sq_head == &k->ctl &&
-          k->ctl.next == NULL && k->ctl.hdr_done == 0) {
+          k->ctl.next == NULL && rm__tcp_req(&k->ctl)->hdr_done == 0) {
         /* only our WAIT was queued: a peer that already left needs no
          * stall report; the receive side decides whether it left cleanly
          * (BYE) or died */
@@ -273,7 +274,7 @@ static rm_status_t on_eof(rm_comm_t *c, rm__tcp_conn_t *k)
     return RM_OK;
   }
   if (root_cause(c, k, &st)) return st;
-  if (k->rhdr_got > 0 || (k->rq_head && k->rq_head->hdr_done))
+  if (k->rhdr_got > 0 || (k->rq_head && rm__tcp_req(k->rq_head)->hdr_done))
     return conn_fail(c, k, RM_ERR_PEER_LOST,
                      "connection closed in the middle of a frame "
                      "(truncated frame; peer died?)");
@@ -284,33 +285,10 @@ static rm_status_t on_eof(rm_comm_t *c, rm__tcp_conn_t *k)
 static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
                                   const rm__frame_t *f)
 {
-  rm_status_t st = (rm_status_t)f->seq;
   /* tag = blamed rank + 1, 0 = nobody; any other value from the wire
    * (found by fuzz/fuzz_frame.c: 2^31 overflowed an int) blames nobody */
   int blamed = f->tag >= 1 && f->tag <= (uint64_t)c->world ? (int)(f->tag - 1) : -1;
-  if (st == RM_ERR_RECONFIGURED || st == RM_ERR_JOB_ENDED)
-    /* a session peer learned first that the coordinator moved on (the
-     * generation changed or the job ended): nobody is to blame */
-    return rm__comm_fail(c, st, -1, "peer rank %d (%s) learned first: %s",
-                         k->peer, c->peers[k->peer],
-                         st == RM_ERR_JOB_ENDED ? "the job ended"
-                                                : "the membership changed");
-  if (blamed == c->rank && st == RM_ERR_TIMEOUT)
-    /* the peer timed out waiting on us: it is alive (it just spoke), so it
-     * is not what we lost; say so and name nobody (the coordinator's LINK
-     * FAILURES rule, coordinator/core/recovery.c, decides) */
-    return rm__comm_fail(c, st, -1, "peer rank %d (%s) timed out waiting on "
-                         "this rank", k->peer, c->peers[k->peer]);
-  if (st == RM_ERR_ABORTED || st == RM_OK || (unsigned)st > RM_ERR_INTERNAL ||
-      blamed < 0 || blamed >= c->world || blamed == c->rank) {
-    /* the peer itself gave up (or blames us / nobody): it is what we lost */
-    return conn_fail(c, k, RM_ERR_PEER_LOST,
-                     "peer failed its communicator (%s)", rm_status_name(st));
-  }
-  return rm__comm_fail(c, st, blamed,
-                       "peer rank %d (%s) failed with %s blaming rank %d (%s)",
-                       k->peer, c->peers[k->peer], rm_status_name(st), blamed,
-                       c->peers[blamed]);
+  return rm__transport_adopt_abort(c, k->peer, (rm_status_t)f->seq, blamed);
 }
 
 /* A full header is in k->rhdr. RM_OK with *held = 1 when it waits for a
@@ -353,7 +331,8 @@ static rm_status_t on_header(rm_comm_t *c, rm__tcp_conn_t *k, int *held)
                      (unsigned long long)f.seq, (unsigned long long)f.tag,
                      (unsigned long long)f.length, (unsigned long long)r->seq,
                      (unsigned long long)r->tag, r->len);
-  r->hdr_done = RM__TCP_HDR;
+  rm__tcp_req(r)->hdr_done = RM__TCP_HDR;
+  r->ctl_moved += RM__TCP_HDR;
   return RM_OK;
 }
 
@@ -432,20 +411,20 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       if (k->rhdr_got < RM__TCP_HDR) continue;
       if ((st = on_header(c, k, &held)) != RM_OK || held) return st;
       if (r == NULL) continue;
-      if (r->hdr_done == 0) { /* a control frame: give back what followed */
+      if (rm__tcp_req(r)->hdr_done == 0) { /* a control frame: give back what followed */
         if (extra > 0) reclaim(k, r, extra);
         continue;
       }
       r->done = extra;
     } else if (r == NULL) {
       return RM_OK; /* HELD */
-    } else if (r->hdr_done == 0) {
+    } else if (rm__tcp_req(r)->hdr_done == 0) {
       /* a header that was parked by reclaim() or left by probe() */
       int held;
       size_t carry = k->carry;
       k->carry = 0;
       if ((st = on_header(c, k, &held)) != RM_OK) return st;
-      if (r->hdr_done == 0) {
+      if (rm__tcp_req(r)->hdr_done == 0) {
         if (carry > 0) reclaim(k, r, carry);
         continue;
       }
@@ -462,7 +441,7 @@ static rm_status_t do_recv(rm_comm_t *c, rm__tcp_conn_t *k, int *moved)
       else if ((size_t)got >= chunk_cap((size_t)-1) && r->done < r->len)
         return RM_OK; /* one chunk per call: let sends run */
     }
-    if (r != NULL && r->hdr_done == RM__TCP_HDR && r->done == r->len)
+    if (r != NULL && rm__tcp_req(r)->hdr_done == RM__TCP_HDR && r->done == r->len)
       pop_recv(k);
     continue;
   io:
@@ -491,7 +470,7 @@ static int tcp_can_connect(const rm_comm_t *c, int peer) { return 1; }
 
 static rm_status_t tcp_post(rm_comm_t *c, rm__req_t *req)
 {
-  rm__tcp_conn_t *k = &c->tcp->conns[req->peer];
+  rm__tcp_conn_t *k = &rm__tcp(c)->conns[req->peer];
   if (k->fd < 0)
     return conn_fail(c, k, RM_ERR_PEER_LOST,
                      "peer closed its communicator; cannot %s",
@@ -502,7 +481,7 @@ static rm_status_t tcp_post(rm_comm_t *c, rm__req_t *req)
     f.seq = req->seq;
     f.tag = req->tag;
     f.length = req->len;
-    rm__frame_encode(&f, req->hdr);
+    rm__frame_encode(&f, rm__tcp_req(req)->hdr);
     if (k->sq_tail) k->sq_tail->next = req; else k->sq_head = req;
     k->sq_tail = req;
   } else {
@@ -522,7 +501,7 @@ static rm_status_t serve(rm_comm_t *c, rm__tcp_conn_t *k, int rd, int *moved)
 
 static int build_pollset(rm_comm_t *c)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   int n = 1;
   s->pfds[0].fd = c->wake_fd[0];
   s->pfds[0].events = POLLIN;
@@ -542,7 +521,7 @@ static int build_pollset(rm_comm_t *c)
 
 static rm_status_t serve_ready(rm_comm_t *c, int n)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   int moved = 0;
   for (int i = 1; i < n; i++) {
     short re = s->pfds[i].revents;
@@ -572,7 +551,7 @@ static rm_status_t serve_ready(rm_comm_t *c, int n)
 
 static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   int moved = 0, n, r;
   char drain[64];
 
@@ -610,7 +589,7 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
  * WAIT request per connection, ahead of queued data that has not started. */
 static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   if (s == NULL || s->closed) return;
   for (int p = 0; p < c->world; p++) {
     rm__tcp_conn_t *k = &s->conns[p];
@@ -625,7 +604,7 @@ static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
     rm__frame_init(&f, c, RM__FRAME_WAIT);
     f.seq = seq;
     f.tag = (uint64_t)on + 1;
-    rm__frame_encode(&f, r->hdr);
+    rm__frame_encode(&f, rm__tcp_req(r)->hdr);
     if (k->sq_head != NULL && k->send_mid_frame) {
       r->next = k->sq_head->next;
       k->sq_head->next = r;
@@ -644,8 +623,8 @@ static int tcp_waits_on(const rm_comm_t *c, int peer, int64_t since_ns,
                         uint64_t *seq)
 {
   const rm__tcp_conn_t *k;
-  if (c->tcp == NULL || peer < 0 || peer >= c->world) return -1;
-  k = &c->tcp->conns[peer];
+  if (rm__tcp(c) == NULL || peer < 0 || peer >= c->world) return -1;
+  k = &rm__tcp(c)->conns[peer];
   if (k->waits_on < 0 || k->waits_ns < since_ns) return -1;
   *seq = k->waits_seq;
   return k->waits_on;
@@ -671,7 +650,7 @@ static void send_control(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t reason)
 
 static void tcp_close_all(rm_comm_t *c, rm_status_t reason)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   if (s == NULL) return;
   for (int p = 0; p < c->world; p++) {
     rm__tcp_conn_t *k = &s->conns[p];
@@ -711,7 +690,7 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
   s->conns = calloc((size_t)c->world, sizeof *s->conns);
   s->pfds = calloc((size_t)c->world + 1, sizeof *s->pfds);
   s->pfd_peer = calloc((size_t)c->world + 1, sizeof *s->pfd_peer);
-  c->tcp = s;
+  c->tstate[RM__TP_TCP] = s;
   if (s->conns == NULL || s->pfds == NULL || s->pfd_peer == NULL) {
     rm__tcp_state_free(c);
     return RM_ERR_NOMEM;
@@ -729,7 +708,7 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
 
 void rm__tcp_state_free(rm_comm_t *c)
 {
-  struct rm__tcp_state *s = c->tcp;
+  struct rm__tcp_state *s = rm__tcp(c);
   if (s == NULL) return;
   for (int p = 0; s->conns != NULL && p < c->world; p++)
     if (s->conns[p].fd >= 0) close(s->conns[p].fd);
@@ -737,11 +716,12 @@ void rm__tcp_state_free(rm_comm_t *c)
   free(s->pfds);
   free(s->pfd_peer);
   free(s);
-  c->tcp = NULL;
+  c->tstate[RM__TP_TCP] = NULL;
 }
 
 const rm__transport_ops_t rm__tcp_transport = {
     .name = "tcp",
+    .id = RM__TP_TCP,
     .available = tcp_available,
     .can_connect = tcp_can_connect,
     .connect_all = rm__tcp_connect_all,

@@ -1,0 +1,115 @@
+/*
+ * rm_transports.c - offers and the pair rule (rm_transports.h).
+ */
+#include "rm_transports.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const k_default = "tcp";
+
+/* Next token of *p into tok (NUL-terminated); 0 at the end. */
+static int next_token(const char **p, char *tok, size_t n)
+{
+  const char *s = *p;
+  size_t k = 0;
+  while (*s == ' ') s++;
+  if (*s == '\0') return 0;
+  while (*s && *s != ' ') {
+    if (k + 1 < n) tok[k++] = *s;
+    s++;
+  }
+  tok[k] = '\0';
+  *p = s;
+  return 1;
+}
+
+static const char *or_default(const char *offer)
+{
+  const char *s = offer;
+  if (s == NULL) return k_default;
+  while (*s == ' ') s++;
+  return *s ? offer : k_default;
+}
+
+int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
+{
+  size_t n = offer ? strlen(offer) : 0;
+  if (n >= RM_TP_OFFER_MAX) {
+    snprintf(why, why_len, "transports offer is %zu bytes, at most %d", n,
+             RM_TP_OFFER_MAX - 1);
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char ch = offer[i];
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+          strchr(" :/._-", ch) != NULL)) {
+      snprintf(why, why_len, "transports offer has byte 0x%02x at %zu "
+               "(allowed: a-z 0-9 : / . _ - and spaces)",
+               (unsigned)(unsigned char)ch, i);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Tokens with a scope: "<kind>:<scope>/<rest>"; two ranks can use it when
+ * both offer the kind with the same scope (shm: the host; rdma: the fabric). */
+static const char *const k_scoped[] = {"shm", "rdma"};
+
+/* The scoped kind of token t ("shm", "rdma"), or NULL. */
+static const char *scoped_kind(const char *t)
+{
+  for (size_t i = 0; i < sizeof k_scoped / sizeof k_scoped[0]; i++) {
+    size_t n = strlen(k_scoped[i]);
+    if (strncmp(t, k_scoped[i], n) == 0 && t[n] == ':' && strchr(t + n, '/'))
+      return k_scoped[i];
+  }
+  return NULL;
+}
+
+/* Whether `offer` has a token that matches tok (same kind and scope). */
+static int offers_too(const char *offer, const char *tok)
+{
+  char t[RM_TP_OFFER_MAX];
+  const char *p = or_default(offer);
+  const char *slash = strchr(tok, '/');
+  size_t scopelen = slash ? (size_t)(slash - tok) : strlen(tok);
+  int scoped = scoped_kind(tok) != NULL;
+  while (next_token(&p, t, sizeof t)) {
+    if (scoped) {
+      if (strncmp(t, tok, scopelen) == 0 && t[scopelen] == '/') return 1;
+    } else if (strcmp(t, tok) == 0) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+const char *rm_tp_pick(const char *lo, const char *hi)
+{
+  char t[RM_TP_OFFER_MAX];
+  const char *p = or_default(lo);
+  while (next_token(&p, t, sizeof t)) {
+    const char *kind = scoped_kind(t);
+    if (kind && offers_too(hi, t)) return kind;
+    if (strcmp(t, "tcp") == 0 && offers_too(hi, t)) return "tcp";
+  }
+  return NULL;
+}
+
+int rm_tp_offer_shm(const char *offer, char *host, size_t host_len,
+                    char *nonce, size_t nonce_len)
+{
+  char t[RM_TP_OFFER_MAX];
+  const char *p = or_default(offer);
+  while (next_token(&p, t, sizeof t)) {
+    char *slash = strchr(t, '/');
+    if (strncmp(t, "shm:", 4) != 0 || slash == NULL) continue;
+    *slash = '\0';
+    snprintf(host, host_len, "%s", t + 4);
+    snprintf(nonce, nonce_len, "%s", slash + 1);
+    return 1;
+  }
+  return 0;
+}

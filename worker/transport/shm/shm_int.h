@@ -1,0 +1,201 @@
+/*
+ * shm_int.h - private to the shared-memory transport (worker/transport/shm/).
+ *
+ * Topology. Every rank r that has shared-memory pairs creates one segment,
+ * its INBOX, named "/rm-<nonce_r>-<job>-<generation>" (nonce_r from r's
+ * offer, common/rm_transports.h; so names never collide across jobs or
+ * coordinators). The inbox holds r's control words and one RING per
+ * shared-memory peer s, which s writes (producer) and r reads (consumer).
+ * Every rank maps the inboxes of all its shared-memory peers.
+ *
+ *   inbox  = header (4 KiB) + nslots x ring
+ *   ring   = control (256 B: head, tail, acks, cma_ok on their own cache
+ *            lines) + data[ring_bytes]
+ *   slot   = the position of s among r's shared-memory peers, ascending by
+ *            rank (both sides compute it from the offers: shm_seg.c)
+ *
+ * Header words (all accessed with __atomic; the owner is r unless noted):
+ *   magic "RMSH", version, job, generation, rank, world, pid, ring_bytes,
+ *   nslots;
+ *   bell      futex word: +1 (and FUTEX_WAKE when `sleeping`) by anyone who
+ *             did something r may wait for: wrote into one of r's rings,
+ *             consumed from a ring r writes, acknowledged r's CMA send,
+ *             closed or aborted;
+ *   sleeping  1 while r is in FUTEX_WAIT on bell;
+ *   attached  +1 by each peer once it mapped this inbox and published its
+ *             CMA probe result; at nslots r unlinks the name (it then
+ *             lives only as long as the mappings: a SIGKILLed job leaves
+ *             nothing in /dev/shm once its processes are gone);
+ *   closed    0 open, 1 BYE (graceful), 2 ABORT with abort_status and
+ *             abort_blame (the rank it blames, -1 = none);
+ *   waits_*   "r is blocked on rank waits_on in collective waits_seq since
+ *             waits_ns" (the WAIT frame of TCP, as shared words under the
+ *             waits_lock seqlock: odd while being written).
+ *
+ * Ring stream (one direction s -> r). head and tail count bytes since the
+ * start (u64, never wrap); data[i % ring_bytes]; s writes at head only when
+ * head - tail < ring_bytes, r reads at tail only when tail < head; each
+ * side publishes its counter with release and reads the other's with
+ * acquire. The stream is a sequence of messages, each a 48-byte record
+ * then, for INLINE, `len` payload bytes (both may wrap around the end):
+ *
+ *   offset size field
+ *        0    4 type     1 INLINE, 2 CMA (the receiver reads the payload
+ *                        straight from the sender's memory with
+ *                        process_vm_readv, one copy)
+ *        4    4 magic    "RMSM"
+ *        8    8 seq      collective sequence number
+ *       16    8 tag      element offset
+ *       24    8 len      payload bytes
+ *       32    8 addr     CMA: the payload's address in the sender
+ *       40    8 job      the communicator's job id
+ *
+ * A message is matched strictly in order against the receiver's posted
+ * receives (transport.h): seq, tag and len must equal the head receive's,
+ * else RM_ERR_PROTOCOL naming the peer; payload is copied only into posted
+ * buffers, so a sender whose receiver posts nothing stalls once the ring
+ * is full (back-pressure, as with TCP). A CMA send completes when r has
+ * read it all: r bumps `acks` of the ring (in r's inbox) and rings s.
+ * CMA is used from RINGMASTER_SHM_CMA_MIN bytes (default 64 KiB) only when
+ * the receiver's probe at connect (reading 8 known bytes of the sender
+ * with process_vm_readv) worked: ring.cma_ok, written by the receiver.
+ * A sender keeps the buffer of a CMA send valid until the ack, unless it
+ * fails: then it may free it under the read. So a read that fails, and a
+ * read that ends, is checked against the sender's `closed` word: closed
+ * (ABORT adopted) or its process gone fails the receive; only a sender
+ * still open after the read ended vouches for the bytes.
+ *
+ * Waiting: spin RINGMASTER_SHM_SPIN_US (auto: 50 us unless the host is
+ * oversubscribed, as TCP) re-checking, then FUTEX_WAIT on the own bell for
+ * at most 50 ms at a time (the seq of bell is read before the check, so a
+ * ring between the check and the wait is never lost). Each time a wait
+ * slice ends with nothing moved, the peers' pids are checked (at most every
+ * 50 ms): a pid gone or a zombie without a BYE fails the communicator with
+ * RM_ERR_PEER_LOST naming the rank and pid. A peer that is alive but
+ * silent (SIGSTOP) is caught by the deadline logic of transport.c, which
+ * reads waits_* through waits_on().
+ */
+#ifndef RM_WORKER_SHM_INT_H
+#define RM_WORKER_SHM_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/comm_int.h"
+
+#define RM__SHM_MAGIC 0x48534d52u   /* "RMSH" */
+#define RM__SHM_MSG_MAGIC 0x4d534d52u /* "RMSM" */
+#define RM__SHM_VERSION 1
+#define RM__SHM_REC 48
+#define RM__SHM_HDR_BYTES 4096
+#define RM__SHM_RING_CTL 256
+
+enum { RM__SHM_INLINE = 1, RM__SHM_CMA = 2 };
+enum { RM__SHM_OPEN = 0, RM__SHM_BYE = 1, RM__SHM_ABORT = 2 };
+
+typedef struct rm__shm_hdr {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t job;
+  uint64_t generation;
+  int32_t rank;
+  int32_t world;
+  int32_t pid;
+  uint32_t nslots;
+  uint64_t ring_bytes;
+  uint64_t probe_addr;     /* address of a word in the owner's own memory
+                            * holding RM__SHM_MAGIC: peers' CMA probe */
+  uint32_t ready;          /* 1 once the fields above are written */
+  uint32_t attached;
+  uint32_t closed;
+  int32_t abort_status;
+  int32_t abort_blame;
+  uint32_t pad0_[3];
+  _Alignas(64) uint32_t bell;
+  uint32_t sleeping;
+  _Alignas(64) uint32_t waits_lock;
+  int32_t waits_on;
+  uint64_t waits_seq;
+  int64_t waits_ns;
+} rm__shm_hdr_t;
+
+typedef struct rm__shm_ring {
+  _Alignas(64) uint64_t head;  /* producer */
+  _Alignas(64) uint64_t tail;  /* consumer */
+  _Alignas(64) uint64_t acks;  /* consumer: CMA messages fully read */
+  _Alignas(64) uint32_t cma_ok; /* consumer: it can read the producer */
+} rm__shm_ring_t;
+
+_Static_assert(sizeof(rm__shm_hdr_t) <= RM__SHM_HDR_BYTES, "shm header size");
+_Static_assert(sizeof(rm__shm_ring_t) <= RM__SHM_RING_CTL, "shm ring control");
+
+/* A request's shm state (transport-private bytes, transport.h). */
+typedef struct rm__shm_req {
+  unsigned char rec[RM__SHM_REC]; /* the record (sends) */
+  int rec_done;                   /* record bytes written / read */
+  int cma;                        /* message goes / came by CMA */
+} rm__shm_req_t;
+_Static_assert(sizeof(rm__shm_req_t) <= RM__REQ_TP_BYTES, "shm request state");
+
+static inline rm__shm_req_t *rm__shm_req(rm__req_t *r)
+{
+  return (rm__shm_req_t *)(void *)r->tp.bytes;
+}
+
+typedef struct rm__shm_conn {
+  int peer;
+  int active;              /* 1 for a shared-memory pair */
+  pid_t pid;               /* the peer's process */
+  rm__shm_hdr_t *phdr;     /* the peer's inbox header (mapped) */
+  rm__shm_ring_t *out;     /* ring we write: in the peer's inbox */
+  unsigned char *out_data;
+  rm__shm_ring_t *in;      /* ring we read: in our inbox */
+  unsigned char *in_data;
+  void *pmap;              /* mapping of the peer's inbox */
+  size_t pmap_len;
+  rm__req_t *sq_head, *sq_tail;   /* sends not yet fully in the ring */
+  rm__req_t *cq_head, *cq_tail;   /* CMA sends in the ring, not yet read */
+  uint64_t cma_sent;       /* CMA records written */
+  uint64_t cma_done;       /* of them, acknowledged */
+  rm__req_t *rq_head, *rq_tail;   /* receives, FIFO */
+  unsigned char rrec[RM__SHM_REC]; /* record of the message being read */
+  int rrec_got;            /* 48 once it is parsed */
+  int bye;                 /* peer closed gracefully */
+} rm__shm_conn_t;
+
+struct rm__shm_state {
+  rm__shm_conn_t *conns;   /* world entries; active ones are shm pairs */
+  void *map;               /* our inbox */
+  size_t map_len;
+  rm__shm_hdr_t *hdr;
+  char name[96];           /* our inbox's name while it exists */
+  int unlinked;
+  uint64_t ring_bytes;
+  int nslots;
+  int spin_us;
+  size_t cma_min;          /* 0 = never */
+  int64_t last_pid_check;  /* rm__now_ns */
+  int closed;
+  uint64_t probe_word;     /* RM__SHM_MAGIC; hdr->probe_addr points here */
+};
+
+static inline struct rm__shm_state *rm__shm(const rm_comm_t *c)
+{
+  return (struct rm__shm_state *)c->tstate[RM__TP_SHM];
+}
+
+/* shm_seg.c */
+rm_status_t rm__shm_connect_all(rm_comm_t *c);
+void rm__shm_state_free(rm_comm_t *c);
+/* Ring `r`'s bell: +1 and wake it if it sleeps. */
+void rm__shm_ring_bell(rm__shm_hdr_t *h);
+/* 0 alive, 1 gone (no such process, or a zombie). */
+int rm__shm_pid_gone(pid_t pid);
+/* Remove "/rm-*" segments of processes that no longer exist (start-up). */
+void rm__shm_sweep(void);
+
+/* shm_progress.c (the ops table lives there): spin and CMA threshold. */
+void rm__shm_tune(rm_comm_t *c);
+
+#endif
