@@ -4,7 +4,7 @@
  * it) and the coordinator (which shows it on the dashboard).
  *
  * An offer is a space-separated list of tokens in the worker's priority
- * order (RINGMASTER_TRANSPORTS, default "shm,tcp"), at most
+ * order (RINGMASTER_TRANSPORTS, default "shm,rdma,tcp"), at most
  * RM_TP_OFFER_MAX bytes:
  *
  *   shm:<host>/<nonce>   shared memory; <host> names the host as far as

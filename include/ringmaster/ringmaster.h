@@ -61,7 +61,7 @@ RM_EXTERN rm_status_t rm_endpoint_open(const char *bind_addr,
 /* "host:port" actually bound; borrowed, valid until rm_endpoint_close. */
 RM_EXTERN const char *rm_endpoint_address(const rm_endpoint_t *ep);
 /* The transports this endpoint offers, in priority order (RINGMASTER_
- * TRANSPORTS, default "shm,tcp"): e.g. "shm:3f9c01d2a4b5e6f7/8c1e0a2b3c4d5e6f
+ * TRANSPORTS, default "shm,rdma,tcp"): e.g. "shm:3f9c01d2a4b5e6f7/8c1e0a2b3c4d5e6f
  * tcp". Hand every rank's string to rm_comm_init (config.transports) and
  * pairs on one host use shared memory. Borrowed, valid until close. */
 RM_EXTERN const char *rm_endpoint_transports(const rm_endpoint_t *ep);

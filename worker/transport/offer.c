@@ -2,7 +2,7 @@
  * offer.c - what this process's endpoints offer (common/rm_transports.h),
  * the priority list, and the identity of "this host" for shared memory.
  *
- * Priority: RINGMASTER_TRANSPORTS, a comma list of names ("shm,tcp" when
+ * Priority: RINGMASTER_TRANSPORTS, a comma list of names ("shm,rdma,tcp" when
  * unset). A name not known is a warning and skipped; an empty result falls
  * back to "tcp". The offer lists, in that order, each named transport that
  * is available() here; it is what the coordinator hands to every peer, and

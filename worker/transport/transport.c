@@ -8,7 +8,7 @@
  * naming the peer and both offers (both ranks decide alike: they read the
  * same two strings). One info line per communicator says which transport
  * carries which ranks. Then connect_all() runs once per transport used, in
- * id order (shared memory, then TCP), on every rank alike.
+ * id order (shared memory, RDMA, then TCP), on every rank alike.
  *
  * Wait loop (rm__wait), one iteration (T = timeout_ms, "idle" = time since
  * the last byte moved on req):

@@ -23,7 +23,8 @@
  *
  * Transports. Each pair of ranks is carried by one transport, chosen from
  * what both ranks offered (c->offers, common/rm_transports.h): shared
- * memory (transport/shm/) between ranks of one host, TCP (transport/tcp/)
+ * memory (transport/shm/) between ranks of one host, RDMA (transport/rdma/,
+ * verbs through dlopen) between hosts on one fabric, TCP (transport/tcp/)
  * otherwise. The generic request fields above are all an algorithm sees;
  * each transport keeps its per-request state in req->tp and its
  * per-connection state in c->conns[peer].priv / c->tstate[id].
@@ -125,7 +126,8 @@ typedef struct rm__transport_ops {
   const char *name;
   rm__tp_id_t id;
   /* Probe once per process; return 0 when the transport can never be used
-   * here (no device, no library). Must not block; logs why at debug. */
+   * here (no device, no library). Must not block; says why once per
+   * process (info for a missing device, debug otherwise). */
   int (*available)(void);
   /* Whether this transport can carry traffic between c->rank and peer; the
    * answer must be the same on both ranks of the pair (decided from what

@@ -2,10 +2,9 @@
  * rdma_probe.c - RDMA device discovery through libibverbs (built only when
  * RM_HAVE_RDMA). See transport/devices.h.
  *
- * NOT a transport: there is no RDMA (verbs) data path in ringmaster yet -
- * nothing here creates queue pairs or registers memory, and TCP carries all
- * collective traffic even on a machine with an active HCA. This file only
- * lists what exists, one entry per (device, port):
+ * Not the transport (that is worker/transport/rdma/, which loads verbs with
+ * dlopen): this file only lists what exists, for the agent's device report,
+ * one entry per (device, port):
  *
  *   rdma:mlx5_0 port1 ACTIVE InfiniBand
  *
