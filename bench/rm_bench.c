@@ -120,8 +120,11 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
   if (r == 0) {
     double med = t[it / 2], algbw = (double)(count * es) / med / 1e3;
     char name[32];
-    snprintf(name, sizeof name, "%s%s%s", rm_algo_name(algo), algo == RM_ALGO_AUTO ? ">" : "",
-             algo == RM_ALGO_AUTO ? rm_algo_name(info.algorithm) : "");
+    /* "auto>ring": what auto chose; "hierarchical>ring": what ran instead
+     * (one host, or hosts of unequal size) */
+    int other = info.algorithm != algo;
+    snprintf(name, sizeof name, "%s%s%s", rm_algo_name(algo), other ? ">" : "",
+             other ? rm_algo_name(info.algorithm) : "");
     printf("%12zu %12zu %5s %4s %2d %-15s %11.1f %9.3f %9.3f %7.0f\n", count * es, count,
            rm_dtype_name(o->dt), "sum", n, name, med, algbw,
            algbw * 2.0 * (n - 1) / n, wrong);
