@@ -7,7 +7,8 @@
  *   {"job_id", "state", "step", "steps_total", "world", "workers_alive",
  *    "now_ms",                              server wall clock (for ages)
  *    "workers":  [{rank, state, step, step_ms, compute_ms, comm_ms, wait_ms,
- *                  straggler, suspect, ms_since_heartbeat, host}],
+ *                  straggler, suspect, ms_since_heartbeat, host, generation,
+ *                  transports, links}],
  *    "samples":  [step samples reported since the previous tick, oldest
  *                 first; may repeat the last tick's final millisecond,
  *                 clients dedupe on (generation, rank, step)],
@@ -64,7 +65,7 @@ static json_t *workers_json(rm_api_t *api, uint64_t id, uint64_t *h)
     *h = mix(mix(*h, (uint64_t)w[i].straggler), (uint64_t)w[i].launch_index);
     *h = mix(*h, (uint64_t)w[i].suspect);
     json_array_append_new(
-        arr, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:b,s:I,s:o,s:I}", "rank", w[i].rank,
+        arr, json_pack("{s:i,s:i,s:s,s:I,s:o,s:o,s:o,s:o,s:b,s:b,s:I,s:o,s:I,s:o,s:o}", "rank", w[i].rank,
                        "launch_index", w[i].launch_index,
                        "state", rm_worker_state_name(w[i].state), "step", (json_int_t)w[i].step,
                        "step_ms", rm__json_num(w[i].step_ms), "compute_ms",
@@ -72,7 +73,9 @@ static json_t *workers_json(rm_api_t *api, uint64_t id, uint64_t *h)
                        "wait_ms", rm__json_num(w[i].wait_ms), "straggler", w[i].straggler != 0,
                        "suspect", w[i].suspect != 0, "ms_since_heartbeat", (json_int_t)w[i].ms_since_heartbeat, "host",
                        rm__json_str(w[i].host),
-                       "generation", (json_int_t)w[i].generation));
+                       "generation", (json_int_t)w[i].generation,
+                       "transports", rm__json_str(w[i].transports[0] ? w[i].transports : "tcp"),
+                       "links", rm__json_str(w[i].links)));
   }
   rm_coord_free(w);
   return arr;

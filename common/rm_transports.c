@@ -32,6 +32,36 @@ static const char *or_default(const char *offer)
   return *s ? offer : k_default;
 }
 
+/* Whether [s, s + n) is non-empty and all of [a-z0-9._-]. */
+static int plain_run(const char *s, size_t n)
+{
+  if (n == 0) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+          strchr("._-", s[i]) != NULL))
+      return 0;
+  return 1;
+}
+
+/* Token t[0..n) of a well-formed offer: a known kind must be
+ * "<kind>:<scope>/<rest>" with a non-empty scope of [a-z0-9._-] and a
+ * non-empty rest, "tcp" is bare; an unknown kind only must not start with
+ * ':' or '/' (a newer worker's token is skipped, not judged). */
+static int token_ok(const char *t, size_t n)
+{
+  static const char *const known[] = {"shm", "rdma"};
+  if (t[0] == ':' || t[0] == '/') return 0;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+    size_t k = strlen(known[i]);
+    if (n > k && strncmp(t, known[i], k) == 0 && t[k] == ':') {
+      const char *scope = t + k + 1, *end = t + n;
+      const char *slash = memchr(scope, '/', (size_t)(end - scope));
+      return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
+    }
+  }
+  return 1;
+}
+
 int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
 {
   size_t n = offer ? strlen(offer) : 0;
@@ -47,6 +77,28 @@ int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
       snprintf(why, why_len, "transports offer has byte 0x%02x at %zu "
                "(allowed: a-z 0-9 : / . _ - and spaces)",
                (unsigned)(unsigned char)ch, i);
+      return 0;
+    }
+  }
+  /* tokens: separated by single spaces, none empty, each well formed;
+   * the empty offer (an old worker: "tcp") has none */
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && offer[j] != ' ') j++;
+    if (j == i) {
+      snprintf(why, why_len, "transports offer has an empty token at %zu "
+               "(tokens are separated by single spaces)", i);
+      return 0;
+    }
+    if (!token_ok(offer + i, j - i)) {
+      snprintf(why, why_len, "transports offer token \"%.*s\" at %zu is malformed "
+               "(shm:<host>/<nonce>, rdma:<fabric>/<address>, tcp)", (int)(j - i > 64 ? 64 : j - i),
+               offer + i, i);
+      return 0;
+    }
+    i = j + 1;
+    if (j + 1 == n) {
+      snprintf(why, why_len, "transports offer ends with a space");
       return 0;
     }
   }

@@ -35,8 +35,13 @@
 
 #define RM_TP_OFFER_MAX 256
 
-/* Whether `offer` is well formed (charset, length, tokens); 0 = no, with
- * the reason in why. Used on what the coordinator receives. */
+/* Whether `offer` is well formed; 0 = no, with the reason in why. At most
+ * RM_TP_OFFER_MAX - 1 bytes of the charset above; tokens separated by
+ * single spaces (no empty token); shm and rdma tokens have a non-empty
+ * <host> / <fabric> of [a-z0-9._-] and a non-empty part after the '/';
+ * an unknown kind's token only may not start with ':' or '/'. "" is valid
+ * ("tcp"). Used on what the coordinator receives and on the offers given
+ * to rm_comm_init. */
 int rm_tp_offer_valid(const char *offer, char *why, size_t why_len);
 
 /* The transport name ("shm", "tcp") the pair uses, NULL when none. lo and

@@ -278,16 +278,22 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
       rm__pb_str(tmp.data_addr, sizeof tmp.data_addr, q->data_addr) ||
       rm__pb_str(tmp.devices, sizeof tmp.devices, q->devices) ||
       !tmp.data_addr[0] || !strchr(tmp.data_addr, ':')) {
+    RM_WARN("job %llu: Join of worker %llu refused: host, data_addr or devices missing or "
+            "too long", (unsigned long long)q->job_id, (unsigned long long)q->worker_id);
     fail(c, call, RM__GRPC_INVALID_ARGUMENT, "host, data_addr (host:port) or "
          "devices missing or too long");
     return;
   }
   {
-    char why[160];
-    if (rm__pb_str(tmp.transports, sizeof tmp.transports, q->transports) ||
-        !rm_tp_offer_valid(tmp.transports, why, sizeof why)) {
-      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "transports: %s",
-           tmp.transports[0] ? why : "too long (at most 255 bytes)");
+    char why[200];
+    if (rm__pb_str(tmp.transports, sizeof tmp.transports, q->transports))
+      snprintf(why, sizeof why, "too long (at most 255 bytes)");
+    else if (rm_tp_offer_valid(tmp.transports, why, sizeof why))
+      why[0] = '\0';
+    if (why[0]) {
+      RM_WARN("job %llu: Join of worker %llu refused: transports: %s",
+              (unsigned long long)q->job_id, (unsigned long long)q->worker_id, why);
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "transports: %s", why);
       return;
     }
   }

@@ -15,8 +15,15 @@
  *   7. submit a command job in the form (workload "command", one argument
  *      per line, env, workdir; launcher "none"): the POST carries the argv
  *      and the job page shows the command line, env and workdir
- *   8. screenshots go to the artifacts folder (job-running.png,
- *      job-lost.png, jobs.png, job-log.png, job-command.png)
+ *   8. the Links column (issue 14): a 3-worker job whose offers are set
+ *      by RINGMASTER_TRANSPORTS / RINGMASTER_HOST_ID (two "shm,tcp" on one
+ *      host id, one "tcp"): the two shm workers' cells say "shm 1, tcp 1",
+ *      the TCP-only one "tcp 2" (the pair rule of common/rm_transports.h),
+ *      and each cell's tooltip is "offers: " + the worker's REST transports;
+ *      checked on a finished job, and on a running one after two progress
+ *      updates (the rows are redrawn from them)
+ *   9. screenshots go to the artifacts folder (job-running.png,
+ *      job-lost.png, jobs.png, job-links.png, job-log.png, job-command.png)
  * Every wait has a deadline; every process is stopped by PID.
  *
  * usage: node dashboard.test.js --ringmaster PATH --worker PATH --artifacts DIR
@@ -62,13 +69,74 @@ function startServer(tmp) {
   });
 }
 
-function startWorker(grpc, job, token, tmp, i) {
+function startWorker(grpc, job, token, tmp, i, env = {}, steps = 1000000) {
   const log = fs.openSync(path.join(tmp, `worker-${i}.log`), 'w');
   const p = spawn(WORKER, ['--coordinator', grpc, '--job', String(job), '--token', token,
-    '--workload-options', 'count=65536', '--steps', '1000000'],
-    { env: { ...process.env, RINGMASTER_LOG_LEVEL: 'warn' }, stdio: ['ignore', log, log] });
+    '--workload-options', 'count=65536', '--steps', String(steps)],
+    { env: { ...process.env, RINGMASTER_LOG_LEVEL: 'warn', ...env }, stdio: ['ignore', log, log] });
   procs.push(p);
   return p;
+}
+
+/* The Links case: a 3-worker job whose offers are set by the environment:
+ * two "shm,tcp" workers with one host id and one "tcp" worker. By the pair
+ * rule (common/rm_transports.h) the shm ones link "shm 1, tcp 1", the TCP
+ * one "tcp 2". */
+async function linksJob(base, srv, tmp, name, steps, logBase) {
+  const r = await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
+    'Content-Type': 'application/json' }, body: JSON.stringify({ name, world_size: 3, steps,
+    launcher: 'none', workload_options: 'count=1024' }) });
+  const job = await r.json();
+  if (r.status !== 201) throw new Error(`${name} submit answered ${r.status}: ${JSON.stringify(job)}`);
+  const shm = { RINGMASTER_TRANSPORTS: 'shm,tcp', RINGMASTER_HOST_ID: 'e2ehosta' };
+  job.workers = [shm, shm, { RINGMASTER_TRANSPORTS: 'tcp' }]
+    .map((env, i) => startWorker(srv.grpc, job.id, job.token, tmp, logBase + i, env, steps));
+  return job;
+}
+
+async function waitState(base, id, state, ms) {
+  const end = Date.now() + ms;
+  let j = null;
+  while (Date.now() < end) {
+    j = await (await fetch(`${base}/api/v1/jobs/${id}`)).json();
+    if (j.state === state) return j;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`job ${id} not ${state} in ${ms} ms: ${JSON.stringify(j)}`);
+}
+
+/* rank -> { offer (REST transports), text and title the Links cell should have } */
+async function linksWanted(base, id) {
+  const ws = (await (await fetch(`${base}/api/v1/jobs/${id}/workers`)).json()).workers;
+  const shmOffer = /^shm:e2ehosta\/[0-9a-f]{16} tcp$/;
+  const want = new Map();
+  for (const w of ws.filter((x) => x.rank >= 0)) {
+    if (w.transports !== 'tcp' && !shmOffer.test(w.transports))
+      throw new Error(`rank ${w.rank} offers "${w.transports}", not "tcp" or "shm:e2ehosta/<nonce> tcp"`);
+    want.set(String(w.rank), { offer: w.transports, text: w.transports === 'tcp' ? 'tcp 2' : 'shm 1, tcp 1',
+      title: `offers: ${w.transports}` });
+  }
+  const tcp = [...want.values()].filter((w) => w.offer === 'tcp').length;
+  if (want.size !== 3 || tcp !== 1) throw new Error(`job ${id}: members ${JSON.stringify([...want])}`);
+  return want;
+}
+
+function linkCells(page) {
+  return page.$$eval('#workers-table tbody tr', (rows) => rows.map((r) => ({
+    rank: r.dataset.rank, text: r.querySelector('td.links').textContent, title: r.querySelector('td.links').title })));
+}
+
+/* "" when every row's Links cell and tooltip are as wanted, else what differs. */
+function linksProblems(cells, want) {
+  const out = [];
+  if (cells.length !== want.size) out.push(`${cells.length} rows, not ${want.size}`);
+  for (const c of cells) {
+    const w = want.get(c.rank);
+    if (!w) out.push(`row of rank ${c.rank} is no member`);
+    else if (c.text !== w.text || c.title !== w.title)
+      out.push(`rank ${c.rank}: cell "${c.text}" title "${c.title}", not "${w.text}" / "${w.title}"`);
+  }
+  return out.join('; ');
 }
 
 async function stopAll() {
@@ -145,6 +213,38 @@ async function main() {
     await page.click('.crumbs a');
     await page.waitForSelector(`#jobs-table tr[data-id="${job.id}"]`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'jobs.png'), fullPage: true });
+
+    // The Links column: offers set per worker, so the pairs are known.
+    // A finished job first (nothing ticks any more: deterministic), then a
+    // running one after progress updates.
+    const done = await linksJob(base, srv, tmp, 'e2e-links-done', 30, 10);
+    await waitState(base, done.id, 'succeeded', 60000);
+    // three ticks (RINGMASTER_API_TICK_MS 500): the final progress update is
+    // published before the page reads its snapshot, not after it
+    await new Promise((r) => setTimeout(r, 1500));
+    await page.goto(`${base}/jobs/${done.id}`);
+    await page.waitForSelector('#job-name:has-text("e2e-links-done")');
+    const heads = await page.$$eval('#workers-table thead th', (ths) => ths.map((t) => t.textContent.trim()));
+    if (!heads.includes('Links')) throw new Error(`workers table has no Links column: ${heads.join(', ')}`);
+    await page.waitForFunction(() => document.querySelectorAll('#workers-table tbody tr').length === 3, null, { timeout: 30000 });
+    const bad = linksProblems(await linkCells(page), await linksWanted(base, done.id));
+    if (bad) throw new Error(`finished job: ${bad}`);
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-links.png'), fullPage: true });
+
+    const run = await linksJob(base, srv, tmp, 'e2e-links', 1000000, 20);
+    await page.goto(`${base}/jobs/${run.id}`);
+    await page.waitForSelector('#job-name:has-text("e2e-links")');
+    await page.waitForFunction(() => document.querySelectorAll('#workers-table tbody tr .badge.running').length === 3,
+      null, { timeout: 30000 });
+    for (let k = 0; k < 2; k++) { // two progress updates after all run
+      const was = await page.textContent('#job-progress');
+      await page.waitForFunction((t) => document.querySelector('#job-progress').textContent !== t, was, { timeout: 30000 });
+    }
+    // the rows are redrawn from each progress update (api/ticker.c
+    // workers_json), which carries links and transports too
+    const running = linksProblems(await linkCells(page), await linksWanted(base, run.id));
+    if (running) throw new Error(`running job, after progress updates: ${running}`);
+    for (const w of run.workers) w.kill('SIGTERM');
 
     // A job the local launcher starts: its worker row links to the log tail.
     const r = await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
