@@ -106,11 +106,31 @@ RM_EXTERN rm_status_t rm_comm_init(const rm_comm_config_t *cfg,
                                    rm_comm_t **out);
 /* Safe from any thread, any number of times; never blocks on peers. */
 RM_EXTERN void rm_comm_abort(rm_comm_t *comm);
-/* The transport that carries the pair (this rank, peer): "shm" or "tcp";
+/* The transport that carries the pair (this rank, peer): "shm", "rdma" or "tcp";
  * NULL for this rank itself or a bad peer. Borrowed, static. */
 RM_EXTERN const char *rm_comm_transport(const rm_comm_t *comm, int peer);
-/* Frees everything; the communicator must not be in use by another thread. */
+/* Frees everything; the communicator must not be in use by another thread.
+ * Registrations (rm_comm_register) still held are released with it. */
 RM_EXTERN void rm_comm_destroy(rm_comm_t *comm);
+
+/* Memory registration (NCCL's ncclCommRegister habit). Transports that
+ * must register memory before moving it (RDMA) do so on first use and
+ * cache the registration (RINGMASTER_REG_CACHE entries, default 64, least
+ * recently used out). A buffer used over and over (gradient buckets,
+ * scratch) can be registered once instead: rm_comm_register registers
+ * [buf, buf + len) with every transport of comm that registers memory, and
+ * every collective on memory inside that range uses it until
+ * rm_comm_deregister. The memory must stay allocated while registered.
+ * Over TCP and shared memory only it succeeds and changes nothing, so code
+ * need not know the transports. Not concurrently with a collective on the
+ * same communicator. RM_ERR_INVALID_ARG: NULL or empty range; a transport
+ * that cannot register (pinned-memory limit) says so in the log, with the
+ * status. */
+typedef struct rm_mr rm_mr_t;
+RM_EXTERN rm_status_t rm_comm_register(rm_comm_t *comm, void *buf, size_t len,
+                                       rm_mr_t **out);
+/* RM_ERR_INVALID_ARG if mr is not a registration of comm. */
+RM_EXTERN rm_status_t rm_comm_deregister(rm_comm_t *comm, rm_mr_t *mr);
 
 RM_EXTERN int rm_comm_rank(const rm_comm_t *comm);
 RM_EXTERN int rm_comm_world(const rm_comm_t *comm);

@@ -194,7 +194,7 @@ class Communicator:
 
     def transport(self, peer):
         """The data-plane transport of the pair (this rank, peer): "shm"
-        (one host) or "tcp"; None for this rank itself."""
+        (one host), "rdma" or "tcp"; None for this rank itself."""
         t = _lib.rm_comm_transport(self.ptr, int(peer))
         return t.decode() if t else None
 

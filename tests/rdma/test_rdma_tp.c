@@ -11,8 +11,14 @@
  *             rank 1's buffer is untouched.
  *   large     2 ranks exchange 64 MiB + 3 bytes at an odd offset, several
  *             rounds with freshly allocated buffers (registration cache
- *             churn; CTest runs it again with RINGMASTER_RDMA_REG_CACHE=0),
- *             every byte checked.
+ *             churn; CTest runs it again with RINGMASTER_REG_CACHE=0, where
+ *             no registration may outlive its message), every byte checked.
+ *   register  3 ranks: rm_comm_register of a 1 MiB buffer registers it at
+ *             once (1 registration over RDMA, none over TCP); 10 ring
+ *             all-reduces in place on it are exact and, after the first
+ *             (which registers the scratch), register nothing more;
+ *             bad arguments are RM_ERR_INVALID_ARG; deregistering frees the
+ *             entry. CTest runs it over RDMA and over TCP.
  *   churn     3 ranks, 30 communicators one after another on the same
  *             endpoints (generations 1..30), one allreduce each; the open
  *             fd count must not grow.
@@ -25,6 +31,7 @@
 #include "rm_testlib.h"
 
 #include "core/comm_int.h"
+#include "transport/mr.h"
 #include "transport/transport.h"
 
 static unsigned char pat(size_t i, int who, int round)
@@ -127,10 +134,87 @@ static int large_rank(rm_test_world_t *h, int rank, void *arg)
         h->res[rank].bad++;
         break;
       }
+    if (st == RM_OK && getenv("RINGMASTER_REG_CACHE") &&
+        strcmp(getenv("RINGMASTER_REG_CACHE"), "0") == 0) {
+      rm__mr_stats_t ms;
+      rm__mr_stats(c, &ms);
+      if (ms.entries != 0) {
+        fprintf(stderr, "rank %d round %d: %d registrations kept with the cache off\n", rank,
+                round, ms.entries);
+        h->res[rank].bad++;
+      }
+    }
     free(sb);
     free(rb);
   }
   rm_test_finish(&h->res[rank], c, st);
+  return 0;
+}
+
+#define REG_CHECK(cond, ...)                                                          \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "rank %d: %s: ", rank, #cond);                                  \
+      fprintf(stderr, __VA_ARGS__);                                                   \
+      fprintf(stderr, "\n");                                                          \
+      h->res[rank].bad++;                                                             \
+    }                                                                                 \
+  } while (0)
+
+static int register_rank(rm_test_world_t *h, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  size_t n = (1u << 18) + 5; /* floats: 1 MiB + 20 bytes */
+  float *buf = NULL;
+  rm_mr_t *mr = NULL, *junk = NULL;
+  rm__mr_stats_t s0, s1, s2;
+  rm_status_t st = RM_OK;
+  int over_rdma, dummy = 0;
+  (void)arg;
+  rm_test_config(h, rank, &cfg);
+  if ((h->res[rank].status = rm_comm_init(&cfg, &c)) != RM_OK) return 0;
+  over_rdma = strcmp(rm_comm_transport(c, (rank + 1) % 3), "rdma") == 0;
+  if (posix_memalign((void **)&buf, 64, n * sizeof *buf) != 0) {
+    h->res[rank].bad++;
+    rm_test_finish(&h->res[rank], c, RM_ERR_NOMEM);
+    return 0;
+  }
+  REG_CHECK(rm_comm_register(c, NULL, 8, &junk) == RM_ERR_INVALID_ARG && junk == NULL, "NULL");
+  REG_CHECK(rm_comm_register(c, buf, 0, &junk) == RM_ERR_INVALID_ARG, "empty range");
+  REG_CHECK(rm_comm_deregister(c, (rm_mr_t *)&dummy) == RM_ERR_INVALID_ARG, "foreign handle");
+  st = rm_comm_register(c, buf, n * sizeof *buf, &mr);
+  REG_CHECK(st == RM_OK && mr != NULL, "register: %s", rm_status_name(st));
+  rm__mr_stats(c, &s0);
+  REG_CHECK(s0.entries == 1 && s0.regs == (uint64_t)(over_rdma ? 1 : 0),
+            "after register: %d entries, %llu registrations (over %s)", s0.entries,
+            (unsigned long long)s0.regs, over_rdma ? "rdma" : "tcp");
+  for (int round = 0; round < 10 && st == RM_OK; round++) {
+    for (size_t i = 0; i < n; i++) buf[i] = (float)((i % 97) + rank * 3 + round);
+    st = rm_allreduce_ex(c, buf, buf, n, RM_F32, RM_SUM, RM_ALGO_RING, NULL);
+    for (size_t i = 0; st == RM_OK && i < n; i++)
+      if (buf[i] != (float)(3 * (i % 97) + 9 + 3 * round)) {
+        fprintf(stderr, "rank %d round %d: element %zu = %g\n", rank, round, i, buf[i]);
+        h->res[rank].bad++;
+        break;
+      }
+    if (round == 0) rm__mr_stats(c, &s1);
+  }
+  rm__mr_stats(c, &s2);
+  REG_CHECK(s2.regs == s1.regs, "rounds 2-10 registered %llu more",
+            (unsigned long long)(s2.regs - s1.regs));
+  if (over_rdma)
+    REG_CHECK(s2.hits >= s1.hits + 9 * 2 * 2, "rounds 2-10: %llu cache hits",
+              (unsigned long long)(s2.hits - s1.hits));
+  else
+    REG_CHECK(s2.regs == 0 && s2.hits == 0, "tcp registered %llu", (unsigned long long)s2.regs);
+  REG_CHECK(rm_comm_deregister(c, mr) == RM_OK, "deregister");
+  rm__mr_stats(c, &s1);
+  REG_CHECK(s1.entries == s2.entries - 1, "%d entries after deregister, %d before",
+            s1.entries, s2.entries);
+  REG_CHECK(rm_comm_deregister(c, mr) == RM_ERR_INVALID_ARG, "deregister twice");
+  rm_test_finish(&h->res[rank], c, st);
+  free(buf);
   return 0;
 }
 
@@ -185,6 +269,7 @@ int main(int argc, char **argv)
   if (strcmp(mode, "fallback") == 0) bad = run_fallback();
   else if (strcmp(mode, "mismatch") == 0) bad = run_mismatch();
   else if (strcmp(mode, "large") == 0) bad = run_all_ok(2, large_rank);
+  else if (strcmp(mode, "register") == 0) bad = run_all_ok(3, register_rank);
   else if (strcmp(mode, "churn") == 0) bad = run_all_ok(3, churn_rank);
   else RM_TEST_FAIL("unknown mode \"%s\"", mode);
   printf("%s: %s\n", mode, bad ? "FAIL" : "ok");

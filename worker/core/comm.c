@@ -34,6 +34,7 @@
 #include "rm_log.h"
 #include "rm_param.h"
 #include "rm_transports.h"
+#include "transport/mr.h"
 
 RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
 RM_PARAM(connect_timeout_ms, "RINGMASTER_CONNECT_TIMEOUT_MS", 0)
@@ -194,6 +195,7 @@ void rm_comm_destroy(rm_comm_t *c)
 {
   if (c == NULL) return;
   c->destroying = 1;
+  rm__mr_free_all(c); /* before the transports free what registered them */
   rm__transport_close(c, rm_comm_status(c));
   comm_free(c);
 }

@@ -47,6 +47,18 @@ struct rm_comm {
   int owns_endpoint;
   rm__conn_t *conns;     /* world entries: the transport of each pair */
   void *tstate[RM__TP_COUNT]; /* per-transport communicator state */
+  /* the transports that carry at least one pair, in id order (transport.c
+   * fills it once at connect; the wait loop walks it) */
+  const rm__transport_ops_t *tp_used[RM__TP_COUNT];
+  int ntp_used;
+  /* Mixed communicators (transport.c, "Waiting on several transports"):
+   * while bell_on, bell_fd is a poll()-able fd (owned by the shared-memory
+   * transport) that peers make readable when this rank is parked; the
+   * transport that blocks in poll() adds it to its set, drains it and sets
+   * bell_rang (cleared by the generic loop). */
+  int bell_on;
+  int bell_fd;
+  int bell_rang;
 
   uint64_t coll_seq;     /* invariant 3 */
   rm__cost_model_t cost;
@@ -62,6 +74,9 @@ struct rm_comm {
 
   int aborted;           /* invariant 4, atomic */
   int wake_fd[2];        /* pipe: abort writes a byte */
+
+  /* memory registrations (transport/mr.h); NULL until first used */
+  struct rm__mr_cache *mrc;
 
   /* scratch memory reused across collectives (grown on demand) */
   void *scratch;

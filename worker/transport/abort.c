@@ -1,8 +1,12 @@
 /*
  * abort.c - what a rank makes of a peer's "I failed" (TCP's ABORT frame,
- * the shared-memory abort word): whom its own failure blames. Kept apart
- * from transport.c so the frame fuzzer (fuzz/fuzz_frame.c) links it alone.
+ * the shared-memory abort word): whom its own failure blames; and the one
+ * wording of "the connection to peer P failed" that every transport uses
+ * (rm__transport_conn_fail). Kept apart from transport.c so the frame
+ * fuzzer (fuzz/fuzz_frame.c) links it alone.
  */
+#include <stdio.h>
+
 #include "core/comm_int.h"
 #include "transport/transport.h"
 
@@ -35,4 +39,25 @@ rm_status_t rm__transport_adopt_abort(rm_comm_t *c, int peer, rm_status_t st,
                        "peer rank %d (%s) failed with %s blaming rank %d (%s)",
                        peer, addr, rm_status_name(st), blamed,
                        c->peers[blamed]);
+}
+
+rm_status_t rm__transport_conn_failv(rm_comm_t *c, int peer, rm_status_t st,
+                                     const char *via, const char *fmt,
+                                     va_list ap)
+{
+  char msg[300];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  return rm__comm_fail(c, st, peer, "peer rank %d (%s%s%s): %s", peer,
+                       c->peers[peer], via ? ", " : "", via ? via : "", msg);
+}
+
+rm_status_t rm__transport_conn_fail(rm_comm_t *c, int peer, rm_status_t st,
+                                    const char *via, const char *fmt, ...)
+{
+  va_list ap;
+  rm_status_t r;
+  va_start(ap, fmt);
+  r = rm__transport_conn_failv(c, peer, st, via, fmt, ap);
+  va_end(ap);
+  return r;
 }

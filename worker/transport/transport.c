@@ -20,8 +20,29 @@
  *      every T/4 while idle;
  *   4. idle >= T -> the stall verdict (below);
  *   5. progress every transport in use, blocking at most until the next
- *      step above is due (one transport) or not at all (several: they are
- *      polled in turn).
+ *      step above is due (several transports: below).
+ *
+ * The transports in use (c->tp_used, id order) are listed once at connect;
+ * the loop, stall reports and close walk that list.
+ *
+ * Waiting on several transports (shared memory inside a host, TCP or RDMA
+ * across; progress_all). Only the last transport in use, the "blocker"
+ * (TCP, else RDMA), sleeps in poll(); the others are passed over without
+ * blocking. So that an arrival on any of them wakes the waiter at once:
+ *   1. each other transport with park() (shared memory) announces to its
+ *      peers that a wake of this rank must also make c->bell_fd readable,
+ *      then re-checks everything once (a pass); anything moved: no sleep;
+ *   2. the blocker polls c->bell_fd beside its own fds and c->wake_fd, for
+ *      the whole time left, bounded by what each park() allows (shared
+ *      memory: until its next peer-pid check, at most 50 ms), drains it;
+ *   3. unpark() withdraws the announcement.
+ * No wake-up is lost: the waiter announces, fences, then re-checks; a
+ * sender publishes, fences, then reads the announcement and, when it is
+ * set, makes the fd readable (shm_int.h, "Waiting"). Abort still wakes the
+ * blocker through c->wake_fd. A transport in use that has no park (RDMA
+ * when TCP is the blocker: its completions have no fd) cannot wake the
+ * poll: then the blocker sleeps at most MIXED_BLOCK_MS at a time, and
+ * those arrivals wait up to that long.
  *
  * Stall verdict. Ranks wait on each other in chains: with rank 2 stopped,
  * rank 3 waits on 2 and rank 0 waits on 3, and both deadlines run out at
@@ -59,15 +80,24 @@ static int transport_used(const rm_comm_t *c, const rm__transport_ops_t *t)
   return 0;
 }
 
+/* c->tp_used: once, after every pair has its transport. */
+static void list_used(rm_comm_t *c)
+{
+  c->ntp_used = 0;
+  for (int i = 0; i < NTP; i++) {
+    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+    if (transport_used(c, t)) c->tp_used[c->ntp_used++] = t;
+  }
+}
+
 /* "shm to ranks 0-2,5; tcp to ranks 3,4" (ranks as ranges) */
 static void describe(const rm_comm_t *c, char *out, size_t n)
 {
   size_t k = 0;
   out[0] = '\0';
-  for (int i = 0; i < NTP; i++) {
-    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
+  for (int i = 0; i < c->ntp_used; i++) {
+    const rm__transport_ops_t *t = c->tp_used[i];
     int first = 1;
-    if (!transport_used(c, t)) continue;
     k += (size_t)snprintf(out + k, k < n ? n - k : 0, "%s%s to rank%s ",
                           k ? "; " : "", t->name, "s");
     for (int p = 0; p < c->world && k < n; p++) {
@@ -103,25 +133,20 @@ rm_status_t rm__transport_connect(rm_comm_t *c)
     }
     c->conns[p].type = t;
   }
+  list_used(c);
   describe(c, line, sizeof line);
   if (c->world > 1)
     RM_INFO("rank %d: job %llu generation %llu: %s", c->rank,
             (unsigned long long)c->job_id, (unsigned long long)c->generation,
             line);
-  for (int i = 0; i < NTP; i++) {
-    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
-    if (transport_used(c, t)) RM_CHECK(t->connect_all(c));
-  }
+  for (int i = 0; i < c->ntp_used; i++) RM_CHECK(c->tp_used[i]->connect_all(c));
   return RM_OK;
 }
 
 void rm__transport_close(rm_comm_t *c, rm_status_t reason)
 {
   if (c->conns == NULL) return;
-  for (int i = 0; i < NTP; i++) {
-    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
-    if (transport_used(c, t)) t->close_all(c, reason);
-  }
+  for (int i = 0; i < c->ntp_used; i++) c->tp_used[i]->close_all(c, reason);
 }
 
 void rm__transport_wake(rm_comm_t *c)
@@ -165,27 +190,31 @@ rm_status_t rm__irecv(rm_comm_t *c, int peer, void *buf, size_t len,
   return post(c, peer, RM__REQ_RECV, buf, len, tag, req);
 }
 
-/* Several transports in use (shm inside a host, TCP across): each is
- * polled in turn without blocking, except that the last one (TCP, which
- * blocks in poll() and wakes on the abort pipe) may block for at most
- * MIXED_BLOCK_MS, so a shared-memory arrival waits at most that long. */
+/* Longest sleep of the blocker while a transport in use cannot wake it
+ * (no park(); top of file, "Waiting on several transports"). */
 #define MIXED_BLOCK_MS 1
 
 static rm_status_t progress_all(rm_comm_t *c, int timeout_ms)
 {
-  const rm__transport_ops_t *used[NTP];
-  int n = 0;
+  const rm__transport_ops_t *const *used = c->tp_used;
+  int n = c->ntp_used, ms = timeout_ms, parked = 0;
   rm_status_t st = RM_OK;
-  for (int i = 0; i < NTP; i++) {
-    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
-    if (transport_used(c, t)) used[n++] = t;
+  if (n == 1) return used[0]->progress(c, timeout_ms);
+  for (int i = 0; i < n - 1 && st == RM_OK; i++) {
+    if (ms > 0 && used[i]->park != NULL) {
+      int ok = 0;
+      st = used[i]->park(c, ms, &ok);
+      parked |= 1 << i;
+      if (ok < ms) ms = ok;
+    } else {
+      st = used[i]->progress(c, 0);
+      if (ms > MIXED_BLOCK_MS) ms = MIXED_BLOCK_MS;
+    }
   }
-  for (int i = 0; i < n && st == RM_OK; i++) {
-    int ms = n == 1 ? timeout_ms
-             : i == n - 1 ? (timeout_ms < MIXED_BLOCK_MS ? timeout_ms : MIXED_BLOCK_MS)
-                          : 0;
-    st = used[i]->progress(c, ms);
-  }
+  c->bell_rang = 0;
+  if (st == RM_OK && n > 0) st = used[n - 1]->progress(c, ms);
+  for (int i = 0; i < n - 1; i++)
+    if (parked & (1 << i)) used[i]->unpark(c);
   return st;
 }
 
@@ -198,10 +227,8 @@ static rm_status_t failed(rm_comm_t *c)
 
 static void tell_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
-  for (int i = 0; i < NTP; i++) {
-    const rm__transport_ops_t *t = rm__tp_by_id((rm__tp_id_t)i);
-    if (transport_used(c, t)) t->stalled(c, on, seq, since_ns);
-  }
+  for (int i = 0; i < c->ntp_used; i++)
+    c->tp_used[i]->stalled(c, on, seq, since_ns);
 }
 
 /* Idle reached T on req (top of file). 1 = keep waiting until 2T. */

@@ -47,6 +47,7 @@
 #ifndef RM_WORKER_TRANSPORT_H
 #define RM_WORKER_TRANSPORT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -157,6 +158,19 @@ typedef struct rm__transport_ops {
    * make a progress call blocked in this transport return soon (abort).
    * NULL when the transport blocks only in poll() on c->wake_fd. */
   void (*wake)(rm_comm_t *c);
+  /* Optional (NULL: the transport only ever waits inside its own
+   * progress): for a transport whose own wait cannot be poll()ed (shm's
+   * futex) when another transport in use is about to block in poll() with
+   * c->bell_fd in its set (transport.c, "Waiting on several transports").
+   * park(c, ms, &ok_ms) tells this transport's peers that a wake of this
+   * rank must also make c->bell_fd readable, then makes one pass like
+   * progress(c, 0). *ok_ms = how long the caller may block now: 0 when the
+   * pass moved something (nothing is announced then), else at most ms
+   * (less where the transport must look again sooner, or cannot make
+   * c->bell_fd readable). unpark withdraws the announcement. Neither
+   * blocks. */
+  rm_status_t (*park)(rm_comm_t *c, int ms, int *ok_ms);
+  void (*unpark)(rm_comm_t *c);
   /* Optional (NULL: the token is built by offer.c, as for shm and tcp):
    * the token this transport adds to a new endpoint's offer, for an
    * endpoint bound to `host` (the host part of its TCP address). Writes a
@@ -168,6 +182,20 @@ typedef struct rm__transport_ops {
   int (*offer)(const char *host, char *tok, size_t n, void **state);
   /* Frees what offer() kept; from rm_endpoint_close. */
   void (*offer_close)(void *state);
+  /* Optional (NULL: this transport moves any memory as it is): register
+   * [addr, addr + len) (page-aligned) with this communicator's transport
+   * state and set *mh to the handle. need_write: receives land there by
+   * remote write; without it the transport may register a range that
+   * allows less (read-only memory, good to send from) and says which in
+   * *writable. Only the registration cache calls it (transport/mr.h: a
+   * transport asks rm__mr_acquire for its requests' handles); it may take
+   * as long as pinning pages does. Fails with a status and errno set,
+   * without rm__comm_fail (the caller decides what the failure means). */
+  rm_status_t (*reg_mr)(rm_comm_t *c, void *addr, size_t len, int need_write, void **mh,
+                        int *writable);
+  /* Releases a handle of reg_mr; called before close_all frees the state
+   * (rm_comm_destroy deregisters everything first). */
+  void (*dereg_mr)(rm_comm_t *c, void *mh);
 } rm__transport_ops_t;
 
 extern const rm__transport_ops_t rm__tcp_transport;
@@ -193,6 +221,16 @@ rm_status_t rm__transport_connect(rm_comm_t *c);
 /* close_all of every transport in use; idempotent. reason RM_OK = graceful
  * (peers are told BYE), else peers are told ABORT with the sticky failure. */
 void rm__transport_close(rm_comm_t *c, rm_status_t reason);
+/* A failure of the connection to peer (abort.c): the sticky failure st
+ * blaming peer, in words "peer rank P (ADDR[, via]): what", so every
+ * transport names a peer alike; via (may be NULL) says which transport /
+ * process ("shm, pid 42"). Returns the sticky status. */
+rm_status_t rm__transport_conn_failv(rm_comm_t *c, int peer, rm_status_t st,
+                                     const char *via, const char *fmt,
+                                     va_list ap);
+rm_status_t rm__transport_conn_fail(rm_comm_t *c, int peer, rm_status_t st,
+                                    const char *via, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* A peer said it failed with st blaming rank `blamed` (-1 = nobody): make
  * that this rank's sticky failure, blaming whom the rules say (TCP's ABORT
  * frame, shared memory's abort word; the rules are in transport.c). */

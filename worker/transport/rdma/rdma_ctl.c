@@ -94,13 +94,21 @@ static rm_status_t on_eof(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_conn_
                    "control connection closed without goodbye (peer died?)");
 }
 
-/* ppoll() the control sockets and the wake pipe for at most us. */
+/* ppoll() the control sockets, the wake pipe and, in a mixed communicator,
+ * the poll bell (transport.c, "Waiting on several transports"; it rang:
+ * drained, c->bell_rang = 1) for at most us. pfds has world + 1 entries:
+ * this rank has no channel to itself, so the bell always fits. */
 rm_status_t rm__rdma_ctl_poll(rm_comm_t *c, struct rm__rdma_state *s, int64_t us)
 {
-  int n = 1, r;
+  int n = 1, r, first;
   char drain[64];
   s->pfds[0].fd = c->wake_fd[0];
   s->pfds[0].events = POLLIN;
+  if (c->bell_on) {
+    s->pfds[n].fd = c->bell_fd;
+    s->pfds[n++].events = POLLIN;
+  }
+  first = n;
   for (int p = 0; p < c->world; p++) {
     if (!s->conns[p].active || s->conns[p].fd < 0) continue;
     s->pfds[n].fd = s->conns[p].fd;
@@ -115,7 +123,12 @@ rm_status_t rm__rdma_ctl_poll(rm_comm_t *c, struct rm__rdma_state *s, int64_t us
   if (s->pfds[0].revents & POLLIN)
     while (read(c->wake_fd[0], drain, sizeof drain) > 0) {
     }
-  for (int i = 1; i < n; i++) {
+  if (first > 1 && (s->pfds[1].revents & POLLIN)) {
+    while (recv(c->bell_fd, drain, sizeof drain, MSG_DONTWAIT) > 0) {
+    }
+    c->bell_rang = 1;
+  }
+  for (int i = first; i < n; i++) {
     rm__rdma_conn_t *k = &s->conns[s->pfd_peer[i]];
     rm_status_t st;
     int eof;

@@ -1,7 +1,7 @@
 /*
  * rdma_dev.c - the RDMA transport's device side: the once-per-process probe
  * (available), the endpoint's offer (a TCP bootstrap listener), opening the
- * device per communicator, and the registration cache. Formats and
+ * device per communicator, and memory registration. Formats and
  * invariants: rdma_int.h.
  *
  * Probe (pthread_once): load verbs (ibvwrap.c), list devices, take the
@@ -10,17 +10,10 @@
  * prefix in hex (RINGMASTER_RDMA_FABRIC overrides). The device is closed
  * again. Anything missing: one info line, available() = 0, TCP is used.
  *
- * Registration cache. Entries are page-aligned ranges registered with
- * LOCAL_WRITE | REMOTE_WRITE (read-only memory falls back to local access,
- * good for sends only). A lookup takes any entry covering the range; a miss
- * registers a new one. Requests pin entries while they use them (refs); at
- * most RINGMASTER_RDMA_REG_CACHE (default 64) unpinned entries are kept,
- * the least recently used is deregistered first; all are deregistered when
- * the communicator is destroyed. Caveat (as any registration cache without
- * memory hooks): memory freed to the system and mapped again at the same
- * address while its entry lives would be written through the old
- * registration on real hardware; RINGMASTER_RDMA_REG_CACHE=0 registers per
- * message. Buffers reused in place (scratch, caching allocators) are safe.
+ * Memory registration (reg_mr / dereg_mr of the ops table; the cache,
+ * its limits and its caveat are the interface's: transport/mr.h). Ranges
+ * are registered with LOCAL_WRITE | REMOTE_WRITE; read-only memory falls
+ * back to local access, good for sends only (*writable = 0).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -38,7 +31,6 @@
 #include "transport/rdma/rdma_int.h"
 
 RM_PARAM(rdma_gid_index, "RINGMASTER_RDMA_GID_INDEX", 0)
-RM_PARAM(rdma_reg_cache, "RINGMASTER_RDMA_REG_CACHE", 64)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rm__rdma_probe_t g_probe;
@@ -214,17 +206,7 @@ rm_status_t rm__rdma_dev_open(rm_comm_t *c, struct rm__rdma_state *s)
     s->conns[p].ring = s->ctl + (size_t)p * RM__RDMA_SLOTS * RM__RDMA_REC;
     s->conns[p].cts_out = s->ctl + half + (size_t)p * RM__RDMA_SLOTS * RM__RDMA_REC;
   }
-  s->cache_max = (int)rm__param_rdma_reg_cache();
-  if (s->cache_max < 0) s->cache_max = 0;
   return RM_OK;
-}
-
-static void cache_drop(struct rm__rdma_state *s, int i)
-{
-  rm__rdma_mr_t *m = s->cache[i];
-  if (m->mr) rm__ibv_dereg_mr(m->mr);
-  free(m);
-  s->cache[i] = s->cache[--s->ncache];
 }
 
 void rm__rdma_state_free(rm_comm_t *c)
@@ -236,8 +218,6 @@ void rm__rdma_state_free(rm_comm_t *c)
     if (k->qp) rm__ibv_destroy_qp(k->qp);
     if (k->fd >= 0) close(k->fd);
   }
-  while (s->ncache > 0) cache_drop(s, s->ncache - 1);
-  free(s->cache);
   if (s->ctl_mr) rm__ibv_dereg_mr(s->ctl_mr);
   free(s->ctl);
   if (s->cq) rm__ibv_destroy_cq(s->cq);
@@ -250,68 +230,30 @@ void rm__rdma_state_free(rm_comm_t *c)
   c->tstate[RM__TP_RDMA] = NULL;
 }
 
-/* ---- registration cache ---- */
+/* ---- memory registration ---- */
 
-/* Keep at most cache_max unpinned entries (LRU first out). */
-static void cache_trim(struct rm__rdma_state *s, int keep)
+rm_status_t rm__rdma_reg_mr(rm_comm_t *c, void *addr, size_t len, int need_write, void **mh,
+                            int *writable)
 {
-  for (;;) {
-    int idle = 0, lru = -1;
-    for (int i = 0; i < s->ncache; i++) {
-      if (s->cache[i]->refs > 0) continue;
-      idle++;
-      if (lru < 0 || s->cache[i]->used < s->cache[lru]->used) lru = i;
-    }
-    if (idle <= keep || lru < 0) return;
-    cache_drop(s, lru);
+  struct rm__rdma_state *s = rm__rdma(c);
+  struct ibv_mr *mr;
+  if (s == NULL || s->pd == NULL) {
+    errno = ENODEV;
+    return RM_ERR_UNSUPPORTED;
   }
+  *writable = 1;
+  mr = rm__ibv_reg_mr(s->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (mr == NULL && !need_write) {
+    *writable = 0; /* read-only memory: enough to send from */
+    mr = rm__ibv_reg_mr(s->pd, addr, len, 0);
+  }
+  if (mr == NULL) return RM_ERR_SYSTEM;
+  *mh = mr;
+  return RM_OK;
 }
 
-rm__rdma_mr_t *rm__rdma_reg(struct rm__rdma_state *s, void *buf, size_t len,
-                            int need_write)
+void rm__rdma_dereg_mr(rm_comm_t *c, void *mh)
 {
-  uintptr_t a = (uintptr_t)buf, pg = 4096;
-  uintptr_t lo = a & ~(pg - 1), hi = (a + len + pg - 1) & ~(pg - 1);
-  rm__rdma_mr_t *m;
-  for (int i = 0; i < s->ncache; i++) {
-    m = s->cache[i];
-    if (m->addr <= a && a + len <= m->addr + m->len && (m->rw || !need_write)) {
-      m->refs++;
-      m->used = ++s->clock;
-      return m;
-    }
-  }
-  cache_trim(s, s->cache_max > 0 ? s->cache_max - 1 : 0);
-  if (s->ncache == s->cache_cap) {
-    int cap = s->cache_cap ? 2 * s->cache_cap : 16;
-    rm__rdma_mr_t **n = realloc(s->cache, (size_t)cap * sizeof *n);
-    if (n == NULL) return NULL;
-    s->cache = n;
-    s->cache_cap = cap;
-  }
-  if ((m = calloc(1, sizeof *m)) == NULL) return NULL;
-  m->rw = 1;
-  m->mr = rm__ibv_reg_mr(s->pd, (void *)lo, hi - lo,
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  if (m->mr == NULL && !need_write) {
-    m->rw = 0; /* read-only memory: enough to send from */
-    m->mr = rm__ibv_reg_mr(s->pd, (void *)lo, hi - lo, 0);
-  }
-  if (m->mr == NULL) {
-    int e = errno;
-    free(m);
-    errno = e;
-    return NULL;
-  }
-  m->addr = lo;
-  m->len = hi - lo;
-  m->refs = 1;
-  m->used = ++s->clock;
-  s->cache[s->ncache++] = m;
-  return m;
-}
-
-void rm__rdma_unpin(rm__rdma_mr_t *m)
-{
-  if (m && m->refs > 0) m->refs--;
+  (void)c;
+  if (mh) rm__ibv_dereg_mr((struct ibv_mr *)mh);
 }

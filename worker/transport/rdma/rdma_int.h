@@ -2,7 +2,7 @@
  * rdma_int.h - private to the RDMA transport (worker/transport/rdma/).
  * Verbs are reached only through ibvwrap.h (dlopen; the library builds and
  * runs without rdma-core). Files: rdma_dev.c (probe, offer, device,
- * registration cache), rdma_connect.c (bootstrap handshake), rdma_qp.c
+ * reg_mr / dereg_mr for the interface's cache, transport/mr.h), rdma_connect.c (bootstrap handshake), rdma_qp.c
  * (QPs, HELLO, control-frame helpers), rdma_progress.c (data path, ops
  * table), rdma_ctl.c (control channels, WAIT bookkeeping).
  *
@@ -58,7 +58,7 @@
  * rank is seen at once through this, long before any RDMA retry timer).
  *
  * Data: clear-to-send, zero copy (rdma_progress.c). For each posted receive
- * the receiver registers the buffer (registration cache) and writes a CTS
+ * the receiver registers the buffer (transport/mr.h's cache) and writes a CTS
  * record into the sender's CTS ring with RDMA WRITE WITH IMMEDIATE
  * (imm = CTS | slot). The sender matches CTSs to its sends in FIFO order,
  * checks (seq, tag, len) - a mismatch is RM_ERR_PROTOCOL naming the peer,
@@ -95,6 +95,7 @@
 #include <stdint.h>
 
 #include "core/comm_int.h"
+#include "transport/mr.h"
 #include "transport/rdma/ibvwrap.h"
 
 #define RM__RDMA_VERSION 1
@@ -115,7 +116,7 @@ enum { RM__IMM_CTS = 1, RM__IMM_DATA = 2 };
 /* wr_id: peer in bits 63..40, kind in 39..32, bytes in 31..0 */
 enum { RM__WR_RECV = 1, RM__WR_CTS = 2, RM__WR_DATA = 3, RM__WR_LAST = 4 };
 
-/* ---- rdma_dev.c: probe, endpoint, device, registration cache ---- */
+/* ---- rdma_dev.c: probe, endpoint, device, memory registration ---- */
 
 /* What the once-per-process probe found (the device is reopened per
  * communicator by name). */
@@ -134,18 +135,9 @@ void rm__rdma_offer_close(void *state);
 /* The endpoint's bootstrap listener fd (-1 if none). */
 int rm__rdma_listen_fd(const rm_comm_t *c);
 
-typedef struct rm__rdma_mr {
-  uintptr_t addr;  /* registered range [addr, addr + len) */
-  size_t len;
-  struct ibv_mr *mr;
-  int refs;        /* requests using it; > 0 is never evicted */
-  int rw;          /* registered with REMOTE_WRITE (receives need it) */
-  uint64_t used;   /* LRU clock */
-} rm__rdma_mr_t;
-
 /* ---- per request (transport-private bytes) ---- */
 typedef struct rm__rdma_req {
-  rm__rdma_mr_t *mr;  /* pinned cache entry (len > 0), else NULL */
+  rm__mr_t *mr;       /* held registration (len > 0), else NULL */
   uint64_t raddr;     /* sends: the receiver's buffer (from the CTS) */
   uint32_t rkey;
   uint32_t slot;      /* the CTS slot it answers / was announced in */
@@ -200,9 +192,6 @@ struct rm__rdma_state {
   unsigned char *ctl;            /* rings + staging of every peer */
   size_t ctl_len;
   struct ibv_mr *ctl_mr;
-  rm__rdma_mr_t **cache;         /* registration cache (stable entries) */
-  int ncache, cache_cap, cache_max;
-  uint64_t clock;
   struct pollfd *pfds;           /* world + 1 (wake) */
   int *pfd_peer;
   int closed, spin_us;
@@ -222,11 +211,21 @@ static inline struct rm__rdma_state *rm__rdma(const rm_comm_t *c)
  * nothing on failure (rm__rdma_state_free does). */
 rm_status_t rm__rdma_dev_open(rm_comm_t *c, struct rm__rdma_state *s);
 void rm__rdma_state_free(rm_comm_t *c);
-/* Registration cache: an entry covering [buf, buf + len), pinned (refs+1);
- * NULL with errno on failure. */
-rm__rdma_mr_t *rm__rdma_reg(struct rm__rdma_state *s, void *buf, size_t len,
-                            int need_write);
-void rm__rdma_unpin(rm__rdma_mr_t *m);
+/* Memory registration (the transport's reg_mr / dereg_mr; the cache is
+ * the interface's, transport/mr.h). rm__rdma_reg: the registration of a
+ * request's buffer, held until rm__mr_release; NULL with errno and *st. */
+rm_status_t rm__rdma_reg_mr(rm_comm_t *c, void *addr, size_t len, int need_write, void **mh,
+                            int *writable);
+void rm__rdma_dereg_mr(rm_comm_t *c, void *mh);
+static inline rm__mr_t *rm__rdma_reg(rm_comm_t *c, void *buf, size_t len, int need_write,
+                                     rm_status_t *st)
+{
+  return rm__mr_acquire(c, RM__TP_RDMA, buf, len, need_write, st);
+}
+static inline struct ibv_mr *rm__rdma_ibv_mr(const rm__mr_t *m)
+{
+  return (struct ibv_mr *)rm__mr_handle(m, RM__TP_RDMA);
+}
 
 /* ---- rdma_connect.c ---- */
 rm_status_t rm__rdma_connect_all(rm_comm_t *c);

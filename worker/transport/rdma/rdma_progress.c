@@ -13,7 +13,8 @@
  *   3. something moved: return (the caller re-checks its request);
  *   4. otherwise poll() the control sockets and c->wake_fd: BYE, ABORT
  *      (adopted), WAIT (noted for waits_on), end of stream without BYE
- *      (RM_ERR_PEER_LOST naming the peer); wake returns at once.
+ *      (RM_ERR_PEER_LOST naming the peer); wake returns at once, and so
+ *      does the poll bell of a mixed communicator (transport.c).
  * Waiting: the emulator (and a provider without completion channels) has
  * no fd to sleep on, so an idle call first spins RINGMASTER_RDMA_SPIN_US
  * (auto: 50 us unless the host is oversubscribed) polling the CQ, then
@@ -58,12 +59,12 @@ RM_PARAM(rdma_spin_us, "RINGMASTER_RDMA_SPIN_US", -1)
 
 rm_status_t rm__rdma_conn_fail(rm_comm_t *c, int peer, rm_status_t st, const char *fmt, ...)
 {
-  char msg[300];
   va_list ap;
+  rm_status_t r;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  r = rm__transport_conn_failv(c, peer, st, "rdma", fmt, ap);
   va_end(ap);
-  return rm__comm_fail(c, st, peer, "peer rank %d (%s, rdma): %s", peer, c->peers[peer], msg);
+  return r;
 }
 
 static uint64_t wr_id(int peer, int kind, uint32_t bytes)
@@ -77,13 +78,13 @@ static uint32_t imm_make(int type, uint32_t slot, uint64_t seq)
 }
 
 
-static void pop(rm__req_t **head, rm__req_t **tail)
+static void pop(rm_comm_t *c, rm__req_t **head, rm__req_t **tail)
 {
   rm__req_t *r = *head;
   *head = r->next;
   if (*head == NULL) *tail = NULL;
   r->next = NULL;
-  rm__rdma_unpin(rm__rdma_req(r)->mr);
+  rm__mr_release(c, rm__rdma_req(r)->mr);
   rm__rdma_req(r)->mr = NULL;
   r->done = r->len;
   r->complete = 1;
@@ -116,10 +117,11 @@ static rm_status_t pump_recvs(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_c
     unsigned char *rec;
     uint32_t slot;
     int e;
+    rm_status_t st;
     if (q->stage) continue;
     if (k->cts_sent - k->data_in >= k->rslots || k->sq_inflight >= RM__RDMA_SQ) break;
-    if (r->len > 0 && (q->mr = rm__rdma_reg(s, r->buf, r->len, 1)) == NULL)
-      return rm__rdma_conn_fail(c, k->peer, RM_ERR_SYSTEM, "cannot register a %zu-byte receive "
+    if (r->len > 0 && (q->mr = rm__rdma_reg(c, r->buf, r->len, 1, &st)) == NULL)
+      return rm__rdma_conn_fail(c, k->peer, st, "cannot register a %zu-byte receive "
                        "buffer: %s", r->len, strerror(errno));
     slot = (uint32_t)(k->cts_sent % k->rslots);
     rec = k->cts_out + (size_t)slot * RM__RDMA_REC;
@@ -129,7 +131,7 @@ static rm_status_t pump_recvs(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_c
     rm__put_le64(rec + 16, r->tag);
     rm__put_le64(rec + 24, r->len);
     rm__put_le64(rec + 32, (uint64_t)(uintptr_t)r->buf);
-    rm__put_le32(rec + 40, q->mr ? q->mr->mr->rkey : 0);
+    rm__put_le32(rec + 40, q->mr ? rm__rdma_ibv_mr(q->mr)->rkey : 0);
     e = post_write(k, wr_id(k->peer, RM__WR_CTS, 48), rec, 48, s->ctl_mr->lkey,
                    k->rring + (uint64_t)slot * RM__RDMA_REC, k->rring_rkey, 1,
                    imm_make(RM__IMM_CTS, slot, r->seq));
@@ -151,6 +153,7 @@ static rm_status_t take_cts(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_con
                             rm__req_t *r)
 {
   rm__rdma_req_t *q = rm__rdma_req(r);
+  rm_status_t st;
   uint32_t slot = (uint32_t)(k->cts_used % RM__RDMA_SLOTS);
   const unsigned char *rec = k->ring + (size_t)slot * RM__RDMA_REC;
   uint64_t seq = rm__get_le64(rec + 8), tag = rm__get_le64(rec + 16);
@@ -168,8 +171,8 @@ static rm_status_t take_cts(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_con
   q->raddr = rm__get_le64(rec + 32);
   q->rkey = rm__get_le32(rec + 40);
   q->slot = slot;
-  if (r->len > 0 && (q->mr = rm__rdma_reg(s, r->buf, r->len, 0)) == NULL)
-    return rm__rdma_conn_fail(c, k->peer, RM_ERR_SYSTEM, "cannot register a %zu-byte send "
+  if (r->len > 0 && (q->mr = rm__rdma_reg(c, r->buf, r->len, 0, &st)) == NULL)
+    return rm__rdma_conn_fail(c, k->peer, st, "cannot register a %zu-byte send "
                      "buffer: %s", r->len, strerror(errno));
   k->cts_used++;
   q->stage = 1;
@@ -195,7 +198,7 @@ static rm_status_t pump_sends(rm_comm_t *c, struct rm__rdma_state *s, rm__rdma_c
       if (n > RM__RDMA_CHUNK) n = RM__RDMA_CHUNK;
       last = q->posted + n == r->len;
       e = post_write(k, wr_id(k->peer, last ? RM__WR_LAST : RM__WR_DATA, (uint32_t)n),
-                     (char *)r->buf + q->posted, (uint32_t)n, q->mr ? q->mr->mr->lkey : 0,
+                     (char *)r->buf + q->posted, (uint32_t)n, q->mr ? rm__rdma_ibv_mr(q->mr)->lkey : 0,
                      q->raddr + q->posted, q->rkey, last,
                      imm_make(RM__IMM_DATA, q->slot, r->seq));
       if (e != 0)
@@ -262,20 +265,20 @@ static rm_status_t on_recv(rm_comm_t *c, rm__rdma_conn_t *k, const struct ibv_wc
       return rm__rdma_conn_fail(c, k->peer, RM_ERR_PROTOCOL, "payload for slot %u that no "
                        "announced receive expects", slot);
     k->data_in++;
-    pop(&k->rq_head, &k->rq_tail);
+    pop(c, &k->rq_head, &k->rq_tail);
     return RM_OK;
   }
   return rm__rdma_conn_fail(c, k->peer, RM_ERR_PROTOCOL, "unexpected completion (opcode %d, "
                    "immediate 0x%08x)", (int)wc->opcode, imm);
 }
 
-static void on_send(rm__rdma_conn_t *k, int kind, uint32_t bytes)
+static void on_send(rm_comm_t *c, rm__rdma_conn_t *k, int kind, uint32_t bytes)
 {
   rm__req_t *r = k->sq_head;
   k->sq_inflight--;
   if (kind == RM__WR_CTS || r == NULL) return;
   r->done += bytes;
-  if (kind == RM__WR_LAST) pop(&k->sq_head, &k->sq_tail);
+  if (kind == RM__WR_LAST) pop(c, &k->sq_head, &k->sq_tail);
 }
 
 static rm_status_t poll_cq(rm_comm_t *c, struct rm__rdma_state *s, int *moved)
@@ -299,7 +302,7 @@ static rm_status_t poll_cq(rm_comm_t *c, struct rm__rdma_state *s, int *moved)
       if (kind == RM__WR_RECV) {
         if ((st = on_recv(c, k, &wc[i])) != RM_OK) return st;
       } else {
-        on_send(k, kind, (uint32_t)(wc[i].wr_id & 0xffffffffu));
+        on_send(c, k, kind, (uint32_t)(wc[i].wr_id & 0xffffffffu));
       }
     }
     if (n < BATCH) return RM_OK;
@@ -373,6 +376,8 @@ static rm_status_t rdma_progress(rm_comm_t *c, int timeout_ms)
     if (us < 0) us = 0;
     if (!first && slice_us < SLICE_MAX_US) slice_us *= 2;
     if ((st = rm__rdma_ctl_poll(c, s, us)) != RM_OK) return st;
+    /* mixed communicator: another transport's arrival (its poll bell) */
+    if (c->bell_rang && s->err_peer < 0) return RM_OK;
     if (s->err_peer >= 0 && rm__now_ns() - s->err_ns >= (int64_t)RM__RDMA_GRACE_MS * 1000000LL)
       return rm__rdma_conn_fail(c, s->err_peer, s->err_st, "%s", s->err_msg);
     if (!first && rm__now_ns() >= end) return RM_OK;
@@ -380,10 +385,10 @@ static rm_status_t rdma_progress(rm_comm_t *c, int timeout_ms)
   }
 }
 
-static void forget(rm__req_t **head, rm__req_t **tail)
+static void forget(rm_comm_t *c, rm__req_t **head, rm__req_t **tail)
 {
   for (rm__req_t *r = *head; r; r = r->next) {
-    rm__rdma_unpin(rm__rdma_req(r)->mr);
+    rm__mr_release(c, rm__rdma_req(r)->mr);
     rm__rdma_req(r)->mr = NULL;
   }
   *head = *tail = NULL;
@@ -396,8 +401,8 @@ static void rdma_close_all(rm_comm_t *c, rm_status_t reason)
   for (int p = 0; s->conns != NULL && p < c->world; p++) {
     rm__rdma_conn_t *k = &s->conns[p];
     /* requests may be freed by their owners once we return: forget them */
-    forget(&k->sq_head, &k->sq_tail);
-    forget(&k->rq_head, &k->rq_tail);
+    forget(c, &k->sq_head, &k->sq_tail);
+    forget(c, &k->rq_head, &k->rq_tail);
     if (s->closed || !k->active) continue;
     if (k->fd >= 0) {
       if (reason == RM_OK) rm__rdma_ctl_send(c, k, RM__RC_BYE, 0, 0);
@@ -449,4 +454,6 @@ const rm__transport_ops_t rm__rdma_transport = {
     .wake = NULL,
     .offer = rm__rdma_offer,
     .offer_close = rm__rdma_offer_close,
+    .reg_mr = rm__rdma_reg_mr,
+    .dereg_mr = rm__rdma_dereg_mr,
 };

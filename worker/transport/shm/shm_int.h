@@ -22,6 +22,10 @@
  *             consumed from a ring r writes, acknowledged r's CMA send,
  *             closed or aborted;
  *   sleeping  1 while r is in FUTEX_WAIT on bell;
+ *   polling   1 while r is parked (below: it sleeps in another transport's
+ *             poll() and must be woken through its poll bell); the first
+ *             peer that rings the bell and sees it takes it (exchange to
+ *             0) and sends the poll bell one byte;
  *   attached  +1 by each peer once it mapped this inbox and published its
  *             CMA probe result; at nslots r unlinks the name (it then
  *             lives only as long as the mappings: a SIGKILLed job leaves
@@ -74,6 +78,30 @@
  * RM_ERR_PEER_LOST naming the rank and pid. A peer that is alive but
  * silent (SIGSTOP) is caught by the deadline logic of transport.c, which
  * reads waits_* through waits_on().
+ *
+ * Waiting in a mixed communicator (r also has TCP or RDMA pairs; the
+ * generic side: transport.c, "Waiting on several transports"). r cannot
+ * sleep on the futex (the other transport's arrivals would not wake it)
+ * and the futex cannot be poll()ed, so r owns a POLL BELL: a datagram
+ * Unix socket in the abstract namespace named "\0rm-<nonce_r>-<job>-
+ * <generation>.bell" (its inbox name without the slash, plus ".bell"; so
+ * every peer derives it, and it vanishes with the process: nothing to
+ * clean up after SIGKILL). Peers on one host share its network namespace
+ * (it is part of the host identity, offer.c), so they can all reach it.
+ * park (shm_progress.c), before the other transport blocks in poll() with
+ * the bell's fd (c->bell_fd) in its set:
+ *   polling = 1; full fence; one pass (rings, acks, peers' words);
+ *   moved -> polling = 0, do not block;
+ *   else the caller blocks at most until the next pid check is due (so a
+ *   peer's death is still seen within about 50 ms); unpark: polling = 0.
+ * A peer ringing r's bell (rm__shm_ring_bell): bell += 1 (after publishing
+ * what it did), full fence, then if polling: exchange it to 0 and, if it
+ * was 1, send one byte to r's poll bell (non-blocking; a full socket buffer
+ * or any error is ignored: r is already being woken, or bounded by the pid
+ * check). Either r's pass sees the peer's write, or the peer sees
+ * polling = 1 (both fence between their store and their load). Every rank
+ * with shared-memory pairs has a bell socket (bound only where it parks)
+ * to send from. Version 2 adds `polling`.
  */
 #ifndef RM_WORKER_SHM_INT_H
 #define RM_WORKER_SHM_INT_H
@@ -81,12 +109,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "core/comm_int.h"
 
 #define RM__SHM_MAGIC 0x48534d52u   /* "RMSH" */
 #define RM__SHM_MSG_MAGIC 0x4d534d52u /* "RMSM" */
-#define RM__SHM_VERSION 1
+#define RM__SHM_VERSION 2
 #define RM__SHM_REC 48
 #define RM__SHM_HDR_BYTES 4096
 #define RM__SHM_RING_CTL 256
@@ -114,6 +143,7 @@ typedef struct rm__shm_hdr {
   uint32_t pad0_[3];
   _Alignas(64) uint32_t bell;
   uint32_t sleeping;
+  uint32_t polling;        /* parked: wake through the poll bell */
   _Alignas(64) uint32_t waits_lock;
   int32_t waits_on;
   uint64_t waits_seq;
@@ -162,6 +192,8 @@ typedef struct rm__shm_conn {
   unsigned char rrec[RM__SHM_REC]; /* record of the message being read */
   int rrec_got;            /* 48 once it is parsed */
   int bye;                 /* peer closed gracefully */
+  struct sockaddr_un bell_addr; /* the peer's poll bell (abstract) */
+  socklen_t bell_len;
 } rm__shm_conn_t;
 
 struct rm__shm_state {
@@ -178,6 +210,9 @@ struct rm__shm_state {
   int64_t last_pid_check;  /* rm__now_ns */
   int closed;
   uint64_t probe_word;     /* RM__SHM_MAGIC; hdr->probe_addr points here */
+  int bell_fd;             /* our bell socket (-1 none): bound when parks,
+                            * and what we send peers' bells from */
+  int parks;               /* mixed: bell_fd is bound, c->bell_on */
 };
 
 static inline struct rm__shm_state *rm__shm(const rm_comm_t *c)
@@ -188,8 +223,9 @@ static inline struct rm__shm_state *rm__shm(const rm_comm_t *c)
 /* shm_seg.c */
 rm_status_t rm__shm_connect_all(rm_comm_t *c);
 void rm__shm_state_free(rm_comm_t *c);
-/* Ring `r`'s bell: +1 and wake it if it sleeps. */
-void rm__shm_ring_bell(rm__shm_hdr_t *h);
+/* Ring peer k's bell: +1 and wake it if it sleeps (futex) or is parked
+ * (one byte to its poll bell, sent from s->bell_fd). */
+void rm__shm_ring_bell(const struct rm__shm_state *s, const rm__shm_conn_t *k);
 /* 0 alive, 1 gone (no such process, or a zombie). */
 int rm__shm_pid_gone(pid_t pid);
 /* Remove "/rm-*" segments of processes that no longer exist (start-up). */

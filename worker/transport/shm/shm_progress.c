@@ -17,6 +17,9 @@
  *      a peer whose process is gone fails the communicator;
  *   5. spin up to spin_us watching the bell, then FUTEX_WAIT on it from
  *      the value of step 1 for at most min(timeout, 50 ms); one more pass.
+ * In a mixed communicator the generic loop calls park/unpark instead of
+ * letting this transport sleep: steps 2-4 once, with `polling` announced
+ * (shm_int.h, "Waiting in a mixed communicator").
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,13 +58,14 @@ static rm_status_t conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
 static rm_status_t conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
                              const char *fmt, ...)
 {
-  char msg[300];
+  char via[32];
   va_list ap;
+  rm_status_t r;
+  snprintf(via, sizeof via, "shm, pid %d", (int)k->pid);
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  r = rm__transport_conn_failv(c, k->peer, st, via, fmt, ap);
   va_end(ap);
-  return rm__comm_fail(c, st, k->peer, "peer rank %d (%s, shm, pid %d): %s",
-                       k->peer, c->peers[k->peer], (int)k->pid, msg);
+  return r;
 }
 
 void rm__shm_tune(rm_comm_t *c)
@@ -137,7 +141,7 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
       budget -= n;
       /* publish each chunk: the reader copies out while we copy in */
       __atomic_store_n(&k->out->head, head, __ATOMIC_RELEASE);
-      rm__shm_ring_bell(k->phdr);
+      rm__shm_ring_bell(s, k);
       tail = __atomic_load_n(&k->out->tail, __ATOMIC_ACQUIRE);
       if (r->done < r->len) continue;
     }
@@ -154,7 +158,7 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
   }
   if (head != start) {
     __atomic_store_n(&k->out->head, head, __ATOMIC_RELEASE);
-    rm__shm_ring_bell(k->phdr);
+    rm__shm_ring_bell(s, k);
     *moved = 1;
   }
   /* CMA sends the reader has finished */
@@ -278,7 +282,7 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
       if ((st = sender_gone(c, k, "during a transfer to this rank")) != RM_OK) break;
       __atomic_add_fetch(&k->in->acks, 1, __ATOMIC_RELEASE);
       pop_recv(k);
-      rm__shm_ring_bell(k->phdr);
+      rm__shm_ring_bell(s, k);
       *moved = 1;
       continue;
     }
@@ -293,7 +297,7 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
       r->done += n;
       budget -= n;
       __atomic_store_n(&k->in->tail, tail, __ATOMIC_RELEASE);
-      rm__shm_ring_bell(k->phdr);
+      rm__shm_ring_bell(s, k);
       head = __atomic_load_n(&k->in->head, __ATOMIC_ACQUIRE);
       if (r->done < r->len) continue;
     }
@@ -301,7 +305,7 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
   }
   if (tail != start) {
     __atomic_store_n(&k->in->tail, tail, __ATOMIC_RELEASE);
-    rm__shm_ring_bell(k->phdr);
+    rm__shm_ring_bell(s, k);
     *moved = 1;
   }
   return st;
@@ -424,6 +428,45 @@ static rm_status_t shm_progress(rm_comm_t *c, int timeout_ms)
   }
 }
 
+/* Before another transport blocks in poll() with our poll bell in its set
+ * (transport.h park). */
+static rm_status_t shm_park(rm_comm_t *c, int ms, int *ok_ms)
+{
+  struct rm__shm_state *s = rm__shm(c);
+  int moved = 0;
+  rm_status_t st;
+  *ok_ms = ms;
+  if (s == NULL || s->closed) return rm_comm_status(c);
+  if (s->parks) {
+    __atomic_store_n(&s->hdr->polling, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the store before the pass */
+  }
+  st = pass(c, s, &moved);
+  if (st == RM_OK && !moved) st = check_peers(c, s);
+  if (st != RM_OK || moved) {
+    if (s->parks) __atomic_store_n(&s->hdr->polling, 0, __ATOMIC_RELAXED);
+    *ok_ms = 0;
+    return st;
+  }
+  if (!s->parks) {
+    *ok_ms = ms < 1 ? ms : 1; /* no bell: slices, as before */
+  } else {
+    /* back by the next pid check (check_peers ran it or it is not due) */
+    int64_t left = s->last_pid_check + PID_CHECK_NS - rm__now_ns();
+    int64_t left_ms = (left + 999999) / 1000000;
+    if (left_ms < 1) left_ms = 1;
+    if (left_ms < ms) *ok_ms = (int)left_ms;
+  }
+  return RM_OK;
+}
+
+static void shm_unpark(rm_comm_t *c)
+{
+  struct rm__shm_state *s = rm__shm(c);
+  if (s != NULL && s->parks && s->hdr != NULL)
+    __atomic_store_n(&s->hdr->polling, 0, __ATOMIC_RELAXED);
+}
+
 static void shm_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 {
   struct rm__shm_state *s = rm__shm(c);
@@ -479,7 +522,7 @@ static void shm_close_all(rm_comm_t *c, rm_status_t reason)
     __atomic_store_n(&s->hdr->closed, reason == RM_OK ? RM__SHM_BYE : RM__SHM_ABORT,
                      __ATOMIC_RELEASE);
     for (int p = 0; s->conns != NULL && p < c->world; p++)
-      if (s->conns[p].phdr) rm__shm_ring_bell(s->conns[p].phdr);
+      if (s->conns[p].phdr) rm__shm_ring_bell(s, &s->conns[p]);
   }
   s->closed = 1;
   if (c->destroying) rm__shm_state_free(c);
@@ -505,4 +548,6 @@ const rm__transport_ops_t rm__shm_transport = {
     .stalled = shm_stalled,
     .waits_on = shm_waits_on,
     .wake = shm_wake,
+    .park = shm_park,
+    .unpark = shm_unpark,
 };

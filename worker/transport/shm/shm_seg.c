@@ -15,6 +15,10 @@
  *      rank, world and that it has the slot we expect; probe CMA on it;
  *      publish cma_ok in our ring for it; attached += 1 on its header;
  *   4. wait until attached == our slot count, then unlink our name.
+ * Before step 2 the rank opens its poll-bell socket (shm_int.h, "Waiting in
+ * a mixed communicator"), bound to its abstract name when some pair of c
+ * is not shared memory (this rank parks), unbound otherwise (it only sends
+ * to its peers' bells); closed in rm__shm_state_free.
  * Failure at any step: RM_ERR_TIMEOUT (or PROTOCOL for a header that does
  * not match) naming the peer rank, its address and the segment; our inbox
  * is unlinked on the way out.
@@ -26,11 +30,13 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -47,11 +53,22 @@ RM_PARAM(shm_ring, "RINGMASTER_SHM_RING", 1 << 20)
 
 /* ---- helpers shared with shm_progress.c ---- */
 
-void rm__shm_ring_bell(rm__shm_hdr_t *h)
+void rm__shm_ring_bell(const struct rm__shm_state *s, const rm__shm_conn_t *k)
 {
+  rm__shm_hdr_t *h = k->phdr;
   __atomic_add_fetch(&h->bell, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&h->sleeping, __ATOMIC_SEQ_CST))
     syscall(SYS_futex, &h->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+  /* parked: what we published before this fence is seen by its pass, or
+   * we see polling = 1 here (it fences between the two as well) */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&h->polling, __ATOMIC_RELAXED) &&
+      __atomic_exchange_n(&h->polling, 0, __ATOMIC_SEQ_CST) && s->bell_fd >= 0 &&
+      k->bell_len > 0) {
+    ssize_t w = sendto(s->bell_fd, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL,
+                       (const struct sockaddr *)&k->bell_addr, k->bell_len);
+    (void)w; /* full (already being woken), or gone: the pid check decides */
+  }
 }
 
 int rm__shm_pid_gone(pid_t pid)
@@ -112,6 +129,48 @@ static void seg_name(const rm_comm_t *c, int r, char *out, size_t n)
   (void)rm_tp_offer_shm(c->offers[r], host, sizeof host, nonce, sizeof nonce);
   snprintf(out, n, "/rm-%s-%llu-%llu", nonce, (unsigned long long)c->job_id,
            (unsigned long long)c->generation);
+}
+
+/* The abstract address of rank r's poll bell: its inbox name without the
+ * slash, plus ".bell" (shm_int.h). */
+static void bell_addr(const rm_comm_t *c, int r, struct sockaddr_un *a,
+                      socklen_t *len)
+{
+  char name[96];
+  int n;
+  seg_name(c, r, name, sizeof name);
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "%s.bell", name + 1);
+  if (n < 0 || (size_t)n >= sizeof a->sun_path - 1) n = (int)sizeof a->sun_path - 2;
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Our bell socket: bound (we park) when some pair of c is not shared
+ * memory. A failure only costs latency (the caller then sleeps in slices),
+ * so it is a warning, not an error. */
+static void open_bell(rm_comm_t *c, struct rm__shm_state *s)
+{
+  int mixed = 0;
+  for (int p = 0; p < c->world; p++)
+    if (p != c->rank && c->conns[p].type != &rm__shm_transport) mixed = 1;
+  s->bell_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->bell_fd < 0) {
+    RM_WARN("rank %d: shm: no poll-bell socket: %s", c->rank, strerror(errno));
+    return;
+  }
+  if (!mixed) return;
+  struct sockaddr_un a;
+  socklen_t len;
+  bell_addr(c, c->rank, &a, &len);
+  if (bind(s->bell_fd, (const struct sockaddr *)&a, len) != 0) {
+    RM_WARN("rank %d: shm: cannot bind the poll bell @%s: %s (shared-memory "
+            "arrivals may wait up to 1 ms)", c->rank, a.sun_path + 1, strerror(errno));
+    return;
+  }
+  s->parks = 1;
+  c->bell_fd = s->bell_fd;
+  c->bell_on = 1;
 }
 
 /* ---- stale segments ---- */
@@ -255,6 +314,7 @@ static int try_attach(rm_comm_t *c, struct rm__shm_state *s, int p, char *why,
   }
   k->phdr = h;
   k->pid = h->pid;
+  bell_addr(c, p, &k->bell_addr, &k->bell_len);
   k->out = ring_at(k->pmap, h->ring_bytes, slot);
   k->out_data = (unsigned char *)k->out + RM__SHM_RING_CTL;
   /* CMA probe: can this rank read the peer's memory? */
@@ -270,7 +330,7 @@ static int try_attach(rm_comm_t *c, struct rm__shm_state *s, int p, char *why,
                c->rank, p, (int)k->pid, n < 0 ? strerror(errno) : "probe mismatch");
   }
   __atomic_add_fetch(&h->attached, 1, __ATOMIC_SEQ_CST);
-  rm__shm_ring_bell(h);
+  rm__shm_ring_bell(s, k);
   return 1;
 }
 
@@ -300,8 +360,10 @@ rm_status_t rm__shm_connect_all(rm_comm_t *c)
   s = calloc(1, sizeof *s);
   if (s == NULL) return RM_ERR_NOMEM;
   c->tstate[RM__TP_SHM] = s;
+  s->bell_fd = -1;
   s->conns = calloc((size_t)c->world, sizeof *s->conns);
   if (s->conns == NULL) return RM_ERR_NOMEM;
+  open_bell(c, s);
   s->ring_bytes = (uint64_t)rm__param_shm_ring();
   if (s->ring_bytes < 65536) s->ring_bytes = 65536;
   s->ring_bytes = (s->ring_bytes + 63) & ~(uint64_t)63;
@@ -368,6 +430,8 @@ void rm__shm_state_free(rm_comm_t *c)
   for (int p = 0; s->conns != NULL && p < c->world; p++)
     if (s->conns[p].pmap) munmap(s->conns[p].pmap, s->conns[p].pmap_len);
   if (s->map) munmap(s->map, s->map_len);
+  if (s->parks) c->bell_on = 0;
+  if (s->bell_fd >= 0) close(s->bell_fd);
   free(s->conns);
   free(s);
   c->tstate[RM__TP_SHM] = NULL;

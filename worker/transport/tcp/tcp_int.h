@@ -133,8 +133,9 @@ typedef struct rm__tcp_conn {
 
 struct rm__tcp_state {
   rm__tcp_conn_t *conns; /* world entries; conns[rank].fd == -1 */
-  struct pollfd *pfds;   /* world + 1 (wake fd) */
+  struct pollfd *pfds;   /* world + 2 (wake fd, poll bell) */
   int *pfd_peer;         /* pfds index -> peer */
+  int nfixed;            /* pfds before the connections: 1, 2 with bell */
   int closed;            /* close_all ran */
   int spin_us;           /* poll(0) this long before a blocking poll */
 };

@@ -9,10 +9,12 @@
  *      A socket whose last read came back short is "dry" and one whose last
  *      write came back short is "full": the pass skips those syscalls (they
  *      would fail with EAGAIN) until poll() reports the socket ready;
- *   2. otherwise poll() every connection plus the wake pipe for at most
- *      timeout_ms: POLLOUT where sends are queued, POLLIN where a receive is
- *      posted or the next header is not read yet, POLLRDHUP once to learn of
- *      a peer that closed; then serve what became ready.
+ *   2. otherwise poll() every connection plus the wake pipe (and, in a
+ *      mixed communicator, the poll bell c->bell_fd: transport.c, "Waiting
+ *      on several transports") for at most timeout_ms: POLLOUT where sends
+ *      are queued, POLLIN where a receive is posted or the next header is
+ *      not read yet, POLLRDHUP once to learn of a peer that closed; then
+ *      drain the pipe and the bell and serve what became ready.
  *
  * Receive state machine of a connection:
  *
@@ -42,7 +44,6 @@
  */
 #define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,21 +76,9 @@ static size_t chunk_cap(size_t want)
   return (cap > 0 && want > (size_t)cap) ? (size_t)cap : want;
 }
 
-static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static rm_status_t conn_fail(rm_comm_t *c, rm__tcp_conn_t *k, rm_status_t st,
-                             const char *fmt, ...)
-{
-  char msg[300];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return rm__comm_fail(c, st, k->peer, "peer rank %d (%s): %s", k->peer,
-                       c->peers[k->peer], msg);
-}
+/* The connection to k failed: "peer rank P (ADDR): ..." (abort.c). */
+#define conn_fail(c, k, st, ...) \
+  rm__transport_conn_fail((c), (k)->peer, (st), NULL, __VA_ARGS__)
 
 static rm_status_t on_abort_frame(rm_comm_t *c, rm__tcp_conn_t *k,
                                   const rm__frame_t *f);
@@ -505,6 +494,11 @@ static int build_pollset(rm_comm_t *c)
   int n = 1;
   s->pfds[0].fd = c->wake_fd[0];
   s->pfds[0].events = POLLIN;
+  if (c->bell_on) {
+    s->pfds[n].fd = c->bell_fd;
+    s->pfds[n++].events = POLLIN;
+  }
+  s->nfixed = n;
   for (int p = 0; p < c->world; p++) {
     rm__tcp_conn_t *k = &s->conns[p];
     short ev = 0;
@@ -523,7 +517,7 @@ static rm_status_t serve_ready(rm_comm_t *c, int n)
 {
   struct rm__tcp_state *s = rm__tcp(c);
   int moved = 0;
-  for (int i = 1; i < n; i++) {
+  for (int i = s->nfixed; i < n; i++) {
     short re = s->pfds[i].revents;
     rm__tcp_conn_t *k = &s->conns[s->pfd_peer[i]];
     rm_status_t st;
@@ -578,6 +572,11 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
   if (s->pfds[0].revents & POLLIN)
     while (read(c->wake_fd[0], drain, sizeof drain) > 0) {
     }
+  if (s->nfixed > 1 && (s->pfds[1].revents & POLLIN)) {
+    while (recv(c->bell_fd, drain, sizeof drain, MSG_DONTWAIT) > 0) {
+    }
+    c->bell_rang = 1;
+  }
   if (r > 0) return serve_ready(c, n);
   return rm_comm_status(c);
 }
@@ -688,8 +687,8 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
   struct rm__tcp_state *s = calloc(1, sizeof *s);
   if (s == NULL) return RM_ERR_NOMEM;
   s->conns = calloc((size_t)c->world, sizeof *s->conns);
-  s->pfds = calloc((size_t)c->world + 1, sizeof *s->pfds);
-  s->pfd_peer = calloc((size_t)c->world + 1, sizeof *s->pfd_peer);
+  s->pfds = calloc((size_t)c->world + 2, sizeof *s->pfds);
+  s->pfd_peer = calloc((size_t)c->world + 2, sizeof *s->pfd_peer);
   c->tstate[RM__TP_TCP] = s;
   if (s->conns == NULL || s->pfds == NULL || s->pfd_peer == NULL) {
     rm__tcp_state_free(c);
