@@ -17,13 +17,15 @@
  *              with G = SHM_GAIN = 4: the calibrated links are the ring's
  *              (across hosts where the job spans hosts), shared memory is
  *              taken as 4x cheaper (3-6x measured on loopback).
- *              auto does NOT choose it yet (only an explicit request runs
- *              it): on 2 namespaces x 2 ranks with 1 Gbit tbf links
- *              (bench/hier_netns.sh, 2026-12-01) it measured 0.60-0.67x the
- *              ring's busbw from 16 MiB, where this model predicts a win
- *              (its two ranks per host share the host's link with two TCP
- *              flows; the ring crosses it with one). A model calibrated on
- *              both link classes would have to come first.
+ *              On 2 namespaces x 2 ranks with 1 Gbit tbf links
+ *              (bench/hier_netns.sh, 2026-12-02) it measured 1.33x the
+ *              ring's busbw at 1 MiB, 1.28x at 16 MiB and 1.36x at 64 MiB
+ *              (the model says 2x: its two ranks per host share the host's
+ *              link with two TCP flows), and 0.95x the best flat algorithm
+ *              at 64 KiB, where the model may pick it. (Before the shared-
+ *              memory bell of transport.c a rank in such a communicator
+ *              polled in 1 ms slices and hierarchical measured 0.60-0.67x
+ *              the ring; auto did not choose it then.)
  *
  * HD_BW = 1.25: measured, not derived. On TCP loopback halving-doubling
  * moves the same bytes as the ring but ran 25-35% slower from 16 MiB up
@@ -125,8 +127,6 @@ rm_algo_t rm_allreduce_choose(const rm_comm_t *comm, size_t bytes,
   if (comm == NULL)
     return RM_ALGO_RING;
   for (int a = RM_ALGO_RING; a < RM_ALGO_COUNT; a++) {
-    /* hierarchical is predicted (and shown) but not chosen: see the top */
-    if (a == RM_ALGO_HIERARCHICAL) continue;
     double us = rm__allreduce_predict(comm, (rm_algo_t)a, bytes);
     if (us < best_us) {
       best_us = us;
