@@ -70,7 +70,8 @@
  * still open after the read ended vouches for the bytes.
  *
  * Waiting: spin RINGMASTER_SHM_SPIN_US (auto: 50 us unless the host is
- * oversubscribed, as TCP) re-checking, then FUTEX_WAIT on the own bell for
+ * oversubscribed, as TCP; oversubscribed, sched_yield in a loop for
+ * RINGMASTER_SHM_YIELD_US, auto 100 us) re-checking, then FUTEX_WAIT on the own bell for
  * at most 50 ms at a time (the seq of bell is read before the check, so a
  * ring between the check and the wait is never lost). Each time a wait
  * slice ends with nothing moved, the peers' pids are checked (at most every
@@ -205,7 +206,7 @@ struct rm__shm_state {
   int unlinked;
   uint64_t ring_bytes;
   int nslots;
-  int spin_us;
+  int spin_us, yield_us;
   size_t cma_min;          /* 0 = never */
   int64_t last_pid_check;  /* rm__now_ns */
   int closed;
