@@ -138,6 +138,7 @@ struct rm__tcp_state {
   int nfixed;            /* pfds before the connections: 1, 2 with bell */
   int closed;            /* close_all ran */
   int spin_us;           /* poll(0) this long before a blocking poll */
+  int yield_us;          /* oversubscribed: poll(0) + sched_yield this long */
 };
 
 static inline struct rm__tcp_state *rm__tcp(const rm_comm_t *c)

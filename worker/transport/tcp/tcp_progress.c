@@ -44,6 +44,7 @@
  */
 #define _GNU_SOURCE /* pipe2, accept4, POLLRDHUP */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,11 @@ RM_PARAM(tcp_chunk, "RINGMASTER_TCP_CHUNK", 256 * 1024)
  * runs no more ranks of the communicator than it has CPUs online, else 0
  * (oversubscribed, spinning would steal the CPU the peer needs). */
 RM_PARAM(tcp_spin_us, "RINGMASTER_TCP_SPIN_US", -1)
+/* Oversubscribed (no spin), poll without blocking between sched_yield()s
+ * for up to this many microseconds before a blocking poll, handing the
+ * CPU to the rank we wait for; -1 = auto (100 when oversubscribed, else
+ * 0; as shared memory, shm_progress.c). */
+RM_PARAM(tcp_yield_us, "RINGMASTER_TCP_YIELD_US", -1)
 
 static size_t chunk_cap(size_t want)
 {
@@ -566,6 +572,11 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
     while ((r = poll(s->pfds, (nfds_t)n, 0)) == 0 && rm__now_ns() < end &&
            rm_comm_status(c) == RM_OK) {
     }
+  } else if (s->yield_us > 0 && timeout_ms > 0) {
+    int64_t end = rm__now_ns() + (int64_t)s->yield_us * 1000;
+    while ((r = poll(s->pfds, (nfds_t)n, 0)) == 0 && rm__now_ns() < end &&
+           rm_comm_status(c) == RM_OK)
+      sched_yield();
   }
   if (r == 0) r = poll(s->pfds, (nfds_t)n, timeout_ms);
   if (r < 0) return errno == EINTR ? RM_OK : RM_ERR_SYSTEM;
@@ -702,6 +713,9 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
   s->spin_us = (int)rm__param_tcp_spin_us();
   if (s->spin_us < 0)
     s->spin_us = local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+  s->yield_us = (int)rm__param_tcp_yield_us();
+  if (s->yield_us < 0)
+    s->yield_us = s->spin_us == 0 && local_ranks(c) > sysconf(_SC_NPROCESSORS_ONLN) ? 100 : 0;
   return RM_OK;
 }
 
