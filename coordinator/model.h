@@ -133,6 +133,12 @@ typedef struct rm__job {
   rm__blob_t *join_tail;        /* packed peers + spec of this generation,
                                    shared by every Join answer (rpc.c) */
   uint64_t join_tail_gen;
+  /* public.c: each member's "shm 3, tcp 4" by rank, computed once per
+   * (generation, members): the pair rule is O(members^2) and the ticker
+   * asks for it every tick under the lock; memory only */
+  char (*links)[64];
+  uint64_t links_gen, links_sum;  /* generation and member-ids hash of it */
+  int links_n;
   /* recovery.c / gate.c (issue 6) */
   int reform_target;            /* members wanted by a re-formation; 0 = spec */
   uint64_t ckpt_step;           /* last checkpoint every member completed */

@@ -130,6 +130,7 @@ void rm__job_free(rm__job_t *j)
   free(j->result);
   free(j->w);
   free(j->members);
+  free(j->links);
   free(j->ring);
   free(j);
 }

@@ -187,13 +187,15 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
 }
 
 /* "shm 3, tcp 4": the transports of each member's pairs, by the rule the
- * workers connect with (common/rm_transports.h). O(members^2): skipped
- * past LINKS_MAX members. out is indexed like j->w. */
+ * workers connect with (common/rm_transports.h). O(members^2), so computed
+ * once per (generation, members) into j->links and copied from there (the
+ * offers of members change only with a new generation); skipped past
+ * LINKS_MAX members. out is indexed like j->w. */
 #define LINKS_MAX 1024
-static void worker_links(const rm__job_t *j, rm_worker_info_t *out)
+static void links_compute(rm__job_t *j)
 {
-  if (j->nmembers > LINKS_MAX) return;
   static const char *const kinds[] = {"shm", "rdma", "tcp", "none"};
+  j->links = rm__xrealloc(j->links, (size_t)(j->nmembers ? j->nmembers : 1) * sizeof *j->links);
   for (int a = 0; a < j->nmembers; a++) {
     int count[4] = {0, 0, 0, 0};
     for (int b = 0; b < j->nmembers; b++) {
@@ -206,11 +208,36 @@ static void worker_links(const rm__job_t *j, rm_worker_info_t *out)
         if (strcmp(t, kinds[i]) == 0) k = i;
       count[k]++;
     }
-    char *o = out[j->members[a]].links;
-    size_t n = sizeof out[0].links, k = 0;
+    char *o = j->links[a];
+    size_t n = sizeof j->links[0], k = 0;
+    o[0] = '\0';
     for (int i = 0; i < 4 && k < n; i++)
       if (count[i]) k += (size_t)snprintf(o + k, n - k, "%s%s %d", k ? ", " : "", kinds[i], count[i]);
   }
+  j->links_gen = j->info.generation;
+  j->links_n = j->nmembers;
+}
+
+/* FNV-1a over the members' worker ids, by rank (O(members)). */
+static uint64_t members_sum(const rm__job_t *j)
+{
+  uint64_t h = 1469598103934665603ULL;
+  for (int a = 0; a < j->nmembers; a++)
+    h = (h ^ j->w[j->members[a]].id) * 1099511628211ULL;
+  return h;
+}
+
+static void worker_links(rm__job_t *j, rm_worker_info_t *out)
+{
+  if (j->nmembers > LINKS_MAX || j->nmembers == 0) return;
+  uint64_t sum = members_sum(j);
+  if (j->links == NULL || j->links_gen != j->info.generation || j->links_n != j->nmembers ||
+      j->links_sum != sum) {
+    links_compute(j);
+    j->links_sum = sum;
+  }
+  for (int a = 0; a < j->nmembers; a++)
+    memcpy(out[j->members[a]].links, j->links[a], sizeof out[0].links);
 }
 
 static int by_rank(const void *a, const void *b)
