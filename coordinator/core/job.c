@@ -355,11 +355,14 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
   const rm_job_spec_t *s = &j->info.spec;
   if (j->info.state != RM_JOB_PENDING && j->info.state != RM_JOB_FORMING) return;
   int target = rm__recovery_target(j);
-#ifndef NDEBUG
-  assert(j->n_joining == joining_recount(j));
-#endif
   if (!form_ready(j, j->n_joining < target ? j->n_joining : target, target))
     return;
+#ifndef NDEBUG
+  /* O(N): checked here, once the count says ready, and on every tick while
+   * forming (rm__job_tick), not on every Join: asserts stay on in
+   * RelWithDebInfo, and a per-Join recount made a join wave O(N^2). */
+  assert(j->n_joining == joining_recount(j));
+#endif
   int *idx = rm__xmalloc((j->nw ? j->nw : 1) * sizeof *idx), n = 0;
   /* previous members first (survivors of a loss), then standbys/new ones */
   for (int pass = 0; pass < 2; pass++)
@@ -548,8 +551,7 @@ static void tick_liveness(rm_coord_t *c, rm__job_t *j, int64_t now)
   int64_t hb = (int64_t)rm__job_heartbeat_ms(c, j) * 1000000;
   for (size_t i = 0; i < j->nw && !rm_job_state_terminal(j->info.state); i++) {
     rm__worker_t *w = &j->w[i];
-    int live = rm__worker_live(j, w);
-    if (!live || now - w->last_ns <= hb) continue;
+    if (now - w->last_ns <= hb || !rm__worker_live(j, w)) continue; /* cheap test first */
     /* joining: a parked Join keeps it alive (joins_parked, kept by
      * rm__park_link/unlink: no walk of the parked list per tick) */
     if (!rm__worker_member(j, w) && w->joins_parked > 0) continue;
@@ -565,6 +567,9 @@ void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now)
   if (rm_job_state_terminal(j->info.state)) return;
   tick_liveness(c, j, now);
   if (j->info.state == RM_JOB_FORMING || j->info.state == RM_JOB_PENDING) {
+#ifndef NDEBUG
+    assert(j->n_joining == joining_recount(j)); /* see rm__job_try_form */
+#endif
     rm__job_try_form(c, j);
     if (j->reform_deadline_ns && now > j->reform_deadline_ns &&
         j->info.state == RM_JOB_FORMING) {

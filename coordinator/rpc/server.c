@@ -1,33 +1,112 @@
 /*
- * server.c - the gRPC C-core server: one completion queue, one polling
- * thread that never blocks (it only takes c->mu for short critical sections).
+ * server.c - the gRPC C-core server: K completion queues (SHARDS below),
+ * each drained by its own polling thread that never blocks (it only takes
+ * c->mu for short critical sections).
  *
  * Call lifecycle (tags are call pointers with the op kind in the low 2 bits):
  *
  *   T_REQUEST  a generic grpc_server_request_call completed: post the next
- *              one at once (exactly one is always outstanding, so methods we
- *              do not know still reach us and get UNIMPLEMENTED), then start
- *              RECV_MESSAGE (T_RECV) and RECV_CLOSE_ON_SERVER (T_CLOSE).
+ *              one on the same queue at once (exactly one is always
+ *              outstanding per queue, so methods we do not know still reach
+ *              us and get UNIMPLEMENTED), then start RECV_MESSAGE (T_RECV).
  *   T_RECV     parse with protobuf-c (INVALID_ARGUMENT when it fails), then
  *              rm__rpc_dispatch under the lock: it answers (rm__reply) or
  *              parks the call. Messages over max_message_bytes are refused by
- *              the core itself with RESOURCE_EXHAUSTED.
+ *              the core itself with RESOURCE_EXHAUSTED. A call still open
+ *              after dispatch (parked, or a Watch stream) starts its
+ *              RECV_CLOSE_ON_SERVER (T_CLOSE) now, under the same lock.
  *   T_SEND     a reply batch finished (for Watch streams: send the next
  *              event). Answers are queued by rm__reply and started by
  *              rm__out_flush after COMMIT, from whichever thread holds the
  *              lock: grpc_call_start_batch is thread-safe, and its completion
- *              lands on this queue, which is how other threads wake it.
+ *              lands on the call's queue, which is how other threads wake it.
  *   T_CLOSE    the call is over; cancelled = the client went away: unpark
  *              (a Join cancelled while forming frees its slot).
  *
+ * CLOSE WITH THE ANSWER (issue 16). A call answered before it was parked
+ * (Heartbeat, ReportStep, every error, the last arrival of a barrier) has
+ * nothing to unpark, so its RECV_CLOSE_ON_SERVER rides in its final batch
+ * (rm__out_flush, close_started = 0): one batch and one completion fewer
+ * per unary call, and no outstanding tag while it is handled. Its on_close
+ * would have been a no-op: an answered call is unlinked (rm__reply), so
+ * rm__park_drop returns at once, and answered is already 1. A call parked
+ * or streaming has its T_CLOSE started before the lock is released, i.e.
+ * before any other thread can answer it, so whoever answers it later sees
+ * close_started = 1 and sends a batch without it, as before; a client that
+ * went away before that still completes T_CLOSE (cancelled = 1) at once.
+ *
+ * A parked BARRIER call defers its close the same way (close_deferred):
+ * its park holds one more reference instead of a T_CLOSE batch, and its
+ * answer's batch carries the RECV_CLOSE. A barrier round then leaves no
+ * outstanding tag per waiter (the debug tag walk of SHARDS was ~30% of a
+ * round with one queue), whatever the number of queues. What a barrier
+ * park's T_CLOSE did is only unlinking it (rm__park_drop: nothing else for
+ * RM__PARK_BARRIER); a waiter whose client went away now stays linked
+ * until its barrier closes, and its answer's batch fails at once. Every
+ * BARRIER park is answered: RELEASED or BROKEN (its deadline, a member
+ * lost, a new generation, the job ending, rm__server_stop), barrier.c,
+ * and a park is unlinked only by its answer or its close (model.c), so the
+ * extra reference always comes back (on_send). The cost: a cancelled
+ * waiter's memory lives until its barrier's deadline at the latest, and
+ * its wait counts in barrier_wait_seconds. Join, Watch and StepGate parks
+ * keep their T_CLOSE: their cancellation frees a slot or declares a
+ * worker lost (recovery.c detection source 2).
+ *
  * A call's memory is reference counted: one reference per outstanding batch;
- * the last completion frees it. The queue times out every 100 ms to run the
- * tick (heartbeat deadlines, barrier deadlines, long-poll ends).
+ * the last completion frees it. Queue 0's thread times out every 100 ms to
+ * run the tick (heartbeat deadlines, barrier deadlines, long-poll ends); the
+ * other threads only wait for events (with a 1 s deadline, re-armed).
+ *
+ * SHARDS (issue 16). The distribution's libgrpc is built without NDEBUG:
+ * every completion walks its queue's list of outstanding tags
+ * (cq_check_tag), and each parked call kept one (its RECV_CLOSE), so with
+ * one queue a barrier round of N calls cost O(N^2). K queues
+ * (RINGMASTER_COORD_CQS, 1..64, read once; default 1) make each list about
+ * N/K long. Which queue a call lives on: the one its request was posted on
+ * (grpc_server_request_call with that queue as both the call's queue and
+ * the notification queue; gRPC hands an incoming call to the queue of its
+ * connection's pollset when that queue has a request waiting, else to the
+ * next that has), and every later batch of the call (RECV, CLOSE, SEND)
+ * completes there, so one thread sees all of a call's events in the order
+ * gRPC delivers them, exactly as with one queue. Threads: one per queue;
+ * queue 0's also runs the tick and receives the shutdown notification.
+ * Locking is unchanged: every handler runs under c->mu (rm__lock /
+ * rm__commit); the threads share nothing else but the atomic call
+ * reference counts and s->stopping (written under c->mu before shutdown
+ * starts, read without it: a stale read only posts one more request, which
+ * shutdown fails with ok = 0).
+ * Why the default is 1: once parked barrier calls hold no tag at all
+ * (CLOSE WITH THE ANSWER above), the walk left is the join wave's (about
+ * 6% of it; the rest is the kernel copying O(N^2) answer bytes), and on a
+ * 2-core machine every extra thread costs a futex wake-up per completion
+ * that lands on a queue other than the poller's: measured with
+ * rm-coord-load (16,384 workers), K = 2..8 did not shorten barriers or
+ * joins beyond the noise, doubled the coordinator's CPU per heartbeat and
+ * added 4 to 10 KiB of RSS per worker (one malloc arena per thread). On
+ * a machine with more cores than the client load needs, try K = 2..8.
+ *
+ * DEADLINES. The server's deadline filter is off (GRPC_ARG_ENABLE_DEADLINE_
+ * CHECKS = 0, RINGMASTER_COORD_DEADLINE_FILTER=1 turns it back on): it arms
+ * one gRPC timer per call, and the same debug build walks a 1009-bucket
+ * hash of all timers on every add and cancel (O(N/1009) per call, ~10% of
+ * the coordinator at 16,384 workers). Nothing depends on it: a client
+ * cancels its own call at its deadline (RST_STREAM: T_CLOSE with
+ * cancelled = 1 for a parked Join, Watch or StepGate, as before; a parked
+ * barrier waits for its answer, above), a client that dies closes its
+ * connection (the same), and every call the coordinator parks has its own deadline in the
+ * core (Join wait_ms, barrier and gate timeouts, heartbeat expiry), run by
+ * the tick. A client whose deadline passed never reads a late answer.
+ *
+ * DURABILITY. Nothing here changes what is durable or when an answer
+ * leaves: every answer is still queued under c->mu and started by
+ * rm__out_flush after COMMIT (core/commit.c), whatever queue or batch
+ * carries it, so a coordinator SIGKILL loses no acknowledged event.
  *
  * Shutdown (rm__server_stop): answer parked calls UNAVAILABLE,
- * grpc_server_shutdown_and_notify, wait a 1 s grace period, then
- * grpc_server_cancel_all_calls, wait for the notification, destroy the
- * server, shut the queue down and drain it until GRPC_QUEUE_SHUTDOWN.
+ * grpc_server_shutdown_and_notify (on queue 0), wait a 1 s grace period,
+ * then grpc_server_cancel_all_calls, wait for the notification, destroy the
+ * server, then shut every queue down; each thread drains its queue until
+ * GRPC_QUEUE_SHUTDOWN and is joined; then the queues are destroyed.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -43,10 +122,15 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_param.h"
 #include "rm_token.h"
 
 enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define TICK_NS (100LL * 1000000LL)
+#define NCQ_MAX 64
+
+RM_PARAM(server_cqs, "RINGMASTER_COORD_CQS", 1)
+RM_PARAM(deadline_filter, "RINGMASTER_COORD_DEADLINE_FILTER", 0)
 
 struct rm__call {
   rm_coord_t *c;
@@ -57,18 +141,30 @@ struct rm__call {
   int cancelled;
   int refs; /* atomic */
   int method;
+  int cq; /* index of the queue the call lives on (SHARDS) */
   rm__park_t park;
   int answered; /* final status queued; under c->mu */
   int md_sent;  /* initial metadata started; under c->mu */
+  int close_started; /* RECV_CLOSE_ON_SERVER started; under c->mu */
+  int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
   grpc_byte_buffer *send_bb;
   grpc_slice status_slice;
   int has_status_slice;
 } __attribute__((aligned(8)));
 
-struct rm__server {
-  grpc_server *server;
+/* One shard: a queue and the thread that drains it. */
+typedef struct rm__shard {
+  rm_coord_t *c;
   grpc_completion_queue *cq;
   pthread_t thread;
+  int index;
+  int started;
+} rm__shard_t;
+
+struct rm__server {
+  grpc_server *server;
+  rm__shard_t sh[NCQ_MAX];
+  int ncq;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int shutdown_done;
@@ -93,17 +189,19 @@ static void call_unref(rm__call_t *k)
   free(k);
 }
 
-static void post_request(rm_coord_t *c)
+/* The next request of queue `cq`: the call it brings lives there. */
+static void post_request(rm_coord_t *c, int cq)
 {
   rm__call_t *k = rm__xcalloc(1, sizeof *k);
+  grpc_completion_queue *q = c->srv->sh[cq].cq;
   k->c = c;
   k->refs = 1;
   k->method = -1;
+  k->cq = cq;
   grpc_call_details_init(&k->details);
   grpc_metadata_array_init(&k->md);
   if (grpc_server_request_call(c->srv->server, &k->call, &k->details, &k->md,
-                               c->srv->cq, c->srv->cq,
-                               tag_of(k, T_REQUEST)) != GRPC_CALL_OK) {
+                               q, q, tag_of(k, T_REQUEST)) != GRPC_CALL_OK) {
     RM_ERROR("grpc_server_request_call failed");
     call_unref(k);
   }
@@ -202,7 +300,7 @@ void rm__out_flush(rm_coord_t *c)
   for (size_t i = 0; i < c->nout; i++) {
     rm__out_t *o = &c->out[i];
     rm__call_t *k = o->call;
-    grpc_op ops[3];
+    grpc_op ops[4];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
     if (!k->md_sent) {
@@ -220,11 +318,20 @@ void rm__out_flush(rm_coord_t *c)
       ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
       ops[n].data.send_status_from_server.status = (grpc_status_code)o->code;
       ops[n++].data.send_status_from_server.status_details = &k->status_slice;
+      if (!k->close_started) { /* CLOSE WITH THE ANSWER */
+        k->close_started = 1;
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &k->cancelled;
+      }
     }
     /* the outbox reference becomes the batch's reference */
     if (grpc_call_start_batch(k->call, ops, n, tag_of(k, T_SEND), NULL) !=
         GRPC_CALL_OK) {
       RM_WARN("grpc_call_start_batch (reply) failed");
+      if (k->close_deferred) { /* no batch will give the park's back */
+        k->close_deferred = 0;
+        call_unref(k);
+      }
       call_unref(k);
     }
     free(o->details);
@@ -254,6 +361,24 @@ static void start_ops(rm__call_t *k, grpc_op *ops, size_t n, int kind)
   }
 }
 
+/* A call left open by its dispatch (parked, streaming) starts T_CLOSE
+ * (CLOSE WITH THE ANSWER). Under c->mu. */
+static void start_close(rm__call_t *k)
+{
+  grpc_op op;
+  if (k->answered || k->close_started || k->close_deferred) return;
+  if (k->park.next && k->park.kind == RM__PARK_BARRIER) {
+    k->close_deferred = 1; /* the park's reference, back in on_send */
+    __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
+    return;
+  }
+  k->close_started = 1;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &k->cancelled;
+  start_ops(k, &op, 1, T_CLOSE);
+}
+
 static void on_request(rm_coord_t *c, rm__call_t *k, int ok)
 {
   grpc_op op;
@@ -261,12 +386,8 @@ static void on_request(rm_coord_t *c, rm__call_t *k, int ok)
     call_unref(k);
     return;
   }
-  if (!c->srv->stopping) post_request(c);
+  if (!__atomic_load_n(&c->srv->stopping, __ATOMIC_ACQUIRE)) post_request(c, k->cq);
   k->method = find_method(&k->details.method);
-  memset(&op, 0, sizeof op);
-  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  op.data.recv_close_on_server.cancelled = &k->cancelled;
-  start_ops(k, &op, 1, T_CLOSE);
   if (k->method < 0) {
     rm__lock(c);
     c->ctr.grpc_calls_total++;
@@ -310,7 +431,12 @@ static void on_recv(rm_coord_t *c, rm__call_t *k, int ok)
       grpc_byte_buffer_reader_destroy(&rd);
     }
   }
-  rm__lock(c);
+  /* A Heartbeat writes no row (last_ns and step are memory only, never
+   * durable, so a coordinator SIGKILL loses nothing it acknowledged): the
+   * mutex without BEGIN/COMMIT; should it ever write, SQLite's autocommit
+   * keeps every answer after its row (commit.c). */
+  if (k->method == RM__M_HEARTBEAT) rm__lock_ro(c);
+  else rm__lock(c);
   c->ctr.grpc_calls_total++;
   if (!ok || !k->recv) {
     rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "no request message", NULL);
@@ -323,6 +449,7 @@ static void on_recv(rm_coord_t *c, rm__call_t *k, int ok)
   } else {
     rm__rpc_dispatch(c, k, k->method, msg, admin_ok(c, k));
   }
+  start_close(k); /* only when still open */
   rm__commit(c);
   if (msg) protobuf_c_message_free_unpacked(msg, NULL);
   call_unref(k);
@@ -340,7 +467,10 @@ static void on_send(rm_coord_t *c, rm__call_t *k)
     k->park.watch_sending = 0;
     rm__watch_next(c, &k->park);
   }
+  int parked_ref = k->close_deferred && k->answered;
+  if (parked_ref) k->close_deferred = 0;
   rm__commit(c);
+  if (parked_ref) call_unref(k); /* the park's (close_deferred) */
   call_unref(k);
 }
 
@@ -365,37 +495,47 @@ static void tick(rm_coord_t *c)
   rm__commit(c);
 }
 
+static void on_shutdown_tag(rm__server_t *s)
+{
+  pthread_mutex_lock(&s->mu);
+  s->shutdown_done = 1;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void on_event(rm_coord_t *c, grpc_event *ev)
+{
+  rm__call_t *k = (rm__call_t *)((uintptr_t)ev->tag & ~(uintptr_t)3);
+  switch ((uintptr_t)ev->tag & 3) {
+  case T_REQUEST: on_request(c, k, ev->success); break;
+  case T_RECV: on_recv(c, k, ev->success); break;
+  case T_SEND: on_send(c, k); break;
+  default: on_close(c, k); break;
+  }
+}
+
+/* One shard's thread; shard 0 also runs the tick (SHARDS). */
 static void *cq_thread(void *arg)
 {
-  rm_coord_t *c = arg;
+  rm__shard_t *sh = arg;
+  rm_coord_t *c = sh->c;
   rm__server_t *s = c->srv;
-  int64_t next_tick = rm__now_ns() + TICK_NS;
+  int ticks = sh->index == 0;
+  int64_t next_tick = rm__now_ns() + (ticks ? TICK_NS : 10 * TICK_NS);
   rm__log_set_tag("coord");
   for (;;) {
     gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                    gpr_time_from_millis(rm__ms_left(next_tick),
                                                         GPR_TIMESPAN));
-    grpc_event ev = grpc_completion_queue_next(s->cq, dl, NULL);
+    grpc_event ev = grpc_completion_queue_next(sh->cq, dl, NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type == GRPC_OP_COMPLETE) {
-      if (ev.tag == &shutdown_tag) {
-        pthread_mutex_lock(&s->mu);
-        s->shutdown_done = 1;
-        pthread_cond_broadcast(&s->cv);
-        pthread_mutex_unlock(&s->mu);
-        continue;
-      }
-      rm__call_t *k = (rm__call_t *)((uintptr_t)ev.tag & ~(uintptr_t)3);
-      switch ((uintptr_t)ev.tag & 3) {
-      case T_REQUEST: on_request(c, k, ev.success); break;
-      case T_RECV: on_recv(c, k, ev.success); break;
-      case T_SEND: on_send(c, k); break;
-      default: on_close(c, k); break;
-      }
+      if (ev.tag == &shutdown_tag) on_shutdown_tag(s);
+      else on_event(c, &ev);
     }
     if (rm__now_ns() >= next_tick) {
-      if (!s->stopping) tick(c);
-      next_tick = rm__now_ns() + TICK_NS;
+      if (ticks && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) tick(c);
+      next_tick = rm__now_ns() + (ticks ? TICK_NS : 10 * TICK_NS);
     }
   }
   return NULL;
@@ -461,20 +601,29 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
   }
   grpc_init();
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
-  grpc_arg args[2];
+  grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = c->opt.max_message_bytes;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = GRPC_ARG_ALLOW_REUSEPORT;
   args[1].value.integer = 0;
-  grpc_channel_args ca = {2, args};
+  args[2].type = GRPC_ARG_INTEGER; /* DEADLINES of the header */
+  args[2].key = GRPC_ARG_ENABLE_DEADLINE_CHECKS;
+  args[2].value.integer = rm__param_deadline_filter() != 0;
+  grpc_channel_args ca = {3, args};
   grpc_server_credentials *creds = make_creds(c, err, errlen);
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
-  s->cq = grpc_completion_queue_create_for_next(NULL);
+  int64_t ncq = rm__param_server_cqs();
+  s->ncq = ncq < 1 ? 1 : ncq > NCQ_MAX ? NCQ_MAX : (int)ncq;
   s->server = grpc_server_create(&ca, NULL);
-  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  for (int i = 0; i < s->ncq; i++) {
+    s->sh[i].c = c;
+    s->sh[i].index = i;
+    s->sh[i].cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->sh[i].cq, NULL);
+  }
   c->srv = s;
   int bound = creds ? grpc_server_add_http2_port(s->server, c->opt.grpc_addr, creds) : 0;
   if (creds) grpc_server_credentials_release(creds);
@@ -489,9 +638,11 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
   snprintf(c->grpc_addr, sizeof c->grpc_addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d",
            host, bound);
   grpc_server_start(s->server);
-  post_request(c);
-  pthread_create(&s->thread, NULL, cq_thread, c);
-  RM_INFO("gRPC server on %s%s", c->grpc_addr, c->opt.tls_ca ? " (mutual TLS)" : "");
+  for (int i = 0; i < s->ncq; i++) post_request(c, i);
+  for (int i = 0; i < s->ncq; i++)
+    s->sh[i].started = !pthread_create(&s->sh[i].thread, NULL, cq_thread, &s->sh[i]);
+  RM_INFO("gRPC server on %s%s (%d completion queues)", c->grpc_addr,
+          c->opt.tls_ca ? " (mutual TLS)" : "", s->ncq);
   return RM_OK;
 }
 
@@ -510,13 +661,31 @@ static int wait_shutdown(rm__server_t *s, int ms)
   return done;
 }
 
+/* Shut every queue down; its thread (or, when none runs, this one)
+ * drains it to GRPC_QUEUE_SHUTDOWN; then destroy it. */
+static void shards_stop(rm__server_t *s)
+{
+  for (int i = 0; i < s->ncq; i++) grpc_completion_queue_shutdown(s->sh[i].cq);
+  for (int i = 0; i < s->ncq; i++) {
+    if (s->sh[i].started) {
+      pthread_join(s->sh[i].thread, NULL);
+    } else {
+      while (grpc_completion_queue_next(s->sh[i].cq,
+                                        gpr_inf_future(GPR_CLOCK_REALTIME),
+                                        NULL).type != GRPC_QUEUE_SHUTDOWN) {
+      }
+    }
+    grpc_completion_queue_destroy(s->sh[i].cq);
+  }
+}
+
 void rm__server_stop(rm_coord_t *c)
 {
   rm__server_t *s = c->srv;
   if (!s) return;
   if (s->server) {
     rm__lock(c);
-    s->stopping = 1;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
     for (size_t i = 0; i < c->njobs; i++) {
       rm__job_t *j = c->jobs[i];
       while (j->parked.next != &j->parked)
@@ -524,21 +693,14 @@ void rm__server_stop(rm_coord_t *c)
                   "coordinator shutting down", NULL);
     }
     rm__commit(c);
-    grpc_server_shutdown_and_notify(s->server, s->cq, &shutdown_tag);
+    grpc_server_shutdown_and_notify(s->server, s->sh[0].cq, &shutdown_tag);
     if (!wait_shutdown(s, 1000)) {
       grpc_server_cancel_all_calls(s->server);
       while (!wait_shutdown(s, 1000)) RM_WARN("waiting for gRPC shutdown");
     }
     grpc_server_destroy(s->server);
-    grpc_completion_queue_shutdown(s->cq);
-    pthread_join(s->thread, NULL);
-  } else {
-    grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                      NULL).type != GRPC_QUEUE_SHUTDOWN) {
-    }
   }
-  grpc_completion_queue_destroy(s->cq);
+  shards_stop(s);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
