@@ -2,10 +2,14 @@
  * abort.c - what a rank makes of a peer's "I failed" (TCP's ABORT frame,
  * the shared-memory abort word): whom its own failure blames; and the one
  * wording of "the connection to peer P failed" that every transport uses
- * (rm__transport_conn_fail). Kept apart from transport.c so the frame
- * fuzzer (fuzz/fuzz_frame.c) links it alone.
+ * (rm__transport_conn_fail); and whether the host is oversubscribed, which
+ * decides how every transport waits (rm__transport_oversubscribed). Kept
+ * apart from transport.c so the frame fuzzer (fuzz/fuzz_frame.c) and the
+ * TCP-only tests link it alone.
  */
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/comm_int.h"
 #include "transport/transport.h"
@@ -60,4 +64,16 @@ rm_status_t rm__transport_conn_fail(rm_comm_t *c, int peer, rm_status_t st,
   r = rm__transport_conn_failv(c, peer, st, via, fmt, ap);
   va_end(ap);
   return r;
+}
+
+int rm__transport_oversubscribed(const rm_comm_t *c)
+{
+  const char *me = c->peers[c->rank], *colon = strrchr(me, ':');
+  size_t hl = colon ? (size_t)(colon - me) : strlen(me);
+  int k = 0;
+  for (int p = 0; p < c->world; p++)
+    if (strncmp(c->peers[p], me, hl) == 0 &&
+        (c->peers[p][hl] == ':' || c->peers[p][hl] == '\0'))
+      k++;
+  return k > sysconf(_SC_NPROCESSORS_ONLN);
 }

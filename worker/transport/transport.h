@@ -207,6 +207,19 @@ extern const rm__transport_ops_t rm__rdma_transport; /* transport/rdma/ */
 /* What a transport's offer() kept for this endpoint (NULL if none). */
 void *rm__endpoint_tp_state(const rm_endpoint_t *ep, rm__tp_id_t id);
 
+/* Append r to a per-connection FIFO (head, tail; r->next must be NULL). */
+static inline void rm__req_fifo_push(rm__req_t **head, rm__req_t **tail, rm__req_t *r)
+{
+  if (*tail) (*tail)->next = r;
+  else *head = r;
+  *tail = r;
+}
+
+/* Whether this host runs more ranks of c than it has CPUs online (ranks
+ * whose address has the same host part as this rank's; abort.c):
+ * a transport then gives its CPU away while it waits instead of spinning. */
+int rm__transport_oversubscribed(const rm_comm_t *c);
+
 /* One connection: which transport carries the pair and its private state
  * (Redis connection.h habit: type + private data behind small wrappers). */
 typedef struct rm__conn {

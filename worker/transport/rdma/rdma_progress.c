@@ -326,11 +326,9 @@ static rm_status_t rdma_post(rm_comm_t *c, rm__req_t *req)
     return rm__rdma_conn_fail(c, req->peer, RM_ERR_PEER_LOST, "peer closed its communicator; "
                      "cannot %s", req->kind == RM__REQ_SEND ? "send" : "receive");
   if (req->kind == RM__REQ_SEND) {
-    if (k->sq_tail) k->sq_tail->next = req; else k->sq_head = req;
-    k->sq_tail = req;
+    rm__req_fifo_push(&k->sq_head, &k->sq_tail, req);
   } else {
-    if (k->rq_tail) k->rq_tail->next = req; else k->rq_head = req;
-    k->rq_tail = req;
+    rm__req_fifo_push(&k->rq_head, &k->rq_tail, req);
   }
   return RM_OK;
 }
@@ -416,25 +414,13 @@ static void rdma_close_all(rm_comm_t *c, rm_status_t reason)
   if (c->destroying) rm__rdma_state_free(c);
 }
 
-/* Ranks of c whose address has the same host part as c's own. */
-static int local_ranks(const rm_comm_t *c)
-{
-  const char *me = c->peers[c->rank], *colon = strrchr(me, ':');
-  size_t hl = colon ? (size_t)(colon - me) : strlen(me);
-  int k = 0;
-  for (int p = 0; p < c->world; p++)
-    if (strncmp(c->peers[p], me, hl) == 0 && (c->peers[p][hl] == ':' || c->peers[p][hl] == '\0'))
-      k++;
-  return k;
-}
-
 static rm_status_t rdma_connect_all(rm_comm_t *c)
 {
   rm_status_t st = rm__rdma_connect_all(c);
   struct rm__rdma_state *s = rm__rdma(c);
   if (st == RM_OK && s != NULL) {
     int64_t spin = rm__param_rdma_spin_us();
-    if (spin < 0) spin = local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+    if (spin < 0) spin = rm__transport_oversubscribed(c) ? 0 : 50;
     s->spin_us = (int)spin;
   }
   return st;

@@ -162,8 +162,7 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
     if (k->sq_head == NULL) k->sq_tail = NULL;
     r->next = NULL;
     if (q->cma) {
-      if (k->cq_tail) k->cq_tail->next = r; else k->cq_head = r;
-      k->cq_tail = r;
+      rm__req_fifo_push(&k->cq_head, &k->cq_tail, r);
       k->cma_sent++;
     } else {
       r->complete = 1;
@@ -391,11 +390,9 @@ static rm_status_t shm_post(rm_comm_t *c, rm__req_t *req)
     q->cma = s->cma_min > 0 && req->len >= s->cma_min &&
              __atomic_load_n(&k->out->cma_ok, __ATOMIC_ACQUIRE);
     encode(c, req, q->cma ? RM__SHM_CMA : RM__SHM_INLINE, q->rec);
-    if (k->sq_tail) k->sq_tail->next = req; else k->sq_head = req;
-    k->sq_tail = req;
+    rm__req_fifo_push(&k->sq_head, &k->sq_tail, req);
   } else {
-    if (k->rq_tail) k->rq_tail->next = req; else k->rq_head = req;
-    k->rq_tail = req;
+    rm__req_fifo_push(&k->rq_head, &k->rq_tail, req);
   }
   return RM_OK;
 }

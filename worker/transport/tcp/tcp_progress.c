@@ -477,11 +477,9 @@ static rm_status_t tcp_post(rm_comm_t *c, rm__req_t *req)
     f.tag = req->tag;
     f.length = req->len;
     rm__frame_encode(&f, rm__tcp_req(req)->hdr);
-    if (k->sq_tail) k->sq_tail->next = req; else k->sq_head = req;
-    k->sq_tail = req;
+    rm__req_fifo_push(&k->sq_head, &k->sq_tail, req);
   } else {
-    if (k->rq_tail) k->rq_tail->next = req; else k->rq_head = req;
-    k->rq_tail = req;
+    rm__req_fifo_push(&k->rq_head, &k->rq_tail, req);
   }
   return RM_OK;
 }
@@ -680,19 +678,6 @@ static void tcp_close_all(rm_comm_t *c, rm_status_t reason)
   if (c->destroying) rm__tcp_state_free(c);
 }
 
-/* Ranks of c whose address has the same host part as c's own. */
-static int local_ranks(const rm_comm_t *c)
-{
-  const char *me = c->peers[c->rank], *colon = strrchr(me, ':');
-  size_t hl = colon ? (size_t)(colon - me) : strlen(me);
-  int k = 0;
-  for (int p = 0; p < c->world; p++)
-    if (strncmp(c->peers[p], me, hl) == 0 &&
-        (c->peers[p][hl] == ':' || c->peers[p][hl] == '\0'))
-      k++;
-  return k;
-}
-
 rm_status_t rm__tcp_state_new(rm_comm_t *c)
 {
   struct rm__tcp_state *s = calloc(1, sizeof *s);
@@ -712,10 +697,10 @@ rm_status_t rm__tcp_state_new(rm_comm_t *c)
   }
   s->spin_us = (int)rm__param_tcp_spin_us();
   if (s->spin_us < 0)
-    s->spin_us = local_ranks(c) <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0;
+    s->spin_us = rm__transport_oversubscribed(c) ? 0 : 50;
   s->yield_us = (int)rm__param_tcp_yield_us();
   if (s->yield_us < 0)
-    s->yield_us = s->spin_us == 0 && local_ranks(c) > sysconf(_SC_NPROCESSORS_ONLN) ? 100 : 0;
+    s->yield_us = s->spin_us == 0 && rm__transport_oversubscribed(c) ? 100 : 0;
   return RM_OK;
 }
 
