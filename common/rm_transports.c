@@ -32,6 +32,10 @@ static const char *or_default(const char *offer)
   return *s ? offer : k_default;
 }
 
+/* Tokens with a scope: "<kind>:<scope>/<rest>"; two ranks can use it when
+ * both offer the kind with the same scope (shm: the host; rdma: the fabric). */
+static const char *const k_scoped[] = {"shm", "rdma"};
+
 /* Whether [s, s + n) is non-empty and all of [a-z0-9._-]. */
 static int plain_run(const char *s, size_t n)
 {
@@ -49,11 +53,10 @@ static int plain_run(const char *s, size_t n)
  * ':' or '/' (a newer worker's token is skipped, not judged). */
 static int token_ok(const char *t, size_t n)
 {
-  static const char *const known[] = {"shm", "rdma"};
   if (t[0] == ':' || t[0] == '/') return 0;
-  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
-    size_t k = strlen(known[i]);
-    if (n > k && strncmp(t, known[i], k) == 0 && t[k] == ':') {
+  for (size_t i = 0; i < sizeof k_scoped / sizeof k_scoped[0]; i++) {
+    size_t k = strlen(k_scoped[i]);
+    if (n > k && strncmp(t, k_scoped[i], k) == 0 && t[k] == ':') {
       const char *scope = t + k + 1, *end = t + n;
       const char *slash = memchr(scope, '/', (size_t)(end - scope));
       return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
@@ -105,9 +108,6 @@ int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
   return 1;
 }
 
-/* Tokens with a scope: "<kind>:<scope>/<rest>"; two ranks can use it when
- * both offer the kind with the same scope (shm: the host; rdma: the fabric). */
-static const char *const k_scoped[] = {"shm", "rdma"};
 
 /* The scoped kind of token t ("shm", "rdma"), or NULL. */
 static const char *scoped_kind(const char *t)
