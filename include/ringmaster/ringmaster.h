@@ -144,8 +144,37 @@ RM_EXTERN const char *rm_comm_last_error(const rm_comm_t *comm);
 RM_EXTERN int rm_comm_failed_peer(const rm_comm_t *comm);
 RM_EXTERN rm_status_t rm_comm_set_algorithm(rm_comm_t *comm, rm_algo_t a);
 
+/* ---- device (GPU) memory ----
+ * Every collective takes host or device memory. In a build with CUDA on a
+ * machine with a GPU, the library asks the CUDA runtime
+ * (cudaPointerGetAttributes) what each buffer is; device and managed
+ * memory are device buffers. All buffers of one call must be of one kind
+ * (else RM_ERR_INVALID_ARG), on one device, and a communicator serves one
+ * device. Device data never goes through a CPU reduction: it is staged
+ * through page-locked host buffers in pipelined segments (device-to-host
+ * copy, the wire, host-to-device copy overlap on two CUDA streams) and
+ * reduced on the GPU; between two ranks of one host both on device memory
+ * it may instead move by CUDA IPC, device to device. Ranks need not agree
+ * on the kind: the wire is the same.
+ *
+ * Ordering: the call first waits (on the GPU, not the host) for the work
+ * enqueued so far on the communicator's stream (rm_comm_set_stream; the
+ * legacy default stream when unset), so it reads what your kernels wrote;
+ * on return the result is in device memory and everything the call
+ * enqueued has finished. Without a GPU runtime every pointer is host
+ * memory. */
+typedef enum rm_mem {
+  RM_MEM_AUTO = 0,   /* ask the runtime per call (default) */
+  RM_MEM_HOST = 1,   /* every buffer is host memory: no query */
+  RM_MEM_DEVICE = 2  /* every buffer is device memory (checked once) */
+} rm_mem_t;
+RM_EXTERN rm_status_t rm_comm_set_memory(rm_comm_t *comm, rm_mem_t kind);
+/* A cudaStream_t (as void *), borrowed; NULL = the default stream. */
+RM_EXTERN rm_status_t rm_comm_set_stream(rm_comm_t *comm, void *cuda_stream);
+
 /* ---- collectives ----
- * send == recv means in place. count is in elements. Buffers are host memory.
+ * send == recv means in place. count is in elements. Buffers are host or
+ * device memory (above).
  * All ranks must call the same collectives in the same order with the same
  * count, dtype, op and root. */
 

@@ -13,6 +13,15 @@
  *                               the algorithm choice is the same on every rank
  *   test_coll 2 large           one in-place f32 sum of 256 MiB per rank
  *
+ * Device buffers (RINGMASTER_TEST_DEVICE=1): the same suites with every
+ * collective's buffers in device memory (tests/lib/rm_testdev.h: the CUDA
+ * runtime on a GPU machine, the stand-in GPU with RINGMASTER_TEST_GPU=
+ * standin). Inputs are put into device buffers before each call and the
+ * results (and the send buffers, which must come back untouched) got back
+ * after it, then checked by the same code; exits 77 when no GPU runtime is
+ * usable. The argument checks and t_choice stay on host memory, so a
+ * communicator serves host and device calls one after the other.
+ *
  * Every suite first checks that each pair got the expected transport
  * (check_transports). CTest runs the matrix three ways: over shared memory
  * (the default between ranks of one host), over TCP
@@ -34,8 +43,127 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rm_testdev.h"  /* tests/lib: device buffers */
 #include "rm_testlib.h" /* tests/lib: one process per rank */
 #include "ringmaster/ringmaster.h"
+
+/* ---- device mode: host buffers mirrored by device buffers ---- */
+static int g_dev; /* RINGMASTER_TEST_DEVICE=1 */
+
+#define NSHADOW 16
+static struct { const void *host; void *dev; size_t cap; } g_shadow[NSHADOW];
+
+/* The device twin of host buffer h (at least n bytes), with h's first n
+ * bytes put into it. NULL stays NULL. */
+static void *shadow(const void *h, size_t n)
+{
+  int i, free_i = -1;
+  if (h == NULL) return NULL;
+  for (i = 0; i < NSHADOW; i++) {
+    if (g_shadow[i].host == h) break;
+    if (g_shadow[i].host == NULL && free_i < 0) free_i = i;
+  }
+  if (i == NSHADOW) {
+    if (free_i < 0) { fprintf(stderr, "test_coll: too many device twins\n"); exit(3); }
+    i = free_i;
+    g_shadow[i].host = h;
+  }
+  if (g_shadow[i].cap < n || g_shadow[i].dev == NULL) {
+    rm_test_dev_free(g_shadow[i].dev);
+    g_shadow[i].dev = rm_test_dev_alloc(n ? n : 1);
+    g_shadow[i].cap = n ? n : 1;
+    if (g_shadow[i].dev == NULL) exit(3);
+  }
+  if (rm_test_dev_put(g_shadow[i].dev, h, n) != 0) exit(3);
+  return g_shadow[i].dev;
+}
+
+/* Bring n bytes of h's twin back into h. */
+static void unshadow(void *h, const void *d, size_t n)
+{
+  if (h != NULL && d != NULL && rm_test_dev_get(h, d, n) != 0) exit(3);
+}
+
+static void shadow_forget(const void *h)
+{
+  for (int i = 0; i < NSHADOW; i++)
+    if (g_shadow[i].host == h) {
+      rm_test_dev_free(g_shadow[i].dev);
+      g_shadow[i].host = NULL;
+      g_shadow[i].dev = NULL;
+      g_shadow[i].cap = 0;
+    }
+}
+
+static void xfree(void *p)
+{
+  if (g_dev) shadow_forget(p);
+  free(p);
+}
+
+static rm_status_t d_allreduce_ex(rm_comm_t *c, const void *s, void *r, size_t count,
+                                  rm_dtype_t dt, rm_op_t op, rm_algo_t a, rm_allreduce_info_t *info)
+{
+  size_t n = count * rm_dtype_size(dt);
+  if (!g_dev) return rm_allreduce_ex(c, s, r, count, dt, op, a, info);
+  void *ds = shadow(s, n), *dr = r == s ? ds : shadow(r, n);
+  rm_status_t st = rm_allreduce_ex(c, ds, dr, count, dt, op, a, info);
+  unshadow(r, dr, n);
+  if (r != s) unshadow((void *)s, ds, n);
+  return st;
+}
+
+static rm_status_t d_reduce_scatter(rm_comm_t *c, const void *s, void *r, size_t rc,
+                                    rm_dtype_t dt, rm_op_t op)
+{
+  size_t n = rc * rm_dtype_size(dt), w = (size_t)rm_comm_world(c);
+  if (!g_dev) return rm_reduce_scatter(c, s, r, rc, dt, op);
+  void *ds = shadow(s, n * w), *dr = shadow(r, n);
+  rm_status_t st = rm_reduce_scatter(c, ds, dr, rc, dt, op);
+  unshadow(r, dr, n);
+  return st;
+}
+
+static rm_status_t d_allgather(rm_comm_t *c, const void *s, void *r, size_t sc, rm_dtype_t dt)
+{
+  size_t n = sc * rm_dtype_size(dt), w = (size_t)rm_comm_world(c);
+  if (!g_dev) return rm_allgather(c, s, r, sc, dt);
+  void *ds = shadow(s, n), *dr = shadow(r, n * w);
+  rm_status_t st = rm_allgather(c, ds, dr, sc, dt);
+  unshadow(r, dr, n * w);
+  return st;
+}
+
+static rm_status_t d_broadcast(rm_comm_t *c, void *b, size_t count, rm_dtype_t dt, int root)
+{
+  size_t n = count * rm_dtype_size(dt);
+  if (!g_dev) return rm_broadcast(c, b, count, dt, root);
+  void *db = shadow(b, n);
+  rm_status_t st = rm_broadcast(c, db, count, dt, root);
+  unshadow(b, db, n);
+  return st;
+}
+
+static rm_status_t d_reduce(rm_comm_t *c, const void *s, void *r, size_t count, rm_dtype_t dt,
+                            rm_op_t op, int root)
+{
+  size_t n = count * rm_dtype_size(dt);
+  if (!g_dev) return rm_reduce(c, s, r, count, dt, op, root);
+  void *ds = shadow(s, n), *dr = shadow(r, n);
+  rm_status_t st = rm_reduce(c, ds, dr, count, dt, op, root);
+  unshadow(r, dr, n);
+  return st;
+}
+
+static rm_status_t d_alltoall(rm_comm_t *c, const void *s, void *r, size_t count, rm_dtype_t dt)
+{
+  size_t n = count * rm_dtype_size(dt) * (size_t)rm_comm_world(c);
+  if (!g_dev) return rm_alltoall(c, s, r, count, dt);
+  void *ds = shadow(s, n), *dr = shadow(r, n);
+  rm_status_t st = rm_alltoall(c, ds, dr, count, dt);
+  unshadow(r, dr, n);
+  return st;
+}
 
 static size_t esize(rm_dtype_t dt) { return rm_dtype_size(dt); }
 
@@ -211,7 +339,7 @@ static int one_allreduce(rm_comm_t *c, rm_algo_t algo, size_t count, rm_op_t op,
   fill(a, count, op, dt, r);
   if (!inplace)
     memset(b, 0xA5, count * esize(dt));
-  st = rm_allreduce_ex(c, a, inplace ? a : b, count, dt, op, algo, &info);
+  st = d_allreduce_ex(c, a, inplace ? a : b, count, dt, op, algo, &info);
   if (check_st(r, what, st, c))
     return -1;
   /* hierarchical runs (and reports) the ring where the ranks are not H
@@ -298,8 +426,8 @@ out:
   if (rm_comm_rank(c) == 0)
     printf("world %d: %d all-reduce cases, %d wrong%s\n", rm_comm_world(c), cases,
            fails, rc < 0 ? ", stopped by an error" : "");
-  free(a);
-  free(b);
+  xfree(a);
+  xfree(b);
   return fails || rc < 0 ? 1 : 0;
 }
 
@@ -314,14 +442,14 @@ static int t_reduce_scatter(rm_comm_t *c)
         size_t rc = counts[ci];
         if (op != RM_SUM && dt != RM_F32 && dt != RM_I32) continue;
         fill(in, rc * (size_t)n, (rm_op_t)op, (rm_dtype_t)dt, r);
-        rm_status_t st = rm_reduce_scatter(c, in, out, rc, (rm_dtype_t)dt, (rm_op_t)op);
+        rm_status_t st = d_reduce_scatter(c, in, out, rc, (rm_dtype_t)dt, (rm_op_t)op);
         if (check_st(r, "reduce_scatter", st, c)) { bad++; goto out; }
         bad += verify("reduce_scatter", r, out, rc, (rm_op_t)op, (rm_dtype_t)dt, n,
                       (size_t)r * rc);
       }
 out:
-  free(in);
-  free(out);
+  xfree(in);
+  xfree(out);
   return bad;
 }
 
@@ -336,7 +464,7 @@ static int t_allgather(rm_comm_t *c)
       size_t cnt = counts[ci], es = esize(dts[d]);
       fill(in, cnt, RM_MAX, dts[d], r);
       memset(out, 0xA5, cnt * es * (size_t)n);
-      rm_status_t st = rm_allgather(c, in, out, cnt, dts[d]);
+      rm_status_t st = d_allgather(c, in, out, cnt, dts[d]);
       if (check_st(r, "allgather", st, c)) { bad++; goto out; }
       for (int q = 0; q < n && !bad; q++) {
         fill(want, cnt, RM_MAX, dts[d], q);
@@ -348,7 +476,7 @@ static int t_allgather(rm_comm_t *c)
       }
     }
 out:
-  free(in); free(out); free(want);
+  xfree(in); xfree(out); free(want);
   return bad;
 }
 
@@ -362,7 +490,7 @@ static int t_broadcast(rm_comm_t *c)
       size_t cnt = counts[ci];
       if (r == root) fill(buf, cnt, RM_MAX, RM_I32, root);
       else memset(buf, 0xA5, cnt * 4);
-      rm_status_t st = rm_broadcast(c, buf, cnt, RM_I32, root);
+      rm_status_t st = d_broadcast(c, buf, cnt, RM_I32, root);
       if (check_st(r, "broadcast", st, c)) { bad++; goto out; }
       fill(want, cnt, RM_MAX, RM_I32, root);
       if (memcmp(want, buf, cnt * 4) != 0) {
@@ -371,7 +499,7 @@ static int t_broadcast(rm_comm_t *c)
       }
     }
 out:
-  free(buf); free(want);
+  xfree(buf); free(want);
   return bad;
 }
 
@@ -388,13 +516,13 @@ static int t_reduce(rm_comm_t *c)
         size_t cnt = counts[ci];
         rm_op_t op = ops[(root + k) % 3];
         fill(in, cnt, op, dts[k], r);
-        rm_status_t st = rm_reduce(c, in, r == root ? out : NULL, cnt, dts[k], op, root);
+        rm_status_t st = d_reduce(c, in, r == root ? out : NULL, cnt, dts[k], op, root);
         if (check_st(r, "reduce", st, c)) { bad++; goto out; }
         if (r == root)
           bad += verify("reduce", r, out, cnt, op, dts[k], n, 0);
       }
 out:
-  free(in); free(out);
+  xfree(in); xfree(out);
   return bad;
 }
 
@@ -412,7 +540,7 @@ static int t_alltoall(rm_comm_t *c)
     size_t cnt = counts[ci];
     for (int j = 0; j < n; j++)
       for (size_t i = 0; i < cnt; i++) in[(size_t)j * cnt + i] = a2a_val(r, j, i);
-    rm_status_t st = rm_alltoall(c, in, out, cnt, RM_I32);
+    rm_status_t st = d_alltoall(c, in, out, cnt, RM_I32);
     if (check_st(r, "alltoall", st, c)) { bad++; break; }
     for (int j = 0; j < n; j++)
       for (size_t i = 0; i < cnt; i++)
@@ -424,7 +552,7 @@ static int t_alltoall(rm_comm_t *c)
           break;
         }
   }
-  free(in); free(out);
+  xfree(in); xfree(out);
   return bad;
 }
 
@@ -556,11 +684,11 @@ static int suite_large(rm_comm_t *c, void *arg)
   (void)arg;
   if (!a) { fprintf(stderr, "rank %d: no memory for 256 MiB\n", r); return 1; }
   fill(a, count, RM_SUM, RM_F32, r);
-  rm_status_t st = rm_allreduce(c, a, a, count, RM_F32, RM_SUM);
+  rm_status_t st = d_allreduce_ex(c, a, a, count, RM_F32, RM_SUM, RM_ALGO_AUTO, NULL);
   bad = check_st(r, "large allreduce", st, c);
   if (!bad) bad = verify("large allreduce", r, a, count, RM_SUM, RM_F32, rm_comm_world(c), 0);
   if (r == 0) printf("256 MiB all-reduce over %d ranks: %s\n", rm_comm_world(c), bad ? "FAILED" : "ok");
-  free(a);
+  xfree(a);
   return bad;
 }
 
@@ -575,6 +703,15 @@ int main(int argc, char **argv)
   if (world < 1 || fn == NULL) {
     fprintf(stderr, "usage: test_coll WORLD allreduce|others|env|large\n");
     return 2;
+  }
+  g_dev = getenv("RINGMASTER_TEST_DEVICE") && atoi(getenv("RINGMASTER_TEST_DEVICE")) == 1;
+  if (g_dev) {
+    char why[256];
+    if (!rm_test_gpu_available(why, sizeof why)) {
+      printf("SKIP: device buffers: %s\n", why);
+      return 77;
+    }
+    printf("device buffers through the %s runtime\n", why);
   }
   int bad = rm_test_run(world, fn, NULL, 600000);
   return bad ? 1 : 0;

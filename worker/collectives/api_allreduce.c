@@ -1,6 +1,7 @@
 /*
  * api_allreduce.c - rm_allreduce / rm_allreduce_ex: argument checks, the
- * out-of-place copy, algorithm resolution (select.c), the run, avg scaling.
+ * memory kind (host or device, device/dev.h), the out-of-place copy,
+ * algorithm resolution (select.c), the run, avg scaling.
  *
  * Argument errors (NULL communicator, NULL buffer with count > 0, bad dtype,
  * op or algorithm, a byte size that overflows size_t) return
@@ -17,7 +18,7 @@
 #include "rm_clock.h"
 
 typedef rm_status_t (*algo_fn_t)(rm_comm_t *, void *, size_t, rm_dtype_t,
-                                 rm__reduce_fn_t);
+                                 const rm__reducer_t *);
 
 static const algo_fn_t g_algos[RM_ALGO_COUNT] = {
     [RM_ALGO_RING] = rm__allreduce_ring,
@@ -53,18 +54,28 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   size_t sent0, esz;
   rm_algo_t chosen = RM_ALGO_RING;
   double predicted = 0.0;
+  const void *bufs[2] = {send, recv};
+  int device = 0, ordinal = 0;
+  rm_status_t st = RM_OK;
+  rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_args(comm, send, recv, count, dt, op, algo));
+  if (count > 0) RM_CHECK(rm__mem_classify(comm, bufs, 2, &device, &ordinal));
   RM_CHECK(rm__coll_begin(comm));
   esz = rm_dtype_size(dt);
   sent0 = comm->bytes_sent;
-  if (send != recv && count > 0)
-    memcpy(recv, send, count * esz);
-  if (rm_comm_world(comm) > 1 && count > 0) {
+  /* resolve on the host: auto's first use calibrates with host messages */
+  if (rm_comm_world(comm) > 1 && count > 0)
     RM_CHECK(rm__allreduce_resolve(comm, algo, count * esz, &chosen, &predicted));
-    RM_CHECK(g_algos[chosen](comm, recv, count, dt, rm__reduce_fn(dt, op)));
-  }
-  if (op == RM_AVG)
-    rm__scale_avg(recv, count, dt, rm_comm_world(comm));
+  if (device) RM_CHECK(rm__dev_begin(comm, ordinal));
+  if (send != recv && count > 0)
+    RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);
+  if (rm_comm_world(comm) > 1 && count > 0)
+    RM_CHECK_GOTO(g_algos[chosen](comm, recv, count, dt, &red), st, out);
+  if (op == RM_AVG && count > 0)
+    RM_CHECK_GOTO(rm__mscale(comm, recv, count, dt, rm_comm_world(comm)), st, out);
+out:
+  if (device) st = rm__dev_end(comm, st);
+  if (st != RM_OK) return st;
   comm->allreduce_ns += rm__now_ns() - t0;
   comm->allreduce_bytes += count * esz;
   if (info) {

@@ -5,6 +5,8 @@
  *
  * Argument errors return RM_ERR_INVALID_ARG before rm__coll_begin (the
  * communicator is not failed). Then each call is a collective on every rank.
+ * Buffers of one call are host or device memory (device/dev.h): the copies,
+ * temporaries, reductions and scaling below follow the kind.
  *
  * all-to-all, pairwise exchange: N-1 steps; at step s rank r sends block
  * (r+s) mod N to rank r+s and receives block (r-s) mod N from rank r-s
@@ -31,115 +33,143 @@ static rm_status_t check_n(const rm_comm_t *c, const void *buf, size_t count,
   return rm__check_buf(buf, count * mult, dt);
 }
 
+/* The memory kind of a call's buffers (device/dev.h); bufs may hold NULLs. */
+static rm_status_t mem_begin(rm_comm_t *c, const void *a, const void *b, int *device)
+{
+  const void *bufs[2] = {a, b};
+  int ordinal = 0;
+  RM_CHECK(rm__mem_classify(c, bufs, 2, device, &ordinal));
+  RM_CHECK(rm__coll_begin(c));
+  return *device ? rm__dev_begin(c, ordinal) : RM_OK;
+}
+
+static rm_status_t mem_end(rm_comm_t *c, int device, rm_status_t st)
+{
+  return device ? rm__dev_end(c, st) : st;
+}
+
 rm_status_t rm_reduce_scatter(rm_comm_t *comm, const void *send, void *recv,
                               size_t recv_count, rm_dtype_t dt, rm_op_t op)
 {
   size_t n, esz;
-  char *tmp;
+  void *tmp = NULL;
+  int device = 0;
   rm_status_t st = RM_OK;
+  rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_n(comm, recv, recv_count, dt, 1));
   n = (size_t)rm_comm_world(comm);
   RM_CHECK(check_n(comm, send, recv_count, dt, n));
   if ((unsigned)op >= RM_OP_COUNT)
     return RM_ERR_INVALID_ARG;
-  RM_CHECK(rm__coll_begin(comm));
-  esz = rm_dtype_size(dt);
   if (recv_count == 0)
-    return RM_OK;
-  tmp = malloc(n * recv_count * esz);
-  if (!tmp)
-    return RM_ERR_NOMEM;
-  memcpy(tmp, send, n * recv_count * esz);
+    return rm__coll_begin(comm);
+  RM_CHECK(mem_begin(comm, send, recv, &device));
+  esz = rm_dtype_size(dt);
+  RM_CHECK_GOTO(rm__mtmp(comm, n * recv_count * esz, &tmp), st, out);
+  RM_CHECK_GOTO(rm__mcopy(comm, tmp, send, n * recv_count * esz), st, out);
   if (n > 1)
-    RM_CHECK_GOTO(rm__ring_reduce_scatter(comm, tmp, n * recv_count, dt,
-                                          rm__reduce_fn(dt, op)), st, out);
-  memmove(recv, tmp + (size_t)rm_comm_rank(comm) * recv_count * esz, recv_count * esz);
+    RM_CHECK_GOTO(rm__ring_reduce_scatter(comm, tmp, n * recv_count, dt, &red), st, out);
+  RM_CHECK_GOTO(rm__mcopy(comm, recv, (char *)tmp + (size_t)rm_comm_rank(comm) * recv_count * esz,
+                          recv_count * esz), st, out);
   if (op == RM_AVG)
-    rm__scale_avg(recv, recv_count, dt, (int)n);
+    RM_CHECK_GOTO(rm__mscale(comm, recv, recv_count, dt, (int)n), st, out);
 out:
-  free(tmp);
-  return st;
+  if (tmp) rm__mtmp_free(comm, tmp);
+  return mem_end(comm, device, st);
 }
 
 rm_status_t rm_allgather(rm_comm_t *comm, const void *send, void *recv,
                          size_t send_count, rm_dtype_t dt)
 {
   size_t n, esz;
+  int device = 0;
+  rm_status_t st = RM_OK;
   RM_CHECK(check_n(comm, send, send_count, dt, 1));
   n = (size_t)rm_comm_world(comm);
   RM_CHECK(check_n(comm, recv, send_count, dt, n));
-  RM_CHECK(rm__coll_begin(comm));
-  esz = rm_dtype_size(dt);
   if (send_count == 0)
-    return RM_OK;
-  memmove((char *)recv + (size_t)rm_comm_rank(comm) * send_count * esz, send,
-          send_count * esz);
-  if (n == 1)
-    return RM_OK;
-  return rm__ring_allgather(comm, recv, n * send_count, dt);
+    return rm__coll_begin(comm);
+  RM_CHECK(mem_begin(comm, send, recv, &device));
+  esz = rm_dtype_size(dt);
+  RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)rm_comm_rank(comm) * send_count * esz,
+                          send, send_count * esz), st, out);
+  if (n > 1)
+    st = rm__ring_allgather(comm, recv, n * send_count, dt);
+out:
+  return mem_end(comm, device, st);
 }
 
 rm_status_t rm_broadcast(rm_comm_t *comm, void *buf, size_t count,
                          rm_dtype_t dt, int root)
 {
+  int device = 0;
+  rm_status_t st = RM_OK;
   RM_CHECK(check_n(comm, buf, count, dt, 1));
   if (root < 0 || root >= rm_comm_world(comm))
     return RM_ERR_INVALID_ARG;
-  RM_CHECK(rm__coll_begin(comm));
-  if (rm_comm_world(comm) == 1)
-    return RM_OK;
-  return rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
+  if (count == 0 || rm_comm_world(comm) == 1)
+    return rm__coll_begin(comm);
+  RM_CHECK(mem_begin(comm, buf, NULL, &device));
+  st = rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
+  return mem_end(comm, device, st);
 }
 
 rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
                       size_t count, rm_dtype_t dt, rm_op_t op, int root)
 {
+  int device = 0;
+  rm_status_t st = RM_OK;
+  rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_n(comm, send, count, dt, 1));
   if (root < 0 || root >= rm_comm_world(comm) || (unsigned)op >= RM_OP_COUNT)
     return RM_ERR_INVALID_ARG;
   int is_root = rm_comm_rank(comm) == root;
   if (is_root)
     RM_CHECK(check_n(comm, recv, count, dt, 1));
-  RM_CHECK(rm__coll_begin(comm));
-  size_t esz = rm_dtype_size(dt);
   if (count == 0)
-    return RM_OK;
+    return rm__coll_begin(comm);
+  RM_CHECK(mem_begin(comm, send, is_root ? recv : NULL, &device));
+  size_t esz = rm_dtype_size(dt);
   if (rm_comm_world(comm) == 1) {
-    memmove(recv, send, count * esz);
+    RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);
   } else {
-    RM_CHECK(rm__tree_reduce(comm, send, is_root ? recv : NULL, count, esz,
-                             rm__reduce_fn(dt, op), root));
+    RM_CHECK_GOTO(rm__tree_reduce(comm, send, is_root ? recv : NULL, count, esz, &red, root),
+                  st, out);
   }
   if (is_root && op == RM_AVG)
-    rm__scale_avg(recv, count, dt, rm_comm_world(comm));
-  return RM_OK;
+    RM_CHECK_GOTO(rm__mscale(comm, recv, count, dt, rm_comm_world(comm)), st, out);
+out:
+  return mem_end(comm, device, st);
 }
 
 rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
                         size_t count, rm_dtype_t dt)
 {
-  int n, r;
+  int n, r, device = 0;
   size_t esz, blk;
+  rm_status_t st = RM_OK;
   RM_CHECK(check_n(comm, send, count, dt, 1));
   n = rm_comm_world(comm);
   RM_CHECK(check_n(comm, send, count, dt, (size_t)n));
   RM_CHECK(check_n(comm, recv, count, dt, (size_t)n));
   if (count > 0 && send == recv)
     return RM_ERR_INVALID_ARG;
-  RM_CHECK(rm__coll_begin(comm));
+  if (count == 0)
+    return rm__coll_begin(comm);
+  RM_CHECK(mem_begin(comm, send, recv, &device));
   r = rm_comm_rank(comm);
   esz = rm_dtype_size(dt);
   blk = count * esz;
-  if (count == 0)
-    return RM_OK;
-  memcpy((char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk, blk);
+  RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk,
+                          blk), st, out);
   for (int s = 1; s < n; s++) {
     int to = (r + s) % n, from = (r - s + n) % n;
-    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk,
-                          (uint64_t)r * count, from, (char *)recv + (size_t)from * blk,
-                          blk, (uint64_t)from * count));
+    RM_CHECK_GOTO(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk,
+                               (uint64_t)r * count, from, (char *)recv + (size_t)from * blk,
+                               blk, (uint64_t)from * count), st, out);
   }
-  return RM_OK;
+out:
+  return mem_end(comm, device, st);
 }
 
 rm_status_t rm_barrier(rm_comm_t *comm)

@@ -26,7 +26,7 @@
 #include "rm_check.h"
 
 rm_status_t rm__allreduce_butterfly(rm_comm_t *c, void *buf, size_t count,
-                                    rm_dtype_t dt, rm__reduce_fn_t fn)
+                                    rm_dtype_t dt, const rm__reducer_t *red)
 {
   size_t esz = rm_dtype_size(dt), seg = rm__seg_elems(esz);
   int n = rm_comm_world(c), p = rm__pow2_floor(n), v;
@@ -36,11 +36,11 @@ rm_status_t rm__allreduce_butterfly(rm_comm_t *c, void *buf, size_t count,
     return RM_ERR_NOMEM;
   if (seg > count)
     seg = count ? count : 1;
-  RM_CHECK_GOTO(rm__fold_in(c, buf, count, esz, fn, &v), st, out);
+  RM_CHECK_GOTO(rm__fold_in(c, buf, count, esz, red, &v), st, out);
   for (int mask = 1; v >= 0 && mask < p; mask *= 2) {
     int peer = rm__fold_real(v ^ mask, n);
     RM_CHECK_GOTO(rm__send_segs(c, peer, buf, count, 0, esz, seg, reqs), st, out);
-    RM_CHECK_GOTO(rm__recv_reduce(c, peer, buf, count, 0, esz, fn, reqs), st, out);
+    RM_CHECK_GOTO(rm__recv_reduce(c, peer, buf, count, 0, esz, red, reqs), st, out);
   }
   RM_CHECK_GOTO(rm__fold_out(c, buf, count, esz), st, out);
 out:

@@ -15,7 +15,7 @@
  *   rm__rstream_start(c, &rs, peer, count, off, esz, seg, slots, nslots);
  *   while (rs.next < nseg) {
  *     RM_CHECK(rm__rstream_next(c, &rs, &data, &n, &at));  // wait segment k
- *     fn(buf + at * esz, data, n);                          // consume it
+ *     rm__mreduce(c, red, buf + at * esz, data, n);          // consume it
  *   }                                                       // before next()
  *
  * The segment is consumed before the next call: next() reposts the slot the
@@ -77,12 +77,12 @@ rm_status_t rm__send_segs(rm_comm_t *c, int peer, const void *buf,
 rm_status_t rm__send_all(rm_comm_t *c, int peer, const void *buf, size_t count,
                          uint64_t off, size_t esz);
 
-/* Receive count elements from peer and reduce them into dst with fn, as a
+/* Receive count elements from peer and reduce them into dst with red, as a
  * segmented stream; when wait_sends is not NULL, segment k's send
  * wait_sends[k] is completed before reducing into segment k (the vector
  * being reduced into is also being sent, as in the butterfly). */
 rm_status_t rm__recv_reduce(rm_comm_t *c, int peer, void *dst, size_t count,
-                            uint64_t off, size_t esz, rm__reduce_fn_t fn,
+                            uint64_t off, size_t esz, const rm__reducer_t *red,
                             rm__req_t *wait_sends);
 
 /* Requests for n sends, zeroed; free with free(). NULL on ENOMEM. */
@@ -106,7 +106,7 @@ static inline int rm__pow2_floor(int n)
 int rm__fold_vrank(int rank, int world);
 int rm__fold_real(int vrank, int world);
 rm_status_t rm__fold_in(rm_comm_t *c, void *buf, size_t count, size_t esz,
-                        rm__reduce_fn_t fn, int *vrank);
+                        const rm__reducer_t *red, int *vrank);
 rm_status_t rm__fold_out(rm_comm_t *c, void *buf, size_t count, size_t esz);
 
 /* ---- tree.c: binomial trees rooted anywhere (rm_reduce, rm_broadcast) ----
@@ -115,7 +115,7 @@ rm_status_t rm__fold_out(rm_comm_t *c, void *buf, size_t count, size_t esz);
  * rm__tree_bcast: root's buf goes to every rank's buf. Both pipelined in
  * segments. */
 rm_status_t rm__tree_reduce(rm_comm_t *c, const void *src, void *acc,
-                            size_t count, size_t esz, rm__reduce_fn_t fn,
+                            size_t count, size_t esz, const rm__reducer_t *red,
                             int root);
 rm_status_t rm__tree_bcast(rm_comm_t *c, void *buf, size_t count, size_t esz,
                            int root);
@@ -126,7 +126,7 @@ rm_status_t rm__allreduce_resolve(rm_comm_t *c, rm_algo_t algo, size_t bytes,
 
 /* ---- ring.c: the two halves of the ring on their own ---- */
 rm_status_t rm__ring_reduce_scatter(rm_comm_t *c, void *buf, size_t count,
-                                    rm_dtype_t dt, rm__reduce_fn_t fn);
+                                    rm_dtype_t dt, const rm__reducer_t *red);
 rm_status_t rm__ring_allgather(rm_comm_t *c, void *buf, size_t count,
                                rm_dtype_t dt);
 

@@ -35,7 +35,7 @@ int rm__fold_real(int vrank, int world)
 }
 
 rm_status_t rm__fold_in(rm_comm_t *c, void *buf, size_t count, size_t esz,
-                        rm__reduce_fn_t fn, int *vrank)
+                        const rm__reducer_t *red, int *vrank)
 {
   int r = rm_comm_rank(c), n = rm_comm_world(c);
   int rem = n - rm__pow2_floor(n);
@@ -43,7 +43,7 @@ rm_status_t rm__fold_in(rm_comm_t *c, void *buf, size_t count, size_t esz,
   if (r >= 2 * rem)
     return RM_OK;
   if (r % 2 == 1)
-    return rm__recv_reduce(c, r - 1, buf, count, 0, esz, fn, NULL);
+    return rm__recv_reduce(c, r - 1, buf, count, 0, esz, red, NULL);
   /* even: the same segments the odd rank's receive stream expects */
   return rm__send_all(c, r + 1, buf, count, 0, esz);
 }

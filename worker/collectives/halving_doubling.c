@@ -36,7 +36,7 @@ typedef struct hd {
   char *buf;
   size_t count, esz;
   int p, v;
-  rm__reduce_fn_t fn;
+  const rm__reducer_t *red;
   rm__req_t *reqs; /* segment sends of one step */
 } hd_t;
 
@@ -52,7 +52,7 @@ static rm_status_t rs_step(hd_t *h, int mask, int *lo, int *hi)
   size_t ko = run_off(h, keep_lo), kn = run_off(h, keep_hi) - ko;
   size_t seg = rm__seg_elems(h->esz);
   RM_CHECK(rm__send_segs(h->c, peer, h->buf + so * h->esz, sn, so, h->esz, seg, h->reqs));
-  RM_CHECK(rm__recv_reduce(h->c, peer, h->buf + ko * h->esz, kn, ko, h->esz, h->fn, NULL));
+  RM_CHECK(rm__recv_reduce(h->c, peer, h->buf + ko * h->esz, kn, ko, h->esz, h->red, NULL));
   for (size_t k = 0; k < rm__div_up(sn, seg); k++)
     RM_CHECK(rm__wait(h->c, &h->reqs[k]));
   *lo = keep_lo;
@@ -75,9 +75,9 @@ static rm_status_t ag_step(hd_t *h, int mask, int *lo, int *hi)
 }
 
 rm_status_t rm__allreduce_hd(rm_comm_t *c, void *buf, size_t count,
-                             rm_dtype_t dt, rm__reduce_fn_t fn)
+                             rm_dtype_t dt, const rm__reducer_t *red)
 {
-  hd_t h = {.c = c, .buf = buf, .count = count, .esz = rm_dtype_size(dt), .fn = fn};
+  hd_t h = {.c = c, .buf = buf, .count = count, .esz = rm_dtype_size(dt), .red = red};
   rm_status_t st = RM_OK;
   int lo = 0, hi;
   h.p = rm__pow2_floor(rm_comm_world(c));
@@ -85,7 +85,7 @@ rm_status_t rm__allreduce_hd(rm_comm_t *c, void *buf, size_t count,
   h.reqs = rm__reqs_new(rm__div_up(count, rm__seg_elems(h.esz)));
   if (!h.reqs)
     return RM_ERR_NOMEM;
-  RM_CHECK_GOTO(rm__fold_in(c, buf, count, h.esz, fn, &h.v), st, out);
+  RM_CHECK_GOTO(rm__fold_in(c, buf, count, h.esz, red, &h.v), st, out);
   if (h.v >= 0) {
     for (int mask = h.p / 2; mask >= 1; mask /= 2)
       RM_CHECK_GOTO(rs_step(&h, mask, &lo, &hi), st, out);

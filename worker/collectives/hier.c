@@ -153,10 +153,10 @@ static rm_status_t wait_n(rm_comm_t *c, rm__req_t *reqs, size_t n)
 
 /* Ring over grp[0..g) (this rank = grp[me]) on the `count` elements at
  * base (element offset `off` in the whole vector): reduce-scatter steps
- * when fn != NULL, then all-gather steps when gather. */
+ * when red != NULL, then all-gather steps when gather. */
 static rm_status_t group_ring(rm_comm_t *c, const int *grp, int g, int me,
                               char *base, size_t count, uint64_t off, size_t esz,
-                              rm__reduce_fn_t fn, int gather)
+                              const rm__reducer_t *red, int gather)
 {
   int right = grp[(me + 1) % g], left = grp[(me + g - 1) % g];
   size_t seg = rm__seg_elems(esz);
@@ -168,13 +168,13 @@ static rm_status_t group_ring(rm_comm_t *c, const int *grp, int g, int me,
     st = RM_ERR_NOMEM;
     goto out;
   }
-  for (int s = 0; fn && s < g - 1; s++) {
+  for (int s = 0; red && s < g - 1; s++) {
     int sb = ((me - s) % g + g) % g, rb = ((me - s - 1) % g + g) % g;
     size_t so = rm__blk_off(count, g, sb), sl = rm__blk_len(count, g, sb);
     size_t ro = rm__blk_off(count, g, rb), rl = rm__blk_len(count, g, rb);
     memset(sends, 0, cap * sizeof *sends);
     RM_CHECK_GOTO(rm__send_segs(c, right, base + so * esz, sl, off + so, esz, seg, sends), st, out);
-    RM_CHECK_GOTO(rm__recv_reduce(c, left, base + ro * esz, rl, off + ro, esz, fn, NULL), st, out);
+    RM_CHECK_GOTO(rm__recv_reduce(c, left, base + ro * esz, rl, off + ro, esz, red, NULL), st, out);
     RM_CHECK_GOTO(wait_n(c, sends, rm__div_up(sl, seg)), st, out);
   }
   /* after the reduce-scatter this rank holds block (me + 1) mod g */
@@ -196,21 +196,21 @@ out:
 }
 
 rm_status_t rm__allreduce_hier(rm_comm_t *c, void *buf, size_t count,
-                               rm_dtype_t dt, rm__reduce_fn_t fn)
+                               rm_dtype_t dt, const rm__reducer_t *red)
 {
   size_t esz = rm_dtype_size(dt);
   layout_t l;
   rm_status_t st;
   RM_CHECK(make_layout(c, &l));
-  if (l.hosts == 0) return rm__allreduce_ring(c, buf, count, dt, fn);
+  if (l.hosts == 0) return rm__allreduce_ring(c, buf, count, dt, red);
   /* 1. reduce-scatter inside the host: block (li + 1) mod L is ours */
-  st = group_ring(c, l.grp_local, l.local, l.li, buf, count, 0, esz, fn, 0);
+  st = group_ring(c, l.grp_local, l.local, l.li, buf, count, 0, esz, red, 0);
   /* 2. all-reduce of that block across hosts */
   if (st == RM_OK) {
     int b = (l.li + 1) % l.local;
     size_t bo = rm__blk_off(count, l.local, b), bl = rm__blk_len(count, l.local, b);
     st = group_ring(c, l.grp_cross, l.hosts, l.host, (char *)buf + bo * esz, bl, bo,
-                    esz, fn, 1);
+                    esz, red, 1);
   }
   /* 3. all-gather inside the host */
   if (st == RM_OK) st = group_ring(c, l.grp_local, l.local, l.li, buf, count, 0, esz, NULL, 1);

@@ -53,7 +53,7 @@ typedef struct ring {
   size_t count, esz, seg, nseg;
   int n, r, left, right;
   int t0, t1; /* steps [t0, t1) */
-  rm__reduce_fn_t fn;
+  const rm__reducer_t *red;
   char *slots;
   rm__req_t *sends;           /* one per unit */
   rm__req_t recvs[RING_SLOTS];
@@ -114,7 +114,8 @@ static rm_status_t step_unit(ring_t *g, size_t u, size_t units)
   if (u + RING_SLOTS - 1 < units)
     RM_CHECK(post_recv(g, u + RING_SLOTS - 1));
   if (len > 0 && t < g->n - 1)
-    g->fn(g->buf + off * g->esz, g->slots + (u % RING_SLOTS) * g->seg * g->esz, len);
+    RM_CHECK(rm__mreduce(g->c, g->red, g->buf + off * g->esz,
+                         g->slots + (u % RING_SLOTS) * g->seg * g->esz, len));
   if (u + g->nseg < units)
     RM_CHECK(post_send(g, u + g->nseg));
   return RM_OK;
@@ -152,7 +153,7 @@ out:
 
 /* Run ring steps [t0, t1) over buf (count elements in N chunks). */
 static rm_status_t ring_steps(rm_comm_t *c, void *buf, size_t count,
-                              rm_dtype_t dt, rm__reduce_fn_t fn, int t0, int t1)
+                              rm_dtype_t dt, const rm__reducer_t *red, int t0, int t1)
 {
   ring_t g;
   memset(&g, 0, sizeof g);
@@ -162,7 +163,7 @@ static rm_status_t ring_steps(rm_comm_t *c, void *buf, size_t count,
   g.esz = rm_dtype_size(dt);
   g.n = rm_comm_world(c);
   g.r = rm_comm_rank(c);
-  g.fn = fn;
+  g.red = red;
   g.t0 = t0;
   g.t1 = t1;
   g.seg = rm__seg_elems(g.esz);
@@ -176,17 +177,17 @@ static rm_status_t ring_steps(rm_comm_t *c, void *buf, size_t count,
 }
 
 rm_status_t rm__allreduce_ring(rm_comm_t *c, void *buf, size_t count,
-                               rm_dtype_t dt, rm__reduce_fn_t fn)
+                               rm_dtype_t dt, const rm__reducer_t *red)
 {
   int n = rm_comm_world(c);
-  return ring_steps(c, buf, count, dt, fn, 0, 2 * (n - 1));
+  return ring_steps(c, buf, count, dt, red, 0, 2 * (n - 1));
 }
 
 rm_status_t rm__ring_reduce_scatter(rm_comm_t *c, void *buf, size_t count,
-                                    rm_dtype_t dt, rm__reduce_fn_t fn)
+                                    rm_dtype_t dt, const rm__reducer_t *red)
 {
   int n = rm_comm_world(c);
-  return ring_steps(c, buf, count, dt, fn, 0, n - 1);
+  return ring_steps(c, buf, count, dt, red, 0, n - 1);
 }
 
 rm_status_t rm__ring_allgather(rm_comm_t *c, void *buf, size_t count,

@@ -89,7 +89,7 @@ rm_status_t rm__send_segs(rm_comm_t *c, int peer, const void *buf,
 }
 
 rm_status_t rm__recv_reduce(rm_comm_t *c, int peer, void *dst, size_t count,
-                            uint64_t off, size_t esz, rm__reduce_fn_t fn,
+                            uint64_t off, size_t esz, const rm__reducer_t *red,
                             rm__req_t *wait_sends)
 {
   size_t seg = rm__seg_elems(esz);
@@ -110,7 +110,7 @@ rm_status_t rm__recv_reduce(rm_comm_t *c, int peer, void *dst, size_t count,
     RM_CHECK(rm__rstream_next(c, &rs, &data, &n, &at));
     if (wait_sends)
       RM_CHECK(rm__wait(c, &wait_sends[k]));
-    fn((char *)dst + at * esz, data, n);
+    RM_CHECK(rm__mreduce(c, red, (char *)dst + at * esz, data, n));
   }
   return RM_OK;
 }

@@ -54,7 +54,7 @@ static void tree_init(tree_t *t, rm_comm_t *c, int root)
 
 static rm_status_t reduce_segments(rm_comm_t *c, const tree_t *t, char *acc,
                                    size_t count, size_t esz, size_t seg,
-                                   rm__reduce_fn_t fn, rm__req_t *sends)
+                                   const rm__reducer_t *red, rm__req_t *sends)
 {
   rm__rstream_t rs[32];
   void *slots, *data;
@@ -68,7 +68,7 @@ static rm_status_t reduce_segments(rm_comm_t *c, const tree_t *t, char *acc,
   for (size_t j = 0; j < nseg; j++) {
     for (int i = 0; i < t->nchild; i++) {
       RM_CHECK(rm__rstream_next(c, &rs[i], &data, &n, &at));
-      fn(acc + at * esz, data, n);
+      RM_CHECK(rm__mreduce(c, red, acc + at * esz, data, n));
     }
     if (t->parent >= 0) {
       size_t len = count - j * seg < seg ? count - j * seg : seg;
@@ -80,7 +80,7 @@ static rm_status_t reduce_segments(rm_comm_t *c, const tree_t *t, char *acc,
 }
 
 rm_status_t rm__tree_reduce(rm_comm_t *c, const void *src, void *acc,
-                            size_t count, size_t esz, rm__reduce_fn_t fn,
+                            size_t count, size_t esz, const rm__reducer_t *red,
                             int root)
 {
   tree_t t;
@@ -97,19 +97,18 @@ rm_status_t rm__tree_reduce(rm_comm_t *c, const void *src, void *acc,
   if (t.nchild == 0) /* leaf: the input goes up as it is */
     return rm__send_all(c, t.parent, src, count, 0, esz);
   sends = rm__reqs_new(nseg);
-  if (acc == NULL) /* an interior rank of rm_reduce: private accumulator */
-    acc = own = malloc(count * esz);
-  if (!sends || !acc) {
-    st = RM_ERR_NOMEM;
-    goto out;
+  if (!sends) return RM_ERR_NOMEM;
+  if (acc == NULL) { /* an interior rank of rm_reduce: private accumulator */
+    RM_CHECK_GOTO(rm__mtmp(c, count * esz, &own), st, out);
+    acc = own;
   }
   if (acc != src)
-    memcpy(acc, src, count * esz);
-  RM_CHECK_GOTO(reduce_segments(c, &t, acc, count, esz, seg, fn, sends), st, out);
+    RM_CHECK_GOTO(rm__mcopy(c, acc, src, count * esz), st, out);
+  RM_CHECK_GOTO(reduce_segments(c, &t, acc, count, esz, seg, red, sends), st, out);
   for (size_t j = 0; t.parent >= 0 && j < nseg; j++)
     RM_CHECK_GOTO(rm__wait(c, &sends[j]), st, out);
 out:
-  free(own);
+  if (own) rm__mtmp_free(c, own);
   free(sends);
   return st;
 }
@@ -152,9 +151,9 @@ out:
 }
 
 rm_status_t rm__allreduce_tree(rm_comm_t *c, void *buf, size_t count,
-                               rm_dtype_t dt, rm__reduce_fn_t fn)
+                               rm_dtype_t dt, const rm__reducer_t *red)
 {
   size_t esz = rm_dtype_size(dt);
-  RM_CHECK(rm__tree_reduce(c, buf, buf, count, esz, fn, 0));
+  RM_CHECK(rm__tree_reduce(c, buf, buf, count, esz, red, 0));
   return rm__tree_bcast(c, buf, count, esz, 0);
 }

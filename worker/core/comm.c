@@ -34,6 +34,7 @@
 #include "rm_log.h"
 #include "rm_param.h"
 #include "rm_transports.h"
+#include "device/dev.h"
 #include "transport/mr.h"
 
 RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
@@ -195,6 +196,7 @@ void rm_comm_destroy(rm_comm_t *c)
 {
   if (c == NULL) return;
   c->destroying = 1;
+  rm__dev_destroy(c); /* quiesces device work before staging memory goes */
   rm__mr_free_all(c); /* before the transports free what registered them */
   rm__transport_close(c, rm_comm_status(c));
   comm_free(c);
@@ -272,8 +274,23 @@ rm_status_t rm__coll_begin(rm_comm_t *c)
   return RM_OK;
 }
 
+rm_status_t rm_comm_set_memory(rm_comm_t *c, rm_mem_t kind)
+{
+  if (c == NULL || (unsigned)kind > RM_MEM_DEVICE) return RM_ERR_INVALID_ARG;
+  c->mem_kind = kind;
+  return RM_OK;
+}
+
+rm_status_t rm_comm_set_stream(rm_comm_t *c, void *stream)
+{
+  if (c == NULL) return RM_ERR_INVALID_ARG;
+  c->user_stream = stream;
+  return RM_OK;
+}
+
 rm_status_t rm__scratch(rm_comm_t *c, size_t n, void **out)
 {
+  if (c->dev_active) return rm__dev_scratch(c, n, out);
   if (n > c->scratch_size) {
     void *p;
     free(c->scratch); /* contents need not survive: avoid realloc's copy */

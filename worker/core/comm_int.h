@@ -78,6 +78,14 @@ struct rm_comm {
   /* memory registrations (transport/mr.h); NULL until first used */
   struct rm__mr_cache *mrc;
 
+  /* device memory (device/dev.h): state made by the first device
+   * collective; dev_active inside one; the kind and stream the user set
+   * (rm_comm_set_memory, rm_comm_set_stream; stream borrowed) */
+  struct rm__dev *dev;
+  int dev_active;
+  rm_mem_t mem_kind;
+  void *user_stream;
+
   /* scratch memory reused across collectives (grown on demand) */
   void *scratch;
   size_t scratch_size;

@@ -23,6 +23,21 @@ typedef void (*rm__reduce_fn_t)(void *dst, const void *src, size_t count);
 
 /* NULL for an invalid (dtype, op). */
 rm__reduce_fn_t rm__reduce_fn(rm_dtype_t dt, rm_op_t op);
+
+/* What an algorithm reduces with: the CPU kernel plus the (dtype, op) it
+ * stands for, so a collective on device memory runs the same reduction on
+ * the GPU (device/dev.h, rm__mreduce). NULL where a phase only moves data. */
+typedef struct rm__reducer {
+  rm__reduce_fn_t fn;
+  rm_dtype_t dt;
+  rm_op_t op;
+} rm__reducer_t;
+
+static inline rm__reducer_t rm__reducer(rm_dtype_t dt, rm_op_t op)
+{
+  rm__reducer_t r = {rm__reduce_fn(dt, op), dt, op};
+  return r;
+}
 /* dst[i] /= world for RM_AVG (no-op for other ops). */
 void rm__scale_avg(void *buf, size_t count, rm_dtype_t dt, int world);
 

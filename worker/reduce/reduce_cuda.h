@@ -15,9 +15,9 @@
  * with the exact algorithm of half.h, so a GPU result equals the CPU kernel's
  * bit for bit (NaN payloads aside: both give a NaN).
  *
- * Only compiled when RM_HAVE_CUDA (rm_config.h); callers must check it. These
- * kernels are used by tests and benchmarks only: no collective runs on device
- * memory yet (collectives take host buffers; TCP moves all bytes).
+ * Only compiled when RM_HAVE_CUDA (rm_config.h); callers must check it. The
+ * collectives reach them through the runtime table (device/gpu_cuda.c) for
+ * every reduction of a collective on device buffers.
  *
  * Returns RM_OK; RM_ERR_INVALID_ARG for an invalid dtype/op or NULL pointer
  * with count > 0; RM_ERR_UNSUPPORTED when no CUDA device/driver is usable;

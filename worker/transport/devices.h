@@ -1,11 +1,10 @@
 /*
  * devices.h - what accelerator / RDMA hardware this process can see.
  *
- * Discovery only. The RDMA (verbs) and CUDA-IPC *data paths* are NOT
- * implemented: no transport in transport.h moves bytes over them, and TCP
- * carries all collective traffic on every machine, with or without devices.
- * The agent reports this list to the coordinator (Join.devices, at most
- * 255 characters) so an operator can see what a worker has.
+ * Discovery only: the data paths are the RDMA transport (transport/rdma/)
+ * and the device-memory layer (device/). The agent reports this list to the
+ * coordinator (Join.devices, at most 255 characters) so an operator can see
+ * what a worker has.
  *
  * Format (one line, "; " between entries, truncated with "..." if long):
  *

@@ -57,11 +57,13 @@
  * that WAIT may be stale, from a wait our progress engine has since served.)
  * A P that said nothing (stopped, stuck outside the library) is blamed at T.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/comm_int.h"
+#include "device/stage.h"
 #include "rm_check.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -175,6 +177,8 @@ static rm_status_t post(rm_comm_t *c, int peer, rm__req_kind_t kind,
   req->seq = c->coll_seq;
   req->status = RM_OK;
   if (kind == RM__REQ_SEND) c->bytes_sent += len;
+  /* a device collective's messages go through staging (device/stage.c) */
+  if (c->dev_active && len > 0) return rm__stage_post(c, req);
   return c->conns[peer].type->post(c, req);
 }
 
@@ -221,6 +225,7 @@ static rm_status_t progress_all(rm_comm_t *c, int timeout_ms)
 static rm_status_t failed(rm_comm_t *c)
 {
   rm_status_t st = rm_comm_status(c);
+  rm__stage_detach(c); /* staged requests end with it, before owners free them */
   rm__transport_close(c, st);
   return st;
 }
@@ -238,9 +243,20 @@ static int stall_verdict(rm_comm_t *c, rm__req_t *req, int64_t idle_ns,
   const char *what = req->kind == RM__REQ_SEND ? "sending" : "receiving";
   const char *addr = c->peers[req->peer];
   uint64_t qseq = 0;
+  int64_t dev_since;
+  size_t dev_bytes;
+  int dev_peer, idle_ms = (int)(idle_ns / 1000000);
+  if (c->dev_active && rm__stage_stuck(c, &dev_since, &dev_bytes, &dev_peer) &&
+      rm__now_ns() - dev_since >= span) { /* this rank's GPU, not a peer */
+    rm__comm_fail(c, RM_ERR_TIMEOUT, -1,
+                  "device: the device-to-host copy staging %zu bytes for peer rank %d "
+                  "(%s) has not finished after %d ms (collective %llu): the GPU makes "
+                  "no progress", dev_bytes, dev_peer, c->peers[dev_peer],
+                  (int)((rm__now_ns() - dev_since) / 1000000), (unsigned long long)req->seq);
+    return 0;
+  }
   int q = c->conns[req->peer].type->waits_on(
       c, req->peer, rm__now_ns() - span, &qseq);
-  int idle_ms = (int)(idle_ns / 1000000);
 
   if (q >= 0 && idle_ns < 2 * span) return 1;
   if (q == c->rank) {
@@ -278,6 +294,7 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
   int64_t quarter = span / 4 > 1000000 ? span / 4 : 1000000;
 
   for (;;) {
+    if (c->dev_active && rm__stage_progress(c) != RM_OK) return failed(c);
     if (req->complete) return req->status;
     if (rm_comm_status(c) != RM_OK) return failed(c);
     int64_t now = rm__now_ns(), due = last + span;
@@ -297,7 +314,10 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
     /* from `now`: one clock read per iteration, as before the stall logic */
     int64_t left_ms = (due - now + 999999) / 1000000;
     int left = left_ms < 1 ? 1 : left_ms > 0x7fffffff ? 0x7fffffff : (int)left_ms;
-    if (progress_all(c, left) != RM_OK) return failed(c);
+    /* device copies finish without an fd to sleep on: poll meanwhile */
+    int busy = c->dev_active && rm__stage_busy(c);
+    if (progress_all(c, busy ? 0 : left) != RM_OK) return failed(c);
+    if (busy) sched_yield();
     if (req->done + req->ctl_moved != mark) {
       mark = req->done + req->ctl_moved;
       last = rm__now_ns();
@@ -316,7 +336,8 @@ rm_status_t rm__test(rm_comm_t *c, rm__req_t *req, int *done)
 {
   *done = 0;
   if (!req->complete) {
-    if (rm_comm_status(c) != RM_OK || progress_all(c, 0) != RM_OK)
+    if (rm_comm_status(c) != RM_OK || progress_all(c, 0) != RM_OK ||
+        (c->dev_active && rm__stage_progress(c) != RM_OK))
       return failed(c);
   }
   *done = req->complete;

@@ -76,6 +76,9 @@ typedef struct rm__req {
   int complete;    /* 1 when finished */
   rm_status_t status;
   struct rm__req *next; /* per-connection FIFO */
+  /* device memory (worker/device/stage.c): the stage record carrying this
+   * request while it is unfinished; NULL for host memory */
+  struct rm__stage *stg;
   /* transport-private; zeroed by post() before the transport sees it */
   union {
     unsigned char bytes[RM__REQ_TP_BYTES];

@@ -2,10 +2,9 @@
  * cuda_probe.c - CUDA device discovery through the CUDA runtime (built only
  * when RM_HAVE_CUDA). See transport/devices.h.
  *
- * NOT a transport: there is no CUDA-IPC or GPU-direct data path in
- * ringmaster yet; collectives take host buffers and TCP carries all traffic.
- * The CUDA reduction kernels (worker/reduce/reduce_cuda.cu) exist for a
- * future device path and are tested on their own (tests/hw).
+ * Discovery only: the device data path (staging, GPU reductions, CUDA IPC)
+ * is worker/device/, which asks this probe once per process whether the
+ * CUDA runtime sees a device (device/gpu_cuda.c).
  *
  * Driver independence: the library links the *static* CUDA runtime
  * (CUDA::cudart_static), which dlopen()s the driver libcuda.so.1 at its first
@@ -66,7 +65,7 @@ int rm__cuda_devices(char *buf, size_t len, char *why, size_t why_len)
     if (why && why_len > 0)
       snprintf(why, why_len, "%s", text);
     if (!__atomic_exchange_n(&logged_none, 1, __ATOMIC_RELAXED))
-      RM_INFO("cuda: no CUDA device (%s); host buffers and TCP only", text);
+      RM_INFO("cuda: no CUDA device (%s): buffers are host memory", text);
     return 0;
   }
   for (int d = 0; d < count; d++) {

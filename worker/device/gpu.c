@@ -1,0 +1,49 @@
+/*
+ * gpu.c - which GPU runtime this process uses (gpu.h), decided once.
+ *
+ * Order: the test double when the process asks for it (test-hook builds,
+ * RINGMASTER_TEST_GPU=standin), else the CUDA runtime when it is built in
+ * and sees at least one device, else none. RINGMASTER_GPU=off turns device
+ * support off (every pointer is host memory; a device pointer handed to a
+ * collective then faults like any bad pointer, so use it only on a machine
+ * without device buffers).
+ *
+ * The decision is lazy: nothing here runs until a collective (or a test)
+ * first asks whether a pointer is device memory. CUDA does not survive
+ * fork(), and probing initialises the driver, so a parent that forks ranks
+ * must not ask before it forks (tests/lib forks first).
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "device/gpu.h"
+#include "rm_config.h"
+#include "rm_log.h"
+#include "rm_param.h"
+
+static const rm__gpu_ops_t *g_ops;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+#if !RM_HAVE_CUDA
+const rm__gpu_ops_t *rm__gpu_cuda_probe(void) { return NULL; }
+#endif
+
+static void choose(void)
+{
+  const char *want = rm__env_str("RINGMASTER_GPU", "auto");
+  const rm__gpu_ops_t *g = NULL;
+  if (strcmp(want, "off") == 0) {
+    RM_INFO("gpu: RINGMASTER_GPU=off: device buffers are not recognised");
+    return;
+  }
+  g = rm__gpu_standin();
+  if (g == NULL) g = rm__gpu_cuda_probe();
+  if (g != NULL) RM_DEBUG("gpu: device memory through the %s runtime", g->name);
+  g_ops = g;
+}
+
+const rm__gpu_ops_t *rm__gpu(void)
+{
+  pthread_once(&g_once, choose);
+  return g_ops;
+}

@@ -1,0 +1,102 @@
+/*
+ * gpu.h - the one interface between the data plane and a GPU runtime.
+ *
+ * Everything the library does with device memory goes through one const
+ * table of function pointers (STYLE 8), chosen once per process:
+ *
+ *   "cuda"     gpu_cuda.c: the CUDA runtime (built when the toolkit exists,
+ *              RM_HAVE_CUDA; linked statically, so a machine without a
+ *              driver starts and simply has no GPU)
+ *   "standin"  gpu_standin.c: a TEST DOUBLE of a GPU in host memory, only in
+ *              builds with RINGMASTER_TEST_HOOKS and only when the process
+ *              sets RINGMASTER_TEST_GPU=standin. Its "device memory" is
+ *              mapped PROT_NONE at the address the caller gets (a host
+ *              access by the library faults, as a real device pointer does);
+ *              its streams are threads that run copies and reductions
+ *              asynchronously, in stream order, after an optional random
+ *              delay (RINGMASTER_TEST_GPU_DELAY_US), so a missing wait shows
+ *              up as wrong data. It is how every device path is tested on a
+ *              machine without a GPU.
+ *
+ * rm__gpu() returns NULL when neither is usable: then no pointer is device
+ * memory and every collective is the host path, at the cost of one load.
+ *
+ * Contract of every op (both implementations):
+ *  - streams are opaque (void *); NULL is the runtime's default stream;
+ *  - copy / reduce / scale only enqueue on a stream and return; the work
+ *    runs in enqueue order per stream; stream_wait makes a stream wait for
+ *    what an event captured when it was recorded (CUDA semantics);
+ *  - event_query: 1 done (or never recorded), 0 pending, -1 error;
+ *  - a failing op returns a status (RM_ERR_SYSTEM for a runtime error,
+ *    RM_ERR_NOMEM for an allocation) and leaves words in err(), which is
+ *    per thread and overwritten by the next failure;
+ *  - the "current device" is per thread (cudaSetDevice): callers save and
+ *    restore it around their calls (set_device returns the previous one).
+ *
+ * IPC (CUDA IPC between processes of one host, transport/cuda_ipc.c): a
+ * handle names an allocation; ipc_get gives the handle of the allocation
+ * holding p and p's offset in it; ipc_open maps a peer's allocation into
+ * this process (returns its base), ipc_close unmaps.
+ */
+#ifndef RM_WORKER_DEVICE_GPU_H
+#define RM_WORKER_DEVICE_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringmaster/ringmaster.h"
+
+/* Opaque bytes of an IPC handle (cudaIpcMemHandle_t is 64 bytes). */
+#define RM__IPC_HANDLE_BYTES 64
+typedef struct rm__ipc_handle {
+  unsigned char bytes[RM__IPC_HANDLE_BYTES];
+} rm__ipc_handle_t;
+
+typedef struct rm__gpu_ops {
+  const char *name;
+  /* 1 when p is device memory (OUT *dev its device ordinal), 0 host. */
+  int (*ptr_is_device)(const void *p, int *dev);
+  int (*device_count)(void);
+  rm_status_t (*set_device)(int dev, int *prev);
+  rm_status_t (*dev_alloc)(size_t n, void **p);
+  void (*dev_free)(void *p);
+  /* page-locked host memory for staging */
+  rm_status_t (*host_alloc)(size_t n, void **p);
+  void (*host_free)(void *p);
+  rm_status_t (*stream_create)(void **s);
+  void (*stream_destroy)(void *s);
+  rm_status_t (*event_create)(void **e);
+  void (*event_destroy)(void *e);
+  rm_status_t (*event_record)(void *e, void *s);
+  int (*event_query)(void *e);
+  rm_status_t (*stream_wait)(void *s, void *e);
+  /* n bytes, any direction (unified addressing), async on s */
+  rm_status_t (*copy)(void *dst, const void *src, size_t n, void *s);
+  /* dst[i] = dst[i] op src[i] on device pointers (reduce_cuda.h semantics) */
+  rm_status_t (*reduce)(void *dst, const void *src, size_t count, rm_dtype_t dt,
+                        rm_op_t op, void *s);
+  rm_status_t (*scale_avg)(void *buf, size_t count, rm_dtype_t dt, int world, void *s);
+  rm_status_t (*ipc_get)(const void *p, rm__ipc_handle_t *h, size_t *off);
+  rm_status_t (*ipc_open)(const rm__ipc_handle_t *h, void **base);
+  void (*ipc_close)(void *base);
+  /* Words about this thread's last failure. */
+  const char *(*err)(void);
+} rm__gpu_ops_t;
+
+/* The runtime of this process (top of file), or NULL. Decided on the first
+ * call (thread-safe); a probe that finds no device logs one info line. */
+const rm__gpu_ops_t *rm__gpu(void);
+
+/* 1 when p is device memory of the runtime in use (OUT *dev), else 0. */
+static inline int rm__gpu_ptr_is_device(const void *p, int *dev)
+{
+  const rm__gpu_ops_t *g = rm__gpu();
+  return g != NULL && p != NULL && g->ptr_is_device(p, dev);
+}
+
+/* NULL in builds without test hooks (gpu_standin.c). */
+const rm__gpu_ops_t *rm__gpu_standin(void);
+/* NULL when the CUDA runtime is not built in or sees no device. */
+const rm__gpu_ops_t *rm__gpu_cuda_probe(void);
+
+#endif

@@ -1,0 +1,313 @@
+/*
+ * stage.c - device messages over host transports: every algorithm and
+ * every transport works on device buffers without knowing it.
+ *
+ * While a device collective runs (c->dev_active), post() in transport.c
+ * hands each request with bytes to rm__stage_post. The request the
+ * algorithm holds (the "user" request) is then carried by a second, host
+ * request (the "wire" request, inside the stage record) on a page-locked
+ * staging buffer, and the two are tied together here:
+ *
+ *   send:  D2H --event--> WIRE --wire complete--> DONE
+ *          D2H: s_out waits for an event of s (the data is final: every
+ *          earlier reduction or copy into it was enqueued on s), copies
+ *          device -> staging buffer, records the stage's event.
+ *          WIRE: the event completed and every earlier staged send to the
+ *          same peer is on the wire: post the wire request (FIFO per pair:
+ *          send_seq / send_wired count the sends per peer, so a later
+ *          send whose copy finished first still goes second).
+ *          DONE: the user request completes with the wire's status.
+ *
+ *   recv:  WIRE --wire complete--> H2D --event--> DONE
+ *          WIRE: posted at once (receives need no device work first).
+ *          H2D: copy staging buffer -> device on s, record the event; the
+ *          user request completes now: anything that reads the received
+ *          data on the device (a reduction, a copy, a later send's
+ *          device-to-host copy, which waits for an event of s) is ordered
+ *          after the copy on s, and nothing reads it on the host.
+ *          DONE: the event completed; the staging buffer is free.
+ *
+ * Pipelining comes from the algorithms: they cut messages into segments
+ * (RINGMASTER_RING_SEGMENT_BYTES) and keep several in flight, so segment
+ * k's device-to-host copy, segment k-1 on the wire and segment k-2's
+ * host-to-device copy and reduction overlap (two streams, the wire, and
+ * the transport's own progress).
+ *
+ * Progress: rm__stage_progress makes one pass over the records in post
+ * order; for sends it queries only the next one of each peer (copies on
+ * s_out finish in order). The wait loop calls it every iteration and
+ * polls instead of sleeping while rm__stage_busy (device copies finish
+ * without a file descriptor to wait on).
+ *
+ * Deadlines: the user request's progress meter (done, ctl_moved) mirrors
+ * the wire's and moves when its device copy finishes. When a wait reaches
+ * its deadline while a staged send's copy has been unfinished for as long,
+ * the collective fails naming the device, not a peer (transport.c, stall
+ * verdict): a rank whose GPU stopped must not blame its neighbours.
+ *
+ * Failure: the owners of user requests free them as soon as a wait
+ * returns an error. rm__stage_detach, run where the failure is seen on the
+ * progress thread (transport.c failed(), dev.c rm__dev_fail), completes
+ * them and forgets them first; the records, the wire requests (forgotten
+ * by the transports when they close) and the staging buffers (in use by
+ * copies until the streams drain) are freed by rm__stage_reap after
+ * dev.c drained the streams.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/dev.h"
+#include "device/stage.h"
+#include "rm_check.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+enum { S_D2H = 1, S_WIRE, S_H2D, S_DONE };
+
+typedef struct rm__stage {
+  rm__req_t *user;     /* NULL once the user request completed */
+  rm__req_t wire;      /* the host message the transport carries */
+  rm__bounce_t *b;
+  void *ev;
+  int state;
+  int wired;           /* wire request was posted to the transport */
+  uint64_t pseq;       /* send: rank among this peer's staged sends */
+  int64_t since_ns;    /* when the current device wait began */
+  struct rm__stage *next;
+} rm__stage_t;
+
+static void append(rm__dev_t *d, rm__stage_t *s)
+{
+  if (d->tail) d->tail->next = s;
+  else d->head = s;
+  d->tail = s;
+}
+
+static void wire_init(rm_comm_t *c, rm__stage_t *s, const rm__req_t *u)
+{
+  memset(&s->wire, 0, sizeof s->wire);
+  s->wire.peer = u->peer;
+  s->wire.kind = u->kind;
+  s->wire.buf = s->b->p;
+  s->wire.len = u->len;
+  s->wire.tag = u->tag;
+  s->wire.seq = u->seq;
+  s->wire.status = RM_OK;
+  (void)c;
+}
+
+static rm_status_t wire_post(rm_comm_t *c, rm__stage_t *s)
+{
+  s->wired = 1;
+  return c->conns[s->wire.peer].type->post(c, &s->wire);
+}
+
+rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
+{
+  rm__dev_t *d = c->dev;
+  rm__stage_t *s = calloc(1, sizeof *s);
+  rm_status_t st;
+  if (s == NULL) return RM_ERR_NOMEM;
+  st = rm__dev_bounce(c, req->len, &s->b);
+  if (st == RM_OK) st = rm__dev_event(c, &s->ev);
+  if (st != RM_OK) {
+    rm__dev_bounce_put(c, s->b);
+    free(s);
+    return st;
+  }
+  s->user = req;
+  req->stg = s;
+  wire_init(c, s, req);
+  s->since_ns = rm__now_ns();
+  d->staged_msgs++;
+  d->staged_bytes += req->len;
+  append(d, s); /* from here rm__stage_reap frees it on every path */
+  if (req->kind == RM__REQ_RECV) {
+    s->state = S_WIRE;
+    return wire_post(c, s);
+  }
+  s->state = S_D2H;
+  s->pseq = d->send_seq[req->peer]++;
+  d->d2h_pending++;
+  /* s_out copies only after what s did so far (dev.h) */
+  if (d->g->event_record(s->ev, d->s) != RM_OK || d->g->stream_wait(d->s_out, s->ev) != RM_OK ||
+      d->g->copy(s->b->p, req->buf, req->len, d->s_out) != RM_OK ||
+      d->g->event_record(s->ev, d->s_out) != RM_OK)
+    return rm__dev_fail(c, RM_ERR_SYSTEM, "stage a send (device-to-host copy)");
+  return RM_OK;
+}
+
+/* The user request is finished: complete it and forget it. */
+static void finish_user(rm__stage_t *s, rm_status_t st)
+{
+  rm__req_t *u = s->user;
+  if (u == NULL) return;
+  u->done = st == RM_OK ? u->len : s->wire.done;
+  u->status = st;
+  u->stg = NULL;
+  __atomic_store_n(&u->complete, 1, __ATOMIC_RELEASE);
+  s->user = NULL;
+}
+
+static rm_status_t step_send(rm_comm_t *c, rm__stage_t *s)
+{
+  rm__dev_t *d = c->dev;
+  if (s->state == S_D2H) {
+    int q;
+    if (s->pseq != d->send_wired[s->wire.peer]) return RM_OK; /* not its turn */
+    q = d->g->event_query(s->ev);
+    if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "device-to-host copy of a send");
+    if (q == 0) return RM_OK;
+    d->send_wired[s->wire.peer]++;
+    d->d2h_pending--;
+    s->state = S_WIRE;
+    if (s->user) s->user->ctl_moved++; /* the deadline meter moves */
+    return wire_post(c, s);
+  }
+  if (s->state == S_WIRE && s->wire.complete) {
+    finish_user(s, s->wire.status);
+    s->state = S_DONE;
+  }
+  return RM_OK;
+}
+
+static rm_status_t step_recv(rm_comm_t *c, rm__stage_t *s)
+{
+  rm__dev_t *d = c->dev;
+  if (s->state == S_WIRE && s->wire.complete) {
+    if (s->wire.status != RM_OK || s->user == NULL) { /* failed, or detached */
+      finish_user(s, s->wire.status);
+      s->state = S_DONE;
+      return RM_OK;
+    }
+    if (d->g->copy(s->user->buf, s->b->p, s->wire.len, d->s) != RM_OK ||
+        d->g->event_record(s->ev, d->s) != RM_OK)
+      return rm__dev_fail(c, RM_ERR_SYSTEM, "host-to-device copy of a receive");
+    s->state = S_H2D;
+    s->since_ns = rm__now_ns();
+    finish_user(s, RM_OK);
+    return RM_OK;
+  }
+  if (s->state == S_H2D) {
+    int q = d->g->event_query(s->ev);
+    if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "host-to-device copy of a receive");
+    if (q == 1) s->state = S_DONE;
+  }
+  return RM_OK;
+}
+
+static void free_record(rm_comm_t *c, rm__stage_t *s)
+{
+  rm__dev_bounce_put(c, s->b);
+  rm__dev_event_put(c, s->ev);
+  free(s);
+}
+
+rm_status_t rm__stage_progress(rm_comm_t *c)
+{
+  rm__dev_t *d = c->dev;
+  rm__stage_t **pp;
+  if (d == NULL) return RM_OK;
+  pp = &d->head;
+  d->tail = NULL;
+  while (*pp) {
+    rm__stage_t *s = *pp;
+    rm_status_t st = s->wire.kind == RM__REQ_SEND ? step_send(c, s) : step_recv(c, s);
+    if (st != RM_OK) {
+      /* keep the list whole: reap frees it after the streams drained */
+      while (*pp) {
+        d->tail = *pp;
+        pp = &(*pp)->next;
+      }
+      return st;
+    }
+    if (s->user && s->state == S_WIRE) { /* mirror the wire's meter */
+      s->user->done = s->wire.done;
+      s->user->ctl_moved = s->wire.ctl_moved + 1;
+    }
+    if (s->state == S_DONE) {
+      *pp = s->next;
+      free_record(c, s);
+      continue;
+    }
+    d->tail = s;
+    pp = &s->next;
+  }
+  return RM_OK;
+}
+
+int rm__stage_busy(const rm_comm_t *c) { return c->dev != NULL && c->dev->d2h_pending > 0; }
+
+int rm__stage_active(const rm_comm_t *c) { return c->dev != NULL && c->dev->head != NULL; }
+
+int rm__stage_stuck(const rm_comm_t *c, int64_t *since_ns, size_t *bytes, int *peer)
+{
+  if (c->dev == NULL || c->dev->d2h_pending == 0) return 0;
+  for (const rm__stage_t *s = c->dev->head; s; s = s->next)
+    if (s->state == S_D2H) {
+      *since_ns = s->since_ns;
+      *bytes = s->wire.len;
+      *peer = s->wire.peer;
+      return 1;
+    }
+  return 0;
+}
+
+void rm__stage_detach(rm_comm_t *c)
+{
+  rm_status_t st = rm_comm_status(c);
+  if (c->dev == NULL) return;
+  for (rm__stage_t *s = c->dev->head; s; s = s->next) finish_user(s, st != RM_OK ? st : RM_ERR_ABORTED);
+}
+
+rm_status_t rm__stage_quiesce(rm_comm_t *c, rm_status_t st)
+{
+  rm__dev_t *d = c->dev;
+  int n = 0;
+  if (d == NULL) return st;
+  for (rm__stage_t *s = d->head; s; s = s->next) n += s->state != S_DONE && s->state != S_H2D;
+  if (rm_comm_status(c) == RM_OK && n > 0)
+    rm__comm_fail(c, st != RM_OK ? st : RM_ERR_INTERNAL, -1,
+                  "a collective on device buffers ended (%s) with %d staged transfers in "
+                  "flight", rm_status_name(st), n);
+  if (rm_comm_status(c) != RM_OK) {
+    /* the transports forget the wire requests; detach drops the owners'
+     * pointers without writing through them (they may be gone) */
+    for (rm__stage_t *s = d->head; s; s = s->next) s->user = NULL;
+    rm__transport_close(c, rm_comm_status(c));
+    for (rm__stage_t *s = d->head; s; s = s->next) {
+      if (s->state == S_D2H) d->d2h_pending--;
+      s->state = S_DONE;
+    }
+    return rm_comm_status(c);
+  }
+  return st;
+}
+
+void rm__stage_reap(rm_comm_t *c)
+{
+  rm__dev_t *d = c->dev;
+  if (d == NULL) return;
+  for (rm__stage_t *s = d->head, *n; s; s = n) {
+    n = s->next;
+    free_record(c, s);
+  }
+  d->head = d->tail = NULL;
+  d->d2h_pending = 0;
+}
+
+void rm__stage_leak(rm_comm_t *c)
+{
+  rm__dev_t *d = c->dev;
+  if (d == NULL) return;
+  for (rm__stage_t *s = d->head, *n; s; s = n) {
+    n = s->next;
+    /* its staging buffer is held for good (a copy may still use it); its
+     * event goes (destroying a pending event is allowed) */
+    rm__dev_keep(s->b);
+    rm__dev_event_put(c, s->ev);
+    free(s);
+  }
+  d->head = d->tail = NULL;
+  d->d2h_pending = 0;
+}
