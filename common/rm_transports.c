@@ -35,6 +35,10 @@ static const char *or_default(const char *offer)
 /* Tokens with a scope: "<kind>:<scope>/<rest>"; two ranks can use it when
  * both offer the kind with the same scope (shm: the host; rdma: the fabric). */
 static const char *const k_scoped[] = {"shm", "rdma"};
+/* Capabilities: scoped tokens that name no transport of their own (the
+ * pair rule never picks them); "cuda:<host>/<rest>" says this rank can move
+ * device memory by CUDA IPC with ranks of the same <host>. */
+static const char *const k_caps[] = {"cuda"};
 
 /* Whether [s, s + n) is non-empty and all of [a-z0-9._-]. */
 static int plain_run(const char *s, size_t n)
@@ -53,15 +57,18 @@ static int plain_run(const char *s, size_t n)
  * ':' or '/' (a newer worker's token is skipped, not judged). */
 static int token_ok(const char *t, size_t n)
 {
+  static const char *const *const lists[] = {k_scoped, k_caps};
+  static const size_t sizes[] = {sizeof k_scoped / sizeof k_scoped[0], sizeof k_caps / sizeof k_caps[0]};
   if (t[0] == ':' || t[0] == '/') return 0;
-  for (size_t i = 0; i < sizeof k_scoped / sizeof k_scoped[0]; i++) {
-    size_t k = strlen(k_scoped[i]);
-    if (n > k && strncmp(t, k_scoped[i], k) == 0 && t[k] == ':') {
-      const char *scope = t + k + 1, *end = t + n;
-      const char *slash = memchr(scope, '/', (size_t)(end - scope));
-      return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
+  for (size_t l = 0; l < 2; l++)
+    for (size_t i = 0; i < sizes[l]; i++) {
+      size_t k = strlen(lists[l][i]);
+      if (n > k && strncmp(t, lists[l][i], k) == 0 && t[k] == ':') {
+        const char *scope = t + k + 1, *end = t + n;
+        const char *slash = memchr(scope, '/', (size_t)(end - scope));
+        return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
+      }
     }
-  }
   return 1;
 }
 
@@ -95,7 +102,7 @@ int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
     }
     if (!token_ok(offer + i, j - i)) {
       snprintf(why, why_len, "transports offer token \"%.*s\" at %zu is malformed "
-               "(shm:<host>/<nonce>, rdma:<fabric>/<address>, tcp)", (int)(j - i > 64 ? 64 : j - i),
+               "(shm:<host>/<nonce>, rdma:<fabric>/<address>, cuda:<host>/<rest>, tcp)", (int)(j - i > 64 ? 64 : j - i),
                offer + i, i);
       return 0;
     }
@@ -164,4 +171,31 @@ int rm_tp_offer_shm(const char *offer, char *host, size_t host_len,
     return 1;
   }
   return 0;
+}
+
+/* The scope of offer's first "<kind>:" token into out; 0 when none. */
+static int token_scope(const char *offer, const char *kind, char *out, size_t n)
+{
+  char t[RM_TP_OFFER_MAX];
+  const char *p = or_default(offer);
+  size_t k = strlen(kind);
+  while (next_token(&p, t, sizeof t)) {
+    char *slash = strchr(t, '/');
+    if (strncmp(t, kind, k) != 0 || t[k] != ':' || slash == NULL) continue;
+    *slash = '\0';
+    snprintf(out, n, "%s", t + k + 1);
+    return 1;
+  }
+  return 0;
+}
+
+int rm_tp_cuda_ipc(const char *lo, const char *hi)
+{
+  char a[RM_TP_OFFER_MAX], b[RM_TP_OFFER_MAX], h[RM_TP_OFFER_MAX], nonce[RM_TP_OFFER_MAX];
+  const char *t = rm_tp_pick(lo, hi);
+  if (t == NULL || strcmp(t, "shm") != 0) return 0;
+  if (!token_scope(lo, "cuda", a, sizeof a) || !token_scope(hi, "cuda", b, sizeof b)) return 0;
+  /* the same host as the pair's shared memory */
+  return strcmp(a, b) == 0 && rm_tp_offer_shm(lo, h, sizeof h, nonce, sizeof nonce) &&
+         strcmp(h, a) == 0;
 }

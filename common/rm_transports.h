@@ -17,6 +17,10 @@
  *                        reach each other; <boot> is what the transport
  *                        needs to bootstrap a pair (its own listener)
  *   tcp                  TCP to the peer's data_addr (host:port)
+ *   cuda:<host>/<rest>   a capability, not a transport: this rank can move
+ *                        device memory by CUDA IPC with ranks of the same
+ *                        <host> (the shm token's); <rest> is "ipc1", the
+ *                        protocol (worker/transport/shm/shm_int.h)
  *
  * Tokens are [a-z0-9:/._-]; an unknown transport's token is skipped, so a
  * newer worker's offer is read by an older one. An empty or absent offer
@@ -47,6 +51,11 @@ int rm_tp_offer_valid(const char *offer, char *why, size_t why_len);
 /* The transport name ("shm", "tcp") the pair uses, NULL when none. lo and
  * hi are the offers of the lower and the higher rank (NULL or "" = "tcp"). */
 const char *rm_tp_pick(const char *lo, const char *hi);
+
+/* 1 when the pair of these two offers moves device memory by CUDA IPC:
+ * the pair rule gives shared memory and both offer cuda:<host>/... with
+ * the shared-memory <host>. */
+int rm_tp_cuda_ipc(const char *lo, const char *hi);
 
 /* The shm token of offer: copies <host> and <nonce>; 0 when absent. */
 int rm_tp_offer_shm(const char *offer, char *host, size_t host_len,

@@ -9,6 +9,11 @@
  *            of the data, nothing bypassed it); the send buffer (out of
  *            place) came back untouched; host collectives on the same
  *            communicator still work before and after
+ *   ipc      the same over shared memory with CUDA IPC on (the default
+ *            between ranks of one host that both offer it): every message
+ *            went by reference (the counter of by-reference bytes equals
+ *            the ring's volume) and nothing was staged; "staged" runs with
+ *            RINGMASTER_CUDA_IPC=0 or over TCP
  *   kinds    host send + device recv is RM_ERR_INVALID_ARG, and so is a
  *            host buffer under rm_comm_set_memory(RM_MEM_DEVICE); the
  *            communicator stays usable (a device all-reduce follows)
@@ -86,13 +91,13 @@ static void *dev_input(int r, size_t count)
 }
 
 /* ---- staged ---- */
+/* arg NULL: every message staged; else every message by reference */
 static int rank_staged(rm_test_world_t *w, int r, void *arg)
 {
   size_t count = 1 << 18; /* 1 MiB of f32 */
   int n = w->world;
   float hx[4] = {1, 2, 3, 4};
   rm_comm_t *c = open_rank(w, r, 0);
-  (void)arg;
   if (!c) RM_TEST_FAIL("rank %d: init %s", r, rm_status_name(w->res[r].status));
   if (rm_allreduce(c, hx, hx, 4, RM_F32, RM_SUM) != RM_OK) RM_TEST_FAIL("host allreduce before");
   void *ds = dev_input(r, count), *dr = rm_test_dev_alloc(count * sizeof(float));
@@ -105,10 +110,13 @@ static int rank_staged(rm_test_world_t *w, int r, void *arg)
   if (memcmp(got, in, count * sizeof(float)) != 0) RM_TEST_FAIL("rank %d: send buffer modified", r);
   /* ring: 2(N-1) steps of count/N elements each way = 2 x 2(N-1)/N x bytes */
   uint64_t want = 2 * 2 * (uint64_t)(n - 1) * (count / (size_t)n) * sizeof(float);
-  uint64_t got_b = c->dev ? c->dev->staged_bytes : 0;
-  if (got_b < want - 64 * sizeof(float) || got_b > want + 64 * sizeof(float))
-    RM_TEST_FAIL("rank %d: staged %llu bytes, the ring moves %llu", r, (unsigned long long)got_b,
-                 (unsigned long long)want);
+  int ipc = arg != NULL;
+  uint64_t got_b = c->dev ? (ipc ? c->dev->ref_bytes : c->dev->staged_bytes) : 0;
+  uint64_t other = c->dev ? (ipc ? c->dev->staged_bytes : c->dev->ref_bytes) : 0;
+  if (got_b < want - 64 * sizeof(float) || got_b > want + 64 * sizeof(float) || other != 0)
+    RM_TEST_FAIL("rank %d: %s %llu bytes (the other way %llu), the ring moves %llu", r,
+                 ipc ? "by reference" : "staged", (unsigned long long)got_b,
+                 (unsigned long long)other, (unsigned long long)want);
   if (c->dev->head != NULL || c->dev_active) RM_TEST_FAIL("rank %d: staging left records", r);
   if (rm_allreduce(c, hx, hx, 4, RM_F32, RM_SUM) != RM_OK) RM_TEST_FAIL("host allreduce after");
   if (hx[3] != 4.0f * (float)n * (float)n) RM_TEST_FAIL("rank %d: host result %g", r, hx[3]);
@@ -261,17 +269,18 @@ int main(int argc, char **argv)
     return 77;
   }
   if (!strcmp(mode, "staged")) fn = rank_staged;
+  else if (!strcmp(mode, "ipc")) fn = rank_staged;
   else if (!strcmp(mode, "kinds")) fn = rank_kinds;
   else if (!strcmp(mode, "abort")) { fn = rank_abort; world = 2; }
   else if (!strcmp(mode, "illegal")) fn = rank_fault;
   else if (!strcmp(mode, "stall")) { fn = rank_fault; f.victim = 2; }
   else if (!strcmp(mode, "kill")) { fn = rank_fault; f.victim = 2; world = 4; }
   if (fn == NULL) {
-    fprintf(stderr, "usage: test_device staged|kinds|illegal|stall|kill|abort\n");
+    fprintf(stderr, "usage: test_device staged|ipc|kinds|illegal|stall|kill|abort\n");
     return 2;
   }
   if (rm_test_world_open(&w, world) != 0) return 1;
-  if (rm_test_start(&w, fn, &f) != 0) return 1;
+  if (rm_test_start(&w, fn, !strcmp(mode, "staged") ? NULL : (void *)&f) != 0) return 1;
   bad = rm_test_wait(&w, 90000, !strcmp(mode, "kill") ? f.victim : -1);
   if (fn == rank_fault) bad += check_fault(&w, &f);
   bad += rm_test_shm_leftovers(&w);

@@ -43,6 +43,7 @@ int main(void)
       "nvlink:q/1 tcp", /* unknown kind: skipped, not judged */
       "future-token tcp",
       "tcp shm:h/n",
+      "shm:h/n cuda:h/ipc1 tcp", /* the CUDA IPC capability */
   };
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
     CHECKF(valid(good[i]), "\"%s\" should be accepted", good[i]);
@@ -51,6 +52,7 @@ int main(void)
       "tcp ",        " tcp",          "shm:h/n  tcp", "   ",       "TCP",
       "tcp;x",       "tcp\n",         "shm:h tcp",    "shm:/n tcp", "shm:h/ tcp",
       "rdma:/1.2.3.4:5 tcp", ": tcp", "/x tcp",       "shm:h:x/n tcp", "t\xc3\xa9p",
+      "shm:h/n cuda:h tcp", "cuda:/ipc1 tcp", "cuda:h/ tcp",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
     CHECKF(!valid(bad[i]), "\"%s\" should be refused", bad[i]);
@@ -77,6 +79,27 @@ int main(void)
            pairs[i].lo ? pairs[i].lo : "(null)", pairs[i].hi ? pairs[i].hi : "(null)",
            got ? got : "NULL", pairs[i].want ? pairs[i].want : "NULL");
   }
+
+  /* CUDA IPC: shared memory and the same <host> on both sides, never a
+   * transport of its own */
+  static const struct {
+    const char *lo, *hi;
+    int want;
+  } ipc[] = {
+      {"shm:a/1 cuda:a/ipc1 tcp", "shm:a/2 cuda:a/ipc1 tcp", 1},
+      {"shm:a/1 tcp", "shm:a/2 cuda:a/ipc1 tcp", 0},        /* one side only */
+      {"shm:a/1 cuda:a/ipc1 tcp", "shm:b/2 cuda:b/ipc1 tcp", 0}, /* two hosts */
+      {"shm:a/1 cuda:b/ipc1 tcp", "shm:a/2 cuda:b/ipc1 tcp", 0}, /* not the shm host */
+      {"tcp shm:a/1 cuda:a/ipc1", "shm:a/2 cuda:a/ipc1 tcp", 0}, /* the pair is tcp */
+      {"cuda:a/ipc1 shm:a/1 tcp", "cuda:a/ipc1 shm:a/2 tcp", 1}, /* order: never picked */
+  };
+  for (size_t i = 0; i < sizeof ipc / sizeof ipc[0]; i++) {
+    CHECKF(rm_tp_cuda_ipc(ipc[i].lo, ipc[i].hi) == ipc[i].want, "cuda_ipc(\"%s\", \"%s\") != %d",
+           ipc[i].lo, ipc[i].hi, ipc[i].want);
+    const char *got = rm_tp_pick(ipc[i].lo, ipc[i].hi);
+    CHECKF(got == NULL || strcmp(got, "cuda") != 0, "pick chose the capability");
+  }
+  CHECK(same(rm_tp_pick("cuda:a/ipc1 shm:a/1 tcp", "cuda:a/ipc1 shm:a/2 tcp"), "shm"));
 
   char host[64], nonce[64];
   CHECK(rm_tp_offer_shm("rdma:f/x:1 shm:hh/00aa tcp", host, sizeof host, nonce, sizeof nonce));

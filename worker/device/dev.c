@@ -208,6 +208,9 @@ rm_status_t rm__dev_end(rm_comm_t *c, rm_status_t st)
   if (d == NULL) return st;
   if (st != RM_OK || rm__stage_active(c)) st = rm__stage_quiesce(c, st);
   r = drain(c, c->timeout_ms);
+  /* every copy finished: acknowledge what came by reference before the
+   * call returns (shm_int.h: acks of one collective stay in order) */
+  if (r == 1 && st == RM_OK) st = rm__stage_progress(c);
   if (r == 0 && st == RM_OK)
     st = rm__comm_fail(c, RM_ERR_TIMEOUT, -1,
                        "device: the GPU did not finish the collective's copies and "

@@ -100,10 +100,15 @@ typedef struct rm__dev {
   rm__bounce_t *bfree_kept; /* destroy of a hung GPU: to rm__dev_keep */
   /* staging (stage.c) */
   struct rm__stage *head, *tail; /* in post order */
-  int d2h_pending;      /* sends whose device-to-host copy is running */
+  int d2h_pending;      /* sends whose device-to-host copy is running (or,
+                         * by reference, whose data is not final yet) */
+  int ref_pending;      /* receives by reference copying, not acknowledged */
+  int ipc_refused;      /* sends whose memory could not be exported */
   uint64_t *send_seq;   /* per peer: staged sends posted by the algorithm */
   uint64_t *send_wired; /* per peer: of those, handed to the transport */
-  uint64_t staged_bytes, staged_msgs; /* counters (tests, benchmarks) */
+  /* counters (tests, benchmarks): staged sends and receives; messages
+   * sent and received by reference */
+  uint64_t staged_bytes, staged_msgs, ref_bytes, ref_msgs;
 } rm__dev_t;
 
 /* Words about the runtime's last failure, made sticky on c. */

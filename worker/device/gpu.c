@@ -15,6 +15,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/gpu.h"
 #include "rm_config.h"
@@ -46,4 +47,12 @@ const rm__gpu_ops_t *rm__gpu(void)
 {
   pthread_once(&g_once, choose);
   return g_ops;
+}
+
+int rm__gpu_ipc_offerable(void)
+{
+  if (rm__env_int("RINGMASTER_CUDA_IPC", 1) == 0) return 0;
+  if (strcmp(rm__env_str("RINGMASTER_GPU", "auto"), "off") == 0) return 0;
+  if (rm__gpu_standin_wanted()) return 1;
+  return RM_HAVE_CUDA && access("/dev/nvidiactl", F_OK) == 0;
 }

@@ -94,8 +94,19 @@ static inline int rm__gpu_ptr_is_device(const void *p, int *dev)
   return g != NULL && p != NULL && g->ptr_is_device(p, dev);
 }
 
+/* Whether this process offers CUDA IPC to ranks of its host (the
+ * cuda:<host>/ipc1 token, common/rm_transports.h), decided WITHOUT touching
+ * the GPU (endpoints may open in a parent that forks ranks): off with
+ * RINGMASTER_CUDA_IPC=0 or RINGMASTER_GPU=off; on for the stand-in; else
+ * on when the build has CUDA and a GPU driver is loaded (/dev/nvidiactl).
+ * A rank that offers it but finds no usable device later still works: a
+ * sender that cannot export its memory sends by value. */
+int rm__gpu_ipc_offerable(void);
+
 /* NULL in builds without test hooks (gpu_standin.c). */
 const rm__gpu_ops_t *rm__gpu_standin(void);
+/* 1 when the process asks for the stand-in (test-hook builds only). */
+int rm__gpu_standin_wanted(void);
 /* NULL when the CUDA runtime is not built in or sees no device. */
 const rm__gpu_ops_t *rm__gpu_cuda_probe(void);
 

@@ -45,6 +45,7 @@
 
 #ifndef RINGMASTER_TEST_HOOKS
 const rm__gpu_ops_t *rm__gpu_standin(void) { return NULL; }
+int rm__gpu_standin_wanted(void) { return 0; }
 #else
 
 #include <errno.h>
@@ -502,10 +503,13 @@ static rm_status_t sa_scale_avg(void *buf, size_t count, rm_dtype_t dt, int worl
 
 /* ---- IPC ---- */
 
+/* pid and fd reach the memfd; dev (never reused: top of file) makes the
+ * bytes unique per allocation, as a CUDA handle's are. */
 typedef struct sa_handle {
   uint32_t magic;
   int32_t pid, fd;
   uint64_t len;
+  uint64_t dev;
 } sa_handle_t;
 
 static rm_status_t sa_ipc_get(const void *p, rm__ipc_handle_t *h, size_t *off)
@@ -516,6 +520,7 @@ static rm_status_t sa_ipc_get(const void *p, rm__ipc_handle_t *h, size_t *off)
   if (i >= 0 && !g_allocs[i].imported) {
     sh.fd = g_allocs[i].fd;
     sh.len = g_allocs[i].len;
+    sh.dev = g_allocs[i].dev;
     *off = (size_t)((uintptr_t)p - g_allocs[i].dev);
   }
   pthread_mutex_unlock(&g_lock);
@@ -586,10 +591,14 @@ static const rm__gpu_ops_t standin_ops = {
     .err = sa_err,
 };
 
+int rm__gpu_standin_wanted(void)
+{
+  return strcmp(rm__env_str("RINGMASTER_TEST_GPU", ""), "standin") == 0;
+}
+
 const rm__gpu_ops_t *rm__gpu_standin(void)
 {
-  const char *want = rm__env_str("RINGMASTER_TEST_GPU", "");
-  if (strcmp(want, "standin") != 0) return NULL;
+  if (!rm__gpu_standin_wanted()) return NULL;
   RM_INFO("gpu: the stand-in GPU (a test double in host memory) is in use");
   return &standin_ops;
 }

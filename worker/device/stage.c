@@ -27,6 +27,24 @@
  *          after the copy on s, and nothing reads it on the host.
  *          DONE: the event completed; the staging buffer is free.
  *
+ * By reference (a transport with dev_ref: shared memory's CUDA IPC between
+ * ranks of one host, transport/shm/shm_int.h), no staging buffer is used:
+ *
+ *   send:  READY --event--> WIRE --acknowledged--> DONE
+ *          READY: an event on s (the data is final) is all it waits for;
+ *          then the wire request goes to the transport as a device message
+ *          (transport.h rm__dev_msg_t: the allocation's IPC handle and the
+ *          offset), which completes when the receiver copied it.
+ *          (READY is the D2H state without a copy; a buffer whose memory
+ *          cannot be exported, e.g. cudaMallocAsync pools, goes by value.)
+ *   recv:  WIRE --complete--> REF --event--> DONE
+ *          the wire request carries a device-destination message (and a
+ *          staging buffer, used only if the sender sent by value). Came by
+ *          reference: copy device to device from the mapped source on s,
+ *          record the event, complete the user request; REF: when the
+ *          event finished, dev_ref_done acknowledges, so the sender may
+ *          reuse its memory.
+ *
  * Pipelining comes from the algorithms: they cut messages into segments
  * (RINGMASTER_RING_SEGMENT_BYTES) and keep several in flight, so segment
  * k's device-to-host copy, segment k-1 on the wire and segment k-2's
@@ -62,11 +80,13 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 
-enum { S_D2H = 1, S_WIRE, S_H2D, S_DONE };
+enum { S_D2H = 1, S_WIRE, S_H2D, S_REF, S_DONE };
 
 typedef struct rm__stage {
   rm__req_t *user;     /* NULL once the user request completed */
   rm__req_t wire;      /* the host message the transport carries */
+  rm__dev_msg_t dm;    /* by reference (wire.dm = &dm), else unused */
+  int ref;             /* send: goes by reference (no staging buffer) */
   rm__bounce_t *b;
   void *ev;
   int state;
@@ -88,7 +108,7 @@ static void wire_init(rm_comm_t *c, rm__stage_t *s, const rm__req_t *u)
   memset(&s->wire, 0, sizeof s->wire);
   s->wire.peer = u->peer;
   s->wire.kind = u->kind;
-  s->wire.buf = s->b->p;
+  s->wire.buf = s->b ? s->b->p : u->buf; /* by reference: the device buffer */
   s->wire.len = u->len;
   s->wire.tag = u->tag;
   s->wire.seq = u->seq;
@@ -102,13 +122,38 @@ static rm_status_t wire_post(rm_comm_t *c, rm__stage_t *s)
   return c->conns[s->wire.peer].type->post(c, &s->wire);
 }
 
+/* Whether a send of req goes by reference: the pair allows it and the
+ * runtime can name its memory for the peer (fills s->dm). */
+static int by_reference(rm_comm_t *c, rm__stage_t *s, const rm__req_t *req)
+{
+  const rm__transport_ops_t *t = c->conns[req->peer].type;
+  rm__ipc_handle_t h;
+  size_t off = 0;
+  if (t->dev_ref == NULL || !t->dev_ref(c, req->peer)) return 0;
+  if (req->kind == RM__REQ_RECV) return 1;
+  if (c->dev->g->ipc_get(req->buf, &h, &off) != RM_OK) {
+    if (!c->dev->ipc_refused++)
+      RM_INFO("rank %d: device memory at %p cannot be shared by CUDA IPC (%s): such "
+              "sends are staged", c->rank, req->buf, c->dev->g->err());
+    return 0;
+  }
+  _Static_assert(sizeof s->dm.handle == sizeof h.bytes, "IPC handle size");
+  memcpy(s->dm.handle, h.bytes, sizeof h.bytes);
+  s->dm.off = off;
+  s->dm.kind = RM__DM_SEND;
+  return 1;
+}
+
 rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
 {
   rm__dev_t *d = c->dev;
   rm__stage_t *s = calloc(1, sizeof *s);
-  rm_status_t st;
+  rm_status_t st = RM_OK;
+  int ref;
   if (s == NULL) return RM_ERR_NOMEM;
-  st = rm__dev_bounce(c, req->len, &s->b);
+  ref = by_reference(c, s, req);
+  s->ref = ref && req->kind == RM__REQ_SEND;
+  if (!s->ref) st = rm__dev_bounce(c, req->len, &s->b); /* receives: the by-value case */
   if (st == RM_OK) st = rm__dev_event(c, &s->ev);
   if (st != RM_OK) {
     rm__dev_bounce_put(c, s->b);
@@ -118,9 +163,18 @@ rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
   s->user = req;
   req->stg = s;
   wire_init(c, s, req);
+  if (ref) {
+    if (req->kind == RM__REQ_RECV) s->dm.kind = RM__DM_RECV;
+    s->wire.dm = &s->dm;
+  }
   s->since_ns = rm__now_ns();
-  d->staged_msgs++;
-  d->staged_bytes += req->len;
+  if (s->ref) {
+    d->ref_msgs++;
+    d->ref_bytes += req->len;
+  } else if (req->kind == RM__REQ_SEND) {
+    d->staged_msgs++;
+    d->staged_bytes += req->len;
+  }
   append(d, s); /* from here rm__stage_reap frees it on every path */
   if (req->kind == RM__REQ_RECV) {
     s->state = S_WIRE;
@@ -129,10 +183,12 @@ rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
   s->state = S_D2H;
   s->pseq = d->send_seq[req->peer]++;
   d->d2h_pending++;
-  /* s_out copies only after what s did so far (dev.h) */
-  if (d->g->event_record(s->ev, d->s) != RM_OK || d->g->stream_wait(d->s_out, s->ev) != RM_OK ||
-      d->g->copy(s->b->p, req->buf, req->len, d->s_out) != RM_OK ||
-      d->g->event_record(s->ev, d->s_out) != RM_OK)
+  /* by value, s_out copies only after what s did so far (dev.h); by
+   * reference the peer copies once the event on s says the data is final */
+  if (d->g->event_record(s->ev, d->s) != RM_OK ||
+      (!s->ref && (d->g->stream_wait(d->s_out, s->ev) != RM_OK ||
+                   d->g->copy(s->b->p, req->buf, req->len, d->s_out) != RM_OK ||
+                   d->g->event_record(s->ev, d->s_out) != RM_OK)))
     return rm__dev_fail(c, RM_ERR_SYSTEM, "stage a send (device-to-host copy)");
   return RM_OK;
 }
@@ -180,6 +236,20 @@ static rm_status_t step_recv(rm_comm_t *c, rm__stage_t *s)
       s->state = S_DONE;
       return RM_OK;
     }
+    if (s->dm.src != NULL) { /* came by reference: device to device */
+      if (d->g->copy(s->user->buf, s->dm.src, s->wire.len, d->s) != RM_OK ||
+          d->g->event_record(s->ev, d->s) != RM_OK)
+        return rm__dev_fail(c, RM_ERR_SYSTEM, "device-to-device copy of a receive (CUDA IPC)");
+      s->state = S_REF;
+      d->ref_pending++;
+      d->ref_msgs++;
+      d->ref_bytes += s->wire.len;
+      s->since_ns = rm__now_ns();
+      finish_user(s, RM_OK);
+      return RM_OK;
+    }
+    d->staged_msgs++;
+    d->staged_bytes += s->wire.len;
     if (d->g->copy(s->user->buf, s->b->p, s->wire.len, d->s) != RM_OK ||
         d->g->event_record(s->ev, d->s) != RM_OK)
       return rm__dev_fail(c, RM_ERR_SYSTEM, "host-to-device copy of a receive");
@@ -192,6 +262,14 @@ static rm_status_t step_recv(rm_comm_t *c, rm__stage_t *s)
     int q = d->g->event_query(s->ev);
     if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "host-to-device copy of a receive");
     if (q == 1) s->state = S_DONE;
+  }
+  if (s->state == S_REF) { /* the copy finished: the sender may go on */
+    int q = d->g->event_query(s->ev);
+    if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "device-to-device copy of a receive");
+    if (q == 0) return RM_OK;
+    d->ref_pending--;
+    s->state = S_DONE;
+    return c->conns[s->wire.peer].type->dev_ref_done(c, s->wire.peer);
   }
   return RM_OK;
 }
@@ -236,7 +314,10 @@ rm_status_t rm__stage_progress(rm_comm_t *c)
   return RM_OK;
 }
 
-int rm__stage_busy(const rm_comm_t *c) { return c->dev != NULL && c->dev->d2h_pending > 0; }
+int rm__stage_busy(const rm_comm_t *c)
+{
+  return c->dev != NULL && (c->dev->d2h_pending > 0 || c->dev->ref_pending > 0);
+}
 
 int rm__stage_active(const rm_comm_t *c) { return c->dev != NULL && c->dev->head != NULL; }
 
@@ -265,7 +346,8 @@ rm_status_t rm__stage_quiesce(rm_comm_t *c, rm_status_t st)
   rm__dev_t *d = c->dev;
   int n = 0;
   if (d == NULL) return st;
-  for (rm__stage_t *s = d->head; s; s = s->next) n += s->state != S_DONE && s->state != S_H2D;
+  for (rm__stage_t *s = d->head; s; s = s->next)
+    n += s->state != S_DONE && s->state != S_H2D && s->state != S_REF;
   if (rm_comm_status(c) == RM_OK && n > 0)
     rm__comm_fail(c, st != RM_OK ? st : RM_ERR_INTERNAL, -1,
                   "a collective on device buffers ended (%s) with %d staged transfers in "
@@ -275,10 +357,8 @@ rm_status_t rm__stage_quiesce(rm_comm_t *c, rm_status_t st)
      * pointers without writing through them (they may be gone) */
     for (rm__stage_t *s = d->head; s; s = s->next) s->user = NULL;
     rm__transport_close(c, rm_comm_status(c));
-    for (rm__stage_t *s = d->head; s; s = s->next) {
-      if (s->state == S_D2H) d->d2h_pending--;
-      s->state = S_DONE;
-    }
+    for (rm__stage_t *s = d->head; s; s = s->next) s->state = S_DONE;
+    d->d2h_pending = d->ref_pending = 0;
     return rm_comm_status(c);
   }
   return st;
@@ -293,7 +373,7 @@ void rm__stage_reap(rm_comm_t *c)
     free_record(c, s);
   }
   d->head = d->tail = NULL;
-  d->d2h_pending = 0;
+  d->d2h_pending = d->ref_pending = 0;
 }
 
 void rm__stage_leak(rm_comm_t *c)
@@ -309,5 +389,5 @@ void rm__stage_leak(rm_comm_t *c)
     free(s);
   }
   d->head = d->tail = NULL;
-  d->d2h_pending = 0;
+  d->d2h_pending = d->ref_pending = 0;
 }

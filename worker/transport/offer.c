@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "device/gpu.h"
 #include "rm_log.h"
 #include "rm_param.h"
 #include "rm_transports.h"
@@ -174,9 +175,15 @@ void rm__tp_build_offer(char *out, size_t n, char nonce[RM__TP_NONCE_LEN + 1],
     if (t->offer) {
       if (!t->offer(host, tok, sizeof tok, &state[t->id])) continue;
       w = snprintf(out + k, n - k, "%s%s", k ? " " : "", tok);
-    } else if (t->id == RM__TP_SHM)
-      w = snprintf(out + k, n - k, "%sshm:%s/%s", k ? " " : "", rm__tp_host_id(), nonce);
-    else
+    } else if (t->id == RM__TP_SHM) {
+      /* with the capability to move device memory by CUDA IPC between
+       * ranks of this host (rm_transports.h; decided without touching the
+       * GPU: device/gpu.c) */
+      w = snprintf(out + k, n - k, "%sshm:%s/%s%s%s%s", k ? " " : "", rm__tp_host_id(), nonce,
+                   rm__gpu_ipc_offerable() ? " cuda:" : "",
+                   rm__gpu_ipc_offerable() ? rm__tp_host_id() : "",
+                   rm__gpu_ipc_offerable() ? "/ipc1" : "");
+    } else
       w = snprintf(out + k, n - k, "%s%s", k ? " " : "", t->name);
     if (w < 0 || (size_t)w >= n - k) {
       out[k] = '\0';

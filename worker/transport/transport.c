@@ -249,8 +249,8 @@ static int stall_verdict(rm_comm_t *c, rm__req_t *req, int64_t idle_ns,
   if (c->dev_active && rm__stage_stuck(c, &dev_since, &dev_bytes, &dev_peer) &&
       rm__now_ns() - dev_since >= span) { /* this rank's GPU, not a peer */
     rm__comm_fail(c, RM_ERR_TIMEOUT, -1,
-                  "device: the device-to-host copy staging %zu bytes for peer rank %d "
-                  "(%s) has not finished after %d ms (collective %llu): the GPU makes "
+                  "device: the GPU work that must end before %zu bytes go to peer rank "
+                  "%d (%s) has not finished after %d ms (collective %llu): the GPU makes "
                   "no progress", dev_bytes, dev_peer, c->peers[dev_peer],
                   (int)((rm__now_ns() - dev_since) / 1000000), (unsigned long long)req->seq);
     return 0;

@@ -61,6 +61,27 @@ typedef enum { RM__REQ_SEND = 1, RM__REQ_RECV = 2 } rm__req_kind_t;
  * request (TCP keeps its frame header there; see tcp_int.h). */
 #define RM__REQ_TP_BYTES 64
 
+/* A device message a transport moves by reference (transport ops dev_ref:
+ * shared memory's CUDA IPC), set by device/stage.c on the request it
+ * hands the transport:
+ *   RM__DM_SEND: buf is device memory, final (its producer finished);
+ *                handle/off name it for the peer (device/gpu.h ipc_get).
+ *                The send completes when the receiver said it copied it.
+ *   RM__DM_RECV: the data is for device memory; buf is a host buffer for
+ *                a message that comes by value (a sender that did not or
+ *                could not send by reference). When it comes by
+ *                reference, the transport maps the sender's memory, sets
+ *                src (the first byte of the message in this process) and
+ *                completes the request without touching buf; the caller
+ *                copies from src and then calls dev_ref_done. */
+enum { RM__DM_SEND = 1, RM__DM_RECV = 2 };
+typedef struct rm__dev_msg {
+  int kind;
+  unsigned char handle[64]; /* RM__IPC_HANDLE_BYTES (device/gpu.h) */
+  uint64_t off;
+  void *src;                /* RECV, OUT: set when it came by reference */
+} rm__dev_msg_t;
+
 typedef struct rm__req {
   /* set by the poster */
   int peer;
@@ -79,6 +100,8 @@ typedef struct rm__req {
   /* device memory (worker/device/stage.c): the stage record carrying this
    * request while it is unfinished; NULL for host memory */
   struct rm__stage *stg;
+  /* a device message for a transport with dev_ref (above); else NULL */
+  rm__dev_msg_t *dm;
   /* transport-private; zeroed by post() before the transport sees it */
   union {
     unsigned char bytes[RM__REQ_TP_BYTES];
@@ -199,6 +222,18 @@ typedef struct rm__transport_ops {
   /* Releases a handle of reg_mr; called before close_all frees the state
    * (rm_comm_destroy deregisters everything first). */
   void (*dereg_mr)(rm_comm_t *c, void *mh);
+  /* Optional (NULL: never): 1 when device messages between this rank and
+   * peer may travel by reference (rm__dev_msg_t above: the receiver maps
+   * the sender's device memory and copies device to device; shared
+   * memory's CUDA IPC between processes of one host). Both ranks of the
+   * pair must answer alike (decided from both offers). */
+  int (*dev_ref)(const rm_comm_t *c, int peer);
+  /* With dev_ref: the receiver finished copying the message that came by
+   * reference from peer (its request's dm->src), so the sender's send
+   * completes. In arrival order per peer. Fails (sticky, naming the peer)
+   * when the sender closed or died before the copy ended: its memory may
+   * have been reused under the copy. */
+  rm_status_t (*dev_ref_done)(rm_comm_t *c, int peer);
 } rm__transport_ops_t;
 
 extern const rm__transport_ops_t rm__tcp_transport;

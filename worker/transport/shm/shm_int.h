@@ -46,13 +46,37 @@
  *   offset size field
  *        0    4 type     1 INLINE, 2 CMA (the receiver reads the payload
  *                        straight from the sender's memory with
- *                        process_vm_readv, one copy)
+ *                        process_vm_readv, one copy), 3 IPC (device memory
+ *                        by reference, below)
  *        4    4 magic    "RMSM"
  *        8    8 seq      collective sequence number
  *       16    8 tag      element offset
  *       24    8 len      payload bytes
- *       32    8 addr     CMA: the payload's address in the sender
+ *       32    8 addr     CMA: the payload's address in the sender;
+ *                        IPC: its offset in the allocation named next
  *       40    8 job      the communicator's job id
+ *
+ * An IPC record is followed by the 64-byte CUDA IPC handle of the device
+ * allocation holding the payload (device/gpu.h ipc_get; no payload in the
+ * ring). Only pairs that both offer cuda:<host>/ipc1 (common/
+ * rm_transports.h) see them, and only for messages device/stage.c hands
+ * over as device messages (transport.h rm__dev_msg_t), whose producer
+ * finished writing them. The receiver maps the allocation (cudaIpcOpen-
+ * MemHandle, once per allocation: a per-peer cache of 16, least recently
+ * used closed first; all closed with the communicator) and:
+ *   device destination (RM__DM_RECV): sets dm->src and completes the
+ *     receive; device/stage.c copies device to device on its stream and,
+ *     when the copy finished, calls dev_ref_done;
+ *   host destination (a host-memory receive: ranks passing buffers of
+ *     different kinds): copies device to host at once and finishes;
+ * finishing = `ipc_acks` of the ring += 1 and ring the sender, after
+ * checking that the sender is still open (as for CMA: a sender that
+ * aborted may have freed the memory under the copy). The sender completes
+ * its IPC sends in order as ipc_acks grows. Acks are in arrival order: a
+ * device collective's receives from one peer are all device messages (one
+ * collective, one memory kind), and every ack of a device collective is
+ * given before it returns (device/dev.c), so host-destination acks never
+ * overtake pending device ones. Version 3 adds IPC.
  *
  * A message is matched strictly in order against the receiver's posted
  * receives (transport.h): seq, tag and len must equal the head receive's,
@@ -116,12 +140,14 @@
 
 #define RM__SHM_MAGIC 0x48534d52u   /* "RMSH" */
 #define RM__SHM_MSG_MAGIC 0x4d534d52u /* "RMSM" */
-#define RM__SHM_VERSION 2
+#define RM__SHM_VERSION 3
 #define RM__SHM_REC 48
 #define RM__SHM_HDR_BYTES 4096
 #define RM__SHM_RING_CTL 256
 
-enum { RM__SHM_INLINE = 1, RM__SHM_CMA = 2 };
+enum { RM__SHM_INLINE = 1, RM__SHM_CMA = 2, RM__SHM_IPC = 3 };
+#define RM__SHM_IPC_EXT 64 /* the handle after an IPC record */
+#define RM__SHM_IPC_CACHE 16
 enum { RM__SHM_OPEN = 0, RM__SHM_BYE = 1, RM__SHM_ABORT = 2 };
 
 typedef struct rm__shm_hdr {
@@ -155,6 +181,7 @@ typedef struct rm__shm_ring {
   _Alignas(64) uint64_t head;  /* producer */
   _Alignas(64) uint64_t tail;  /* consumer */
   _Alignas(64) uint64_t acks;  /* consumer: CMA messages fully read */
+  uint64_t ipc_acks;           /* consumer: IPC messages copied */
   _Alignas(64) uint32_t cma_ok; /* consumer: it can read the producer */
 } rm__shm_ring_t;
 
@@ -166,6 +193,7 @@ typedef struct rm__shm_req {
   unsigned char rec[RM__SHM_REC]; /* the record (sends) */
   int rec_done;                   /* record bytes written / read */
   int cma;                        /* message goes / came by CMA */
+  int ipc;                        /* message goes / came by CUDA IPC */
 } rm__shm_req_t;
 _Static_assert(sizeof(rm__shm_req_t) <= RM__REQ_TP_BYTES, "shm request state");
 
@@ -193,6 +221,15 @@ typedef struct rm__shm_conn {
   unsigned char rrec[RM__SHM_REC]; /* record of the message being read */
   int rrec_got;            /* 48 once it is parsed */
   int bye;                 /* peer closed gracefully */
+  /* CUDA IPC (above) */
+  int ipc;                 /* the pair offers it both ways */
+  rm__req_t *iq_head, *iq_tail;   /* IPC sends in the ring, not yet acked */
+  uint64_t ipc_sent, ipc_done;
+  unsigned char rext[RM__SHM_IPC_EXT]; /* handle of the record being read */
+  int rext_got;
+  int ipc_owed;            /* device-destination arrivals not yet acked */
+  struct rm__shm_ipc_map *ipc_maps; /* RM__SHM_IPC_CACHE, or NULL */
+  uint64_t ipc_clock;
   struct sockaddr_un bell_addr; /* the peer's poll bell (abstract) */
   socklen_t bell_len;
 } rm__shm_conn_t;
@@ -234,5 +271,17 @@ void rm__shm_sweep(void);
 
 /* shm_progress.c (the ops table lives there): spin and CMA threshold. */
 void rm__shm_tune(rm_comm_t *c);
+/* The sender of a by-reference message stopped being a reliable source
+ * (closed, aborted, gone): its status, RM_OK while it is open. */
+rm_status_t rm__shm_sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when);
+
+/* shm_ipc.c: the receiving side of CUDA IPC (above). */
+/* An IPC record (k->rrec, k->rext) arrived for receive r. */
+rm_status_t rm__shm_ipc_arrive(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,
+                               rm__req_t *r);
+/* Finish one arrival: check the sender, ipc_acks += 1, ring it. */
+rm_status_t rm__shm_ipc_ack(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k);
+/* Close every mapping of k (communicator end). */
+void rm__shm_ipc_unmap_all(rm__shm_conn_t *k);
 
 #endif

@@ -118,7 +118,8 @@ static void encode(const rm_comm_t *c, const rm__req_t *r, int type,
   rm__put_le64(rec + 8, r->seq);
   rm__put_le64(rec + 16, r->tag);
   rm__put_le64(rec + 24, r->len);
-  rm__put_le64(rec + 32, type == RM__SHM_CMA ? (uint64_t)(uintptr_t)r->buf : 0);
+  rm__put_le64(rec + 32, type == RM__SHM_CMA ? (uint64_t)(uintptr_t)r->buf
+                         : type == RM__SHM_IPC ? r->dm->off : 0);
   rm__put_le64(rec + 40, c->job_id);
 }
 
@@ -135,14 +136,16 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
     rm__shm_req_t *q = rm__shm_req(r);
     uint64_t space = size - (head - tail);
     if (q->rec_done < RM__SHM_REC) {
-      if (space < RM__SHM_REC) break; /* records are written whole */
+      size_t ext = q->ipc ? RM__SHM_IPC_EXT : 0;
+      if (space < RM__SHM_REC + ext) break; /* records are written whole */
       ring_put(k->out_data, size, head, q->rec, RM__SHM_REC);
-      head += RM__SHM_REC;
+      if (ext) ring_put(k->out_data, size, head + RM__SHM_REC, r->dm->handle, ext);
+      head += RM__SHM_REC + ext;
       q->rec_done = RM__SHM_REC;
-      r->ctl_moved += RM__SHM_REC;
-      space -= RM__SHM_REC;
+      r->ctl_moved += RM__SHM_REC + ext;
+      space -= RM__SHM_REC + ext;
     }
-    if (!q->cma && r->done < r->len) {
+    if (!q->cma && !q->ipc && r->done < r->len) {
       size_t n = r->len - r->done;
       if (n > space) n = (size_t)space;
       if (n > CHUNK) n = CHUNK;
@@ -164,6 +167,9 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
     if (q->cma) {
       rm__req_fifo_push(&k->cq_head, &k->cq_tail, r);
       k->cma_sent++;
+    } else if (q->ipc) {
+      rm__req_fifo_push(&k->iq_head, &k->iq_tail, r);
+      k->ipc_sent++;
     } else {
       r->complete = 1;
     }
@@ -185,6 +191,18 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
     k->cma_done++;
     *moved = 1;
   }
+  /* IPC sends the receiver has copied */
+  uint64_t iacks = __atomic_load_n(&k->out->ipc_acks, __ATOMIC_ACQUIRE);
+  while (k->ipc_done < iacks && k->iq_head != NULL) {
+    rm__req_t *r = k->iq_head;
+    k->iq_head = r->next;
+    if (k->iq_head == NULL) k->iq_tail = NULL;
+    r->next = NULL;
+    r->done = r->len;
+    r->complete = 1;
+    k->ipc_done++;
+    *moved = 1;
+  }
 }
 
 /* ---- receiving ---- */
@@ -194,7 +212,8 @@ static rm_status_t check_record(rm_comm_t *c, rm__shm_conn_t *k, rm__req_t *r)
   uint32_t type = rm__get_le32(k->rrec), magic = rm__get_le32(k->rrec + 4);
   uint64_t seq = rm__get_le64(k->rrec + 8), tag = rm__get_le64(k->rrec + 16);
   uint64_t len = rm__get_le64(k->rrec + 24), job = rm__get_le64(k->rrec + 40);
-  if (magic != RM__SHM_MSG_MAGIC || (type != RM__SHM_INLINE && type != RM__SHM_CMA) ||
+  if (magic != RM__SHM_MSG_MAGIC ||
+      (type != RM__SHM_INLINE && type != RM__SHM_CMA && (type != RM__SHM_IPC || !k->ipc)) ||
       job != c->job_id)
     return conn_fail(c, k, RM_ERR_PROTOCOL,
                      "bad message record in the ring (type %u, magic 0x%08x, "
@@ -208,6 +227,7 @@ static rm_status_t check_record(rm_comm_t *c, rm__shm_conn_t *k, rm__req_t *r)
                      (unsigned long long)r->seq, (unsigned long long)r->tag,
                      r->len);
   rm__shm_req(r)->cma = type == RM__SHM_CMA;
+  rm__shm_req(r)->ipc = type == RM__SHM_IPC;
   return RM_OK;
 }
 
@@ -219,13 +239,14 @@ static void pop_recv(rm__shm_conn_t *k)
   r->next = NULL;
   r->complete = 1;
   k->rrec_got = 0;
+  k->rext_got = 0;
 }
 
 /* The sender of a CMA message stopped being a reliable source: it closed
  * (after an abort its buffers may be freed and reused) or its process is
  * gone. Its own words first: an ABORT is adopted (it names the root
  * cause), else the peer is lost. RM_OK when it is still open. */
-static rm_status_t sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when)
+rm_status_t rm__shm_sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when)
 {
   uint32_t closed = __atomic_load_n(&k->phdr->closed, __ATOMIC_ACQUIRE);
   if (closed == RM__SHM_ABORT)
@@ -252,7 +273,7 @@ static rm_status_t cma_read(rm_comm_t *c, rm__shm_conn_t *k, rm__req_t *r,
     rm_status_t st;
     if (err == EINTR) return RM_OK;
     /* a sender that failed may free the buffer under the read (EFAULT) */
-    if ((st = sender_gone(c, k, "in the middle of a transfer")) != RM_OK) return st;
+    if ((st = rm__shm_sender_gone(c, k, "in the middle of a transfer")) != RM_OK) return st;
     if (err == ESRCH)
       return conn_fail(c, k, RM_ERR_PEER_LOST,
                        "its process exited in the middle of a transfer");
@@ -285,13 +306,26 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
       r->ctl_moved += RM__SHM_REC;
       if ((st = check_record(c, k, r)) != RM_OK) break;
     }
+    if (rm__shm_req(r)->ipc) { /* the handle, then the copy (shm_ipc.c) */
+      if (k->rext_got < RM__SHM_IPC_EXT) {
+        if (head - tail < RM__SHM_IPC_EXT) break;
+        ring_get(k->in_data, size, tail, k->rext, RM__SHM_IPC_EXT);
+        tail += RM__SHM_IPC_EXT;
+        k->rext_got = RM__SHM_IPC_EXT;
+        r->ctl_moved += RM__SHM_IPC_EXT;
+      }
+      if ((st = rm__shm_ipc_arrive(c, s, k, r)) != RM_OK) break;
+      pop_recv(k);
+      *moved = 1;
+      continue;
+    }
     if (rm__shm_req(r)->cma) {
       if (r->done < r->len && (st = cma_read(c, k, r, moved)) != RM_OK) break;
       budget = budget > CMA_CHUNK ? budget - CMA_CHUNK : 0;
       if (r->done < r->len) continue;
       /* the bytes are the sender's only if it was still open after the
        * read ended: after an abort its buffer may already be reused */
-      if ((st = sender_gone(c, k, "during a transfer to this rank")) != RM_OK) break;
+      if ((st = rm__shm_sender_gone(c, k, "during a transfer to this rank")) != RM_OK) break;
       __atomic_add_fetch(&k->in->acks, 1, __ATOMIC_RELEASE);
       pop_recv(k);
       rm__shm_ring_bell(s, k);
@@ -347,7 +381,7 @@ static rm_status_t check_peers(rm_comm_t *c, struct rm__shm_state *s)
           __atomic_load_n(&k->phdr->abort_blame, __ATOMIC_RELAXED));
     if (closed == RM__SHM_BYE) {
       k->bye = 1;
-      if (k->sq_head || k->cq_head)
+      if (k->sq_head || k->cq_head || k->iq_head)
         return conn_fail(c, k, RM_ERR_PEER_LOST,
                          "peer closed its communicator with a send pending");
       if (k->rq_head && ring_empty(k))
@@ -387,9 +421,10 @@ static rm_status_t shm_post(rm_comm_t *c, rm__req_t *req)
                      req->kind == RM__REQ_SEND ? "send" : "receive");
   if (req->kind == RM__REQ_SEND) {
     rm__shm_req_t *q = rm__shm_req(req);
-    q->cma = s->cma_min > 0 && req->len >= s->cma_min &&
+    q->ipc = req->dm != NULL && req->dm->kind == RM__DM_SEND && k->ipc;
+    q->cma = !q->ipc && s->cma_min > 0 && req->len >= s->cma_min &&
              __atomic_load_n(&k->out->cma_ok, __ATOMIC_ACQUIRE);
-    encode(c, req, q->cma ? RM__SHM_CMA : RM__SHM_INLINE, q->rec);
+    encode(c, req, q->ipc ? RM__SHM_IPC : q->cma ? RM__SHM_CMA : RM__SHM_INLINE, q->rec);
     rm__req_fifo_push(&k->sq_head, &k->sq_tail, req);
   } else {
     rm__req_fifo_push(&k->rq_head, &k->rq_tail, req);
@@ -403,7 +438,7 @@ static rm_status_t pass(rm_comm_t *c, struct rm__shm_state *s, int *moved)
     rm__shm_conn_t *k = &s->conns[p];
     rm_status_t st;
     if (!k->active) continue;
-    if (k->sq_head || k->cq_head) do_send(s, k, moved);
+    if (k->sq_head || k->cq_head || k->iq_head) do_send(s, k, moved);
     if (k->rq_head && (st = do_recv(c, s, k, moved)) != RM_OK) return st;
   }
   return rm_comm_status(c);
@@ -528,6 +563,7 @@ static void shm_close_all(rm_comm_t *c, rm_status_t reason)
     rm__shm_conn_t *k = &s->conns[p];
     /* requests may be freed by their owners once we return: forget them */
     k->sq_head = k->sq_tail = k->cq_head = k->cq_tail = NULL;
+    k->iq_head = k->iq_tail = NULL;
     k->rq_head = k->rq_tail = NULL;
   }
   if (!s->closed && s->hdr != NULL) {
@@ -542,6 +578,22 @@ static void shm_close_all(rm_comm_t *c, rm_status_t reason)
   }
   s->closed = 1;
   if (c->destroying) rm__shm_state_free(c);
+}
+
+static int shm_dev_ref(const rm_comm_t *c, int peer)
+{
+  const struct rm__shm_state *s = rm__shm(c);
+  return s != NULL && peer >= 0 && peer < c->world && s->conns[peer].active &&
+         s->conns[peer].ipc;
+}
+
+static rm_status_t shm_dev_ref_done(rm_comm_t *c, int peer)
+{
+  struct rm__shm_state *s = rm__shm(c);
+  rm__shm_conn_t *k = &s->conns[peer];
+  if (k->ipc_owed > 0) k->ipc_owed--;
+  if (s->closed) return rm_comm_status(c);
+  return rm__shm_ipc_ack(c, s, k);
 }
 
 static void shm_wake(rm_comm_t *c)
@@ -566,4 +618,6 @@ const rm__transport_ops_t rm__shm_transport = {
     .wake = shm_wake,
     .park = shm_park,
     .unpark = shm_unpark,
+    .dev_ref = shm_dev_ref,
+    .dev_ref_done = shm_dev_ref_done,
 };

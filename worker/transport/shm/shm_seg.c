@@ -374,6 +374,9 @@ rm_status_t rm__shm_connect_all(rm_comm_t *c)
     k->peer = p;
     if (!pair_is_shm(c, c->rank, p)) continue;
     k->active = 1;
+    /* device memory by CUDA IPC when both offer it (shm_int.h) */
+    k->ipc = rm_tp_cuda_ipc(c->offers[p < c->rank ? p : c->rank],
+                            c->offers[p < c->rank ? c->rank : p]);
     k->in = ring_at(s->map, s->ring_bytes, slot++);
     k->in_data = (unsigned char *)k->in + RM__SHM_RING_CTL;
     missing++;
@@ -427,8 +430,10 @@ void rm__shm_state_free(rm_comm_t *c)
   struct rm__shm_state *s = rm__shm(c);
   if (s == NULL) return;
   unlink_inbox(s);
-  for (int p = 0; s->conns != NULL && p < c->world; p++)
+  for (int p = 0; s->conns != NULL && p < c->world; p++) {
+    rm__shm_ipc_unmap_all(&s->conns[p]);
     if (s->conns[p].pmap) munmap(s->conns[p].pmap, s->conns[p].pmap_len);
+  }
   if (s->map) munmap(s->map, s->map_len);
   if (s->parks) c->bell_on = 0;
   if (s->bell_fd >= 0) close(s->bell_fd);
