@@ -9,7 +9,7 @@
  *                                             with min/max_workers: elastic
  *   min_workers            integer            0..65536
  *   max_workers            integer            0..65536, >= min_workers
- *   algorithm              name               auto|ring|hd|butterfly|tree|hierarchical;
+ *   algorithm              name               auto|ring|hd|butterfly|tree|hierarchical|nccl;
  *                                             aliases halving_doubling,
  *                                             halving-doubling (stored "hd")
  *   dtype                  name               f32|f64|f16|bf16|i32|i64|u8

@@ -31,6 +31,7 @@ static const char *const g_algos[RM_ALGO_COUNT] = {
     [RM_ALGO_AUTO] = "auto", [RM_ALGO_RING] = "ring",
     [RM_ALGO_HALVING_DOUBLING] = "hd", [RM_ALGO_BUTTERFLY] = "butterfly",
     [RM_ALGO_TREE] = "tree", [RM_ALGO_HIERARCHICAL] = "hierarchical",
+    [RM_ALGO_NCCL] = "nccl",
 };
 
 /* Other spellings of an algorithm, beside g_algos (types.h). */

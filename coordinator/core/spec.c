@@ -257,8 +257,8 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
   rm_dtype_t d;
   if (!TERMINATED(algorithm) || rm_algo_parse_exact(s->algorithm, &a) != RM_OK)
     return bad(err, "algorithm", "must be auto, ring, hd (also spelled halving_doubling "
-               "or halving-doubling), butterfly, tree or hierarchical (also hier; "
-               "exact spelling)");
+               "or halving-doubling), butterfly, tree, hierarchical (also hier) or nccl "
+               "(exact spelling)");
   snprintf(s->algorithm, sizeof s->algorithm, "%s", rm_algo_name(a)); /* canonical */
   if (!TERMINATED(dtype) || rm_dtype_parse(s->dtype, &d) != RM_OK ||
       strcmp(s->dtype, rm_dtype_name(d)) != 0)
@@ -276,6 +276,10 @@ static rm_status_t check_names(rm_job_spec_t *s, rm_coord_error_t *err)
                "straggler_policy backup, deadline, coded, stale or auto: which "
                "workers contribute to a step depends on timing (use "
                "straggler_policy none)");
+  if (s->deterministic && strcmp(s->algorithm, "nccl") == 0)
+    return bad(err, "deterministic", "true cannot be combined with algorithm nccl: NCCL "
+               "picks its algorithm and protocol by topology and size, so ringmaster cannot "
+               "promise the same bits (use a ringmaster algorithm, or drop deterministic)");
   return RM_OK;
 }
 

@@ -58,6 +58,11 @@ typedef enum {
                                  * gather in each host; the flat ring when
                                  * the job is on one host or hosts differ
                                  * in rank count */
+  RM_ALGO_NCCL = 6,             /* device buffers on NCCL (loaded with
+                                 * dlopen) under ringmaster's membership;
+                                 * host buffers, and where NCCL cannot
+                                 * start, on ringmaster's algorithms;
+                                 * auto never picks it */
   RM_ALGO_COUNT
 } rm_algo_t;
 
@@ -71,7 +76,7 @@ RM_EXTERN const char *rm_algo_name(rm_algo_t a); /* "ring", "hd", ... */
   XX("hier", "hierarchical")
 /* Accepts "auto", "ring", "hd" (also "halving_doubling" and
  * "halving-doubling"), "butterfly", "tree", "hierarchical" (also "hier"),
- * in any case. */
+ * "nccl", in any case. */
 RM_EXTERN rm_status_t rm_algo_parse(const char *s, rm_algo_t *out);
 /* The same spellings, case-sensitive (what a job spec accepts); *out is
  * written only on RM_OK. rm_algo_name(*out) is the canonical spelling. */

@@ -50,8 +50,8 @@ OPS = {"sum": SUM, "prod": PROD, "product": PROD, "min": MIN, "max": MAX,
        "avg": AVG, "mean": AVG, SUM: SUM, PROD: PROD, MIN: MIN, MAX: MAX, AVG: AVG}
 F32, F64, F16, BF16, I32, I64, U8 = 0, 1, 2, 3, 4, 5, 6
 ALGORITHMS = {None: 0, "auto": 0, "ring": 1, "hd": 2, "halving_doubling": 2,
-              "butterfly": 3, "tree": 4, "hierarchical": 5, "hier": 5,
-              0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5}
+              "butterfly": 3, "tree": 4, "hierarchical": 5, "hier": 5, "nccl": 6,
+              0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6}
 
 # ---- dtype tables (filled lazily for torch) --------------------------------
 try:

@@ -29,6 +29,22 @@
  *   kill     4 ranks loop 4 MiB device all-reduces; rank 2 is SIGKILLed:
  *            every survivor fails RM_ERR_PEER_LOST (or RM_ERR_TIMEOUT)
  *            naming rank 2, and destroys its communicator cleanly
+ *   nccl     3 ranks (RINGMASTER_TEST_NCCL=standin: the stand-in NCCL; on a
+ *            GPU machine the real libnccl), the communicator's algorithm
+ *            nccl: all-reduce (sum f32, avg f64, max i32), broadcast,
+ *            reduce, all-gather, reduce-scatter and all-to-all on device
+ *            buffers are exact and ran on NCCL (info.algorithm); a host
+ *            all-reduce on the same communicator runs ringmaster's
+ *   nccl_off rank 1 cannot load NCCL (RINGMASTER_NCCL_LIB names no file):
+ *            every rank agrees to run without it (one warning names rank
+ *            1); the same collectives are exact on ringmaster's algorithms
+ *   nccl_kill 3 ranks loop NCCL all-reduces, rank 2 is SIGKILLed: the
+ *            survivors' waits end within their deadline (1500 ms) with an
+ *            "nccl:" failure (NCCL cannot name the peer; the session's
+ *            heartbeats do), NCCL is aborted, nothing hangs
+ *   nccl_abort 2 ranks; after a first NCCL all-reduce rank 1 stops; rank
+ *            0's second one is ended by rm_comm_abort from another thread
+ *            (RM_ERR_ABORTED)
  *   abort    2 ranks; rank 1 never joins the collective; a second thread of
  *            rank 0 calls rm_comm_abort: rank 0's device all-reduce returns
  *            RM_ERR_ABORTED
@@ -252,6 +268,163 @@ static int rank_abort(rm_test_world_t *w, int r, void *arg)
   return 0;
 }
 
+/* ---- nccl ---- */
+static int nccl_suite(rm_comm_t *c, int want_nccl)
+{
+  int r = rm_comm_rank(c), n = rm_comm_world(c), bad = 0;
+  size_t count = 100003;
+  rm_allreduce_info_t info;
+  float *h = input(r, count), *got = malloc(count * n * sizeof *got);
+  void *d = dev_input(r, count), *d2 = rm_test_dev_alloc(count * n * sizeof(float));
+  void *dn = rm_test_dev_alloc(count * n * sizeof(float));
+  rm_algo_t want = want_nccl ? RM_ALGO_NCCL : RM_ALGO_AUTO;
+  /* all-reduce: f32 sum */
+  rm_status_t st = rm_allreduce_ex(c, d, d2, count, RM_F32, RM_SUM, RM_ALGO_AUTO, &info);
+  if (st != RM_OK) RM_TEST_FAIL("rank %d: allreduce: %s", r, rm_comm_last_error(c));
+  rm_test_dev_get(got, d2, count * sizeof(float));
+  bad += check_sum(got, count, n);
+  if ((info.algorithm == RM_ALGO_NCCL) != (want == RM_ALGO_NCCL)) {
+    fprintf(stderr, "rank %d: all-reduce ran %s\n", r, rm_algo_name(info.algorithm));
+    bad++;
+  }
+  /* all-reduce: i32 max, f64 avg (in place) */
+  int32_t *ih = malloc(count * sizeof *ih);
+  double *dh = malloc(count * sizeof *dh);
+  for (size_t i = 0; i < count; i++) ih[i] = (int32_t)((i * 7 + (size_t)r * 13) % 101), dh[i] = r + (double)(i % 5);
+  rm_test_dev_put(dn, ih, count * sizeof *ih);
+  if (rm_allreduce(c, dn, dn, count, RM_I32, RM_MAX) != RM_OK) RM_TEST_FAIL("max");
+  rm_test_dev_get(ih, dn, count * sizeof *ih);
+  for (size_t i = 0; i < count; i++) {
+    int32_t m = 0;
+    for (int q = 0; q < n; q++) {
+      int32_t v = (int32_t)((i * 7 + (size_t)q * 13) % 101);
+      m = v > m ? v : m;
+    }
+    if (ih[i] != m) { bad++; fprintf(stderr, "rank %d: max at %zu\n", r, i); break; }
+  }
+  rm_test_dev_put(dn, dh, count * sizeof *dh);
+  if (rm_allreduce(c, dn, dn, count, RM_F64, RM_AVG) != RM_OK) RM_TEST_FAIL("avg");
+  rm_test_dev_get(dh, dn, count * sizeof *dh);
+  for (size_t i = 0; i < count; i++)
+    if (dh[i] != (double)(n - 1) / 2.0 + (double)(i % 5)) { bad++; fprintf(stderr, "avg at %zu\n", i); break; }
+  /* broadcast from rank n-1 */
+  rm_test_dev_put(dn, h, count * sizeof(float));
+  if (rm_broadcast(c, dn, count, RM_F32, n - 1) != RM_OK) RM_TEST_FAIL("broadcast");
+  rm_test_dev_get(got, dn, count * sizeof(float));
+  for (size_t i = 0; i < count; i++)
+    if (got[i] != (float)(n - 1 + (int)(i % 97))) { bad++; fprintf(stderr, "bcast at %zu\n", i); break; }
+  /* reduce to rank 0 */
+  if (rm_reduce(c, d, r == 0 ? d2 : NULL, count, RM_F32, RM_SUM, 0) != RM_OK) RM_TEST_FAIL("reduce");
+  if (r == 0) {
+    rm_test_dev_get(got, d2, count * sizeof(float));
+    bad += check_sum(got, count, n);
+  }
+  /* all-gather */
+  if (rm_allgather(c, d, d2, count, RM_F32) != RM_OK) RM_TEST_FAIL("allgather");
+  rm_test_dev_get(got, d2, count * n * sizeof(float));
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < count; i++)
+      if (got[(size_t)q * count + i] != (float)(q + (int)(i % 97))) { bad++; q = n; break; }
+  /* reduce-scatter: input = n blocks of count, block b of rank q = q + b + i%97 */
+  for (int b = 0; b < n; b++)
+    for (size_t i = 0; i < count; i++) got[(size_t)b * count + i] = (float)(r + b + (int)(i % 97));
+  rm_test_dev_put(d2, got, count * n * sizeof(float));
+  if (rm_reduce_scatter(c, d2, dn, count, RM_F32, RM_SUM) != RM_OK) RM_TEST_FAIL("reduce_scatter");
+  rm_test_dev_get(got, dn, count * sizeof(float));
+  for (size_t i = 0; i < count; i++)
+    if (got[i] != (float)(n * (r + (int)(i % 97)) + n * (n - 1) / 2)) { bad++; fprintf(stderr, "rs at %zu: %g\n", i, got[i]); break; }
+  /* all-to-all: block j of rank q = 1000 q + j */
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < count; i++) got[(size_t)j * count + i] = (float)(1000 * r + j);
+  rm_test_dev_put(d2, got, count * n * sizeof(float));
+  if (rm_alltoall(c, d2, dn, count, RM_F32) != RM_OK) RM_TEST_FAIL("alltoall: %s", rm_comm_last_error(c));
+  rm_test_dev_get(got, dn, count * n * sizeof(float));
+  for (int j = 0; j < n; j++)
+    if (got[(size_t)j * count + 7] != (float)(1000 * j + r)) { bad++; fprintf(stderr, "a2a block %d\n", j); }
+  /* host memory on the same communicator: ringmaster's algorithms */
+  if (rm_allreduce_ex(c, h, h, count, RM_F32, RM_SUM, RM_ALGO_AUTO, &info) != RM_OK) RM_TEST_FAIL("host");
+  bad += check_sum(h, count, n);
+  if (info.algorithm == RM_ALGO_NCCL) { bad++; fprintf(stderr, "host all-reduce on NCCL\n"); }
+  rm_test_dev_free(d);
+  rm_test_dev_free(d2);
+  rm_test_dev_free(dn);
+  free(h); free(got); free(ih); free(dh);
+  return bad;
+}
+
+static int rank_nccl(rm_test_world_t *w, int r, void *arg)
+{
+  const fault_t *f = arg;
+  int off = !strcmp(f->mode, "nccl_off");
+  if (off && r == 1) { /* neither the stand-in nor a library */
+    unsetenv("RINGMASTER_TEST_NCCL");
+    setenv("RINGMASTER_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
+  }
+  rm_comm_t *c = open_rank(w, r, 0);
+  if (!c) RM_TEST_FAIL("init");
+  rm_comm_set_algorithm(c, RM_ALGO_NCCL);
+  int bad = nccl_suite(c, !off);
+  rm_comm_destroy(c);
+  return bad ? 1 : 0;
+}
+
+static int rank_nccl_kill(rm_test_world_t *w, int r, void *arg)
+{
+  const fault_t *f = arg;
+  rm_comm_t *c = open_rank(w, r, 1500);
+  if (!c) return 1;
+  rm_comm_set_algorithm(c, RM_ALGO_NCCL);
+  void *d = dev_input(r, 1 << 18);
+  rm_status_t st = RM_OK;
+  for (int i = 0; i < 200 && st == RM_OK; i++) {
+    if (r == f->victim && i == 5) kill(getpid(), SIGKILL);
+    st = rm_allreduce(c, d, d, 1 << 18, RM_F32, RM_SUM);
+    w->res[r].value = i + 1;
+  }
+  rm_test_dev_free(d);
+  rm_test_finish(&w->res[r], c, st);
+  return 0;
+}
+
+static int rank_nccl_abort(rm_test_world_t *w, int r, void *arg)
+{
+  rm_comm_t *c = open_rank(w, r, 20000);
+  (void)arg;
+  if (!c) return 1;
+  rm_comm_set_algorithm(c, RM_ALGO_NCCL);
+  void *d = dev_input(r, 1 << 16);
+  rm_allreduce_info_t info;
+  if (rm_allreduce_ex(c, d, d, 1 << 16, RM_F32, RM_SUM, RM_ALGO_AUTO, &info) != RM_OK ||
+      info.algorithm != RM_ALGO_NCCL)
+    RM_TEST_FAIL("rank %d: first NCCL all-reduce: %s", r, rm_comm_last_error(c));
+  if (r == 1) { /* stops taking part; leaves once rank 0 is done */
+    while (!w->res[0].done) usleep(10000);
+    rm_test_dev_free(d);
+    rm_comm_destroy(c);
+    return 0;
+  }
+  pthread_t th;
+  pthread_create(&th, NULL, aborter, c);
+  rm_status_t st = rm_allreduce(c, d, d, 1 << 16, RM_F32, RM_SUM);
+  pthread_join(th, NULL);
+  if (st != RM_ERR_ABORTED) RM_TEST_FAIL("NCCL all-reduce after abort: %s (%s)", rm_status_name(st), rm_comm_last_error(c));
+  rm_test_dev_free(d);
+  rm_comm_destroy(c);
+  return 0;
+}
+
+/* /dev/shm entries named like the stand-in NCCL's segments. */
+static int nccl_segments(void)
+{
+  int k = 0;
+  FILE *p = popen("ls /dev/shm 2>/dev/null | grep -c '^rm-nccl-'", "r");
+  if (p) {
+    if (fscanf(p, "%d", &k) != 1) k = 0;
+    pclose(p);
+  }
+  return k;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "";
@@ -275,14 +448,33 @@ int main(int argc, char **argv)
   else if (!strcmp(mode, "illegal")) fn = rank_fault;
   else if (!strcmp(mode, "stall")) { fn = rank_fault; f.victim = 2; }
   else if (!strcmp(mode, "kill")) { fn = rank_fault; f.victim = 2; world = 4; }
+  else if (!strcmp(mode, "nccl") || !strcmp(mode, "nccl_off")) fn = rank_nccl;
+  else if (!strcmp(mode, "nccl_kill")) { fn = rank_nccl_kill; f.victim = 2; }
+  else if (!strcmp(mode, "nccl_abort")) { fn = rank_nccl_abort; world = 2; }
   if (fn == NULL) {
-    fprintf(stderr, "usage: test_device staged|ipc|kinds|illegal|stall|kill|abort\n");
+    fprintf(stderr, "usage: test_device staged|ipc|kinds|illegal|stall|kill|abort|nccl|nccl_off|nccl_kill|nccl_abort\n");
     return 2;
   }
+  int segs = nccl_segments();
   if (rm_test_world_open(&w, world) != 0) return 1;
   if (rm_test_start(&w, fn, !strcmp(mode, "staged") ? NULL : (void *)&f) != 0) return 1;
-  bad = rm_test_wait(&w, 90000, !strcmp(mode, "kill") ? f.victim : -1);
+  int killed = !strcmp(mode, "kill") || !strcmp(mode, "nccl_kill");
+  bad = rm_test_wait(&w, 90000, killed ? f.victim : -1);
   if (fn == rank_fault) bad += check_fault(&w, &f);
+  if (fn == rank_nccl_kill)
+    for (int r = 0; r < world; r++) {
+      if (r == f.victim) continue;
+      printf("rank %d: %s after %g collectives: %s\n", r, rm_status_name(w.res[r].status),
+             w.res[r].value, w.res[r].msg);
+      if (w.res[r].status == RM_OK || strstr(w.res[r].msg, "nccl:") == NULL) {
+        fprintf(stderr, "rank %d: want an nccl: failure\n", r);
+        bad++;
+      }
+    }
+  if (nccl_segments() != segs) {
+    fprintf(stderr, "NCCL stand-in segments left in /dev/shm: %d (were %d)\n", nccl_segments(), segs);
+    bad++;
+  }
   bad += rm_test_shm_leftovers(&w);
   rm_test_world_close(&w);
   printf("device %s: %s\n", mode, bad ? "FAILED" : "ok");

@@ -9,10 +9,15 @@
  *                          "SKIPPED: no RDMA device (...)" when there is none
  *                          or the build has no libibverbs.
  *   test_hw_probe cuda     same for CUDA devices.
+ *   test_hw_probe nccl     the real NCCL library through dlopen (worker/
+ *                          device/nccl_lib.c): every entry point resolves
+ *                          and ncclGetUniqueId makes an id (which needs no
+ *                          GPU); 77 when no libnccl.so.2 is installed.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "device/nccl.h"
 #include "rm_config.h"
 #include "transport/devices.h"
 
@@ -107,6 +112,25 @@ static int mode_kind(const char *kind)
   return rm_check_failures ? 1 : 0;
 }
 
+static int mode_nccl(void)
+{
+  char why[512] = "";
+  rm__nccl_id_t id;
+  int v = 0;
+  const rm__nccl_lib_t *lib = rm__nccl_lib(why, sizeof why);
+  if (lib == NULL) {
+    printf("SKIPPED: no NCCL library (%s)\n", why);
+    return SKIP_CODE;
+  }
+  CHECK(lib->GetVersion(&v) == RM__NCCL_OK);
+  CHECKF(rm__nccl_unique_id(&id, why, sizeof why) == RM_OK, "unique id: %s", why);
+  int nonzero = 0;
+  for (int i = 0; i < RM__NCCL_ID_BYTES; i++) nonzero |= id.internal[i] != 0;
+  CHECKF(nonzero, "the unique id is all zeros");
+  printf("nccl: %s (version code %d): every entry point resolved, unique id made\n", lib->name, v);
+  return rm_check_failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
   const char *mode = argc > 1 ? argv[1] : "format";
@@ -114,6 +138,8 @@ int main(int argc, char **argv)
     return mode_format();
   if (strcmp(mode, "rdma") == 0 || strcmp(mode, "cuda") == 0)
     return mode_kind(mode);
-  fprintf(stderr, "usage: %s format|rdma|cuda\n", argv[0]);
+  if (strcmp(mode, "nccl") == 0)
+    return mode_nccl();
+  fprintf(stderr, "usage: %s format|rdma|cuda|nccl\n", argv[0]);
   return 2;
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "collectives/coll_int.h"
+#include "device/nccl.h"
 #include "rm_check.h"
 #include "rm_clock.h"
 
@@ -66,7 +67,18 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   /* resolve on the host: auto's first use calibrates with host messages */
   if (rm_comm_world(comm) > 1 && count > 0)
     RM_CHECK(rm__allreduce_resolve(comm, algo, count * esz, &chosen, &predicted));
+  /* NCCL (device/nccl.c): started here, outside the device collective */
+  int nccl = device && rm_comm_world(comm) > 1 && count > 0 && rm__nccl_wanted(comm, algo);
+  if (nccl) RM_CHECK(rm__nccl_attach(comm, ordinal));
   if (device) RM_CHECK(rm__dev_begin(comm, ordinal));
+  if (nccl && rm__nccl_active(comm)) {
+    st = rm__nccl_allreduce(comm, send, recv, count, dt, op);
+    if (st != RM_ERR_UNSUPPORTED) { /* else: a dtype/op NCCL lacks, ours runs */
+      chosen = RM_ALGO_NCCL;
+      goto out;
+    }
+    st = RM_OK;
+  }
   if (send != recv && count > 0)
     RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);
   if (rm_comm_world(comm) > 1 && count > 0)

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "collectives/coll_int.h"
+#include "device/nccl.h"
 #include "rm_check.h"
 
 rm_status_t rm__check_buf(const void *buf, size_t count, rm_dtype_t dt);
@@ -33,14 +34,31 @@ static rm_status_t check_n(const rm_comm_t *c, const void *buf, size_t count,
   return rm__check_buf(buf, count * mult, dt);
 }
 
-/* The memory kind of a call's buffers (device/dev.h); bufs may hold NULLs. */
+/* The memory kind of a call's buffers (device/dev.h); bufs may hold NULLs.
+ * A communicator whose algorithm is nccl starts NCCL first (nccl.c). */
 static rm_status_t mem_begin(rm_comm_t *c, const void *a, const void *b, int *device)
 {
   const void *bufs[2] = {a, b};
   int ordinal = 0;
   RM_CHECK(rm__mem_classify(c, bufs, 2, device, &ordinal));
+  if (*device && c->world > 1 && rm__nccl_wanted(c, RM_ALGO_AUTO))
+    RM_CHECK(rm__nccl_attach(c, ordinal));
   RM_CHECK(rm__coll_begin(c));
   return *device ? rm__dev_begin(c, ordinal) : RM_OK;
+}
+
+/* Whether this device call runs on NCCL. */
+static int on_nccl(const rm_comm_t *c, int device)
+{
+  return device && rm__nccl_active(c) && rm__nccl_wanted(c, RM_ALGO_AUTO);
+}
+
+/* An NCCL call's status: RM_ERR_UNSUPPORTED (a dtype/op NCCL lacks) means
+ * "run ours", *done = 0. */
+static rm_status_t nccl_ran(rm_status_t st, int *done)
+{
+  *done = st != RM_ERR_UNSUPPORTED;
+  return *done ? st : RM_OK;
 }
 
 static rm_status_t mem_end(rm_comm_t *c, int device, rm_status_t st)
@@ -65,6 +83,11 @@ rm_status_t rm_reduce_scatter(rm_comm_t *comm, const void *send, void *recv,
     return rm__coll_begin(comm);
   RM_CHECK(mem_begin(comm, send, recv, &device));
   esz = rm_dtype_size(dt);
+  if (on_nccl(comm, device)) {
+    int done;
+    st = nccl_ran(rm__nccl_reduce_scatter(comm, send, recv, recv_count, dt, op), &done);
+    if (done) goto out;
+  }
   RM_CHECK_GOTO(rm__mtmp(comm, n * recv_count * esz, &tmp), st, out);
   RM_CHECK_GOTO(rm__mcopy(comm, tmp, send, n * recv_count * esz), st, out);
   if (n > 1)
@@ -91,6 +114,11 @@ rm_status_t rm_allgather(rm_comm_t *comm, const void *send, void *recv,
     return rm__coll_begin(comm);
   RM_CHECK(mem_begin(comm, send, recv, &device));
   esz = rm_dtype_size(dt);
+  if (on_nccl(comm, device)) {
+    int done;
+    st = nccl_ran(rm__nccl_allgather(comm, send, recv, send_count, dt), &done);
+    if (done) goto out;
+  }
   RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)rm_comm_rank(comm) * send_count * esz,
                           send, send_count * esz), st, out);
   if (n > 1)
@@ -110,7 +138,9 @@ rm_status_t rm_broadcast(rm_comm_t *comm, void *buf, size_t count,
   if (count == 0 || rm_comm_world(comm) == 1)
     return rm__coll_begin(comm);
   RM_CHECK(mem_begin(comm, buf, NULL, &device));
-  st = rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
+  int done = 0;
+  if (on_nccl(comm, device)) st = nccl_ran(rm__nccl_broadcast(comm, buf, count, dt, root), &done);
+  if (!done) st = rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
   return mem_end(comm, device, st);
 }
 
@@ -130,6 +160,11 @@ rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
     return rm__coll_begin(comm);
   RM_CHECK(mem_begin(comm, send, is_root ? recv : NULL, &device));
   size_t esz = rm_dtype_size(dt);
+  if (on_nccl(comm, device)) {
+    int done;
+    st = nccl_ran(rm__nccl_reduce(comm, send, recv, count, dt, op, root), &done);
+    if (done) goto out;
+  }
   if (rm_comm_world(comm) == 1) {
     RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);
   } else {
@@ -160,6 +195,11 @@ rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
   r = rm_comm_rank(comm);
   esz = rm_dtype_size(dt);
   blk = count * esz;
+  if (on_nccl(comm, device)) {
+    int done;
+    st = nccl_ran(rm__nccl_alltoall(comm, send, recv, count, dt), &done);
+    if (done) goto out;
+  }
   RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk,
                           blk), st, out);
   for (int s = 1; s < n; s++) {

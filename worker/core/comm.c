@@ -35,6 +35,7 @@
 #include "rm_param.h"
 #include "rm_transports.h"
 #include "device/dev.h"
+#include "device/nccl.h"
 #include "transport/mr.h"
 
 RM_PARAM(timeout_ms, "RINGMASTER_TIMEOUT_MS", 30000)
@@ -196,6 +197,7 @@ void rm_comm_destroy(rm_comm_t *c)
 {
   if (c == NULL) return;
   c->destroying = 1;
+  rm__nccl_destroy(c); /* NCCL's kernels end before its streams' state goes */
   rm__dev_destroy(c); /* quiesces device work before staging memory goes */
   rm__mr_free_all(c); /* before the transports free what registered them */
   rm__transport_close(c, rm_comm_status(c));

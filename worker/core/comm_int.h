@@ -82,6 +82,7 @@ struct rm_comm {
    * collective; dev_active inside one; the kind and stream the user set
    * (rm_comm_set_memory, rm_comm_set_stream; stream borrowed) */
   struct rm__dev *dev;
+  struct rm__nccl *nccl; /* NCCL backend (device/nccl.c); NULL until asked */
   int dev_active;
   rm_mem_t mem_kind;
   void *user_stream;

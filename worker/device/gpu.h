@@ -107,6 +107,11 @@ int rm__gpu_ipc_offerable(void);
 const rm__gpu_ops_t *rm__gpu_standin(void);
 /* 1 when the process asks for the stand-in (test-hook builds only). */
 int rm__gpu_standin_wanted(void);
+/* For the stand-in NCCL (nccl_standin.c, also a test double): the host
+ * address of stand-in device range [p, p + n) (NULL: illegal), and a host
+ * function run in stream order (cudaLaunchHostFunc). */
+void *rm__standin_xlate(const void *p, size_t n);
+rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg);
 /* NULL when the CUDA runtime is not built in or sees no device. */
 const rm__gpu_ops_t *rm__gpu_cuda_probe(void);
 

@@ -46,6 +46,14 @@
 #ifndef RINGMASTER_TEST_HOOKS
 const rm__gpu_ops_t *rm__gpu_standin(void) { return NULL; }
 int rm__gpu_standin_wanted(void) { return 0; }
+void *rm__standin_xlate(const void *p, size_t n) { (void)n; return (void *)p; }
+rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg)
+{
+  (void)stream;
+  (void)fn;
+  (void)arg;
+  return RM_ERR_UNSUPPORTED;
+}
 #else
 
 #include <errno.h>
@@ -247,7 +255,7 @@ static void sa_host_free(void *p) { free(p); }
 
 /* ---- streams ---- */
 
-enum { OP_COPY, OP_REDUCE, OP_SCALE, OP_WAIT };
+enum { OP_COPY, OP_REDUCE, OP_SCALE, OP_WAIT, OP_HOST };
 
 typedef struct sa_stream sa_stream_t;
 
@@ -261,6 +269,8 @@ typedef struct sa_op {
   int world;
   sa_stream_t *ws;   /* OP_WAIT: the stream waited for (held: refs) ... */
   uint64_t wpos;     /* ... until it finished this many operations */
+  void (*fn)(void *); /* OP_HOST */
+  void *arg;
   struct sa_op *next;
 } sa_op_t;
 
@@ -325,6 +335,10 @@ static int run_op(const sa_op_t *o)
   const void *src;
   char why[200];
   size_t esz = o->kind == OP_COPY ? 1 : rm_dtype_size(o->dt);
+  if (o->kind == OP_HOST) {
+    o->fn(o->arg);
+    return 0;
+  }
   if (o->kind == OP_WAIT) {
     /* a destroyed stream drained before it went, or stalled for good */
     while (__atomic_load_n(&o->ws->done, __ATOMIC_ACQUIRE) < o->wpos && !faulted() &&
@@ -499,6 +513,13 @@ static rm_status_t sa_scale_avg(void *buf, size_t count, rm_dtype_t dt, int worl
   if (count == 0) return RM_OK;
   return enqueue(s, &(sa_op_t){.kind = OP_SCALE, .dst = buf, .n = count, .dt = dt,
                                .world = world});
+}
+
+void *rm__standin_xlate(const void *p, size_t n) { return xlate(p, n); }
+
+rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg)
+{
+  return enqueue(stream, &(sa_op_t){.kind = OP_HOST, .fn = fn, .arg = arg});
 }
 
 /* ---- IPC ---- */
