@@ -14,6 +14,9 @@
  *            went by reference (the counter of by-reference bytes equals
  *            the ring's volume) and nothing was staged; "staged" runs with
  *            RINGMASTER_CUDA_IPC=0 or over TCP
+ *   gdr      the same over RDMA (the verbs test double) with GPUDirect RDMA
+ *            (the stand-in's RINGMASTER_TEST_GPU_GDR=1): every message went
+ *            directly between device memory and the NIC, nothing staged
  *   kinds    host send + device recv is RM_ERR_INVALID_ARG, and so is a
  *            host buffer under rm_comm_set_memory(RM_MEM_DEVICE); the
  *            communicator stays usable (a device all-reduce follows)
@@ -67,6 +70,11 @@
 #include "core/comm_int.h"
 #include "device/dev.h"
 
+typedef struct fault {
+  const char *mode;
+  int victim;
+} fault_t;
+
 static rm_comm_t *open_rank(rm_test_world_t *w, int rank, int timeout_ms)
 {
   rm_comm_config_t cfg;
@@ -107,7 +115,6 @@ static void *dev_input(int r, size_t count)
 }
 
 /* ---- staged ---- */
-/* arg NULL: every message staged; else every message by reference */
 static int rank_staged(rm_test_world_t *w, int r, void *arg)
 {
   size_t count = 1 << 18; /* 1 MiB of f32 */
@@ -126,13 +133,14 @@ static int rank_staged(rm_test_world_t *w, int r, void *arg)
   if (memcmp(got, in, count * sizeof(float)) != 0) RM_TEST_FAIL("rank %d: send buffer modified", r);
   /* ring: 2(N-1) steps of count/N elements each way = 2 x 2(N-1)/N x bytes */
   uint64_t want = 2 * 2 * (uint64_t)(n - 1) * (count / (size_t)n) * sizeof(float);
-  int ipc = arg != NULL;
-  uint64_t got_b = c->dev ? (ipc ? c->dev->ref_bytes : c->dev->staged_bytes) : 0;
-  uint64_t other = c->dev ? (ipc ? c->dev->staged_bytes : c->dev->ref_bytes) : 0;
+  /* arg: which counter must hold every byte ("staged", "ipc", "gdr") */
+  const char *way = arg ? ((const fault_t *)arg)->mode : "staged";
+  uint64_t counts[3] = {c->dev->staged_bytes, c->dev->ref_bytes, c->dev->direct_bytes};
+  int k = !strcmp(way, "ipc") ? 1 : !strcmp(way, "gdr") ? 2 : 0;
+  uint64_t got_b = counts[k], other = counts[0] + counts[1] + counts[2] - counts[k];
   if (got_b < want - 64 * sizeof(float) || got_b > want + 64 * sizeof(float) || other != 0)
-    RM_TEST_FAIL("rank %d: %s %llu bytes (the other way %llu), the ring moves %llu", r,
-                 ipc ? "by reference" : "staged", (unsigned long long)got_b,
-                 (unsigned long long)other, (unsigned long long)want);
+    RM_TEST_FAIL("rank %d: %s %llu bytes (other ways %llu), the ring moves %llu", r, way,
+                 (unsigned long long)got_b, (unsigned long long)other, (unsigned long long)want);
   if (c->dev->head != NULL || c->dev_active) RM_TEST_FAIL("rank %d: staging left records", r);
   if (rm_allreduce(c, hx, hx, 4, RM_F32, RM_SUM) != RM_OK) RM_TEST_FAIL("host allreduce after");
   if (hx[3] != 4.0f * (float)n * (float)n) RM_TEST_FAIL("rank %d: host result %g", r, hx[3]);
@@ -172,10 +180,6 @@ static int rank_kinds(rm_test_world_t *w, int r, void *arg)
 }
 
 /* ---- illegal, stall, kill: the ranks record how they ended ---- */
-typedef struct fault {
-  const char *mode;
-  int victim;
-} fault_t;
 
 static int rank_fault(rm_test_world_t *w, int r, void *arg)
 {
@@ -442,7 +446,7 @@ int main(int argc, char **argv)
     return 77;
   }
   if (!strcmp(mode, "staged")) fn = rank_staged;
-  else if (!strcmp(mode, "ipc")) fn = rank_staged;
+  else if (!strcmp(mode, "ipc") || !strcmp(mode, "gdr")) fn = rank_staged;
   else if (!strcmp(mode, "kinds")) fn = rank_kinds;
   else if (!strcmp(mode, "abort")) { fn = rank_abort; world = 2; }
   else if (!strcmp(mode, "illegal")) fn = rank_fault;
@@ -452,12 +456,12 @@ int main(int argc, char **argv)
   else if (!strcmp(mode, "nccl_kill")) { fn = rank_nccl_kill; f.victim = 2; }
   else if (!strcmp(mode, "nccl_abort")) { fn = rank_nccl_abort; world = 2; }
   if (fn == NULL) {
-    fprintf(stderr, "usage: test_device staged|ipc|kinds|illegal|stall|kill|abort|nccl|nccl_off|nccl_kill|nccl_abort\n");
+    fprintf(stderr, "usage: test_device staged|ipc|gdr|kinds|illegal|stall|kill|abort|nccl|nccl_off|nccl_kill|nccl_abort\n");
     return 2;
   }
   int segs = nccl_segments();
   if (rm_test_world_open(&w, world) != 0) return 1;
-  if (rm_test_start(&w, fn, !strcmp(mode, "staged") ? NULL : (void *)&f) != 0) return 1;
+  if (rm_test_start(&w, fn, &f) != 0) return 1;
   int killed = !strcmp(mode, "kill") || !strcmp(mode, "nccl_kill");
   bad = rm_test_wait(&w, 90000, killed ? f.victim : -1);
   if (fn == rank_fault) bad += check_fault(&w, &f);

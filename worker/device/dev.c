@@ -99,7 +99,11 @@ static rm_status_t dev_create(rm_comm_t *c, int ordinal)
   d->ordinal = ordinal;
   d->send_seq = calloc((size_t)c->world, sizeof *d->send_seq);
   d->send_wired = calloc((size_t)c->world, sizeof *d->send_wired);
-  if (d->send_seq == NULL || d->send_wired == NULL) goto fail;
+  d->recv_seq = calloc((size_t)c->world, sizeof *d->recv_seq);
+  d->recv_wired = calloc((size_t)c->world, sizeof *d->recv_wired);
+  if (d->send_seq == NULL || d->send_wired == NULL || d->recv_seq == NULL ||
+      d->recv_wired == NULL)
+    goto fail;
   if (g->set_device(ordinal, &d->prev_device) != RM_OK) {
     st = rm__dev_fail(c, RM_ERR_SYSTEM, "set device");
     goto fail;
@@ -122,6 +126,8 @@ fail_streams:
 fail:
   free(d->send_seq);
   free(d->send_wired);
+  free(d->recv_seq);
+  free(d->recv_wired);
   free(d);
   return st;
 }
@@ -266,6 +272,8 @@ void rm__dev_destroy(rm_comm_t *c)
   }
   free(d->send_seq);
   free(d->send_wired);
+  free(d->recv_seq);
+  free(d->recv_wired);
   free(d);
   c->dev = NULL;
 }

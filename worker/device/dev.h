@@ -106,9 +106,10 @@ typedef struct rm__dev {
   int ipc_refused;      /* sends whose memory could not be exported */
   uint64_t *send_seq;   /* per peer: staged sends posted by the algorithm */
   uint64_t *send_wired; /* per peer: of those, handed to the transport */
+  uint64_t *recv_seq, *recv_wired; /* the same for direct receives */
   /* counters (tests, benchmarks): staged sends and receives; messages
    * sent and received by reference */
-  uint64_t staged_bytes, staged_msgs, ref_bytes, ref_msgs;
+  uint64_t staged_bytes, staged_msgs, ref_bytes, ref_msgs, direct_bytes, direct_msgs;
 } rm__dev_t;
 
 /* Words about the runtime's last failure, made sticky on c. */

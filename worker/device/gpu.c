@@ -49,6 +49,36 @@ const rm__gpu_ops_t *rm__gpu(void)
   return g_ops;
 }
 
+static int g_gdr;
+static pthread_once_t g_gdr_once = PTHREAD_ONCE_INIT;
+
+static void choose_gdr(void)
+{
+  const rm__gpu_ops_t *g = rm__gpu();
+  const char *why;
+  if (g == NULL) return;
+  if (rm__env_int("RINGMASTER_GDR", 1) == 0) {
+    why = "off (RINGMASTER_GDR=0)";
+  } else if (strcmp(g->name, "standin") == 0) {
+    g_gdr = rm__gpu_standin_gdr();
+    why = g_gdr ? "on (the stand-in GPU acts as GPUDirect-capable)" : "off (stand-in GPU)";
+  } else if (access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
+             access("/sys/module/nvidia_peermem", F_OK) == 0) {
+    g_gdr = 1;
+    why = "on (nvidia-peermem is loaded)";
+  } else {
+    why = "off (nvidia-peermem is not loaded)";
+  }
+  RM_INFO("gpu: GPUDirect RDMA %s: device memory over RDMA is %s", why,
+          g_gdr ? "registered with the NIC directly" : "staged through host memory");
+}
+
+int rm__gpu_gdr(void)
+{
+  pthread_once(&g_gdr_once, choose_gdr);
+  return g_gdr;
+}
+
 int rm__gpu_ipc_offerable(void)
 {
   if (rm__env_int("RINGMASTER_CUDA_IPC", 1) == 0) return 0;

@@ -103,8 +103,17 @@ static inline int rm__gpu_ptr_is_device(const void *p, int *dev)
  * sender that cannot export its memory sends by value. */
 int rm__gpu_ipc_offerable(void);
 
+/* Whether the RDMA transport may register device memory directly
+ * (GPUDirect RDMA) instead of staging it: RINGMASTER_GDR=0 off; the
+ * stand-in with RINGMASTER_TEST_GPU_GDR=1; else the CUDA runtime in use and
+ * nvidia-peermem loaded (/sys/kernel/mm/memory_peers/nv_mem or
+ * /sys/module/nvidia_peermem). Decided once, logged once. */
+int rm__gpu_gdr(void);
+
 /* NULL in builds without test hooks (gpu_standin.c). */
 const rm__gpu_ops_t *rm__gpu_standin(void);
+/* 1 when the stand-in is asked to act as GPUDirect-capable. */
+int rm__gpu_standin_gdr(void);
 /* 1 when the process asks for the stand-in (test-hook builds only). */
 int rm__gpu_standin_wanted(void);
 /* For the stand-in NCCL (nccl_standin.c, also a test double): the host

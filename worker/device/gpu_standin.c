@@ -36,6 +36,11 @@
  *     with the words in err().
  *  6. A hung GPU: RINGMASTER_TEST_GPU_STALL_AFTER=N stops every stream of
  *     the process after N operations until it is destroyed.
+ *  7. GPUDirect RDMA: with RINGMASTER_TEST_GPU_GDR=1 an allocation is also
+ *     mapped read-write at its device address, as a NIC with nvidia-peermem
+ *     reaches GPU memory; the verbs test double (tests/rdma_emu) then
+ *     moves device memory itself. (The library's own code must still not
+ *     touch it; the runs without GDR are the ones that check that.)
  *
  * Reductions run the CPU kernels (reduce.h) on the translated pointers, so
  * results equal the host path bit for bit.
@@ -46,6 +51,7 @@
 #ifndef RINGMASTER_TEST_HOOKS
 const rm__gpu_ops_t *rm__gpu_standin(void) { return NULL; }
 int rm__gpu_standin_wanted(void) { return 0; }
+int rm__gpu_standin_gdr(void) { return 0; }
 void *rm__standin_xlate(const void *p, size_t n) { (void)n; return (void *)p; }
 rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg)
 {
@@ -74,6 +80,7 @@ RM_PARAM(standin_delay_us, "RINGMASTER_TEST_GPU_DELAY_US", 0)
 /* The GPU stops answering after this many operations (all streams of the
  * process): the stall the device deadline must catch. 0 = never. */
 RM_PARAM(standin_stall_after, "RINGMASTER_TEST_GPU_STALL_AFTER", 0)
+RM_PARAM(standin_gdr, "RINGMASTER_TEST_GPU_GDR", 0)
 static uint64_t g_executed;
 
 static __thread char t_err[256];
@@ -149,6 +156,12 @@ static rm_status_t reg(char *back, size_t len, int fd, int imported, uintptr_t *
   }
   *dev = g_next;
   g_next += 2 * len; /* the allocation, then a gap as long: top of file */
+  /* 7: the memory at its device address too, for the emulated NIC */
+  if (fd >= 0 && rm__param_standin_gdr() &&
+      mmap((void *)*dev, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    pthread_mutex_unlock(&g_lock);
+    return RM_ERR_NOMEM;
+  }
   if (g_n == g_cap) {
     int cap = g_cap ? 2 * g_cap : 16;
     sa_alloc_t *na = realloc(g_allocs, (size_t)cap * sizeof *na);
@@ -233,6 +246,9 @@ static rm_status_t sa_dev_alloc(size_t n, void **p)
 /* The device addresses stay reserved (never reused: top of file). */
 static void sa_unmap(const sa_alloc_t *a)
 {
+  if (!a->imported && rm__param_standin_gdr()) /* 7: back to PROT_NONE */
+    (void)mmap((void *)a->dev, a->len, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   munmap(a->back, a->len);
   if (a->fd >= 0) close(a->fd);
 }
@@ -616,6 +632,8 @@ int rm__gpu_standin_wanted(void)
 {
   return strcmp(rm__env_str("RINGMASTER_TEST_GPU", ""), "standin") == 0;
 }
+
+int rm__gpu_standin_gdr(void) { return rm__gpu_standin_wanted() && rm__param_standin_gdr(); }
 
 const rm__gpu_ops_t *rm__gpu_standin(void)
 {

@@ -45,6 +45,18 @@
  *          event finished, dev_ref_done acknowledges, so the sender may
  *          reuse its memory.
  *
+ * Directly (a transport with dev_direct: RDMA with GPUDirect RDMA, where
+ * the NIC reads and writes device memory), no staging buffer and no copy:
+ *
+ *   send and recv:  READY --event--> WIRE --complete--> DONE
+ *          READY waits for an event on s: for a send, the data is final;
+ *          for a receive, nothing enqueued on the GPU still reads or writes
+ *          the range (the NIC writes it outside any stream, so a reduction
+ *          still reading the previous segment of a scratch slot must end
+ *          first). Receives keep their FIFO order per peer like sends
+ *          (recv_seq / recv_wired). The wire request carries the device
+ *          pointer; the transport registers it (transport/mr.h).
+ *
  * Pipelining comes from the algorithms: they cut messages into segments
  * (RINGMASTER_RING_SEGMENT_BYTES) and keep several in flight, so segment
  * k's device-to-host copy, segment k-1 on the wire and segment k-2's
@@ -87,6 +99,7 @@ typedef struct rm__stage {
   rm__req_t wire;      /* the host message the transport carries */
   rm__dev_msg_t dm;    /* by reference (wire.dm = &dm), else unused */
   int ref;             /* send: goes by reference (no staging buffer) */
+  int direct;          /* the transport moves device memory (GPUDirect) */
   rm__bounce_t *b;
   void *ev;
   int state;
@@ -122,6 +135,46 @@ static rm_status_t wire_post(rm_comm_t *c, rm__stage_t *s)
   return c->conns[s->wire.peer].type->post(c, &s->wire);
 }
 
+/* A request the transport moves from / into device memory itself. */
+static rm_status_t post_direct(rm_comm_t *c, rm__stage_t *s, rm__req_t *req)
+{
+  rm__dev_t *d = c->dev;
+  if (rm__dev_event(c, &s->ev) != RM_OK) {
+    free(s);
+    return RM_ERR_SYSTEM;
+  }
+  s->user = req;
+  req->stg = s;
+  wire_init(c, s, req); /* buf: the device buffer */
+  s->since_ns = rm__now_ns();
+  s->state = S_D2H; /* READY (top of file) */
+  s->pseq = req->kind == RM__REQ_SEND ? d->send_seq[req->peer]++ : d->recv_seq[req->peer]++;
+  d->d2h_pending++;
+  d->direct_msgs++;
+  d->direct_bytes += req->len;
+  append(d, s);
+  if (d->g->event_record(s->ev, d->s) != RM_OK)
+    return rm__dev_fail(c, RM_ERR_SYSTEM, "wait for the GPU before a GPUDirect transfer");
+  return RM_OK;
+}
+
+/* READY -> WIRE when the event finished and it is this request's turn
+ * among its peer's requests of its direction. */
+static rm_status_t ready(rm_comm_t *c, rm__stage_t *s, uint64_t *wired)
+{
+  rm__dev_t *d = c->dev;
+  int q;
+  if (s->pseq != wired[s->wire.peer]) return RM_OK; /* not its turn */
+  q = d->g->event_query(s->ev);
+  if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "device work before a transfer");
+  if (q == 0) return RM_OK;
+  wired[s->wire.peer]++;
+  d->d2h_pending--;
+  s->state = S_WIRE;
+  if (s->user) s->user->ctl_moved++; /* the deadline meter moves */
+  return wire_post(c, s);
+}
+
 /* Whether a send of req goes by reference: the pair allows it and the
  * runtime can name its memory for the peer (fills s->dm). */
 static int by_reference(rm_comm_t *c, rm__stage_t *s, const rm__req_t *req)
@@ -151,6 +204,11 @@ rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
   rm_status_t st = RM_OK;
   int ref;
   if (s == NULL) return RM_ERR_NOMEM;
+  {
+    const rm__transport_ops_t *t = c->conns[req->peer].type;
+    s->direct = t->dev_direct != NULL && t->dev_direct(c, req->peer);
+  }
+  if (s->direct) return post_direct(c, s, req);
   ref = by_reference(c, s, req);
   s->ref = ref && req->kind == RM__REQ_SEND;
   if (!s->ref) st = rm__dev_bounce(c, req->len, &s->b); /* receives: the by-value case */
@@ -207,19 +265,7 @@ static void finish_user(rm__stage_t *s, rm_status_t st)
 
 static rm_status_t step_send(rm_comm_t *c, rm__stage_t *s)
 {
-  rm__dev_t *d = c->dev;
-  if (s->state == S_D2H) {
-    int q;
-    if (s->pseq != d->send_wired[s->wire.peer]) return RM_OK; /* not its turn */
-    q = d->g->event_query(s->ev);
-    if (q < 0) return rm__dev_fail(c, RM_ERR_SYSTEM, "device-to-host copy of a send");
-    if (q == 0) return RM_OK;
-    d->send_wired[s->wire.peer]++;
-    d->d2h_pending--;
-    s->state = S_WIRE;
-    if (s->user) s->user->ctl_moved++; /* the deadline meter moves */
-    return wire_post(c, s);
-  }
+  if (s->state == S_D2H) return ready(c, s, c->dev->send_wired);
   if (s->state == S_WIRE && s->wire.complete) {
     finish_user(s, s->wire.status);
     s->state = S_DONE;
@@ -230,8 +276,10 @@ static rm_status_t step_send(rm_comm_t *c, rm__stage_t *s)
 static rm_status_t step_recv(rm_comm_t *c, rm__stage_t *s)
 {
   rm__dev_t *d = c->dev;
+  if (s->state == S_D2H) return ready(c, s, d->recv_wired); /* direct */
   if (s->state == S_WIRE && s->wire.complete) {
-    if (s->wire.status != RM_OK || s->user == NULL) { /* failed, or detached */
+    if (s->wire.status != RM_OK || s->user == NULL || s->direct) { /* failed, detached, or
+                                                                    * already in place */
       finish_user(s, s->wire.status);
       s->state = S_DONE;
       return RM_OK;

@@ -234,6 +234,14 @@ typedef struct rm__transport_ops {
    * when the sender closed or died before the copy ended: its memory may
    * have been reused under the copy. */
   rm_status_t (*dev_ref_done)(rm_comm_t *c, int peer);
+  /* Optional (NULL: never): 1 when this transport moves device memory of
+   * the pair with peer itself, as it moves host memory (GPUDirect RDMA:
+   * reg_mr registers device memory with the NIC). device/stage.c then
+   * hands it device buffers: a send once the data is final, a receive once
+   * nothing queued on the GPU still reads the range (the NIC writes
+   * outside any stream). Each rank decides for itself: the wire is the
+   * same either way. */
+  int (*dev_direct)(const rm_comm_t *c, int peer);
 } rm__transport_ops_t;
 
 extern const rm__transport_ops_t rm__tcp_transport;

@@ -44,6 +44,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "device/gpu.h"
 #include "rm_clock.h"
 #include "rm_le.h"
 #include "rm_log.h"
@@ -426,6 +427,15 @@ static rm_status_t rdma_connect_all(rm_comm_t *c)
   return st;
 }
 
+/* GPUDirect RDMA (transport.h dev_direct): the NIC reaches device memory
+ * when nvidia-peermem is loaded (device/gpu.c decides, once). */
+static int rdma_dev_direct(const rm_comm_t *c, int peer)
+{
+  (void)c;
+  (void)peer;
+  return rm__gpu_gdr();
+}
+
 const rm__transport_ops_t rm__rdma_transport = {
     .name = "rdma",
     .id = RM__TP_RDMA,
@@ -442,4 +452,5 @@ const rm__transport_ops_t rm__rdma_transport = {
     .offer_close = rm__rdma_offer_close,
     .reg_mr = rm__rdma_reg_mr,
     .dereg_mr = rm__rdma_dereg_mr,
+    .dev_direct = rdma_dev_direct,
 };
