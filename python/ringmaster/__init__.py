@@ -95,44 +95,98 @@ _c_reduce = _lib.rm_reduce
 _c_barrier = _lib.rm_barrier
 
 
-def _buf(x, writable=True):
-    """(pointer, element count, rm dtype or None) of a contiguous host buffer."""
+# __cuda_array_interface__ typestr -> rm dtype (no standard spelling for bf16)
+_CAI_DT = {"<f4": F32, "<f8": F64, "<f2": F16, "<i4": I32, "<i8": I64, "|u1": U8,
+           "<u1": U8}
+
+
+def _cai(x, writable):
+    """(pointer, count, dtype, stream) of an object with __cuda_array_interface__
+    (version 2 or 3: CuPy, Numba, PyTorch CUDA tensors). The stream is the one
+    the producer's work is ordered on (v3 "stream": absent or 1 = the legacy
+    default stream, 2 = the per-thread default, else a cudaStream_t)."""
+    a = x.__cuda_array_interface__
+    shape = tuple(a["shape"])
+    n = 1
+    for d in shape:
+        n *= int(d)
+    typestr = a["typestr"]
+    itemsize = int(typestr[2:])
+    strides = a.get("strides")
+    if strides is not None:
+        want, acc = [], itemsize
+        for d in reversed(shape):
+            want.append(acc)
+            acc *= int(d)
+        if n > 1 and tuple(int(v) for v in strides) != tuple(reversed(want)):
+            raise ValueError("ringmaster: device array is not C-contiguous")
+    ptr, readonly = a["data"]
+    if readonly and writable:
+        raise ValueError("ringmaster: device array is read-only")
+    st = a.get("stream")
+    stream = 0 if st in (None, 1) else int(st)
+    return int(ptr or 0), n, _CAI_DT.get(typestr), stream
+
+
+def _buf4(x, writable=True):
+    """(pointer, element count, rm dtype or None, stream) of a contiguous
+    buffer: host memory (numpy arrays, CPU tensors; stream None) or device
+    memory (CUDA tensors, objects with __cuda_array_interface__; stream: the
+    cudaStream_t the collective waits for, 0 = the default stream)."""
     if type(x) is _ndarray:
         if not x.flags.c_contiguous:
             raise ValueError("ringmaster: numpy array is not C-contiguous "
                              "(use numpy.ascontiguousarray and copy back)")
         n = x.size
         if n == 0:
-            return 0, 0, _NP_DT.get(x.dtype)
+            return 0, 0, _NP_DT.get(x.dtype), None
         if x.flags.writeable:
             p = _addressof(_from_buffer(x))
         elif writable:
             raise ValueError("ringmaster: numpy array is read-only")
         else:
             p = x.ctypes.data
-        return p, n, _NP_DT.get(x.dtype)
+        return p, n, _NP_DT.get(x.dtype), None
     if _torch is None:
         _resolve_torch()
     if isinstance(x, _Tensor):
-        if x.is_cuda or x.device.type != "cpu":
-            raise TypeError("ringmaster: tensor on %s; only CPU (host memory) tensors are "
-                            "supported; use .cpu()" % x.device)
         if x.layout is not _torch.strided:
             raise TypeError("ringmaster: sparse tensors are not supported")
         if not x.is_contiguous():
             raise ValueError("ringmaster: tensor is not contiguous (use .contiguous() "
                              "and copy back)")
-        return x.data_ptr(), x.numel(), _TORCH_DT.get(x.dtype)
+        stream = None
+        if x.is_cuda:
+            stream = _torch.cuda.current_stream(x.device).cuda_stream
+        elif x.device.type != "cpu":
+            raise TypeError("ringmaster: tensor on %s; CPU and CUDA tensors are "
+                            "supported" % x.device)
+        return x.data_ptr(), x.numel(), _TORCH_DT.get(x.dtype), stream
     if _np is not None and isinstance(x, _ndarray):  # subclasses
-        return _buf(x.view(_ndarray), writable)
-    raise TypeError("ringmaster: expected a numpy.ndarray or a CPU torch.Tensor, got %s"
-                    % type(x).__name__)
+        return _buf4(x.view(_ndarray), writable)
+    if hasattr(x, "__cuda_array_interface__"):
+        return _cai(x, writable)
+    raise TypeError("ringmaster: expected a numpy.ndarray, a torch.Tensor (CPU or CUDA) "
+                    "or a device array (__cuda_array_interface__), got %s" % type(x).__name__)
+
+
+def _buf(x, writable=True):
+    """(pointer, element count, rm dtype or None) of a contiguous HOST buffer
+    (the calls that compute on the CPU: aggregation, straggler steps)."""
+    p, n, dt, stream = _buf4(x, writable)
+    if stream is not None:
+        raise TypeError("ringmaster: this call needs host memory (numpy or a CPU "
+                        "tensor), not device memory; use .cpu() and copy back")
+    return p, n, dt
 
 
 def _nbytes(x):
     if type(x) is _ndarray or (_np is not None and isinstance(x, _ndarray)):
         return x.nbytes
-    return x.numel() * x.element_size()
+    if hasattr(x, "numel"):
+        return x.numel() * x.element_size()
+    p, n, dt, _ = _cai(x, False)
+    return n * int(x.__cuda_array_interface__["typestr"][2:])
 
 
 def _dtype_err(x):
@@ -157,6 +211,7 @@ class Communicator:
         self.start_step = 0
         self.step = 0
         self._barrier_seq = 0
+        self._stream = None   # the cudaStream_t last set on ptr
         self.lock = threading.Lock()
 
     # -- errors
@@ -203,9 +258,22 @@ class Communicator:
         self.world = _lib.rm_comm_world(self.ptr)
         self.generation = _lib.rm_comm_generation(self.ptr)
 
+    # -- buffers
+    def _dbuf(self, x, writable=True):
+        """_buf4 for a collective: a device buffer's stream becomes the one the
+        communicator's next collective waits for (rm_comm_set_stream)."""
+        p, n, dt, stream = _buf4(x, writable)
+        if stream is not None and stream != self._stream and self.ptr:
+            f = _lib.session_fn("rm_comm_set_stream")
+            if f is None:
+                raise TypeError("ringmaster: this libringmaster takes no device buffers")
+            f(self.ptr, stream or None)
+            self._stream = stream
+        return p, n, dt
+
     # -- collectives
     def allreduce(self, x, op="sum", algorithm=None):
-        p, n, dt = _buf(x)
+        p, n, dt = self._dbuf(x)
         if dt is None:
             raise _dtype_err(x)
         o = OPS.get(op)
@@ -246,7 +314,7 @@ class Communicator:
         return [r for r in range(self.world) if ex[r]] if want_info else None
 
     def broadcast(self, x, root=0):
-        p, n, dt = _buf(x)
+        p, n, dt = self._dbuf(x)
         if dt is None:  # any element type: move bytes
             n, dt = _nbytes(x), U8
         if n:
@@ -256,8 +324,8 @@ class Communicator:
         return x
 
     def allgather_into(self, out, x):
-        p, n, dt = _buf(x, writable=False)
-        q, m, dt2 = _buf(out)
+        p, n, dt = self._dbuf(x, writable=False)
+        q, m, dt2 = self._dbuf(out)
         if dt is None or dt2 != dt:
             n, dt = _nbytes(x), U8
             if _nbytes(out) != n * self.world:
@@ -275,12 +343,12 @@ class Communicator:
             out = _np.empty((self.world,) + x.shape, x.dtype)
         else:
             _resolve_torch()
-            out = _torch.empty((self.world,) + tuple(x.shape), dtype=x.dtype)
+            out = x.new_empty((self.world,) + tuple(x.shape))
         return self.allgather_into(out, x)
 
     def reduce_scatter_into(self, out, x, op="sum"):
-        p, n, dt = _buf(x, writable=False)
-        q, m, dt2 = _buf(out)
+        p, n, dt = self._dbuf(x, writable=False)
+        q, m, dt2 = self._dbuf(out)
         if dt is None or dt2 != dt:
             raise _dtype_err(x)
         if n != m * self.world:
@@ -299,12 +367,12 @@ class Communicator:
         if type(x) is _ndarray:
             out = _np.empty(shape, x.dtype)
         else:
-            out = _torch.empty(shape, dtype=x.dtype)
+            out = x.new_empty(shape)
         return self.reduce_scatter_into(out, x, op)
 
     def alltoall_into(self, out, x):
-        p, n, dt = _buf(x, writable=False)
-        q, m, _ = _buf(out)
+        p, n, dt = self._dbuf(x, writable=False)
+        q, m, _ = self._dbuf(out)
         nb = _nbytes(x)
         if _nbytes(out) != nb or nb % self.world:
             raise ValueError("ringmaster: alltoall: output must be the input's size, "
@@ -316,7 +384,7 @@ class Communicator:
         return out
 
     def reduce(self, x, op="sum", root=0):
-        p, n, dt = _buf(x)
+        p, n, dt = self._dbuf(x)
         if dt is None:
             raise _dtype_err(x)
         if n:
@@ -808,7 +876,7 @@ def allreduce_gradients(x):
     coordinator picks the contributors, everyone gets their average). Returns
     the number of contributors. Outside a session: a plain average."""
     d = _default
-    p, n, dt = _buf(x)
+    p, n, dt = d._dbuf(x)
     if dt not in (F32, F64, F16, BF16):
         raise TypeError("ringmaster: allreduce_gradients needs a float dtype")
     if not d.session:

@@ -178,6 +178,13 @@ _CORE = {
 
 _SESSION = {
     "rm_comm_config_size": (c_size_t, []),
+    # device memory (issue 15)
+    "rm_comm_set_stream": (c_int, [c_void_p, c_void_p]),
+    "rm_comm_set_memory": (c_int, [c_void_p, c_int]),
+    # test machinery of test-hook builds (device buffers for the tests)
+    "rm_testhook_gpu_alloc": (c_void_p, [c_size_t]),
+    "rm_testhook_gpu_free": (None, [c_void_p]),
+    "rm_testhook_gpu_copy": (c_int, [c_void_p, c_void_p, c_size_t]),
     "rm_session_config_init": (None, [c_void_p]),
     "rm_session_config_size": (c_size_t, []),
     "rm_session_config_from_env": (c_int, [c_void_p]),

@@ -1,10 +1,17 @@
-"""One rank of test_core.py: `core_worker.py check|kill --rank R --peers A,B,...`.
+"""One rank of test_core.py: `core_worker.py check|kill|device --rank R --peers A,B,...`.
 
 check: in-place all-reduce of numpy arrays and CPU torch tensors (data
 pointer unchanged) for every dtype both sides have, every op, every
 algorithm and odd sizes; broadcast, allgather, reduce_scatter, alltoall,
 barrier; the TypeError/ValueError of bad buffers. Values are small integers so
 every expected result is exact. Prints "OK rank R".
+
+device: the same collectives on DEVICE memory, given to ringmaster as objects
+with __cuda_array_interface__ (the protocol CuPy, Numba and PyTorch CUDA
+tensors speak), allocated through the library's test hooks (the stand-in GPU,
+a test double, or CUDA on a GPU machine); with RINGMASTER_TEST_NCCL=standin
+also algorithm="nccl". A strided device array is a ValueError, host-only
+calls (aggregate) refuse device memory with a TypeError. Prints "OK rank R".
 
 kill: after a barrier prints READY, then all-reduces 256 KiB until the
 library raises (the parent SIGKILLs one rank); prints
@@ -144,6 +151,100 @@ def check(rank, world):
     print("OK rank %d" % rank, flush=True)
 
 
+class DevArray:
+    """Device memory (the library's test hooks, rm_testhook_gpu_*) with
+    __cuda_array_interface__ version 3 ("stream": 1, the default stream)."""
+
+    def __init__(self, host):
+        from ringmaster import _lib
+        self._f = _lib.session_fn
+        self.dtype, self.shape, self.nbytes = host.dtype, host.shape, host.nbytes
+        self.ptr = self._f("rm_testhook_gpu_alloc")(max(self.nbytes, 1))
+        check_all(self.ptr, "no device memory")
+        self.put(host)
+        self.strides = None
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "version": 3, "strides": self.strides, "stream": 1}
+
+    def put(self, host):
+        check_all(self._f("rm_testhook_gpu_copy")(self.ptr, host.ctypes.data, host.nbytes) == 0,
+                  "put")
+
+    def get(self):
+        out = np.empty(self.shape, self.dtype)
+        check_all(self._f("rm_testhook_gpu_copy")(out.ctypes.data, self.ptr, self.nbytes) == 0,
+                  "get")
+        return out
+
+    def free(self):
+        self._f("rm_testhook_gpu_free")(self.ptr)
+
+
+def device(rank, world):
+    ops = ["sum", "max", "min", "avg", "prod"]
+    algos = [None, "ring", "hd", "tree"] + (["nccl"] if os.environ.get("RINGMASTER_TEST_NCCL") else [])
+    for dt in NP_TYPES:
+        isint = np.issubdtype(dt, np.integer)
+        for n in (7, 65537):
+            for i, op in enumerate(ops):
+                algo = algos[i % len(algos)]
+                d = DevArray(value(op, n, rank).astype(dt))
+                out = rm.allreduce(d, op=op, algorithm=algo)
+                check_all(out is d, "device result not the same object")
+                want = expected(op, n, world, isint)
+                got = d.get()
+                check_all(np.array_equal(got.astype(np.float64), want),
+                          "device %s %s n=%d algo %s: got %s want %s"
+                          % (np.dtype(dt), op, n, algo, got[:5], want[:5]))
+                d.free()
+    root = world - 1
+    d = DevArray(np.full(777, rank, np.int64))
+    rm.broadcast(d, root)
+    check_all((d.get() == root).all(), "device broadcast")
+    d.free()
+    src, out = DevArray(np.full(6, rank, np.float64)), DevArray(np.zeros(6 * world))
+    rm.default_communicator().allgather_into(out, src)
+    g = out.get().reshape(world, 6)
+    check_all(all((g[r] == r).all() for r in range(world)), "device allgather_into")
+    src.free(), out.free()
+    src = DevArray(np.arange(world * 5, dtype=np.float32) * (rank + 1))
+    out = DevArray(np.zeros(5, np.float32))
+    rm.default_communicator().reduce_scatter_into(out, src)
+    s = sum(r + 1 for r in range(world))
+    check_all(np.array_equal(out.get(), np.arange(rank * 5, rank * 5 + 5, dtype=np.float32) * s),
+              "device reduce_scatter_into")
+    src.free(), out.free()
+    src = DevArray(np.array([rank * 100 + j for j in range(world)], np.int32))
+    out = DevArray(np.zeros(world, np.int32))
+    rm.default_communicator().alltoall_into(out, src)
+    check_all(list(out.get()) == [r * 100 + rank for r in range(world)], "device alltoall")
+    src.free(), out.free()
+    d = DevArray(np.ones(8, np.float32))
+    d.strides = (8,)  # every other element: not C-contiguous
+    try:
+        rm.allreduce(d)
+    except ValueError as e:
+        check_all("contiguous" in str(e), "strided error text %s" % e)
+    else:
+        raise AssertionError("no ValueError for a strided device array")
+    d.strides = None
+    try:
+        rm.aggregate(d, method="median")
+    except TypeError as e:
+        check_all("host memory" in str(e), "aggregate error text %s" % e)
+    else:
+        raise AssertionError("aggregate took device memory")
+    d.free()
+    h = np.ones(5, np.float32)  # host memory on the same communicator
+    rm.allreduce(h)
+    check_all((h == world).all(), "host after device")
+    rm.barrier()
+    print("OK rank %d" % rank, flush=True)
+
+
 def kill(rank, world):
     x = np.ones(65536, np.float32)
     rm.allreduce(x)
@@ -169,7 +270,7 @@ def main():
     rank = int(sys.argv[sys.argv.index("--rank") + 1])
     peers = sys.argv[sys.argv.index("--peers") + 1].split(",")
     rm.init(rank=rank, world=len(peers), peers=peers)
-    {"check": check, "kill": kill}[mode](rank, len(peers))
+    {"check": check, "kill": kill, "device": device}[mode](rank, len(peers))
     rm.finalize()
 
 

@@ -4,6 +4,10 @@
                          torch all-reduce for every dtype/op/algorithm, data
                          pointers unchanged, broadcast, allgather,
                          reduce_scatter, alltoall, barrier, bad buffers)
+  test_core.py device N  N ranks of core_worker.py device (collectives on
+                         device arrays given by __cuda_array_interface__;
+                         77 when the library has no GPU runtime and no
+                         stand-in GPU)
   test_core.py kill N    N ranks all-reducing; rank 1 is SIGKILLed: every
                          survivor raises PeerLost naming rank 1 within the
                          data-plane deadline (RINGMASTER_TIMEOUT_MS=15000)
@@ -38,6 +42,26 @@ def check(n):
     print("%d ranks: all checks passed" % n)
 
 
+def device(n):
+    import ringmaster
+    from ringmaster import _lib
+    if _lib.session_fn("rm_testhook_gpu_alloc") is None:
+        print("SKIP: this libringmaster has no test hooks (device memory for the test)")
+        sys.exit(77)
+    d = rmtest.tmpdir("device")
+    procs = group("device", n, d)
+    codes = rmtest.wait_all(procs, 150)
+    for r, (p, c) in enumerate(zip(procs, codes)):
+        out = p.output()
+        if c == 0 and ("OK rank %d" % r) in out:
+            continue
+        if "no device memory" in out:
+            print("SKIP: no GPU runtime (no GPU, and RINGMASTER_TEST_GPU is not standin)")
+            sys.exit(77)
+        raise AssertionError("rank %d exit %d:\n%s" % (r, c, out[-3000:]))
+    print("%d ranks: device checks passed (%s)" % (n, ringmaster.library_path))
+
+
 def kill(n):
     d = rmtest.tmpdir("kill")
     procs = group("kill", n, d)
@@ -67,7 +91,7 @@ def kill(n):
 def main():
     rmtest.require(torch=True)
     mode, n = sys.argv[1], int(sys.argv[2])
-    rmtest.main(lambda: {"check": check, "kill": kill}[mode](n))
+    rmtest.main(lambda: {"check": check, "kill": kill, "device": device}[mode](n))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,11 @@ rm_status_t rm__mreduce(rm_comm_t *c, const rm__reducer_t *r, void *dst, const v
  * communicator's device temporary (kept; rm__mtmp_free does nothing). */
 rm_status_t rm__mtmp(rm_comm_t *c, size_t n, void **out);
 void rm__mtmp_free(rm_comm_t *c, void *p);
+/* A copy between host and device memory outside any collective (the
+ * session's straggler step), ordered after the work on the communicator's
+ * stream (rm_comm_set_stream) and waited for with its deadline. Failures
+ * are sticky on c. */
+rm_status_t rm__dev_copy_sync(rm_comm_t *c, void *dst, const void *src, size_t n);
 /* Device scratch of at least n bytes (rm__scratch while dev_active). */
 rm_status_t rm__dev_scratch(rm_comm_t *c, size_t n, void **out);
 

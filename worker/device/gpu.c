@@ -14,6 +14,7 @@
  * must not ask before it forks (tests/lib forks first).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -78,6 +79,44 @@ int rm__gpu_gdr(void)
   pthread_once(&g_gdr_once, choose_gdr);
   return g_gdr;
 }
+
+#ifdef RINGMASTER_TEST_HOOKS
+/* Test machinery (test-hook builds only; not in any header): device
+ * memory for tests that reach the library only through its exported
+ * symbols (the Python tests), through the runtime in use (the stand-in GPU,
+ * or CUDA on a GPU machine). Copies are synchronous. */
+RM_EXTERN void *rm_testhook_gpu_alloc(size_t n);
+RM_EXTERN void rm_testhook_gpu_free(void *p);
+RM_EXTERN int rm_testhook_gpu_copy(void *dst, const void *src, size_t n);
+
+void *rm_testhook_gpu_alloc(size_t n)
+{
+  const rm__gpu_ops_t *g = rm__gpu();
+  void *p = NULL;
+  int prev;
+  if (g == NULL || g->set_device(0, &prev) != RM_OK || g->dev_alloc(n, &p) != RM_OK) return NULL;
+  return p;
+}
+
+void rm_testhook_gpu_free(void *p)
+{
+  const rm__gpu_ops_t *g = rm__gpu();
+  if (g != NULL) g->dev_free(p);
+}
+
+int rm_testhook_gpu_copy(void *dst, const void *src, size_t n)
+{
+  const rm__gpu_ops_t *g = rm__gpu();
+  void *ev = NULL;
+  int q = -1;
+  if (g == NULL) return -1;
+  if (g->copy(dst, src, n, NULL) == RM_OK && g->event_create(&ev) == RM_OK &&
+      g->event_record(ev, NULL) == RM_OK)
+    while ((q = g->event_query(ev)) == 0) sched_yield();
+  if (ev) g->event_destroy(ev);
+  return q == 1 ? 0 : -1;
+}
+#endif
 
 int rm__gpu_ipc_offerable(void)
 {
