@@ -3,7 +3,7 @@
  * public API only.
  *
  *   rm_bench [-n WORLD] [-b MIN] [-e MAX] [-f FACTOR] [-s SIZE,SIZE...]
- *            [-a ALGO,ALGO...] [-t DTYPE] [-i ITERS] [-w WARMUP]
+ *            [-a ALGO,ALGO...] [-t DTYPE] [-i ITERS] [-w WARMUP] [-m host|device]
  *   rm_bench --rank R --world N --peers H:P,H:P,...   (one rank per process,
  *            e.g. one per network namespace; only rank 0 prints)
  *
@@ -16,7 +16,17 @@
  * one line: size, count, type, op, algorithm (auto: "auto>ring" = what auto
  * ran), median us, algbw = bytes/median (GB/s, 1e9), busbw = algbw*2(N-1)/N,
  * #wrong = wrong elements over all ranks and iterations.
+ *
+ * -m device: the buffer is device memory (bench_dev.h: CUDA, or the
+ * stand-in GPU in a test-hook build); the input is restored by a device
+ * copy and checked after a copy to the host, both untimed. What carries it
+ * depends on the pairs (staged through host memory; CUDA IPC between ranks
+ * of one host unless RINGMASTER_CUDA_IPC=0; GPUDirect RDMA) and -a nccl
+ * runs NCCL: the header says which. -a nccl-direct (device, CUDA builds)
+ * calls NCCL itself on the same buffer (bench_nccl.c), the reference for
+ * NCCL through ringmaster.
  */
+#define ALGO_NCCL_DIRECT RM_ALGO_COUNT /* a pseudo-algorithm of this bench */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +37,8 @@
 #include <unistd.h>
 
 #include "ringmaster/ringmaster.h"
+#include "bench_dev.h"
+#include "bench_nccl.h"
 #include "bench_fork.h"
 
 #define MAX_SIZES 64
@@ -39,6 +51,7 @@ typedef struct opts {
   int nalgos;
   rm_dtype_t dt;
   int iters, warmup;
+  int device; /* -m device */
 } opts_t;
 
 static double now_us(void)
@@ -95,6 +108,10 @@ static int iters_for(const opts_t *o, size_t bytes)
 }
 
 /* One (size, algorithm) cell: returns 0 or -1 on a collective error. */
+/* Device runs: the device buffer and the device copy of the input; buf
+ * and pristine are then host memory the result is checked in. */
+static char *g_dbuf, *g_dpristine;
+
 static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
                     char *buf, char *pristine, char *want)
 {
@@ -103,14 +120,25 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
   double *t = calloc((size_t)it, sizeof(double));
   double wrong = 0;
   rm_allreduce_info_t info = {0};
+  char *work = o->device ? g_dbuf : buf;
   for (int k = -o->warmup; k < it; k++) {
-    memcpy(buf, pristine, count * es);
+    if (o->device) {
+      if (rm_bench_dev_copy(g_dbuf, g_dpristine, count * es) != 0) goto fail;
+    } else {
+      memcpy(buf, pristine, count * es);
+    }
     if (rm_barrier(c) != RM_OK) goto fail;
     double t0 = now_us();
-    if (rm_allreduce_ex(c, buf, buf, count, o->dt, RM_SUM, algo, &info) != RM_OK) goto fail;
+    if (algo == ALGO_NCCL_DIRECT) {
+      if (!o->device || rm_bench_nccl_direct(c, work, count, o->dt) != 0) goto fail;
+      info.algorithm = ALGO_NCCL_DIRECT;
+    } else if (rm_allreduce_ex(c, work, work, count, o->dt, RM_SUM, algo, &info) != RM_OK) {
+      goto fail;
+    }
     double dt = now_us() - t0;
     if (rm_allreduce(c, &dt, &dt, 1, RM_F64, RM_MAX) != RM_OK) goto fail;
     if (k >= 0) t[k] = dt;
+    if (o->device && rm_bench_dev_copy(buf, g_dbuf, count * es) != 0) goto fail;
     if (memcmp(buf, want, count * es) != 0) /* count elements only when wrong */
       for (size_t i = 0; i < count; i++)
         if (memcmp(buf + i * es, want + i * es, es) != 0) wrong++;
@@ -123,8 +151,8 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
     /* "auto>ring": what auto chose; "hierarchical>ring": what ran instead
      * (one host, or hosts of unequal size) */
     int other = info.algorithm != algo;
-    snprintf(name, sizeof name, "%s%s%s", rm_algo_name(algo), other ? ">" : "",
-             other ? rm_algo_name(info.algorithm) : "");
+    snprintf(name, sizeof name, "%s%s%s", algo == ALGO_NCCL_DIRECT ? "nccl-direct" : rm_algo_name(algo),
+             other ? ">" : "", other ? rm_algo_name(info.algorithm) : "");
     printf("%12zu %12zu %5s %4s %2d %-15s %11.1f %9.3f %9.3f %7.0f\n", count * es, count,
            rm_dtype_name(o->dt), "sum", n, name, med, algbw,
            algbw * 2.0 * (n - 1) / n, wrong);
@@ -150,11 +178,28 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
     put(pristine, i, o->dt, in_val(o->dt, r, i));
     put(want, i, o->dt, in_val(o->dt, 0, i) * n * (n + 1) / 2);
   }
+  if (o->device) {
+    char why[256];
+    if (rm_bench_dev_init(why, sizeof why) != 0) {
+      fprintf(stderr, "rank %d: -m device: %s\n", r, why);
+      return 1;
+    }
+    g_dbuf = rm_bench_dev_alloc(maxc * es);
+    g_dpristine = rm_bench_dev_alloc(maxc * es);
+    if (!g_dbuf || !g_dpristine || rm_bench_dev_copy(g_dpristine, pristine, maxc * es) != 0) {
+      fprintf(stderr, "rank %d: no device memory for %zu bytes\n", r, maxc * es);
+      return 1;
+    }
+  }
   if (r == 0) {
     printf("# rm_bench: world %d, rank 0's pairs:", n);
     for (int p = 1; p < n; p++) printf(" %d %s%s", p, rm_comm_transport(c, p), p + 1 < n ? "," : "");
     printf("\n");
   }
+  if (r == 0 && o->device)
+    printf("# rm_bench: device buffers (CUDA IPC between ranks of one host: %s)\n",
+           getenv("RINGMASTER_CUDA_IPC") && !strcmp(getenv("RINGMASTER_CUDA_IPC"), "0")
+               ? "off" : "on where both offer it");
   if (r == 0)
     printf("# rm_bench: world %d, in place, time = median over iterations of the max over ranks\n"
            "# %10s %12s %5s %4s %2s %-15s %11s %9s %9s %7s\n", n, "size(B)", "count", "type",
@@ -163,6 +208,10 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
     for (int a = 0; a < o->nalgos && rc == 0; a++)
       rc = run_cell(c, o, o->sizes[s], o->algos[a], buf, pristine, want);
   free(buf); free(pristine); free(want);
+  if (o->device) {
+    rm_bench_dev_free(g_dbuf);
+    rm_bench_dev_free(g_dpristine);
+  }
   return rc ? 1 : 0;
 }
 
@@ -194,7 +243,7 @@ static int parse_list(char *arg, char **items, int max)
 static void usage(void)
 {
   fprintf(stderr, "usage: rm_bench [-n WORLD] [-b MIN] [-e MAX] [-f FACTOR] [-s SIZES]\n"
-                  "  [-a ALGOS] [-t DTYPE] [-i ITERS] [-w WARMUP]\n"
+                  "  [-a ALGOS] [-t DTYPE] [-i ITERS] [-w WARMUP] [-m host|device]\n"
                   "  [--rank R --world N --peers H:P,...]\n"
                   "  [--rank R --world N --rendezvous DIR --bind IP]\n");
 }
@@ -222,6 +271,7 @@ int main(int argc, char **argv)
     else if (!strcmp(a, "-a")) algos_arg = strdup(v);
     else if (!strcmp(a, "-i")) o.iters = atoi(v);
     else if (!strcmp(a, "-w")) o.warmup = atoi(v);
+    else if (!strcmp(a, "-m")) o.device = !strcmp(v, "device");
     else if (!strcmp(a, "-t")) {
       if (rm_dtype_parse(v, &o.dt) != RM_OK) { usage(); return 2; }
     } else { usage(); return 2; }
@@ -235,8 +285,10 @@ int main(int argc, char **argv)
   }
   if (algos_arg) {
     int k = parse_list(algos_arg, items, 8);
-    for (int j = 0; j < k; j++)
-      if (rm_algo_parse(items[j], &o.algos[o.nalgos++]) != RM_OK) { usage(); return 2; }
+    for (int j = 0; j < k; j++) {
+      if (!strcmp(items[j], "nccl-direct")) o.algos[o.nalgos++] = ALGO_NCCL_DIRECT;
+      else if (rm_algo_parse(items[j], &o.algos[o.nalgos++]) != RM_OK) { usage(); return 2; }
+    }
   } else {
     rm_algo_t all[] = {RM_ALGO_RING, RM_ALGO_HALVING_DOUBLING, RM_ALGO_BUTTERFLY,
                        RM_ALGO_TREE, RM_ALGO_HIERARCHICAL, RM_ALGO_AUTO};

@@ -13,7 +13,13 @@
  *                                kernel bandwidth, not a test: f32/bf16/u8 sum
  *                                over MiB-sized buffers (default 256), median
  *                                of 20 launches, GB/s counted as 3 x bytes
- *                                (two loads and one store per element).
+ *                                (two loads and one store per element),
+ *                                against the device's own device-to-device
+ *                                copy (cudaMemcpyAsync, 2 x bytes: one load,
+ *                                one store) measured the same way: the
+ *                                ratio is the kernel's share of what the
+ *                                memory can move (issue 15 aims at >= 90%
+ *                                for large sums).
  *
  * Inputs: 16-bit types are raw random bit patterns (every class: normals,
  * subnormals, inf, NaN); f32/f64 are 3/4 scaled random values and 1/4 raw
@@ -238,7 +244,33 @@ static int cmp_float(const void *a, const void *b)
   return (x > y) - (x < y);
 }
 
-static void bench_one(rm_dtype_t dt, size_t bytes, void *d_dst, void *d_src, cudaStream_t st)
+/* The device's device-to-device copy bandwidth, GB/s (2 x bytes / time). */
+static double copy_gbs(size_t bytes, void *d_dst, void *d_src, cudaStream_t st)
+{
+  enum { ITERS = 20 };
+  float ms[ITERS];
+  cudaEvent_t e0, e1;
+  CU(cudaEventCreate(&e0));
+  CU(cudaEventCreate(&e1));
+  CU(cudaMemcpyAsync(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, st)); /* warm up */
+  for (int i = 0; i < ITERS; i++) {
+    CU(cudaEventRecord(e0, st));
+    CU(cudaMemcpyAsync(d_dst, d_src, bytes, cudaMemcpyDeviceToDevice, st));
+    CU(cudaEventRecord(e1, st));
+    CU(cudaEventSynchronize(e1));
+    CU(cudaEventElapsedTime(&ms[i], e0, e1));
+  }
+  qsort(ms, ITERS, sizeof ms[0], cmp_float);
+  double gbs = 2.0 * (double)bytes / (ms[ITERS / 2] * 1e-3) / 1e9;
+  printf("cudaMemcpy D2D       %6zu MiB: %9.1f us  %7.1f GB/s (2 x bytes / time)\n",
+         bytes >> 20, ms[ITERS / 2] * 1e3, gbs);
+  CU(cudaEventDestroy(e0));
+  CU(cudaEventDestroy(e1));
+  return gbs;
+}
+
+static void bench_one(rm_dtype_t dt, size_t bytes, void *d_dst, void *d_src, cudaStream_t st,
+                      double copy)
 {
   enum { ITERS = 20 };
   float ms[ITERS];
@@ -258,9 +290,10 @@ static void bench_one(rm_dtype_t dt, size_t bytes, void *d_dst, void *d_src, cud
     CU(cudaEventElapsedTime(&ms[i], e0, e1));
   }
   qsort(ms, ITERS, sizeof ms[0], cmp_float);
-  printf("reduce_cuda %-4s sum %6zu MiB: %9.1f us  %7.1f GB/s (3 x bytes / time)\n",
-         rm_dtype_name(dt), bytes >> 20, ms[ITERS / 2] * 1e3,
-         3.0 * (double)bytes / (ms[ITERS / 2] * 1e-3) / 1e9);
+  double gbs = 3.0 * (double)bytes / (ms[ITERS / 2] * 1e-3) / 1e9;
+  printf("reduce_cuda %-4s sum %6zu MiB: %9.1f us  %7.1f GB/s (3 x bytes / time), "
+         "%.0f%% of the D2D copy's\n", rm_dtype_name(dt), bytes >> 20, ms[ITERS / 2] * 1e3,
+         gbs, 100.0 * gbs / copy);
   CU(cudaEventDestroy(e0));
   CU(cudaEventDestroy(e1));
 }
@@ -275,9 +308,10 @@ static int run_bench(size_t mib)
   CU(cudaMemset(d_dst, 0, bytes));
   CU(cudaMemset(d_src, 0, bytes));
   CU(cudaStreamCreate(&st));
-  bench_one(RM_F32, bytes, d_dst, d_src, st);
-  bench_one(RM_BF16, bytes, d_dst, d_src, st);
-  bench_one(RM_U8, bytes, d_dst, d_src, st);
+  double copy = copy_gbs(bytes, d_dst, d_src, st);
+  bench_one(RM_F32, bytes, d_dst, d_src, st, copy);
+  bench_one(RM_BF16, bytes, d_dst, d_src, st, copy);
+  bench_one(RM_U8, bytes, d_dst, d_src, st, copy);
   CU(cudaStreamDestroy(st));
   CU(cudaFree(d_dst));
   CU(cudaFree(d_src));

@@ -68,7 +68,7 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   if (rm_comm_world(comm) > 1 && count > 0)
     RM_CHECK(rm__allreduce_resolve(comm, algo, count * esz, &chosen, &predicted));
   /* NCCL (device/nccl.c): started here, outside the device collective */
-  int nccl = device && rm_comm_world(comm) > 1 && count > 0 && rm__nccl_wanted(comm, algo);
+  int nccl = device && count > 0 && rm__nccl_wanted(comm, algo);
   if (nccl) RM_CHECK(rm__nccl_attach(comm, ordinal));
   if (device) RM_CHECK(rm__dev_begin(comm, ordinal));
   if (nccl && rm__nccl_active(comm)) {

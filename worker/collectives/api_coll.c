@@ -41,7 +41,7 @@ static rm_status_t mem_begin(rm_comm_t *c, const void *a, const void *b, int *de
   const void *bufs[2] = {a, b};
   int ordinal = 0;
   RM_CHECK(rm__mem_classify(c, bufs, 2, device, &ordinal));
-  if (*device && c->world > 1 && rm__nccl_wanted(c, RM_ALGO_AUTO))
+  if (*device && rm__nccl_wanted(c, RM_ALGO_AUTO))
     RM_CHECK(rm__nccl_attach(c, ordinal));
   RM_CHECK(rm__coll_begin(c));
   return *device ? rm__dev_begin(c, ordinal) : RM_OK;

@@ -145,6 +145,9 @@ int rm__session_job_state(rm_session_t *s);
 rm_status_t rm__session_exchange(rm_session_t *s, const char *name, const void *mine,
                                  size_t len, void *all, int deadline_ms, char *err,
                                  size_t errlen);
+/* session_nccl.c: a job whose algorithm is nccl gets this generation's
+ * NCCL unique id from rank 0 through the coordinator (never fatal). */
+void rm__session_nccl_id(rm_session_t *s, rm_comm_t *comm);
 /* session_secure.c: forget this generation's secure-aggregation keys
  * (wiped); called where the communicator is destroyed. */
 void rm__session_secure_drop(rm_session_t *s);
