@@ -15,6 +15,8 @@
  *      / max over all N*R calls; round = first send -> last answer.
  *   3. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
+ * The clients' CPU per phase is reported beside the coordinator's (all
+ * share the machine's cores).
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
  * and the peak (VmHWM); per worker = (peak - base) / N.
@@ -158,6 +160,24 @@ static usage_t coord_usage(pid_t pid)
   }
   if (f) fclose(f);
   return u;
+}
+
+/* CPU seconds of every client process so far. */
+static double clients_cpu(void)
+{
+  double t = 0;
+  for (int k = 0; k < g.nprocs; k++)
+    if (g.procs[k].pid > 0) t += coord_usage(g.procs[k].pid).cpu_s;
+  return t;
+}
+
+static double loadavg(void)
+{
+  double l = -1;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f && fscanf(f, "%lf", &l) != 1) l = -1;
+  if (f) fclose(f);
+  return l;
 }
 
 /* Starts `ringmaster serve`; fills addr from its "listening" line. The
@@ -420,8 +440,18 @@ static int phase_failures(const char *what, const phase_t *ph)
 typedef struct {
   double join_s, p50, p99, max, round_ms, hb_pct, hb_p99, cpu_s, cpu_join, cpu_bar;
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
+  double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
   int failures, fast;
 } result_t;
+
+/* Phase bounds on CLOCK_MONOTONIC (what rm__now_ns reads), for slicing a
+ * profile of the coordinator: perf record -k CLOCK_MONOTONIC ..., then
+ * perf report --time START,END with these seconds. */
+static void mark(const char *what, int64_t t0, int64_t t1)
+{
+  fprintf(stderr, "rm-coord-load: phase %s: %.6f,%.6f (CLOCK_MONOTONIC s)\n", what,
+          (double)t0 / 1e9, (double)t1 / 1e9);
+}
 
 static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
 {
@@ -437,14 +467,20 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   ph.ranks = calloc((size_t)n, sizeof *ph.ranks);
   if (!ph.lat || !ph.ranks) goto out;
   usage_t u0 = coord_usage(g.coord);
+  double k0 = clients_cpu();
   if (run_phase(cmd, wait_s, per, &ph)) goto out;
   usage_t u1 = coord_usage(g.coord);
+  double k1 = clients_cpu();
   out->join_s = (double)(ph.t_last - ph.t_first) / 1e9;
   out->cpu_join = u1.cpu_s - u0.cpu_s;
+  out->cli_join = k1 - k0;
   out->fast = ph.n_fast;
-  fprintf(stderr, "rm-coord-load: join: %.2f s; %d answers checked, %d by byte-compare with the "
-          "verified first one, %d unpacked; coordinator cpu %.2f s\n", out->join_s,
-          ph.n_ok + ph.n_bad, ph.n_fast, ph.n_ok + ph.n_bad - ph.n_fast, out->cpu_join);
+  mark("join", ph.t_first, ph.t_last);
+  fprintf(stderr, "rm-coord-load: join: %.2f s; %d answers checked, %d by byte-compare "
+          "with the verified first one, %d unpacked; coordinator cpu %.2f s, clients %.2f s; "
+          "coordinator rss %.1f MiB (peak %.1f)\n", out->join_s, ph.n_ok + ph.n_bad,
+          ph.n_fast, ph.n_ok + ph.n_bad - ph.n_fast, out->cpu_join, out->cli_join,
+          (double)u1.rss_kb / 1024, (double)u1.hwm_kb / 1024);
   out->failures += phase_failures("join", &ph);
   if (ph.n_rejoin) fprintf(stderr, "rm-coord-load: %d Join answers said not formed yet\n",
                            ph.n_rejoin);
@@ -462,17 +498,27 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   pb.lat = bar;
   pb.ranks = ph.ranks;
   double round_sum = 0;
+  int64_t bar_t0 = 0, bar_t1 = 0;
   for (int k = 0; k < o->rounds; k++) {
     phase_t one = pb;
     one.t_first = one.t_last = 0;
     cmd = (load_cmd_t){LOAD_CMD_BARRIER, k};
     if (run_phase(cmd, wait_s, per, &one)) goto out;
     round_sum += (double)(one.t_last - one.t_first) / 1e6;
+    if (!k) bar_t0 = one.t_first;
+    bar_t1 = one.t_last;
     out->failures += phase_failures("barrier", &one);
     pb.n_lat = one.n_lat;
     if (out->failures) goto done;
   }
   out->cpu_bar = coord_usage(g.coord).cpu_s - u1.cpu_s;
+  out->cli_bar = clients_cpu() - k1;
+  mark("barriers", bar_t0, bar_t1);
+  {
+    usage_t ub = coord_usage(g.coord);
+    fprintf(stderr, "rm-coord-load: after the barriers: coordinator rss %.1f MiB (peak %.1f)\n",
+            (double)ub.rss_kb / 1024, (double)ub.hwm_kb / 1024);
+  }
   qsort(bar, pb.n_lat, sizeof *bar, cmp_i64);
   out->p50 = pct_ms(bar, pb.n_lat, 50);
   out->p99 = pct_ms(bar, pb.n_lat, 99);
@@ -485,11 +531,18 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     hb.lat = ph.lat;
     hb.ranks = ph.ranks;
     usage_t h0 = coord_usage(g.coord);
+    double hk0 = clients_cpu();
     int64_t w0 = rm__now_ns();
     cmd = (load_cmd_t){LOAD_CMD_HEARTBEAT, o->heartbeat_s};
     if (run_phase(cmd, o->heartbeat_s + 60, hb_cap, &hb)) goto out;
     double wall = (double)(rm__now_ns() - w0) / 1e9;
-    out->hb_pct = 100.0 * (coord_usage(g.coord).cpu_s - h0.cpu_s) / wall;
+    mark("heartbeats", w0, rm__now_ns());
+    double hb_cpu = coord_usage(g.coord).cpu_s - h0.cpu_s;
+    out->hb_pct = 100.0 * hb_cpu / wall;
+    /* per answered heartbeat: when the clients fall behind, fewer than N a
+     * second reach the coordinator and hb_pct understates N at 1 Hz */
+    out->hb_us = hb.n_ok + hb.n_bad ? hb_cpu * 1e6 / (hb.n_ok + hb.n_bad) : 0;
+    out->cli_hb_pct = 100.0 * (clients_cpu() - hk0) / wall;
     qsort(hb.lat, hb.n_lat, sizeof *hb.lat, cmp_i64);
     out->hb_p99 = pct_ms(hb.lat, hb.n_lat, 99);
     out->failures += phase_failures("heartbeat", &hb);
@@ -543,6 +596,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
                            .timeout_s = o->timeout_s};
+  out->load0 = loadavg();
   if (fork_clients(o, &cfg, n, procs)) goto out;
   size_t per = 0;
   for (int k = 0; k < procs; k++)
@@ -554,13 +608,19 @@ static int run_size(const opts_t *o, int n, result_t *out)
   out->base_mib = (double)base.rss_kb / 1024;
   out->end_mib = (double)end.rss_kb / 1024;
   out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
-  printf("workers %5d | procs %3d | join (all formed) %8.1f ms | barrier p50 %7.2f p99 %7.2f "
-         "max %7.2f ms | round %7.2f ms | heartbeat %d/s: coordinator %5.1f%% of a core, "
-         "p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, barriers %.2f) | rss base %.1f "
-         "MiB, peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | failures %d\n",
-         n, procs, out->join_s * 1e3, out->p50, out->p99, out->max, out->round_ms, n,
-         out->hb_pct, out->hb_p99, out->cpu_s, out->cpu_join, out->cpu_bar, out->base_mib,
-         out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->failures);
+  out->load1 = loadavg();
+  printf("workers %5d | procs %3d | join (all formed) %8.1f ms | "
+         "barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | heartbeat %d/s: "
+         "coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a heartbeat = %.1f%% at "
+         "%d/s, p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, barriers %.2f) | clients "
+         "cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, peak %.1f MiB, %.0f "
+         "B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | load average %.1f -> "
+         "%.1f | failures %d\n",
+         n, procs, out->join_s * 1e3, out->p50, out->p99, out->max, out->round_ms,
+         n, out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n, out->hb_p99,
+         out->cpu_s, out->cpu_join, out->cpu_bar, out->cli_join, out->cli_bar, out->base_mib,
+         out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->load0,
+         out->load1, out->failures);
   fflush(stdout);
   rc = 0;
 out:
