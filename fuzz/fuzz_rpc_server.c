@@ -13,6 +13,10 @@
  *   rm__reply_tail   the same with the answer = head's encoding + the
  *                    blob's bytes (copied now: server.c takes a slice
  *                    reference, so a blob freed later must not matter);
+ *   rm__reply_join   rm__reply_tail's answer; when the call accepted gzip,
+ *                    the gzip member server.c would send is built with
+ *                    gz_answer.c and inflated here, and must give exactly
+ *                    the head + tail bytes (else abort: a finding);
  *   rm__stream_send  one Watch message; sets park.watch_sending;
  *   rm__out_flush    (commit step 1) delivers each queued answer to its
  *                    call: a final status is recorded (code, details,
@@ -26,9 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "fuzz_rpc.h"
 #include "rm_alloc.h"
+#include "rpc/gz_answer.h"
 
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
@@ -113,6 +119,54 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
   free(h);
   k->tail_used = 1;
   out_push(c, k, RM__GRPC_OK, "", buf, hl + tail->len);
+}
+
+void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes != 0; }
+
+/* server.c's gzip member for head h + tail, inflated: must be h + tail. */
+static void gz_check(const uint8_t *h, size_t hl, const rm__blob_t *tail)
+{
+  rm__gz_tail_t t;
+  uint8_t pre[RM__GZ_HEAD_OVERHEAD], trl[RM__GZ_TRAILER];
+  if (hl > RM__GZ_HEAD_MAX || rm__gz_tail_make(tail->buf, tail->len, 1, &t)) abort();
+  rm__gz_head(pre, hl);
+  rm__gz_trailer(trl, h, hl, &t);
+  size_t n = sizeof pre + hl + t.zlen + sizeof trl, want = hl + tail->len;
+  uint8_t *m = rm__xmalloc(n), *out = rm__xmalloc(want + 1);
+  memcpy(m, pre, sizeof pre);
+  memcpy(m + sizeof pre, h, hl);
+  memcpy(m + sizeof pre + hl, t.z, t.zlen);
+  memcpy(m + sizeof pre + hl + t.zlen, trl, sizeof trl);
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (inflateInit2(&z, 15 + 16) != Z_OK) abort();
+  z.next_in = m;
+  z.avail_in = (uInt)n;
+  z.next_out = out;
+  z.avail_out = (uInt)want + 1;
+  int rc = inflate(&z, Z_FINISH);
+  if (rc != Z_STREAM_END || z.total_out != want || z.avail_in != 0 ||
+      memcmp(out, h, hl) || memcmp(out + hl, tail->buf, tail->len)) {
+    fprintf(stderr, "fuzz_rpc: gzip Join answer does not inflate to head + tail "
+            "(rc %d, %lu of %zu bytes)\n", rc, z.total_out, want);
+    abort();
+  }
+  inflateEnd(&z);
+  rm__gz_tail_free(&t);
+  free(m);
+  free(out);
+}
+
+void rm__reply_join(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                    rm__blob_t *tail)
+{
+  if (k->gzip_ok && !k->answered) {
+    size_t hl;
+    uint8_t *h = pack(head, &hl);
+    gz_check(h, hl, tail);
+    free(h);
+  }
+  rm__reply_tail(c, k, head, tail);
 }
 
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)

@@ -3,6 +3,7 @@
  *
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
  *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
+ *                 [--gzip 0|1]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
  * job of world N (launcher none), and simulates its N workers from P client
@@ -15,8 +16,9 @@
  *      / max over all N*R calls; round = first send -> last answer.
  *   3. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
- * The clients' CPU per phase is reported beside the coordinator's (all
- * share the machine's cores).
+ * --gzip 0: the workers do not ask for gzip Join answers (an older
+ * worker's Join; load_client.c GZIP).  The clients' CPU per phase is
+ * reported beside the coordinator's (all share the machine's cores).
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
  * and the peak (VmHWM); per worker = (peak - base) / N.
@@ -49,7 +51,7 @@
 
 typedef struct {
   const char *bin;
-  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s;
+  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip;
 } opts_t;
 
 typedef struct {
@@ -300,7 +302,7 @@ static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int pro
 
 typedef struct {
   int64_t t_first, t_last;
-  int n_ok, n_err, n_bad, n_fast, n_rejoin;
+  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip;
   int64_t *lat;     /* all clients' latencies */
   size_t n_lat;
   uint32_t *ranks;  /* JOIN */
@@ -344,6 +346,7 @@ static int read_result(int k, int kind, size_t cap, int64_t dl, phase_t *ph, loa
   ph->n_err += r->n_err;
   ph->n_bad += r->n_bad;
   ph->n_fast += r->n_fast;
+  ph->n_gzip += r->n_gzip;
   ph->n_rejoin += r->n_rejoin;
   ph->client_hwm_kb += r->hwm_kb;
   if (r->t_first && r->t_first < ph->t_first) ph->t_first = r->t_first;
@@ -441,7 +444,7 @@ typedef struct {
   double join_s, p50, p99, max, round_ms, hb_pct, hb_p99, cpu_s, cpu_join, cpu_bar;
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
   double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
-  int failures, fast;
+  int failures, fast, gzip;
 } result_t;
 
 /* Phase bounds on CLOCK_MONOTONIC (what rm__now_ns reads), for slicing a
@@ -475,12 +478,13 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   out->cpu_join = u1.cpu_s - u0.cpu_s;
   out->cli_join = k1 - k0;
   out->fast = ph.n_fast;
+  out->gzip = ph.n_gzip;
   mark("join", ph.t_first, ph.t_last);
-  fprintf(stderr, "rm-coord-load: join: %.2f s; %d answers checked, %d by byte-compare "
-          "with the verified first one, %d unpacked; coordinator cpu %.2f s, clients %.2f s; "
-          "coordinator rss %.1f MiB (peak %.1f)\n", out->join_s, ph.n_ok + ph.n_bad,
-          ph.n_fast, ph.n_ok + ph.n_bad - ph.n_fast, out->cpu_join, out->cli_join,
-          (double)u1.rss_kb / 1024, (double)u1.hwm_kb / 1024);
+  fprintf(stderr, "rm-coord-load: join: %.2f s; %d answers checked (%d gzip), %d by "
+          "byte-compare with the verified first one, %d unpacked; coordinator cpu %.2f s, "
+          "clients %.2f s; coordinator rss %.1f MiB (peak %.1f)\n", out->join_s,
+          ph.n_ok + ph.n_bad, ph.n_gzip, ph.n_fast, ph.n_ok + ph.n_bad - ph.n_fast,
+          out->cpu_join, out->cli_join, (double)u1.rss_kb / 1024, (double)u1.hwm_kb / 1024);
   out->failures += phase_failures("join", &ph);
   if (ph.n_rejoin) fprintf(stderr, "rm-coord-load: %d Join answers said not formed yet\n",
                            ph.n_rejoin);
@@ -595,7 +599,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   usleep(200000); /* let the submit settle before the base RSS */
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
-                           .timeout_s = o->timeout_s};
+                           .timeout_s = o->timeout_s, .gzip = o->gzip};
   out->load0 = loadavg();
   if (fork_clients(o, &cfg, n, procs)) goto out;
   size_t per = 0;
@@ -609,14 +613,14 @@ static int run_size(const opts_t *o, int n, result_t *out)
   out->end_mib = (double)end.rss_kb / 1024;
   out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
   out->load1 = loadavg();
-  printf("workers %5d | procs %3d | join (all formed) %8.1f ms | "
+  printf("workers %5d | procs %3d | join (all formed) %8.1f ms, %d gzip answers | "
          "barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | heartbeat %d/s: "
          "coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a heartbeat = %.1f%% at "
          "%d/s, p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, barriers %.2f) | clients "
          "cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, peak %.1f MiB, %.0f "
          "B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | load average %.1f -> "
          "%.1f | failures %d\n",
-         n, procs, out->join_s * 1e3, out->p50, out->p99, out->max, out->round_ms,
+         n, procs, out->join_s * 1e3, out->gzip, out->p50, out->p99, out->max, out->round_ms,
          n, out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n, out->hb_p99,
          out->cpu_s, out->cpu_join, out->cpu_bar, out->cli_join, out->cli_bar, out->base_mib,
          out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->load0,
@@ -642,6 +646,7 @@ static int parse(int argc, char **argv, opts_t *o)
   o->rounds = 20;
   o->heartbeat_s = 5;
   o->timeout_s = 300;
+  o->gzip = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
     if (!strcmp(k, "--ringmaster")) o->bin = v;
@@ -651,6 +656,7 @@ static int parse(int argc, char **argv, opts_t *o)
     else if (!strcmp(k, "--channels")) o->channels = atoi(v);
     else if (!strcmp(k, "--heartbeat-s")) o->heartbeat_s = atoi(v);
     else if (!strcmp(k, "--timeout-s")) o->timeout_s = atoi(v);
+    else if (!strcmp(k, "--gzip")) o->gzip = atoi(v);
     else return -1;
   }
   if (!o->nc) {
@@ -660,7 +666,7 @@ static int parse(int argc, char **argv, opts_t *o)
   for (int i = 0; i < o->nc; i++)
     if (o->counts[i] < 1 || o->counts[i] > 65536) return -1;
   if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
-      o->heartbeat_s < 0 || o->timeout_s < 5)
+      o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1))
     return -1;
   return 0;
 }
@@ -670,7 +676,8 @@ int main(int argc, char **argv)
   opts_t o;
   if ((argc % 2) != 1 || parse(argc, argv, &o)) {
     fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
-                    "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n");
+                    "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n"
+                    "         [--gzip 0|1]\n");
     return 2;
   }
   struct rlimit rl;

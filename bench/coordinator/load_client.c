@@ -26,6 +26,22 @@
  * the peer list is the verified one (a memcmp).  An answer whose bytes differ
  * is unpacked and compared entry by entry (slow path; n_fast counts the fast
  * ones).  Each answer is freed as soon as it is checked.
+ *
+ * GZIP (issue 16).  Unless --plain, every Join asks for a gzip answer
+ * (JoinRequest.accept_gzip) and the channels leave messages compressed
+ * (GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION 0: no O(N^2) inflating on
+ * these 2 cores), so a formed answer arrives as the coordinator's gzip
+ * member (coordinator/rpc/gz_answer.c): header, the head in a stored block,
+ * the shared deflate stream of the peer list and spec, CRC-32 and ISIZE.
+ * The first is inflated in full and verified as above (the reference; its
+ * deflate stream and the CRC and length of what it inflates to are kept).
+ * A later one passes the fast check when its deflate stream is
+ * byte-identical to the reference's (so it inflates to the same verified
+ * peers and spec), its CRC-32 equals crc32_combine(crc(its head), the
+ * reference tail's CRC, its length) and ISIZE their lengths' sum (so the
+ * member is valid for any gzip decoder), and its head scans as above; any
+ * other compressed answer is inflated in full and checked as a plain one.
+ * n_gzip counts the compressed answers.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -38,6 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <zlib.h>
 
 #include "load_int.h"
 #include "ringmaster/v1/messages.pb-c.h"
@@ -71,6 +89,11 @@ typedef struct {
   uint64_t *ref_wid;           /* worker id by rank */
   uint8_t *ref_peers;          /* its contiguous field-6 bytes, or NULL */
   size_t ref_peers_len;
+  /* GZIP: the reference's deflate stream of the shared tail, and the CRC
+   * and length of the tail it inflates to (ref_z NULL: none) */
+  uint8_t *ref_z;
+  size_t ref_zlen, ref_tail_len;
+  uint32_t ref_tail_crc;
 } client_t;
 
 /* ---- calls ---- */
@@ -508,6 +531,110 @@ static int check_join(client_t *c, int i, const uint8_t *b, size_t len, const jo
   return 0;
 }
 
+/* ---- GZIP answers (see the file comment) ---- */
+
+/* A compressed answer's bytes as received (reading it through a
+ * grpc_byte_buffer_reader would inflate it). malloc'd; NULL if empty. */
+static uint8_t *raw_bytes(const grpc_byte_buffer *bb, size_t *len)
+{
+  const grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+  uint8_t *b = malloc(sb->length ? sb->length : 1), *p = b;
+  if (!b) abort();
+  for (size_t i = 0; i < sb->count; i++) {
+    memcpy(p, GRPC_SLICE_START_PTR(sb->slices[i]), GRPC_SLICE_LENGTH(sb->slices[i]));
+    p += GRPC_SLICE_LENGTH(sb->slices[i]);
+  }
+  *len = sb->length;
+  return b;
+}
+
+/* Inflate a gzip member in full; 0 and a malloc'd *out, or -1. */
+static int gz_inflate(const uint8_t *z, size_t zlen, uint8_t **out, size_t *outlen)
+{
+  z_stream st;
+  size_t cap = zlen * 8 + 64;
+  uint8_t *b = malloc(cap);
+  int rc = Z_OK;
+  memset(&st, 0, sizeof st);
+  if (!b || inflateInit2(&st, 15 + 16) != Z_OK) abort();
+  st.next_in = (Bytef *)z;
+  st.avail_in = (uInt)zlen;
+  while (rc == Z_OK) {
+    if (st.total_out == cap) {
+      cap *= 2;
+      if (!(b = realloc(b, cap))) abort();
+    }
+    st.next_out = b + st.total_out;
+    st.avail_out = (uInt)(cap - st.total_out);
+    rc = inflate(&st, Z_NO_FLUSH);
+  }
+  *outlen = st.total_out;
+  inflateEnd(&st);
+  if (rc != Z_STREAM_END || st.avail_in) {
+    free(b);
+    return -1;
+  }
+  *out = b;
+  return 0;
+}
+
+/* The parts of the coordinator's layout of a member; -1 if it is not it. */
+typedef struct {
+  const uint8_t *head, *defl;
+  size_t hlen, dlen;
+  uint32_t crc, isize;
+} gz_parts_t;
+
+static uint32_t rd32(const uint8_t *p)
+{
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int gz_split(const uint8_t *b, size_t len, gz_parts_t *g)
+{
+  if (len < 15 + 8 || b[0] != 0x1f || b[1] != 0x8b || b[2] != 8 || b[3] != 0 || b[10] != 0)
+    return -1;
+  g->hlen = (size_t)b[11] | (size_t)b[12] << 8;
+  if (((b[13] | b[14] << 8) ^ 0xffff) != (int)g->hlen || 15 + g->hlen + 8 > len) return -1;
+  g->head = b + 15;
+  g->defl = g->head + g->hlen;
+  g->dlen = len - 15 - g->hlen - 8;
+  g->crc = rd32(b + len - 8);
+  g->isize = rd32(b + len - 4);
+  return 0;
+}
+
+/* The reference's deflate stream and tail, from a member whose inflated
+ * bytes (full, len) were just verified. */
+static void gz_keep_reference(client_t *c, const uint8_t *z, size_t zlen, const uint8_t *full,
+                              size_t len)
+{
+  gz_parts_t g;
+  if (c->ref_z || gz_split(z, zlen, &g) || g.hlen > len || memcmp(full, g.head, g.hlen)) return;
+  c->ref_z = malloc(g.dlen ? g.dlen : 1);
+  if (!c->ref_z) abort();
+  memcpy(c->ref_z, g.defl, g.dlen);
+  c->ref_zlen = g.dlen;
+  c->ref_tail_len = len - g.hlen;
+  c->ref_tail_crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), full + g.hlen, (uInt)c->ref_tail_len);
+}
+
+/* The fast check: 0 = the member is head + the reference's tail (its head
+ * scanned into s, span_match set), -1 = not (inflate it). */
+static int gz_fast(const client_t *c, const uint8_t *z, size_t zlen, join_scan_t *s)
+{
+  gz_parts_t g;
+  if (!c->ref_z || gz_split(z, zlen, &g) || g.dlen != c->ref_zlen ||
+      memcmp(g.defl, c->ref_z, g.dlen) ||
+      g.isize != (uint32_t)(g.hlen + c->ref_tail_len))
+    return -1;
+  uLong ch = crc32(crc32(0L, Z_NULL, 0), g.head, (uInt)g.hlen);
+  if ((uint32_t)crc32_combine(ch, c->ref_tail_crc, (z_off_t)c->ref_tail_len) != g.crc) return -1;
+  if (scan_join(g.head, g.hlen, NULL, 0, s) || s->seen_peer) return -1;
+  s->span_match = 1; /* the peers are the reference's, byte for byte */
+  return 0;
+}
+
 static void join_send(client_t *c, int i, uint64_t worker_id, int64_t deadline_ns)
 {
   char host[32], data[32];
@@ -522,6 +649,7 @@ static void join_send(client_t *c, int i, uint64_t worker_id, int64_t deadline_n
   q.data_addr = data;
   q.devices = "cpu";
   q.rank_hint = -1;
+  q.accept_gzip = c->cfg->gzip;
   int left_ms = rm__ms_left(deadline_ns);
   q.wait_ms = (uint32_t)(left_ms < JOIN_WAIT_MS ? left_ms : JOIN_WAIT_MS);
   /* The call's deadline is the wave's, not wait_ms: the group may form at
@@ -559,14 +687,27 @@ static void phase_join(client_t *c, load_res_t *res)
     join_scan_t s;
     grpc_slice sl = grpc_empty_slice();
     const uint8_t *b = NULL;
-    size_t len = 0;
-    int bad = c->ref_peers ? scan_join_bb(o->recv, c->ref_peers, c->ref_peers_len, &s) : 1;
-    if (bad == 0 && s.formed && (!s.span_match || s.n_peer_fields)) bad = 1;
-    if (bad == 1) { /* no reference yet, or not the fast case: a copy */
-      sl = answer_bytes(o->recv);
-      b = GRPC_SLICE_START_PTR(sl);
-      len = GRPC_SLICE_LENGTH(sl);
-      bad = scan_join(b, len, c->ref_peers, c->ref_peers_len, &s);
+    uint8_t *zb = NULL, *full = NULL;
+    size_t len = 0, zlen = 0;
+    int bad;
+    if (o->recv && o->recv->data.raw.compression == GRPC_COMPRESS_GZIP) { /* GZIP */
+      res->n_gzip++;
+      zb = raw_bytes(o->recv, &zlen);
+      bad = gz_fast(c, zb, zlen, &s) ? 1 : 0;
+      if (bad == 1) { /* no reference yet, or another tail: inflate it */
+        bad = gz_inflate(zb, zlen, &full, &len) ? -1 : 0;
+        b = full;
+        if (!bad) bad = scan_join(b, len, c->ref_peers, c->ref_peers_len, &s);
+      }
+    } else {
+      bad = c->ref_peers ? scan_join_bb(o->recv, c->ref_peers, c->ref_peers_len, &s) : 1;
+      if (bad == 0 && s.formed && (!s.span_match || s.n_peer_fields)) bad = 1;
+      if (bad == 1) { /* no reference yet, or not the fast case: a copy */
+        sl = answer_bytes(o->recv);
+        b = GRPC_SLICE_START_PTR(sl);
+        len = GRPC_SLICE_LENGTH(sl);
+        bad = scan_join(b, len, c->ref_peers, c->ref_peers_len, &s);
+      }
     }
     int64_t t1 = o->t1;
     call_finish(o);
@@ -585,6 +726,7 @@ static void phase_join(client_t *c, load_res_t *res)
       if (check_join(c, i, b, len, &s, res)) {
         res->n_bad++;
       } else {
+        if (full) gz_keep_reference(c, zb, zlen, full, len);
         res->n_ok++;
         c->wid[i] = s.worker_id;
         c->rank[res->n_ranks++] = s.rank;
@@ -594,6 +736,8 @@ static void phase_join(client_t *c, load_res_t *res)
       left--;
     }
     grpc_slice_unref(sl);
+    free(zb);
+    free(full);
   }
   free(first);
 }
@@ -719,11 +863,13 @@ static int client_open(client_t *c, const load_client_cfg_t *cfg)
   c->cq = grpc_completion_queue_create_for_next(NULL);
   c->ch = calloc((size_t)cfg->channels, sizeof *c->ch);
   /* Each channel its own subchannel pool: its own TCP connection. */
-  grpc_arg args[2] = {
+  grpc_arg args[3] = {
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = -1}},
       {GRPC_ARG_INTEGER, GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, {.integer = 1}},
+      /* GZIP: compressed answers reach us as sent */
+      {GRPC_ARG_INTEGER, GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, {.integer = 0}},
   };
-  grpc_channel_args ca = {2, args};
+  grpc_channel_args ca = {3, args};
   grpc_channel_credentials *cr = grpc_insecure_credentials_create();
   for (int i = 0; i < cfg->channels; i++) c->ch[i] = grpc_channel_create(cfg->addr, cr, &ca);
   grpc_channel_credentials_release(cr);
@@ -753,6 +899,7 @@ static void client_close(client_t *c)
   if (c->ref) protobuf_c_message_free_unpacked(&c->ref->base, NULL);
   free(c->ref_wid);
   free(c->ref_peers);
+  free(c->ref_z);
   free(c->ch);
   free(c->ops);
   free(c->lat);

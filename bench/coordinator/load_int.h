@@ -59,6 +59,7 @@ typedef struct {
   int32_t n_lat;         /* int64 latencies that follow */
   int32_t n_ranks;       /* uint32 ranks that follow (JOIN) */
   int32_t n_rejoin;      /* JOIN: formed=false answers, joined again */
+  int32_t n_gzip;        /* JOIN: answers that came gzip-compressed */
   int64_t hwm_kb;        /* this client's VmHWM */
   char msg[LOAD_MSG_MAX]; /* first failure, "" if none */
 } load_res_t;
@@ -72,6 +73,7 @@ typedef struct {
   int lo, hi;           /* global worker indices simulated here */
   int channels;
   int timeout_s;        /* deadline of a Join wave / a barrier call */
+  int gzip;             /* Join asks for gzip answers (load_client.c GZIP) */
   int cmd_fd, res_fd;   /* pipes to the parent */
 } load_client_cfg_t;
 

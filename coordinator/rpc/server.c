@@ -61,6 +61,26 @@
  * handlers, ~1 ms), and the lock is held that long (REST callers wait at
  * most as long).
  *
+ * GZIP JOIN ANSWERS (issue 16). A formed JoinResponse carries all N peers,
+ * so a join wave sends O(N^2) bytes (16,384 workers: 9.4 GB, most of the
+ * wave). A client that says it decodes gzip (JoinRequest.accept_gzip: the
+ * C-core server cannot read grpc-accept-encoding) gets its formed answer
+ * as one gzip member (rm__reply_join): the per-call head in a stored block,
+ * the generation's peer list and spec deflated ONCE (the blob's zslice,
+ * made by the first such answer, shared by reference by every later one)
+ * and an 8-byte trailer (format and proof of validity: gz_answer.c). It is
+ * sent as a compressed byte buffer (grpc_raw_compressed_byte_buffer_create:
+ * the core flags it compressed and does not compress it again) with
+ * grpc-internal-encoding-request: gzip in the initial metadata (the
+ * compression filter turns it into grpc-encoding: gzip). Every other
+ * answer, and every answer to a client that did not ask, is exactly what
+ * it was. Durability is unchanged: it is queued and sent like any answer.
+ * zlib level 1 (GZ_LEVEL), deflated under the lock once per generation:
+ * 16,384 peers of rm-coord-load (571 KB) give 109 KB in 3 ms (level 6: 95
+ * KB in 22 ms); a table with random IPv4 addresses, ports and
+ * shared-memory nonces (1.4 MB) gives 2.1x in 19 ms (level 6: 2.2x in 70
+ * ms); 65,536 such peers: 83 ms.
+ *
  * NAPS (issue 16). When heartbeats arrive at a rate that brings two or
  * more per nap_us (the heartbeats of this group over the time since the
  * last group of them began), in a group smaller than NAP_BELOW with no
@@ -161,6 +181,7 @@
  * GRPC_QUEUE_SHUTDOWN and is joined; then the queues are destroyed.
  */
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/compression.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -171,6 +192,7 @@
 #include <time.h>
 
 #include "addr.h"
+#include "rpc/gz_answer.h"
 #include "rpc/rpc_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
@@ -184,6 +206,7 @@ enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define GROUP_MAX 1024
 #define NAP_BELOW 16 /* NAPS: only after a group smaller than this */
 #define REQUESTS_PER_METHOD 16
+#define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP JOIN ANSWERS) */
 
 RM_PARAM(server_cqs, "RINGMASTER_COORD_CQS", 1)
 RM_PARAM(deadline_filter, "RINGMASTER_COORD_DEADLINE_FILTER", 0)
@@ -203,6 +226,8 @@ struct rm__call {
   int method;
   int registered; /* REGISTERED METHODS: the request brought the payload */
   int cq; /* index of the queue the call lives on (SHARDS) */
+  int gzip_ok; /* the client decodes gzip (JoinRequest.accept_gzip) */
+  int gzip; /* its answer is a gzip member (GZIP JOIN ANSWERS); under c->mu */
   rm__park_t park;
   int answered; /* final status queued; under c->mu */
   int md_sent;  /* initial metadata started; under c->mu */
@@ -235,6 +260,10 @@ struct rm__server {
 };
 
 static int shutdown_tag;
+/* GZIP JOIN ANSWERS: the call's encoding, asked of gRPC's compression
+ * filter in the initial metadata (it sets grpc-encoding and leaves a
+ * message sent as a compressed byte buffer as it is). */
+static grpc_metadata gzip_md;
 
 static void *tag_of(rm__call_t *k, int kind) { return (char *)k + kind; }
 
@@ -330,11 +359,15 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 
 struct rm__blob {
   grpc_slice slice;
+  /* GZIP JOIN ANSWERS: slice deflated, made by the first gzip answer */
+  int gz_state;       /* 0 not yet, 1 made, -1 failed (answers go plain) */
+  grpc_slice zslice;  /* the raw deflate stream, shared */
+  rm__gz_tail_t gz;   /* its length and CRC (gz.z is owned by zslice) */
 };
 
 rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
 {
-  rm__blob_t *b = rm__xmalloc(sizeof *b);
+  rm__blob_t *b = rm__xcalloc(1, sizeof *b);
   size_t len = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = rm__xmalloc(len ? len : 1);
   protobuf_c_message_pack(m, buf);
@@ -346,8 +379,32 @@ void rm__blob_unref(rm__blob_t *b)
 {
   if (!b) return;
   grpc_slice_unref(b->slice);
+  if (b->gz_state == 1) grpc_slice_unref(b->zslice);
   free(b);
 }
+
+/* The blob's deflate stream, made once (under c->mu, like every use of a
+ * blob); 0 when it cannot be had. */
+static int blob_gz(rm__blob_t *b)
+{
+  if (!b->gz_state) {
+    int64_t t0 = rm__now_ns();
+    b->gz_state = rm__gz_tail_make(GRPC_SLICE_START_PTR(b->slice),
+                                   GRPC_SLICE_LENGTH(b->slice), GZ_LEVEL, &b->gz)
+                      ? -1 : 1;
+    if (b->gz_state == 1) {
+      b->zslice = grpc_slice_new(b->gz.z, b->gz.zlen, free);
+      b->gz.z = NULL;
+      RM_DEBUG("Join answers' shared tail: %zu bytes deflated to %zu in %.1f ms",
+               b->gz.len, b->gz.zlen, (double)(rm__now_ns() - t0) / 1e6);
+    } else {
+      RM_WARN("deflating the Join answers' shared tail failed: answers go uncompressed");
+    }
+  }
+  return b->gz_state == 1;
+}
+
+void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes != 0; }
 
 void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                     rm__blob_t *tail)
@@ -372,6 +429,35 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
+/* GZIP JOIN ANSWERS: the answer as one gzip member (gz_answer.c): the
+ * head in a stored block, the shared deflated tail, an 8-byte trailer, sent
+ * with grpc-encoding gzip (k->gzip, rm__out_flush). Plain rm__reply_tail
+ * when the client did not ask, its initial metadata is already out (the
+ * encoding rides in it), or the tail cannot be deflated. */
+void rm__reply_join(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                    rm__blob_t *tail)
+{
+  size_t hlen = protobuf_c_message_get_packed_size(head);
+  if (!k->gzip_ok || k->md_sent || hlen > RM__GZ_HEAD_MAX || !blob_gz(tail)) {
+    rm__reply_tail(c, k, head, tail);
+    return;
+  }
+  if (k->answered) return;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  uint8_t *buf = rm__xmalloc(RM__GZ_HEAD_OVERHEAD + hlen), trailer[RM__GZ_TRAILER];
+  protobuf_c_message_pack(head, buf + RM__GZ_HEAD_OVERHEAD);
+  rm__gz_head(buf, hlen);
+  rm__gz_trailer(trailer, buf + RM__GZ_HEAD_OVERHEAD, hlen, &tail->gz);
+  grpc_slice parts[3] = {grpc_slice_new(buf, RM__GZ_HEAD_OVERHEAD + hlen, free),
+                         grpc_slice_ref(tail->zslice),
+                         grpc_slice_from_copied_buffer((const char *)trailer, sizeof trailer)};
+  grpc_byte_buffer *bb = grpc_raw_compressed_byte_buffer_create(parts, 3, GRPC_COMPRESS_GZIP);
+  for (int i = 0; i < 3; i++) grpc_slice_unref(parts[i]);
+  k->gzip = 1;
+  out_push(c, k, GRPC_STATUS_OK, "", bb);
+}
+
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
 {
   if (k->answered) return;
@@ -388,6 +474,10 @@ void rm__out_flush(rm_coord_t *c)
     size_t n = 0;
     memset(ops, 0, sizeof ops);
     if (!k->md_sent) {
+      if (k->gzip) { /* GZIP JOIN ANSWERS: grpc-encoding gzip */
+        ops[n].data.send_initial_metadata.count = 1;
+        ops[n].data.send_initial_metadata.metadata = &gzip_md;
+      }
       ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
       k->md_sent = 1;
     }
@@ -787,6 +877,8 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
     return RM_ERR_INVALID_ARG;
   }
   grpc_init();
+  gzip_md.key = grpc_slice_from_static_string(GRPC_COMPRESSION_REQUEST_ALGORITHM_MD_KEY);
+  gzip_md.value = grpc_slice_from_static_string("gzip");
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

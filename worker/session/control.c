@@ -20,6 +20,8 @@
 
 #include "control.h"
 
+#define CTL_MAX_RECEIVE (256 << 20) /* bytes; see rm__ctl_open */
+
 struct rm__ctl {
   grpc_channel *ch;
 };
@@ -65,8 +67,8 @@ rm__ctl_t *rm__ctl_open(const char *addr, const char *ca, const char *cert,
   }
   /* Reconnect quickly after a coordinator restart (gRPC's default backoff
    * grows to 120 s, during which fail-fast calls just fail). */
-  grpc_arg args[4];
-  args[0].type = args[1].type = args[2].type = args[3].type = GRPC_ARG_INTEGER;
+  grpc_arg args[5];
+  args[0].type = args[1].type = args[2].type = args[3].type = args[4].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
   args[0].value.integer = 100;
   args[1].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
@@ -75,7 +77,12 @@ rm__ctl_t *rm__ctl_open(const char *addr, const char *ca, const char *cert,
   args[2].value.integer = 500; /* at most 2 attempts a second per worker */
   args[3].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
   args[3].value.integer = 100;
-  grpc_channel_args cargs = {4, args};
+  /* A Join answer carries every peer (about 90 bytes each with a
+   * shared-memory offer): past ~46,000 workers it outgrows gRPC's default
+   * 4 MiB receive limit, which also bounds a gzip answer's inflated size. */
+  args[4].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[4].value.integer = CTL_MAX_RECEIVE;
+  grpc_channel_args cargs = {5, args};
   c->ch = grpc_channel_create(addr, creds, &cargs);
   grpc_channel_credentials_release(creds);
   free(pem_ca);

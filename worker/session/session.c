@@ -167,6 +167,7 @@ static rm_status_t join(rm_session_t *s, Ringmaster__V1__JoinResponse **out)
     q.world_hint = s->world_hint;
     q.wait_ms = 5000;
     q.steps_done = s->steps_done;
+    q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
     int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Join", &q.base,
                           &ringmaster__v1__join_response__descriptor,
                           (ProtobufCMessage **)&r, 10000, msg, sizeof msg);
