@@ -123,6 +123,23 @@ static void encode(const rm_comm_t *c, const rm__req_t *r, int type,
   rm__put_le64(rec + 40, c->job_id);
 }
 
+/* Complete the sends of a queue that the reader acknowledged: acks counts
+ * them since the start, *done those completed so far (in order). */
+static void acked(rm__req_t **head, rm__req_t **tail, uint64_t *done, uint64_t acks,
+                  int *moved)
+{
+  while (*done < acks && *head != NULL) {
+    rm__req_t *r = *head;
+    *head = r->next;
+    if (*head == NULL) *tail = NULL;
+    r->next = NULL;
+    r->done = r->len;
+    r->complete = 1;
+    (*done)++;
+    *moved = 1;
+  }
+}
+
 static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
 {
   uint64_t size = s->ring_bytes;
@@ -179,30 +196,11 @@ static void do_send(struct rm__shm_state *s, rm__shm_conn_t *k, int *moved)
     rm__shm_ring_bell(s, k);
     *moved = 1;
   }
-  /* CMA sends the reader has finished */
-  uint64_t acks = __atomic_load_n(&k->out->acks, __ATOMIC_ACQUIRE);
-  while (k->cma_done < acks && k->cq_head != NULL) {
-    rm__req_t *r = k->cq_head;
-    k->cq_head = r->next;
-    if (k->cq_head == NULL) k->cq_tail = NULL;
-    r->next = NULL;
-    r->done = r->len;
-    r->complete = 1;
-    k->cma_done++;
-    *moved = 1;
-  }
-  /* IPC sends the receiver has copied */
-  uint64_t iacks = __atomic_load_n(&k->out->ipc_acks, __ATOMIC_ACQUIRE);
-  while (k->ipc_done < iacks && k->iq_head != NULL) {
-    rm__req_t *r = k->iq_head;
-    k->iq_head = r->next;
-    if (k->iq_head == NULL) k->iq_tail = NULL;
-    r->next = NULL;
-    r->done = r->len;
-    r->complete = 1;
-    k->ipc_done++;
-    *moved = 1;
-  }
+  /* CMA sends the reader has finished, IPC sends it has copied */
+  acked(&k->cq_head, &k->cq_tail, &k->cma_done,
+        __atomic_load_n(&k->out->acks, __ATOMIC_ACQUIRE), moved);
+  acked(&k->iq_head, &k->iq_tail, &k->ipc_done,
+        __atomic_load_n(&k->out->ipc_acks, __ATOMIC_ACQUIRE), moved);
 }
 
 /* ---- receiving ---- */
