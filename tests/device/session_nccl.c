@@ -4,10 +4,16 @@
  * reduces a device buffer (tests/lib/rm_testdev.h: the stand-in GPU, or
  * CUDA on a GPU machine) with the job's algorithm, checks the sum exactly,
  * prints "rank R: all-reduce of N floats on ALGORITHM: ok", leaves.
- *   session_nccl [--count N] [--rounds K]
+ *   session_nccl [--count N] [--rounds K] [--kill-index I --kill-round J]
+ * With --kill-index the program of launch index I SIGKILLs itself before
+ * round J; the others' all-reduce fails (RM_ERR_RECONFIGURED, or the data
+ * plane's words), they re-form (rm_session_reform: the next generation,
+ * its own NCCL id through the coordinator), print "rank R: re-formed:
+ * generation G, N members" and redo the round.
  * Exit 0 ok, 1 a wrong element or a failed call (printed), 77 no GPU
  * runtime.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +24,14 @@
 int main(int argc, char **argv)
 {
   size_t count = 1 << 16;
-  int rounds = 3, bad = 0;
+  int rounds = 3, bad = 0, kill_index = -1, kill_round = -1;
   char err[512];
   rm_session_t *s = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--count")) count = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--rounds")) rounds = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--kill-index")) kill_index = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--kill-round")) kill_round = atoi(argv[i + 1]);
   }
   rm_status_t st = rm_session_join_env(&s, err, sizeof err);
   if (st != RM_OK) {
@@ -32,6 +40,8 @@ int main(int argc, char **argv)
   }
   rm_comm_t *c = rm_session_comm(s);
   int r = rm_session_rank(s), n = rm_session_world(s);
+  const char *li = getenv("RINGMASTER_LAUNCH_INDEX");
+  int me = li ? atoi(li) : r;
   float *h = malloc(count * sizeof *h);
   void *d = rm_test_dev_alloc(count * sizeof *h);
   if (d == NULL) {
@@ -41,9 +51,27 @@ int main(int argc, char **argv)
   }
   rm_allreduce_info_t info = {0};
   for (int k = 0; k < rounds && !bad; k++) {
+    if (me == kill_index && k == kill_round) raise(SIGKILL);
     for (size_t i = 0; i < count; i++) h[i] = (float)(r + 1 + (int)(i % 13) + k);
     rm_test_dev_put(d, h, count * sizeof *h);
     st = rm_allreduce_ex(c, d, d, count, RM_F32, RM_SUM, RM_ALGO_AUTO, &info);
+    if ((st == RM_ERR_RECONFIGURED || st == RM_ERR_PEER_LOST || st == RM_ERR_TIMEOUT ||
+         st == RM_ERR_ABORTED) && kill_index >= 0) {
+      printf("rank %d: round %d: %s (%s)\n", r, k, rm_status_name(st), rm_comm_last_error(c));
+      st = rm_session_reform(s);
+      if (st != RM_OK) {
+        fprintf(stderr, "rank %d: reform: %s: %s\n", r, rm_status_name(st), rm_session_last_error(s));
+        bad = 1;
+        break;
+      }
+      c = rm_session_comm(s);
+      r = rm_session_rank(s);
+      n = rm_session_world(s);
+      printf("rank %d: re-formed: generation %llu, %d members\n", r,
+             (unsigned long long)rm_session_generation(s), n);
+      k--; /* the round again, with the new members */
+      continue;
+    }
     if (st != RM_OK) {
       fprintf(stderr, "rank %d: all-reduce: %s\n", r, rm_comm_last_error(c));
       bad = 1;
