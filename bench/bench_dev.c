@@ -13,7 +13,9 @@
 static void *(*h_alloc)(size_t);
 static void (*h_free)(void *);
 static int (*h_copy)(void *, const void *, size_t);
+#if RM_HAVE_CUDA
 static int use_cuda;
+#endif
 
 int rm_bench_dev_init(char *why, size_t n)
 {
@@ -47,6 +49,7 @@ int rm_bench_dev_init(char *why, size_t n)
 void *rm_bench_dev_alloc(size_t n)
 {
   void *p = NULL;
+  (void)n;
   if (h_alloc) return h_alloc(n);
 #if RM_HAVE_CUDA
   if (use_cuda && cudaMalloc(&p, n) != cudaSuccess) p = NULL;
@@ -67,6 +70,9 @@ void rm_bench_dev_free(void *p)
 
 int rm_bench_dev_copy(void *dst, const void *src, size_t n)
 {
+  (void)dst;
+  (void)src;
+  (void)n;
   if (h_copy) return h_copy(dst, src, n);
 #if RM_HAVE_CUDA
   if (use_cuda) return cudaMemcpy(dst, src, n, cudaMemcpyDefault) == cudaSuccess ? 0 : -1;
