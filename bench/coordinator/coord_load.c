@@ -3,7 +3,7 @@
  *
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
  *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
- *                 [--gzip 0|1]
+ *                 [--gzip 0|1] [--gate-steps K]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
  * job of world N (launcher none), and simulates its N workers from P client
@@ -14,7 +14,11 @@
  *   1. Join wave: join time = first Join sent -> last "formed" answer.
  *   2. R barrier rounds: a call's latency = its send -> its answer; p50 / p99
  *      / max over all N*R calls; round = first send -> last answer.
- *   3. Heartbeats: every worker at 1 Hz for S s (spread over each second);
+ *   3. --gate-steps K (default 0): the job has straggler_policy backup with
+ *      one backup worker, and after the barriers every worker calls
+ *      StepGate(step k, ready) at once for k < K: p50 / p99 / max over the
+ *      N*K calls; each step must drop exactly one worker.
+ *   4. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
  * --gzip 0: the workers do not ask for gzip Join answers (an older
  * worker's Join; load_client.c GZIP).  The clients' CPU per phase is
@@ -51,7 +55,7 @@
 
 typedef struct {
   const char *bin;
-  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip;
+  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
 } opts_t;
 
 typedef struct {
@@ -228,8 +232,8 @@ static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
 }
 
 /* The submit helper process: job id and token of a job of world n. */
-static int submit(const char *addr, int n, int timeout_s, uint64_t *job, char *tok,
-                  size_t toklen)
+static int submit(const char *addr, int n, int timeout_s, int gate, uint64_t *job,
+                  char *tok, size_t toklen)
 {
   int fds[2];
   char buf[160];
@@ -239,7 +243,7 @@ static int submit(const char *addr, int n, int timeout_s, uint64_t *job, char *t
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(fds[0]);
-    _exit(load_submit_main(addr, n, timeout_s, fds[1]));
+    _exit(load_submit_main(addr, n, timeout_s, gate, fds[1]));
   }
   close(fds[1]);
   int64_t dl = rm__now_ns() + (int64_t)(timeout_s + 10) * 1000000000LL;
@@ -302,7 +306,7 @@ static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int pro
 
 typedef struct {
   int64_t t_first, t_last;
-  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip;
+  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip, n_dropped;
   int64_t *lat;     /* all clients' latencies */
   size_t n_lat;
   uint32_t *ranks;  /* JOIN */
@@ -347,6 +351,7 @@ static int read_result(int k, int kind, size_t cap, int64_t dl, phase_t *ph, loa
   ph->n_bad += r->n_bad;
   ph->n_fast += r->n_fast;
   ph->n_gzip += r->n_gzip;
+  ph->n_dropped += r->n_dropped;
   ph->n_rejoin += r->n_rejoin;
   ph->client_hwm_kb += r->hwm_kb;
   if (r->t_first && r->t_first < ph->t_first) ph->t_first = r->t_first;
@@ -444,6 +449,7 @@ typedef struct {
   double join_s, p50, p99, max, round_ms, hb_pct, hb_p99, cpu_s, cpu_join, cpu_bar;
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
   double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
+  double g50, g99, gmax, cpu_gate, cli_gate; /* StepGate steps (--gate-steps) */
   int failures, fast, gzip;
 } result_t;
 
@@ -462,7 +468,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   load_cmd_t cmd = {LOAD_CMD_JOIN, 0};
   int wait_s = o->timeout_s + 90, rc = -1;
   size_t hb_cap = per * (size_t)o->heartbeat_s;
-  size_t bar_cap = (size_t)n * (size_t)o->rounds;
+  size_t bar_cap = (size_t)n * (size_t)(o->rounds > o->gate ? o->rounds : o->gate);
   size_t cap = bar_cap > (size_t)n * (size_t)o->heartbeat_s ? bar_cap
                                                             : (size_t)n * (size_t)o->heartbeat_s;
   memset(&ph, 0, sizeof ph);
@@ -528,6 +534,42 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   out->p99 = pct_ms(bar, pb.n_lat, 99);
   out->max = pct_ms(bar, pb.n_lat, 100);
   out->round_ms = round_sum / o->rounds;
+  /* StepGate steps: each releases N - 1 members and drops one */
+  if (o->gate > 0) {
+    phase_t pg;
+    memset(&pg, 0, sizeof pg);
+    pg.lat = bar;
+    pg.ranks = ph.ranks;
+    usage_t g0 = coord_usage(g.coord);
+    double gk0 = clients_cpu();
+    int64_t gt0 = 0, gt1 = 0;
+    for (int k = 0; k < o->gate; k++) {
+      phase_t one = pg;
+      one.t_first = one.t_last = 0;
+      one.n_dropped = 0;
+      cmd = (load_cmd_t){LOAD_CMD_GATE, k};
+      if (run_phase(cmd, wait_s, per, &one)) goto out;
+      if (!k) gt0 = one.t_first;
+      gt1 = one.t_last;
+      out->failures += phase_failures("step gate", &one);
+      if (!out->failures && one.n_dropped != 1) {
+        fprintf(stderr, "rm-coord-load: step %d: %d workers dropped, want 1\n", k, one.n_dropped);
+        out->failures++;
+      }
+      pg.n_lat = one.n_lat;
+      if (out->failures) goto done;
+    }
+    out->cpu_gate = coord_usage(g.coord).cpu_s - g0.cpu_s;
+    out->cli_gate = clients_cpu() - gk0;
+    mark("gate", gt0, gt1);
+    qsort(bar, pg.n_lat, sizeof *bar, cmp_i64);
+    out->g50 = pct_ms(bar, pg.n_lat, 50);
+    out->g99 = pct_ms(bar, pg.n_lat, 99);
+    out->gmax = pct_ms(bar, pg.n_lat, 100);
+    fprintf(stderr, "rm-coord-load: step gate: %d steps, p50 %.2f p99 %.2f max %.2f ms; "
+            "coordinator cpu %.2f s, clients %.2f s\n", o->gate, out->g50, out->g99, out->gmax,
+            out->cpu_gate, out->cli_gate);
+  }
   /* heartbeats */
   if (o->heartbeat_s > 0) {
     phase_t hb;
@@ -595,7 +637,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   if (start_coord(o->bin, addr, sizeof addr, &out_fd)) goto out;
   fprintf(stderr, "rm-coord-load: %d workers, %d procs: coordinator pid %d at %s\n", n, procs,
           (int)g.coord, addr);
-  if (submit(addr, n, o->timeout_s, &job, token, sizeof token)) goto out;
+  if (submit(addr, n, o->timeout_s, o->gate > 0, &job, token, sizeof token)) goto out;
   usleep(200000); /* let the submit settle before the base RSS */
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
@@ -647,6 +689,7 @@ static int parse(int argc, char **argv, opts_t *o)
   o->heartbeat_s = 5;
   o->timeout_s = 300;
   o->gzip = 1;
+  o->gate = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
     if (!strcmp(k, "--ringmaster")) o->bin = v;
@@ -657,6 +700,7 @@ static int parse(int argc, char **argv, opts_t *o)
     else if (!strcmp(k, "--heartbeat-s")) o->heartbeat_s = atoi(v);
     else if (!strcmp(k, "--timeout-s")) o->timeout_s = atoi(v);
     else if (!strcmp(k, "--gzip")) o->gzip = atoi(v);
+    else if (!strcmp(k, "--gate-steps")) o->gate = atoi(v);
     else return -1;
   }
   if (!o->nc) {
@@ -666,7 +710,8 @@ static int parse(int argc, char **argv, opts_t *o)
   for (int i = 0; i < o->nc; i++)
     if (o->counts[i] < 1 || o->counts[i] > 65536) return -1;
   if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
-      o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1))
+      o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1) ||
+      o->gate < 0)
     return -1;
   return 0;
 }
@@ -677,7 +722,7 @@ int main(int argc, char **argv)
   if ((argc % 2) != 1 || parse(argc, argv, &o)) {
     fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
                     "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n"
-                    "         [--gzip 0|1]\n");
+                    "         [--gzip 0|1] [--gate-steps K]\n");
     return 2;
   }
   struct rlimit rl;

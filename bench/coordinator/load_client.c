@@ -8,6 +8,8 @@
  *              false -> Join again with its worker id) until formed.
  *   BARRIER k  every worker calls Barrier("round-k") at once.
  *   HEARTBEAT  worker g sends Heartbeat at t0 + g/N s + i s, i < S.
+ *   GATE s     every worker calls StepGate(step s, ready, long poll) at
+ *              once (a job with straggler_policy backup, one backup worker).
  *
  * Checks (a failing answer counts in n_bad, with the first reason in msg):
  *   Join:      formed; generation and world the same in every answer; the
@@ -18,6 +20,9 @@
  *              of all N workers are a permutation of 0..N-1.
  *   Barrier:   released, arrived == expected == N.
  *   Heartbeat: status OK, generation unchanged.
+ *   StepGate:  decided, step s, a mask of N bytes with N - 1 ones (the
+ *              first N - 1 arrivals), dropped exactly when the worker's own
+ *              rank is 0 in it; the parent checks one dropped worker a step.
  *
  * Checking N answers of N peers each is O(N^2) bytes (65,536 workers: ~170
  * GB), so the first formed answer is unpacked and verified in full (the
@@ -81,7 +86,8 @@ typedef struct {
   grpc_channel **ch;
   op_t *ops;
   uint64_t *wid;               /* worker ids, from the Join answers */
-  uint32_t *rank;
+  uint32_t *rank;              /* ranks in the order the answers came (parent) */
+  uint32_t *rank_of;           /* rank of local worker i */
   int64_t *lat;
   uint64_t gen;
   /* the verified reference Join answer */
@@ -729,6 +735,7 @@ static void phase_join(client_t *c, load_res_t *res)
         if (full) gz_keep_reference(c, zb, zlen, full, len);
         res->n_ok++;
         c->wid[i] = s.worker_id;
+        c->rank_of[i] = s.rank;
         c->rank[res->n_ranks++] = s.rank;
       }
       c->lat[res->n_lat++] = t1 - first[i];
@@ -783,6 +790,58 @@ static void phase_barrier(client_t *c, int k, load_res_t *res)
              r ? r->expected : 0, r && r->reason ? r->reason : "no answer");
       } else {
         res->n_ok++;
+      }
+      if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
+      c->lat[res->n_lat++] = o->t1 - o->t0;
+    }
+    if (o->t1 > res->t_last) res->t_last = o->t1;
+    call_finish(o);
+  }
+}
+
+static void phase_gate(client_t *c, int step, load_res_t *res)
+{
+  uint32_t n = (uint32_t)c->cfg->world;
+  res->t_first = rm__now_ns();
+  for (int i = 0; i < c->n; i++) {
+    Ringmaster__V1__StepGateRequest q = RINGMASTER__V1__STEP_GATE_REQUEST__INIT;
+    q.job_id = c->cfg->job_id;
+    q.token = (char *)c->cfg->token;
+    q.generation = c->gen;
+    q.worker_id = c->wid[i];
+    q.step = (uint64_t)step;
+    q.ready = 1;
+    q.wait_ms = (uint32_t)c->cfg->timeout_s * 1000u;
+    call_start(c, i, i % c->cfg->channels, "/ringmaster.v1.Worker/StepGate", &q.base,
+               c->cfg->timeout_s + 10, 0);
+  }
+  int64_t dl = rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL;
+  for (int left = c->n; left > 0; left--) {
+    int i = next_done(c, dl);
+    if (i < 0) {
+      note(res, "%d StepGate calls unanswered past the deadline", left);
+      res->n_err += left;
+      cancel_all(c, c->n);
+      break;
+    }
+    op_t *o = &c->ops[i];
+    if (o->st != GRPC_STATUS_OK) {
+      rpc_error(res, o, "StepGate", c->cfg->lo + i);
+    } else {
+      Ringmaster__V1__StepGateResponse *r =
+          (void *)unpack(o->recv, &ringmaster__v1__step_gate_response__descriptor);
+      uint32_t ones = 0;
+      for (size_t k = 0; r && k < r->members.len; k++) ones += r->members.data[k] != 0;
+      uint32_t rank = c->rank_of[i];
+      if (!r || !r->decided || r->step != (uint64_t)step || r->members.len != n ||
+          ones != n - 1 || rank >= n || (r->dropped != 0) != (r->members.data[rank] == 0)) {
+        res->n_bad++;
+        note(res, "worker %d step %d: decided %d step %llu mask %zu bytes, %u ones, dropped %d",
+             c->cfg->lo + i, step, r ? r->decided : -1, r ? (unsigned long long)r->step : 0ULL,
+             r ? r->members.len : 0, ones, r ? r->dropped : -1);
+      } else {
+        res->n_ok++;
+        res->n_dropped += r->dropped != 0;
       }
       if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
       c->lat[res->n_lat++] = o->t1 - o->t0;
@@ -875,7 +934,8 @@ static int client_open(client_t *c, const load_client_cfg_t *cfg)
   grpc_channel_credentials_release(cr);
   c->wid = calloc((size_t)c->n, sizeof *c->wid);
   c->rank = calloc((size_t)c->n, sizeof *c->rank);
-  return c->ch && c->wid && c->rank ? 0 : -1;
+  c->rank_of = calloc((size_t)c->n, sizeof *c->rank_of);
+  return c->ch && c->wid && c->rank && c->rank_of ? 0 : -1;
 }
 
 /* Room for the largest phase: n ops / latencies, or S * n for heartbeats. */
@@ -905,6 +965,7 @@ static void client_close(client_t *c)
   free(c->lat);
   free(c->wid);
   free(c->rank);
+  free(c->rank_of);
 }
 
 static int64_t self_hwm_kb(void)
@@ -947,6 +1008,8 @@ int load_client_main(const load_client_cfg_t *cfg)
       phase_join(&c, &res);
     } else if (cmd.kind == LOAD_CMD_BARRIER) {
       phase_barrier(&c, cmd.arg, &res);
+    } else if (cmd.kind == LOAD_CMD_GATE) {
+      phase_gate(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_HEARTBEAT) {
       if (client_size(&c, cmd.arg * c.n)) goto out;
       phase_heartbeat(&c, cmd.arg, &res);
@@ -960,7 +1023,7 @@ out:
   return rc;
 }
 
-int load_submit_main(const char *addr, int n, int timeout_s, int fd)
+int load_submit_main(const char *addr, int n, int timeout_s, int gate, int fd)
 {
   load_client_cfg_t cfg = {.addr = addr, .world = n, .lo = 0, .hi = 1, .channels = 1,
                            .timeout_s = timeout_s, .cmd_fd = -1, .res_fd = -1};
@@ -975,6 +1038,10 @@ int load_submit_main(const char *addr, int n, int timeout_s, int fd)
   spec.launcher = "none";
   spec.heartbeat_timeout_ms = 3600000;
   spec.barrier_timeout_ms = (uint32_t)timeout_s * 1000u;
+  if (gate) { /* StepGate steps: the first N - 1 arrivals make a step */
+    spec.straggler_policy = "backup";
+    spec.backup_workers = 1;
+  }
   q.spec = &spec;
   call_start(&c, 0, 0, "/ringmaster.v1.Jobs/SubmitJob", &q.base, timeout_s, 1);
   if (next_done(&c, rm__now_ns() + (int64_t)(timeout_s + 5) * 1000000000LL) != 0) goto out;

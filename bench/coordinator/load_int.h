@@ -37,6 +37,7 @@ enum {
   LOAD_CMD_BARRIER = 2,   /* arg = round k: Barrier("round-k") */
   LOAD_CMD_HEARTBEAT = 3, /* arg = seconds: every worker at 1 Hz */
   LOAD_CMD_QUIT = 4,      /* no result; the client exits 0 */
+  LOAD_CMD_GATE = 5,      /* arg = step s: StepGate(s, ready) from every worker */
 };
 
 typedef struct {
@@ -60,6 +61,7 @@ typedef struct {
   int32_t n_ranks;       /* uint32 ranks that follow (JOIN) */
   int32_t n_rejoin;      /* JOIN: formed=false answers, joined again */
   int32_t n_gzip;        /* JOIN: answers that came gzip-compressed */
+  int32_t n_dropped;     /* GATE: answers that said dropped */
   int64_t hwm_kb;        /* this client's VmHWM */
   char msg[LOAD_MSG_MAX]; /* first failure, "" if none */
 } load_res_t;
@@ -81,9 +83,10 @@ typedef struct {
  * status.  Initialises and shuts down gRPC itself. */
 int load_client_main(const load_client_cfg_t *cfg);
 
-/* Child process body of the submit helper: SubmitJob for a job of world n,
- * writes "id token\n" to fd.  Returns the exit status. */
-int load_submit_main(const char *addr, int n, int timeout_s, int fd);
+/* Child process body of the submit helper: SubmitJob for a job of world n
+ * (gate: straggler_policy backup with one backup worker, for StepGate
+ * steps), writes "id token\n" to fd.  Returns the exit status. */
+int load_submit_main(const char *addr, int n, int timeout_s, int gate, int fd);
 
 /* Bearer token the parent gives `ringmaster serve` (mutations need it). */
 #define LOAD_API_TOKEN "coord-load-token"

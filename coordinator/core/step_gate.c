@@ -77,6 +77,28 @@
  * Cost: one unary call per worker per step, answered from memory under the
  * coordinator lock; nothing is written to SQLite (a step's participant set
  * is not state a restart needs: a restart re-forms the group anyway).
+ *
+ * PARKED WALKS (issue 16). Answering parked calls walks j->parked, which
+ * also holds every member's Watch stream: doing it on every StepGate call
+ * made a step O(N^2) (16,384 workers: 268M visits a step). A walk is now
+ * made only when it can answer something: the gate is new (gate_for), its
+ * step moved on (calls parked at the old one are dropped), it became
+ * decided since the last walk (on a call, or the tick's deadline poll), or
+ * the earliest deadline of a parked gate call (next_due_ns, kept on park
+ * and recomputed by each walk) has passed. Every other call is O(1). The
+ * answers are the same ones at the same moments: a parked call is
+ * answerable exactly when one of those happened (decided, another step,
+ * its own deadline).
+ *
+ * SHARED ANSWERS (issue 16). A decided answer is the same for every member
+ * of the step (step, the world-byte mask) and for every dropped worker:
+ * rpc/waiters.c packs each kind once per step into gs->answer[] (freed at
+ * the next step and with the gate), and every waiter's answer shares those
+ * bytes (rm__reply_tail), not O(world) bytes packed per waiter.
+ * Neither writes a row or moves an answer before its COMMIT: answers are
+ * still queued under the lock and sent by the post-commit queue, and a
+ * coordinator SIGKILL loses the same memory-only gate state as before (a
+ * restart re-forms the group).
  */
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +127,14 @@ typedef struct rm__gate_state {
   rm_auto_t *autom;
   double *arrive_ms; /* world: this step's ready arrivals, NaN = not yet */
   uint8_t *late;     /* world: verdict scratch */
+  /* PARKED WALKS: j->parked may hold a gate call to answer now: the gate
+   * is new, its step moved on or was decided since the last walk */
+  int walk;
+  int64_t next_due_ns; /* the earliest deadline of a parked gate call; 0 none */
+  /* SHARED ANSWERS: the packed decided answer for a member [0] and for a
+   * dropped worker [1] of step answer_step (rpc/waiters.c fills them) */
+  rm__blob_t *answer[2];
+  uint64_t answer_step;
 } rm__gate_state_t;
 
 static int cmp_double(const void *a, const void *b)
@@ -231,6 +261,7 @@ static rm__gate_state_t *gate_for(rm_coord_t *c, rm__job_t *j)
   gs->generation = j->info.generation;
   gs->world = j->nmembers;
   gs->deadline = cfg.policy == RM_GATE_DEADLINE;
+  gs->walk = 1; /* calls parked at an older gate's steps */
   if (is_policy(j, "auto")) auto_create(j, gs);
   j->gate = gs;
   return gs;
@@ -243,6 +274,8 @@ void rm__gate_free(rm__job_t *j)
   rm_auto_destroy(j->gate->autom);
   free(j->gate->arrive_ms);
   free(j->gate->late);
+  rm__blob_unref(j->gate->answer[0]);
+  rm__blob_unref(j->gate->answer[1]);
   free(j->gate);
   j->gate = NULL;
 }
@@ -320,19 +353,43 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
    * answered at once when it does (answer_parked) */
   if (!m && !dropped && gs && gs->started && step == rm_gate_step(gs->g))
     arrivals = !gs->deadline;
-  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals);
+  rm__blob_t **cache = NULL;
+  if (m) { /* SHARED ANSWERS: one packing per step and kind, not per waiter */
+    if (gs->answer_step != step) {
+      rm__blob_unref(gs->answer[0]);
+      rm__blob_unref(gs->answer[1]);
+      gs->answer[0] = gs->answer[1] = NULL;
+      gs->answer_step = step;
+    }
+    cache = &gs->answer[dropped];
+  }
+  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals, cache);
+}
+
+/* Does j->parked hold a gate call to answer now (PARKED WALKS)? */
+static int decided(const rm__gate_state_t *gs)
+{
+  return gs && gs->started && rm_gate_members(gs->g, NULL);
 }
 
 static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
 {
   rm__gate_state_t *gs = j->gate;
-  int decided = gs && gs->started && rm_gate_members(gs->g, NULL);
+  int64_t due = 0;
+  if (gs && !gs->walk && (!gs->next_due_ns || now_ns < gs->next_due_ns)) return;
+  int dec = decided(gs);
   for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
     n = p->next;
     if (p->kind != RM__PARK_GATE) continue;
     int mine = gs && p->gate_step == rm_gate_step(gs->g);
-    if ((mine && decided) || !mine || now_ns >= p->deadline_ns)
+    if ((mine && dec) || !mine || now_ns >= p->deadline_ns)
       answer(c, j, p, p->gate_step);
+    else if (!due || p->deadline_ns < due)
+      due = p->deadline_ns;
+  }
+  if (gs) {
+    gs->walk = 0;
+    gs->next_due_ns = due;
   }
 }
 
@@ -346,11 +403,14 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
     rm__answer_stale(c, p, "no step gate: job finished or out of memory");
     return;
   }
+  int was = decided(gs);
   if (!gs->started || step > rm_gate_step(gs->g)) {
     if (gs->autom) auto_feed(c, j, gs, step);
     rm_gate_reset(gs->g, step);
     rm_gate_set_slack(gs->g, deadline_slack(j)); /* no-op for the others */
     gs->started = 1;
+    gs->walk = 1; /* calls parked at the older step: dropped */
+    was = 0;
   }
   if (ready && step == rm_gate_step(gs->g)) {
     double t = now_ms();
@@ -360,6 +420,7 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   }
   if (!rm_gate_members(gs->g, NULL)) /* deadline: every call is a clock tick */
     rm_gate_poll(gs->g, now_ms(), &state, NULL);
+  if (!was && decided(gs)) gs->walk = 1;
   if (rm_gate_members(gs->g, NULL) || step < rm_gate_step(gs->g) || !wait_ms) {
     answer(c, j, p, step);
     answer_parked(c, j, rm__now_ns());
@@ -371,6 +432,7 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   p->gate_step = step;
   p->deadline_ns = rm__now_ns() + (int64_t)wait * 1000000;
   rm__park_link(j, p);
+  if (!gs->next_due_ns || p->deadline_ns < gs->next_due_ns) gs->next_due_ns = p->deadline_ns;
 }
 
 void rm__gate_release(rm_coord_t *c, rm__job_t *j)
@@ -396,7 +458,9 @@ void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
   rm_gate_state_t state;
   rm__gate_state_t *gs = j->gate;
   if (!gs) return;
-  if (gs->started && !rm_gate_members(gs->g, NULL))
+  if (gs->started && !rm_gate_members(gs->g, NULL)) {
     rm_gate_poll(gs->g, (double)now_ns / 1e6, &state, NULL);
+    if (decided(gs)) gs->walk = 1;
+  }
   answer_parked(c, j, now_ns);
 }

@@ -24,10 +24,13 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
                         const rm__barrier_t *b, rm__park_t *p);
 /* A StepGate call about `step`: members (world bytes) when decided, else
  * NULL ("not decided"); dropped: not a member, or an older step;
- * arrivals_decide: not decided and no deadline runs (StepGateResponse). */
+ * arrivals_decide: not decided and no deadline runs (StepGateResponse).
+ * cache (decided answers only, else NULL): where the packed answer for
+ * this (step, dropped) is kept and found, owned by the caller, shared by
+ * every waiter answered with the same arguments. */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
-                     int arrivals_decide);
+                     int arrivals_decide, rm__blob_t **cache);
 /* The call's generation or job is over: FAILED_PRECONDITION with why. */
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
 /* New events or state for j: answer its parked Joins, kick its watchers. */

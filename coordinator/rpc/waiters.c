@@ -69,9 +69,12 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
   free(mp);
 }
 
+/* A decided answer (members != NULL) is packed once into *cache and shared
+ * by every waiter with the same (step, dropped) (rm__reply_tail, empty
+ * head): O(world) bytes once per step, not per waiter. */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
-                     int arrivals_decide)
+                     int arrivals_decide, rm__blob_t **cache)
 {
   Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
   r.step = step;
@@ -81,6 +84,12 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
     r.decided = 1;
     r.members.data = (uint8_t *)members;
     r.members.len = (size_t)world;
+  }
+  if (members && cache) {
+    Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+    if (!*cache) *cache = rm__blob_pack(&r.base);
+    rm__reply_tail(c, p->call, &none.base, *cache);
+    return;
   }
   rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
 }
