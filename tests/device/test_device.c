@@ -18,8 +18,10 @@
  *            (the stand-in's RINGMASTER_TEST_GPU_GDR=1): every message went
  *            directly between device memory and the NIC, nothing staged
  *   kinds    host send + device recv is RM_ERR_INVALID_ARG, and so is a
- *            host buffer under rm_comm_set_memory(RM_MEM_DEVICE); the
- *            communicator stays usable (a device all-reduce follows)
+ *            host buffer under rm_comm_set_memory(RM_MEM_DEVICE);
+ *            rm_aggregate refuses device memory (RM_ERR_UNSUPPORTED: it
+ *            computes on the CPU) without touching it; the communicator
+ *            stays usable (a device all-reduce follows)
  *   illegal  rank 1's device send buffer is shorter than count says: its
  *            GPU faults on the device-to-host copy (the stand-in's illegal
  *            address); rank 1 fails RM_ERR_SYSTEM with "device:" in its
@@ -170,6 +172,10 @@ static int rank_kinds(rm_test_world_t *w, int r, void *arg)
   if (rm_allreduce(c, h, h, count, RM_F32, RM_SUM) != RM_ERR_INVALID_ARG)
     RM_TEST_FAIL("host buffer under RM_MEM_DEVICE accepted");
   if (rm_comm_status(c) != RM_OK) RM_TEST_FAIL("argument errors failed the communicator");
+  rm_agg_config_t agg;
+  rm_agg_config_init(&agg);
+  if (rm_aggregate(c, d, d, count, RM_F32, &agg, NULL) != RM_ERR_UNSUPPORTED)
+    RM_TEST_FAIL("rm_aggregate took device memory (it computes on the CPU)");
   rm_status_t st = rm_allreduce(c, d, d, count, RM_F32, RM_SUM);
   if (st != RM_OK) RM_TEST_FAIL("device allreduce after refusals: %s", rm_comm_last_error(c));
   rm_test_dev_get(h, d, count * sizeof(float));

@@ -97,6 +97,7 @@
 #include <string.h>
 
 #include "aggregate/agg_int.h"
+#include "device/gpu.h"
 #include "rm_log.h"
 
 static int cmp_d(const void *a, const void *b)
@@ -334,7 +335,13 @@ rm_status_t rm_aggregate(rm_comm_t *comm, const void *send, void *recv, size_t c
   if (comm == NULL || !is_float(dt) || (count > 0 && (send == NULL || recv == NULL)) ||
       (info != NULL && info->struct_size < sizeof *info))
     return RM_ERR_INVALID_ARG;
-  int n = rm_comm_world(comm);
+  int n = rm_comm_world(comm), dev = 0;
+  /* the methods compute on the CPU: device memory is refused, not touched */
+  if (count > 0 && (rm__gpu_ptr_is_device(send, &dev) || rm__gpu_ptr_is_device(recv, &dev))) {
+    RM_ERROR("rm_aggregate: device (GPU) memory is not supported: the aggregation methods "
+             "compute on the CPU; copy the gradient to host memory");
+    return RM_ERR_UNSUPPORTED;
+  }
   if (rm_agg_check(cfg, n, why, sizeof why) != RM_OK) {
     RM_DEBUG("rm_aggregate refused: %s", why);
     return RM_ERR_INVALID_ARG;

@@ -33,7 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/gpu.h"
 #include "rm_clock.h"
+#include "rm_log.h"
 #include "secagg/secagg.h"
 #include "session/session_int.h"
 #include "session/session_secure.h"
@@ -142,7 +144,14 @@ rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
                                         float *recv, size_t count, rm_op_t op,
                                         rm_secure_info_t *info)
 {
+  int dev = 0;
   if (op != RM_SUM && op != RM_AVG) return RM_ERR_INVALID_ARG;
+  /* masking and quantizing run on the CPU: device memory is refused */
+  if (count > 0 && (rm__gpu_ptr_is_device(send, &dev) || rm__gpu_ptr_is_device(recv, &dev))) {
+    RM_ERROR("rm_session_secure_allreduce: device (GPU) memory is not supported: secure "
+             "aggregation masks on the CPU; copy the gradient to host memory");
+    return RM_ERR_UNSUPPORTED;
+  }
   rm_secure_info_t local = {.struct_size = sizeof local};
   rm_status_t st = rm__session_secure_sum(s, send, recv, count, NULL, NULL,
                                           info ? info : &local);
