@@ -87,17 +87,19 @@
  * ms); 65,536 such peers: 83 ms.
  *
  * NAPS (issue 16). When heartbeats arrive at a rate that brings NAP_CALLS
- * (4) or more per nap_us (the heartbeats of this group over the time since
- * the last group of them began), in a group smaller than NAP_BELOW with no
- * other new call in it, the thread sleeps nap_us (RINGMASTER_COORD_NAP_US,
+ * (4) or more per nap_us (8,000 a second at the default nap: the heartbeats
+ * of the last NAP_WINDOW_NS, 20 ms, over its length; two that happen to
+ * come close together do not count), after a group smaller than NAP_BELOW
+ * with no other new call in it, the thread sleeps nap_us (RINGMASTER_COORD_NAP_US,
  * default 500, 0 = off, at most 100,000) before it polls again, so the
  * heartbeats of that time are read and handled as one group: one wake-up
  * and one section for them all instead of one each (measured on a quiet
  * machine: 35 -> 24 us of coordinator CPU a heartbeat at 16,384 a second;
  * on a busy one the thread's wake-ups batch them by themselves and naps
- * change little). Slower heartbeats are never delayed (at 4,096 a second,
- * 2 a nap, napping cost ~5 us a heartbeat more than it saved; at 1,024 a
- * nap would only add a sleep and a wake-up), nor is a group with any other
+ * change little). Slower heartbeats are never delayed (on a quiet machine
+ * napping whenever two came close together cost 43 -> 62 us a heartbeat at
+ * 4,096 a second and 74 -> 90 us at 1,024: a nap that gathers one or two
+ * costs more than the wake-ups it saves), nor is a group with any other
  * call (Join, Barrier, StepGate:
  * waits that others wait on; napping between a barrier round's arrivals
  * added 8-14 ms to its p50 at 1,024 workers); a heartbeat waits at most
@@ -214,6 +216,7 @@ enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define GROUP_MAX 1024
 #define NAP_BELOW 16 /* NAPS: only after a group smaller than this */
 #define NAP_CALLS 4  /* NAPS: only when a nap gathers this many heartbeats */
+#define NAP_WINDOW_NS (20 * 1000000LL) /* NAPS: the rate is measured over this */
 #define DRAIN_SLEPT_NS (50 * 1000) /* GROUP COMMIT: a wait this short = busy */
 #define REQUESTS_PER_METHOD 16
 #define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP JOIN ANSWERS) */
@@ -786,7 +789,8 @@ static void *cq_thread(void *arg)
   rm__log_set_tag("coord");
   int64_t nap_us = rm__param_server_nap_us();
   int64_t nap_ns = (nap_us < 0 ? 0 : nap_us > 100000 ? 100000 : nap_us) * 1000;
-  int64_t last_calls_ns = 0; /* NAPS: when the last group of heartbeats began */
+  int64_t win_ns = 0;         /* NAPS: start of the window of heartbeats */
+  int win_calls = 0, win_rate = 0; /* heartbeats in it; the last one's verdict */
   while (!done) {
     int n = 0, calls = 0;
     gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
@@ -814,10 +818,13 @@ static void *cq_thread(void *arg)
       }
     if (n) run_group(c, ev, n);
     if (calls && !others) { /* NAPS: heartbeats that bring NAP_CALLS a nap */
-      int nap = nap_ns && n < NAP_BELOW && last_calls_ns &&
-                (int64_t)calls * nap_ns >= NAP_CALLS * (t0 - last_calls_ns) &&
-                nap_ns < next_tick - rm__now_ns();
-      last_calls_ns = t0;
+      if (t0 - win_ns >= NAP_WINDOW_NS) { /* the last window's rate decides */
+        win_rate = (int64_t)win_calls * nap_ns >= NAP_CALLS * (t0 - win_ns);
+        win_ns = t0;
+        win_calls = 0;
+      }
+      win_calls += calls;
+      int nap = nap_ns && n < NAP_BELOW && win_rate && nap_ns < next_tick - rm__now_ns();
       if (nap) {
         struct timespec ts = {0, (long)nap_ns};
         nanosleep(&ts, NULL);
