@@ -90,9 +90,12 @@
  * (4) or more per nap_us (8,000 a second at the default nap: the heartbeats
  * of the last NAP_WINDOW_NS, 20 ms, over its length; two that happen to
  * come close together do not count), after a group smaller than NAP_BELOW
- * with no other new call in it, the thread sleeps nap_us (RINGMASTER_COORD_NAP_US,
- * default 500, 0 = off, at most 100,000) before it polls again, so the
- * heartbeats of that time are read and handled as one group: one wake-up
+ * with no other new call in it, and only when the thread gathered the queue
+ * empty (GROUP COMMIT's busy case: a thread that was kept off the CPU
+ * while it waited may have a backlog it has not seen; napping on it cut
+ * 65,536 workers' heartbeats to a trickle), the thread sleeps nap_us
+ * (RINGMASTER_COORD_NAP_US, default 500, 0 = off, at most 100,000) before
+ * it polls again, so the heartbeats of that time are read and handled as one group: one wake-up
  * and one section for them all instead of one each (measured on a quiet
  * machine: 35 -> 24 us of coordinator CPU a heartbeat at 16,384 a second;
  * on a busy one the thread's wake-ups batch them by themselves and naps
@@ -803,10 +806,11 @@ static void *cq_thread(void *arg)
     if (e.type == GRPC_QUEUE_SHUTDOWN) break;
     if (e.type == GRPC_OP_COMPLETE) gather(c, &e, ev, &n);
     /* GROUP COMMIT: gather more only when busy (see the header) */
-    int more = n && slept < DRAIN_SLEPT_NS && ev[0].kind != T_SEND;
+    int more = n && slept < DRAIN_SLEPT_NS && ev[0].kind != T_SEND, emptied = 0;
     while (more && n < s->group_max) {
       e = grpc_completion_queue_next(sh->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
       if (e.type == GRPC_QUEUE_SHUTDOWN) done = 1;
+      if (e.type == GRPC_QUEUE_TIMEOUT) emptied = 1;
       if (e.type != GRPC_OP_COMPLETE) break;
       gather(c, &e, ev, &n);
     }
@@ -824,7 +828,10 @@ static void *cq_thread(void *arg)
         win_calls = 0;
       }
       win_calls += calls;
-      int nap = nap_ns && n < NAP_BELOW && win_rate && nap_ns < next_tick - rm__now_ns();
+      /* only after a drain that found the queue empty: a thread that was
+       * kept off the CPU while it waited has a backlog it has not seen */
+      int nap = emptied && nap_ns && n < NAP_BELOW && win_rate &&
+                nap_ns < next_tick - rm__now_ns();
       if (nap) {
         struct timespec ts = {0, (long)nap_ns};
         nanosleep(&ts, NULL);
