@@ -187,31 +187,35 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
 }
 
 /* "shm 3, tcp 4": the transports of each member's pairs, by the rule the
- * workers connect with (common/rm_transports.h). O(members^2), so computed
+ * workers connect with (common/rm_transports.h); a shared-memory pair whose
+ * ranks both offer CUDA IPC on that host (rm_tp_cuda_ipc: device buffers go
+ * GPU to GPU) counts as "shm+cuda-ipc". O(members^2), so computed
  * once per (generation, members) into j->links and copied from there (the
  * offers of members change only with a new generation); skipped past
  * LINKS_MAX members. out is indexed like j->w. */
 #define LINKS_MAX 1024
 static void links_compute(rm__job_t *j)
 {
-  static const char *const kinds[] = {"shm", "rdma", "tcp", "none"};
+  enum { IPC = 0, NKINDS = 5 };
+  static const char *const kinds[NKINDS] = {"shm+cuda-ipc", "shm", "rdma", "tcp", "none"};
   j->links = rm__xrealloc(j->links, (size_t)(j->nmembers ? j->nmembers : 1) * sizeof *j->links);
   for (int a = 0; a < j->nmembers; a++) {
-    int count[4] = {0, 0, 0, 0};
+    int count[NKINDS] = {0};
     for (int b = 0; b < j->nmembers; b++) {
       if (a == b) continue;
       const rm__worker_t *lo = &j->w[j->members[a < b ? a : b]];
       const rm__worker_t *hi = &j->w[j->members[a < b ? b : a]];
       const char *t = rm_tp_pick(lo->transports, hi->transports);
-      int k = 3;
-      for (int i = 0; t && i < 3; i++)
+      int k = NKINDS - 1;
+      for (int i = IPC + 1; t && i < NKINDS - 1; i++)
         if (strcmp(t, kinds[i]) == 0) k = i;
+      if (t && strcmp(t, "shm") == 0 && rm_tp_cuda_ipc(lo->transports, hi->transports)) k = IPC;
       count[k]++;
     }
     char *o = j->links[a];
     size_t n = sizeof j->links[0], k = 0;
     o[0] = '\0';
-    for (int i = 0; i < 4 && k < n; i++)
+    for (int i = 0; i < NKINDS && k < n; i++)
       if (count[i]) k += (size_t)snprintf(o + k, n - k, "%s%s %d", k ? ", " : "", kinds[i], count[i]);
   }
   j->links_gen = j->info.generation;

@@ -70,17 +70,33 @@ def pick(lo, hi):
     return None
 
 
+def cuda_host(offer):
+    """<host> of a cuda:<host>/<rest> capability token, else None."""
+    for t in tokens(offer):
+        if t.startswith("cuda:") and "/" in t[5:]:
+            return t[5:].split("/", 1)[0]
+    return None
+
+
+KINDS = ("shm+cuda-ipc", "shm", "rdma", "tcp", "none")
+
+
 def expected_links(offers):
-    """offers[rank] -> the `links` text of each rank."""
+    """offers[rank] -> the `links` text of each rank. A shared-memory pair
+    whose ranks both offer cuda on the shared-memory host is shm+cuda-ipc."""
     out = []
     for a in range(len(offers)):
-        count = {"shm": 0, "rdma": 0, "tcp": 0, "none": 0}
+        count = dict.fromkeys(KINDS, 0)
         for b in range(len(offers)):
             if a != b:
                 lo, hi = (a, b) if a < b else (b, a)
-                count[pick(offers[lo], offers[hi]) or "none"] += 1
-        out.append(", ".join("%s %d" % (k, count[k])
-                             for k in ("shm", "rdma", "tcp", "none") if count[k]))
+                kind = pick(offers[lo], offers[hi]) or "none"
+                if kind == "shm":
+                    shm_host = [scope(t) for t in tokens(offers[lo]) if (scope(t) or ("",))[0] == "shm"][0][1]
+                    if cuda_host(offers[lo]) == cuda_host(offers[hi]) == shm_host:
+                        kind = "shm+cuda-ipc"
+                count[kind] += 1
+        out.append(", ".join("%s %d" % (k, count[k]) for k in KINDS if count[k]))
     return out
 
 
@@ -98,6 +114,9 @@ def self_check_rule():
     assert expected_links(["shm:a/1 tcp", "shm:a/2 tcp", "tcp"]) == \
         ["shm 1, tcp 1", "shm 1, tcp 1", "tcp 2"]
     assert expected_links(["tcp"]) == [""]
+    assert expected_links(["shm:a/1 cuda:a/ipc1 tcp", "shm:a/2 cuda:a/ipc1 tcp",
+                           "shm:a/3 tcp", "shm:a/4 cuda:b/ipc1 tcp"]) == \
+        ["shm+cuda-ipc 1, shm 2", "shm+cuda-ipc 1, shm 2", "shm 3", "shm 3"]
 
 
 # ---- gRPC / REST helpers ----
@@ -321,6 +340,19 @@ def round_trip_and_links(env, http):
     assert [w["links"] for w in ws] == want8, ([w["links"] for w in ws], want8)
     old = [p for p in res8[0].peers if p.rank == 5][0]
     print("old worker's Peer.transports: %r" % old.transports)
+
+    # CUDA IPC: 0-1 on host a both offer cuda:a (IPC), 2 offers none, 3's
+    # cuda is on another host, 4 is on host b (tcp)
+    cuda = ["shm:hosta/c0 cuda:hosta/ipc1 tcp", "shm:hosta/c1 cuda:hosta/ipc1 tcp",
+            "shm:hosta/c2 tcp", "shm:hosta/c3 cuda:hostz/ipc1 tcp",
+            "shm:hostb/c4 cuda:hostb/ipc1 tcp"]
+    job5 = env.submit(name="links-cuda", world_size=5, heartbeat_timeout_ms=60000)
+    res5 = join_group(env, job5, cuda, pin=True)
+    want5 = expected_links(cuda)
+    assert want5 == ["shm+cuda-ipc 1, shm 2, tcp 1", "shm+cuda-ipc 1, shm 2, tcp 1",
+                     "shm 3, tcp 1", "shm 3, tcp 1", "tcp 4"], want5
+    ws = members(http, job5.id)
+    assert [w["links"] for w in ws] == want5, ([w["links"] for w in ws], want5)
 
     # one member: no pairs, no links
     job1 = env.submit(name="links1", world_size=1, heartbeat_timeout_ms=60000)
