@@ -13,7 +13,7 @@
  *   rm__reply_tail   the same with the answer = head's encoding + the
  *                    blob's bytes (copied now: server.c takes a slice
  *                    reference, so a blob freed later must not matter);
- *   rm__reply_join   rm__reply_tail's answer; when the call accepted gzip,
+ *   rm__reply_tail_gz  rm__reply_tail's answer; when the call accepted gzip,
  *                    the gzip member server.c would send is built with
  *                    gz_answer.c and inflated here, and must give exactly
  *                    the head + tail bytes (else abort: a finding);
@@ -157,8 +157,8 @@ static void gz_check(const uint8_t *h, size_t hl, const rm__blob_t *tail)
   free(out);
 }
 
-void rm__reply_join(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
-                    rm__blob_t *tail)
+void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                       rm__blob_t *tail)
 {
   if (k->gzip_ok && !k->answered) {
     size_t hl;

@@ -557,6 +557,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
         out->failures++;
       }
       pg.n_lat = one.n_lat;
+      pg.n_gzip = one.n_gzip;
       if (out->failures) goto done;
     }
     out->cpu_gate = coord_usage(g.coord).cpu_s - g0.cpu_s;
@@ -567,8 +568,8 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     out->g99 = pct_ms(bar, pg.n_lat, 99);
     out->gmax = pct_ms(bar, pg.n_lat, 100);
     fprintf(stderr, "rm-coord-load: step gate: %d steps, p50 %.2f p99 %.2f max %.2f ms; "
-            "coordinator cpu %.2f s, clients %.2f s\n", o->gate, out->g50, out->g99, out->gmax,
-            out->cpu_gate, out->cli_gate);
+            "coordinator cpu %.2f s, clients %.2f s; %d gzip answers\n", o->gate, out->g50,
+            out->g99, out->gmax, out->cpu_gate, out->cli_gate, pg.n_gzip);
   }
   /* heartbeats */
   if (o->heartbeat_s > 0) {

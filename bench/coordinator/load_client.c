@@ -46,7 +46,10 @@
  * reference tail's CRC, its length) and ISIZE their lengths' sum (so the
  * member is valid for any gzip decoder), and its head scans as above; any
  * other compressed answer is inflated in full and checked as a plain one.
- * n_gzip counts the compressed answers.
+ * StepGate calls ask for gzip too (StepGateRequest.accept_gzip); a decided
+ * answer is then a gzip member of the shared N-byte mask, inflated and
+ * checked in full (N bytes, not N peers). n_gzip counts the compressed
+ * answers of both.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -812,6 +815,7 @@ static void phase_gate(client_t *c, int step, load_res_t *res)
     q.step = (uint64_t)step;
     q.ready = 1;
     q.wait_ms = (uint32_t)c->cfg->timeout_s * 1000u;
+    q.accept_gzip = c->cfg->gzip;
     call_start(c, i, i % c->cfg->channels, "/ringmaster.v1.Worker/StepGate", &q.base,
                c->cfg->timeout_s + 10, 0);
   }
@@ -828,8 +832,19 @@ static void phase_gate(client_t *c, int step, load_res_t *res)
     if (o->st != GRPC_STATUS_OK) {
       rpc_error(res, o, "StepGate", c->cfg->lo + i);
     } else {
-      Ringmaster__V1__StepGateResponse *r =
-          (void *)unpack(o->recv, &ringmaster__v1__step_gate_response__descriptor);
+      Ringmaster__V1__StepGateResponse *r = NULL;
+      if (o->recv && o->recv->data.raw.compression == GRPC_COMPRESS_GZIP) { /* GZIP */
+        size_t zlen, len;
+        uint8_t *zb = raw_bytes(o->recv, &zlen), *full = NULL;
+        res->n_gzip++;
+        if (!gz_inflate(zb, zlen, &full, &len))
+          r = (void *)protobuf_c_message_unpack(&ringmaster__v1__step_gate_response__descriptor,
+                                                NULL, len, full);
+        free(zb);
+        free(full);
+      } else {
+        r = (void *)unpack(o->recv, &ringmaster__v1__step_gate_response__descriptor);
+      }
       uint32_t ones = 0;
       for (size_t k = 0; r && k < r->members.len; k++) ones += r->members.data[k] != 0;
       uint32_t rank = c->rank_of[i];

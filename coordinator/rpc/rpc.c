@@ -189,7 +189,7 @@ int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
  * ...) followed by the generation's peer list and spec, packed once per
  * generation and shared: N answers cost O(N) memory, not O(N^2). A client
  * that set accept_gzip gets the same bytes as one gzip member whose
- * peer-list part is deflated once per generation (server.c GZIP JOIN
+ * peer-list part is deflated once per generation (server.c GZIP
  * ANSWERS): O(N^2) bytes on the wire, but 2 to 6 times fewer. */
 static rm__blob_t *join_tail(rm__job_t *j)
 {
@@ -240,7 +240,7 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
     rm__gate_join_fields(j, &r.step_quorum, &r.coded_s);
     int hb = rm__job_heartbeat_ms(c, j) / 4;
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
-    rm__reply_join(c, p->call, &r.base, join_tail(j));
+    rm__reply_tail_gz(c, p->call, &r.base, join_tail(j));
     return;
   }
   rm__pb_spec_from(&spec, &j->info.spec);

@@ -28,13 +28,14 @@ void rm__blob_unref(rm__blob_t *b);
  * (an empty head: tail's bytes alone, shared, not copied). */
 void rm__reply_tail(rm_coord_t *c, rm__call_t *call,
                     const ProtobufCMessage *head, rm__blob_t *tail);
-/* GZIP JOIN ANSWERS (server.c): the call's client decodes grpc-encoding
- * gzip (JoinRequest.accept_gzip); rm__reply_join then sends head + tail as
+/* GZIP ANSWERS (server.c): the call's client decodes grpc-encoding
+ * gzip (JoinRequest / StepGateRequest.accept_gzip); rm__reply_tail_gz then
+ * sends head + tail as
  * one gzip member whose tail part is deflated once per blob (gz_answer.c),
  * else exactly what rm__reply_tail sends. Under lock. */
 void rm__call_accept_gzip(rm__call_t *call, int yes);
-void rm__reply_join(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *head,
-                    rm__blob_t *tail);
+void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *head,
+                       rm__blob_t *tail);
 /* Queue one message of a server stream. Under lock. */
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);

@@ -66,12 +66,16 @@
  * handlers, ~1 ms), and the lock is held that long (REST callers wait at
  * most as long).
  *
- * GZIP JOIN ANSWERS (issue 16). A formed JoinResponse carries all N peers,
+ * GZIP ANSWERS (issue 16). A formed JoinResponse carries all N peers,
  * so a join wave sends O(N^2) bytes (16,384 workers: 9.4 GB, most of the
- * wave). A client that says it decodes gzip (JoinRequest.accept_gzip: the
- * C-core server cannot read grpc-accept-encoding) gets its formed answer
- * as one gzip member (rm__reply_join): the per-call head in a stored block,
- * the generation's peer list and spec deflated ONCE (the blob's zslice,
+ * wave); a decided StepGateResponse carries N member bytes, so every step
+ * of a gated job sends O(N^2) bytes too (16,384: 268 MB a step). A client
+ * that says it decodes gzip (JoinRequest / StepGateRequest.accept_gzip:
+ * the C-core server cannot read grpc-accept-encoding) gets such an answer
+ * as one gzip member (rm__reply_tail_gz): the per-call head in a stored
+ * block (a StepGate answer's head is empty), the shared part (the
+ * generation's peer list and spec; the step's decided answer) deflated
+ * ONCE (the blob's zslice,
  * made by the first such answer, shared by reference by every later one)
  * and an 8-byte trailer (format and proof of validity: gz_answer.c). It is
  * sent as a compressed byte buffer (grpc_raw_compressed_byte_buffer_create:
@@ -84,7 +88,8 @@
  * 16,384 peers of rm-coord-load (571 KB) give 109 KB in 3 ms (level 6: 95
  * KB in 22 ms); a table with random IPv4 addresses, ports and
  * shared-memory nonces (1.4 MB) gives 2.1x in 19 ms (level 6: 2.2x in 70
- * ms); 65,536 such peers: 83 ms.
+ * ms); 65,536 such peers: 83 ms. A StepGate answer of 16,384 members
+ * (N - 1 ones) deflates to about 50 bytes.
  *
  * NAPS (issue 16). When heartbeats arrive at a rate that brings NAP_CALLS
  * (4) or more per nap_us (8,000 a second at the default nap: the heartbeats
@@ -222,7 +227,7 @@ enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define NAP_WINDOW_NS (20 * 1000000LL) /* NAPS: the rate is measured over this */
 #define DRAIN_SLEPT_NS (50 * 1000) /* GROUP COMMIT: a wait this short = busy */
 #define REQUESTS_PER_METHOD 16
-#define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP JOIN ANSWERS) */
+#define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP ANSWERS) */
 
 RM_PARAM(server_cqs, "RINGMASTER_COORD_CQS", 1)
 RM_PARAM(deadline_filter, "RINGMASTER_COORD_DEADLINE_FILTER", 0)
@@ -243,7 +248,7 @@ struct rm__call {
   int registered; /* REGISTERED METHODS: the request brought the payload */
   int cq; /* index of the queue the call lives on (SHARDS) */
   int gzip_ok; /* the client decodes gzip (JoinRequest.accept_gzip) */
-  int gzip; /* its answer is a gzip member (GZIP JOIN ANSWERS); under c->mu */
+  int gzip; /* its answer is a gzip member (GZIP ANSWERS); under c->mu */
   rm__park_t park;
   int answered; /* final status queued; under c->mu */
   int md_sent;  /* initial metadata started; under c->mu */
@@ -276,7 +281,7 @@ struct rm__server {
 };
 
 static int shutdown_tag;
-/* GZIP JOIN ANSWERS: the call's encoding, asked of gRPC's compression
+/* GZIP ANSWERS: the call's encoding, asked of gRPC's compression
  * filter in the initial metadata (it sets grpc-encoding and leaves a
  * message sent as a compressed byte buffer as it is). */
 static grpc_metadata gzip_md;
@@ -375,7 +380,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 
 struct rm__blob {
   grpc_slice slice;
-  /* GZIP JOIN ANSWERS: slice deflated, made by the first gzip answer */
+  /* GZIP ANSWERS: slice deflated, made by the first gzip answer */
   int gz_state;       /* 0 not yet, 1 made, -1 failed (answers go plain) */
   grpc_slice zslice;  /* the raw deflate stream, shared */
   rm__gz_tail_t gz;   /* its length and CRC (gz.z is owned by zslice) */
@@ -411,10 +416,10 @@ static int blob_gz(rm__blob_t *b)
     if (b->gz_state == 1) {
       b->zslice = grpc_slice_new(b->gz.z, b->gz.zlen, free);
       b->gz.z = NULL;
-      RM_DEBUG("Join answers' shared tail: %zu bytes deflated to %zu in %.1f ms",
+      RM_DEBUG("shared answer tail: %zu bytes deflated to %zu in %.1f ms",
                b->gz.len, b->gz.zlen, (double)(rm__now_ns() - t0) / 1e6);
     } else {
-      RM_WARN("deflating the Join answers' shared tail failed: answers go uncompressed");
+      RM_WARN("deflating a shared answer tail failed: its answers go uncompressed");
     }
   }
   return b->gz_state == 1;
@@ -445,13 +450,13 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
-/* GZIP JOIN ANSWERS: the answer as one gzip member (gz_answer.c): the
+/* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
  * head in a stored block, the shared deflated tail, an 8-byte trailer, sent
  * with grpc-encoding gzip (k->gzip, rm__out_flush). Plain rm__reply_tail
  * when the client did not ask, its initial metadata is already out (the
  * encoding rides in it), or the tail cannot be deflated. */
-void rm__reply_join(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
-                    rm__blob_t *tail)
+void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
+                       rm__blob_t *tail)
 {
   size_t hlen = protobuf_c_message_get_packed_size(head);
   if (!k->gzip_ok || k->md_sent || hlen > RM__GZ_HEAD_MAX || !blob_gz(tail)) {
@@ -490,7 +495,7 @@ void rm__out_flush(rm_coord_t *c)
     size_t n = 0;
     memset(ops, 0, sizeof ops);
     if (!k->md_sent) {
-      if (k->gzip) { /* GZIP JOIN ANSWERS: grpc-encoding gzip */
+      if (k->gzip) { /* GZIP ANSWERS: grpc-encoding gzip */
         ops[n].data.send_initial_metadata.count = 1;
         ops[n].data.send_initial_metadata.metadata = &gzip_md;
       }

@@ -70,8 +70,10 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
 }
 
 /* A decided answer (members != NULL) is packed once into *cache and shared
- * by every waiter with the same (step, dropped) (rm__reply_tail, empty
- * head): O(world) bytes once per step, not per waiter. */
+ * by every waiter with the same (step, dropped) (rm__reply_tail_gz, empty
+ * head): O(world) bytes packed once per step, not per waiter, and for a
+ * client that accepts gzip deflated once per step too (GZIP ANSWERS,
+ * server.c). */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache)
@@ -88,7 +90,7 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
   if (members && cache) {
     Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
     if (!*cache) *cache = rm__blob_pack(&r.base);
-    rm__reply_tail(c, p->call, &none.base, *cache);
+    rm__reply_tail_gz(c, p->call, &none.base, *cache);
     return;
   }
   rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);

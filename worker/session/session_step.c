@@ -256,6 +256,7 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
   q.step = step;
   q.ready = ready != 0;
   q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
+  q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
                         &ringmaster__v1__step_gate_response__descriptor,
                         (ProtobufCMessage **)&r, wait_ms + 5000, msg, sizeof msg);
