@@ -226,7 +226,6 @@ typedef struct rm__shm_conn {
   rm__req_t *iq_head, *iq_tail;   /* IPC sends in the ring, not yet acked */
   uint64_t ipc_sent, ipc_done;
   unsigned char rext[RM__SHM_IPC_EXT]; /* handle of the record being read */
-  int rext_got;
   int ipc_owed;            /* device-destination arrivals not yet acked */
   struct rm__shm_ipc_map *ipc_maps; /* RM__SHM_IPC_CACHE, or NULL */
   uint64_t ipc_clock;
@@ -271,16 +270,20 @@ void rm__shm_sweep(void);
 
 /* shm_progress.c (the ops table lives there): spin and CMA threshold. */
 void rm__shm_tune(rm_comm_t *c);
-/* The sender of a by-reference message stopped being a reliable source
- * (closed, aborted, gone): its status, RM_OK while it is open. */
-rm_status_t rm__shm_sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when);
+/* Finish a by-reference arrival (CMA: acks, IPC: ipc_acks): the sender
+ * must still be open (closed, aborted or gone: its status, `when` in the
+ * words), then *acks += 1 and ring it. */
+rm_status_t rm__shm_ack(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,
+                        uint64_t *acks, const char *when);
+/* The connection failed: "shm, pid P" and the words, as the transport's
+ * rm__transport_conn_fail. */
+rm_status_t rm__shm_conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* shm_ipc.c: the receiving side of CUDA IPC (above). */
 /* An IPC record (k->rrec, k->rext) arrived for receive r. */
 rm_status_t rm__shm_ipc_arrive(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,
                                rm__req_t *r);
-/* Finish one arrival: check the sender, ipc_acks += 1, ring it. */
-rm_status_t rm__shm_ipc_ack(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k);
 /* Close every mapping of k (communicator end). */
 void rm__shm_ipc_unmap_all(rm__shm_conn_t *k);
 

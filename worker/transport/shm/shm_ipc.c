@@ -31,17 +31,18 @@
 struct rm__shm_ipc_map {
   unsigned char h[RM__SHM_IPC_EXT];
   void *base;        /* NULL = free */
-  uint64_t used;     /* k->ipc_clock at the last arrival through it */
+  uint64_t used;     /* k->ipc_clock at the last arrival through it; 0 = free */
 };
+
+_Static_assert(RM__SHM_IPC_EXT == sizeof ((rm__dev_msg_t *)0)->handle,
+               "an IPC record carries the whole device-message handle");
 
 static rm_status_t fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st, const char *what)
 {
   const rm__gpu_ops_t *g = rm__gpu();
-  char via[32];
-  snprintf(via, sizeof via, "shm, pid %d", (int)k->pid);
-  return rm__transport_conn_fail(c, k->peer, st, via, "CUDA IPC: %s: %s", what,
-                                 g ? g->err() : "this process has no usable GPU runtime "
-                                                "(RINGMASTER_CUDA_IPC=0 turns CUDA IPC off)");
+  return rm__shm_conn_fail(c, k, st, "CUDA IPC: %s: %s", what,
+                           g ? g->err() : "this process has no usable GPU runtime "
+                                          "(RINGMASTER_CUDA_IPC=0 turns CUDA IPC off)");
 }
 
 /* The base of the allocation named by h in this process (mapped once). */
@@ -63,11 +64,7 @@ static rm_status_t map(rm_comm_t *c, rm__shm_conn_t *k, const unsigned char *h, 
       *base = m->base;
       return RM_OK;
     }
-    if (m->base == NULL) {
-      if (victim == NULL || victim->base != NULL) victim = m;
-    } else if (victim == NULL || (victim->base != NULL && m->used < victim->used)) {
-      victim = m;
-    }
+    if (victim == NULL || m->used < victim->used) victim = m; /* a free one: used 0 */
   }
   /* a mapping a queued copy may still read is not closed (top of file) */
   if (victim->base != NULL && k->ipc_owed > 0 &&
@@ -79,6 +76,7 @@ static rm_status_t map(rm_comm_t *c, rm__shm_conn_t *k, const unsigned char *h, 
   memcpy(ih.bytes, h, RM__SHM_IPC_EXT);
   if (g->ipc_open(&ih, &victim->base) != RM_OK) {
     victim->base = NULL;
+    victim->used = 0; /* free again */
     return fail(c, k, RM_ERR_SYSTEM, "open the peer's device memory");
   }
   memcpy(victim->h, h, RM__SHM_IPC_EXT);
@@ -97,15 +95,6 @@ void rm__shm_ipc_unmap_all(rm__shm_conn_t *k)
   k->ipc_maps = NULL;
 }
 
-rm_status_t rm__shm_ipc_ack(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k)
-{
-  rm_status_t st = rm__shm_sender_gone(c, k, "while this rank copied its device memory");
-  if (st != RM_OK) return st;
-  __atomic_add_fetch(&k->in->ipc_acks, 1, __ATOMIC_RELEASE);
-  rm__shm_ring_bell(s, k);
-  return RM_OK;
-}
-
 /* Host destination: copy at once, wait (bounded), acknowledge. */
 static rm_status_t copy_to_host(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,
                                 rm__req_t *r, const void *src)
@@ -120,13 +109,12 @@ static rm_status_t copy_to_host(rm_comm_t *c, struct rm__shm_state *s, rm__shm_c
   }
   if (ev) g->event_destroy(ev);
   if (q == 0)
-    return rm__transport_conn_fail(c, k->peer, RM_ERR_TIMEOUT, NULL,
-                                   "CUDA IPC: copying %zu bytes of the peer's device memory "
-                                   "to host memory did not finish in %d ms", r->len,
-                                   c->timeout_ms);
+    return rm__shm_conn_fail(c, k, RM_ERR_TIMEOUT, "CUDA IPC: copying %zu bytes of the peer's "
+                             "device memory to host memory did not finish in %d ms", r->len,
+                             c->timeout_ms);
   if (q < 0) return fail(c, k, RM_ERR_SYSTEM, "copy the peer's device memory to host memory");
   r->done = r->len;
-  return rm__shm_ipc_ack(c, s, k);
+  return rm__shm_ack(c, s, k, &k->in->ipc_acks, "while this rank copied its device memory");
 }
 
 rm_status_t rm__shm_ipc_arrive(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,

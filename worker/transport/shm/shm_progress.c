@@ -61,12 +61,8 @@ RM_PARAM(shm_yield_us, "RINGMASTER_SHM_YIELD_US", -1)
 #define SLICE_MS 50
 #define PID_CHECK_NS (50 * 1000000LL)
 
-static rm_status_t conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static rm_status_t conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
-                             const char *fmt, ...)
+rm_status_t rm__shm_conn_fail(rm_comm_t *c, rm__shm_conn_t *k, rm_status_t st,
+                              const char *fmt, ...)
 {
   char via[32];
   va_list ap;
@@ -213,11 +209,11 @@ static rm_status_t check_record(rm_comm_t *c, rm__shm_conn_t *k, rm__req_t *r)
   if (magic != RM__SHM_MSG_MAGIC ||
       (type != RM__SHM_INLINE && type != RM__SHM_CMA && (type != RM__SHM_IPC || !k->ipc)) ||
       job != c->job_id)
-    return conn_fail(c, k, RM_ERR_PROTOCOL,
+    return rm__shm_conn_fail(c, k, RM_ERR_PROTOCOL,
                      "bad message record in the ring (type %u, magic 0x%08x, "
                      "job %llu)", type, magic, (unsigned long long)job);
   if (seq != r->seq || tag != r->tag || len != r->len)
-    return conn_fail(c, k, RM_ERR_PROTOCOL,
+    return rm__shm_conn_fail(c, k, RM_ERR_PROTOCOL,
                      "message (collective %llu, tag %llu, %llu bytes) does not "
                      "match the posted receive (collective %llu, tag %llu, "
                      "%zu bytes)", (unsigned long long)seq,
@@ -237,14 +233,13 @@ static void pop_recv(rm__shm_conn_t *k)
   r->next = NULL;
   r->complete = 1;
   k->rrec_got = 0;
-  k->rext_got = 0;
 }
 
 /* The sender of a CMA message stopped being a reliable source: it closed
  * (after an abort its buffers may be freed and reused) or its process is
  * gone. Its own words first: an ABORT is adopted (it names the root
  * cause), else the peer is lost. RM_OK when it is still open. */
-rm_status_t rm__shm_sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when)
+static rm_status_t sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *when)
 {
   uint32_t closed = __atomic_load_n(&k->phdr->closed, __ATOMIC_ACQUIRE);
   if (closed == RM__SHM_ABORT)
@@ -252,9 +247,19 @@ rm_status_t rm__shm_sender_gone(rm_comm_t *c, rm__shm_conn_t *k, const char *whe
         c, k->peer, (rm_status_t)__atomic_load_n(&k->phdr->abort_status, __ATOMIC_RELAXED),
         __atomic_load_n(&k->phdr->abort_blame, __ATOMIC_RELAXED));
   if (closed != RM__SHM_OPEN)
-    return conn_fail(c, k, RM_ERR_PEER_LOST, "peer closed its communicator %s", when);
+    return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST, "peer closed its communicator %s", when);
   if (rm__shm_pid_gone(k->pid))
-    return conn_fail(c, k, RM_ERR_PEER_LOST, "its process exited %s", when);
+    return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST, "its process exited %s", when);
+  return RM_OK;
+}
+
+rm_status_t rm__shm_ack(rm_comm_t *c, struct rm__shm_state *s, rm__shm_conn_t *k,
+                        uint64_t *acks, const char *when)
+{
+  rm_status_t st = sender_gone(c, k, when);
+  if (st != RM_OK) return st;
+  __atomic_add_fetch(acks, 1, __ATOMIC_RELEASE);
+  rm__shm_ring_bell(s, k);
   return RM_OK;
 }
 
@@ -271,12 +276,12 @@ static rm_status_t cma_read(rm_comm_t *c, rm__shm_conn_t *k, rm__req_t *r,
     rm_status_t st;
     if (err == EINTR) return RM_OK;
     /* a sender that failed may free the buffer under the read (EFAULT) */
-    if ((st = rm__shm_sender_gone(c, k, "in the middle of a transfer")) != RM_OK) return st;
+    if ((st = sender_gone(c, k, "in the middle of a transfer")) != RM_OK) return st;
     if (err == ESRCH)
-      return conn_fail(c, k, RM_ERR_PEER_LOST,
+      return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                        "its process exited in the middle of a transfer");
     errno = err;
-    return conn_fail(c, k, RM_ERR_PROTOCOL, "single-copy read of %zu bytes "
+    return rm__shm_conn_fail(c, k, RM_ERR_PROTOCOL, "single-copy read of %zu bytes "
                      "at 0x%llx failed: %s", n, (unsigned long long)(addr + r->done),
                      strerror(errno));
   }
@@ -303,15 +308,17 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
       k->rrec_got = RM__SHM_REC;
       r->ctl_moved += RM__SHM_REC;
       if ((st = check_record(c, k, r)) != RM_OK) break;
-    }
-    if (rm__shm_req(r)->ipc) { /* the handle, then the copy (shm_ipc.c) */
-      if (k->rext_got < RM__SHM_IPC_EXT) {
-        if (head - tail < RM__SHM_IPC_EXT) break;
+      if (rm__shm_req(r)->ipc) { /* its handle was published with it (do_send) */
+        if (head - tail < RM__SHM_IPC_EXT) {
+          st = rm__shm_conn_fail(c, k, RM_ERR_PROTOCOL, "an IPC record came without its handle");
+          break;
+        }
         ring_get(k->in_data, size, tail, k->rext, RM__SHM_IPC_EXT);
         tail += RM__SHM_IPC_EXT;
-        k->rext_got = RM__SHM_IPC_EXT;
         r->ctl_moved += RM__SHM_IPC_EXT;
       }
+    }
+    if (rm__shm_req(r)->ipc) { /* the copy (shm_ipc.c) */
       if ((st = rm__shm_ipc_arrive(c, s, k, r)) != RM_OK) break;
       pop_recv(k);
       *moved = 1;
@@ -323,10 +330,9 @@ static rm_status_t do_recv(rm_comm_t *c, struct rm__shm_state *s,
       if (r->done < r->len) continue;
       /* the bytes are the sender's only if it was still open after the
        * read ended: after an abort its buffer may already be reused */
-      if ((st = rm__shm_sender_gone(c, k, "during a transfer to this rank")) != RM_OK) break;
-      __atomic_add_fetch(&k->in->acks, 1, __ATOMIC_RELEASE);
+      if ((st = rm__shm_ack(c, s, k, &k->in->acks, "during a transfer to this rank")) != RM_OK)
+        break;
       pop_recv(k);
-      rm__shm_ring_bell(s, k);
       *moved = 1;
       continue;
     }
@@ -380,15 +386,15 @@ static rm_status_t check_peers(rm_comm_t *c, struct rm__shm_state *s)
     if (closed == RM__SHM_BYE) {
       k->bye = 1;
       if (k->sq_head || k->cq_head || k->iq_head)
-        return conn_fail(c, k, RM_ERR_PEER_LOST,
+        return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                          "peer closed its communicator with a send pending");
       if (k->rq_head && ring_empty(k))
-        return conn_fail(c, k, RM_ERR_PEER_LOST,
+        return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                          "peer closed its communicator with a receive pending");
       continue;
     }
     if (pid_check && rm__shm_pid_gone(k->pid))
-      return conn_fail(c, k, RM_ERR_PEER_LOST,
+      return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                        "its process is gone without closing its communicator "
                        "(killed?)");
   }
@@ -414,7 +420,7 @@ static rm_status_t shm_post(rm_comm_t *c, rm__req_t *req)
   struct rm__shm_state *s = rm__shm(c);
   rm__shm_conn_t *k = &s->conns[req->peer];
   if (s->closed || (k->bye && (req->kind == RM__REQ_SEND || ring_empty(k))))
-    return conn_fail(c, k, RM_ERR_PEER_LOST,
+    return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                      "peer closed its communicator; cannot %s",
                      req->kind == RM__REQ_SEND ? "send" : "receive");
   if (req->kind == RM__REQ_SEND) {
@@ -591,7 +597,7 @@ static rm_status_t shm_dev_ref_done(rm_comm_t *c, int peer)
   rm__shm_conn_t *k = &s->conns[peer];
   if (k->ipc_owed > 0) k->ipc_owed--;
   if (s->closed) return rm_comm_status(c);
-  return rm__shm_ipc_ack(c, s, k);
+  return rm__shm_ack(c, s, k, &k->in->ipc_acks, "while this rank copied its device memory");
 }
 
 static void shm_wake(rm_comm_t *c)
