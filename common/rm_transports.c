@@ -32,13 +32,14 @@ static const char *or_default(const char *offer)
   return *s ? offer : k_default;
 }
 
-/* Tokens with a scope: "<kind>:<scope>/<rest>"; two ranks can use it when
- * both offer the kind with the same scope (shm: the host; rdma: the fabric). */
-static const char *const k_scoped[] = {"shm", "rdma"};
-/* Capabilities: scoped tokens that name no transport of their own (the
- * pair rule never picks them); "cuda:<host>/<rest>" says this rank can move
- * device memory by CUDA IPC with ranks of the same <host>. */
-static const char *const k_caps[] = {"cuda"};
+/* Tokens with a scope: "<kind>:<scope>/<rest>". The first N_TRANSPORT_KINDS
+ * name transports: two ranks can use one when both offer the kind with the
+ * same scope (shm: the host; rdma: the fabric). The rest are capabilities
+ * that name no transport of their own (the pair rule never picks them):
+ * "cuda:<host>/<rest>" says this rank can move device memory by CUDA IPC
+ * with ranks of the same <host>. */
+static const char *const k_kinds[] = {"shm", "rdma", "cuda"};
+enum { N_TRANSPORT_KINDS = 2, N_KINDS = sizeof k_kinds / sizeof k_kinds[0] };
 
 /* Whether [s, s + n) is non-empty and all of [a-z0-9._-]. */
 static int plain_run(const char *s, size_t n)
@@ -57,18 +58,15 @@ static int plain_run(const char *s, size_t n)
  * ':' or '/' (a newer worker's token is skipped, not judged). */
 static int token_ok(const char *t, size_t n)
 {
-  static const char *const *const lists[] = {k_scoped, k_caps};
-  static const size_t sizes[] = {sizeof k_scoped / sizeof k_scoped[0], sizeof k_caps / sizeof k_caps[0]};
   if (t[0] == ':' || t[0] == '/') return 0;
-  for (size_t l = 0; l < 2; l++)
-    for (size_t i = 0; i < sizes[l]; i++) {
-      size_t k = strlen(lists[l][i]);
-      if (n > k && strncmp(t, lists[l][i], k) == 0 && t[k] == ':') {
-        const char *scope = t + k + 1, *end = t + n;
-        const char *slash = memchr(scope, '/', (size_t)(end - scope));
-        return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
-      }
+  for (size_t i = 0; i < N_KINDS; i++) {
+    size_t k = strlen(k_kinds[i]);
+    if (n > k && strncmp(t, k_kinds[i], k) == 0 && t[k] == ':') {
+      const char *scope = t + k + 1, *end = t + n;
+      const char *slash = memchr(scope, '/', (size_t)(end - scope));
+      return slash != NULL && plain_run(scope, (size_t)(slash - scope)) && slash + 1 < end;
     }
+  }
   return 1;
 }
 
@@ -119,10 +117,10 @@ int rm_tp_offer_valid(const char *offer, char *why, size_t why_len)
 /* The scoped kind of token t ("shm", "rdma"), or NULL. */
 static const char *scoped_kind(const char *t)
 {
-  for (size_t i = 0; i < sizeof k_scoped / sizeof k_scoped[0]; i++) {
-    size_t n = strlen(k_scoped[i]);
-    if (strncmp(t, k_scoped[i], n) == 0 && t[n] == ':' && strchr(t + n, '/'))
-      return k_scoped[i];
+  for (size_t i = 0; i < N_TRANSPORT_KINDS; i++) {
+    size_t n = strlen(k_kinds[i]);
+    if (strncmp(t, k_kinds[i], n) == 0 && t[n] == ':' && strchr(t + n, '/'))
+      return k_kinds[i];
   }
   return NULL;
 }
@@ -157,24 +155,10 @@ const char *rm_tp_pick(const char *lo, const char *hi)
   return NULL;
 }
 
-int rm_tp_offer_shm(const char *offer, char *host, size_t host_len,
-                    char *nonce, size_t nonce_len)
-{
-  char t[RM_TP_OFFER_MAX];
-  const char *p = or_default(offer);
-  while (next_token(&p, t, sizeof t)) {
-    char *slash = strchr(t, '/');
-    if (strncmp(t, "shm:", 4) != 0 || slash == NULL) continue;
-    *slash = '\0';
-    snprintf(host, host_len, "%s", t + 4);
-    snprintf(nonce, nonce_len, "%s", slash + 1);
-    return 1;
-  }
-  return 0;
-}
-
-/* The scope of offer's first "<kind>:" token into out; 0 when none. */
-static int token_scope(const char *offer, const char *kind, char *out, size_t n)
+/* offer's first "<kind>:<scope>/<rest>" token: its scope and rest (rest
+ * may be NULL); 0 when there is none. */
+static int token_parts(const char *offer, const char *kind, char *scope, size_t scope_len,
+                       char *rest, size_t rest_len)
 {
   char t[RM_TP_OFFER_MAX];
   const char *p = or_default(offer);
@@ -183,19 +167,28 @@ static int token_scope(const char *offer, const char *kind, char *out, size_t n)
     char *slash = strchr(t, '/');
     if (strncmp(t, kind, k) != 0 || t[k] != ':' || slash == NULL) continue;
     *slash = '\0';
-    snprintf(out, n, "%s", t + k + 1);
+    snprintf(scope, scope_len, "%s", t + k + 1);
+    if (rest) snprintf(rest, rest_len, "%s", slash + 1);
     return 1;
   }
   return 0;
 }
 
+int rm_tp_offer_shm(const char *offer, char *host, size_t host_len,
+                    char *nonce, size_t nonce_len)
+{
+  return token_parts(offer, "shm", host, host_len, nonce, nonce_len);
+}
+
 int rm_tp_cuda_ipc(const char *lo, const char *hi)
 {
-  char a[RM_TP_OFFER_MAX], b[RM_TP_OFFER_MAX], h[RM_TP_OFFER_MAX], nonce[RM_TP_OFFER_MAX];
+  char a[RM_TP_OFFER_MAX], b[RM_TP_OFFER_MAX], ra[RM_TP_OFFER_MAX], rb[RM_TP_OFFER_MAX];
   const char *t = rm_tp_pick(lo, hi);
   if (t == NULL || strcmp(t, "shm") != 0) return 0;
-  if (!token_scope(lo, "cuda", a, sizeof a) || !token_scope(hi, "cuda", b, sizeof b)) return 0;
-  /* the same host as the pair's shared memory */
-  return strcmp(a, b) == 0 && rm_tp_offer_shm(lo, h, sizeof h, nonce, sizeof nonce) &&
-         strcmp(h, a) == 0;
+  if (!token_parts(lo, "cuda", a, sizeof a, ra, sizeof ra) ||
+      !token_parts(hi, "cuda", b, sizeof b, rb, sizeof rb))
+    return 0;
+  /* both speak this protocol, on the host of the pair's shared memory */
+  if (strcmp(ra, "ipc1") != 0 || strcmp(rb, "ipc1") != 0 || strcmp(a, b) != 0) return 0;
+  return token_parts(lo, "shm", b, sizeof b, NULL, 0) && strcmp(a, b) == 0;
 }

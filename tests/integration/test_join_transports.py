@@ -71,10 +71,12 @@ def pick(lo, hi):
 
 
 def cuda_host(offer):
-    """<host> of a cuda:<host>/<rest> capability token, else None."""
+    """<host> of a cuda:<host>/ipc1 capability token (the protocol this
+    build speaks), else None."""
     for t in tokens(offer):
         if t.startswith("cuda:") and "/" in t[5:]:
-            return t[5:].split("/", 1)[0]
+            host, rest = t[5:].split("/", 1)
+            return host if rest == "ipc1" else None
     return None
 
 

@@ -92,6 +92,7 @@ int main(void)
       {"shm:a/1 cuda:b/ipc1 tcp", "shm:a/2 cuda:b/ipc1 tcp", 0}, /* not the shm host */
       {"tcp shm:a/1 cuda:a/ipc1", "shm:a/2 cuda:a/ipc1 tcp", 0}, /* the pair is tcp */
       {"cuda:a/ipc1 shm:a/1 tcp", "cuda:a/ipc1 shm:a/2 tcp", 1}, /* order: never picked */
+      {"shm:a/1 cuda:a/ipc2 tcp", "shm:a/2 cuda:a/ipc1 tcp", 0}, /* another IPC protocol */
   };
   for (size_t i = 0; i < sizeof ipc / sizeof ipc[0]; i++) {
     CHECKF(rm_tp_cuda_ipc(ipc[i].lo, ipc[i].hi) == ipc[i].want, "cuda_ipc(\"%s\", \"%s\") != %d",

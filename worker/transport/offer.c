@@ -179,10 +179,11 @@ void rm__tp_build_offer(char *out, size_t n, char nonce[RM__TP_NONCE_LEN + 1],
       /* with the capability to move device memory by CUDA IPC between
        * ranks of this host (rm_transports.h; decided without touching the
        * GPU: device/gpu.c) */
-      w = snprintf(out + k, n - k, "%sshm:%s/%s%s%s%s", k ? " " : "", rm__tp_host_id(), nonce,
-                   rm__gpu_ipc_offerable() ? " cuda:" : "",
-                   rm__gpu_ipc_offerable() ? rm__tp_host_id() : "",
-                   rm__gpu_ipc_offerable() ? "/ipc1" : "");
+      const char *h = rm__tp_host_id();
+      if (rm__gpu_ipc_offerable())
+        w = snprintf(out + k, n - k, "%sshm:%s/%s cuda:%s/ipc1", k ? " " : "", h, nonce, h);
+      else
+        w = snprintf(out + k, n - k, "%sshm:%s/%s", k ? " " : "", h, nonce);
     } else
       w = snprintf(out + k, n - k, "%s%s", k ? " " : "", t->name);
     if (w < 0 || (size_t)w >= n - k) {
