@@ -430,17 +430,10 @@ static int rank_nccl_abort(rm_test_world_t *w, int r, void *arg)
   return 0;
 }
 
-/* /dev/shm entries named like the stand-in NCCL's segments. */
-static int nccl_segments(void)
-{
-  int k = 0;
-  FILE *p = popen("ls /dev/shm 2>/dev/null | grep -c '^rm-nccl-'", "r");
-  if (p) {
-    if (fscanf(p, "%d", &k) != 1) k = 0;
-    pclose(p);
-  }
-  return k;
-}
+/* /dev/shm entries named like the stand-in NCCL's segments (the tests
+ * that make them share the RESOURCE_LOCK nccl_standin, so the count is
+ * this test's own). */
+static int nccl_segments(void) { return rm_test_shm_count("rm-nccl-"); }
 
 int main(int argc, char **argv)
 {

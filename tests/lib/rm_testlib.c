@@ -87,6 +87,17 @@ int rm_test_shm_leftovers(const rm_test_world_t *w)
   return left;
 }
 
+int rm_test_shm_count(const char *prefix)
+{
+  int n = 0;
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  if (d == NULL) return 0;
+  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
 int rm_test_world_open(rm_test_world_t *w, int world)
 {
   memset(w, 0, sizeof *w);

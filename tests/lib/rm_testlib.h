@@ -104,6 +104,8 @@ void rm_test_finish(rm_test_result_t *res, rm_comm_t *c, rm_status_t st);
  * still exist; each is printed. 0 once every rank's communicator is gone
  * (also after a SIGKILL: inboxes are unlinked once all peers mapped them). */
 int rm_test_shm_leftovers(const rm_test_world_t *w);
+/* How many /dev/shm entries start with prefix. */
+int rm_test_shm_count(const char *prefix);
 /* The simulated host of rank r under RINGMASTER_TEST_HOSTS=K (0 without). */
 int rm_test_host_of(const rm_test_world_t *w, int r);
 
