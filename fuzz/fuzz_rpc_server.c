@@ -147,7 +147,7 @@ static void gz_check(const uint8_t *h, size_t hl, const rm__blob_t *tail)
   int rc = inflate(&z, Z_FINISH);
   if (rc != Z_STREAM_END || z.total_out != want || z.avail_in != 0 ||
       memcmp(out, h, hl) || memcmp(out + hl, tail->buf, tail->len)) {
-    fprintf(stderr, "fuzz_rpc: gzip Join answer does not inflate to head + tail "
+    fprintf(stderr, "fuzz_rpc: gzip answer does not inflate to head + tail "
             "(rc %d, %lu of %zu bytes)\n", rc, z.total_out, want);
     abort();
   }

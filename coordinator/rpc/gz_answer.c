@@ -1,6 +1,8 @@
 /*
- * gz_answer.c - one gzip member (RFC 1952) per Join answer, built from a
- * per-call head and a tail deflated ONCE per generation (issue 16).
+ * gz_answer.c - one gzip member (RFC 1952) per answer, built from a
+ * per-call head and a tail deflated ONCE and shared (issue 16): the Join
+ * answers of a generation, the decided StepGate answers of a step (their
+ * head is empty).
  *
  * Why: a formed JoinResponse is a small per-worker head (worker id, rank,
  * ...) followed by the generation's peer list and spec (rpc.c join_tail),
@@ -12,7 +14,7 @@
  *
  * Wire format of one answer (the gRPC message, flagged compressed, with
  * grpc-encoding: gzip; server.c sends it only to a client that asked,
- * JoinRequest.accept_gzip):
+ * JoinRequest / StepGateRequest.accept_gzip):
  *
  *   offset     size      what
  *   0          10        gzip header: 1f 8b 08 00 00000000 00 ff

@@ -1,7 +1,7 @@
 /*
  * gz_answer.h - a gzip member made of a per-call head and a tail deflated
  * once (format and why it is one valid stream: gz_answer.c). Used by
- * server.c for Join answers; no gRPC, no protobuf, only zlib.
+ * server.c for Join and StepGate answers; no gRPC, no protobuf, only zlib.
  */
 #ifndef RM_COORDINATOR_RPC_GZ_ANSWER_H
 #define RM_COORDINATOR_RPC_GZ_ANSWER_H

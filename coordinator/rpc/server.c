@@ -247,7 +247,7 @@ struct rm__call {
   int method;
   int registered; /* REGISTERED METHODS: the request brought the payload */
   int cq; /* index of the queue the call lives on (SHARDS) */
-  int gzip_ok; /* the client decodes gzip (JoinRequest.accept_gzip) */
+  int gzip_ok; /* the client decodes gzip (Join/StepGateRequest.accept_gzip) */
   int gzip; /* its answer is a gzip member (GZIP ANSWERS); under c->mu */
   rm__park_t park;
   int answered; /* final status queued; under c->mu */
@@ -367,12 +367,19 @@ static void out_push(rm_coord_t *c, rm__call_t *k, int code,
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* held by the outbox */
 }
 
+/* The call's one final answer starts here: 0 if it already has one. */
+static int claim_answer(rm__call_t *k)
+{
+  if (k->answered) return 0;
+  k->answered = 1;
+  rm__park_unlink(&k->park);
+  return 1;
+}
+
 void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
                const ProtobufCMessage *resp)
 {
-  if (k->answered) return;
-  k->answered = 1;
-  rm__park_unlink(&k->park);
+  if (!claim_answer(k)) return;
   if (code != GRPC_STATUS_OK) c->ctr.grpc_errors_total++;
   out_push(c, k, code, details ? details : "",
            code == GRPC_STATUS_OK && resp ? pack(resp) : NULL);
@@ -430,9 +437,7 @@ void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes != 0; }
 void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                     rm__blob_t *tail)
 {
-  if (k->answered) return;
-  k->answered = 1;
-  rm__park_unlink(&k->park);
+  if (!claim_answer(k)) return;
   size_t len = protobuf_c_message_get_packed_size(head);
   if (!len) { /* an empty head: the answer is the shared bytes alone */
     grpc_slice s = grpc_slice_ref(tail->slice);
@@ -463,9 +468,7 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
     rm__reply_tail(c, k, head, tail);
     return;
   }
-  if (k->answered) return;
-  k->answered = 1;
-  rm__park_unlink(&k->park);
+  if (!claim_answer(k)) return;
   uint8_t *buf = rm__xmalloc(RM__GZ_HEAD_OVERHEAD + hlen), trailer[RM__GZ_TRAILER];
   protobuf_c_message_pack(head, buf + RM__GZ_HEAD_OVERHEAD);
   rm__gz_head(buf, hlen);
