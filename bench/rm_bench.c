@@ -130,7 +130,7 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
     if (rm_barrier(c) != RM_OK) goto fail;
     double t0 = now_us();
     if (algo == ALGO_NCCL_DIRECT) {
-      if (!o->device || rm_bench_nccl_direct(c, work, count, o->dt) != 0) goto fail;
+      if (rm_bench_nccl_direct(c, work, count, o->dt) != 0) goto fail; /* -m device: main */
       info.algorithm = ALGO_NCCL_DIRECT;
     } else if (rm_allreduce_ex(c, work, work, count, o->dt, RM_SUM, algo, &info) != RM_OK) {
       goto fail;
@@ -271,7 +271,10 @@ int main(int argc, char **argv)
     else if (!strcmp(a, "-a")) algos_arg = strdup(v);
     else if (!strcmp(a, "-i")) o.iters = atoi(v);
     else if (!strcmp(a, "-w")) o.warmup = atoi(v);
-    else if (!strcmp(a, "-m")) o.device = !strcmp(v, "device");
+    else if (!strcmp(a, "-m")) {
+      if (strcmp(v, "host") && strcmp(v, "device")) { usage(); return 2; }
+      o.device = !strcmp(v, "device");
+    }
     else if (!strcmp(a, "-t")) {
       if (rm_dtype_parse(v, &o.dt) != RM_OK) { usage(); return 2; }
     } else { usage(); return 2; }
@@ -296,6 +299,12 @@ int main(int argc, char **argv)
     o.nalgos = 6;
   }
   if (world < 1 || world > MAX_WORLD) { usage(); return 2; }
+  for (int j = 0; j < o.nalgos; j++)
+    if (o.algos[j] == ALGO_NCCL_DIRECT && !o.device) { /* it calls NCCL on device memory */
+      fprintf(stderr, "rm_bench: -a nccl-direct needs -m device\n");
+      usage();
+      return 2;
+    }
   if (rank < 0)
     return run_forked(world, &o);
   if (rdv) { /* ranks started one by one: offers too, so hosts use shm inside */

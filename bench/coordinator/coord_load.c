@@ -20,8 +20,8 @@
  *      N*K calls; each step must drop exactly one worker.
  *   4. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
- * --gzip 0: the workers do not ask for gzip Join answers (an older
- * worker's Join; load_client.c GZIP).  The clients' CPU per phase is
+ * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
+ * older worker; load_client.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
@@ -175,15 +175,6 @@ static double clients_cpu(void)
   for (int k = 0; k < g.nprocs; k++)
     if (g.procs[k].pid > 0) t += coord_usage(g.procs[k].pid).cpu_s;
   return t;
-}
-
-static double loadavg(void)
-{
-  double l = -1;
-  FILE *f = fopen("/proc/loadavg", "r");
-  if (f && fscanf(f, "%lf", &l) != 1) l = -1;
-  if (f) fclose(f);
-  return l;
 }
 
 /* Starts `ringmaster serve`; fills addr from its "listening" line. The
@@ -450,7 +441,7 @@ typedef struct {
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
   double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
   double g50, g99, gmax, cpu_gate, cli_gate; /* StepGate steps (--gate-steps) */
-  int failures, fast, gzip;
+  int failures, fast, gzip, gate_gzip, gate_dropped;
 } result_t;
 
 /* Phase bounds on CLOCK_MONOTONIC (what rm__now_ns reads), for slicing a
@@ -521,14 +512,12 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     pb.n_lat = one.n_lat;
     if (out->failures) goto done;
   }
-  out->cpu_bar = coord_usage(g.coord).cpu_s - u1.cpu_s;
+  usage_t ub = coord_usage(g.coord);
+  out->cpu_bar = ub.cpu_s - u1.cpu_s;
   out->cli_bar = clients_cpu() - k1;
   mark("barriers", bar_t0, bar_t1);
-  {
-    usage_t ub = coord_usage(g.coord);
-    fprintf(stderr, "rm-coord-load: after the barriers: coordinator rss %.1f MiB (peak %.1f)\n",
-            (double)ub.rss_kb / 1024, (double)ub.hwm_kb / 1024);
-  }
+  fprintf(stderr, "rm-coord-load: after the barriers: coordinator rss %.1f MiB (peak %.1f)\n",
+          (double)ub.rss_kb / 1024, (double)ub.hwm_kb / 1024);
   qsort(bar, pb.n_lat, sizeof *bar, cmp_i64);
   out->p50 = pct_ms(bar, pb.n_lat, 50);
   out->p99 = pct_ms(bar, pb.n_lat, 99);
@@ -546,7 +535,6 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     for (int k = 0; k < o->gate; k++) {
       phase_t one = pg;
       one.t_first = one.t_last = 0;
-      one.n_dropped = 0;
       cmd = (load_cmd_t){LOAD_CMD_GATE, k};
       if (run_phase(cmd, wait_s, per, &one)) goto out;
       if (!k) gt0 = one.t_first;
@@ -558,6 +546,8 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
       }
       pg.n_lat = one.n_lat;
       pg.n_gzip = one.n_gzip;
+      out->gate_dropped += one.n_dropped;
+      out->gate_gzip = pg.n_gzip;
       if (out->failures) goto done;
     }
     out->cpu_gate = coord_usage(g.coord).cpu_s - g0.cpu_s;
@@ -643,7 +633,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
                            .timeout_s = o->timeout_s, .gzip = o->gzip};
-  out->load0 = loadavg();
+  if (getloadavg(&out->load0, 1) != 1) out->load0 = -1;
   if (fork_clients(o, &cfg, n, procs)) goto out;
   size_t per = 0;
   for (int k = 0; k < procs; k++)
@@ -655,15 +645,19 @@ static int run_size(const opts_t *o, int n, result_t *out)
   out->base_mib = (double)base.rss_kb / 1024;
   out->end_mib = (double)end.rss_kb / 1024;
   out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
-  out->load1 = loadavg();
+  if (getloadavg(&out->load1, 1) != 1) out->load1 = -1;
   printf("workers %5d | procs %3d | join (all formed) %8.1f ms, %d gzip answers | "
-         "barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | heartbeat %d/s: "
-         "coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a heartbeat = %.1f%% at "
-         "%d/s, p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, barriers %.2f) | clients "
-         "cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, peak %.1f MiB, %.0f "
-         "B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | load average %.1f -> "
-         "%.1f | failures %d\n",
-         n, procs, out->join_s * 1e3, out->gzip, out->p50, out->p99, out->max, out->round_ms,
+         "barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | ",
+         n, procs, out->join_s * 1e3, out->gzip, out->p50, out->p99, out->max, out->round_ms);
+  if (o->gate > 0)
+    printf("step gate %d steps, %d dropped, %d gzip answers: p50 %7.2f p99 %7.2f max %7.2f ms, "
+           "coordinator cpu %.2f s, clients cpu %.2f s | ", o->gate, out->gate_dropped,
+           out->gate_gzip, out->g50, out->g99, out->gmax, out->cpu_gate, out->cli_gate);
+  printf("heartbeat %d/s: coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a "
+         "heartbeat = %.1f%% at %d/s, p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, "
+         "barriers %.2f) | clients cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, "
+         "peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | "
+         "load average %.1f -> %.1f | failures %d\n",
          n, out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n, out->hb_p99,
          out->cpu_s, out->cpu_join, out->cpu_bar, out->cli_join, out->cli_bar, out->base_mib,
          out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->load0,

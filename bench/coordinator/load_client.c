@@ -49,11 +49,14 @@
  * StepGate calls ask for gzip too (StepGateRequest.accept_gzip); a decided
  * answer is then a gzip member of the step's shared answer (its head is
  * empty, so every answer with the same `dropped` is the same member). The
- * first of each kind in a step is inflated and checked in full and kept;
- * a later one byte-identical to a kept member is that answer (a memcmp of
- * ~100 bytes instead of inflating N); any other is inflated in full.
- * Every answer's own check (dropped exactly when its rank is 0 in the
- * mask) runs either way. n_gzip counts the compressed answers of both.
+ * first decided one of each kind in a step is inflated, its step-wide facts
+ * (decided, step s, N mask bytes with N - 1 ones) are checked once, and it
+ * is kept with that verdict; a later one byte-identical to a kept member is
+ * that answer and has its verdict (a memcmp of ~100 bytes instead of
+ * inflating and counting N); any other is inflated and checked in full, as
+ * is every plain answer.  Every answer's own byte (dropped exactly when its
+ * rank is 0 in the mask) is checked either way.  n_gzip counts the
+ * compressed answers of both.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -72,6 +75,7 @@
 #include "load_int.h"
 #include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
+#include "rm_le.h"
 
 #define JOIN_WAIT_MS 60000 /* the coordinator's cap (JOIN_WAIT_MAX_MS) */
 #define HEARTBEAT_DEADLINE_S 10
@@ -86,6 +90,15 @@ typedef struct {
   int busy;
 } op_t;
 
+/* GZIP StepGate: one of this step's verified compressed answers (one per
+ * value of `dropped`; r NULL: none yet) */
+typedef struct {
+  uint8_t *z;                          /* the member as received */
+  size_t zlen;
+  Ringmaster__V1__StepGateResponse *r; /* what it inflates to */
+  int ok;                              /* its step-wide facts hold (gate_step_ok) */
+} gate_kept_t;
+
 typedef struct {
   const load_client_cfg_t *cfg;
   int n;                       /* workers here: hi - lo */
@@ -93,8 +106,8 @@ typedef struct {
   grpc_channel **ch;
   op_t *ops;
   uint64_t *wid;               /* worker ids, from the Join answers */
-  uint32_t *rank;              /* ranks in the order the answers came (parent) */
-  uint32_t *rank_of;           /* rank of local worker i */
+  uint32_t *rank_of;           /* rank of local worker i (UINT32_MAX: none);
+                                * sent to the parent after the Join wave */
   int64_t *lat;
   uint64_t gen;
   /* the verified reference Join answer */
@@ -107,11 +120,7 @@ typedef struct {
   uint8_t *ref_z;
   size_t ref_zlen, ref_tail_len;
   uint32_t ref_tail_crc;
-  /* GZIP StepGate: this step's verified compressed answers (one per value
-   * of `dropped`) and what they inflate to (gate_ref[k] NULL: none yet) */
-  uint8_t *gate_z[2];
-  size_t gate_zlen[2];
-  Ringmaster__V1__StepGateResponse *gate_ref[2];
+  gate_kept_t gate[2];         /* GZIP StepGate: indexed by dropped != 0 */
 } client_t;
 
 /* ---- calls ---- */
@@ -552,7 +561,7 @@ static int check_join(client_t *c, int i, const uint8_t *b, size_t len, const jo
 /* ---- GZIP answers (see the file comment) ---- */
 
 /* A compressed answer's bytes as received (reading it through a
- * grpc_byte_buffer_reader would inflate it). malloc'd; NULL if empty. */
+ * grpc_byte_buffer_reader would inflate it). malloc'd, never NULL. */
 static uint8_t *raw_bytes(const grpc_byte_buffer *bb, size_t *len)
 {
   const grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
@@ -603,11 +612,6 @@ typedef struct {
   uint32_t crc, isize;
 } gz_parts_t;
 
-static uint32_t rd32(const uint8_t *p)
-{
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static int gz_split(const uint8_t *b, size_t len, gz_parts_t *g)
 {
   if (len < 15 + 8 || b[0] != 0x1f || b[1] != 0x8b || b[2] != 8 || b[3] != 0 || b[10] != 0)
@@ -617,8 +621,8 @@ static int gz_split(const uint8_t *b, size_t len, gz_parts_t *g)
   g->head = b + 15;
   g->defl = g->head + g->hlen;
   g->dlen = len - 15 - g->hlen - 8;
-  g->crc = rd32(b + len - 8);
-  g->isize = rd32(b + len - 4);
+  g->crc = rm__get_le32(b + len - 8);
+  g->isize = rm__get_le32(b + len - 4);
   return 0;
 }
 
@@ -748,7 +752,6 @@ static void phase_join(client_t *c, load_res_t *res)
         res->n_ok++;
         c->wid[i] = s.worker_id;
         c->rank_of[i] = s.rank;
-        c->rank[res->n_ranks++] = s.rank;
       }
       c->lat[res->n_lat++] = t1 - first[i];
       if (t1 > res->t_last) res->t_last = t1;
@@ -759,6 +762,7 @@ static void phase_join(client_t *c, load_res_t *res)
     free(full);
   }
   free(first);
+  res->n_ranks = c->n; /* rank_of: the parent checks all N are a permutation */
 }
 
 /* ---- barriers and heartbeats ---- */
@@ -815,43 +819,54 @@ static void phase_barrier(client_t *c, int k, load_res_t *res)
 static void gate_refs_clear(client_t *c)
 {
   for (int k = 0; k < 2; k++) {
-    if (c->gate_ref[k]) protobuf_c_message_free_unpacked(&c->gate_ref[k]->base, NULL);
-    free(c->gate_z[k]);
-    c->gate_ref[k] = NULL;
-    c->gate_z[k] = NULL;
+    if (c->gate[k].r) protobuf_c_message_free_unpacked(&c->gate[k].r->base, NULL);
+    free(c->gate[k].z);
+    memset(&c->gate[k], 0, sizeof c->gate[k]);
   }
 }
 
-/* A compressed StepGate answer: a kept one it is byte-identical to (*kept
- * = 1: do not free it), else inflated and unpacked (NULL when that fails).
- * zb is taken: kept as this step's reference of its kind or freed. */
-static Ringmaster__V1__StepGateResponse *gate_gz(client_t *c, uint8_t *zb, size_t zlen,
-                                                 uint64_t step, int *kept)
+/* The step-wide facts of a StepGate answer: decided, step s, a mask of n
+ * bytes with n - 1 ones (the first n - 1 arrivals).  O(n). */
+static int gate_step_ok(const Ringmaster__V1__StepGateResponse *r, uint64_t step, uint32_t n)
 {
-  *kept = 0;
+  if (!r || !r->decided || r->step != step || r->members.len != n) return 0;
+  uint32_t ones = 0;
+  for (size_t k = 0; k < n; k++) ones += r->members.data[k] != 0;
+  return ones == n - 1;
+}
+
+/* A compressed StepGate answer (zb taken: kept or freed).  Returns the kept
+ * entry it is byte-identical to, or the one it becomes (this step's first
+ * decided answer of its kind, its step-wide facts checked once); *r is then
+ * that entry's answer, not to be freed.  Else NULL, and *r is the answer
+ * inflated and unpacked (NULL when that fails), the caller's to check in
+ * full and free. */
+static gate_kept_t *gate_gz(client_t *c, uint8_t *zb, size_t zlen, uint64_t step, uint32_t n,
+                            Ringmaster__V1__StepGateResponse **r)
+{
   for (int k = 0; k < 2; k++)
-    if (c->gate_ref[k] && c->gate_zlen[k] == zlen && !memcmp(c->gate_z[k], zb, zlen)) {
+    if (c->gate[k].r && c->gate[k].zlen == zlen && !memcmp(c->gate[k].z, zb, zlen)) {
       free(zb);
-      *kept = 1;
-      return c->gate_ref[k];
+      *r = c->gate[k].r;
+      return &c->gate[k];
     }
   uint8_t *full = NULL;
   size_t len;
-  Ringmaster__V1__StepGateResponse *r = NULL;
+  *r = NULL;
   if (!gz_inflate(zb, zlen, &full, &len))
-    r = (void *)protobuf_c_message_unpack(&ringmaster__v1__step_gate_response__descriptor, NULL,
-                                          len, full);
+    *r = (void *)protobuf_c_message_unpack(&ringmaster__v1__step_gate_response__descriptor, NULL,
+                                           len, full);
   free(full);
-  int k = r ? r->dropped != 0 : 0;
-  if (r && r->decided && r->step == step && !c->gate_ref[k]) { /* this step's first */
-    c->gate_ref[k] = r;
-    c->gate_z[k] = zb;
-    c->gate_zlen[k] = zlen;
-    *kept = 1;
-    return r;
+  gate_kept_t *e = *r ? &c->gate[(*r)->dropped != 0] : NULL;
+  if (e && (*r)->decided && (*r)->step == step && !e->r) { /* this step's first */
+    e->r = *r;
+    e->z = zb;
+    e->zlen = zlen;
+    e->ok = gate_step_ok(*r, step, n);
+    return e;
   }
   free(zb);
-  return r;
+  return NULL;
 }
 
 static void phase_gate(client_t *c, int step, load_res_t *res)
@@ -886,20 +901,21 @@ static void phase_gate(client_t *c, int step, load_res_t *res)
       rpc_error(res, o, "StepGate", c->cfg->lo + i);
     } else {
       Ringmaster__V1__StepGateResponse *r = NULL;
-      int kept = 0;
+      gate_kept_t *kept = NULL;
       if (o->recv && o->recv->data.raw.compression == GRPC_COMPRESS_GZIP) { /* GZIP */
         size_t zlen;
         uint8_t *zb = raw_bytes(o->recv, &zlen);
         res->n_gzip++;
-        r = gate_gz(c, zb, zlen, (uint64_t)step, &kept);
+        kept = gate_gz(c, zb, zlen, (uint64_t)step, n, &r);
       } else {
         r = (void *)unpack(o->recv, &ringmaster__v1__step_gate_response__descriptor);
       }
-      uint32_t ones = 0;
-      for (size_t k = 0; r && k < r->members.len; k++) ones += r->members.data[k] != 0;
+      /* step-wide facts: the kept verdict, else in full; then its own byte */
+      int step_ok = kept ? kept->ok : gate_step_ok(r, (uint64_t)step, n);
       uint32_t rank = c->rank_of[i];
-      if (!r || !r->decided || r->step != (uint64_t)step || r->members.len != n ||
-          ones != n - 1 || rank >= n || (r->dropped != 0) != (r->members.data[rank] == 0)) {
+      if (!step_ok || rank >= n || (r->dropped != 0) != (r->members.data[rank] == 0)) {
+        uint32_t ones = 0; /* for the note only */
+        for (size_t k = 0; r && k < r->members.len; k++) ones += r->members.data[k] != 0;
         res->n_bad++;
         note(res, "worker %d step %d: decided %d step %llu mask %zu bytes, %u ones, dropped %d",
              c->cfg->lo + i, step, r ? r->decided : -1, r ? (unsigned long long)r->step : 0ULL,
@@ -998,9 +1014,9 @@ static int client_open(client_t *c, const load_client_cfg_t *cfg)
   for (int i = 0; i < cfg->channels; i++) c->ch[i] = grpc_channel_create(cfg->addr, cr, &ca);
   grpc_channel_credentials_release(cr);
   c->wid = calloc((size_t)c->n, sizeof *c->wid);
-  c->rank = calloc((size_t)c->n, sizeof *c->rank);
-  c->rank_of = calloc((size_t)c->n, sizeof *c->rank_of);
-  return c->ch && c->wid && c->rank && c->rank_of ? 0 : -1;
+  c->rank_of = malloc((size_t)c->n * sizeof *c->rank_of);
+  for (int i = 0; c->rank_of && i < c->n; i++) c->rank_of[i] = UINT32_MAX; /* none yet */
+  return c->ch && c->wid && c->rank_of ? 0 : -1;
 }
 
 /* Room for the largest phase: n ops / latencies, or S * n for heartbeats. */
@@ -1030,7 +1046,6 @@ static void client_close(client_t *c)
   free(c->ops);
   free(c->lat);
   free(c->wid);
-  free(c->rank);
   free(c->rank_of);
 }
 
@@ -1051,7 +1066,7 @@ static int send_result(client_t *c, load_res_t *res)
   int fd = c->cfg->res_fd;
   if (load_write_full(fd, res, sizeof *res) ||
       load_write_full(fd, c->lat, (size_t)res->n_lat * sizeof *c->lat) ||
-      load_write_full(fd, c->rank, (size_t)res->n_ranks * sizeof *c->rank))
+      load_write_full(fd, c->rank_of, (size_t)res->n_ranks * sizeof *c->rank_of))
     return -1;
   return 0;
 }

@@ -17,7 +17,8 @@
  *
  *   parent -> client   load_cmd_t                        start a phase now
  *   client -> parent   load_res_t, then res.n_lat int64   latencies (ns)
- *                      then res.n_ranks uint32            ranks (JOIN only)
+ *                      then res.n_ranks uint32            ranks (JOIN only: each
+ *                                                         worker's, UINT32_MAX if none)
  *
  * Every command is answered by exactly one result.  The parent writes a
  * command to every client before it reads any result, so all clients start a
@@ -58,9 +59,9 @@ typedef struct {
   uint64_t peers_digest; /* JOIN: FNV-1a of the verified peer list */
   int32_t n_fast;        /* JOIN: answers checked by the byte-compare path */
   int32_t n_lat;         /* int64 latencies that follow */
-  int32_t n_ranks;       /* uint32 ranks that follow (JOIN) */
+  int32_t n_ranks;       /* uint32 ranks that follow (JOIN: hi - lo) */
   int32_t n_rejoin;      /* JOIN: formed=false answers, joined again */
-  int32_t n_gzip;        /* JOIN: answers that came gzip-compressed */
+  int32_t n_gzip;        /* JOIN, GATE: answers that came gzip-compressed */
   int32_t n_dropped;     /* GATE: answers that said dropped */
   int64_t hwm_kb;        /* this client's VmHWM */
   char msg[LOAD_MSG_MAX]; /* first failure, "" if none */
@@ -75,7 +76,8 @@ typedef struct {
   int lo, hi;           /* global worker indices simulated here */
   int channels;
   int timeout_s;        /* deadline of a Join wave / a barrier call */
-  int gzip;             /* Join asks for gzip answers (load_client.c GZIP) */
+  int gzip;             /* Join and StepGate ask for gzip answers (accept_gzip;
+                         * load_client.c GZIP) */
   int cmd_fd, res_fd;   /* pipes to the parent */
 } load_client_cfg_t;
 
