@@ -50,6 +50,16 @@
  *   nccl_abort 2 ranks; after a first NCCL all-reduce rank 1 stops; rank
  *            0's second one is ended by rm_comm_abort from another thread
  *            (RM_ERR_ABORTED)
+ *   masked   the masked average of a gated straggler step
+ *            (rm__masked_allreduce) on device buffers, 6 rounds of changing
+ *            members, in place and out of place: exact; a non-member's
+ *            receive buffer held junk (it is zeroed on the GPU), its send
+ *            buffer is NULL; the contributor count is the members'
+ *   nccl_relay only rank 1 was handed an NCCL id (as the coordinator relay
+ *            does, rm__nccl_set_id): every rank agrees to make a new one on
+ *            the data plane instead of running mismatched collectives; the
+ *            all-reduce is exact, ran on NCCL (info.algorithm) and selected
+ *            no ringmaster algorithm (predicted_us 0)
  *   abort    2 ranks; rank 1 never joins the collective; a second thread of
  *            rank 0 calls rm_comm_abort: rank 0's device all-reduce returns
  *            RM_ERR_ABORTED
@@ -71,8 +81,10 @@
 #include "rm_testdev.h"
 #include "rm_testlib.h"
 
+#include "aggregate/aggregate.h"
 #include "core/comm_int.h"
 #include "device/dev.h"
+#include "device/nccl.h"
 
 typedef struct fault {
   const char *mode;
@@ -430,6 +442,83 @@ static int rank_nccl_abort(rm_test_world_t *w, int r, void *arg)
   return 0;
 }
 
+/* ---- masked ---- */
+static int rank_masked(rm_test_world_t *w, int r, void *arg)
+{
+  size_t count = 1 << 16;
+  int n = w->world;
+  rm_comm_t *c = open_rank(w, r, 0);
+  float *h = input(r, count), *junk = malloc(count * sizeof *junk), *got = malloc(count * sizeof *got);
+  void *ds = rm_test_dev_alloc(count * sizeof(float)), *dr = rm_test_dev_alloc(count * sizeof(float));
+  uint8_t member[RM_TEST_MAX_WORLD];
+  (void)arg;
+  if (!c || !junk || !got || !ds || !dr || rm_test_dev_put(ds, h, count * sizeof(float)) != 0)
+    RM_TEST_FAIL("rank %d: setup", r);
+  for (size_t i = 0; i < count; i++) junk[i] = 1000.0f + (float)r;
+  for (int round = 0; round < 6; round++) {
+    int k = 0, contrib = -1, inplace = round % 2;
+    for (int q = 0; q < n; q++) k += member[q] = (q + round) % 3 != 0;
+    if (k == 0) k = member[0] = 1;
+    /* a member in place starts from its input, anyone else from junk */
+    if (rm_test_dev_put(dr, member[r] && inplace ? h : junk, count * sizeof(float)) != 0)
+      RM_TEST_FAIL("rank %d: put", r);
+    rm_status_t st = rm__masked_allreduce(c, member[r] ? (inplace ? dr : ds) : NULL, dr, count,
+                                          RM_F32, RM_AVG, member, 0, &contrib);
+    if (st != RM_OK)
+      RM_TEST_FAIL("rank %d round %d: %s (%s)", r, round, rm_status_name(st), rm_comm_last_error(c));
+    if (contrib != k) RM_TEST_FAIL("rank %d round %d: %d contributors, want %d", r, round, contrib, k);
+    if (rm_test_dev_get(got, dr, count * sizeof(float)) != 0) RM_TEST_FAIL("rank %d: get", r);
+    for (size_t i = 0; i < count; i++) {
+      float sum = 0;
+      for (int q = 0; q < n; q++) sum += member[q] ? (float)(q + (int)(i % 97)) : 0;
+      if (got[i] != sum / (float)k)
+        RM_TEST_FAIL("rank %d round %d [%zu]: %g, want %g", r, round, i, got[i], sum / (float)k);
+    }
+  }
+  rm_test_dev_get(got, ds, count * sizeof(float));
+  if (memcmp(got, h, count * sizeof(float)) != 0) RM_TEST_FAIL("rank %d: send buffer changed", r);
+  rm_test_dev_free(ds);
+  rm_test_dev_free(dr);
+  free(h);
+  free(junk);
+  free(got);
+  rm_comm_destroy(c);
+  return 0;
+}
+
+/* ---- nccl_relay ---- */
+static int rank_nccl_relay(rm_test_world_t *w, int r, void *arg)
+{
+  size_t count = 4096;
+  int n = w->world;
+  rm_comm_t *c = open_rank(w, r, 0);
+  void *d = dev_input(r, count);
+  float *got = malloc(count * sizeof *got);
+  rm_allreduce_info_t info;
+  (void)arg;
+  if (!c || !got) RM_TEST_FAIL("rank %d: setup", r);
+  if (r == 1) { /* a relayed id only this rank has */
+    rm__nccl_id_t id;
+    memset(&id, 7, sizeof id);
+    rm__nccl_set_id(c, &id);
+  }
+  rm_comm_set_algorithm(c, RM_ALGO_NCCL);
+  rm_status_t st = rm_allreduce_ex(c, d, d, count, RM_F32, RM_SUM, RM_ALGO_AUTO, &info);
+  if (st != RM_OK) RM_TEST_FAIL("rank %d: %s (%s)", r, rm_status_name(st), rm_comm_last_error(c));
+  rm_test_dev_get(got, d, count * sizeof(float));
+  for (size_t i = 0; i < count; i++) {
+    float want = (float)(n * (n - 1) / 2 + n * (int)(i % 97));
+    if (got[i] != want) RM_TEST_FAIL("rank %d [%zu]: %g, want %g", r, i, got[i], want);
+  }
+  if (info.algorithm != RM_ALGO_NCCL || info.predicted_us != 0)
+    RM_TEST_FAIL("rank %d: ran %s, predicted %g us: want nccl, no prediction", r,
+                 rm_algo_name(info.algorithm), info.predicted_us);
+  rm_test_dev_free(d);
+  free(got);
+  rm_comm_destroy(c);
+  return 0;
+}
+
 /* /dev/shm entries named like the stand-in NCCL's segments (the tests
  * that make them share the RESOURCE_LOCK nccl_standin, so the count is
  * this test's own). */
@@ -461,9 +550,12 @@ int main(int argc, char **argv)
   else if (!strcmp(mode, "nccl") || !strcmp(mode, "nccl_off")) fn = rank_nccl;
   else if (!strcmp(mode, "nccl_kill")) { fn = rank_nccl_kill; f.victim = 2; }
   else if (!strcmp(mode, "nccl_abort")) { fn = rank_nccl_abort; world = 2; }
+  else if (!strcmp(mode, "masked")) { fn = rank_masked; world = 4; }
+  else if (!strcmp(mode, "nccl_relay")) fn = rank_nccl_relay;
   if (getenv("TEST_DEVICE_WORLD")) world = atoi(getenv("TEST_DEVICE_WORLD"));
   if (fn == NULL || world < 1 || (f.victim >= world && (fn == rank_fault || fn == rank_nccl_kill))) {
-    fprintf(stderr, "usage: test_device staged|ipc|gdr|kinds|illegal|stall|kill|abort|nccl|nccl_off|nccl_kill|nccl_abort\n");
+    fprintf(stderr, "usage: test_device staged|ipc|gdr|kinds|masked|illegal|stall|kill|abort|"
+                    "nccl|nccl_off|nccl_kill|nccl_abort|nccl_relay\n");
     return 2;
   }
   int segs = nccl_segments();

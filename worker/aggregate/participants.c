@@ -1,6 +1,7 @@
 /*
  * participants.c - participant sets (member masks) and the all-reduce over a
- * participant set, built only on the public collectives (rm_allreduce).
+ * participant set, built on the public collectives (rm_allreduce) and, for
+ * device buffers, the device layer's buffer operations (device/dev.h).
  *
  * PARTICIPANT SETS. A member mask is `world` bytes, member[r] != 0 when rank
  * r contributes to the step. The coordinator fixes one mask per step
@@ -23,6 +24,14 @@
  * to stay bitwise identical with the others. 0x00 bytes are 0 in every
  * dtype, so a memset is the zero vector.
  *
+ * DEVICE BUFFERS. The buffers are classified as the collectives do
+ * (device/dev.h rm__mem_classify: all host, or all memory of the
+ * communicator's device). On a device the zeroing and the scaling run on
+ * the GPU, each bracketed as a collective is (rm__dev_begin: after what the
+ * user's stream wrote; rm__dev_end: finished on return), and the
+ * rm_allreduce between them is a device collective: nothing goes through
+ * host memory.
+ *
  * MEMBER VERIFICATION (RM__AGG_VERIFY_MEMBERS). h = FNV-1a-64 of the mask,
  * reduced to 62 bits; every rank all-reduces (h, -h) with MAX over i64 and
  * gets (max h, -min h). All masks equal <=> max == min; every rank sees the
@@ -36,7 +45,8 @@
 
 #include <string.h>
 
-#include "reduce/reduce.h"
+#include "device/dev.h"
+#include "rm_check.h"
 
 /* ---- participant sets ---- */
 
@@ -86,6 +96,17 @@ static rm_status_t verify_members(rm_comm_t *comm, const uint8_t *member,
   return (v[0] == -v[1]) ? RM_OK : RM_ERR_PROTOCOL;
 }
 
+/* The local steps of a masked all-reduce on buf in the buffers' memory
+ * kind: zero it (k == 0) or divide it by k (RM_AVG). */
+static rm_status_t local_step(rm_comm_t *c, int device, int ordinal, void *buf, size_t count,
+                              rm_dtype_t dt, int k)
+{
+  rm_status_t st;
+  if (device) RM_CHECK(rm__dev_begin(c, ordinal));
+  st = k == 0 ? rm__mzero(c, buf, count * rm_dtype_size(dt)) : rm__mscale(c, buf, count, dt, k);
+  return device ? rm__dev_end(c, st) : st;
+}
+
 rm_status_t rm__masked_allreduce(rm_comm_t *comm, const void *send,
                                  void *recv, size_t count, rm_dtype_t dt,
                                  rm_op_t op, const uint8_t *member,
@@ -99,7 +120,10 @@ rm_status_t rm__masked_allreduce(rm_comm_t *comm, const void *send,
   int k = rm__members_count(member, world);
   if (k == 0 || (member[rank] && count > 0 && send == NULL))
     return RM_ERR_INVALID_ARG;
+  const void *bufs[2] = {member[rank] ? send : NULL, recv};
+  int device = 0, ordinal = 0;
   rm_status_t st = RM_OK;
+  if (count > 0) RM_CHECK(rm__mem_classify(comm, bufs, 2, &device, &ordinal));
   if (flags & RM__AGG_VERIFY_MEMBERS) {
     st = verify_members(comm, member, world);
     if (st != RM_OK) return st;
@@ -107,11 +131,11 @@ rm_status_t rm__masked_allreduce(rm_comm_t *comm, const void *send,
   if (member[rank]) {
     st = rm_allreduce(comm, send, recv, count, dt, RM_SUM);
   } else {
-    if (count > 0) memset(recv, 0, count * esz);
+    if (count > 0) RM_CHECK(local_step(comm, device, ordinal, recv, count, dt, 0));
     st = rm_allreduce(comm, recv, recv, count, dt, RM_SUM);
   }
   if (st != RM_OK) return st;
-  if (op == RM_AVG) rm__scale_avg(recv, count, dt, k);
+  if (op == RM_AVG && count > 0) RM_CHECK(local_step(comm, device, ordinal, recv, count, dt, k));
   if (contributors != NULL) *contributors = k;
   return RM_OK;
 }

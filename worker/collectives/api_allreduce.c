@@ -1,7 +1,7 @@
 /*
  * api_allreduce.c - rm_allreduce / rm_allreduce_ex: argument checks, the
  * memory kind (host or device, device/dev.h), the out-of-place copy,
- * algorithm resolution (select.c), the run, avg scaling.
+ * NCCL or algorithm resolution (select.c), the run, avg scaling.
  *
  * Argument errors (NULL communicator, NULL buffer with count > 0, bad dtype,
  * op or algorithm, a byte size that overflows size_t) return
@@ -56,28 +56,30 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   rm_algo_t chosen = RM_ALGO_RING;
   double predicted = 0.0;
   const void *bufs[2] = {send, recv};
-  int device = 0, ordinal = 0;
+  int device = 0, ordinal = 0, nccl = 0;
   rm_status_t st = RM_OK;
   rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_args(comm, send, recv, count, dt, op, algo));
   if (count > 0) RM_CHECK(rm__mem_classify(comm, bufs, 2, &device, &ordinal));
+  sent0 = comm->bytes_sent;
+  /* NCCL first (device/nccl.c), outside the device collective: attaching
+   * is a host collective every rank runs alike and ends in an agreement,
+   * so every rank takes the same branch below */
+  if (device && rm__nccl_wanted(comm, algo)) {
+    RM_CHECK(rm__nccl_attach(comm, ordinal));
+    nccl = rm__nccl_active(comm);
+  }
   RM_CHECK(rm__coll_begin(comm));
   esz = rm_dtype_size(dt);
-  sent0 = comm->bytes_sent;
-  /* resolve on the host: auto's first use calibrates with host messages */
-  if (rm_comm_world(comm) > 1 && count > 0)
+  /* resolve on the host when NCCL does not carry the call: auto's first use
+   * calibrates with host messages */
+  if (nccl) chosen = RM_ALGO_NCCL;
+  else if (rm_comm_world(comm) > 1 && count > 0)
     RM_CHECK(rm__allreduce_resolve(comm, algo, count * esz, &chosen, &predicted));
-  /* NCCL (device/nccl.c): started here, outside the device collective */
-  int nccl = device && count > 0 && rm__nccl_wanted(comm, algo);
-  if (nccl) RM_CHECK(rm__nccl_attach(comm, ordinal));
   if (device) RM_CHECK(rm__dev_begin(comm, ordinal));
-  if (nccl && rm__nccl_active(comm)) {
+  if (nccl) {
     st = rm__nccl_allreduce(comm, send, recv, count, dt, op);
-    if (st != RM_ERR_UNSUPPORTED) { /* else: a dtype/op NCCL lacks, ours runs */
-      chosen = RM_ALGO_NCCL;
-      goto out;
-    }
-    st = RM_OK;
+    goto out;
   }
   if (send != recv && count > 0)
     RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);

@@ -34,31 +34,22 @@ static rm_status_t check_n(const rm_comm_t *c, const void *buf, size_t count,
   return rm__check_buf(buf, count * mult, dt);
 }
 
-/* The memory kind of a call's buffers (device/dev.h); bufs may hold NULLs.
- * A communicator whose algorithm is nccl starts NCCL first (nccl.c). */
-static rm_status_t mem_begin(rm_comm_t *c, const void *a, const void *b, int *device)
+/* The memory kind of a call's buffers (device/dev.h; a or b may be NULL),
+ * and *nccl = 1 when NCCL carries the call: device buffers on a
+ * communicator whose algorithm is nccl start NCCL first (nccl.c), and
+ * every rank agrees whether it runs. */
+static rm_status_t mem_begin(rm_comm_t *c, const void *a, const void *b, int *device, int *nccl)
 {
   const void *bufs[2] = {a, b};
   int ordinal = 0;
+  *nccl = 0;
   RM_CHECK(rm__mem_classify(c, bufs, 2, device, &ordinal));
-  if (*device && rm__nccl_wanted(c, RM_ALGO_AUTO))
+  if (*device && rm__nccl_wanted(c, RM_ALGO_AUTO)) {
     RM_CHECK(rm__nccl_attach(c, ordinal));
+    *nccl = rm__nccl_active(c);
+  }
   RM_CHECK(rm__coll_begin(c));
   return *device ? rm__dev_begin(c, ordinal) : RM_OK;
-}
-
-/* Whether this device call runs on NCCL. */
-static int on_nccl(const rm_comm_t *c, int device)
-{
-  return device && rm__nccl_active(c) && rm__nccl_wanted(c, RM_ALGO_AUTO);
-}
-
-/* An NCCL call's status: RM_ERR_UNSUPPORTED (a dtype/op NCCL lacks) means
- * "run ours", *done = 0. */
-static rm_status_t nccl_ran(rm_status_t st, int *done)
-{
-  *done = st != RM_ERR_UNSUPPORTED;
-  return *done ? st : RM_OK;
 }
 
 static rm_status_t mem_end(rm_comm_t *c, int device, rm_status_t st)
@@ -71,7 +62,7 @@ rm_status_t rm_reduce_scatter(rm_comm_t *comm, const void *send, void *recv,
 {
   size_t n, esz;
   void *tmp = NULL;
-  int device = 0;
+  int device = 0, nccl = 0;
   rm_status_t st = RM_OK;
   rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_n(comm, recv, recv_count, dt, 1));
@@ -81,12 +72,11 @@ rm_status_t rm_reduce_scatter(rm_comm_t *comm, const void *send, void *recv,
     return RM_ERR_INVALID_ARG;
   if (recv_count == 0)
     return rm__coll_begin(comm);
-  RM_CHECK(mem_begin(comm, send, recv, &device));
+  RM_CHECK(mem_begin(comm, send, recv, &device, &nccl));
   esz = rm_dtype_size(dt);
-  if (on_nccl(comm, device)) {
-    int done;
-    st = nccl_ran(rm__nccl_reduce_scatter(comm, send, recv, recv_count, dt, op), &done);
-    if (done) goto out;
+  if (nccl) {
+    st = rm__nccl_reduce_scatter(comm, send, recv, recv_count, dt, op);
+    goto out;
   }
   RM_CHECK_GOTO(rm__mtmp(comm, n * recv_count * esz, &tmp), st, out);
   RM_CHECK_GOTO(rm__mcopy(comm, tmp, send, n * recv_count * esz), st, out);
@@ -105,19 +95,18 @@ rm_status_t rm_allgather(rm_comm_t *comm, const void *send, void *recv,
                          size_t send_count, rm_dtype_t dt)
 {
   size_t n, esz;
-  int device = 0;
+  int device = 0, nccl = 0;
   rm_status_t st = RM_OK;
   RM_CHECK(check_n(comm, send, send_count, dt, 1));
   n = (size_t)rm_comm_world(comm);
   RM_CHECK(check_n(comm, recv, send_count, dt, n));
   if (send_count == 0)
     return rm__coll_begin(comm);
-  RM_CHECK(mem_begin(comm, send, recv, &device));
+  RM_CHECK(mem_begin(comm, send, recv, &device, &nccl));
   esz = rm_dtype_size(dt);
-  if (on_nccl(comm, device)) {
-    int done;
-    st = nccl_ran(rm__nccl_allgather(comm, send, recv, send_count, dt), &done);
-    if (done) goto out;
+  if (nccl) {
+    st = rm__nccl_allgather(comm, send, recv, send_count, dt);
+    goto out;
   }
   RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)rm_comm_rank(comm) * send_count * esz,
                           send, send_count * esz), st, out);
@@ -130,24 +119,23 @@ out:
 rm_status_t rm_broadcast(rm_comm_t *comm, void *buf, size_t count,
                          rm_dtype_t dt, int root)
 {
-  int device = 0;
-  rm_status_t st = RM_OK;
+  int device = 0, nccl = 0;
+  rm_status_t st;
   RM_CHECK(check_n(comm, buf, count, dt, 1));
   if (root < 0 || root >= rm_comm_world(comm))
     return RM_ERR_INVALID_ARG;
   if (count == 0 || rm_comm_world(comm) == 1)
     return rm__coll_begin(comm);
-  RM_CHECK(mem_begin(comm, buf, NULL, &device));
-  int done = 0;
-  if (on_nccl(comm, device)) st = nccl_ran(rm__nccl_broadcast(comm, buf, count, dt, root), &done);
-  if (!done) st = rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
+  RM_CHECK(mem_begin(comm, buf, NULL, &device, &nccl));
+  if (nccl) st = rm__nccl_broadcast(comm, buf, count, dt, root);
+  else st = rm__tree_bcast(comm, buf, count, rm_dtype_size(dt), root);
   return mem_end(comm, device, st);
 }
 
 rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
                       size_t count, rm_dtype_t dt, rm_op_t op, int root)
 {
-  int device = 0;
+  int device = 0, nccl = 0;
   rm_status_t st = RM_OK;
   rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_n(comm, send, count, dt, 1));
@@ -158,12 +146,11 @@ rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
     RM_CHECK(check_n(comm, recv, count, dt, 1));
   if (count == 0)
     return rm__coll_begin(comm);
-  RM_CHECK(mem_begin(comm, send, is_root ? recv : NULL, &device));
+  RM_CHECK(mem_begin(comm, send, is_root ? recv : NULL, &device, &nccl));
   size_t esz = rm_dtype_size(dt);
-  if (on_nccl(comm, device)) {
-    int done;
-    st = nccl_ran(rm__nccl_reduce(comm, send, recv, count, dt, op, root), &done);
-    if (done) goto out;
+  if (nccl) {
+    st = rm__nccl_reduce(comm, send, recv, count, dt, op, root);
+    goto out;
   }
   if (rm_comm_world(comm) == 1) {
     RM_CHECK_GOTO(rm__mcopy(comm, recv, send, count * esz), st, out);
@@ -180,7 +167,7 @@ out:
 rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
                         size_t count, rm_dtype_t dt)
 {
-  int n, r, device = 0;
+  int n, r, device = 0, nccl = 0;
   size_t esz, blk;
   rm_status_t st = RM_OK;
   RM_CHECK(check_n(comm, send, count, dt, 1));
@@ -191,14 +178,13 @@ rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
     return RM_ERR_INVALID_ARG;
   if (count == 0)
     return rm__coll_begin(comm);
-  RM_CHECK(mem_begin(comm, send, recv, &device));
+  RM_CHECK(mem_begin(comm, send, recv, &device, &nccl));
   r = rm_comm_rank(comm);
   esz = rm_dtype_size(dt);
   blk = count * esz;
-  if (on_nccl(comm, device)) {
-    int done;
-    st = nccl_ran(rm__nccl_alltoall(comm, send, recv, count, dt), &done);
-    if (done) goto out;
+  if (nccl) {
+    st = rm__nccl_alltoall(comm, send, recv, count, dt);
+    goto out;
   }
   RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk,
                           blk), st, out);

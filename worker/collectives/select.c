@@ -232,8 +232,8 @@ rm_status_t rm__allreduce_resolve(rm_comm_t *c, rm_algo_t algo, size_t bytes,
 {
   rm_algo_t a = algo != RM_ALGO_AUTO ? algo : c->algorithm;
   double pred[RM_ALGO_COUNT] = {0};
-  /* nccl here means a call that does not run on NCCL (host buffers, a
-   * dtype/op NCCL lacks, NCCL off): ringmaster's choice instead */
+  /* nccl here means a call that does not run on NCCL (host buffers, NCCL
+   * off): ringmaster's choice instead */
   if (a == RM_ALGO_NCCL) a = RM_ALGO_AUTO;
   if (a == RM_ALGO_AUTO && !c->cost.calibrated && !c->cost.fixed && rm_comm_world(c) > 1)
     RM_CHECK(rm__cost_calibrate(c));

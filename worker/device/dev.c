@@ -303,6 +303,18 @@ rm_status_t rm__mcopy(rm_comm_t *c, void *dst, const void *src, size_t n)
   return RM_OK;
 }
 
+rm_status_t rm__mzero(rm_comm_t *c, void *dst, size_t n)
+{
+  if (n == 0) return RM_OK;
+  if (!c->dev_active) {
+    memset(dst, 0, n);
+    return RM_OK;
+  }
+  if (c->dev->g->zero(dst, n, c->dev->s) != RM_OK)
+    return rm__dev_fail(c, RM_ERR_SYSTEM, "device memset");
+  return RM_OK;
+}
+
 rm_status_t rm__mscale(rm_comm_t *c, void *buf, size_t count, rm_dtype_t dt, int world)
 {
   if (!c->dev_active) {
@@ -346,23 +358,6 @@ static rm_status_t grow(rm_comm_t *c, void **buf, size_t *size, size_t n)
   *buf = p;
   *size = n;
   return RM_OK;
-}
-
-rm_status_t rm__dev_copy_sync(rm_comm_t *c, void *dst, const void *src, size_t n)
-{
-  const rm__gpu_ops_t *g = rm__gpu();
-  void *ev = NULL;
-  int q = -1;
-  int64_t end = rm__now_ns() + (int64_t)c->timeout_ms * 1000000;
-  if (g == NULL) return RM_ERR_UNSUPPORTED;
-  if (g->copy(dst, src, n, c->user_stream) == RM_OK && g->event_create(&ev) == RM_OK &&
-      g->event_record(ev, c->user_stream) == RM_OK)
-    while ((q = g->event_query(ev)) == 0 && rm__now_ns() < end) sched_yield();
-  if (ev) g->event_destroy(ev);
-  if (q == 0)
-    return rm__comm_fail(c, RM_ERR_TIMEOUT, -1, "device: a copy of %zu bytes did not finish "
-                         "within %d ms", n, c->timeout_ms);
-  return q == 1 ? RM_OK : rm__dev_fail(c, RM_ERR_SYSTEM, "copy between host and device");
 }
 
 rm_status_t rm__dev_scratch(rm_comm_t *c, size_t n, void **out)

@@ -19,7 +19,8 @@
  *                   the device through the helpers below and through
  *                   staging (stage.c), all ordered on two streams:
  *                     s      host-to-device copies, reductions, device
- *                            copies (rm__mcopy), scaling (rm__mscale)
+ *                            copies (rm__mcopy), zeroing (rm__mzero),
+ *                            scaling (rm__mscale)
  *                     s_out  device-to-host copies of outgoing data, each
  *                            after an event on s (what it copies is final)
  *   rm__dev_end     wait (with the communicator's deadline) until both
@@ -68,6 +69,8 @@ void rm__dev_destroy(rm_comm_t *c);
 /* Buffer operations that follow the collective's memory kind (host:
  * memmove, CPU kernels; device: enqueued on stream s). */
 rm_status_t rm__mcopy(rm_comm_t *c, void *dst, const void *src, size_t n);
+/* n zero bytes at dst (0x00 bytes are 0 in every dtype). */
+rm_status_t rm__mzero(rm_comm_t *c, void *dst, size_t n);
 rm_status_t rm__mscale(rm_comm_t *c, void *buf, size_t count, rm_dtype_t dt, int world);
 rm_status_t rm__mreduce(rm_comm_t *c, const rm__reducer_t *r, void *dst, const void *src,
                         size_t count);
@@ -75,11 +78,6 @@ rm_status_t rm__mreduce(rm_comm_t *c, const rm__reducer_t *r, void *dst, const v
  * communicator's device temporary (kept; rm__mtmp_free does nothing). */
 rm_status_t rm__mtmp(rm_comm_t *c, size_t n, void **out);
 void rm__mtmp_free(rm_comm_t *c, void *p);
-/* A copy between host and device memory outside any collective (the
- * session's straggler step), ordered after the work on the communicator's
- * stream (rm_comm_set_stream) and waited for with its deadline. Failures
- * are sticky on c. */
-rm_status_t rm__dev_copy_sync(rm_comm_t *c, void *dst, const void *src, size_t n);
 /* Device scratch of at least n bytes (rm__scratch while dev_active). */
 rm_status_t rm__dev_scratch(rm_comm_t *c, size_t n, void **out);
 

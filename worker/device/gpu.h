@@ -23,7 +23,7 @@
  *
  * Contract of every op (both implementations):
  *  - streams are opaque (void *); NULL is the runtime's default stream;
- *  - copy / reduce / scale only enqueue on a stream and return; the work
+ *  - copy / zero / reduce / scale only enqueue on a stream and return; the work
  *    runs in enqueue order per stream; stream_wait makes a stream wait for
  *    what an event captured when it was recorded (CUDA semantics);
  *  - event_query: 1 done (or never recorded), 0 pending, -1 error;
@@ -72,6 +72,8 @@ typedef struct rm__gpu_ops {
   rm_status_t (*stream_wait)(void *s, void *e);
   /* n bytes, any direction (unified addressing), async on s */
   rm_status_t (*copy)(void *dst, const void *src, size_t n, void *s);
+  /* n zero bytes at device pointer dst (cudaMemsetAsync), async on s */
+  rm_status_t (*zero)(void *dst, size_t n, void *s);
   /* dst[i] = dst[i] op src[i] on device pointers (reduce_cuda.h semantics) */
   rm_status_t (*reduce)(void *dst, const void *src, size_t count, rm_dtype_t dt,
                         rm_op_t op, void *s);

@@ -160,6 +160,13 @@ static rm_status_t cu_copy(void *dst, const void *src, size_t n, void *s)
   return RM_OK;
 }
 
+static rm_status_t cu_zero(void *dst, size_t n, void *s)
+{
+  if (n == 0) return RM_OK;
+  CU(cudaMemsetAsync(dst, 0, n, (cudaStream_t)s), "cudaMemsetAsync");
+  return RM_OK;
+}
+
 static rm_status_t cu_reduce(void *dst, const void *src, size_t count, rm_dtype_t dt,
                              rm_op_t op, void *s)
 {
@@ -249,6 +256,7 @@ static const rm__gpu_ops_t cuda_ops = {
     .event_query = cu_event_query,
     .stream_wait = cu_stream_wait,
     .copy = cu_copy,
+    .zero = cu_zero,
     .reduce = cu_reduce,
     .scale_avg = cu_scale_avg,
     .ipc_get = cu_ipc_get,

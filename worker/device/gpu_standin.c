@@ -17,7 +17,7 @@
  *     one lands in no allocation: an illegal address (5), never another
  *     buffer or host memory.
  *  2. Work is asynchronous and ordered per stream. A stream is a thread
- *     with a FIFO of operations (copy, reduce, scale, wait-for-event); the
+ *     with a FIFO of operations (copy, zero, reduce, scale, wait-for-event); the
  *     caller returns at once. RINGMASTER_TEST_GPU_DELAY_US=D makes every
  *     operation sleep a random 0..D us first, so a consumer that forgets
  *     to wait for an event reads stale bytes and the tests see it.
@@ -271,7 +271,7 @@ static void sa_host_free(void *p) { free(p); }
 
 /* ---- streams ---- */
 
-enum { OP_COPY, OP_REDUCE, OP_SCALE, OP_WAIT, OP_HOST };
+enum { OP_COPY, OP_ZERO, OP_REDUCE, OP_SCALE, OP_WAIT, OP_HOST };
 
 typedef struct sa_stream sa_stream_t;
 
@@ -350,7 +350,7 @@ static int run_op(const sa_op_t *o)
   void *d;
   const void *src;
   char why[200];
-  size_t esz = o->kind == OP_COPY ? 1 : rm_dtype_size(o->dt);
+  size_t esz = o->kind == OP_COPY || o->kind == OP_ZERO ? 1 : rm_dtype_size(o->dt);
   if (o->kind == OP_HOST) {
     o->fn(o->arg);
     return 0;
@@ -363,7 +363,7 @@ static int run_op(const sa_op_t *o)
     return faulted() ? -1 : 0;
   }
   d = xlate(o->dst, o->n * esz);
-  src = o->kind == OP_SCALE ? d : xlate(o->src, o->n * esz);
+  src = o->kind == OP_SCALE || o->kind == OP_ZERO ? d : xlate(o->src, o->n * esz);
   if (d == NULL || src == NULL) {
     snprintf(why, sizeof why, "stand-in GPU: illegal address (%zu bytes at %p <- %p)",
              o->n * esz, o->dst, o->src);
@@ -371,6 +371,7 @@ static int run_op(const sa_op_t *o)
     return -1;
   }
   if (o->kind == OP_COPY) memmove(d, src, o->n);
+  else if (o->kind == OP_ZERO) memset(d, 0, o->n);
   else if (o->kind == OP_REDUCE) rm__reduce_fn(o->dt, o->op)(d, src, o->n);
   else rm__scale_avg(d, o->n, o->dt, o->world);
   return 0;
@@ -514,6 +515,12 @@ static rm_status_t sa_copy(void *dst, const void *src, size_t n, void *s)
   return enqueue(s, &(sa_op_t){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
 }
 
+static rm_status_t sa_zero(void *dst, size_t n, void *s)
+{
+  if (n == 0) return RM_OK;
+  return enqueue(s, &(sa_op_t){.kind = OP_ZERO, .dst = dst, .n = n});
+}
+
 static rm_status_t sa_reduce(void *dst, const void *src, size_t count, rm_dtype_t dt,
                              rm_op_t op, void *s)
 {
@@ -620,6 +627,7 @@ static const rm__gpu_ops_t standin_ops = {
     .event_query = sa_event_query,
     .stream_wait = sa_stream_wait,
     .copy = sa_copy,
+    .zero = sa_zero,
     .reduce = sa_reduce,
     .scale_avg = sa_scale_avg,
     .ipc_get = sa_ipc_get,

@@ -6,35 +6,39 @@
  * or as the communicator's default (rm_comm_set_algorithm, the job spec's
  * "algorithm", RINGMASTER_ALGO). Then collectives on device buffers run on
  * NCCL (topology-aware kernels, NVLink, InfiniBand, GPUDirect, SHARP where
- * the fabric has them); host buffers, and dtype/op pairs NCCL has no
- * kernel for, run on ringmaster's own algorithms.
+ * the fabric has them; every dtype and op has an NCCL counterpart); host
+ * buffers run on ringmaster's own algorithms.
  *
  * States of c->nccl:
  *
  *   (none) --first NCCL collective: rm__nccl_attach--> RUNNING
  *        \--- any rank could not start NCCL ------------> OFF (for good on
  *             this communicator: ringmaster's algorithms; one WARN names
- *             the ranks and the reason)
+ *             the lowest such rank, which logs its reason)
  *   RUNNING --peer lost, deadline, abort, NCCL error--> ABORTED (ncclCommAbort;
  *             the communicator's sticky failure; the session re-forms and
  *             the next generation's communicator starts NCCL anew)
  *   RUNNING/ABORTED --rm_comm_destroy--> gone (ncclCommDestroy / Abort)
  *
  * Bootstrap (rm__nccl_attach, a collective every rank enters at the same
- * call, before the device collective starts):
- *   1. the unique id: a session's communicator already holds the one rank
- *      0 made and the coordinator relayed (rm__nccl_set_id, over gRPC);
- *      else rank 0 makes one and broadcasts [ok, id] over the data plane;
- *   2. the ranks agree (a MIN all-reduce over the data plane) that each
- *      has the library and the id; then each calls ncclCommInitRankConfig
- *      non-blocking on its device and polls ncclCommGetAsyncError until
- *      it is done, at most connect_timeout_ms (an abort of the
- *      communicator stops the wait);
- *   3. the ranks agree again on "started": all started -> RUNNING; else
- *      (at 2 or 3) every rank aborts what it started and the communicator
- *      is OFF (an all-gather of the flags names the ranks in the log). So
- *      no rank ever runs NCCL while another runs ringmaster's algorithm
- *      for the same call.
+ * call, before the device collective starts; every decision below follows
+ * an agreement, so all ranks run the same host collectives):
+ *   1. the ranks agree (a MIN all-reduce over the data plane) on the lowest
+ *      rank without the library and on whether every rank holds the unique
+ *      id rank 0 made and the coordinator relayed (a session's
+ *      communicator: rm__nccl_set_id, over gRPC). If one lacks it (the
+ *      relay failed there, or no session), rank 0 makes a new one and
+ *      broadcasts [ok, id] over the data plane and every rank takes it;
+ *   2. when every rank has the library and the id, each calls
+ *      ncclCommInitRankConfig non-blocking on its device and polls
+ *      ncclCommGetAsyncError until it is done, at most connect_timeout_ms
+ *      (an abort of the communicator stops the wait);
+ *   3. the ranks agree again: a MIN of (started ? world : rank). All
+ *      started -> RUNNING; else (at 1, 2 or 3) every rank aborts what it
+ *      started and the communicator is OFF (the warning names the lowest
+ *      rank that could not; each such rank logs its own reason). So no
+ *      rank ever runs NCCL while another runs ringmaster's algorithm for
+ *      the same call.
  *
  * Waiting: an NCCL call only enqueues; completion is an event on stream s,
  * polled with the rules of every blocking wait in ringmaster: a deadline of
@@ -117,13 +121,12 @@ static rm_status_t host_bcast(rm_comm_t *c, void *buf, size_t n)
   return st;
 }
 
-static rm_status_t host_min_gather(rm_comm_t *c, int32_t mine, int32_t *all_min, int32_t *each)
+/* MIN over the ranks of v[0..n-1], in place. */
+static rm_status_t host_min(rm_comm_t *c, int32_t *v, size_t n)
 {
   rm_mem_t k = c->mem_kind;
   c->mem_kind = RM_MEM_HOST;
-  *all_min = mine;
-  rm_status_t st = rm_allreduce(c, all_min, all_min, 1, RM_I32, RM_MIN);
-  if (st == RM_OK && *all_min == 0 && each != NULL) st = rm_allgather(c, &mine, each, 1, RM_I32);
+  rm_status_t st = rm_allreduce(c, v, v, n, RM_I32, RM_MIN);
   c->mem_kind = k;
   return st;
 }
@@ -164,48 +167,50 @@ rm_status_t rm__nccl_attach(rm_comm_t *c, int ordinal)
 {
   struct rm__nccl *n = state_of(c);
   char why[256] = "";
-  int32_t ok, all = 0, *each = NULL;
+  int ok;
   if (n == NULL) return RM_ERR_NOMEM;
   if (n->state != N_NONE) return RM_OK;
   n->lib = rm__nccl_lib(why, sizeof why);
   ok = n->lib != NULL;
-  if (!n->id_set) { /* 1: rank 0's id over the data plane */
+  /* 1: agree on [lowest rank without the library (world: none), whether
+   * every rank holds the coordinator's id]; every rank takes the same
+   * branches from here on */
+  int32_t v[2] = {ok ? c->world : c->rank, n->id_set};
+  rm_status_t st = host_min(c, v, 2);
+  if (st == RM_OK && v[0] == c->world && !v[1]) { /* rank 0's id over the data plane */
     unsigned char msg[1 + RM__NCCL_ID_BYTES] = {0};
-    if (c->rank == 0 && ok) msg[0] = rm__nccl_unique_id((rm__nccl_id_t *)(msg + 1), why, sizeof why) == RM_OK;
-    RM_CHECK(host_bcast(c, msg, sizeof msg));
-    if (msg[0]) {
+    if (c->rank == 0)
+      msg[0] = rm__nccl_unique_id((rm__nccl_id_t *)(msg + 1), why, sizeof why) == RM_OK;
+    st = host_bcast(c, msg, sizeof msg);
+    if (st == RM_OK && msg[0]) {
       memcpy(n->id.internal, msg + 1, RM__NCCL_ID_BYTES);
       n->id_set = 1;
-    } else if (ok) {
-      ok = 0;
-      snprintf(why, sizeof why, "rank 0 could not make an NCCL id");
+    } else if (st == RM_OK) {
+      v[0] = 0; /* rank 0 could not make one (its log says why) */
+      ok = c->rank != 0;
     }
   }
-  each = calloc((size_t)c->world, sizeof *each);
-  /* 2: only when every rank has the library and the id (else the others
-   * would wait the whole connect deadline for a rank that never comes) */
-  rm_status_t st = host_min_gather(c, ok, &all, each);
-  if (st == RM_OK && all && start(c, n, ordinal, why, sizeof why) != RM_OK) ok = 0;
-  if (st == RM_OK && all) st = host_min_gather(c, ok, &all, each); /* 3 */
-  if (st != RM_OK || !all) {
+  /* 2: init only when every rank has the library and the id (else the
+   * others would wait the whole connect deadline for a rank that never
+   * comes); 3: agree again on the lowest rank that could not start it */
+  if (st == RM_OK && v[0] == c->world) {
+    ok = start(c, n, ordinal, why, sizeof why) == RM_OK;
+    v[0] = ok ? c->world : c->rank;
+    st = host_min(c, v, 1);
+  }
+  if (st != RM_OK || v[0] != c->world) {
     if (n->comm) n->lib->CommAbort(n->comm);
     n->comm = NULL;
     n->state = N_OFF;
     if (st == RM_OK) {
-      char list[256] = "";
-      size_t k = 0;
-      for (int r = 0; each && r < c->world && k < sizeof list - 12; r++)
-        if (!each[r]) k += (size_t)snprintf(list + k, sizeof list - k, "%s%d", k ? "," : "", r);
-      RM_WARN("rank %d: job %llu generation %llu: NCCL is off on this communicator: rank(s) "
-              "%s could not start it; device collectives use ringmaster's own algorithms",
+      RM_WARN("rank %d: job %llu generation %llu: NCCL is off on this communicator: rank %d "
+              "could not start it; device collectives use ringmaster's own algorithms",
               c->rank, (unsigned long long)c->job_id, (unsigned long long)c->generation,
-              list[0] ? list : "?");
+              (int)v[0]);
       if (!ok) RM_WARN("rank %d: NCCL: %s", c->rank, why);
     }
-    free(each);
     return st;
   }
-  free(each);
   n->state = N_RUNNING;
   n->ordinal = ordinal;
   RM_INFO("rank %d: job %llu generation %llu: NCCL (%s) carries device collectives on "
@@ -276,31 +281,17 @@ static rm_status_t finish(rm_comm_t *c, const char *what, int r)
   return st;
 }
 
-static int dtype_of(rm_dtype_t dt)
-{
-  switch (dt) {
-  case RM_F32: return RM__NCCL_FLOAT32;
-  case RM_F64: return RM__NCCL_FLOAT64;
-  case RM_F16: return RM__NCCL_FLOAT16;
-  case RM_BF16: return RM__NCCL_BFLOAT16;
-  case RM_I32: return RM__NCCL_INT32;
-  case RM_I64: return RM__NCCL_INT64;
-  case RM_U8: return RM__NCCL_UINT8;
-  default: return -1;
-  }
-}
-
-static int op_of(rm_op_t op)
-{
-  switch (op) {
-  case RM_SUM: return RM__NCCL_SUM;
-  case RM_PROD: return RM__NCCL_PROD;
-  case RM_MIN: return RM__NCCL_MIN;
-  case RM_MAX: return RM__NCCL_MAX;
-  case RM_AVG: return RM__NCCL_AVG;
-  default: return -1;
-  }
-}
+/* Every dtype and op of ringmaster has an NCCL counterpart; callers have
+ * validated dt and op (the public collectives' argument checks). */
+static const int g_dtype[RM_DTYPE_COUNT] = {
+    [RM_F32] = RM__NCCL_FLOAT32, [RM_F64] = RM__NCCL_FLOAT64, [RM_F16] = RM__NCCL_FLOAT16,
+    [RM_BF16] = RM__NCCL_BFLOAT16, [RM_I32] = RM__NCCL_INT32, [RM_I64] = RM__NCCL_INT64,
+    [RM_U8] = RM__NCCL_UINT8,
+};
+static const int g_op[RM_OP_COUNT] = {
+    [RM_SUM] = RM__NCCL_SUM, [RM_PROD] = RM__NCCL_PROD, [RM_MIN] = RM__NCCL_MIN,
+    [RM_MAX] = RM__NCCL_MAX, [RM_AVG] = RM__NCCL_AVG,
+};
 
 #define LIB (c->nccl->lib)
 #define NC (c->nccl->comm)
@@ -309,48 +300,38 @@ static int op_of(rm_op_t op)
 rm_status_t rm__nccl_allreduce(rm_comm_t *c, const void *s, void *r, size_t count,
                                rm_dtype_t dt, rm_op_t op)
 {
-  int t = dtype_of(dt), o = op_of(op);
-  if (t < 0 || o < 0) return RM_ERR_UNSUPPORTED;
-  return finish(c, "all-reduce", LIB->AllReduce(s, r, count, t, o, NC, S));
+  return finish(c, "all-reduce", LIB->AllReduce(s, r, count, g_dtype[dt], g_op[op], NC, S));
 }
 
 rm_status_t rm__nccl_broadcast(rm_comm_t *c, void *buf, size_t count, rm_dtype_t dt, int root)
 {
-  int t = dtype_of(dt);
-  if (t < 0) return RM_ERR_UNSUPPORTED;
-  return finish(c, "broadcast", LIB->Broadcast(buf, buf, count, t, root, NC, S));
+  return finish(c, "broadcast", LIB->Broadcast(buf, buf, count, g_dtype[dt], root, NC, S));
 }
 
 rm_status_t rm__nccl_reduce(rm_comm_t *c, const void *s, void *r, size_t count, rm_dtype_t dt,
                             rm_op_t op, int root)
 {
-  int t = dtype_of(dt), o = op_of(op);
-  if (t < 0 || o < 0) return RM_ERR_UNSUPPORTED;
-  return finish(c, "reduce", LIB->Reduce(s, r, count, t, o, root, NC, S));
+  return finish(c, "reduce", LIB->Reduce(s, r, count, g_dtype[dt], g_op[op], root, NC, S));
 }
 
 rm_status_t rm__nccl_allgather(rm_comm_t *c, const void *s, void *r, size_t sendcount,
                                rm_dtype_t dt)
 {
-  int t = dtype_of(dt);
-  if (t < 0) return RM_ERR_UNSUPPORTED;
-  return finish(c, "all-gather", LIB->AllGather(s, r, sendcount, t, NC, S));
+  return finish(c, "all-gather", LIB->AllGather(s, r, sendcount, g_dtype[dt], NC, S));
 }
 
 rm_status_t rm__nccl_reduce_scatter(rm_comm_t *c, const void *s, void *r, size_t recvcount,
                                     rm_dtype_t dt, rm_op_t op)
 {
-  int t = dtype_of(dt), o = op_of(op);
-  if (t < 0 || o < 0) return RM_ERR_UNSUPPORTED;
-  return finish(c, "reduce-scatter", LIB->ReduceScatter(s, r, recvcount, t, o, NC, S));
+  return finish(c, "reduce-scatter",
+                LIB->ReduceScatter(s, r, recvcount, g_dtype[dt], g_op[op], NC, S));
 }
 
 /* NCCL has no all-to-all: a group of sends and receives, one pair each. */
 rm_status_t rm__nccl_alltoall(rm_comm_t *c, const void *s, void *r, size_t count, rm_dtype_t dt)
 {
-  int t = dtype_of(dt), res = LIB->GroupStart();
+  int t = g_dtype[dt], res = LIB->GroupStart();
   size_t blk = count * rm_dtype_size(dt);
-  if (t < 0) return RM_ERR_UNSUPPORTED;
   for (int p = 0; p < c->world && res == RM__NCCL_OK; p++) {
     res = LIB->Send((const char *)s + (size_t)p * blk, count, t, p, NC, S);
     if (res == RM__NCCL_OK) res = LIB->Recv((char *)r + (size_t)p * blk, count, t, p, NC, S);

@@ -109,8 +109,8 @@ int rm__nccl_active(const rm_comm_t *c);
 
 /* The collectives on NCCL, inside rm__dev_begin / rm__dev_end (enqueued on
  * stream s; each waits for completion with the deadline and abort rules of
- * nccl.c). dtype/op pairs NCCL has no kernel for return RM_ERR_UNSUPPORTED
- * before anything is enqueued (the caller runs its own algorithm). */
+ * nccl.c). dt and op are valid (checked by the caller); every one maps to
+ * an NCCL type and op. */
 rm_status_t rm__nccl_allreduce(rm_comm_t *c, const void *s, void *r, size_t count,
                                rm_dtype_t dt, rm_op_t op);
 rm_status_t rm__nccl_broadcast(rm_comm_t *c, void *buf, size_t count, rm_dtype_t dt, int root);

@@ -135,29 +135,6 @@ static rm_status_t wire_post(rm_comm_t *c, rm__stage_t *s)
   return c->conns[s->wire.peer].type->post(c, &s->wire);
 }
 
-/* A request the transport moves from / into device memory itself. */
-static rm_status_t post_direct(rm_comm_t *c, rm__stage_t *s, rm__req_t *req)
-{
-  rm__dev_t *d = c->dev;
-  if (rm__dev_event(c, &s->ev) != RM_OK) {
-    free(s);
-    return RM_ERR_SYSTEM;
-  }
-  s->user = req;
-  req->stg = s;
-  wire_init(c, s, req); /* buf: the device buffer */
-  s->since_ns = rm__now_ns();
-  s->state = S_D2H; /* READY (top of file) */
-  s->pseq = req->kind == RM__REQ_SEND ? d->send_seq[req->peer]++ : d->recv_seq[req->peer]++;
-  d->d2h_pending++;
-  d->direct_msgs++;
-  d->direct_bytes += req->len;
-  append(d, s);
-  if (d->g->event_record(s->ev, d->s) != RM_OK)
-    return rm__dev_fail(c, RM_ERR_SYSTEM, "wait for the GPU before a GPUDirect transfer");
-  return RM_OK;
-}
-
 /* READY -> WIRE when the event finished and it is this request's turn
  * among its peer's requests of its direction. */
 static rm_status_t ready(rm_comm_t *c, rm__stage_t *s, uint64_t *wired)
@@ -200,18 +177,17 @@ static int by_reference(rm_comm_t *c, rm__stage_t *s, const rm__req_t *req)
 rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
 {
   rm__dev_t *d = c->dev;
+  const rm__transport_ops_t *t = c->conns[req->peer].type;
   rm__stage_t *s = calloc(1, sizeof *s);
   rm_status_t st = RM_OK;
-  int ref;
+  int ref = 0;
   if (s == NULL) return RM_ERR_NOMEM;
-  {
-    const rm__transport_ops_t *t = c->conns[req->peer].type;
-    s->direct = t->dev_direct != NULL && t->dev_direct(c, req->peer);
-  }
-  if (s->direct) return post_direct(c, s, req);
-  ref = by_reference(c, s, req);
+  /* direct: the transport moves from / into device memory itself */
+  s->direct = t->dev_direct != NULL && t->dev_direct(c, req->peer);
+  if (!s->direct) ref = by_reference(c, s, req);
   s->ref = ref && req->kind == RM__REQ_SEND;
-  if (!s->ref) st = rm__dev_bounce(c, req->len, &s->b); /* receives: the by-value case */
+  /* a staging buffer: sends by value, receives not direct (the by-value case) */
+  if (!s->direct && !s->ref) st = rm__dev_bounce(c, req->len, &s->b);
   if (st == RM_OK) st = rm__dev_event(c, &s->ev);
   if (st != RM_OK) {
     rm__dev_bounce_put(c, s->b);
@@ -220,13 +196,16 @@ rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
   }
   s->user = req;
   req->stg = s;
-  wire_init(c, s, req);
+  wire_init(c, s, req); /* buf: the staging buffer, else the device buffer */
   if (ref) {
     if (req->kind == RM__REQ_RECV) s->dm.kind = RM__DM_RECV;
     s->wire.dm = &s->dm;
   }
   s->since_ns = rm__now_ns();
-  if (s->ref) {
+  if (s->direct) {
+    d->direct_msgs++;
+    d->direct_bytes += req->len;
+  } else if (s->ref) {
     d->ref_msgs++;
     d->ref_bytes += req->len;
   } else if (req->kind == RM__REQ_SEND) {
@@ -234,20 +213,22 @@ rm_status_t rm__stage_post(rm_comm_t *c, rm__req_t *req)
     d->staged_bytes += req->len;
   }
   append(d, s); /* from here rm__stage_reap frees it on every path */
-  if (req->kind == RM__REQ_RECV) {
+  if (req->kind == RM__REQ_RECV && !s->direct) {
     s->state = S_WIRE;
     return wire_post(c, s);
   }
-  s->state = S_D2H;
-  s->pseq = d->send_seq[req->peer]++;
+  s->state = S_D2H; /* direct: READY (top of file) */
+  s->pseq = req->kind == RM__REQ_SEND ? d->send_seq[req->peer]++ : d->recv_seq[req->peer]++;
   d->d2h_pending++;
-  /* by value, s_out copies only after what s did so far (dev.h); by
-   * reference the peer copies once the event on s says the data is final */
+  /* by value (s->b), s_out copies only after what s did so far (dev.h);
+   * by reference the peer copies, and directly the transport moves the
+   * range, once the event on s says the GPU work touching it is done */
   if (d->g->event_record(s->ev, d->s) != RM_OK ||
-      (!s->ref && (d->g->stream_wait(d->s_out, s->ev) != RM_OK ||
-                   d->g->copy(s->b->p, req->buf, req->len, d->s_out) != RM_OK ||
-                   d->g->event_record(s->ev, d->s_out) != RM_OK)))
-    return rm__dev_fail(c, RM_ERR_SYSTEM, "stage a send (device-to-host copy)");
+      (s->b != NULL && (d->g->stream_wait(d->s_out, s->ev) != RM_OK ||
+                        d->g->copy(s->b->p, req->buf, req->len, d->s_out) != RM_OK ||
+                        d->g->event_record(s->ev, d->s_out) != RM_OK)))
+    return rm__dev_fail(c, RM_ERR_SYSTEM, s->direct ? "wait for the GPU before a GPUDirect transfer"
+                                                    : "stage a send (device-to-host copy)");
   return RM_OK;
 }
 

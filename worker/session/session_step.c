@@ -36,7 +36,6 @@
 
 #include "aggregate/aggregate.h"
 #include "core/comm_int.h"
-#include "device/dev.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "session/session_int.h"
@@ -312,30 +311,6 @@ int rm_session_step_dropped(rm_session_t *s)
   return dropped;
 }
 
-/* The masked average of a gated step. The masked all-reduce computes on
- * the CPU (zeros for late ranks, the rescaling of aggregate.h), so device
- * buffers go through a host copy: device -> host after the work on the
- * communicator's stream, the masked all-reduce, host -> device
- * (device/dev.h rm__dev_copy_sync). */
-static rm_status_t masked_step(rm_session_t *s, const void *send, void *recv, size_t count,
-                               rm_dtype_t dt, const uint8_t *members, int *contributors)
-{
-  int dev = 0;
-  size_t bytes = count * rm_dtype_size(dt);
-  void *h;
-  rm_status_t st;
-  if (count == 0 || !rm__gpu_ptr_is_device(recv, &dev))
-    return rm__masked_allreduce(s->comm, send, recv, count, dt, RM_AVG, members, 0,
-                                contributors);
-  if ((h = malloc(bytes)) == NULL) return RM_ERR_NOMEM;
-  st = rm__dev_copy_sync(s->comm, h, send, bytes);
-  if (st == RM_OK)
-    st = rm__masked_allreduce(s->comm, h, h, count, dt, RM_AVG, members, 0, contributors);
-  if (st == RM_OK) st = rm__dev_copy_sync(s->comm, recv, h, bytes);
-  free(h);
-  return st;
-}
-
 rm_status_t rm_session_allreduce_step(rm_session_t *s, const void *send,
                                       void *recv, size_t count, rm_dtype_t dt,
                                       int *contributors)
@@ -350,7 +325,9 @@ rm_status_t rm_session_allreduce_step(rm_session_t *s, const void *send,
     st = rm_allreduce(s->comm, send, recv, count, dt, RM_AVG);
     if (st == RM_OK && contributors) *contributors = s->world;
   } else if (rm__sp_decide(&sp, s->steps_done) == RM_OK) {
-    st = masked_step(s, send, recv, count, dt, sp.members, contributors);
+    /* host or device buffers alike (aggregate/participants.c) */
+    st = rm__masked_allreduce(s->comm, send, recv, count, dt, RM_AVG, sp.members, 0,
+                              contributors);
   } else {
     st = rm__session_moved_on(s) != RM_OK ? rm__session_moved_on(s) : RM_ERR_UNAVAILABLE;
   }
