@@ -8,6 +8,7 @@
  *   ringmaster_job_step{job_id,name}               gauge, running jobs only
  *   ringmaster_job_workers_alive{job_id,name}       gauge, running jobs only
  *   ringmaster_grpc_calls_total / _errors_total    counters
+ *   ringmaster_session_messages_total              counter
  *   ringmaster_barriers_total{outcome}             counter released|broken
  *   ringmaster_barrier_waiting                     gauge, workers parked
  *   ringmaster_barrier_wait_seconds                summary (sum, count)
@@ -124,6 +125,9 @@ void rm__metrics_render(rm_api_t *api, rm__resp_t *resp)
   counter(&b, "ringmaster_grpc_calls_total", "gRPC calls received.", (double)c.grpc_calls_total);
   counter(&b, "ringmaster_grpc_errors_total", "gRPC calls answered with a non-OK status.",
           (double)c.grpc_errors_total);
+  counter(&b, "ringmaster_session_messages_total",
+          "Messages received on the workers' Session streams (heartbeats).",
+          (double)c.session_messages_total);
   barrier_families(&c, &b);
   h.counts = c.step_seconds_bucket;
   h.sum = c.step_seconds_sum;

@@ -501,6 +501,7 @@ typedef struct rm_coord_counters {
   uint64_t workers_by_state[RM_WORKER_STATE_COUNT]; /* gauge, jobs not terminal */
   uint64_t grpc_calls_total;
   uint64_t grpc_errors_total;     /* calls answered with a non-OK status */
+  uint64_t session_messages_total; /* heartbeats received on Session streams */
   uint64_t barriers_released_total;
   uint64_t barriers_broken_total;
   uint64_t barrier_waits_open;    /* gauge: workers parked in a barrier */

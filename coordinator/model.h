@@ -20,7 +20,7 @@ typedef struct rm__call rm__call_t; /* the RPC adapter's call (rpc/server.c) */
 typedef struct rm__blob rm__blob_t; /* rpc/server.c: shared packed answer bytes */
 
 enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
-       RM__PARK_GATE };
+       RM__PARK_GATE, RM__PARK_SESSION };
 
 typedef struct rm__park {
   struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */

@@ -32,7 +32,7 @@
  * INPUT. Byte 0 selects: bits 0-3 the method, rm__methods[] index mod
  * RM__M_COUNT (Join, Heartbeat, Barrier, ReportStep, Watch, Leave,
  * SubmitJob, GetJob, ListJobs, CancelJob, ReportFailure, StepGate, Attach,
- * ReportExit: every method server.c dispatches); bits 4-5 PATCH: 0 = the
+ * ReportExit, Session: every method server.c dispatches); bits 4-5 PATCH: 0 = the
  * request as sent, 1..3 = aim it at fixture job PATCH-1: job_id and token
  * are set to that job's, worker_id 0..7 becomes the id of the job's worker
  * (v mod its workers; 0 stays 0 for Join: a new worker), generation 0 the
@@ -47,7 +47,9 @@
  *
  * A call goes through what server.c does with it: lock, dispatch (admin_ok),
  * commit (answers delivered after COMMIT); a Watch stream is driven like
- * on_send (next event after each delivered message, at most 32); a call
+ * on_send (next event after each delivered message, at most 32); a
+ * Session that the request opened gets it again as its next message (the
+ * heartbeat path of on_session, as server.c's on_session_msg); a call
  * still parked is released as above; then on_close (rm__park_drop).
  *
  * ORACLE (abort() when broken): every call ends with at most one final
@@ -109,6 +111,7 @@ static const ProtobufCMessageDescriptor *const k_resp[RM__M_COUNT] = {
     [RM__M_STEP_GATE] = &ringmaster__v1__step_gate_response__descriptor,
     [RM__M_ATTACH] = &ringmaster__v1__attach_response__descriptor,
     [RM__M_REPORT_EXIT] = &ringmaster__v1__report_exit_response__descriptor,
+    [RM__M_SESSION] = &ringmaster__v1__heartbeat_response__descriptor,
 };
 
 #define CHECK(cond, ...)                                                      \
@@ -217,6 +220,12 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
     rm__lock(c);
     k->park.watch_sending = 0;
     rm__watch_next(c, &k->park);
+    rm__commit(c);
+  }
+  /* on_session_msg: the same request once more, as the stream's heartbeat */
+  if (k->park.kind == RM__PARK_SESSION && !k->answered && req) {
+    rm__lock(c);
+    rm__rpc_dispatch(c, k, method, req, admin);
     rm__commit(c);
   }
   if (!k->answered && release_tick) tick_all(c, rm__now_ns() + 61LL * 1000000000LL);

@@ -161,7 +161,8 @@ def pb(*fields):
 
 # rm__methods[] order (coordinator/rpc/rpc_int.h)
 (M_JOIN, M_HEARTBEAT, M_BARRIER, M_REPORT_STEP, M_WATCH, M_LEAVE, M_SUBMIT, M_GET,
- M_LIST, M_CANCEL, M_REPORT_FAILURE, M_STEP_GATE, M_ATTACH, M_REPORT_EXIT) = range(14)
+ M_LIST, M_CANCEL, M_REPORT_FAILURE, M_STEP_GATE, M_ATTACH, M_REPORT_EXIT,
+ M_SESSION) = range(15)
 # fixture jobs (PATCH values): 1 train (running; workers 0 and 1 parked in
 # Barrier "fz-b", worker 0 ready at gate step 0), 2 command (forming), 3 pending
 TRAIN, CMD, PENDING = 1, 2, 3
@@ -204,6 +205,9 @@ RPCS = [
     ("heartbeat", call(M_HEARTBEAT, pb((4, 0), (5, 7)), TRAIN)),
     ("heartbeat-stale", call(M_HEARTBEAT, pb((3, 9), (4, 1)), TRAIN)),
     ("heartbeat-bad-token", call(M_HEARTBEAT, pb((1, 1), (2, "nope"), (4, 1)))),
+    ("session", call(M_SESSION, pb((4, 0), (5, 7)), TRAIN)),
+    ("session-stale", call(M_SESSION, pb((3, 9), (4, 1)), TRAIN)),
+    ("session-released", call(M_SESSION, pb((4, 1), (5, 3)), TRAIN, tick=1)),
     ("barrier", call(M_BARRIER, pb((4, 0), (5, "epoch-1"), (6, 100), (7, 3)), TRAIN)),
     ("barrier-tick", call(M_BARRIER, pb((4, 2), (5, "b"), (6, 50)), TRAIN, tick=1)),
     ("barrier-release", call(M_BARRIER, pb((4, 2), (5, "fz-b"), (7, 1)), TRAIN)),

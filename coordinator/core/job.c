@@ -601,12 +601,15 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
   rm__park_unlink(p);
   if (!j || !cancelled || c->closing) return; /* shutdown cancels them all */
   rm__worker_t *w = rm__job_worker(j, p->worker_id);
-  if (p->kind == RM__PARK_WATCH && p->worker_id && w &&
+  if ((p->kind == RM__PARK_WATCH || p->kind == RM__PARK_SESSION) && p->worker_id && w &&
       !rm_job_state_terminal(j->info.state) &&
       rm__worker_live(j, w)) {
     /* recovery.c: detection source 2, the agent's session stream */
-    rm__job_worker_lost(c, j, w, "its control stream broke (session Watch "
-                        "cancelled by its transport)");
+    rm__job_worker_lost(c, j, w, p->kind == RM__PARK_SESSION
+                                     ? "its control stream broke (Session "
+                                       "cancelled by its transport)"
+                                     : "its control stream broke (session Watch "
+                                       "cancelled by its transport)");
     return;
   }
   if (p->kind == RM__PARK_GATE && w && rm__worker_member(j, w) &&

@@ -4,11 +4,14 @@
  * checkpoint bookkeeping and straggler flags.
  *
  * DETECTION. Four sources, all ending in rm__job_worker_lost():
- *   1. heartbeats: no call from a member for heartbeat_timeout_ms (job.c);
+ *   1. heartbeats: no call or Session message from a member for
+ *      heartbeat_timeout_ms (job.c);
  *   2. the control stream: a member's long-lived call cancelled by its
  *      client's transport (server.c drops the park; rm__park_drop): the
- *      agent's session stream (a Watch carrying its worker id, open for its
- *      whole life), a StepGate long-poll, a Join long-poll while forming.
+ *      agent's session stream (a Session carrying its heartbeats, open for
+ *      its whole life; a Watch carrying its worker id from an agent that
+ *      talks to an older coordinator), a StepGate long-poll, a Join
+ *      long-poll while forming.
  *      A process that dies has its TCP connection closed by its kernel, so
  *      this takes about one round trip, whatever the heartbeat timeout;
  *   3. the data plane: a survivor's collective fails; its agent calls

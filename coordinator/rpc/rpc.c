@@ -77,6 +77,8 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_STEP_GATE] = {"/ringmaster.v1.Worker/StepGate", &ringmaster__v1__step_gate_request__descriptor, 0},
     [RM__M_ATTACH] = {"/ringmaster.v1.Worker/Attach", &ringmaster__v1__attach_request__descriptor, 0},
     [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
+    /* a stream of them (service.proto; server.c SESSIONS) */
+    [RM__M_SESSION] = {"/ringmaster.v1.Worker/Session", &ringmaster__v1__heartbeat_request__descriptor, 0},
 };
 
 static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
@@ -478,6 +480,49 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
   rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
 }
 
+/* ---- Session: the agent's stream of heartbeats (service.proto) ----
+ * One message of it (server.c SESSIONS delivers them in order). The first
+ * opens it: the job, its token and the worker are checked (not the
+ * generation: the agent opens it at its first Join answer), and the call
+ * is linked as the worker's SESSION park, so its cancellation by the
+ * transport declares the worker lost (rm__park_drop). Every later one is
+ * a heartbeat with on_heartbeat's checks; a failing check answers the call
+ * (ends the stream) with on_heartbeat's status and text. A job that ended
+ * is told in the one message the stream carries, then status OK. */
+static void on_session(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__HeartbeatRequest *q)
+{
+  rm__park_t *p = rm__call_park(call);
+  rm__job_t *j;
+  rm__worker_t *w;
+  if (p->kind != RM__PARK_SESSION) {
+    if (check_job(c, call, q->job_id, q->token, &j)) return;
+    if (!(w = find_worker(c, call, j, q->worker_id))) return;
+    p->kind = RM__PARK_SESSION;
+    p->call = call;
+    p->job_id = j->info.id;
+    p->worker_id = w->id;
+    rm__park_link(j, p);
+  } else {
+    if (q->job_id != p->job_id || q->worker_id != p->worker_id) {
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a session carries the heartbeats of the "
+           "worker that opened it (job %llu, worker %llu)", (unsigned long long)p->job_id,
+           (unsigned long long)p->worker_id);
+      return;
+    }
+    if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+      return;
+  }
+  if (q->step > w->step) w->step = q->step;
+  if (rm_job_state_terminal(j->info.state)) {
+    Ringmaster__V1__HeartbeatResponse r = RINGMASTER__V1__HEARTBEAT_RESPONSE__INIT;
+    r.job_state = (Ringmaster__V1__JobState)j->info.state;
+    r.generation = j->info.generation;
+    r.reason = j->info.reason;
+    rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+  }
+}
+
 /* ---- Watch: a server stream of the job's events ---- */
 static void on_watch(rm_coord_t *c, rm__call_t *call,
                      const Ringmaster__V1__WatchRequest *q)
@@ -542,6 +587,7 @@ void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
   case RM__M_STEP_GATE: rm__rpc_step_gate(c, call, (const void *)req); break;
   case RM__M_ATTACH: rm__rpc_attach(c, call, (const void *)req); break;
   case RM__M_REPORT_EXIT: rm__rpc_report_exit(c, call, (const void *)req); break;
+  case RM__M_SESSION: on_session(c, call, (const void *)req); break;
   default: rm__rpc_jobs(c, call, method, req, admin_ok); break;
   }
 }

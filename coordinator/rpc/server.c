@@ -142,6 +142,29 @@
  * keep their T_CLOSE: their cancellation frees a slot or declares a
  * worker lost (recovery.c detection source 2).
  *
+ * SESSIONS (issue 16). Session (service.proto) is the one bidirectional
+ * stream: each agent keeps one open for its life in the job, and its
+ * heartbeats are messages on it, not calls: no call set up, answered and
+ * torn down per heartbeat (measured: a unary heartbeat ~19-23 us of
+ * coordinator CPU at 16,384 a second, a stream message ~11 us with naps),
+ * and one parked call per worker instead of a session Watch plus a
+ * heartbeat call. Its first message arrives with the call (REGISTERED
+ * METHODS; or by T_RECV on the generic path); each message is parsed in
+ * step 1 (session_in: EV_SESSION, or EV_SESSION_END when the client
+ * half-closed or the call broke) and handled under the lock
+ * (on_session_msg -> rpc.c on_session), which starts the next
+ * RECV_MESSAGE while the call is open. The pending RECV_MESSAGE is also
+ * how its end is seen, so a session holds ONE outstanding tag (no T_CLOSE:
+ * the debug tag walk of SHARDS is per outstanding tag). The coordinator
+ * sends at most one message, the final one (rm__reply: a failed check, or
+ * the job ended), so no two sends overlap. When the client ends it
+ * (on_session_end), the final OK goes with RECV_CLOSE_ON_SERVER, and the
+ * park stays linked until that batch completes: on_send then drops it with
+ * the batch's `cancelled`, so a process that died (its transport cancelled
+ * the call) declares its worker lost (rm__park_drop), one that
+ * half-closed does not. Only that close may write rows (ev_writes). Naps
+ * count Session messages as heartbeats.
+ *
  * A call's memory is reference counted: one reference per outstanding batch;
  * the last completion frees it. Queue 0's thread times out every 100 ms to
  * run the tick (heartbeat deadlines, barrier deadlines, long-poll ends); the
@@ -254,6 +277,7 @@ struct rm__call {
   int md_sent;  /* initial metadata started; under c->mu */
   int close_started; /* RECV_CLOSE_ON_SERVER started; under c->mu */
   int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
+  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
   grpc_byte_buffer *send_bb;
   grpc_slice status_slice;
   int has_status_slice;
@@ -605,7 +629,7 @@ typedef struct {
   int unrefs;               /* references to drop after COMMIT */
 } ev_t;
 
-enum { EV_SKIP = 8, EV_DISPATCH, EV_UNKNOWN };
+enum { EV_SKIP = 8, EV_DISPATCH, EV_UNKNOWN, EV_SESSION, EV_SESSION_END };
 
 static ProtobufCMessage *parse(rm__call_t *k)
 {
@@ -621,6 +645,21 @@ static ProtobufCMessage *parse(rm__call_t *k)
   return msg;
 }
 
+/* SESSIONS: a message of the stream (parsed; its buffer freed, so the
+ * next RECV_MESSAGE can take its place), or its end (the client
+ * half-closed, or the call broke). */
+static void session_in(rm__call_t *k, ev_t *e, int ok)
+{
+  if (ok && k->recv) {
+    e->kind = EV_SESSION;
+    e->msg = parse(k);
+  } else {
+    e->kind = EV_SESSION_END;
+  }
+  if (k->recv) grpc_byte_buffer_destroy(k->recv);
+  k->recv = NULL;
+}
+
 /* Step 1, no lock (the request was reposted by gather). */
 static void ev_prepare(rm_coord_t *c, ev_t *e)
 {
@@ -632,8 +671,11 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
       return;
     }
     if (!k->registered) k->method = find_method(&k->details.method);
+    k->streaming = k->method == RM__M_SESSION;
     if (k->method < 0) {
       e->kind = EV_UNKNOWN;
+    } else if (k->registered && k->streaming) { /* its first message came with it */
+      session_in(k, e, 1);
     } else if (k->registered) { /* the payload came with the call */
       e->kind = EV_DISPATCH;
       e->msg = parse(k);
@@ -645,6 +687,8 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
       start_ops(k, &op, 1, T_RECV);
       e->kind = EV_SKIP;
     }
+  } else if (e->kind == T_RECV && k->streaming) {
+    session_in(k, e, e->ok);
   } else if (e->kind == T_RECV) {
     e->kind = EV_DISPATCH;
     if (e->ok) e->msg = parse(k);
@@ -660,7 +704,8 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
 static int ev_writes(const ev_t *e)
 {
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
-         (e->kind == T_CLOSE && e->k->cancelled);
+         ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
+          e->k->cancelled);
 }
 
 static void on_dispatch(rm_coord_t *c, ev_t *e)
@@ -682,7 +727,46 @@ static void on_dispatch(rm_coord_t *c, ev_t *e)
   start_close(k); /* only when still open */
 }
 
-/* Writes no row (a Watch reads the next event). */
+/* SESSIONS: one message, under the lock. Writes no row (a heartbeat's
+ * checks, or linking the park). The next RECV_MESSAGE starts here, while
+ * the call is open. */
+static void on_session_msg(rm_coord_t *c, ev_t *e)
+{
+  rm__call_t *k = e->k;
+  grpc_op op;
+  if (k->answered) return; /* ended by an answer already */
+  if (k->park.kind == RM__PARK_SESSION) c->ctr.session_messages_total++;
+  else c->ctr.grpc_calls_total++; /* its opening message */
+  if (!e->msg) {
+    rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "malformed ringmaster.v1.HeartbeatRequest "
+              "message on a Session", NULL);
+  } else if (c->closing) {
+    rm__reply(c, k, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down", NULL);
+  } else {
+    rm__rpc_dispatch(c, k, k->method, e->msg, admin_ok(c, k));
+  }
+  if (k->answered) return;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &k->recv;
+  start_ops(k, &op, 1, T_RECV);
+}
+
+/* SESSIONS: the stream ended from the client's side (half-close: it
+ * leaves; or the call broke). Its final status OK goes with its
+ * RECV_CLOSE_ON_SERVER; the park stays linked until that batch says
+ * whether the client went away (on_send), so a broken session still
+ * declares its worker lost. */
+static void on_session_end(rm_coord_t *c, ev_t *e)
+{
+  rm__call_t *k = e->k;
+  if (k->answered) return;
+  k->answered = 1;
+  out_push(c, k, GRPC_STATUS_OK, "", NULL);
+}
+
+/* Writes no row (a Watch reads the next event), but for a broken
+ * Session's close (SESSIONS). */
 static void on_send(rm_coord_t *c, ev_t *e)
 {
   rm__call_t *k = e->k;
@@ -698,6 +782,9 @@ static void on_send(rm_coord_t *c, ev_t *e)
     k->close_deferred = 0;
     e->unrefs++;
   }
+  /* SESSIONS: a stream's only send is its final batch; its park is still
+   * linked when the client ended it (on_session_end) */
+  if (k->streaming && k->answered) rm__park_drop(c, &k->park, k->cancelled);
 }
 
 /* A normal close only unparks; a cancelled call may declare its worker
@@ -720,6 +807,8 @@ static void ev_locked(rm_coord_t *c, ev_t *e)
     break;
   case T_SEND: on_send(c, e); break;
   case T_CLOSE: on_close(c, e); break;
+  case EV_SESSION: on_session_msg(c, e); break;
+  case EV_SESSION_END: on_session_end(c, e); break;
   default: break;
   }
 }
@@ -825,7 +914,7 @@ static void *cq_thread(void *arg)
     int others = 0; /* new calls other than heartbeats */
     for (int i = 0; i < n; i++)
       if (ev[i].kind == T_REQUEST || ev[i].kind == T_RECV) {
-        if (ev[i].k->method == RM__M_HEARTBEAT) calls++;
+        if (ev[i].k->method == RM__M_HEARTBEAT || ev[i].k->method == RM__M_SESSION) calls++;
         else others++;
       }
     if (n) run_group(c, ev, n);

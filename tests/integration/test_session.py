@@ -1,0 +1,155 @@
+"""The Session stream (service.proto, coordinator/rpc/server.c SESSIONS),
+driven raw from Python against a real coordinator:
+
+- heartbeats sent only as Session messages keep a worker alive past its
+  heartbeat timeout (3 s here; 5 s of messages), with no answer on the
+  stream while all is well; a half-close ends it with OK and the worker
+  stays a member;
+- the opening message is checked (wrong token -> UNAUTHENTICATED, unknown
+  worker -> NOT_FOUND) and so is every heartbeat after it (stale
+  generation -> FAILED_PRECONDITION, another worker -> INVALID_ARGUMENT,
+  malformed bytes -> INVALID_ARGUMENT): each ends the stream with that
+  status, and the coordinator keeps serving;
+- a job that ended is told in the stream's one message (job_state,
+  reason), then OK;
+- a session cancelled while its worker is live declares the worker lost at
+  once ("Session cancelled by its transport"), long before its heartbeat
+  timeout."""
+import queue
+import threading
+import time
+
+import rmtest
+
+
+class Stream:
+    """A Session call fed from a queue; None in the queue half-closes."""
+
+    def __init__(self, env, first, raw=False):
+        self.q = queue.Queue()
+        self.q.put(first)
+        if raw:
+            fn = env.channel.stream_stream("/ringmaster.v1.Worker/Session")
+        else:
+            fn = env.worker.Session
+        self.call = fn(iter(self.q.get, None), timeout=60)
+        self.got, self.code, self.details = [], None, None
+        self.t = threading.Thread(target=self._read)
+        self.t.start()
+
+    def _read(self):
+        try:
+            for r in self.call:
+                self.got.append(r)
+            self.code = self.call.code()
+        except Exception as e:  # grpc.RpcError
+            self.code = e.code()
+            self.details = e.details()
+
+    def send(self, m):
+        self.q.put(m)
+
+    def end(self, timeout=10):
+        self.q.put(None)
+        return self.wait(timeout)
+
+    def wait(self, timeout=10):
+        self.t.join(timeout)
+        assert not self.t.is_alive(), "Session did not end in %d s" % timeout
+        return self.code
+
+
+def test(env):
+    env.start_coordinator()
+    g, m, W = env.grpc, env.m, env.worker
+    job = env.submit(name="session", world_size=2, heartbeat_timeout_ms=3000,
+                     min_workers=2)
+    res = {}
+
+    def join(i):
+        res[i] = W.Join(m.JoinRequest(job_id=job.id, token=job.token, host="h",
+                                      data_addr="127.0.0.1:%d" % (31000 + i), wait_ms=10000),
+                        timeout=20)
+    ts = [threading.Thread(target=join, args=(i,)) for i in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert res[0].formed and res[1].formed
+    gen = res[0].generation
+    ids = [dict(job_id=job.id, token=job.token, generation=gen, worker_id=res[i].worker_id)
+           for i in range(2)]
+    hb = [lambda step, i=i: m.HeartbeatRequest(step=step, **ids[i]) for i in range(2)]
+
+    # 1. liveness from Session messages alone, past the 3 s heartbeat timeout
+    s = [Stream(env, hb[i](0)) for i in range(2)]
+    for k in range(1, 11):
+        time.sleep(0.5)
+        for i in range(2):
+            s[i].send(hb[i](k))
+    j = env.get(job.id)
+    assert j.state == m.JOB_STATE_RUNNING and j.generation == gen, j
+    lost = [e.message for e in env.events(job.id, job.token) if "lost" in e.message]
+    assert not lost, lost
+    for i in range(2):
+        assert s[i].code is None and not s[i].got, (s[i].code, s[i].got)
+
+    # 2. a half-close ends it with OK; the worker is still a member
+    assert s[1].end() == g.StatusCode.OK and not s[1].got
+    j = env.get(job.id)
+    assert j.state == m.JOB_STATE_RUNNING and j.generation == gen, j
+
+    # 3. a session cancelled while its worker is live: lost at once (worker
+    # 1 stopped its heartbeats just now; its 3 s timeout has not run out)
+    s[0].call.cancel()
+    s[0].wait()
+    why = "Session cancelled by its transport"
+    evs, t0 = [], time.time()
+    while time.time() < t0 + 20 and not any(why in e.message for e in evs):
+        time.sleep(0.05)
+        evs = env.events(job.id, job.token, timeout=1)
+    assert any(why in e.message for e in evs), [e.message for e in evs]
+    assert not any("no heartbeat" in e.message for e in evs), [e.message for e in evs]
+
+    # 4. the checks, on a job that runs on (one worker, 60 s timeout); each
+    # failing message ends its stream with the status
+    job2 = env.submit(name="session-checks", world_size=1, heartbeat_timeout_ms=60000)
+    r = W.Join(m.JoinRequest(job_id=job2.id, token=job2.token, host="h",
+                             data_addr="127.0.0.1:31010", wait_ms=10000), timeout=20)
+    assert r.formed
+    ok = dict(job_id=job2.id, token=job2.token, generation=r.generation, worker_id=r.worker_id)
+
+    def ended(first, later=None, raw=False):
+        st = Stream(env, first, raw=raw)
+        if later is not None:
+            st.send(later)
+        code = st.wait()
+        assert not st.got, st.got
+        return code, st.details or ""
+
+    hb2 = m.HeartbeatRequest(step=1, **ok)
+    code, _ = ended(m.HeartbeatRequest(**dict(ok, token="nope")))
+    assert code == g.StatusCode.UNAUTHENTICATED, code
+    code, _ = ended(m.HeartbeatRequest(**dict(ok, worker_id=999)))
+    assert code == g.StatusCode.NOT_FOUND, code
+    code, why = ended(hb2, m.HeartbeatRequest(**dict(ok, generation=r.generation + 5)))
+    assert code == g.StatusCode.FAILED_PRECONDITION and "stale generation" in why, (code, why)
+    code, why = ended(hb2, hb[1](11))
+    assert code == g.StatusCode.INVALID_ARGUMENT and "opened it" in why, (code, why)
+    code, why = ended(b"\xff\xff\xff\xff\xff\xff", raw=True)
+    assert code == g.StatusCode.INVALID_ARGUMENT and "malformed" in why, (code, why)
+    code, why = ended(hb2.SerializeToString(), b"\x0a\x20abc", raw=True)
+    assert code == g.StatusCode.INVALID_ARGUMENT and "malformed" in why, (code, why)
+    assert env.get(job2.id).state == m.JOB_STATE_RUNNING
+
+    # 5. a job that ended is told in the stream's one message, then OK
+    st = Stream(env, m.HeartbeatRequest(**ok))
+    env.jobs.CancelJob(m.CancelJobRequest(job_id=job2.id), timeout=10)
+    st.send(m.HeartbeatRequest(step=2, **ok))
+    assert st.wait() == g.StatusCode.OK, (st.code, st.details)
+    assert len(st.got) == 1 and st.got[0].job_state == m.JOB_STATE_CANCELLED, st.got
+
+    # the coordinator still serves
+    assert env.get(job.id).id == job.id
+
+
+if __name__ == "__main__":
+    rmtest.main(test)
