@@ -6,19 +6,46 @@
  * RECV_STATUS_ON_CLIENT, plucked from a queue created for the call, with the
  * call's deadline as the only wait.
  *
- * Session stream (rm__ctl_stream_*): one batch without RECV_MESSAGE and no
- * deadline, so it completes only when the server ends the call or the
- * connection breaks, or when rm__ctl_stream_cancel cancels it.
+ * SESSION STREAMS (rm__ctl_stream_*, rm__ctl_session_*): a call without a
+ * deadline on a queue of its own (created for next), so it ends only when
+ * the server ends it, the connection breaks, or rm__ctl_stream_cancel. Its
+ * batches, one tag each (at most one of each outstanding):
+ *
+ *   tag     ops                                         posted
+ *   STATUS  [SEND_INITIAL_METADATA, SEND_MESSAGE,       Watch: at open, all
+ *           SEND_CLOSE_FROM_CLIENT,] RECV_INITIAL_      in one batch; Session:
+ *           METADATA, RECV_STATUS_ON_CLIENT             the bracketed part
+ *                                                       goes in SEND
+ *   SEND    [SEND_INITIAL_METADATA,] SEND_MESSAGE       Session: at open (with
+ *                                                       the first message),
+ *                                                       then by stream_send
+ *   RECV    RECV_MESSAGE                                Session: at open,
+ *                                                       re-posted by next
+ *
+ * Invariants:
+ *  1. `sending` is 1 from the moment a SEND batch is claimed (compare and
+ *     swap 0 -> 1 by the sender, or open) until the owner sees its tag
+ *     complete; only its holder touches `out`. send_t0_ms is its start (0
+ *     while being claimed or released), what a busy sender is told.
+ *  2. The owner (the one thread in next/wait/free) alone reads the queue,
+ *     so recv_posted, status_done and `in` need no lock; `ended` is set by
+ *     the owner and read by senders (atomic).
+ *  3. free cancels the call, shuts the queue down and takes events until
+ *     GRPC_QUEUE_SHUTDOWN: every outstanding batch has then completed, and
+ *     its buffers are released as its tag comes out.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "control.h"
+#include "rm_log.h"
+#include "rm_clock.h"
 
 #define CTL_MAX_RECEIVE (256 << 20) /* bytes; see rm__ctl_open */
 
@@ -188,56 +215,194 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
   return rc;
 }
 
-/* ---- session stream ---- */
+/* ---- session streams ---- */
+enum { T_STATUS = 1, T_SEND, T_RECV };
+#define TAG(t) ((void *)(intptr_t)(t))
+
 struct rm__ctl_stream {
   grpc_completion_queue *cq;
   grpc_call *call;
-  grpc_byte_buffer *send;
+  grpc_byte_buffer *out;        /* the SEND in flight (invariant 1) */
+  grpc_byte_buffer *in;         /* the RECV's message (owner) */
   grpc_metadata_array md_in, md_trail;
   grpc_status_code status;
   grpc_slice details;
+  int bidi;
+  int status_done, recv_posted; /* owner */
+  atomic_int sending, ended;    /* invariants 1 and 2 */
+  atomic_llong send_t0_ms;
 };
 
-rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
-                                      const ProtobufCMessage *req)
+static rm__ctl_stream_t *stream_new(rm__ctl_t *c, const char *method)
 {
   rm__ctl_stream_t *s = calloc(1, sizeof *s);
-  grpc_op ops[5];
   if (!s) return NULL;
-  s->cq = grpc_completion_queue_create_for_pluck(NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
   s->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
                                      grpc_slice_from_static_string(method), NULL,
                                      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  s->send = pack(req);
   s->status = GRPC_STATUS_UNKNOWN;
   s->details = grpc_empty_slice();
   grpc_metadata_array_init(&s->md_in);
   grpc_metadata_array_init(&s->md_trail);
+  return s;
+}
+
+/* The STATUS batch; a Watch passes its request: its send ops lead. */
+static int start_status(rm__ctl_stream_t *s, grpc_byte_buffer *send)
+{
+  grpc_op ops[5];
+  size_t n = 0;
   memset(ops, 0, sizeof ops);
-  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[1].op = GRPC_OP_SEND_MESSAGE;
-  ops[1].data.send_message.send_message = s->send;
-  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
-  ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->md_in;
-  ops[4].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  ops[4].data.recv_status_on_client.trailing_metadata = &s->md_trail;
-  ops[4].data.recv_status_on_client.status = &s->status;
-  ops[4].data.recv_status_on_client.status_details = &s->details;
-  if (!s->call || !s->send ||
-      grpc_call_start_batch(s->call, ops, 5, (void *)1, NULL) != GRPC_CALL_OK) {
-    if (s->call) grpc_call_cancel(s->call, NULL);
-    rm__ctl_stream_free(s); /* no batch started: nothing to wait for */
+  if (send) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = send;
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  }
+  ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->md_in;
+  ops[n].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[n].data.recv_status_on_client.trailing_metadata = &s->md_trail;
+  ops[n].data.recv_status_on_client.status = &s->status;
+  ops[n++].data.recv_status_on_client.status_details = &s->details;
+  return grpc_call_start_batch(s->call, ops, n, TAG(T_STATUS), NULL) == GRPC_CALL_OK ? 0 : -1;
+}
+
+/* The SEND batch of a claimed `sending` (invariant 1); first adds the
+ * initial metadata. */
+static int start_send(rm__ctl_stream_t *s, const ProtobufCMessage *m, int first)
+{
+  grpc_op ops[2];
+  size_t n = 0;
+  if (!(s->out = pack(m))) return -1;
+  memset(ops, 0, sizeof ops);
+  if (first) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = s->out;
+  atomic_store(&s->send_t0_ms, (long long)rm__now_ms());
+  if (grpc_call_start_batch(s->call, ops, n, TAG(T_SEND), NULL) == GRPC_CALL_OK) return 0;
+  grpc_byte_buffer_destroy(s->out);
+  s->out = NULL;
+  return -1;
+}
+
+static int start_recv(rm__ctl_stream_t *s)
+{
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->in;
+  s->recv_posted = grpc_call_start_batch(s->call, &op, 1, TAG(T_RECV), NULL) == GRPC_CALL_OK;
+  return s->recv_posted ? 0 : -1;
+}
+
+rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
+                                      const ProtobufCMessage *req)
+{
+  rm__ctl_stream_t *s = stream_new(c, method);
+  if (!s) return NULL;
+  /* the request lives in `out` until free: the STATUS batch reads it */
+  atomic_store(&s->sending, 1);
+  s->out = pack(req);
+  if (!s->call || !s->out || start_status(s, s->out) < 0) {
+    rm__ctl_stream_free(s); /* cancels; drains what did start */
     return NULL;
   }
   return s;
 }
 
-int rm__ctl_stream_wait(rm__ctl_stream_t *s, char *msg, size_t msglen)
+rm__ctl_stream_t *rm__ctl_session_open(rm__ctl_t *c, const char *method,
+                                       const ProtobufCMessage *first)
 {
-  grpc_completion_queue_pluck(s->cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  rm__ctl_stream_t *s = stream_new(c, method);
+  if (!s) return NULL;
+  s->bidi = 1;
+  atomic_store(&s->sending, 1); /* the first message, until its SEND completes */
+  if (!s->call || start_send(s, first, 1) < 0 || start_status(s, NULL) < 0 ||
+      start_recv(s) < 0) {
+    rm__ctl_stream_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+int rm__ctl_stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg,
+                        int64_t *busy_ms)
+{
+  int idle = 0;
+  if (!s->bidi || atomic_load(&s->ended)) return -1;
+  if (!atomic_compare_exchange_strong(&s->sending, &idle, 1)) {
+    long long t0 = atomic_load(&s->send_t0_ms);
+    if (busy_ms) *busy_ms = t0 ? rm__now_ms() - t0 : 0;
+    return 0;
+  }
+  if (start_send(s, msg, 0) == 0) return 1;
+  atomic_store(&s->send_t0_ms, 0LL);
+  atomic_store(&s->sending, 0);
+  return -1;
+}
+
+/* Owner: one event of the queue; releases what its batch held. Returns the
+ * tag, 0 for GRPC_QUEUE_SHUTDOWN. */
+static int take_event(rm__ctl_stream_t *s)
+{
+  grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  if (ev.type != GRPC_OP_COMPLETE) return 0;
+  int tag = (int)(intptr_t)ev.tag;
+  if (tag == T_STATUS) {
+    s->status_done = 1;
+    atomic_store(&s->ended, 1);
+  } else if (tag == T_SEND) {
+    grpc_byte_buffer_destroy(s->out);
+    s->out = NULL;
+    atomic_store(&s->send_t0_ms, 0LL);
+    atomic_store(&s->sending, 0); /* invariant 1: released last */
+  } else if (tag == T_RECV) {
+    s->recv_posted = 0;
+    if (!ev.success && s->in) { /* not expected; never leak it */
+      grpc_byte_buffer_destroy(s->in);
+      s->in = NULL;
+    }
+  }
+  return tag;
+}
+
+static void copy_details(rm__ctl_stream_t *s, char *msg, size_t msglen)
+{
   snprintf(msg, msglen, "%.*s", (int)GRPC_SLICE_LENGTH(s->details),
            (const char *)GRPC_SLICE_START_PTR(s->details));
+}
+
+int rm__ctl_stream_next(rm__ctl_stream_t *s, const ProtobufCMessageDescriptor *resp_desc,
+                        ProtobufCMessage **msg, int *status, char *detail,
+                        size_t detaillen)
+{
+  /* the status may come out before the last message's RECV: the call has
+   * ended, so that RECV completes at once; messages go first */
+  while (!s->status_done || s->recv_posted) {
+    if (take_event(s) != T_RECV || !s->in) continue;
+    ProtobufCMessage *m = unpack(s->in, resp_desc);
+    grpc_byte_buffer_destroy(s->in);
+    s->in = NULL;
+    if (!s->status_done) start_recv(s);
+    if (!m) {
+      RM_WARN("session stream: a message from the coordinator that is not a %s: dropped",
+              resp_desc->name);
+      continue;
+    }
+    *msg = m;
+    return 1;
+  }
+  *status = (int)s->status;
+  copy_details(s, detail, detaillen);
+  return 0;
+}
+
+int rm__ctl_stream_wait(rm__ctl_stream_t *s, char *msg, size_t msglen)
+{
+  while (!s->status_done) take_event(s);
+  copy_details(s, msg, msglen);
   return (int)s->status;
 }
 
@@ -249,12 +414,15 @@ void rm__ctl_stream_cancel(rm__ctl_stream_t *s)
 void rm__ctl_stream_free(rm__ctl_stream_t *s)
 {
   if (!s) return;
+  rm__ctl_stream_cancel(s); /* a no-op on an ended call */
+  grpc_completion_queue_shutdown(s->cq);
+  while (take_event(s)) {} /* invariant 3 */
+  if (s->call) grpc_call_unref(s->call);
+  grpc_completion_queue_destroy(s->cq);
+  if (s->out) grpc_byte_buffer_destroy(s->out); /* a Watch's request */
+  if (s->in) grpc_byte_buffer_destroy(s->in);
   grpc_slice_unref(s->details);
   grpc_metadata_array_destroy(&s->md_in);
   grpc_metadata_array_destroy(&s->md_trail);
-  if (s->send) grpc_byte_buffer_destroy(s->send);
-  if (s->call) grpc_call_unref(s->call);
-  grpc_completion_queue_shutdown(s->cq);
-  grpc_completion_queue_destroy(s->cq);
   free(s);
 }

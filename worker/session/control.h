@@ -9,6 +9,7 @@
 #define RM_SESSION_CONTROL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ringmaster/v1/messages.pb-c.h"
 
@@ -28,20 +29,56 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
                  ProtobufCMessage **resp, int timeout_ms, char *msg,
                  size_t msglen);
 
-/* A server-streaming call kept open as a session (the agent's Watch with
- * its worker id): the coordinator sees it cancelled by the transport when
- * this process dies (recovery.c, detection source 2). Messages the server
- * might send are not read; ask for none (after_seq far in the future). */
+/* A call kept open as the worker's session, without a deadline: the
+ * coordinator sees it cancelled by the transport when this process dies
+ * (recovery.c, detection source 2). Two kinds share the type:
+ *
+ *  - rm__ctl_stream_open: a server-streaming call (the agent's Watch with
+ *    its worker id, the fallback for a coordinator without Session). The
+ *    messages the server might send are not read; ask for none (after_seq
+ *    far in the future). Its owner blocks in rm__ctl_stream_wait.
+ *  - rm__ctl_session_open: a bidi call (Session) that carries messages both
+ *    ways. Any thread may rm__ctl_stream_send; its owner loops on
+ *    rm__ctl_stream_next, which is also what completes the sends.
+ *
+ * Lifecycle: open -> (wait | next...) until the call ended -> free, on the
+ * owner's thread; cancel from any thread, any time before free. The owner
+ * must make sure no send starts once free has begun (the session clears
+ * its pointer under its lock first). */
 typedef struct rm__ctl_stream rm__ctl_stream_t;
-/* Start the call; NULL when it could not be started. */
+/* Start the server-streaming call; NULL when it could not be started. */
 rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
                                       const ProtobufCMessage *req);
-/* Block until the call ends (server closed it, the connection broke, or
- * rm__ctl_stream_cancel); returns its gRPC status. */
+/* Start the bidi call with `first` as its first message (in flight as a
+ * send until rm__ctl_stream_next sees it leave); NULL when it could not
+ * be started. */
+rm__ctl_stream_t *rm__ctl_session_open(rm__ctl_t *c, const char *method,
+                                       const ProtobufCMessage *first);
+/* Bidi, any thread: send msg (packed now; the caller keeps msg). At most
+ * one message is in flight per call (gRPC's rule): 1 sent (in flight), 0
+ * busy with another, *busy_ms (may be NULL) then says for how long, -1 the
+ * call ended or the send could not start. */
+int rm__ctl_stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg,
+                        int64_t *busy_ms);
+/* Bidi, owner only: block until the next message (1: *msg is it, free with
+ * protobuf_c_message_free_unpacked) or the end of the call (0: *status is
+ * its gRPC status, detail its words). A message that does not unpack as
+ * resp_desc is dropped with a warning. No deadline: the call ends only when the server
+ * ends it, the connection breaks or rm__ctl_stream_cancel. After 0, do not
+ * call it again. */
+int rm__ctl_stream_next(rm__ctl_stream_t *s, const ProtobufCMessageDescriptor *resp_desc,
+                        ProtobufCMessage **msg, int *status, char *detail,
+                        size_t detaillen);
+/* Server-streaming, owner only: block until the call ends (server closed
+ * it, the connection broke, or rm__ctl_stream_cancel); returns its gRPC
+ * status. */
 int rm__ctl_stream_wait(rm__ctl_stream_t *s, char *msg, size_t msglen);
-/* Any thread, any time before free: end the call (CANCELLED). */
+/* Any thread, any time before free: end the call (CANCELLED). The
+ * coordinator cannot tell this from the process dying: cancelling a live
+ * worker's session makes it lost. */
 void rm__ctl_stream_cancel(rm__ctl_stream_t *s);
-/* After rm__ctl_stream_wait returned. */
+/* Owner, after wait returned or next returned 0 (or any time: it cancels
+ * the call first); waits for every outstanding batch, then frees. */
 void rm__ctl_stream_free(rm__ctl_stream_t *s);
 
 #endif

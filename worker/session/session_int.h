@@ -67,6 +67,13 @@ struct rm_session {
   pthread_t hb, stream_thread;
   int hb_on, hb_stop, stream_on, stream_stop; /* under mu */
   rm__ctl_stream_t *stream;     /* under mu: the open session call */
+  int stream_session;           /* under mu: it is a Session (0: a Watch) */
+  uint64_t stream_hb_gen;       /* under mu: generation of the last heartbeat
+                                 * sent on it (its opening message's until
+                                 * one is; session_live.c) */
+  int stream_hb_sent;           /* under mu: heartbeats sent on it since it
+                                 * opened: 0 none, 1 all of stream_hb_gen,
+                                 * 2 of more than one generation */
   int stale;                    /* invariant 2, under mu */
   int job_state;                /* last known JobState, under mu */
   char reason[512];             /* why it went stale, under mu */

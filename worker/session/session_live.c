@@ -2,17 +2,57 @@
  * session_live.c - how the coordinator knows a session is alive, and how a
  * session learns that the coordinator moved on.
  *
- * HEARTBEATS. A thread calls Heartbeat every heartbeat_interval_ms (the
+ * HEARTBEATS. A thread sends a heartbeat every heartbeat_interval_ms (the
  * coordinator's figure from Join) from the first formed generation until
- * leave or close, also while the caller waits for a decision or re-joins.
+ * leave or close, also while the caller waits for a decision or re-joins
+ * (await_decision sends more from the caller's thread). Where it goes:
+ *  - a message on the open Session stream (below), under mu, so it never
+ *    races the stream's free; nothing comes back unless something is wrong.
+ *    Only one message may be in flight on a call: a beat that finds the
+ *    previous one still in flight is skipped (that one stands for it), and
+ *    one that finds it in flight past HB_DEADLINE_MS (the unary call's
+ *    deadline) goes as a unary call, the stream left as it is: a busy
+ *    coordinator reads it late, a broken connection ends it (REOPEN).
+ *    Never a cancel: the coordinator cannot tell one from a dead process
+ *    and would declare the worker lost;
+ *  - a unary Heartbeat call (HB_DEADLINE_MS) whenever no Session is open:
+ *    between re-opens, with the Watch fallback, or with the stream off.
  *
- * SESSION STREAM. After the first Join answer a thread keeps a Watch call
- * open with the worker id (asking for no events), re-opened 500 ms after it
- * ends, cancelled only at close. If this process dies its kernel closes the
- * connection and the coordinator sees that call cancelled by the transport:
- * the worker is lost at once (coordinator/recovery.c detection source 2),
- * without waiting for the heartbeat timeout. RINGMASTER_SESSION_STREAM=0
- * turns it off (to measure the other detection sources).
+ * SESSION STREAM. After the first Join answer a thread keeps a Session call
+ * open (service.proto), re-opened when it ends (REOPEN), cancelled only at
+ * close. Its first message is the session's
+ * ids and step (a heartbeat whose generation the coordinator does not
+ * check); every later one is a heartbeat, checked like the unary call. If
+ * this process dies its kernel closes the connection and the coordinator
+ * sees the call cancelled by the transport: the worker is lost at once
+ * (coordinator/recovery.c detection source 2), without waiting for the
+ * heartbeat timeout. How its end and answers are read:
+ *
+ *   event                              -> as the unary heartbeat's
+ *   answer (the job ended; then OK)    -> answer, about stream_hb_gen
+ *   FAILED_PRECONDITION / NOT_FOUND /  -> refusal, about the generation of
+ *   UNAUTHENTICATED                       the heartbeat that failed (below)
+ *   UNIMPLEMENTED (older coordinator)  -> none: for the rest of the session
+ *                                         a Watch call (asking for no
+ *                                         events, opened at once) and
+ *                                         unary heartbeats
+ *   anything else                      -> none (logged at DEBUG)
+ *
+ * Which heartbeat failed: none when only the opening message was sent (it
+ * checks no generation: ignored); the one "stale generation N" names, for
+ * FAILED_PRECONDITION; else stream_hb_gen when every heartbeat sent on this
+ * stream named that one generation; else (a re-join in between) ignored,
+ * and the re-opened stream's next heartbeat says it again.
+ *
+ * REOPEN. 500 ms after it ended (the coordinator may be unreachable: no
+ * busy loop), but at once after UNIMPLEMENTED (the Watch instead) and
+ * after a heartbeat's refusal (it carried heartbeats, so at most one
+ * re-open per heartbeat): that is how every recovery ends a survivor's
+ * stream, and a process that died in a 500 ms gap would be seen only by
+ * its heartbeat timeout or a peer's report.
+ *
+ * RINGMASTER_SESSION_STREAM=0 turns the stream off (unary heartbeats only,
+ * to measure the other detection sources).
  *
  * STALE (session_int.h invariant 2). Any answer saying the job's generation
  * moved on, the job ended, or FAILED_PRECONDITION / NOT_FOUND /
@@ -79,6 +119,46 @@ int rm__session_is_stale(rm_session_t *s)
 }
 
 /* ---- heartbeats ---- */
+#define HB_DEADLINE_MS 5000
+#define G_UNIMPLEMENTED 12 /* gRPC status: an older coordinator */
+
+/* A heartbeat's answer (unary or on the stream), about generation gen. */
+static void hb_answer(rm_session_t *s, uint64_t gen,
+                      const Ringmaster__V1__HeartbeatResponse *r)
+{
+  if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+    rm__session_mark_stale_gen(s, gen, r->job_state,
+                               r->reason[0] ? r->reason : "job finished");
+  else if (r->generation != gen)
+    rm__session_mark_stale_gen(s, gen, -1, "new generation");
+}
+
+static int hb_refusal(int rc)
+{
+  return rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND ||
+         rc == RM__G_UNAUTHENTICATED;
+}
+
+/* Under mu: q as a message on the open Session. 1 done (sent, or the one
+ * in flight stands for it), 0 send it as a unary call. */
+static int hb_on_stream_locked(rm_session_t *s, const Ringmaster__V1__HeartbeatRequest *q)
+{
+  int64_t busy = 0;
+  if (!s->stream || !s->stream_session) return 0;
+  int rc = rm__ctl_stream_send(s->stream, &q->base, &busy);
+  if (rc == 1) {
+    if (!s->stream_hb_sent) s->stream_hb_sent = 1;
+    else if (s->stream_hb_gen != q->generation) s->stream_hb_sent = 2;
+    s->stream_hb_gen = q->generation;
+    return 1;
+  }
+  if (rc == 0 && busy <= HB_DEADLINE_MS) return 1;
+  if (rc == 0)
+    RM_DEBUG("session stream: a heartbeat in flight for %lld ms; this one goes unary",
+             (long long)busy);
+  return 0;
+}
+
 int rm__session_heartbeat(rm_session_t *s)
 {
   Ringmaster__V1__HeartbeatRequest q = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
@@ -87,19 +167,16 @@ int rm__session_heartbeat(rm_session_t *s)
   pthread_mutex_lock(&s->mu);
   RM__SESSION_IDS(q, s);
   q.step = s->steps_done;
+  int sent = hb_on_stream_locked(s, &q);
   pthread_mutex_unlock(&s->mu);
+  if (sent) return RM__G_OK;
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Heartbeat", &q.base,
                         &ringmaster__v1__heartbeat_response__descriptor,
-                        (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+                        (ProtobufCMessage **)&r, HB_DEADLINE_MS, msg, sizeof msg);
   if (rc == RM__G_OK) {
-    if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
-      rm__session_mark_stale_gen(s, q.generation, r->job_state,
-                                 r->reason[0] ? r->reason : "job finished");
-    else if (r->generation != q.generation)
-      rm__session_mark_stale_gen(s, q.generation, -1, "new generation");
+    hb_answer(s, q.generation, r);
     protobuf_c_message_free_unpacked(&r->base, NULL);
-  } else if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND ||
-             rc == RM__G_UNAUTHENTICATED) {
+  } else if (hb_refusal(rc)) {
     rm__session_mark_stale_gen(s, q.generation, -1, msg);
   } else {
     RM_DEBUG("heartbeat: status %d: %s", rc, msg);
@@ -151,30 +228,108 @@ void rm__session_hb_stop(rm_session_t *s)
 }
 
 /* ---- session stream ---- */
+/* OUT gen: the generation the opening message named. */
+static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
+{
+  Ringmaster__V1__HeartbeatRequest h = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
+  Ringmaster__V1__WatchRequest w = RINGMASTER__V1__WATCH_REQUEST__INIT;
+  pthread_mutex_lock(&s->mu);
+  RM__SESSION_IDS(h, s);
+  RM__SESSION_IDS(w, s);
+  h.step = s->steps_done;
+  pthread_mutex_unlock(&s->mu);
+  *gen = h.generation;
+  w.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
+  if (watch)
+    return rm__ctl_stream_open(s->ctl, "/ringmaster.v1.Worker/Watch", &w.base);
+  return rm__ctl_session_open(s->ctl, "/ringmaster.v1.Worker/Session", &h.base);
+}
+
+/* Under mu, at the end: the generation the failing heartbeat named (see
+ * "Which heartbeat failed"); 0 when it is not known. */
+static int failed_gen_locked(rm_session_t *s, const char *msg, int rc, uint64_t *gen)
+{
+  unsigned long long g;
+  if (!s->stream_hb_sent) return 0;
+  if (rc == RM__G_FAILED_PRECONDITION && sscanf(msg, "stale generation %llu", &g) == 1) {
+    *gen = g;
+    return 1;
+  }
+  if (s->stream_hb_sent != 1) return 0;
+  *gen = s->stream_hb_gen;
+  return 1;
+}
+
+/* Read the Session's answers until it ends; it is then unpublished and
+ * freed. Returns its status; OUT carried: it carried heartbeats. */
+static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
+{
+  Ringmaster__V1__HeartbeatResponse *r;
+  int rc;
+  uint64_t gen = 0;
+  char msg[256];
+  while (rm__ctl_stream_next(st, &ringmaster__v1__heartbeat_response__descriptor,
+                             (ProtobufCMessage **)&r, &rc, msg, sizeof msg)) {
+    pthread_mutex_lock(&s->mu);
+    int sent = s->stream_hb_sent;
+    gen = s->stream_hb_gen;
+    pthread_mutex_unlock(&s->mu);
+    /* "the job ended" is about every generation; anything else (not in
+     * the contract) only when it is clear which heartbeat it answers */
+    if (sent == 1 || r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+      hb_answer(s, gen, r);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->stream = NULL; /* no heartbeat is sent on it from here on */
+  int known = hb_refusal(rc) && failed_gen_locked(s, msg, rc, &gen);
+  *carried = s->stream_hb_sent != 0;
+  pthread_mutex_unlock(&s->mu);
+  rm__ctl_stream_free(st);
+  RM_DEBUG("session stream ended: status %d: %s", rc, msg);
+  if (known) rm__session_mark_stale_gen(s, gen, -1, msg);
+  return rc;
+}
+
+static void watch_run(rm_session_t *s, rm__ctl_stream_t *st)
+{
+  char msg[256];
+  int rc = rm__ctl_stream_wait(st, msg, sizeof msg);
+  RM_DEBUG("session stream ended: status %d: %s", rc, msg);
+  pthread_mutex_lock(&s->mu);
+  s->stream = NULL;
+  pthread_mutex_unlock(&s->mu);
+  rm__ctl_stream_free(st);
+}
+
 static void *stream_thread(void *arg)
 {
   rm_session_t *s = arg;
-  char msg[256];
+  int watch = 0; /* the coordinator has no Session rpc */
   pthread_mutex_lock(&s->mu);
   while (!s->stream_stop) {
-    Ringmaster__V1__WatchRequest q = RINGMASTER__V1__WATCH_REQUEST__INIT;
-    RM__SESSION_IDS(q, s);
-    q.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
     pthread_mutex_unlock(&s->mu);
-    rm__ctl_stream_t *st = rm__ctl_stream_open(s->ctl, "/ringmaster.v1.Worker/Watch",
-                                               &q.base);
+    uint64_t gen = 0;
+    rm__ctl_stream_t *st = stream_open(s, watch, &gen);
     pthread_mutex_lock(&s->mu);
     s->stream = st;
+    s->stream_session = !watch;
+    s->stream_hb_sent = 0;
+    s->stream_hb_gen = gen;
     if (st && s->stream_stop) rm__ctl_stream_cancel(st);
     pthread_mutex_unlock(&s->mu);
-    if (st) {
-      int rc = rm__ctl_stream_wait(st, msg, sizeof msg);
-      RM_DEBUG("session stream ended: status %d: %s", rc, msg);
+    int rc = -1, carried = 0;
+    if (st && watch) watch_run(s, st);
+    else if (st) rc = session_run(s, st, &carried);
+    if (rc == G_UNIMPLEMENTED) {
+      RM_INFO("the coordinator has no Session rpc (older version): "
+              "session Watch and unary heartbeats instead");
+      watch = 1;
     }
     pthread_mutex_lock(&s->mu);
-    s->stream = NULL;
-    rm__ctl_stream_free(st);
     if (s->stream_stop) break;
+    if (rc == G_UNIMPLEMENTED || (carried && hb_refusal(rc)))
+      continue; /* REOPEN: at once */
     struct timespec ts;
     deadline_in(&ts, 500);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
