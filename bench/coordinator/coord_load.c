@@ -3,7 +3,7 @@
  *
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
  *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
- *                 [--gzip 0|1] [--gate-steps K]
+ *                 [--gzip 0|1] [--gate-steps K] [--session 0|1|2]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
  * job of world N (launcher none), and simulates its N workers from P client
@@ -20,6 +20,19 @@
  *      N*K calls; each step must drop exactly one worker.
  *   4. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
+ * --session 1 (default): right after the Join wave every worker opens its
+ * Session stream and holds it through phases 2-4 (so the peak RSS includes
+ * them); its heartbeats are messages on it (latency: send start -> send
+ * completion, nothing is answered) instead of unary Heartbeat calls; at the
+ * end every worker half-closes it and each must end with status OK and no
+ * message (load_client.c SESSIONS).  --session 0: unary heartbeats, no
+ * streams.  --session 2 (the worker library before the Session RPC): right
+ * after the Join wave every worker opens a Watch call (its request asks for
+ * no event) and holds it through phases 2-4, heartbeats are the unary calls
+ * of --session 0, and at the end every worker cancels its Watch; each must
+ * end CANCELLED (or OK: the coordinator fails the job at the first
+ * cancelled Watch and ends the rest) with no message (load_client.c
+ * WATCHES).
  * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
  * older worker; load_client.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).
@@ -56,6 +69,8 @@
 typedef struct {
   const char *bin;
   int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
+  int session; /* 1: Session streams carry the heartbeats (load_client.c SESSIONS);
+                * 2: a Watch per worker, unary heartbeats (load_client.c WATCHES) */
 } opts_t;
 
 typedef struct {
@@ -297,7 +312,7 @@ static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int pro
 
 typedef struct {
   int64_t t_first, t_last;
-  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip, n_dropped;
+  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip, n_dropped, n_late, n_ended;
   int64_t *lat;     /* all clients' latencies */
   size_t n_lat;
   uint32_t *ranks;  /* JOIN */
@@ -343,6 +358,8 @@ static int read_result(int k, int kind, size_t cap, int64_t dl, phase_t *ph, loa
   ph->n_fast += r->n_fast;
   ph->n_gzip += r->n_gzip;
   ph->n_dropped += r->n_dropped;
+  ph->n_late += r->n_late;
+  ph->n_ended += r->n_ended;
   ph->n_rejoin += r->n_rejoin;
   ph->client_hwm_kb += r->hwm_kb;
   if (r->t_first && r->t_first < ph->t_first) ph->t_first = r->t_first;
@@ -441,7 +458,10 @@ typedef struct {
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
   double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
   double g50, g99, gmax, cpu_gate, cli_gate; /* StepGate steps (--gate-steps) */
-  int failures, fast, gzip, gate_gzip, gate_dropped;
+  double open_ms, close_ms;                  /* --session 1, 2: first send -> last */
+  int failures, fast, gzip, gate_gzip, gate_dropped, hb_late, hb_beats, closed_ok;
+  int closed;                                /* --session 1, 2: the close phase ran */
+  int ended;                                 /* --session 2: Watches ended OK, not CANCELLED */
 } result_t;
 
 /* Phase bounds on CLOCK_MONOTONIC (what rm__now_ns reads), for slicing a
@@ -492,6 +512,35 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     out->failures++;
   }
   if (out->failures) goto done;
+  /* SESSIONS: every worker opens its stream (WATCHES: its Watch), held to the end */
+  const char *what = o->session == 2 ? "watch" : "session";
+  if (o->session) {
+    phase_t po;
+    memset(&po, 0, sizeof po);
+    po.lat = ph.lat;
+    po.ranks = ph.ranks;
+    usage_t s0 = coord_usage(g.coord);
+    cmd = (load_cmd_t){LOAD_CMD_OPEN, 0};
+    if (run_phase(cmd, wait_s, per, &po)) goto out;
+    char ph_name[32];
+    snprintf(ph_name, sizeof ph_name, "%s open", what);
+    mark(ph_name, po.t_first, po.t_last);
+    out->open_ms = (double)(po.t_last - po.t_first) / 1e6;
+    usage_t s1 = coord_usage(g.coord);
+    fprintf(stderr, "rm-coord-load: %s: %d opened (%s sent) in %.1f ms; "
+            "coordinator cpu %.2f s; rss %.1f MiB (peak %.1f)\n",
+            o->session == 2 ? "watches" : "sessions", po.n_ok,
+            o->session == 2 ? "request" : "first message", out->open_ms,
+            s1.cpu_s - s0.cpu_s, (double)s1.rss_kb / 1024, (double)s1.hwm_kb / 1024);
+    out->failures += phase_failures(ph_name, &po);
+    if (!out->failures && po.n_ok != n) {
+      fprintf(stderr, "rm-coord-load: %s: %d of %d sent\n", ph_name, po.n_ok, n);
+      out->failures++;
+    }
+    if (out->failures) goto done;
+    u1 = coord_usage(g.coord); /* the barrier phase's CPU starts here */
+    k1 = clients_cpu();
+  }
   /* barriers */
   int64_t *bar = ph.lat;
   phase_t pb;
@@ -576,14 +625,54 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     mark("heartbeats", w0, rm__now_ns());
     double hb_cpu = coord_usage(g.coord).cpu_s - h0.cpu_s;
     out->hb_pct = 100.0 * hb_cpu / wall;
-    /* per answered heartbeat: when the clients fall behind, fewer than N a
-     * second reach the coordinator and hb_pct understates N at 1 Hz */
-    out->hb_us = hb.n_ok + hb.n_bad ? hb_cpu * 1e6 / (hb.n_ok + hb.n_bad) : 0;
+    /* per answered heartbeat (session: per message sent): when the clients
+     * fall behind, fewer than N a second reach the coordinator and hb_pct
+     * understates N at 1 Hz */
+    out->hb_beats = o->session == 1 ? hb.n_ok : hb.n_ok + hb.n_bad;
+    out->hb_us = out->hb_beats ? hb_cpu * 1e6 / out->hb_beats : 0;
+    out->hb_late = hb.n_late;
     out->cli_hb_pct = 100.0 * (clients_cpu() - hk0) / wall;
     qsort(hb.lat, hb.n_lat, sizeof *hb.lat, cmp_i64);
     out->hb_p99 = pct_ms(hb.lat, hb.n_lat, 99);
     out->failures += phase_failures("heartbeat", &hb);
     out->client_mib = (double)hb.client_hwm_kb / 1024;
+  }
+  /* SESSIONS: every worker half-closes; each stream must end OK, no message
+   * (WATCHES: every worker cancels its Watch; each must end CANCELLED, or OK
+   * when the coordinator ended it first, no message). What the coordinator
+   * does after this (workers lost, the job failed) is not checked. */
+  if (o->session && !out->failures) {
+    phase_t pc;
+    memset(&pc, 0, sizeof pc);
+    pc.lat = ph.lat;
+    pc.ranks = ph.ranks;
+    usage_t before = coord_usage(g.coord);
+    cmd = (load_cmd_t){LOAD_CMD_CLOSE, 0};
+    if (run_phase(cmd, 60, per, &pc)) goto out;
+    char ph_name[32];
+    snprintf(ph_name, sizeof ph_name, "%s close", what);
+    mark(ph_name, pc.t_first, pc.t_last);
+    out->close_ms = (double)(pc.t_last - pc.t_first) / 1e6;
+    out->closed_ok = pc.n_ok;
+    out->ended = pc.n_ended;
+    out->closed = 1;
+    if (o->session == 2)
+      fprintf(stderr, "rm-coord-load: watches: %d of %d ended as they should after the cancel "
+              "in %.1f ms (%d CANCELLED, %d OK: the coordinator ended them first); "
+              "coordinator rss before the close %.1f MiB\n", pc.n_ok, n, out->close_ms,
+              pc.n_ok - pc.n_ended, pc.n_ended, (double)before.rss_kb / 1024);
+    else
+      fprintf(stderr, "rm-coord-load: sessions: %d of %d ended OK after the close in %.1f ms; "
+              "coordinator rss before the close %.1f MiB\n", pc.n_ok, n, out->close_ms,
+              (double)before.rss_kb / 1024);
+    out->failures += phase_failures(ph_name, &pc);
+    if (!out->failures && pc.n_ok != n) {
+      fprintf(stderr, "rm-coord-load: %s: %d of %d ended as they should\n", ph_name, pc.n_ok,
+              n);
+      out->failures++;
+    }
+    if ((double)pc.client_hwm_kb / 1024 > out->client_mib)
+      out->client_mib = (double)pc.client_hwm_kb / 1024;
   }
 done:
   rc = 0;
@@ -632,7 +721,8 @@ static int run_size(const opts_t *o, int n, result_t *out)
   usleep(200000); /* let the submit settle before the base RSS */
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
-                           .timeout_s = o->timeout_s, .gzip = o->gzip};
+                           .timeout_s = o->timeout_s, .gzip = o->gzip,
+                           .session = o->session};
   if (getloadavg(&out->load0, 1) != 1) out->load0 = -1;
   if (fork_clients(o, &cfg, n, procs)) goto out;
   size_t per = 0;
@@ -646,19 +736,35 @@ static int run_size(const opts_t *o, int n, result_t *out)
   out->end_mib = (double)end.rss_kb / 1024;
   out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
   if (getloadavg(&out->load1, 1) != 1) out->load1 = -1;
-  printf("workers %5d | procs %3d | join (all formed) %8.1f ms, %d gzip answers | "
-         "barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | ",
-         n, procs, out->join_s * 1e3, out->gzip, out->p50, out->p99, out->max, out->round_ms);
+  printf("workers %5d | procs %3d | session %d | join (all formed) %8.1f ms, %d gzip answers | ",
+         n, procs, o->session, out->join_s * 1e3, out->gzip);
+  if (o->session == 2 && out->closed)
+    printf("watches: opened in %.1f ms, %d cancelled in %.1f ms (%d ended OK by the "
+           "coordinator first) | ", out->open_ms, out->closed_ok, out->close_ms, out->ended);
+  else if (o->session == 1 && out->closed)
+    printf("sessions: opened in %.1f ms, %d closed OK in %.1f ms | ", out->open_ms,
+           out->closed_ok, out->close_ms);
+  else if (o->session)
+    printf("%s: opened in %.1f ms, not closed (a failure) | ",
+           o->session == 2 ? "watches" : "sessions", out->open_ms);
+  printf("barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | ", out->p50, out->p99,
+         out->max, out->round_ms);
   if (o->gate > 0)
     printf("step gate %d steps, %d dropped, %d gzip answers: p50 %7.2f p99 %7.2f max %7.2f ms, "
            "coordinator cpu %.2f s, clients cpu %.2f s | ", o->gate, out->gate_dropped,
            out->gate_gzip, out->g50, out->g99, out->gmax, out->cpu_gate, out->cli_gate);
-  printf("heartbeat %d/s: coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a "
-         "heartbeat = %.1f%% at %d/s, p99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, "
+  if (o->session == 1)
+    printf("heartbeat %d/s as session messages (%d sent, %d late): ", n, out->hb_beats,
+           out->hb_late);
+  else
+    printf("heartbeat %d/s: ", n);
+  printf("coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a "
+         "heartbeat = %.1f%% at %d/s, %sp99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, "
          "barriers %.2f) | clients cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, "
          "peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | "
          "load average %.1f -> %.1f | failures %d\n",
-         n, out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n, out->hb_p99,
+         out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n,
+         o->session == 1 ? "send " : "", out->hb_p99,
          out->cpu_s, out->cpu_join, out->cpu_bar, out->cli_join, out->cli_bar, out->base_mib,
          out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->load0,
          out->load1, out->failures);
@@ -685,6 +791,7 @@ static int parse(int argc, char **argv, opts_t *o)
   o->timeout_s = 300;
   o->gzip = 1;
   o->gate = 0;
+  o->session = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
     if (!strcmp(k, "--ringmaster")) o->bin = v;
@@ -696,6 +803,7 @@ static int parse(int argc, char **argv, opts_t *o)
     else if (!strcmp(k, "--timeout-s")) o->timeout_s = atoi(v);
     else if (!strcmp(k, "--gzip")) o->gzip = atoi(v);
     else if (!strcmp(k, "--gate-steps")) o->gate = atoi(v);
+    else if (!strcmp(k, "--session")) o->session = atoi(v);
     else return -1;
   }
   if (!o->nc) {
@@ -706,7 +814,7 @@ static int parse(int argc, char **argv, opts_t *o)
     if (o->counts[i] < 1 || o->counts[i] > 65536) return -1;
   if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
       o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1) ||
-      o->gate < 0)
+      o->gate < 0 || o->session < 0 || o->session > 2)
     return -1;
   return 0;
 }
@@ -717,7 +825,7 @@ int main(int argc, char **argv)
   if ((argc % 2) != 1 || parse(argc, argv, &o)) {
     fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
                     "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n"
-                    "         [--gzip 0|1] [--gate-steps K]\n");
+                    "         [--gzip 0|1] [--gate-steps K] [--session 0|1|2]\n");
     return 2;
   }
   struct rlimit rl;

@@ -10,6 +10,10 @@
  *   HEARTBEAT  worker g sends Heartbeat at t0 + g/N s + i s, i < S.
  *   GATE s     every worker calls StepGate(step s, ready, long poll) at
  *              once (a job with straggler_policy backup, one backup worker).
+ *   OPEN       (--session 1) every worker opens its Session stream;
+ *              (--session 2) its Watch call.
+ *   CLOSE      (--session 1) every worker half-closes its Session stream;
+ *              (--session 2) cancels its Watch call.
  *
  * Checks (a failing answer counts in n_bad, with the first reason in msg):
  *   Join:      formed; generation and world the same in every answer; the
@@ -57,6 +61,49 @@
  * is every plain answer.  Every answer's own byte (dropped exactly when its
  * rank is 0 in the mask) is checked either way.  n_gzip counts the
  * compressed answers of both.
+ *
+ * SESSIONS (issue 16, --session 1).  After the Join wave (OPEN) every worker
+ * holds one Session stream (service.proto) on its channel, as the worker
+ * library does for its whole life, through the barrier, gate and heartbeat
+ * phases: created on the client's completion queue with no deadline, its
+ * first message (job, token, generation, worker id, step 0) sent with the
+ * initial metadata, a RECV_INITIAL_METADATA + RECV_MESSAGE batch and a
+ * RECV_STATUS_ON_CLIENT batch posted for its whole life (sess_t).  The
+ * coordinator answers nothing while all is well and the job never ends
+ * during a run, so any message received and any status before the CLOSE
+ * phase is a failure, counted (n_bad / n_err, first reason noted) in the
+ * result of the phase during which it arrived (sess_fold).  In the HEARTBEAT
+ * phase worker g's beats are messages on its stream at the same schedule as
+ * the unary calls, one SEND_MESSAGE batch in flight per stream: a beat due
+ * while the previous send is in flight is sent when it completes (n_late).
+ * Its latency is send start -> send completion (nothing is answered), n_ok
+ * counts the messages sent.  CLOSE half-closes every stream; each must end
+ * with status OK (n_ok; else n_err) and no message received (else n_bad).  A
+ * stream's call is unreffed once its status and every batch on it completed
+ * (sess_release).  Tags: an op's is its index i >= 0, a stream's batch is
+ * SESS_TAG(w, kind) < 0, so one queue serves both and next_done() handles
+ * stream events arriving during the unary phases.  CLOSE first handles the
+ * stream events already queued (a status that came before it is a failure).
+ *
+ * WATCHES (--session 2): the worker library before the Session RPC, for a
+ * fair before/after.  OPEN: every worker opens a server-streaming Watch
+ * (service.proto) on its channel, no deadline, its one request
+ * (WatchRequest: job, token, its worker id, after_seq UINT64_MAX / 2, so no
+ * event is ever due) sent with SEND_INITIAL_METADATA and
+ * SEND_CLOSE_FROM_CLIENT in one batch (the SK_SEND of sess_t; its
+ * completion is "opened"), RECV_INITIAL_METADATA + RECV_MESSAGE and
+ * RECV_STATUS_ON_CLIENT posted as for a Session (RECV_INITIAL_METADATA is
+ * not in the send batch: the coordinator sends no metadata before a message
+ * or the status, so that batch would complete only at the end).  No sends
+ * later: heartbeats are the unary calls of --session 0.  As for a Session,
+ * any message and any status before CLOSE is a failure.  CLOSE cancels
+ * every Watch (grpc_call_cancel: what the worker library did at its close);
+ * each must end CANCELLED with no message received.  The coordinator
+ * declares a worker whose Watch is cancelled lost and (the job's default
+ * on_failure fail) fails the job at the first, and then ends every Watch
+ * still open with status OK: one whose OK came before its own cancel took
+ * effect ends OK, which after the close is no failure (n_ended counts
+ * them).  Nothing the coordinator does after the close is checked.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -99,6 +146,28 @@ typedef struct {
   int ok;                              /* its step-wide facts hold (gate_step_ok) */
 } gate_kept_t;
 
+/* SESSIONS: one worker's Session stream, or (WATCHES) its Watch call (see
+ * the file comment). */
+typedef struct {
+  grpc_call *call;             /* NULL: not open, or released */
+  grpc_byte_buffer *send;      /* the message of the send in flight */
+  grpc_byte_buffer *recv;      /* RECV_MESSAGE's */
+  grpc_metadata_array md1, md2;
+  grpc_status_code st;
+  grpc_slice details;
+  int64_t t_send, t_close;     /* start of the send in flight; of the close */
+  uint32_t step;               /* beats sent */
+  int backlog;                 /* HEARTBEAT: beats due while a send was in flight */
+  uint8_t sending, recving, closing; /* a batch of that kind outstanding */
+  uint8_t ended;               /* its status came */
+  uint8_t closed;              /* CLOSE: half-closed or (WATCHES) cancelled (its
+                                * status is the verdict) */
+  int got_msg;                 /* messages received */
+} sess_t;
+
+enum { SK_SEND = 0, SK_RECV = 1, SK_STATUS = 2, SK_CLOSE = 3 };
+#define SESS_TAG(w, k) ((void *)(intptr_t)(-1 - ((intptr_t)(w) * 4 + (k))))
+
 typedef struct {
   const load_client_cfg_t *cfg;
   int n;                       /* workers here: hi - lo */
@@ -121,6 +190,16 @@ typedef struct {
   size_t ref_zlen, ref_tail_len;
   uint32_t ref_tail_crc;
   gate_kept_t gate[2];         /* GZIP StepGate: indexed by dropped != 0 */
+  /* SESSIONS */
+  sess_t *sess;                /* n streams (--session 1) or Watch calls (--session
+                                * 2), or NULL (--session 0 / not opened) */
+  int n_live;                  /* streams not released */
+  int s_phase;                 /* LOAD_CMD_OPEN / HEARTBEAT / CLOSE while that
+                                * phase counts stream events in s_res; else 0 */
+  load_res_t *s_res;
+  int s_done;                  /* OPEN, HEARTBEAT: sends done; CLOSE: statuses */
+  int p_err, p_bad;            /* stream failures not yet reported (sess_fold) */
+  char p_msg[LOAD_MSG_MAX];
 } client_t;
 
 /* ---- calls ---- */
@@ -210,19 +289,34 @@ static void call_finish(op_t *o)
   o->recv = NULL;
 }
 
-/* Next completion, or -1 when none came by deadline_ns. */
-static int next_done(client_t *c, int64_t deadline_ns)
+/* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
+static grpc_event cq_wait(client_t *c, int64_t deadline_ns)
 {
   int64_t left = deadline_ns - rm__now_ns();
   if (left < 0) left = 0;
   gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                  gpr_time_from_nanos(left, GPR_TIMESPAN));
-  grpc_event ev = grpc_completion_queue_next(c->cq, dl, NULL);
-  if (ev.type != GRPC_OP_COMPLETE) return -1;
-  int i = (int)(intptr_t)ev.tag;
-  c->ops[i].t1 = rm__now_ns();
-  if (!ev.success && c->ops[i].st == GRPC_STATUS_OK) c->ops[i].st = GRPC_STATUS_UNKNOWN;
-  return i;
+  return grpc_completion_queue_next(c->cq, dl, NULL);
+}
+
+static void sess_event(client_t *c, intptr_t tag, int success);
+
+/* Next completion of an op, or -1 when none came by deadline_ns.  SESSIONS:
+ * stream events that come meanwhile are handled (sess_event). */
+static int next_done(client_t *c, int64_t deadline_ns)
+{
+  for (;;) {
+    grpc_event ev = cq_wait(c, deadline_ns);
+    if (ev.type != GRPC_OP_COMPLETE) return -1;
+    if ((intptr_t)ev.tag < 0) {
+      sess_event(c, (intptr_t)ev.tag, ev.success);
+      continue;
+    }
+    int i = (int)(intptr_t)ev.tag;
+    c->ops[i].t1 = rm__now_ns();
+    if (!ev.success && c->ops[i].st == GRPC_STATUS_OK) c->ops[i].st = GRPC_STATUS_UNKNOWN;
+    return i;
+  }
 }
 
 /* Cancel every busy call and wait for their completions (bounded). */
@@ -993,6 +1087,401 @@ static void phase_heartbeat(client_t *c, int secs, load_res_t *res)
   }
 }
 
+/* ---- SESSIONS (see the file comment) ---- */
+
+#define SESS_TEARDOWN (-1) /* s_phase: cancelling; nothing counts */
+#define WATCH(c) ((c)->cfg->session == 2) /* sess_t is a Watch call (WATCHES) */
+#define SESS_WHAT(c) (WATCH(c) ? "Watch" : "Session")
+#define SESS_WHATS(c) (WATCH(c) ? "Watches" : "Sessions")
+
+/* A stream failure (a message, or a status before the close): counted in
+ * the session phase under way, else reported with the next result
+ * (sess_fold), whatever phase that is. */
+static void sess_fail(client_t *c, int bad, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void sess_fail(client_t *c, int bad, const char *fmt, ...)
+{
+  int *n_err = c->s_res ? &c->s_res->n_err : &c->p_err;
+  int *n_bad = c->s_res ? &c->s_res->n_bad : &c->p_bad;
+  char *msg = c->s_res ? c->s_res->msg : c->p_msg;
+  size_t len = c->s_res ? sizeof c->s_res->msg : sizeof c->p_msg;
+  if (bad) (*n_bad)++;
+  else (*n_err)++;
+  if (msg[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
+}
+
+static void sess_fold(client_t *c, load_res_t *res)
+{
+  res->n_err += c->p_err;
+  res->n_bad += c->p_bad;
+  if (c->p_msg[0]) note(res, "%s", c->p_msg);
+  c->p_err = c->p_bad = 0;
+  c->p_msg[0] = 0;
+}
+
+/* Unref the call once its status and every batch on it completed. */
+static void sess_release(client_t *c, sess_t *s)
+{
+  if (!s->call || !s->ended || s->sending || s->recving || s->closing) return;
+  grpc_call_unref(s->call);
+  s->call = NULL;
+  if (s->recv) grpc_byte_buffer_destroy(s->recv);
+  s->recv = NULL;
+  grpc_metadata_array_destroy(&s->md1);
+  grpc_metadata_array_destroy(&s->md2);
+  grpc_slice_unref(s->details);
+  s->details = grpc_empty_slice();
+  c->n_live--;
+}
+
+static void sess_batch(sess_t *s, const grpc_op *ops, size_t n, int w, int kind)
+{
+  if (grpc_call_start_batch(s->call, ops, n, SESS_TAG(w, kind), NULL) != GRPC_CALL_OK) abort();
+}
+
+/* RECV_MESSAGE (with RECV_INITIAL_METADATA the first time). */
+static void sess_recv(sess_t *s, int w, int first)
+{
+  grpc_op ops[2];
+  size_t k = 0;
+  memset(ops, 0, sizeof ops);
+  if (first) {
+    ops[k].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[k++].data.recv_initial_metadata.recv_initial_metadata = &s->md1;
+  }
+  ops[k].op = GRPC_OP_RECV_MESSAGE;
+  ops[k++].data.recv_message.recv_message = &s->recv;
+  s->recving = 1;
+  sess_batch(s, ops, k, w, SK_RECV);
+}
+
+/* One message of local worker w (first: with the initial metadata). */
+static void sess_send(client_t *c, int w, int first, uint32_t step)
+{
+  sess_t *s = &c->sess[w];
+  Ringmaster__V1__HeartbeatRequest q = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
+  grpc_op ops[2];
+  size_t k = 0;
+  q.job_id = c->cfg->job_id;
+  q.token = (char *)c->cfg->token;
+  q.generation = c->gen;
+  q.worker_id = c->wid[w];
+  q.step = step;
+  s->send = pack(&q.base);
+  s->step = step;
+  memset(ops, 0, sizeof ops);
+  if (first) ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[k].op = GRPC_OP_SEND_MESSAGE;
+  ops[k++].data.send_message.send_message = s->send;
+  s->sending = 1;
+  s->t_send = rm__now_ns();
+  sess_batch(s, ops, k, w, SK_SEND);
+}
+
+/* WATCHES: local worker w's one request, with the initial metadata and the
+ * half-close (no event is ever due after after_seq). */
+static void watch_send(client_t *c, int w)
+{
+  sess_t *s = &c->sess[w];
+  Ringmaster__V1__WatchRequest q = RINGMASTER__V1__WATCH_REQUEST__INIT;
+  grpc_op ops[3];
+  q.job_id = c->cfg->job_id;
+  q.token = (char *)c->cfg->token;
+  q.worker_id = c->wid[w];
+  q.after_seq = UINT64_MAX / 2;
+  s->send = pack(&q.base);
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = s->send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  s->sending = 1;
+  s->t_send = rm__now_ns();
+  sess_batch(s, ops, 3, w, SK_SEND);
+}
+
+/* Open local worker w's stream (WATCHES: its Watch call): no deadline; the
+ * first message (the request), then the receive and status batches it
+ * keeps posted. */
+static void sess_open(client_t *c, int w)
+{
+  sess_t *s = &c->sess[w];
+  grpc_op op;
+  memset(s, 0, sizeof *s);
+  s->call = grpc_channel_create_call(c->ch[w % c->cfg->channels], NULL, GRPC_PROPAGATE_DEFAULTS,
+                                     c->cq,
+                                     grpc_slice_from_static_string(
+                                         WATCH(c) ? "/ringmaster.v1.Worker/Watch"
+                                                  : "/ringmaster.v1.Worker/Session"),
+                                     NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  grpc_metadata_array_init(&s->md1);
+  grpc_metadata_array_init(&s->md2);
+  s->details = grpc_empty_slice();
+  c->n_live++;
+  if (WATCH(c)) watch_send(c, w);
+  else sess_send(c, w, 1, 0);
+  sess_recv(s, w, 1);
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &s->md2;
+  op.data.recv_status_on_client.status = &s->st;
+  op.data.recv_status_on_client.status_details = &s->details;
+  sess_batch(s, &op, 1, w, SK_STATUS);
+}
+
+/* A stream's batch completed (tag < 0). */
+static void sess_event(client_t *c, intptr_t tag, int success)
+{
+  intptr_t v = -1 - tag;
+  int w = (int)(v >> 2), kind = (int)(v & 3);
+  if (!c->sess || w < 0 || w >= c->n) abort();
+  sess_t *s = &c->sess[w];
+  load_res_t *r = c->s_res;
+  int g = c->cfg->lo + w;
+  int64_t now = rm__now_ns();
+  if (kind == SK_SEND) {
+    s->sending = 0;
+    grpc_byte_buffer_destroy(s->send);
+    s->send = NULL;
+    if (c->s_phase == LOAD_CMD_OPEN || c->s_phase == LOAD_CMD_HEARTBEAT) {
+      c->s_done++;
+      if (success) {
+        r->n_ok++;
+        c->lat[r->n_lat++] = now - s->t_send;
+      } else {
+        r->n_err++;
+        note(r, "%s of worker %d: the %s was not sent", SESS_WHAT(c), g,
+             WATCH(c) ? "request" : c->s_phase == LOAD_CMD_OPEN ? "first message"
+                                                               : "heartbeat message");
+      }
+      if (now > r->t_last) r->t_last = now;
+      if (c->s_phase == LOAD_CMD_HEARTBEAT && s->backlog > 0) {
+        if (success && !s->ended) { /* the late beat, now */
+          s->backlog--;
+          sess_send(c, w, 0, s->step + 1);
+        } else {
+          r->n_err += s->backlog;
+          c->s_done += s->backlog;
+          note(r, "Session of worker %d: %d heartbeats not sent (stream broken)", g, s->backlog);
+          s->backlog = 0;
+        }
+      }
+    }
+  } else if (kind == SK_RECV) {
+    s->recving = 0;
+    if (s->recv && WATCH(c)) { /* no event is due after after_seq */
+      Ringmaster__V1__Event *m = (void *)unpack(s->recv, &ringmaster__v1__event__descriptor);
+      s->got_msg++;
+      if (!s->closed) /* after the close, the call's verdict counts it */
+        sess_fail(c, 1, "Watch of worker %d: an event came (seq %llu, kind %s)", g,
+                  m ? (unsigned long long)m->seq : 0ULL, m && m->kind ? m->kind : "?");
+      if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+    } else if (s->recv) { /* nothing is answered while all is well */
+      Ringmaster__V1__HeartbeatResponse *m =
+          (void *)unpack(s->recv, &ringmaster__v1__heartbeat_response__descriptor);
+      s->got_msg++;
+      if (!s->closed) /* after the close, the stream's verdict counts it */
+        sess_fail(c, 1, "Session of worker %d: a message came (job_state %d, generation %llu, "
+                  "reason %s)", g, m ? (int)m->job_state : -1,
+                  m ? (unsigned long long)m->generation : 0ULL,
+                  m && m->reason ? m->reason : "none");
+      if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+    }
+    if (s->recv) {
+      grpc_byte_buffer_destroy(s->recv);
+      s->recv = NULL;
+      if (!s->ended) sess_recv(s, w, 0);
+    }
+  } else if (kind == SK_STATUS) {
+    s->ended = 1;
+    if (!success && s->st == GRPC_STATUS_OK) s->st = GRPC_STATUS_UNKNOWN;
+    const char *d = (const char *)GRPC_SLICE_START_PTR(s->details);
+    int dl = (int)GRPC_SLICE_LENGTH(s->details);
+    if (s->closed && c->s_phase == LOAD_CMD_CLOSE) { /* the verdict */
+      /* WATCHES: CANCELLED, or OK when the coordinator ended it first */
+      grpc_status_code want = WATCH(c) ? GRPC_STATUS_CANCELLED : GRPC_STATUS_OK;
+      c->s_done++;
+      if (s->st != want && !(WATCH(c) && s->st == GRPC_STATUS_OK)) {
+        r->n_err++;
+        note(r, "%s of worker %d: status %d %.*s after the close", SESS_WHAT(c), g, (int)s->st,
+             dl, d);
+      } else if (s->got_msg) {
+        r->n_bad++;
+        note(r, "%s of worker %d: %d messages received", SESS_WHAT(c), g, s->got_msg);
+      } else {
+        r->n_ok++;
+        if (s->st != want) r->n_ended++;
+      }
+      c->lat[r->n_lat++] = now - s->t_close;
+      if (now > r->t_last) r->t_last = now;
+    } else if (c->s_phase != SESS_TEARDOWN) {
+      sess_fail(c, 0, "%s of worker %d ended before the close: status %d %.*s", SESS_WHAT(c),
+                g, (int)s->st, dl, d);
+    }
+  } else { /* SK_CLOSE */
+    s->closing = 0;
+  }
+  sess_release(c, s);
+}
+
+/* Handle events until s_done reaches want; -1 at the deadline. */
+static int sess_wait(client_t *c, int want, int64_t deadline_ns)
+{
+  while (c->s_done < want) {
+    grpc_event ev = cq_wait(c, deadline_ns);
+    if (ev.type != GRPC_OP_COMPLETE) return -1;
+    if ((intptr_t)ev.tag < 0) sess_event(c, (intptr_t)ev.tag, ev.success);
+    /* else an op left by an earlier phase's bounded cancel_all: ignored */
+  }
+  return 0;
+}
+
+/* Cancel every open stream and wait (bounded) until each is released. */
+static void sess_teardown(client_t *c)
+{
+  if (!c->sess) return;
+  c->s_phase = SESS_TEARDOWN;
+  c->s_res = NULL;
+  for (int w = 0; w < c->n; w++)
+    if (c->sess[w].call && !c->sess[w].ended) grpc_call_cancel(c->sess[w].call, NULL);
+  int64_t dl = rm__now_ns() + 10 * 1000000000LL;
+  while (c->n_live > 0) {
+    grpc_event ev = cq_wait(c, dl);
+    if (ev.type != GRPC_OP_COMPLETE) break;
+    if ((intptr_t)ev.tag < 0) sess_event(c, (intptr_t)ev.tag, ev.success);
+  }
+  c->s_phase = 0;
+  if (c->n_live > 0) { /* batches still write into it: keep it (the process ends) */
+    fprintf(stderr, "rm-coord-load: client: %d %s not released\n", c->n_live, SESS_WHATS(c));
+    return;
+  }
+  free(c->sess);
+  c->sess = NULL;
+}
+
+static void phase_open(client_t *c, load_res_t *res)
+{
+  if (c->sess) { /* opened already: the parent opens once */
+    res->n_err++;
+    note(res, "%s opened twice", SESS_WHATS(c));
+    return;
+  }
+  c->sess = calloc((size_t)c->n, sizeof *c->sess);
+  if (!c->sess) abort();
+  c->s_phase = LOAD_CMD_OPEN;
+  c->s_res = res;
+  c->s_done = 0;
+  res->t_first = rm__now_ns();
+  for (int w = 0; w < c->n; w++) sess_open(c, w);
+  if (sess_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
+    note(res, "%d %s opens not sent past the deadline", c->n - c->s_done, SESS_WHAT(c));
+    res->n_err += c->n - c->s_done;
+  }
+  c->s_phase = 0;
+  c->s_res = NULL;
+}
+
+/* Beat s (0 <= s < S * n) is worker s % n's (s / n)-th, as in
+ * phase_heartbeat, as a message on its stream. */
+static void phase_heartbeat_sess(client_t *c, int secs, load_res_t *res)
+{
+  int total = secs * c->n, sched = 0;
+  int64_t t0 = rm__now_ns();
+  int64_t end = t0 + (int64_t)(secs + HEARTBEAT_DEADLINE_S + 5) * 1000000000LL;
+  res->t_first = t0;
+  c->s_phase = LOAD_CMD_HEARTBEAT;
+  c->s_res = res;
+  c->s_done = 0;
+  while (c->s_done < total) {
+    int64_t now = rm__now_ns(), due = 0;
+    while (sched < total) {
+      int w = sched % c->n, g = c->cfg->lo + w;
+      due = t0 + (int64_t)(sched / c->n) * 1000000000LL +
+            (int64_t)g * 1000000000LL / c->cfg->world;
+      if (due > now) break;
+      sess_t *s = &c->sess[w];
+      if (!s->call || s->ended) {
+        res->n_err++;
+        c->s_done++;
+        note(res, "worker %d: heartbeat not sent: its Session ended", g);
+      } else if (s->sending) { /* one send in flight per stream: after it */
+        s->backlog++;
+        res->n_late++;
+      } else {
+        sess_send(c, w, 0, (uint32_t)(sched / c->n));
+      }
+      sched++;
+    }
+    grpc_event ev = cq_wait(c, sched < total ? due : end);
+    if (ev.type == GRPC_OP_COMPLETE) {
+      if ((intptr_t)ev.tag < 0) sess_event(c, (intptr_t)ev.tag, ev.success);
+    } else if (sched == total) {
+      note(res, "%d heartbeat messages not sent past the deadline", total - c->s_done);
+      res->n_err += total - c->s_done;
+      for (int w = 0; w < c->n; w++) {
+        c->sess[w].backlog = 0;
+        if (c->sess[w].sending) grpc_call_cancel(c->sess[w].call, NULL);
+      }
+      break;
+    }
+  }
+  c->s_phase = 0;
+  c->s_res = NULL;
+}
+
+/* Half-close every open stream (WATCHES: cancel every Watch); each must
+ * end OK (WATCHES: CANCELLED) with no message. */
+static void phase_close(client_t *c, load_res_t *res)
+{
+  int want = 0;
+  /* what came before the close counts as before it (sess_fail) */
+  c->s_res = res;
+  for (;;) {
+    grpc_event ev = cq_wait(c, 0);
+    if (ev.type != GRPC_OP_COMPLETE) break;
+    if ((intptr_t)ev.tag < 0) sess_event(c, (intptr_t)ev.tag, ev.success);
+  }
+  c->s_phase = LOAD_CMD_CLOSE;
+  c->s_done = 0;
+  res->t_first = rm__now_ns();
+  for (int w = 0; c->sess && w < c->n; w++) {
+    sess_t *s = &c->sess[w];
+    if (!s->call || s->ended) continue; /* counted where it ended */
+    if (s->sending) {                   /* cannot be: every send completed */
+      res->n_err++;
+      note(res, "%s of worker %d: a send in flight at the close", SESS_WHAT(c), c->cfg->lo + w);
+      grpc_call_cancel(s->call, NULL);
+      continue;
+    }
+    if (WATCH(c)) { /* the worker library's close: its transport cancels it */
+      s->closed = 1;
+      s->t_close = rm__now_ns();
+      grpc_call_cancel(s->call, NULL);
+      want++;
+      continue;
+    }
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    s->closed = 1;
+    s->closing = 1;
+    s->t_close = rm__now_ns();
+    sess_batch(s, &op, 1, w, SK_CLOSE);
+    want++;
+  }
+  if (sess_wait(c, want, rm__now_ns() + (int64_t)(HEARTBEAT_DEADLINE_S + 20) * 1000000000LL)) {
+    note(res, "%d %s without a status %d s after the close", want - c->s_done, SESS_WHATS(c),
+         HEARTBEAT_DEADLINE_S + 20);
+    res->n_err += want - c->s_done;
+  }
+  sess_teardown(c); /* waits for the last receive batches; frees the streams */
+  c->s_res = NULL;
+}
+
 /* ---- the process ---- */
 
 static int client_open(client_t *c, const load_client_cfg_t *cfg)
@@ -1031,6 +1520,7 @@ static int client_size(client_t *c, int calls)
 
 static void client_close(client_t *c)
 {
+  sess_teardown(c);
   for (int i = 0; i < c->cfg->channels; i++) grpc_channel_destroy(c->ch[i]);
   grpc_completion_queue_shutdown(c->cq);
   while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
@@ -1062,6 +1552,7 @@ static int64_t self_hwm_kb(void)
 
 static int send_result(client_t *c, load_res_t *res)
 {
+  sess_fold(c, res);
   res->hwm_kb = self_hwm_kb();
   int fd = c->cfg->res_fd;
   if (load_write_full(fd, res, sizeof *res) ||
@@ -1093,7 +1584,12 @@ int load_client_main(const load_client_cfg_t *cfg)
       phase_gate(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_HEARTBEAT) {
       if (client_size(&c, cmd.arg * c.n)) goto out;
-      phase_heartbeat(&c, cmd.arg, &res);
+      if (c.sess && !WATCH(&c)) phase_heartbeat_sess(&c, cmd.arg, &res);
+      else phase_heartbeat(&c, cmd.arg, &res);
+    } else if (cmd.kind == LOAD_CMD_OPEN) {
+      phase_open(&c, &res);
+    } else if (cmd.kind == LOAD_CMD_CLOSE) {
+      phase_close(&c, &res);
     }
     if (send_result(&c, &res)) break;
     if (cmd.kind == LOAD_CMD_HEARTBEAT && client_size(&c, c.n)) goto out;

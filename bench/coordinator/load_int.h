@@ -39,6 +39,11 @@ enum {
   LOAD_CMD_HEARTBEAT = 3, /* arg = seconds: every worker at 1 Hz */
   LOAD_CMD_QUIT = 4,      /* no result; the client exits 0 */
   LOAD_CMD_GATE = 5,      /* arg = step s: StepGate(s, ready) from every worker */
+  LOAD_CMD_OPEN = 6,      /* arg unused: every worker opens its Session (--session 1)
+                           * or its Watch (--session 2) */
+  LOAD_CMD_CLOSE = 7,     /* arg unused: every worker half-closes its Session (each
+                           * must end with status OK) or cancels its Watch (each
+                           * must end CANCELLED); no message may have come */
 };
 
 typedef struct {
@@ -63,6 +68,11 @@ typedef struct {
   int32_t n_rejoin;      /* JOIN: formed=false answers, joined again */
   int32_t n_gzip;        /* JOIN, GATE: answers that came gzip-compressed */
   int32_t n_dropped;     /* GATE: answers that said dropped */
+  int32_t n_late;        /* HEARTBEAT, session: messages due while the stream's
+                          * previous send was still in flight (sent after it) */
+  int32_t n_ended;       /* CLOSE, --session 2: Watch calls that ended OK, not
+                          * CANCELLED: the coordinator ended them first (the job
+                          * failed when other Watches were cancelled) */
   int64_t hwm_kb;        /* this client's VmHWM */
   char msg[LOAD_MSG_MAX]; /* first failure, "" if none */
 } load_res_t;
@@ -78,6 +88,10 @@ typedef struct {
   int timeout_s;        /* deadline of a Join wave / a barrier call */
   int gzip;             /* Join and StepGate ask for gzip answers (accept_gzip;
                          * load_client.c GZIP) */
+  int session;          /* 1: heartbeats are messages on each worker's Session
+                         * stream (load_client.c SESSIONS); 0: unary calls;
+                         * 2: unary calls, and each worker holds a Watch
+                         * (load_client.c WATCHES) */
   int cmd_fd, res_fd;   /* pipes to the parent */
 } load_client_cfg_t;
 
