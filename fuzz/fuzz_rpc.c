@@ -111,7 +111,7 @@ static const ProtobufCMessageDescriptor *const k_resp[RM__M_COUNT] = {
     [RM__M_STEP_GATE] = &ringmaster__v1__step_gate_response__descriptor,
     [RM__M_ATTACH] = &ringmaster__v1__attach_response__descriptor,
     [RM__M_REPORT_EXIT] = &ringmaster__v1__report_exit_response__descriptor,
-    [RM__M_SESSION] = &ringmaster__v1__heartbeat_response__descriptor,
+    [RM__M_SESSION] = &ringmaster__v1__session_response__descriptor,
 };
 
 #define CHECK(cond, ...)                                                      \
@@ -136,10 +136,15 @@ static int known_code(int code)
 void fz_deliver(rm__call_t *k, int code, const char *details,
                 const uint8_t *buf, size_t len)
 {
-  if (code < 0) { /* a Watch message */
-    CHECK(k->method == RM__M_WATCH && buf, "stream message on method %d", k->method);
-    ProtobufCMessage *m = protobuf_c_message_unpack(k_resp[RM__M_WATCH], NULL, len, buf);
-    CHECK(m, "Watch sent an Event that does not unpack (%zu bytes)", len);
+  if (code < 0) { /* a Watch message, or a Session's barrier answer */
+    CHECK((k->method == RM__M_WATCH || k->method == RM__M_SESSION) && buf,
+          "stream message on method %d", k->method);
+    ProtobufCMessage *m = protobuf_c_message_unpack(k_resp[k->method], NULL, len, buf);
+    CHECK(m, "%s sent a message that does not unpack (%zu bytes)",
+          k->method == RM__M_WATCH ? "Watch" : "Session", len);
+    if (k->method == RM__M_SESSION)
+      CHECK(((Ringmaster__V1__SessionResponse *)m)->barrier,
+            "a Session message that is not a barrier answer");
     protobuf_c_message_free_unpacked(m, NULL);
     k->streamed++;
     return;
@@ -160,6 +165,7 @@ void fz_deliver(rm__call_t *k, int code, const char *details,
 static void check_call(const rm__call_t *k, int cancelled)
 {
   CHECK(!k->park.next && !k->park.prev, "method %d: call still parked", k->method);
+  CHECK(!k->bpark.next && !k->bpark.prev, "method %d: barrier wait still linked", k->method);
   CHECK(!k->queued, "method %d: answer queued after the last commit", k->method);
   CHECK(k->finals == 1 || (cancelled && !k->finals), "method %d: %d answers%s",
         k->method, k->finals, cancelled ? " (cancelled)" : "");
@@ -208,10 +214,15 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
   k->method = method;
   rm__lock(c);
   c->ctr.grpc_calls_total++;
-  if (!req)
+  if (!req) {
     rm__reply(c, k, RM__GRPC_INVALID_ARGUMENT, "malformed message", NULL);
-  else
+  } else if (method == RM__M_SESSION) { /* its opening message: the ids */
+    Ringmaster__V1__SessionRequest open = *(const Ringmaster__V1__SessionRequest *)req;
+    open.barrier = NULL;
+    rm__rpc_dispatch(c, k, method, &open.base, admin);
+  } else {
     rm__rpc_dispatch(c, k, method, req, admin);
+  }
   rm__commit(c);
   /* on_send: a Watch message went out, send the next */
   for (int r = 0, seen = -1; r < WATCH_ROUNDS && k->park.kind == RM__PARK_WATCH &&
@@ -222,7 +233,8 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
     rm__watch_next(c, &k->park);
     rm__commit(c);
   }
-  /* on_session_msg: the same request once more, as the stream's heartbeat */
+  /* on_session_msg: the request itself as the stream's next message (a
+   * heartbeat, with its barrier arrival if it has one) */
   if (k->park.kind == RM__PARK_SESSION && !k->answered && req) {
     rm__lock(c);
     rm__rpc_dispatch(c, k, method, req, admin);
@@ -233,6 +245,7 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
   /* on_close */
   rm__lock(c);
   rm__park_drop(c, &k->park, cancelled);
+  rm__park_unlink(&k->bpark); /* server.c on_session_end */
   if (cancelled) k->answered = 1;
   rm__commit(c);
   check_call(k, cancelled);

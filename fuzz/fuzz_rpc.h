@@ -13,6 +13,7 @@
 
 struct rm__call {
   rm__park_t park;      /* what rm__call_park returns */
+  rm__park_t bpark;     /* rm__call_bpark: a Session's barrier wait */
   int method;           /* RM__M_* */
   int answered;         /* final status queued (server.c's meaning) */
   int queued;           /* answers in c->out not yet delivered */
@@ -24,7 +25,7 @@ struct rm__call {
   char details[320];
   uint8_t *msg;         /* the final message's bytes (heap), or NULL */
   size_t len;
-  int streamed;         /* Watch messages delivered */
+  int streamed;         /* Watch / Session messages delivered */
   int stream_bad;       /* a Watch message that did not parse as Event */
 };
 

@@ -38,6 +38,10 @@
 
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
+rm__park_t *rm__call_bpark(rm__call_t *call) { return &call->bpark; }
+
+int rm__call_streaming(const rm__call_t *call) { return call->method == RM__M_SESSION; }
+
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
 {
   *len = protobuf_c_message_get_packed_size(m);
@@ -81,6 +85,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
   if (k->answered) return;
   k->answered = 1;
   rm__park_unlink(&k->park);
+  rm__park_unlink(&k->bpark);
   if (code != RM__GRPC_OK) c->ctr.grpc_errors_total++;
   if (code == RM__GRPC_OK && resp) buf = pack(resp, &len);
   out_push(c, k, code, details ? details : "", buf, len);
@@ -176,6 +181,29 @@ void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
   k->park.watch_sending = 1;
   uint8_t *buf = pack(msg, &len);
   out_push(c, k, -1, NULL, buf, len);
+}
+
+/* server.c's: a SessionResponse whose field `field` is msg or shared's
+ * bytes (key, length, bytes), as a stream message. */
+void rm__session_answer(rm_coord_t *c, rm__park_t *p, int field,
+                        const ProtobufCMessage *msg, rm__blob_t *shared)
+{
+  rm__call_t *k = p->call;
+  size_t len, n = 0;
+  rm__park_unlink(p);
+  if (k->answered) return;
+  uint8_t *body = shared ? NULL : pack(msg, &len);
+  const uint8_t *src = shared ? shared->buf : body;
+  len = shared ? shared->len : len;
+  uint8_t *buf = rm__xmalloc(len + 16);
+  buf[n++] = (uint8_t)(field << 3 | 2);
+  for (size_t v = len;; v >>= 7) {
+    buf[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    if (v <= 0x7f) break;
+  }
+  memcpy(buf + n, src, len);
+  free(body);
+  out_push(c, k, -1, NULL, buf, n + len);
 }
 
 void rm__out_flush(rm_coord_t *c)

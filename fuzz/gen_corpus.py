@@ -208,6 +208,8 @@ RPCS = [
     ("session", call(M_SESSION, pb((4, 0), (5, 7)), TRAIN)),
     ("session-stale", call(M_SESSION, pb((3, 9), (4, 1)), TRAIN)),
     ("session-released", call(M_SESSION, pb((4, 1), (5, 3)), TRAIN, tick=1)),
+    ("session-barrier", call(M_SESSION, pb((4, 2), (5, 4), (6, pb((1, "fz-b")))), TRAIN)),
+    ("session-barrier-new", call(M_SESSION, pb((4, 0), (6, pb((1, "sb"), (2, 5)))), TRAIN, tick=1)),
     ("barrier", call(M_BARRIER, pb((4, 0), (5, "epoch-1"), (6, 100), (7, 3)), TRAIN)),
     ("barrier-tick", call(M_BARRIER, pb((4, 2), (5, "b"), (6, 50)), TRAIN, tick=1)),
     ("barrier-release", call(M_BARRIER, pb((4, 2), (5, "fz-b"), (7, 1)), TRAIN)),

@@ -78,7 +78,7 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_ATTACH] = {"/ringmaster.v1.Worker/Attach", &ringmaster__v1__attach_request__descriptor, 0},
     [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
     /* a stream of them (service.proto; server.c SESSIONS) */
-    [RM__M_SESSION] = {"/ringmaster.v1.Worker/Session", &ringmaster__v1__heartbeat_request__descriptor, 0},
+    [RM__M_SESSION] = {"/ringmaster.v1.Worker/Session", &ringmaster__v1__session_request__descriptor, 0},
 };
 
 static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
@@ -377,14 +377,13 @@ static void on_heartbeat(rm_coord_t *c, rm__call_t *call,
   rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
 }
 
-static void on_barrier(rm_coord_t *c, rm__call_t *call,
-                       const Ringmaster__V1__BarrierRequest *q)
+/* A checked member's barrier arrival, waiting in p: the call's park (a
+ * Barrier call) or its barrier park (a Session's message). */
+static void barrier_arrive(rm_coord_t *c, rm__call_t *call, rm__job_t *j, rm__worker_t *w,
+                           const char *name, uint32_t timeout_ms, uint64_t step,
+                           ProtobufCBinaryData payload, rm__park_t *p)
 {
-  rm__job_t *j;
-  rm__worker_t *w;
-  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
-    return;
-  if (!q->name || !q->name[0] || strlen(q->name) >= RM_COORD_NAME_MAX) {
+  if (!name || !name[0] || strlen(name) >= RM_COORD_NAME_MAX) {
     fail(c, call, RM__GRPC_INVALID_ARGUMENT, "barrier name: 1 to 63 bytes");
     return;
   }
@@ -394,16 +393,26 @@ static void on_barrier(rm_coord_t *c, rm__call_t *call,
          j->info.reason);
     return;
   }
-  if (q->step > w->step) w->step = q->step;
-  rm__park_t *p = rm__call_park(call);
+  if (step > w->step) w->step = step;
   p->call = call;
   p->job_id = j->info.id;
   p->worker_id = w->id;
-  int timeout = q->timeout_ms > 86400000u ? 86400000 : (int)q->timeout_ms;
+  int timeout = timeout_ms > 86400000u ? 86400000 : (int)timeout_ms;
   char why[200];
-  if (rm__barrier_arrive(c, j, w, q->name, timeout, q->payload.data, q->payload.len, p, why,
+  if (rm__barrier_arrive(c, j, w, name, timeout, payload.data, payload.len, p, why,
                          sizeof why) != RM_OK)
     fail(c, call, RM__GRPC_INVALID_ARGUMENT, "%s", why); /* never the payload bytes */
+}
+
+static void on_barrier(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__BarrierRequest *q)
+{
+  rm__job_t *j;
+  rm__worker_t *w;
+  if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
+    return;
+  barrier_arrive(c, call, j, w, q->name, q->timeout_ms, q->step, q->payload,
+                 rm__call_park(call));
 }
 
 static void sample_of(rm_step_sample_t *s, const Ringmaster__V1__ReportStepRequest *q,
@@ -488,14 +497,22 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
  * transport declares the worker lost (rm__park_drop). Every later one is
  * a heartbeat with on_heartbeat's checks; a failing check answers the call
  * (ends the stream) with on_heartbeat's status and text. A job that ended
- * is told in the one message the stream carries, then status OK. */
+ * is told in the final message, then status OK. A heartbeat may carry a
+ * barrier arrival: on_barrier's after the heartbeat's checks, waiting in
+ * the call's barrier park (one at a time) instead of a parked call, and
+ * answered by a message of the stream (waiters.c, server.c SESSIONS). */
 static void on_session(rm_coord_t *c, rm__call_t *call,
-                       const Ringmaster__V1__HeartbeatRequest *q)
+                       const Ringmaster__V1__SessionRequest *q)
 {
   rm__park_t *p = rm__call_park(call);
   rm__job_t *j;
   rm__worker_t *w;
   if (p->kind != RM__PARK_SESSION) {
+    if (q->barrier) {
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a barrier arrival on a Session's "
+           "opening message");
+      return;
+    }
     if (check_job(c, call, q->job_id, q->token, &j)) return;
     if (!(w = find_worker(c, call, j, q->worker_id))) return;
     p->kind = RM__PARK_SESSION;
@@ -515,11 +532,22 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
   }
   if (q->step > w->step) w->step = q->step;
   if (rm_job_state_terminal(j->info.state)) {
-    Ringmaster__V1__HeartbeatResponse r = RINGMASTER__V1__HEARTBEAT_RESPONSE__INIT;
+    Ringmaster__V1__SessionResponse r = RINGMASTER__V1__SESSION_RESPONSE__INIT;
     r.job_state = (Ringmaster__V1__JobState)j->info.state;
     r.generation = j->info.generation;
     r.reason = j->info.reason;
     rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
+    return;
+  }
+  if (q->barrier) {
+    rm__park_t *b = rm__call_bpark(call);
+    if (b->next) {
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a Session carries one barrier arrival at a "
+           "time (it waits in barrier '%s')", b->barrier ? b->barrier->name : "?");
+      return;
+    }
+    barrier_arrive(c, call, j, w, q->barrier->name, q->barrier->timeout_ms, q->step,
+                   q->barrier->payload, b);
   }
 }
 

@@ -40,6 +40,16 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);
 rm__park_t *rm__call_park(rm__call_t *call);
+/* SESSIONS (server.c): a Session call's barrier wait (its second park),
+ * and whether a call is a Session. */
+rm__park_t *rm__call_bpark(rm__call_t *call);
+int rm__call_streaming(const rm__call_t *call);
+/* SESSIONS: answer p, a Session's barrier wait (unlinked here), with a
+ * message of the stream: a SessionResponse whose field `field` is msg, or
+ * the shared packed bytes (not copied). Nothing when the stream is over.
+ * Sent after COMMIT, in order, one at a time. Under lock. */
+void rm__session_answer(rm_coord_t *c, rm__park_t *p, int field,
+                        const ProtobufCMessage *msg, rm__blob_t *shared);
 
 /* ---- rpc.c: handlers (under lock) ---- */
 enum {

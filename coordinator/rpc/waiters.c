@@ -10,6 +10,14 @@
 #include "rm_alloc.h"
 #include "rpc/rpc_int.h"
 
+/* SessionResponse.barrier's field number: a Session's barrier arrival is
+ * answered on its stream (server.c SESSIONS), not by ending a call. */
+static int session_barrier_field(void)
+{
+  return (int)protobuf_c_message_descriptor_get_field_by_name(
+             &ringmaster__v1__session_response__descriptor, "barrier")->id;
+}
+
 /* A RELEASED answer is the same for every waiter of the round (no missing
  * ranks, same counts, reason and payloads): packed by the first one answered into
  * b->answer and shared by the other N-1 (rm__reply_tail, empty head). b is const in the
@@ -40,7 +48,10 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
       free(pl);
     }
     Ringmaster__V1__BarrierResponse none = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
-    rm__reply_tail(c, p->call, &none.base, cache->answer); /* empty head */
+    if (rm__call_streaming(p->call))
+      rm__session_answer(c, p, session_barrier_field(), NULL, cache->answer);
+    else
+      rm__reply_tail(c, p->call, &none.base, cache->answer); /* empty head */
     return;
   }
   Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
@@ -64,7 +75,10 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
     r.n_missing = (size_t)b->n_missing;
     r.missing = mp;
   }
-  rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  if (rm__call_streaming(p->call))
+    rm__session_answer(c, p, session_barrier_field(), &r.base, NULL);
+  else
+    rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
   free(m);
   free(mp);
 }
