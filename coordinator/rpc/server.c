@@ -155,9 +155,18 @@
  * (on_session_msg -> rpc.c on_session), which starts the next
  * RECV_MESSAGE while the call is open. The pending RECV_MESSAGE is also
  * how its end is seen, so a session holds ONE outstanding tag (no T_CLOSE:
- * the debug tag walk of SHARDS is per outstanding tag). The coordinator
- * sends at most one message, the final one (rm__reply: a failed check, or
- * the job ended), so no two sends overlap. When the client ends it
+ * the debug tag walk of SHARDS is per outstanding tag). A message may
+ * carry a barrier arrival: it waits in the call's second park (bpark,
+ * linked only while the call is open, so a RECV or the dispatch holds the
+ * call's memory; claim_answer and on_session_end unlink it) and is
+ * answered by a message of the stream (rm__session_answer: the released
+ * barrier's shared packed answer framed as SessionResponse.barrier, not
+ * copied). gRPC allows one message in flight per call, so a stream's
+ * batches queue on the call (later[], in the order rm__out_flush saw them,
+ * all after their COMMIT) and start one at a time (session_next: from
+ * rm__out_flush, and from on_send when the one before completed); the
+ * final one (rm__reply: a failed check, the job ended, shutdown) is last.
+ * When the client ends it
  * (on_session_end), the final OK goes with RECV_CLOSE_ON_SERVER, and the
  * park stays linked until that batch completes: on_send then drops it with
  * the batch's `cancelled`, so a process that died (its transport cancelled
