@@ -22,14 +22,17 @@
  *      the coordinator's CPU during the phase as % of one core.
  * --session 1 (default): right after the Join wave every worker opens its
  * Session stream and holds it through phases 2-4 (so the peak RSS includes
- * them); its heartbeats are messages on it (latency: send start -> send
- * completion, nothing is answered) instead of unary Heartbeat calls; at the
+ * them); its barrier arrivals are messages on it, each answered by a message
+ * on it at the release (latency: send start -> answer received), and its
+ * heartbeats too (latency: send start -> send completion, nothing is
+ * answered), instead of unary Barrier and Heartbeat calls; at the
  * end every worker half-closes it and each must end with status OK and no
- * message (load_client.c SESSIONS).  --session 0: unary heartbeats, no
- * streams.  --session 2 (the worker library before the Session RPC): right
- * after the Join wave every worker opens a Watch call (its request asks for
- * no event) and holds it through phases 2-4, heartbeats are the unary calls
- * of --session 0, and at the end every worker cancels its Watch; each must
+ * message but its barrier answers (load_client.c SESSIONS).  --session 0:
+ * unary barriers and heartbeats, no streams.  --session 2 (the worker
+ * library before the Session RPC): right after the Join wave every worker
+ * opens a Watch call (its request asks for no event) and holds it through
+ * phases 2-4, barriers and heartbeats are the unary calls of --session 0,
+ * and at the end every worker cancels its Watch; each must
  * end CANCELLED (or OK: the coordinator fails the job at the first
  * cancelled Watch and ends the rest) with no message (load_client.c
  * WATCHES).
@@ -69,7 +72,8 @@
 typedef struct {
   const char *bin;
   int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
-  int session; /* 1: Session streams carry the heartbeats (load_client.c SESSIONS);
+  int session; /* 1: Session streams carry the barrier arrivals and answers and the
+                * heartbeats (load_client.c SESSIONS, SESSION BARRIERS);
                 * 2: a Watch per worker, unary heartbeats (load_client.c WATCHES) */
 } opts_t;
 
@@ -565,7 +569,9 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   out->cpu_bar = ub.cpu_s - u1.cpu_s;
   out->cli_bar = clients_cpu() - k1;
   mark("barriers", bar_t0, bar_t1);
-  fprintf(stderr, "rm-coord-load: after the barriers: coordinator rss %.1f MiB (peak %.1f)\n",
+  fprintf(stderr, "rm-coord-load: after the barriers (%s): coordinator rss %.1f MiB "
+          "(peak %.1f)\n", o->session == 1 ? "arrivals and answers on the Sessions"
+                                             : "unary Barrier calls",
           (double)ub.rss_kb / 1024, (double)ub.hwm_kb / 1024);
   qsort(bar, pb.n_lat, sizeof *bar, cmp_i64);
   out->p50 = pct_ms(bar, pb.n_lat, 50);
@@ -747,8 +753,9 @@ static int run_size(const opts_t *o, int n, result_t *out)
   else if (o->session)
     printf("%s: opened in %.1f ms, not closed (a failure) | ",
            o->session == 2 ? "watches" : "sessions", out->open_ms);
-  printf("barrier p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | ", out->p50, out->p99,
-         out->max, out->round_ms);
+  printf("barrier%s p50 %7.2f p99 %7.2f max %7.2f ms | round %7.2f ms | ",
+         o->session == 1 ? " as session messages" : "", out->p50, out->p99, out->max,
+         out->round_ms);
   if (o->gate > 0)
     printf("step gate %d steps, %d dropped, %d gzip answers: p50 %7.2f p99 %7.2f max %7.2f ms, "
            "coordinator cpu %.2f s, clients cpu %.2f s | ", o->gate, out->gate_dropped,

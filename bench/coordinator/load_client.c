@@ -6,7 +6,8 @@
  * Phases (one per command from the parent, load_int.h):
  *   JOIN       every worker calls Join (long-poll, wait_ms <= 60 s; formed=
  *              false -> Join again with its worker id) until formed.
- *   BARRIER k  every worker calls Barrier("round-k") at once.
+ *   BARRIER k  every worker calls Barrier("round-k") at once (--session 1:
+ *              sends its arrival on its Session stream, SESSION BARRIERS).
  *   HEARTBEAT  worker g sends Heartbeat at t0 + g/N s + i s, i < S.
  *   GATE s     every worker calls StepGate(step s, ready, long poll) at
  *              once (a job with straggler_policy backup, one backup worker).
@@ -22,7 +23,8 @@
  *              the worker's own id.  Across clients the parent compares the
  *              generation and a digest of the peer list, and that the ranks
  *              of all N workers are a permutation of 0..N-1.
- *   Barrier:   released, arrived == expected == N.
+ *   Barrier:   released, arrived == expected == N (a unary answer or, with
+ *              --session 1, the stream's SessionResponse.barrier).
  *   Heartbeat: status OK, generation unchanged.
  *   StepGate:  decided, step s, a mask of N bytes with N - 1 ones (the
  *              first N - 1 arrivals), dropped exactly when the worker's own
@@ -69,10 +71,14 @@
  * first message (job, token, generation, worker id, step 0) sent with the
  * initial metadata, a RECV_INITIAL_METADATA + RECV_MESSAGE batch and a
  * RECV_STATUS_ON_CLIENT batch posted for its whole life (sess_t).  The
- * coordinator answers nothing while all is well and the job never ends
- * during a run, so any message received and any status before the CLOSE
- * phase is a failure, counted (n_bad / n_err, first reason noted) in the
- * result of the phase during which it arrived (sess_fold).  In the HEARTBEAT
+ * coordinator sends nothing but barrier answers while all is well and the
+ * job never ends during a run, so any other message received (and a
+ * barrier answer outside a BARRIER phase or for no arrival waiting) and any
+ * status before the CLOSE phase is a failure, counted (n_bad / n_err, first
+ * reason noted) in the result of the phase during which it arrived
+ * (sess_fold).  The stream's messages are SessionRequest / SessionResponse
+ * (messages.proto: HeartbeatRequest / HeartbeatResponse plus a barrier
+ * arrival and its answer).  In the HEARTBEAT
  * phase worker g's beats are messages on its stream at the same schedule as
  * the unary calls, one SEND_MESSAGE batch in flight per stream: a beat due
  * while the previous send is in flight is sent when it completes (n_late).
@@ -84,6 +90,21 @@
  * SESS_TAG(w, kind) < 0, so one queue serves both and next_done() handles
  * stream events arriving during the unary phases.  CLOSE first handles the
  * stream events already queued (a status that came before it is a failure).
+ *
+ * SESSION BARRIERS (--session 1).  BARRIER k sends every worker's arrival as
+ * a message on its stream, at once (phase_barrier_sess): a SessionRequest
+ * with job, token, generation, worker id, its last step and barrier {name
+ * "round-k", timeout_ms T * 1000}, in place of the unary Barrier call.  Its
+ * answer is the SessionResponse with `barrier` set that the coordinator
+ * sends on the stream at the release, checked as the unary answer; latency
+ * = the arrival's send start -> the answer received.  One SEND_MESSAGE in
+ * flight per stream still: an arrival due while a send is in flight (none
+ * is: heartbeats do not run during the rounds) goes out when it completes
+ * (sess_t.bar BS_DUE).  A worker's arrival is settled (s_done) once its
+ * answer came (or the stream ended, or the send failed: a failure) and its
+ * send completed; the phase waits for all, at most T + 10 s (the unary
+ * call's deadline), and counts the rest as errors.  --session 0 and 2 keep
+ * the unary call.
  *
  * WATCHES (--session 2): the worker library before the Session RPC, for a
  * fair before/after.  OPEN: every worker opens a server-streaming Watch
@@ -162,8 +183,16 @@ typedef struct {
   uint8_t ended;               /* its status came */
   uint8_t closed;              /* CLOSE: half-closed or (WATCHES) cancelled (its
                                 * status is the verdict) */
-  int got_msg;                 /* messages received */
+  int got_msg;                 /* messages received, barrier answers aside */
+  /* SESSION BARRIERS: this round's arrival (BS_*) */
+  uint8_t bar;                 /* BS_NONE: no arrival of this round outstanding */
+  uint8_t send_bar;            /* the send in flight is a barrier arrival */
+  int64_t t_bar;               /* start of the arrival's send */
 } sess_t;
+
+/* sess_t.bar: the arrival is due (sent when the send in flight completes),
+ * sent and unanswered, or answered (or failed) with its send in flight. */
+enum { BS_NONE = 0, BS_DUE = 1, BS_SENT = 2, BS_SETTLING = 3 };
 
 enum { SK_SEND = 0, SK_RECV = 1, SK_STATUS = 2, SK_CLOSE = 3 };
 #define SESS_TAG(w, k) ((void *)(intptr_t)(-1 - ((intptr_t)(w) * 4 + (k))))
@@ -194,10 +223,13 @@ typedef struct {
   sess_t *sess;                /* n streams (--session 1) or Watch calls (--session
                                 * 2), or NULL (--session 0 / not opened) */
   int n_live;                  /* streams not released */
-  int s_phase;                 /* LOAD_CMD_OPEN / HEARTBEAT / CLOSE while that
+  int s_phase;                 /* LOAD_CMD_OPEN / BARRIER / HEARTBEAT / CLOSE while that
                                 * phase counts stream events in s_res; else 0 */
   load_res_t *s_res;
-  int s_done;                  /* OPEN, HEARTBEAT: sends done; CLOSE: statuses */
+  int s_done;                  /* OPEN, HEARTBEAT: sends done; BARRIER: arrivals
+                                * settled (sess_bar_settle); CLOSE: statuses */
+  const char *s_bar_name;      /* BARRIER (--session 1): "round-k" */
+  int s_round;                 /* BARRIER: k */
   int p_err, p_bad;            /* stream failures not yet reported (sess_fold) */
   char p_msg[LOAD_MSG_MAX];
 } client_t;
@@ -1159,11 +1191,13 @@ static void sess_recv(sess_t *s, int w, int first)
   sess_batch(s, ops, k, w, SK_RECV);
 }
 
-/* One message of local worker w (first: with the initial metadata). */
-static void sess_send(client_t *c, int w, int first, uint32_t step)
+/* One message of local worker w (first: with the initial metadata; bar:
+ * a barrier arrival, with step the last beat's, else a beat of step). */
+static void sess_send_msg(client_t *c, int w, int first, uint32_t step,
+                          Ringmaster__V1__SessionBarrier *bar)
 {
   sess_t *s = &c->sess[w];
-  Ringmaster__V1__HeartbeatRequest q = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
+  Ringmaster__V1__SessionRequest q = RINGMASTER__V1__SESSION_REQUEST__INIT;
   grpc_op ops[2];
   size_t k = 0;
   q.job_id = c->cfg->job_id;
@@ -1171,8 +1205,10 @@ static void sess_send(client_t *c, int w, int first, uint32_t step)
   q.generation = c->gen;
   q.worker_id = c->wid[w];
   q.step = step;
+  q.barrier = bar;
   s->send = pack(&q.base);
   s->step = step;
+  s->send_bar = bar != NULL;
   memset(ops, 0, sizeof ops);
   if (first) ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[k].op = GRPC_OP_SEND_MESSAGE;
@@ -1180,6 +1216,36 @@ static void sess_send(client_t *c, int w, int first, uint32_t step)
   s->sending = 1;
   s->t_send = rm__now_ns();
   sess_batch(s, ops, k, w, SK_SEND);
+}
+
+static void sess_send(client_t *c, int w, int first, uint32_t step)
+{
+  sess_send_msg(c, w, first, step, NULL);
+}
+
+/* SESSION BARRIERS: local worker w's arrival at this round's barrier, as a
+ * message on its stream (no send in flight); latency from here. */
+static void sess_bar_send(client_t *c, int w)
+{
+  sess_t *s = &c->sess[w];
+  Ringmaster__V1__SessionBarrier b = RINGMASTER__V1__SESSION_BARRIER__INIT;
+  b.name = (char *)c->s_bar_name;
+  b.timeout_ms = (uint32_t)c->cfg->timeout_s * 1000u;
+  s->bar = BS_SENT;
+  s->t_bar = rm__now_ns();
+  sess_send_msg(c, w, 0, s->step, &b);
+}
+
+/* SESSION BARRIERS: worker w's arrival is answered or failed (counted);
+ * it is settled once its send completed too. */
+static void sess_bar_settle(client_t *c, sess_t *s)
+{
+  if (s->sending && s->send_bar) {
+    s->bar = BS_SETTLING;
+    return;
+  }
+  s->bar = BS_NONE;
+  c->s_done++;
 }
 
 /* WATCHES: local worker w's one request, with the initial metadata and the
@@ -1244,10 +1310,21 @@ static void sess_event(client_t *c, intptr_t tag, int success)
   int g = c->cfg->lo + w;
   int64_t now = rm__now_ns();
   if (kind == SK_SEND) {
+    int was_bar = s->send_bar;
     s->sending = 0;
+    s->send_bar = 0;
     grpc_byte_buffer_destroy(s->send);
     s->send = NULL;
-    if (c->s_phase == LOAD_CMD_OPEN || c->s_phase == LOAD_CMD_HEARTBEAT) {
+    if (was_bar) { /* SESSION BARRIERS: counted by its answer */
+      if (s->bar == BS_SETTLING) { /* answered (or failed) already */
+        s->bar = BS_NONE;
+        c->s_done++;
+      } else if (!success) { /* BS_SENT: no answer will come; or left past a deadline */
+        sess_fail(c, 0, "Session of worker %d round %d: the barrier arrival was not sent", g,
+                  c->s_round);
+        if (s->bar == BS_SENT) sess_bar_settle(c, s);
+      }
+    } else if (c->s_phase == LOAD_CMD_OPEN || c->s_phase == LOAD_CMD_HEARTBEAT) {
       c->s_done++;
       if (success) {
         r->n_ok++;
@@ -1271,6 +1348,16 @@ static void sess_event(client_t *c, intptr_t tag, int success)
         }
       }
     }
+    if (s->bar == BS_DUE) { /* SESSION BARRIERS: the arrival waited for this send */
+      if (success && !s->ended) {
+        sess_bar_send(c, w);
+      } else {
+        sess_fail(c, 0, "Session of worker %d round %d: barrier arrival not sent (stream broken)",
+                  g, c->s_round);
+        s->bar = BS_NONE;
+        c->s_done++;
+      }
+    }
   } else if (kind == SK_RECV) {
     s->recving = 0;
     if (s->recv && WATCH(c)) { /* no event is due after after_seq */
@@ -1280,15 +1367,38 @@ static void sess_event(client_t *c, intptr_t tag, int success)
         sess_fail(c, 1, "Watch of worker %d: an event came (seq %llu, kind %s)", g,
                   m ? (unsigned long long)m->seq : 0ULL, m && m->kind ? m->kind : "?");
       if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-    } else if (s->recv) { /* nothing is answered while all is well */
-      Ringmaster__V1__HeartbeatResponse *m =
-          (void *)unpack(s->recv, &ringmaster__v1__heartbeat_response__descriptor);
-      s->got_msg++;
-      if (!s->closed) /* after the close, the stream's verdict counts it */
-        sess_fail(c, 1, "Session of worker %d: a message came (job_state %d, generation %llu, "
-                  "reason %s)", g, m ? (int)m->job_state : -1,
-                  m ? (unsigned long long)m->generation : 0ULL,
-                  m && m->reason ? m->reason : "none");
+    } else if (s->recv) { /* nothing but barrier answers while all is well */
+      Ringmaster__V1__SessionResponse *m =
+          (void *)unpack(s->recv, &ringmaster__v1__session_response__descriptor);
+      const Ringmaster__V1__BarrierResponse *b = m ? m->barrier : NULL;
+      if (b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) { /* its answer */
+        uint32_t n = (uint32_t)c->cfg->world;
+        if (!b->released || b->arrived != n || b->expected != n) {
+          r->n_bad++;
+          note(r, "worker %d round %d (Session): released %d arrived %u expected %u (%s)", g,
+               c->s_round, b->released, b->arrived, b->expected,
+               b->reason && b->reason[0] ? b->reason : "no reason");
+        } else {
+          r->n_ok++;
+        }
+        c->lat[r->n_lat++] = now - s->t_bar;
+        if (now > r->t_last) r->t_last = now;
+        sess_bar_settle(c, s);
+      } else {
+        s->got_msg++;
+        if (s->closed) {
+          /* after the close, the stream's verdict counts it */
+        } else if (b) {
+          sess_fail(c, 1, "Session of worker %d: a barrier answer with no arrival waiting "
+                    "(released %d, arrived %u, reason %s)", g, b->released, b->arrived,
+                    b->reason && b->reason[0] ? b->reason : "none");
+        } else {
+          sess_fail(c, 1, "Session of worker %d: a message came (job_state %d, generation "
+                    "%llu, reason %s)", g, m ? (int)m->job_state : -1,
+                    m ? (unsigned long long)m->generation : 0ULL,
+                    m && m->reason ? m->reason : "none");
+        }
+      }
       if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
     }
     if (s->recv) {
@@ -1321,6 +1431,13 @@ static void sess_event(client_t *c, intptr_t tag, int success)
     } else if (c->s_phase != SESS_TEARDOWN) {
       sess_fail(c, 0, "%s of worker %d ended before the close: status %d %.*s", SESS_WHAT(c),
                 g, (int)s->st, dl, d);
+    }
+    /* SESSION BARRIERS: no answer will come (the failure is counted above) */
+    if (s->bar == BS_DUE) {
+      s->bar = BS_NONE;
+      c->s_done++;
+    } else if (s->bar == BS_SENT) {
+      sess_bar_settle(c, s);
     }
   } else { /* SK_CLOSE */
     s->closing = 0;
@@ -1383,6 +1500,49 @@ static void phase_open(client_t *c, load_res_t *res)
   }
   c->s_phase = 0;
   c->s_res = NULL;
+}
+
+/* SESSION BARRIERS: every worker's arrival at "round-k" as a message on its
+ * stream at once (after the send in flight, if any), its answer a message
+ * on the stream; the checks of phase_barrier, latency send start -> answer,
+ * each answer due T + 10 s after the phase starts (a unary call's deadline). */
+static void phase_barrier_sess(client_t *c, int k, load_res_t *res)
+{
+  char name[32];
+  snprintf(name, sizeof name, "round-%d", k);
+  c->s_bar_name = name;
+  c->s_round = k;
+  c->s_phase = LOAD_CMD_BARRIER;
+  c->s_res = res;
+  c->s_done = 0;
+  res->t_first = rm__now_ns();
+  for (int w = 0; w < c->n; w++) {
+    sess_t *s = &c->sess[w];
+    if (!s->call || s->ended) {
+      res->n_err++;
+      c->s_done++;
+      note(res, "worker %d round %d: barrier arrival not sent: its Session ended",
+           c->cfg->lo + w, k);
+    } else if (s->bar != BS_NONE) { /* cannot be: every round settles or resets */
+      res->n_err++;
+      c->s_done++;
+      note(res, "worker %d round %d: a barrier arrival still outstanding", c->cfg->lo + w, k);
+    } else if (s->sending) { /* one send in flight per stream: after it */
+      s->bar = BS_DUE;
+    } else {
+      sess_bar_send(c, w);
+    }
+  }
+  if (sess_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
+    int left = c->n - c->s_done;
+    note(res, "%d barrier answers not received on the Sessions past the deadline", left);
+    res->n_err += left;
+    for (int w = 0; w < c->n; w++) /* a late answer is then a failure (sess_fail) */
+      c->sess[w].bar = BS_NONE;
+  }
+  c->s_phase = 0;
+  c->s_res = NULL;
+  c->s_bar_name = NULL;
 }
 
 /* Beat s (0 <= s < S * n) is worker s % n's (s / n)-th, as in
@@ -1579,7 +1739,8 @@ int load_client_main(const load_client_cfg_t *cfg)
     } else if (cmd.kind == LOAD_CMD_JOIN) {
       phase_join(&c, &res);
     } else if (cmd.kind == LOAD_CMD_BARRIER) {
-      phase_barrier(&c, cmd.arg, &res);
+      if (c.sess && !WATCH(&c)) phase_barrier_sess(&c, cmd.arg, &res);
+      else phase_barrier(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_GATE) {
       phase_gate(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_HEARTBEAT) {

@@ -35,7 +35,8 @@
 
 enum {
   LOAD_CMD_JOIN = 1,      /* arg unused: Join wave until formed */
-  LOAD_CMD_BARRIER = 2,   /* arg = round k: Barrier("round-k") */
+  LOAD_CMD_BARRIER = 2,   /* arg = round k: Barrier("round-k"); --session 1: the
+                           * arrival and its answer are Session messages */
   LOAD_CMD_HEARTBEAT = 3, /* arg = seconds: every worker at 1 Hz */
   LOAD_CMD_QUIT = 4,      /* no result; the client exits 0 */
   LOAD_CMD_GATE = 5,      /* arg = step s: StepGate(s, ready) from every worker */
@@ -88,8 +89,9 @@ typedef struct {
   int timeout_s;        /* deadline of a Join wave / a barrier call */
   int gzip;             /* Join and StepGate ask for gzip answers (accept_gzip;
                          * load_client.c GZIP) */
-  int session;          /* 1: heartbeats are messages on each worker's Session
-                         * stream (load_client.c SESSIONS); 0: unary calls;
+  int session;          /* 1: barrier arrivals and answers and heartbeats are
+                         * messages on each worker's Session stream
+                         * (load_client.c SESSIONS, SESSION BARRIERS); 0: unary calls;
                          * 2: unary calls, and each worker holds a Watch
                          * (load_client.c WATCHES) */
   int cmd_fd, res_fd;   /* pipes to the parent */
