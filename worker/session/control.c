@@ -22,22 +22,37 @@
  *   RECV    RECV_MESSAGE                                Session: at open,
  *                                                       re-posted by next
  *
+ * PENDING SLOT. gRPC allows one message in flight per call. A send that
+ * finds one in flight either gives up (rm__ctl_stream_send: a heartbeat,
+ * which the one in flight stands for) or takes the call's one pending slot
+ * (rm__ctl_stream_send_queued: a barrier arrival, which must go): the owner
+ * starts it when it sees the in-flight one complete, so messages leave in
+ * the order they were sent or queued and a later heartbeat cannot overtake
+ * a queued one. A slot already taken, or a call that ended before the
+ * queued message started, is reported to no one: the message is dropped
+ * with the call (the caller learns of the end from next).
+ *
  * Invariants:
- *  1. `sending` is 1 from the moment a SEND batch is claimed (compare and
- *     swap 0 -> 1 by the sender, or open) until the owner sees its tag
- *     complete; only its holder touches `out`. send_t0_ms is its start (0
- *     while being claimed or released), what a busy sender is told.
+ *  1. `sending` is 1 from the moment a SEND batch is started (by a sender
+ *     or open) until the owner sees its tag complete with nothing pending
+ *     (else it starts the pending one and `sending` stays 1); `out` is the
+ *     message in flight, `pending` the one queued behind it, send_t0_ms the
+ *     in-flight one's start (what a busy sender is told). All four change
+ *     under `mu` only, which is never held while waiting on the queue.
  *  2. The owner (the one thread in next/wait/free) alone reads the queue,
  *     so recv_posted, status_done and `in` need no lock; `ended` is set by
- *     the owner and read by senders (atomic).
- *  3. free cancels the call, shuts the queue down and takes events until
- *     GRPC_QUEUE_SHUTDOWN: every outstanding batch has then completed, and
- *     its buffers are released as its tag comes out.
+ *     the owner and read by senders (atomic; under mu as well, so no
+ *     pending message starts once it is set).
+ *  3. free cancels the call, sets `ended`, shuts the queue down and takes
+ *     events until GRPC_QUEUE_SHUTDOWN: every outstanding batch has then
+ *     completed, its buffers are released as its tag comes out, and a
+ *     pending message is released unsent.
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,15 +237,18 @@ enum { T_STATUS = 1, T_SEND, T_RECV };
 struct rm__ctl_stream {
   grpc_completion_queue *cq;
   grpc_call *call;
+  pthread_mutex_t mu;           /* invariant 1 */
   grpc_byte_buffer *out;        /* the SEND in flight (invariant 1) */
+  grpc_byte_buffer *pending;    /* PENDING SLOT: queued behind it */
   grpc_byte_buffer *in;         /* the RECV's message (owner) */
   grpc_metadata_array md_in, md_trail;
   grpc_status_code status;
   grpc_slice details;
   int bidi;
   int status_done, recv_posted; /* owner */
-  atomic_int sending, ended;    /* invariants 1 and 2 */
-  atomic_llong send_t0_ms;
+  int sending;                  /* invariant 1 */
+  int64_t send_t0_ms;
+  atomic_int ended;             /* invariant 2 */
 };
 
 static rm__ctl_stream_t *stream_new(rm__ctl_t *c, const char *method)
@@ -241,6 +259,7 @@ static rm__ctl_stream_t *stream_new(rm__ctl_t *c, const char *method)
   s->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
                                      grpc_slice_from_static_string(method), NULL,
                                      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  pthread_mutex_init(&s->mu, NULL);
   s->status = GRPC_STATUS_UNKNOWN;
   s->details = grpc_empty_slice();
   grpc_metadata_array_init(&s->md_in);
@@ -269,21 +288,26 @@ static int start_status(rm__ctl_stream_t *s, grpc_byte_buffer *send)
   return grpc_call_start_batch(s->call, ops, n, TAG(T_STATUS), NULL) == GRPC_CALL_OK ? 0 : -1;
 }
 
-/* The SEND batch of a claimed `sending` (invariant 1); first adds the
- * initial metadata. */
-static int start_send(rm__ctl_stream_t *s, const ProtobufCMessage *m, int first)
+/* Under mu (or before the call is shared): the SEND batch of bb (taken:
+ * it becomes `out`, or is destroyed when the batch cannot start) with
+ * `sending` set (invariant 1); first adds the initial metadata. */
+static int start_send(rm__ctl_stream_t *s, grpc_byte_buffer *bb, int first)
 {
   grpc_op ops[2];
   size_t n = 0;
-  if (!(s->out = pack(m))) return -1;
+  if (!bb) return -1;
+  s->out = bb;
   memset(ops, 0, sizeof ops);
   if (first) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = s->out;
-  atomic_store(&s->send_t0_ms, (long long)rm__now_ms());
+  s->sending = 1;
+  s->send_t0_ms = rm__now_ms();
   if (grpc_call_start_batch(s->call, ops, n, TAG(T_SEND), NULL) == GRPC_CALL_OK) return 0;
   grpc_byte_buffer_destroy(s->out);
   s->out = NULL;
+  s->sending = 0;
+  s->send_t0_ms = 0;
   return -1;
 }
 
@@ -303,7 +327,7 @@ rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
   rm__ctl_stream_t *s = stream_new(c, method);
   if (!s) return NULL;
   /* the request lives in `out` until free: the STATUS batch reads it */
-  atomic_store(&s->sending, 1);
+  s->sending = 1;
   s->out = pack(req);
   if (!s->call || !s->out || start_status(s, s->out) < 0) {
     rm__ctl_stream_free(s); /* cancels; drains what did start */
@@ -318,8 +342,8 @@ rm__ctl_stream_t *rm__ctl_session_open(rm__ctl_t *c, const char *method,
   rm__ctl_stream_t *s = stream_new(c, method);
   if (!s) return NULL;
   s->bidi = 1;
-  atomic_store(&s->sending, 1); /* the first message, until its SEND completes */
-  if (!s->call || start_send(s, first, 1) < 0 || start_status(s, NULL) < 0 ||
+  /* the first message is in flight until its SEND completes */
+  if (!s->call || start_send(s, pack(first), 1) < 0 || start_status(s, NULL) < 0 ||
       start_recv(s) < 0) {
     rm__ctl_stream_free(s);
     return NULL;
@@ -327,20 +351,44 @@ rm__ctl_stream_t *rm__ctl_session_open(rm__ctl_t *c, const char *method,
   return s;
 }
 
+/* Both sends: 1 started, 2 queued (queue only), 0 busy, -1 ended or failed. */
+static int stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg, int queue,
+                       int64_t *busy_ms)
+{
+  int rc;
+  if (!s->bidi || atomic_load(&s->ended)) return -1;
+  pthread_mutex_lock(&s->mu);
+  if (atomic_load(&s->ended)) {
+    rc = -1;
+  } else if (!s->sending) {
+    rc = start_send(s, pack(msg), 0) == 0 ? 1 : -1;
+  } else if (queue && !s->pending) {
+    rc = (s->pending = pack(msg)) ? 2 : -1;
+  } else {
+    if (busy_ms) *busy_ms = s->send_t0_ms ? rm__now_ms() - s->send_t0_ms : 0;
+    rc = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
 int rm__ctl_stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg,
                         int64_t *busy_ms)
 {
-  int idle = 0;
-  if (!s->bidi || atomic_load(&s->ended)) return -1;
-  if (!atomic_compare_exchange_strong(&s->sending, &idle, 1)) {
-    long long t0 = atomic_load(&s->send_t0_ms);
-    if (busy_ms) *busy_ms = t0 ? rm__now_ms() - t0 : 0;
-    return 0;
-  }
-  if (start_send(s, msg, 0) == 0) return 1;
-  atomic_store(&s->send_t0_ms, 0LL);
-  atomic_store(&s->sending, 0);
-  return -1;
+  return stream_send(s, msg, 0, busy_ms);
+}
+
+int rm__ctl_stream_send_queued(rm__ctl_stream_t *s, const ProtobufCMessage *msg)
+{
+  return stream_send(s, msg, 1, NULL);
+}
+
+int rm__ctl_stream_unsent(rm__ctl_stream_t *s)
+{
+  pthread_mutex_lock(&s->mu);
+  int unsent = s->pending != NULL;
+  pthread_mutex_unlock(&s->mu);
+  return unsent;
 }
 
 /* Owner: one event of the queue; releases what its batch held. Returns the
@@ -352,12 +400,21 @@ static int take_event(rm__ctl_stream_t *s)
   int tag = (int)(intptr_t)ev.tag;
   if (tag == T_STATUS) {
     s->status_done = 1;
+    pthread_mutex_lock(&s->mu);
     atomic_store(&s->ended, 1);
+    pthread_mutex_unlock(&s->mu);
   } else if (tag == T_SEND) {
+    pthread_mutex_lock(&s->mu);
     grpc_byte_buffer_destroy(s->out);
     s->out = NULL;
-    atomic_store(&s->send_t0_ms, 0LL);
-    atomic_store(&s->sending, 0); /* invariant 1: released last */
+    s->sending = 0;
+    s->send_t0_ms = 0;
+    if (s->pending && !atomic_load(&s->ended)) { /* PENDING SLOT: its turn */
+      grpc_byte_buffer *bb = s->pending;
+      s->pending = NULL;
+      start_send(s, bb, 0);
+    }
+    pthread_mutex_unlock(&s->mu);
   } else if (tag == T_RECV) {
     s->recv_posted = 0;
     if (!ev.success && s->in) { /* not expected; never leak it */
@@ -415,14 +472,19 @@ void rm__ctl_stream_free(rm__ctl_stream_t *s)
 {
   if (!s) return;
   rm__ctl_stream_cancel(s); /* a no-op on an ended call */
+  pthread_mutex_lock(&s->mu);
+  atomic_store(&s->ended, 1); /* invariant 3: nothing pending starts now */
+  pthread_mutex_unlock(&s->mu);
   grpc_completion_queue_shutdown(s->cq);
   while (take_event(s)) {} /* invariant 3 */
   if (s->call) grpc_call_unref(s->call);
   grpc_completion_queue_destroy(s->cq);
   if (s->out) grpc_byte_buffer_destroy(s->out); /* a Watch's request */
+  if (s->pending) grpc_byte_buffer_destroy(s->pending);
   if (s->in) grpc_byte_buffer_destroy(s->in);
   grpc_slice_unref(s->details);
   grpc_metadata_array_destroy(&s->md_in);
   grpc_metadata_array_destroy(&s->md_trail);
+  pthread_mutex_destroy(&s->mu);
   free(s);
 }

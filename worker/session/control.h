@@ -38,8 +38,10 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
  *    messages the server might send are not read; ask for none (after_seq
  *    far in the future). Its owner blocks in rm__ctl_stream_wait.
  *  - rm__ctl_session_open: a bidi call (Session) that carries messages both
- *    ways. Any thread may rm__ctl_stream_send; its owner loops on
- *    rm__ctl_stream_next, which is also what completes the sends.
+ *    ways. Any thread may rm__ctl_stream_send (skipped while another is in
+ *    flight) or rm__ctl_stream_send_queued (waits its turn in a one-message
+ *    pending slot); its owner loops on rm__ctl_stream_next, which is also
+ *    what completes the sends and starts the pending one.
  *
  * Lifecycle: open -> (wait | next...) until the call ended -> free, on the
  * owner's thread; cancel from any thread, any time before free. The owner
@@ -55,11 +57,22 @@ rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
 rm__ctl_stream_t *rm__ctl_session_open(rm__ctl_t *c, const char *method,
                                        const ProtobufCMessage *first);
 /* Bidi, any thread: send msg (packed now; the caller keeps msg). At most
- * one message is in flight per call (gRPC's rule): 1 sent (in flight), 0
- * busy with another, *busy_ms (may be NULL) then says for how long, -1 the
- * call ended or the send could not start. */
+ * one message is in flight per call (gRPC's rule), and one more may wait
+ * in the call's pending slot (control.c PENDING SLOT):
+ *  - rm__ctl_stream_send (a heartbeat: skipped when busy): 1 sent (in
+ *    flight), 0 busy with another (in flight or pending), *busy_ms (may be
+ *    NULL) then says for how long the one in flight has been, -1 the call
+ *    ended or the send could not start;
+ *  - rm__ctl_stream_send_queued (a message that must go): 1 sent, 2 queued
+ *    in the pending slot (the owner starts it, in rm__ctl_stream_next, when
+ *    the one in flight completes; dropped if the call ends first), 0 the
+ *    slot is taken already, -1 as above. */
 int rm__ctl_stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg,
                         int64_t *busy_ms);
+int rm__ctl_stream_send_queued(rm__ctl_stream_t *s, const ProtobufCMessage *msg);
+/* Bidi, owner only, after next returned 0: 1 when the pending slot still
+ * holds a message that never started (the call ended first). */
+int rm__ctl_stream_unsent(rm__ctl_stream_t *s);
 /* Bidi, owner only: block until the next message (1: *msg is it, free with
  * protobuf_c_message_free_unpacked) or the end of the call (0: *status is
  * its gRPC status, detail its words). A message that does not unpack as

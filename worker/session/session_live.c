@@ -20,16 +20,19 @@
  *
  * SESSION STREAM. After the first Join answer a thread keeps a Session call
  * open (service.proto), re-opened when it ends (REOPEN), cancelled only at
- * close. Its first message is the session's
+ * close. Its messages are SessionRequests: the first is the session's
  * ids and step (a heartbeat whose generation the coordinator does not
- * check); every later one is a heartbeat, checked like the unary call. If
+ * check); every later one is a heartbeat, checked like the unary call, and
+ * may also be a barrier arrival (BARRIERS ON THE STREAM). If
  * this process dies its kernel closes the connection and the coordinator
  * sees the call cancelled by the transport: the worker is lost at once
  * (coordinator/recovery.c detection source 2), without waiting for the
  * heartbeat timeout. How its end and answers are read:
  *
  *   event                              -> as the unary heartbeat's
- *   answer (the job ended; then OK)    -> answer, about stream_hb_gen
+ *   answer with `barrier` set          -> none: the barrier's (below)
+ *   other answer (the job ended; OK)   -> answer, about stream_hb_gen
+ *   the barrier arrival's refusal      -> none: the barrier's (below)
  *   FAILED_PRECONDITION / NOT_FOUND /  -> refusal, about the generation of
  *   UNAUTHENTICATED                       the heartbeat that failed (below)
  *   UNIMPLEMENTED (older coordinator)  -> none: for the rest of the session
@@ -44,15 +47,42 @@
  * stream named that one generation; else (a re-join in between) ignored,
  * and the re-opened stream's next heartbeat says it again.
  *
+ * BARRIERS ON THE STREAM (rm__session_barrier_on_stream, for session_step.c
+ * barrier_call). While a Session is open, a barrier arrival is a
+ * SessionRequest with the barrier's ids, step and `barrier` (name,
+ * timeout, payload), queued in the call's pending slot when another
+ * message is in flight (control.c PENDING SLOT: heartbeats skip, an
+ * arrival waits its turn). The caller waits on cv under mu, up to the
+ * unary call's deadline, for what the stream thread leaves in the sb_*
+ * fields (session_int.h) and broadcasts:
+ *  - an answer with `barrier` set: that BarrierResponse is the unary
+ *    call's answer (a barrier answer's job_state and generation are 0: it
+ *    never reaches hb_answer);
+ *  - the stream's end with FAILED_PRECONDITION / NOT_FOUND /
+ *    UNAUTHENTICATED / INVALID_ARGUMENT when the last message it carried
+ *    was the arrival (it left, and a "stale generation N" names its
+ *    generation): the barrier's refusal, the unary call's status and
+ *    words. Only the barrier's reading of it applies (session_step.c marks
+ *    stale as for the unary call), not a heartbeat's, and the stream
+ *    re-opens at once (REOPEN);
+ *  - any other end (UNAVAILABLE, CANCELLED, a coordinator restart, a
+ *    heartbeat's refusal after the arrival, an arrival that never left):
+ *    the caller makes the arrival again as the unary call with the time
+ *    left (the coordinator takes it as the same arrival, barrier.c P3).
+ * One arrival is owed per stream at a time (a second would end it
+ * INVALID_ARGUMENT): a barrier while one is owed (its caller gave up at
+ * its deadline; the late answer is dropped), with no Session open, or
+ * with the Watch fallback goes as the unary call.
+ *
  * REOPEN. 500 ms after it ended (the coordinator may be unreachable: no
  * busy loop), but at once after UNIMPLEMENTED (the Watch instead) and
- * after a heartbeat's refusal (it carried heartbeats, so at most one
- * re-open per heartbeat): that is how every recovery ends a survivor's
- * stream, and a process that died in a 500 ms gap would be seen only by
- * its heartbeat timeout or a peer's report.
+ * after a heartbeat's or the barrier arrival's refusal (it carried them,
+ * so at most one re-open per message): that is how every recovery ends a
+ * survivor's stream, and a process that died in a 500 ms gap would be
+ * seen only by its heartbeat timeout or a peer's report.
  *
- * RINGMASTER_SESSION_STREAM=0 turns the stream off (unary heartbeats only,
- * to measure the other detection sources).
+ * RINGMASTER_SESSION_STREAM=0 turns the stream off (unary heartbeats and
+ * barriers only, to measure the other detection sources).
  *
  * STALE (session_int.h invariant 2). Any answer saying the job's generation
  * moved on, the job ended, or FAILED_PRECONDITION / NOT_FOUND /
@@ -62,6 +92,7 @@
  * RM_ERR_RECONFIGURED (RM_ERR_JOB_ENDED when the job ended), so a
  * collective blocked on peers returns at once with a status that says so.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -122,14 +153,14 @@ int rm__session_is_stale(rm_session_t *s)
 #define HB_DEADLINE_MS 5000
 #define G_UNIMPLEMENTED 12 /* gRPC status: an older coordinator */
 
-/* A heartbeat's answer (unary or on the stream), about generation gen. */
-static void hb_answer(rm_session_t *s, uint64_t gen,
-                      const Ringmaster__V1__HeartbeatResponse *r)
+/* A heartbeat's answer (unary, or a heartbeat-type one on the stream:
+ * job_state, generation, reason), about generation gen. */
+static void hb_answer(rm_session_t *s, uint64_t gen, int job_state, uint64_t generation,
+                      const char *reason)
 {
-  if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
-    rm__session_mark_stale_gen(s, gen, r->job_state,
-                               r->reason[0] ? r->reason : "job finished");
-  else if (r->generation != gen)
+  if (job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+    rm__session_mark_stale_gen(s, gen, job_state, reason[0] ? reason : "job finished");
+  else if (generation != gen)
     rm__session_mark_stale_gen(s, gen, -1, "new generation");
 }
 
@@ -143,10 +174,17 @@ static int hb_refusal(int rc)
  * in flight stands for it), 0 send it as a unary call. */
 static int hb_on_stream_locked(rm_session_t *s, const Ringmaster__V1__HeartbeatRequest *q)
 {
+  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
   int64_t busy = 0;
   if (!s->stream || !s->stream_session) return 0;
-  int rc = rm__ctl_stream_send(s->stream, &q->base, &busy);
+  m.job_id = q->job_id;
+  m.token = q->token;
+  m.generation = q->generation;
+  m.worker_id = q->worker_id;
+  m.step = q->step;
+  int rc = rm__ctl_stream_send(s->stream, &m.base, &busy);
   if (rc == 1) {
+    s->stream_last_barrier = 0;
     if (!s->stream_hb_sent) s->stream_hb_sent = 1;
     else if (s->stream_hb_gen != q->generation) s->stream_hb_sent = 2;
     s->stream_hb_gen = q->generation;
@@ -174,7 +212,7 @@ int rm__session_heartbeat(rm_session_t *s)
                         &ringmaster__v1__heartbeat_response__descriptor,
                         (ProtobufCMessage **)&r, HB_DEADLINE_MS, msg, sizeof msg);
   if (rc == RM__G_OK) {
-    hb_answer(s, q.generation, r);
+    hb_answer(s, q.generation, r->job_state, r->generation, r->reason);
     protobuf_c_message_free_unpacked(&r->base, NULL);
   } else if (hb_refusal(rc)) {
     rm__session_mark_stale_gen(s, q.generation, -1, msg);
@@ -199,7 +237,8 @@ static void *hb_thread(void *arg)
   while (!s->hb_stop) {
     struct timespec ts;
     deadline_in(&ts, s->hb_interval_ms);
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    /* invariant 3 (session_int.h): a broadcast for someone else is no beat */
+    while (!s->hb_stop && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
     if (s->hb_stop) break;
     pthread_mutex_unlock(&s->mu);
     rm__session_heartbeat(s);
@@ -231,7 +270,7 @@ void rm__session_hb_stop(rm_session_t *s)
 /* OUT gen: the generation the opening message named. */
 static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
 {
-  Ringmaster__V1__HeartbeatRequest h = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
+  Ringmaster__V1__SessionRequest h = RINGMASTER__V1__SESSION_REQUEST__INIT;
   Ringmaster__V1__WatchRequest w = RINGMASTER__V1__WATCH_REQUEST__INIT;
   pthread_mutex_lock(&s->mu);
   RM__SESSION_IDS(h, s);
@@ -260,16 +299,60 @@ static int failed_gen_locked(rm_session_t *s, const char *msg, int rc, uint64_t 
   return 1;
 }
 
+/* The stream thread: a barrier answer b (taken) from stream st. */
+static void barrier_answer(rm_session_t *s, rm__ctl_stream_t *st,
+                           Ringmaster__V1__BarrierResponse *b)
+{
+  pthread_mutex_lock(&s->mu);
+  if (s->sb_stream == st && s->sb_waiter) {
+    s->sb_resp = b;
+    s->sb_done = 1;
+    b = NULL;
+    pthread_cond_broadcast(&s->cv);
+  }
+  int owed = s->sb_stream == st;
+  if (owed) s->sb_stream = NULL;
+  pthread_mutex_unlock(&s->mu);
+  if (b) {
+    if (owed) RM_DEBUG("session stream: a barrier answer after its caller gave up: dropped");
+    else RM_WARN("session stream: a barrier answer for no arrival: dropped");
+    protobuf_c_message_free_unpacked(&b->base, NULL);
+  }
+}
+
+/* Under mu, stream st ended with rc, msg: 1 when that is the refusal of
+ * the barrier arrival it carries (BARRIERS ON THE STREAM). */
+static int barrier_refused_locked(rm_session_t *s, rm__ctl_stream_t *st, int rc,
+                                  const char *msg)
+{
+  unsigned long long g;
+  if (s->sb_stream != st || !s->stream_last_barrier) return 0;
+  if (!hb_refusal(rc) && rc != RM__G_INVALID_ARGUMENT) return 0;
+  if (rm__ctl_stream_unsent(st)) return 0; /* it never left */
+  if (rc == RM__G_FAILED_PRECONDITION && sscanf(msg, "stale generation %llu", &g) == 1 &&
+      g != s->sb_gen)
+    return 0; /* an earlier heartbeat's, of another generation */
+  return 1;
+}
+
 /* Read the Session's answers until it ends; it is then unpublished and
- * freed. Returns its status; OUT carried: it carried heartbeats. */
+ * freed. Returns its status; OUT carried: it carried heartbeats or a
+ * barrier arrival that it refused. */
 static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
 {
-  Ringmaster__V1__HeartbeatResponse *r;
+  Ringmaster__V1__SessionResponse *r;
   int rc;
   uint64_t gen = 0;
   char msg[256];
-  while (rm__ctl_stream_next(st, &ringmaster__v1__heartbeat_response__descriptor,
+  while (rm__ctl_stream_next(st, &ringmaster__v1__session_response__descriptor,
                              (ProtobufCMessage **)&r, &rc, msg, sizeof msg)) {
+    if (r->barrier) { /* never a heartbeat's answer: its job_state is 0 */
+      Ringmaster__V1__BarrierResponse *b = r->barrier;
+      r->barrier = NULL;
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      barrier_answer(s, st, b);
+      continue;
+    }
     pthread_mutex_lock(&s->mu);
     int sent = s->stream_hb_sent;
     gen = s->stream_hb_gen;
@@ -277,17 +360,90 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
     /* "the job ended" is about every generation; anything else (not in
      * the contract) only when it is clear which heartbeat it answers */
     if (sent == 1 || r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
-      hb_answer(s, gen, r);
+      hb_answer(s, gen, r->job_state, r->generation, r->reason);
     protobuf_c_message_free_unpacked(&r->base, NULL);
   }
   pthread_mutex_lock(&s->mu);
   s->stream = NULL; /* no heartbeat is sent on it from here on */
-  int known = hb_refusal(rc) && failed_gen_locked(s, msg, rc, &gen);
-  *carried = s->stream_hb_sent != 0;
+  int refused = barrier_refused_locked(s, st, rc, msg);
+  if (s->sb_stream == st) { /* the barrier's waiter learns it here */
+    if (s->sb_waiter) {
+      s->sb_done = 2;
+      s->sb_rc = refused ? rc : -1;
+      snprintf(s->sb_msg, sizeof s->sb_msg, "%s", msg);
+      pthread_cond_broadcast(&s->cv);
+    }
+    s->sb_stream = NULL;
+  }
+  int known = !refused && hb_refusal(rc) && failed_gen_locked(s, msg, rc, &gen);
+  *carried = s->stream_hb_sent != 0 || refused;
   pthread_mutex_unlock(&s->mu);
   rm__ctl_stream_free(st);
-  RM_DEBUG("session stream ended: status %d: %s", rc, msg);
+  RM_DEBUG("session stream ended: status %d: %s%s", rc, msg,
+           refused ? " (the barrier arrival's refusal)" : "");
   if (known) rm__session_mark_stale_gen(s, gen, -1, msg);
+  return rc;
+}
+
+/* ---- barriers on the stream ---- */
+int rm__session_barrier_on_stream(rm_session_t *s, const Ringmaster__V1__BarrierRequest *q,
+                                  int64_t deadline_ns, Ringmaster__V1__BarrierResponse **r,
+                                  char *msg, size_t msglen)
+{
+  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
+  Ringmaster__V1__SessionBarrier b = RINGMASTER__V1__SESSION_BARRIER__INIT;
+  int rc;
+  *r = NULL;
+  m.job_id = q->job_id;
+  m.token = q->token;
+  m.generation = q->generation;
+  m.worker_id = q->worker_id;
+  m.step = q->step;
+  b.name = q->name;
+  b.timeout_ms = q->timeout_ms;
+  b.payload = q->payload;
+  m.barrier = &b;
+  pthread_mutex_lock(&s->mu);
+  if (!s->stream || !s->stream_session || s->sb_stream) {
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+  }
+  int sent = rm__ctl_stream_send_queued(s->stream, &m.base);
+  if (sent <= 0) {
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+  }
+  s->sb_stream = s->stream;
+  s->sb_waiter = 1;
+  s->sb_done = 0;
+  s->sb_gen = q->generation;
+  s->stream_last_barrier = 1;
+  RM_DEBUG("barrier '%s': arrival %s on the session stream", q->name,
+           sent == 1 ? "sent" : "queued");
+  while (!s->sb_done) {
+    int left = rm__ms_left(deadline_ns);
+    struct timespec ts;
+    if (!left) break;
+    deadline_in(&ts, left);
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+  }
+  if (s->sb_done == 1) {
+    *r = s->sb_resp;
+    s->sb_resp = NULL;
+    rc = RM__G_OK;
+    RM_DEBUG("barrier '%s': answered on the session stream", q->name);
+  } else if (s->sb_done == 2) {
+    rc = s->sb_rc;
+    snprintf(msg, msglen, "%s", s->sb_msg);
+    RM_DEBUG("barrier '%s': the session stream ended (%s)%s", q->name, s->sb_msg,
+             rc < 0 ? ": the arrival again, unary" : "");
+  } else { /* as the unary call's deadline; the answer, if it comes, is dropped */
+    rc = RM__G_DEADLINE;
+    snprintf(msg, msglen, "Deadline Exceeded");
+  }
+  s->sb_waiter = 0;
+  s->sb_done = 0;
+  pthread_mutex_unlock(&s->mu);
   return rc;
 }
 
@@ -316,6 +472,7 @@ static void *stream_thread(void *arg)
     s->stream_session = !watch;
     s->stream_hb_sent = 0;
     s->stream_hb_gen = gen;
+    s->stream_last_barrier = 0;
     if (st && s->stream_stop) rm__ctl_stream_cancel(st);
     pthread_mutex_unlock(&s->mu);
     int rc = -1, carried = 0;
@@ -332,7 +489,7 @@ static void *stream_thread(void *arg)
       continue; /* REOPEN: at once */
     struct timespec ts;
     deadline_in(&ts, 500);
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    while (!s->stream_stop && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;

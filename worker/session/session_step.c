@@ -23,6 +23,15 @@
  * update. The gradient is the mean over the contributors (the rescaling
  * contract in aggregate.h).
  *
+ * BARRIERS (rm_session_barrier, rm__session_exchange). An arrival goes as
+ * a message on the open Session stream when there is one, answered on it
+ * (session_live.c BARRIERS ON THE STREAM), else as the unary Barrier call;
+ * either way its answer or refusal is the unary call's, read the same way
+ * below, within one deadline: the barrier's plus 10 s. A stream that ends
+ * without answering it, other than by refusing it, leaves the rest of that
+ * deadline to the unary call (the coordinator takes a re-arrival at an
+ * open barrier as the same arrival, barrier.c P3).
+ *
  * RECOVERY LINE. The first step of a later generation after a failure logs
  *   <prefix>: recovered gen=G step=S detect_ms=T0 resume_ms=T1
  * (wall-clock ms), which tests and bench/recovery read.
@@ -374,7 +383,7 @@ static rm_status_t take_payloads(rm_session_t *s, const Ringmaster__V1__BarrierR
   return RM_OK;
 }
 
-/* One Barrier call; with len > 0 it carries mine[len] and, released,
+/* One barrier arrival (BARRIERS); with len > 0 it carries mine[len] and, released,
  * fills all[world * len] (OUT only on RM_OK). The statuses and words of
  * rm_session_barrier, the exchange's rm__session_exchange. */
 static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_ms,
@@ -398,10 +407,21 @@ static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_
   const Ringmaster__V1__JobSpec *spec = s->join ? s->join->spec : NULL;
   int dl = deadline_ms > 0 ? deadline_ms
            : spec && spec->barrier_timeout_ms ? (int)spec->barrier_timeout_ms : 86400000;
-  int call_ms = dl + 10000;
-  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Barrier", &q.base,
+  int64_t deadline_ns = rm__now_ns() + ((int64_t)dl + 10000) * 1000000;
+  /* BARRIERS: on the open Session stream when there is one, else (or when
+   * it ended without answering) the unary call with the time left */
+  int rc = rm__session_barrier_on_stream(s, &q, deadline_ns, &r, msg, sizeof msg);
+  if (rc < 0) {
+    int left = rm__ms_left(deadline_ns);
+    if (left > 0) {
+      rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Barrier", &q.base,
                         &ringmaster__v1__barrier_response__descriptor,
-                        (ProtobufCMessage **)&r, call_ms, msg, sizeof msg);
+                        (ProtobufCMessage **)&r, left, msg, sizeof msg);
+    } else {
+      rc = RM__G_DEADLINE;
+      snprintf(msg, sizeof msg, "Deadline Exceeded");
+    }
+  }
   if (rc != RM__G_OK) {
     if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
       rm__session_mark_stale(s, -1, msg);
