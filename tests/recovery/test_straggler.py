@@ -2,6 +2,8 @@
 compute) is flagged as a straggler (event + worker mark); under backup,
 deadline and coded the job still converges, with bitwise-equal parameters
 on every rank (verify=5), and the slow rank is dropped from some steps."""
+import re
+
 import rc
 
 
@@ -26,7 +28,14 @@ def test(env):
     env.start_coordinator()
     job = run(env, "strag-none", "none", 0, 4)
     ev = [e for e in env.events(job.id, job.token) if e.kind == "straggler"]
-    assert ev and all(e.rank == 2 for e in ev), ev
+    # rank 2 is flagged; on a loaded machine another rank's steps may also
+    # run 1.5x slower than its peers' for a while (real timing), but not by
+    # as much as rank 2's 4x: the event's score ("x3.91") says by how much
+    score = {}
+    for e in ev:
+        x = float(re.search(r"\(x([0-9.]+),", e.message).group(1))
+        score[e.rank] = max(score.get(e.rank, 0.0), x)
+    assert 2 in score and all(x < score[2] for r, x in score.items() if r != 2), ev
     run(env, "strag-backup", "backup", 1, 4)
     run(env, "strag-deadline", "deadline", 0, 4)
     run(env, "strag-coded", "coded", 1, 4)
