@@ -40,8 +40,6 @@ rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
 rm__park_t *rm__call_bpark(rm__call_t *call) { return &call->bpark; }
 
-int rm__call_streaming(const rm__call_t *call) { return call->method == RM__M_SESSION; }
-
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
 {
   *len = protobuf_c_message_get_packed_size(m);
@@ -183,27 +181,35 @@ void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
   out_push(c, k, -1, NULL, buf, len);
 }
 
-/* server.c's: a SessionResponse whose field `field` is msg or shared's
- * bytes (key, length, bytes), as a stream message. */
-void rm__session_answer(rm_coord_t *c, rm__park_t *p, int field,
-                        const ProtobufCMessage *msg, rm__blob_t *shared)
+/* server.c's: a call's own park ends the call; a Session's barrier park
+ * gets a stream message, here packed as a SessionResponse by protobuf-c
+ * (server.c frames the bytes itself; integration.session reads them). */
+void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
+                     rm__blob_t *shared)
 {
   rm__call_t *k = p->call;
-  size_t len, n = 0;
+  Ringmaster__V1__BarrierResponse *sb = NULL;
+  size_t len;
+  if (p != &k->bpark) {
+    if (!shared) {
+      rm__reply(c, k, RM__GRPC_OK, NULL, resp);
+      return;
+    }
+    Ringmaster__V1__BarrierResponse none = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
+    rm__reply_tail(c, k, &none.base, shared);
+    return;
+  }
   rm__park_unlink(p);
   if (k->answered) return;
-  uint8_t *body = shared ? NULL : pack(msg, &len);
-  const uint8_t *src = shared ? shared->buf : body;
-  len = shared ? shared->len : len;
-  uint8_t *buf = rm__xmalloc(len + 16);
-  buf[n++] = (uint8_t)(field << 3 | 2);
-  for (size_t v = len;; v >>= 7) {
-    buf[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-    if (v <= 0x7f) break;
+  if (shared) {
+    sb = ringmaster__v1__barrier_response__unpack(NULL, shared->len, shared->buf);
+    if (!sb) abort(); /* the coordinator's own packed answer */
   }
-  memcpy(buf + n, src, len);
-  free(body);
-  out_push(c, k, -1, NULL, buf, n + len);
+  Ringmaster__V1__SessionResponse m = RINGMASTER__V1__SESSION_RESPONSE__INIT;
+  m.barrier = sb ? sb : (Ringmaster__V1__BarrierResponse *)resp;
+  uint8_t *buf = pack(&m.base, &len);
+  if (sb) protobuf_c_message_free_unpacked(&sb->base, NULL);
+  out_push(c, k, -1, NULL, buf, len);
 }
 
 void rm__out_flush(rm_coord_t *c)

@@ -40,16 +40,14 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);
 rm__park_t *rm__call_park(rm__call_t *call);
-/* SESSIONS (server.c): a Session call's barrier wait (its second park),
- * and whether a call is a Session. */
+/* SESSIONS (server.c): a Session call's barrier wait (its second park). */
 rm__park_t *rm__call_bpark(rm__call_t *call);
-int rm__call_streaming(const rm__call_t *call);
-/* SESSIONS: answer p, a Session's barrier wait (unlinked here), with a
- * message of the stream: a SessionResponse whose field `field` is msg, or
- * the shared packed bytes (not copied). Nothing when the stream is over.
- * Sent after COMMIT, in order, one at a time. Under lock. */
-void rm__session_answer(rm_coord_t *c, rm__park_t *p, int field,
-                        const ProtobufCMessage *msg, rm__blob_t *shared);
+/* Answer parked call p with status OK and resp, or with shared's packed
+ * bytes (not copied). A call's own park: its final answer (rm__reply);
+ * a Session's barrier park (SESSIONS): a message of its stream, unlinked
+ * here, nothing when the stream is over. Under lock. */
+void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
+                     rm__blob_t *shared);
 
 /* ---- rpc.c: handlers (under lock) ---- */
 enum {

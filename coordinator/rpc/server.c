@@ -159,7 +159,7 @@
  * carry a barrier arrival: it waits in the call's second park (bpark,
  * linked only while the call is open, so a RECV or the dispatch holds the
  * call's memory; claim_answer and on_session_end unlink it) and is
- * answered by a message of the stream (rm__session_answer: the released
+ * answered by a message of the stream (rm__park_answer: the released
  * barrier's shared packed answer framed as SessionResponse.barrier, not
  * copied). gRPC allows one message in flight per call, so a stream's
  * batches queue on the call (later[], in the order rm__out_flush saw them,
@@ -388,12 +388,18 @@ static void post_requests(rm_coord_t *c, int cq)
     for (int i = 0; c->srv->reg[m] && i < REQUESTS_PER_METHOD; i++) post_request(c, cq, m);
 }
 
-static grpc_byte_buffer *pack(const ProtobufCMessage *m)
+static grpc_slice packed(const ProtobufCMessage *m)
 {
   size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = rm__xmalloc(len ? len : 1);
+  if (!len) return grpc_empty_slice();
+  uint8_t *buf = rm__xmalloc(len);
   protobuf_c_message_pack(m, buf);
-  grpc_slice s = grpc_slice_new(buf, len, free);
+  return grpc_slice_new(buf, len, free);
+}
+
+static grpc_byte_buffer *pack(const ProtobufCMessage *m)
+{
+  grpc_slice s = packed(m);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
   return bb;
@@ -444,10 +450,7 @@ struct rm__blob {
 rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
 {
   rm__blob_t *b = rm__xcalloc(1, sizeof *b);
-  size_t len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = rm__xmalloc(len ? len : 1);
-  protobuf_c_message_pack(m, buf);
-  b->slice = grpc_slice_new(buf, len, free);
+  b->slice = packed(m);
   return b;
 }
 
@@ -482,25 +485,23 @@ static int blob_gz(rm__blob_t *b)
 
 void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes != 0; }
 
+/* One message: head's bytes (taken; an empty slice: none) then body's
+ * (referenced, not copied: a shared answer). */
+static grpc_byte_buffer *head_then(grpc_slice head, grpc_slice body)
+{
+  grpc_slice parts[2] = {head, grpc_slice_ref(body)};
+  int skip = GRPC_SLICE_LENGTH(head) == 0;
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts + skip, 2 - (size_t)skip);
+  grpc_slice_unref(parts[0]);
+  grpc_slice_unref(parts[1]);
+  return bb;
+}
+
 void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                     rm__blob_t *tail)
 {
   if (!claim_answer(k)) return;
-  size_t len = protobuf_c_message_get_packed_size(head);
-  if (!len) { /* an empty head: the answer is the shared bytes alone */
-    grpc_slice s = grpc_slice_ref(tail->slice);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
-    out_push(c, k, GRPC_STATUS_OK, "", bb);
-    return;
-  }
-  uint8_t *buf = rm__xmalloc(len);
-  protobuf_c_message_pack(head, buf);
-  grpc_slice parts[2] = {grpc_slice_new(buf, len, free), grpc_slice_ref(tail->slice)};
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
-  grpc_slice_unref(parts[0]);
-  grpc_slice_unref(parts[1]);
-  out_push(c, k, GRPC_STATUS_OK, "", bb);
+  out_push(c, k, GRPC_STATUS_OK, "", head_then(packed(head), tail->slice));
 }
 
 /* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
@@ -530,47 +531,40 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
-/* SESSIONS: a SessionResponse whose field `field` (a message) is `body`
- * (packed bytes, referenced): the field's key and length, then body, so
- * a shared packed answer (a released barrier's) is not copied. */
-static void session_send(rm_coord_t *c, rm__call_t *k, int field, grpc_slice body)
+/* SESSIONS: SessionResponse.barrier's field number (rm__server_start). */
+static int session_barrier_field;
+
+rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
+
+/* The call's own park ends the call with the answer; a Session's barrier
+ * park (SESSIONS) gets it as a message of the stream: a SessionResponse
+ * whose `barrier` is the answer's bytes, framed by its key and length, so
+ * a shared answer is not copied. */
+void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
+                     rm__blob_t *shared)
 {
+  rm__call_t *k = p->call;
+  if (p != &k->bpark) {
+    if (!claim_answer(k)) return;
+    out_push(c, k, GRPC_STATUS_OK, "",
+             shared ? head_then(grpc_empty_slice(), shared->slice) : pack(resp));
+    return;
+  }
+  rm__park_unlink(p);
+  if (k->answered) return; /* the stream is over */
+  grpc_slice body = shared ? grpc_slice_ref(shared->slice) : packed(resp);
   uint8_t head[16];
   size_t n = 0, len = GRPC_SLICE_LENGTH(body);
-  head[n++] = (uint8_t)(field << 3 | 2); /* wire type 2: length-delimited */
+  head[n++] = (uint8_t)(session_barrier_field << 3 | 2); /* length-delimited */
   do {
     head[n] = (uint8_t)(len & 0x7f);
     len >>= 7;
     if (len) head[n] |= 0x80;
     n++;
   } while (len);
-  grpc_slice parts[2] = {grpc_slice_from_copied_buffer((const char *)head, n),
-                         grpc_slice_ref(body)};
-  out_push(c, k, -1, NULL, grpc_raw_byte_buffer_create(parts, 2));
-  grpc_slice_unref(parts[0]);
-  grpc_slice_unref(parts[1]);
-}
-
-rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
-
-int rm__call_streaming(const rm__call_t *k) { return k->streaming; }
-
-void rm__session_answer(rm_coord_t *c, rm__park_t *p, int field,
-                        const ProtobufCMessage *msg, rm__blob_t *shared)
-{
-  rm__call_t *k = p->call;
-  rm__park_unlink(p);
-  if (k->answered) return; /* the stream is over */
-  if (shared) {
-    session_send(c, k, field, shared->slice);
-    return;
-  }
-  size_t len = protobuf_c_message_get_packed_size(msg);
-  uint8_t *buf = rm__xmalloc(len ? len : 1);
-  protobuf_c_message_pack(msg, buf);
-  grpc_slice s = grpc_slice_new(buf, len, free);
-  session_send(c, k, field, s);
-  grpc_slice_unref(s);
+  out_push(c, k, -1, NULL,
+           head_then(grpc_slice_from_copied_buffer((const char *)head, n), body));
+  grpc_slice_unref(body);
 }
 
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
@@ -1113,6 +1107,8 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
   grpc_init();
   gzip_md.key = grpc_slice_from_static_string(GRPC_COMPRESSION_REQUEST_ALGORITHM_MD_KEY);
   gzip_md.value = grpc_slice_from_static_string("gzip");
+  session_barrier_field = (int)protobuf_c_message_descriptor_get_field_by_name(
+                              &ringmaster__v1__session_response__descriptor, "barrier")->id;
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

@@ -10,17 +10,9 @@
 #include "rm_alloc.h"
 #include "rpc/rpc_int.h"
 
-/* SessionResponse.barrier's field number: a Session's barrier arrival is
- * answered on its stream (server.c SESSIONS), not by ending a call. */
-static int session_barrier_field(void)
-{
-  return (int)protobuf_c_message_descriptor_get_field_by_name(
-             &ringmaster__v1__session_response__descriptor, "barrier")->id;
-}
-
 /* A RELEASED answer is the same for every waiter of the round (no missing
  * ranks, same counts, reason and payloads): packed by the first one answered into
- * b->answer and shared by the other N-1 (rm__reply_tail, empty head). b is const in the
+ * b->answer and shared by the other N-1 (rm__park_answer). b is const in the
  * port (the core's state is not the adapter's to change); the packed bytes
  * are a cache of it, not state, hence the cast. */
 void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
@@ -47,11 +39,7 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
       cache->answer = rm__blob_pack(&r.base);
       free(pl);
     }
-    Ringmaster__V1__BarrierResponse none = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
-    if (rm__call_streaming(p->call))
-      rm__session_answer(c, p, session_barrier_field(), NULL, cache->answer);
-    else
-      rm__reply_tail(c, p->call, &none.base, cache->answer); /* empty head */
+    rm__park_answer(c, p, NULL, cache->answer);
     return;
   }
   Ringmaster__V1__MissingRank *m = NULL, **mp = NULL;
@@ -75,10 +63,7 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
     r.n_missing = (size_t)b->n_missing;
     r.missing = mp;
   }
-  if (rm__call_streaming(p->call))
-    rm__session_answer(c, p, session_barrier_field(), &r.base, NULL);
-  else
-    rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  rm__park_answer(c, p, &r.base, NULL);
   free(m);
   free(mp);
 }
