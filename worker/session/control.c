@@ -41,7 +41,7 @@
  *     under `mu` only, which is never held while waiting on the queue.
  *  2. The owner (the one thread in next/wait/free) alone reads the queue,
  *     so recv_posted, status_done and `in` need no lock; `ended` is set by
- *     the owner and read by senders (atomic; under mu as well, so no
+ *     the owner and read by senders, under mu (so no
  *     pending message starts once it is set).
  *  3. free cancels the call, sets `ended`, shuts the queue down and takes
  *     events until GRPC_QUEUE_SHUTDOWN: every outstanding batch has then
@@ -53,7 +53,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,7 +247,7 @@ struct rm__ctl_stream {
   int status_done, recv_posted; /* owner */
   int sending;                  /* invariant 1 */
   int64_t send_t0_ms;
-  atomic_int ended;             /* invariant 2 */
+  int ended;                    /* invariant 2 */
 };
 
 static rm__ctl_stream_t *stream_new(rm__ctl_t *c, const char *method)
@@ -327,7 +326,6 @@ rm__ctl_stream_t *rm__ctl_stream_open(rm__ctl_t *c, const char *method,
   rm__ctl_stream_t *s = stream_new(c, method);
   if (!s) return NULL;
   /* the request lives in `out` until free: the STATUS batch reads it */
-  s->sending = 1;
   s->out = pack(req);
   if (!s->call || !s->out || start_status(s, s->out) < 0) {
     rm__ctl_stream_free(s); /* cancels; drains what did start */
@@ -356,9 +354,9 @@ static int stream_send(rm__ctl_stream_t *s, const ProtobufCMessage *msg, int que
                        int64_t *busy_ms)
 {
   int rc;
-  if (!s->bidi || atomic_load(&s->ended)) return -1;
+  if (!s->bidi) return -1;
   pthread_mutex_lock(&s->mu);
-  if (atomic_load(&s->ended)) {
+  if (s->ended) {
     rc = -1;
   } else if (!s->sending) {
     rc = start_send(s, pack(msg), 0) == 0 ? 1 : -1;
@@ -401,7 +399,7 @@ static int take_event(rm__ctl_stream_t *s)
   if (tag == T_STATUS) {
     s->status_done = 1;
     pthread_mutex_lock(&s->mu);
-    atomic_store(&s->ended, 1);
+    s->ended = 1;
     pthread_mutex_unlock(&s->mu);
   } else if (tag == T_SEND) {
     pthread_mutex_lock(&s->mu);
@@ -409,7 +407,7 @@ static int take_event(rm__ctl_stream_t *s)
     s->out = NULL;
     s->sending = 0;
     s->send_t0_ms = 0;
-    if (s->pending && !atomic_load(&s->ended)) { /* PENDING SLOT: its turn */
+    if (s->pending && !s->ended) { /* PENDING SLOT: its turn */
       grpc_byte_buffer *bb = s->pending;
       s->pending = NULL;
       start_send(s, bb, 0);
@@ -473,7 +471,7 @@ void rm__ctl_stream_free(rm__ctl_stream_t *s)
   if (!s) return;
   rm__ctl_stream_cancel(s); /* a no-op on an ended call */
   pthread_mutex_lock(&s->mu);
-  atomic_store(&s->ended, 1); /* invariant 3: nothing pending starts now */
+  s->ended = 1; /* invariant 3: nothing pending starts now */
   pthread_mutex_unlock(&s->mu);
   grpc_completion_queue_shutdown(s->cq);
   while (take_event(s)) {} /* invariant 3 */

@@ -174,15 +174,10 @@ static int hb_refusal(int rc)
  * in flight stands for it), 0 send it as a unary call. */
 static int hb_on_stream_locked(rm_session_t *s, const Ringmaster__V1__HeartbeatRequest *q)
 {
-  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
   int64_t busy = 0;
   if (!s->stream || !s->stream_session) return 0;
-  m.job_id = q->job_id;
-  m.token = q->token;
-  m.generation = q->generation;
-  m.worker_id = q->worker_id;
-  m.step = q->step;
-  int rc = rm__ctl_stream_send(s->stream, &m.base, &busy);
+  /* a HeartbeatRequest is a SessionRequest without a barrier (messages.proto) */
+  int rc = rm__ctl_stream_send(s->stream, &q->base, &busy);
   if (rc == 1) {
     s->stream_last_barrier = 0;
     if (!s->stream_hb_sent) s->stream_hb_sent = 1;
@@ -284,16 +279,23 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
   return rm__ctl_session_open(s->ctl, "/ringmaster.v1.Worker/Session", &h.base);
 }
 
+/* The generation a refusal names ("stale generation N ...", the
+ * coordinator's check_member): 1 and *gen, else 0. */
+static int refused_gen(int rc, const char *msg, uint64_t *gen)
+{
+  unsigned long long g;
+  if (rc != RM__G_FAILED_PRECONDITION || sscanf(msg, "stale generation %llu", &g) != 1)
+    return 0;
+  *gen = g;
+  return 1;
+}
+
 /* Under mu, at the end: the generation the failing heartbeat named (see
  * "Which heartbeat failed"); 0 when it is not known. */
 static int failed_gen_locked(rm_session_t *s, const char *msg, int rc, uint64_t *gen)
 {
-  unsigned long long g;
   if (!s->stream_hb_sent) return 0;
-  if (rc == RM__G_FAILED_PRECONDITION && sscanf(msg, "stale generation %llu", &g) == 1) {
-    *gen = g;
-    return 1;
-  }
+  if (refused_gen(rc, msg, gen)) return 1;
   if (s->stream_hb_sent != 1) return 0;
   *gen = s->stream_hb_gen;
   return 1;
@@ -325,12 +327,11 @@ static void barrier_answer(rm_session_t *s, rm__ctl_stream_t *st,
 static int barrier_refused_locked(rm_session_t *s, rm__ctl_stream_t *st, int rc,
                                   const char *msg)
 {
-  unsigned long long g;
+  uint64_t g;
   if (s->sb_stream != st || !s->stream_last_barrier) return 0;
   if (!hb_refusal(rc) && rc != RM__G_INVALID_ARGUMENT) return 0;
   if (rm__ctl_stream_unsent(st)) return 0; /* it never left */
-  if (rc == RM__G_FAILED_PRECONDITION && sscanf(msg, "stale generation %llu", &g) == 1 &&
-      g != s->sb_gen)
+  if (refused_gen(rc, msg, &g) && g != s->sb_gen)
     return 0; /* an earlier heartbeat's, of another generation */
   return 1;
 }
