@@ -477,6 +477,33 @@ static void mark(const char *what, int64_t t0, int64_t t1)
           (double)t0 / 1e9, (double)t1 / 1e9);
 }
 
+/* SESSIONS: the OPEN or CLOSE command in every client, as phase
+ * "<what> <verb>" (its bounds marked; its latencies and ranks in ph's
+ * buffers). 0, or -1 when a client failed (the run ends). */
+static int stream_phase(int kind, int wait_s, size_t per, const phase_t *ph, const char *what,
+                        const char *verb, phase_t *p, char *name, size_t namelen)
+{
+  memset(p, 0, sizeof *p);
+  p->lat = ph->lat;
+  p->ranks = ph->ranks;
+  snprintf(name, namelen, "%s %s", what, verb);
+  if (run_phase((load_cmd_t){kind, 0}, wait_s, per, p)) return -1;
+  mark(name, p->t_first, p->t_last);
+  return 0;
+}
+
+/* SESSIONS: its failures count, and every one of the n streams must have
+ * come through it (`did`: what each should have done). */
+static void stream_verdict(const char *name, const phase_t *p, int n, const char *did,
+                           result_t *out)
+{
+  out->failures += phase_failures(name, p);
+  if (!out->failures && p->n_ok != n) {
+    fprintf(stderr, "rm-coord-load: %s: %d of %d %s\n", name, p->n_ok, n, did);
+    out->failures++;
+  }
+}
+
 static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
 {
   phase_t ph;
@@ -520,15 +547,11 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   const char *what = o->session == 2 ? "watch" : "session";
   if (o->session) {
     phase_t po;
-    memset(&po, 0, sizeof po);
-    po.lat = ph.lat;
-    po.ranks = ph.ranks;
-    usage_t s0 = coord_usage(g.coord);
-    cmd = (load_cmd_t){LOAD_CMD_OPEN, 0};
-    if (run_phase(cmd, wait_s, per, &po)) goto out;
     char ph_name[32];
-    snprintf(ph_name, sizeof ph_name, "%s open", what);
-    mark(ph_name, po.t_first, po.t_last);
+    usage_t s0 = coord_usage(g.coord);
+    if (stream_phase(LOAD_CMD_OPEN, wait_s, per, &ph, what, "open", &po, ph_name,
+                     sizeof ph_name))
+      goto out;
     out->open_ms = (double)(po.t_last - po.t_first) / 1e6;
     usage_t s1 = coord_usage(g.coord);
     fprintf(stderr, "rm-coord-load: %s: %d opened (%s sent) in %.1f ms; "
@@ -536,11 +559,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
             o->session == 2 ? "watches" : "sessions", po.n_ok,
             o->session == 2 ? "request" : "first message", out->open_ms,
             s1.cpu_s - s0.cpu_s, (double)s1.rss_kb / 1024, (double)s1.hwm_kb / 1024);
-    out->failures += phase_failures(ph_name, &po);
-    if (!out->failures && po.n_ok != n) {
-      fprintf(stderr, "rm-coord-load: %s: %d of %d sent\n", ph_name, po.n_ok, n);
-      out->failures++;
-    }
+    stream_verdict(ph_name, &po, n, "sent", out);
     if (out->failures) goto done;
     u1 = coord_usage(g.coord); /* the barrier phase's CPU starts here */
     k1 = clients_cpu();
@@ -649,15 +668,11 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
    * does after this (workers lost, the job failed) is not checked. */
   if (o->session && !out->failures) {
     phase_t pc;
-    memset(&pc, 0, sizeof pc);
-    pc.lat = ph.lat;
-    pc.ranks = ph.ranks;
-    usage_t before = coord_usage(g.coord);
-    cmd = (load_cmd_t){LOAD_CMD_CLOSE, 0};
-    if (run_phase(cmd, 60, per, &pc)) goto out;
     char ph_name[32];
-    snprintf(ph_name, sizeof ph_name, "%s close", what);
-    mark(ph_name, pc.t_first, pc.t_last);
+    usage_t before = coord_usage(g.coord);
+    if (stream_phase(LOAD_CMD_CLOSE, 60, per, &ph, what, "close", &pc, ph_name,
+                     sizeof ph_name))
+      goto out;
     out->close_ms = (double)(pc.t_last - pc.t_first) / 1e6;
     out->closed_ok = pc.n_ok;
     out->ended = pc.n_ended;
@@ -671,12 +686,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
       fprintf(stderr, "rm-coord-load: sessions: %d of %d ended OK after the close in %.1f ms; "
               "coordinator rss before the close %.1f MiB\n", pc.n_ok, n, out->close_ms,
               (double)before.rss_kb / 1024);
-    out->failures += phase_failures(ph_name, &pc);
-    if (!out->failures && pc.n_ok != n) {
-      fprintf(stderr, "rm-coord-load: %s: %d of %d ended as they should\n", ph_name, pc.n_ok,
-              n);
-      out->failures++;
-    }
+    stream_verdict(ph_name, &pc, n, "ended as they should", out);
     if ((double)pc.client_hwm_kb / 1024 > out->client_mib)
       out->client_mib = (double)pc.client_hwm_kb / 1024;
   }

@@ -1082,6 +1082,14 @@ static int heartbeat_done(client_t *c, int i, load_res_t *res)
   return 0;
 }
 
+/* When beat s (0 <= s < S * n: local worker s % n's (s / n)-th) is due:
+ * worker g at t0 + g/N s + i s, spread evenly over each second. */
+static int64_t beat_due(const client_t *c, int64_t t0, int s)
+{
+  int g = c->cfg->lo + s % c->n;
+  return t0 + (int64_t)(s / c->n) * 1000000000LL + (int64_t)g * 1000000000LL / c->cfg->world;
+}
+
 /* Call s (0 <= s < S * n) is worker s % n's (s / n)-th beat. */
 static void phase_heartbeat(client_t *c, int secs, load_res_t *res)
 {
@@ -1091,9 +1099,8 @@ static void phase_heartbeat(client_t *c, int secs, load_res_t *res)
   while (done < total) {
     int64_t now = rm__now_ns(), due = 0;
     while (sent < total) {
-      int w = sent % c->n, g = c->cfg->lo + w;
-      due = t0 + (int64_t)(sent / c->n) * 1000000000LL +
-            (int64_t)g * 1000000000LL / c->cfg->world;
+      int w = sent % c->n;
+      due = beat_due(c, t0, sent);
       if (due > now) break;
       Ringmaster__V1__HeartbeatRequest q = RINGMASTER__V1__HEARTBEAT_REQUEST__INIT;
       q.job_id = c->cfg->job_id;
@@ -1560,8 +1567,7 @@ static void phase_heartbeat_sess(client_t *c, int secs, load_res_t *res)
     int64_t now = rm__now_ns(), due = 0;
     while (sched < total) {
       int w = sched % c->n, g = c->cfg->lo + w;
-      due = t0 + (int64_t)(sched / c->n) * 1000000000LL +
-            (int64_t)g * 1000000000LL / c->cfg->world;
+      due = beat_due(c, t0, sched);
       if (due > now) break;
       sess_t *s = &c->sess[w];
       if (!s->call || s->ended) {
