@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77  # CTest SKIP_RETURN_CODE
@@ -116,6 +117,20 @@ class Env:
         spec.setdefault("launcher", "none")
         r = self.jobs.SubmitJob(self.m.SubmitJobRequest(spec=self.m.JobSpec(**spec)), timeout=10)
         return r.job
+
+    def join_all(self, job, n, port0, **extra):
+        """n workers Join job at once (threads: the group forms when all are
+        in); their JoinResponses in order. Data addresses 127.0.0.1:port0+i."""
+        res = [None] * n
+
+        def join(i):
+            res[i] = self.worker.Join(self.m.JoinRequest(
+                job_id=job.id, token=job.token, host="h",
+                data_addr="127.0.0.1:%d" % (port0 + i), wait_ms=10000, **extra), timeout=20)
+        ts = [threading.Thread(target=join, args=(i,)) for i in range(n)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        return res
 
     def get(self, job_id):
         return self.jobs.GetJob(self.m.GetJobRequest(job_id=job_id), timeout=10).job

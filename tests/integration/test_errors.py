@@ -7,7 +7,6 @@ API token as "authorization: Bearer" metadata: none, a wrong one, a prefix
 of it or the REST header's other spelling of the scheme -> UNAUTHENTICATED
 and nothing changes; the reads (GetJob, ListJobs) are open."""
 import os
-import threading
 
 import rmtest
 
@@ -16,15 +15,7 @@ def test(env):
     env.start_coordinator(extra=["--max-message-bytes", "65536"])
     g, m, W = env.grpc, env.m, env.worker
     job = env.submit(name="errors", world_size=2, heartbeat_timeout_ms=60000)
-    res = {}
-
-    def join(i):
-        res[i] = W.Join(m.JoinRequest(job_id=job.id, token=job.token, host="h",
-                                      data_addr="127.0.0.1:%d" % (30000 + i), wait_ms=10000),
-                        timeout=20)
-    ts = [threading.Thread(target=join, args=(i,)) for i in range(2)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    res = env.join_all(job, 2, 30000)
     r = res[0]
     assert r.formed and r.generation == 1
     ok = dict(job_id=job.id, token=job.token, generation=r.generation, worker_id=r.worker_id)

@@ -68,15 +68,7 @@ def test(env):
     g, m, W = env.grpc, env.m, env.worker
     job = env.submit(name="session", world_size=2, heartbeat_timeout_ms=3000,
                      min_workers=2)
-    res = {}
-
-    def join(i):
-        res[i] = W.Join(m.JoinRequest(job_id=job.id, token=job.token, host="h",
-                                      data_addr="127.0.0.1:%d" % (31000 + i), wait_ms=10000),
-                        timeout=20)
-    ts = [threading.Thread(target=join, args=(i,)) for i in range(2)]
-    [t.start() for t in ts]
-    [t.join() for t in ts]
+    res = env.join_all(job, 2, 31000)
     assert res[0].formed and res[1].formed
     gen = res[0].generation
     ids = [dict(job_id=job.id, token=job.token, generation=gen, worker_id=res[i].worker_id)
