@@ -893,6 +893,22 @@ static void phase_join(client_t *c, load_res_t *res)
 
 /* ---- barriers and heartbeats ---- */
 
+/* A barrier answer of round k for global worker g (unary or on its
+ * Session, `how`): released with arrived == expected == N, else n_bad. */
+static void barrier_check(const client_t *c, const Ringmaster__V1__BarrierResponse *r, int g,
+                          int k, const char *how, load_res_t *res)
+{
+  uint32_t n = (uint32_t)c->cfg->world;
+  if (r && r->released && r->arrived == n && r->expected == n) {
+    res->n_ok++;
+    return;
+  }
+  res->n_bad++;
+  note(res, "worker %d round %d%s: released %d arrived %u expected %u (%s)", g, k, how,
+       r ? r->released : -1, r ? r->arrived : 0, r ? r->expected : 0,
+       r && r->reason && r->reason[0] ? r->reason : "no answer");
+}
+
 static void phase_barrier(client_t *c, int k, load_res_t *res)
 {
   char name[32];
@@ -924,15 +940,7 @@ static void phase_barrier(client_t *c, int k, load_res_t *res)
     } else {
       Ringmaster__V1__BarrierResponse *r =
           (void *)unpack(o->recv, &ringmaster__v1__barrier_response__descriptor);
-      uint32_t n = (uint32_t)c->cfg->world;
-      if (!r || !r->released || r->arrived != n || r->expected != n) {
-        res->n_bad++;
-        note(res, "worker %d round %d: released %d arrived %u expected %u (%s)",
-             c->cfg->lo + i, k, r ? r->released : -1, r ? r->arrived : 0,
-             r ? r->expected : 0, r && r->reason ? r->reason : "no answer");
-      } else {
-        res->n_ok++;
-      }
+      barrier_check(c, r, c->cfg->lo + i, k, "", res);
       if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
       c->lat[res->n_lat++] = o->t1 - o->t0;
     }
@@ -1379,15 +1387,7 @@ static void sess_event(client_t *c, intptr_t tag, int success)
           (void *)unpack(s->recv, &ringmaster__v1__session_response__descriptor);
       const Ringmaster__V1__BarrierResponse *b = m ? m->barrier : NULL;
       if (b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) { /* its answer */
-        uint32_t n = (uint32_t)c->cfg->world;
-        if (!b->released || b->arrived != n || b->expected != n) {
-          r->n_bad++;
-          note(r, "worker %d round %d (Session): released %d arrived %u expected %u (%s)", g,
-               c->s_round, b->released, b->arrived, b->expected,
-               b->reason && b->reason[0] ? b->reason : "no reason");
-        } else {
-          r->n_ok++;
-        }
+        barrier_check(c, b, g, c->s_round, " (Session)", r);
         c->lat[r->n_lat++] = now - s->t_bar;
         if (now > r->t_last) r->t_last = now;
         sess_bar_settle(c, s);
