@@ -136,15 +136,22 @@ static int known_code(int code)
 void fz_deliver(rm__call_t *k, int code, const char *details,
                 const uint8_t *buf, size_t len)
 {
-  if (code < 0) { /* a Watch message, or a Session's barrier answer */
+  if (code < 0) { /* a Watch message, or a Session's barrier or gate answer */
     CHECK((k->method == RM__M_WATCH || k->method == RM__M_SESSION) && buf,
           "stream message on method %d", k->method);
     ProtobufCMessage *m = protobuf_c_message_unpack(k_resp[k->method], NULL, len, buf);
     CHECK(m, "%s sent a message that does not unpack (%zu bytes)",
           k->method == RM__M_WATCH ? "Watch" : "Session", len);
-    if (k->method == RM__M_SESSION)
-      CHECK(((Ringmaster__V1__SessionResponse *)m)->barrier,
-            "a Session message that is not a barrier answer");
+    if (k->method == RM__M_SESSION) {
+      const Ringmaster__V1__SessionResponse *r = (const void *)m;
+      CHECK(!r->barrier != !r->gate, "a Session message that is not one barrier or gate "
+            "answer");
+      CHECK(!r->gate || !r->gate->members.len, "a Session gate answer with a mask");
+      for (size_t i = 0; r->gate && i < r->gate->n_out; i++)
+        CHECK(r->gate->out[i] < r->gate->world && (!i || r->gate->out[i - 1] < r->gate->out[i]),
+              "a Session gate answer's out[%zu] = %u (world %u)", i, r->gate->out[i],
+              r->gate->world);
+    }
     protobuf_c_message_free_unpacked(m, NULL);
     k->streamed++;
     return;
@@ -166,6 +173,7 @@ static void check_call(const rm__call_t *k, int cancelled)
 {
   CHECK(!k->park.next && !k->park.prev, "method %d: call still parked", k->method);
   CHECK(!k->bpark.next && !k->bpark.prev, "method %d: barrier wait still linked", k->method);
+  CHECK(!k->gpark.next && !k->gpark.prev, "method %d: gate wait still linked", k->method);
   CHECK(!k->queued, "method %d: answer queued after the last commit", k->method);
   CHECK(k->finals == 1 || (cancelled && !k->finals), "method %d: %d answers%s",
         k->method, k->finals, cancelled ? " (cancelled)" : "");
@@ -219,6 +227,7 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
   } else if (method == RM__M_SESSION) { /* its opening message: the ids */
     Ringmaster__V1__SessionRequest open = *(const Ringmaster__V1__SessionRequest *)req;
     open.barrier = NULL;
+    open.gate = NULL;
     rm__rpc_dispatch(c, k, method, &open.base, admin);
   } else {
     rm__rpc_dispatch(c, k, method, req, admin);
@@ -234,7 +243,7 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
     rm__commit(c);
   }
   /* on_session_msg: the request itself as the stream's next message (a
-   * heartbeat, with its barrier arrival if it has one) */
+   * heartbeat, with its barrier arrival or gate call if it has one) */
   if (k->park.kind == RM__PARK_SESSION && !k->answered && req) {
     rm__lock(c);
     rm__rpc_dispatch(c, k, method, req, admin);
@@ -246,6 +255,7 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
   rm__lock(c);
   rm__park_drop(c, &k->park, cancelled);
   rm__park_unlink(&k->bpark); /* server.c on_session_end */
+  rm__park_unlink(&k->gpark);
   if (cancelled) k->answered = 1;
   rm__commit(c);
   check_call(k, cancelled);

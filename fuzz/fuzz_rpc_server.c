@@ -39,6 +39,11 @@
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
 rm__park_t *rm__call_bpark(rm__call_t *call) { return &call->bpark; }
+rm__park_t *rm__call_gpark(rm__call_t *call) { return &call->gpark; }
+int rm__park_on_stream(const rm__park_t *p)
+{
+  return p == &p->call->bpark || p == &p->call->gpark;
+}
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
 {
@@ -84,6 +89,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
   k->answered = 1;
   rm__park_unlink(&k->park);
   rm__park_unlink(&k->bpark);
+  rm__park_unlink(&k->gpark);
   if (code != RM__GRPC_OK) c->ctr.grpc_errors_total++;
   if (code == RM__GRPC_OK && resp) buf = pack(resp, &len);
   out_push(c, k, code, details ? details : "", buf, len);
@@ -181,16 +187,20 @@ void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
   out_push(c, k, -1, NULL, buf, len);
 }
 
-/* server.c's: a call's own park ends the call; a Session's barrier park
- * gets a stream message, here packed as a SessionResponse by protobuf-c
- * (server.c frames the bytes itself; integration.session reads them). */
+/* server.c's: a call's own park ends the call; a Session's barrier or
+ * gate park gets a stream message, here packed as a SessionResponse by
+ * protobuf-c (server.c frames the bytes itself; integration.session reads
+ * them). */
 void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
                      rm__blob_t *shared)
 {
   rm__call_t *k = p->call;
-  Ringmaster__V1__BarrierResponse *sb = NULL;
+  const ProtobufCMessageDescriptor *d = p == &k->bpark
+                                            ? &ringmaster__v1__barrier_response__descriptor
+                                            : &ringmaster__v1__step_gate_response__descriptor;
+  ProtobufCMessage *sb = NULL;
   size_t len;
-  if (p != &k->bpark) {
+  if (!rm__park_on_stream(p)) {
     if (!shared) {
       rm__reply(c, k, RM__GRPC_OK, NULL, resp);
       return;
@@ -202,13 +212,15 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   rm__park_unlink(p);
   if (k->answered) return;
   if (shared) {
-    sb = ringmaster__v1__barrier_response__unpack(NULL, shared->len, shared->buf);
+    sb = protobuf_c_message_unpack(d, NULL, shared->len, shared->buf);
     if (!sb) abort(); /* the coordinator's own packed answer */
   }
   Ringmaster__V1__SessionResponse m = RINGMASTER__V1__SESSION_RESPONSE__INIT;
-  m.barrier = sb ? sb : (Ringmaster__V1__BarrierResponse *)resp;
+  const ProtobufCMessage *a = sb ? sb : resp;
+  if (p == &k->bpark) m.barrier = (Ringmaster__V1__BarrierResponse *)a;
+  else m.gate = (Ringmaster__V1__StepGateResponse *)a;
   uint8_t *buf = pack(&m.base, &len);
-  if (sb) protobuf_c_message_free_unpacked(&sb->base, NULL);
+  if (sb) protobuf_c_message_free_unpacked(sb, NULL);
   out_push(c, k, -1, NULL, buf, len);
 }
 

@@ -92,7 +92,8 @@
  *
  * SHARED ANSWERS (issue 16). A decided answer is the same for every member
  * of the step (step, the world-byte mask) and for every dropped worker:
- * rpc/waiters.c packs each kind once per step into gs->answer[] (freed at
+ * rpc/waiters.c packs each kind (and wire form: a StepGate call's mask,
+ * a Session message's ranks out) once per step into gs->answer[][] (freed at
  * the next step and with the gate), and every waiter's answer shares those
  * bytes (rm__reply_tail), not O(world) bytes packed per waiter.
  * Neither writes a row or moves an answer before its COMMIT: answers are
@@ -133,7 +134,7 @@ typedef struct rm__gate_state {
   int64_t next_due_ns; /* the earliest deadline of a parked gate call; 0 none */
   /* SHARED ANSWERS: the packed decided answer for a member [0] and for a
    * dropped worker [1] of step answer_step (rpc/waiters.c fills them) */
-  rm__blob_t *answer[2];
+  rm__blob_t *answer[2][2]; /* [dropped][wire form] (waiters.h) */
   uint64_t answer_step;
 } rm__gate_state_t;
 
@@ -267,6 +268,16 @@ static rm__gate_state_t *gate_for(rm_coord_t *c, rm__job_t *j)
   return gs;
 }
 
+/* SHARED ANSWERS: drop the packed answers of the step they were for. */
+static void answers_clear(rm__gate_state_t *gs)
+{
+  for (int d = 0; d < 2; d++)
+    for (int f = 0; f < 2; f++) {
+      rm__blob_unref(gs->answer[d][f]);
+      gs->answer[d][f] = NULL;
+    }
+}
+
 void rm__gate_free(rm__job_t *j)
 {
   if (!j->gate) return;
@@ -274,8 +285,7 @@ void rm__gate_free(rm__job_t *j)
   rm_auto_destroy(j->gate->autom);
   free(j->gate->arrive_ms);
   free(j->gate->late);
-  rm__blob_unref(j->gate->answer[0]);
-  rm__blob_unref(j->gate->answer[1]);
+  answers_clear(j->gate);
   free(j->gate);
   j->gate = NULL;
 }
@@ -356,12 +366,10 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
   rm__blob_t **cache = NULL;
   if (m) { /* SHARED ANSWERS: one packing per step and kind, not per waiter */
     if (gs->answer_step != step) {
-      rm__blob_unref(gs->answer[0]);
-      rm__blob_unref(gs->answer[1]);
-      gs->answer[0] = gs->answer[1] = NULL;
+      answers_clear(gs);
       gs->answer_step = step;
     }
-    cache = &gs->answer[dropped];
+    cache = gs->answer[dropped];
   }
   rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals, cache);
 }

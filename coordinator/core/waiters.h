@@ -25,9 +25,10 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
 /* A StepGate call about `step`: members (world bytes) when decided, else
  * NULL ("not decided"); dropped: not a member, or an older step;
  * arrivals_decide: not decided and no deadline runs (StepGateResponse).
- * cache (decided answers only, else NULL): where the packed answer for
- * this (step, dropped) is kept and found, owned by the caller, shared by
- * every waiter answered with the same arguments. */
+ * cache (decided answers only, else NULL): two slots where the packed
+ * answers for this (step, dropped) are kept and found, one per wire form
+ * (a StepGate call's, a Session message's: rpc/waiters.c), owned by the
+ * caller, shared by every waiter answered with the same arguments. */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache);

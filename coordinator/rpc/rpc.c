@@ -499,8 +499,13 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
  * (ends the stream) with on_heartbeat's status and text. A job that ended
  * is told in the final message, then status OK. A heartbeat may carry a
  * barrier arrival: on_barrier's after the heartbeat's checks, waiting in
- * the call's barrier park (one at a time) instead of a parked call, and
- * answered by a message of the stream (waiters.c, server.c SESSIONS). */
+ * the call's barrier park instead of a parked call, and answered by a
+ * message of the stream (waiters.c, server.c SESSIONS); or a step-gate
+ * call, the same way in its gate park (rpc_gate.c's after its checks).
+ * One of the two at a time: a gate's stale answer ends the stream
+ * (rm__reply unlinks all three parks) from inside the gate's walk of
+ * j->parked, which must not lose its next park: the session's own park
+ * was linked before the gate park, and no barrier park is linked. */
 static void on_session(rm_coord_t *c, rm__call_t *call,
                        const Ringmaster__V1__SessionRequest *q)
 {
@@ -508,9 +513,9 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
   rm__job_t *j;
   rm__worker_t *w;
   if (p->kind != RM__PARK_SESSION) {
-    if (q->barrier) {
-      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a barrier arrival on a Session's "
-           "opening message");
+    if (q->barrier || q->gate) {
+      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a %s on a Session's opening message",
+           q->barrier ? "barrier arrival" : "step-gate call");
       return;
     }
     if (check_job(c, call, q->job_id, q->token, &j)) return;
@@ -539,15 +544,19 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
     rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
     return;
   }
-  if (q->barrier) {
-    rm__park_t *b = rm__call_bpark(call);
-    if (b->next) {
-      fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a Session carries one barrier arrival at a "
-           "time (it waits in barrier '%s')", b->barrier ? b->barrier->name : "?");
-      return;
-    }
+  rm__park_t *b = rm__call_bpark(call), *g = rm__call_gpark(call);
+  if ((q->barrier || q->gate) && (b->next || g->next || (q->barrier && q->gate))) {
+    fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a Session carries one barrier arrival or "
+         "step-gate call at a time (it waits in %s)",
+         b->next ? "a barrier" : g->next ? "a step gate" : "neither: this message has both");
+    return;
+  }
+  if (q->barrier)
     barrier_arrive(c, call, j, w, q->barrier->name, q->barrier->timeout_ms, q->step,
                    q->barrier->payload, b);
+  if (q->gate) {
+    g->call = call;
+    rm__gate_request(c, j, w, q->step, q->gate->ready, q->gate->wait_ms, g);
   }
 }
 

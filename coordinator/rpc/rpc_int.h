@@ -40,11 +40,14 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);
 rm__park_t *rm__call_park(rm__call_t *call);
-/* SESSIONS (server.c): a Session call's barrier wait (its second park). */
+/* SESSIONS (server.c): a Session call's barrier wait (its second park)
+ * and step-gate wait (its third); is p one of those two? */
 rm__park_t *rm__call_bpark(rm__call_t *call);
+rm__park_t *rm__call_gpark(rm__call_t *call);
+int rm__park_on_stream(const rm__park_t *p);
 /* Answer parked call p with status OK and resp, or with shared's packed
  * bytes (not copied). A call's own park: its final answer (rm__reply);
- * a Session's barrier park (SESSIONS): a message of its stream, unlinked
+ * a Session's barrier or gate park (SESSIONS): a message of its stream, unlinked
  * here, nothing when the stream is over. Under lock. */
 void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
                      rm__blob_t *shared);

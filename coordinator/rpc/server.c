@@ -161,7 +161,13 @@
  * call's memory; claim_answer and on_session_end unlink it) and is
  * answered by a message of the stream (rm__park_answer: the released
  * barrier's shared packed answer framed as SessionResponse.barrier, not
- * copied). gRPC allows one message in flight per call, so a stream's
+ * copied). A step-gate call waits the same way in the third park (gpark,
+ * a RM__PARK_GATE in j->parked, which the gate's walks answer like any
+ * parked StepGate), answered as SessionResponse.gate: a decided step's
+ * answer is packed once per step in the stream's form (the ranks out of
+ * the step, not a mask: no gzip on a stream) and shared; where the unary
+ * call would get FAILED_PRECONDITION (rm__answer_stale) the stream ends
+ * with it. gRPC allows one message in flight per call, so a stream's
  * batches queue on the call (later[], in the order rm__out_flush saw them,
  * all after their COMMIT) and start one at a time (session_next: from
  * rm__out_flush, and from on_send when the one before completed); the
@@ -173,9 +179,10 @@
  * the call) declares its worker lost (rm__park_drop), one that
  * half-closed does not. That close and a barrier arrival (its barrier's
  * row when it closes it) are the session events that write rows
- * (ev_writes). Naps
- * count Session messages as heartbeats, but for barrier arrivals (a
- * round's arrivals are never napped between). Each open session keeps one tag
+ * (ev_writes), and a gate call (it may write an event, as the unary
+ * call may). Naps
+ * count Session messages as heartbeats, but for barrier arrivals and gate
+ * calls (a round's arrivals are never napped between). Each open session keeps one tag
  * outstanding on its queue, so every completion there walks them (SHARDS:
  * the debug cq_check_tag), as each session Watch's T_CLOSE did before
  * (rm-coord-load, 4,096 workers, unary barriers: barrier-phase CPU 0.69 s
@@ -300,6 +307,7 @@ struct rm__call {
   int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
   int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
   rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
+  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
   int sending;      /* SESSIONS: a batch of it in flight; under c->mu */
   int final_started; /* SESSIONS: its final batch started; under c->mu */
   rm__out_t later[SESSION_QUEUE]; /* SESSIONS: queued batches, in order */
@@ -430,6 +438,7 @@ static int claim_answer(rm__call_t *k)
   k->answered = 1;
   rm__park_unlink(&k->park);
   rm__park_unlink(&k->bpark); /* SESSIONS: a barrier it waited on */
+  rm__park_unlink(&k->gpark); /* SESSIONS: a step gate it waited on */
   return 1;
 }
 
@@ -534,20 +543,26 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
-/* SESSIONS: SessionResponse.barrier's field number (rm__server_start). */
-static int session_barrier_field;
+/* SESSIONS: SessionResponse.barrier's and .gate's field numbers
+ * (rm__server_start). */
+static int session_barrier_field, session_gate_field;
 
 rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
+rm__park_t *rm__call_gpark(rm__call_t *k) { return &k->gpark; }
+int rm__park_on_stream(const rm__park_t *p)
+{
+  return p == &p->call->bpark || p == &p->call->gpark;
+}
 
 /* The call's own park ends the call with the answer; a Session's barrier
- * park (SESSIONS) gets it as a message of the stream: a SessionResponse
- * whose `barrier` is the answer's bytes, framed by its key and length, so
- * a shared answer is not copied. */
+ * or gate park (SESSIONS) gets it as a message of the stream: a
+ * SessionResponse whose `barrier` or `gate` is the answer's bytes, framed
+ * by its key and length, so a shared answer is not copied. */
 void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
                      rm__blob_t *shared)
 {
   rm__call_t *k = p->call;
-  if (p != &k->bpark) {
+  if (!rm__park_on_stream(p)) {
     if (!claim_answer(k)) return;
     out_push(c, k, GRPC_STATUS_OK, "",
              shared ? head_then(grpc_empty_slice(), shared->slice) : pack(resp));
@@ -558,7 +573,8 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   grpc_slice body = shared ? grpc_slice_ref(shared->slice) : packed(resp);
   uint8_t head[16];
   size_t n = 0, len = GRPC_SLICE_LENGTH(body);
-  head[n++] = (uint8_t)(session_barrier_field << 3 | 2); /* length-delimited */
+  int field = p == &k->bpark ? session_barrier_field : session_gate_field;
+  head[n++] = (uint8_t)(field << 3 | 2); /* length-delimited */
   do {
     head[n] = (uint8_t)(len & 0x7f);
     len >>= 7;
@@ -644,7 +660,7 @@ void rm__out_flush(rm_coord_t *c)
       start_out(k, o);
       continue;
     }
-    if (k->nlater == SESSION_QUEUE) { /* never: one barrier and one end */
+    if (k->nlater == SESSION_QUEUE) { /* never: a barrier, a gate, the end */
       RM_ERROR("session: %d answers queued behind one in flight; one dropped",
                SESSION_QUEUE);
       if (o->bb) grpc_byte_buffer_destroy(o->bb);
@@ -801,9 +817,12 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
  * commit.c.) */
 static int ev_writes(const ev_t *e)
 {
-  /* a Session message with a barrier arrival may close the barrier (its row) */
+  /* a Session message with a barrier arrival may close the barrier (its
+   * row); one with a gate call may write an event (straggler_auto), as the
+   * unary StepGate may */
   if (e->kind == EV_SESSION)
-    return e->msg && ((const Ringmaster__V1__SessionRequest *)e->msg)->barrier;
+    return e->msg && (((const Ringmaster__V1__SessionRequest *)e->msg)->barrier ||
+                      ((const Ringmaster__V1__SessionRequest *)e->msg)->gate);
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
          ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
           e->k->cancelled);
@@ -864,6 +883,7 @@ static void on_session_end(rm_coord_t *c, ev_t *e)
   if (k->answered) return;
   k->answered = 1;
   rm__park_unlink(&k->bpark); /* a barrier it waited on: nobody to tell */
+  rm__park_unlink(&k->gpark); /* a step gate it waited on: the same */
   out_push(c, k, GRPC_STATUS_OK, "", NULL);
 }
 
@@ -923,13 +943,13 @@ static void ev_locked(rm_coord_t *c, ev_t *e)
  * handler inside one section, so their rows share one COMMIT and their
  * answers leave after it (DURABILITY). */
 /* NAPS: is a prepared completion a heartbeat (a Heartbeat call, a
- * Session message without a barrier), another new call or message (1 in
- * *other), or neither? */
+ * Session message without a barrier arrival or gate call), another new
+ * call or message (1 in *other), or neither? */
 static int ev_heartbeat(const ev_t *e, int *other)
 {
+  const Ringmaster__V1__SessionRequest *q = e->kind == EV_SESSION ? (const void *)e->msg : NULL;
   int hb = (e->kind == EV_DISPATCH && e->k->method == RM__M_HEARTBEAT) ||
-           (e->kind == EV_SESSION && e->msg &&
-            !((const Ringmaster__V1__SessionRequest *)e->msg)->barrier);
+           (q && !q->barrier && !q->gate);
   *other |= !hb && (e->kind == EV_DISPATCH || e->kind == EV_SESSION || e->kind == EV_UNKNOWN);
   return hb;
 }
@@ -1122,6 +1142,8 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
   gzip_md.value = grpc_slice_from_static_string("gzip");
   session_barrier_field = (int)protobuf_c_message_descriptor_get_field_by_name(
                               &ringmaster__v1__session_response__descriptor, "barrier")->id;
+  session_gate_field = (int)protobuf_c_message_descriptor_get_field_by_name(
+                           &ringmaster__v1__session_response__descriptor, "gate")->id;
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

@@ -68,31 +68,63 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
   free(mp);
 }
 
-/* A decided answer (members != NULL) is packed once into *cache and shared
- * by every waiter with the same (step, dropped) (rm__reply_tail_gz, empty
- * head): O(world) bytes packed once per step, not per waiter, and for a
- * client that accepts gzip deflated once per step too (GZIP ANSWERS,
- * server.c). */
+/* A decided gate answer from its shared packed bytes: a StepGate call's
+ * as its answer (gzip when it asked: an empty head, the shared tail), a
+ * Session's gate park's as a message of the stream. */
+static void gate_shared(rm_coord_t *c, rm__park_t *p, rm__blob_t *shared, int form)
+{
+  if (form) {
+    rm__park_answer(c, p, NULL, shared);
+    return;
+  }
+  Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  rm__reply_tail_gz(c, p->call, &none.base, shared);
+}
+
+/* A decided answer (members != NULL) is packed once into cache[form] and
+ * shared by every waiter with the same (step, dropped) and form: O(world)
+ * bytes packed once per step, not per waiter. Form 0, a StepGate call:
+ * the world-byte mask, deflated once per step too for a client that
+ * accepts gzip (GZIP ANSWERS, server.c). Form 1, a Session's gate park
+ * (server.c SESSIONS): world and the ranks out of the step
+ * (StepGateResponse.out), since a stream message is not compressed. */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache)
 {
   Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  int form = rm__park_on_stream(p);
+  uint32_t *out = NULL;
   r.step = step;
   r.dropped = dropped != 0;
   r.arrivals_decide = !members && arrivals_decide;
-  if (members) {
-    r.decided = 1;
-    r.members.data = (uint8_t *)members;
-    r.members.len = (size_t)world;
-  }
-  if (members && cache) {
-    Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
-    if (!*cache) *cache = rm__blob_pack(&r.base);
-    rm__reply_tail_gz(c, p->call, &none.base, *cache);
+  if (members && cache && cache[form]) {
+    gate_shared(c, p, cache[form], form);
     return;
   }
-  rm__reply(c, p->call, RM__GRPC_OK, NULL, &r.base);
+  if (members) {
+    r.decided = 1;
+    if (form) {
+      size_t n = 0;
+      for (int i = 0; i < world; i++) n += !members[i];
+      out = rm__xcalloc(n ? n : 1, sizeof *out);
+      for (int i = 0, k = 0; i < world; i++)
+        if (!members[i]) out[k++] = (uint32_t)i;
+      r.world = (uint32_t)world;
+      r.n_out = n;
+      r.out = out;
+    } else {
+      r.members.data = (uint8_t *)members;
+      r.members.len = (size_t)world;
+    }
+  }
+  if (members && cache) {
+    cache[form] = rm__blob_pack(&r.base);
+    gate_shared(c, p, cache[form], form);
+  } else {
+    rm__park_answer(c, p, &r.base, NULL);
+  }
+  free(out);
 }
 
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
