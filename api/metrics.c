@@ -9,6 +9,7 @@
  *   ringmaster_job_workers_alive{job_id,name}       gauge, running jobs only
  *   ringmaster_grpc_calls_total / _errors_total    counters
  *   ringmaster_session_messages_total              counter
+ *   ringmaster_step_gate_calls_total{via}          counter (unary | session)
  *   ringmaster_barriers_total{outcome}             counter released|broken
  *   ringmaster_barrier_waiting                     gauge, workers parked
  *   ringmaster_barrier_wait_seconds                summary (sum, count)
@@ -128,6 +129,14 @@ void rm__metrics_render(rm_api_t *api, rm__resp_t *resp)
   counter(&b, "ringmaster_session_messages_total",
           "Messages received on the workers' Session streams (heartbeats).",
           (double)c.session_messages_total);
+  rm__prom_family(&b, "ringmaster_step_gate_calls_total", RM_PROM_COUNTER,
+                  "Step-gate calls received, by how they came (a StepGate call, or a "
+                  "message of a Session stream).");
+  const char *unary[] = {"via", "unary", NULL}, *sess[] = {"via", "session", NULL};
+  rm__prom_sample(&b, "ringmaster_step_gate_calls_total", unary,
+                  (double)c.step_gate_calls_unary);
+  rm__prom_sample(&b, "ringmaster_step_gate_calls_total", sess,
+                  (double)c.step_gate_calls_session);
   barrier_families(&c, &b);
   h.counts = c.step_seconds_bucket;
   h.sum = c.step_seconds_sum;

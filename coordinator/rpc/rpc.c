@@ -242,6 +242,7 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
     rm__gate_join_fields(j, &r.step_quorum, &r.coded_s);
     int hb = rm__job_heartbeat_ms(c, j) / 4;
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
+    r.session_gate = 1;
     rm__reply_tail_gz(c, p->call, &r.base, join_tail(j));
     return;
   }
@@ -555,6 +556,7 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
     barrier_arrive(c, call, j, w, q->barrier->name, q->barrier->timeout_ms, q->step,
                    q->barrier->payload, b);
   if (q->gate) {
+    c->ctr.step_gate_calls_session++;
     g->call = call;
     rm__gate_request(c, j, w, q->step, q->gate->ready, q->gate->wait_ms, g);
   }

@@ -13,6 +13,7 @@ void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
   if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
                            q->worker_id, &j, &w))
     return;
+  c->ctr.step_gate_calls_unary++;
   rm__call_accept_gzip(call, q->accept_gzip);
   rm__park_t *p = rm__call_park(call);
   p->call = call;

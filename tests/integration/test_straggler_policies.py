@@ -15,14 +15,19 @@ checks the job succeeded and reads each worker's final result line
   auto          switched on and, for a transient straggler, off again
                 (events "straggler_auto"), and the job is exact throughout
 A worker that stalls once for seconds raises a "stall" event naming it.
+The workers' gate calls ride their Session streams (issue 16): /metrics
+counts more of them as Session messages than as unary StepGate calls (a
+call goes unary only while no stream is open, e.g. before the first one).
 """
 import json
 import os
 import re
 import sys
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recovery"))
 import rc  # noqa: E402
+import rmtest  # noqa: E402
 
 WORLD = 4
 NEXT = [0]
@@ -55,8 +60,18 @@ def run(env, workload, opts, steps=40, world=WORLD, **spec):
 SYN = "bytes=64K,compute_ms=10"
 
 
+def gate_calls(http):
+    """ringmaster_step_gate_calls_total by `via` (unary, session)."""
+    with urllib.request.urlopen("http://%s/metrics" % http, timeout=10) as r:
+        text = r.read().decode()
+    got = dict(re.findall(r'^ringmaster_step_gate_calls_total\{via="(\w+)"\} (\S+)$', text,
+                          re.M))
+    assert set(got) == {"unary", "session"}, text[-2000:]
+    return {k: float(v) for k, v in got.items()}
+
+
 def test(env):
-    env.start_coordinator()
+    http = rmtest.http_addr(env.start_coordinator(extra=["--http", "127.0.0.1:0"]))
     # none: every rank, every step (the slow rank is waited for)
     _, st, _ = run(env, "synthetic", SYN + ",slow_rank=3,slow_factor=3")
     assert all(s["min_contributors"] == WORLD and s["max_contributors"] == WORLD for s in st), st
@@ -68,6 +83,9 @@ def test(env):
             _, st, _ = run(env, wl, opts, straggler_policy="backup", backup_workers=b)
             assert all(s["policy"] == "backup" and s["min_contributors"] == WORLD - b and
                        s["max_contributors"] == WORLD - b for s in st), (wl, b, st)
+    calls = gate_calls(http)
+    print("step-gate calls after the backup runs:", calls)
+    assert calls["session"] > 0 and calls["session"] > calls["unary"], calls
 
     # deadline with two late workers: both are dropped from steps
     _, st, _ = run(env, "synthetic", SYN + ",slow_rank=1:3,slow_factor=6",

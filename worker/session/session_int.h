@@ -76,20 +76,21 @@ struct rm_session {
   int stream_hb_sent;           /* under mu: heartbeats sent on it since it
                                  * opened: 0 none, 1 all of stream_hb_gen,
                                  * 2 of more than one generation */
-  int stream_last_barrier;      /* under mu: the last message sent (or
-                                 * queued) on it is sb's barrier arrival */
-  /* the barrier arrival carried by the Session stream (session_live.c
-   * BARRIERS ON THE STREAM); all under mu. sb_stream: the stream it went
-   * on while the coordinator owes its answer (one at a time), else NULL;
-   * sb_waiter: its caller still waits (0: it gave up at its deadline, the
-   * answer is dropped); sb_done: 0 not yet, 1 answered (sb_resp, taken by
-   * the waiter), 2 the stream ended first (sb_rc: the barrier's refusal,
-   * or -1: redo it as a unary call; sb_msg the words) */
-  rm__ctl_stream_t *sb_stream;
-  int sb_waiter, sb_done, sb_rc;
-  uint64_t sb_gen;              /* the generation the arrival named */
-  Ringmaster__V1__BarrierResponse *sb_resp;
-  char sb_msg[256];
+  int stream_last_owed;         /* under mu: the last message sent (or
+                                 * queued) on it is the owed request */
+  /* the barrier arrival or gate call carried by the Session stream whose
+   * answer the coordinator owes (session_live.c BARRIERS AND GATES ON THE
+   * STREAM); all under mu. ow_stream: the stream it went on while its
+   * answer is owed (one at a time), else NULL; ow_waiter: its caller
+   * still waits (0: it gave up at its deadline, the answer is dropped);
+   * ow_done: 0 not yet, 1 answered (ow_resp, taken by the waiter), 2 the
+   * stream ended first (ow_rc: the request's refusal, or -1: redo it as a
+   * unary call; ow_msg the words) */
+  rm__ctl_stream_t *ow_stream;
+  int ow_waiter, ow_done, ow_rc;
+  uint64_t ow_gen;              /* the generation the request named */
+  Ringmaster__V1__SessionResponse *ow_resp;
+  char ow_msg[256];
   int stale;                    /* invariant 2, under mu */
   int job_state;                /* last known JobState, under mu */
   char reason[512];             /* why it went stale, under mu */
@@ -131,15 +132,17 @@ void rm__session_hb_start(rm_session_t *s);
 void rm__session_hb_stop(rm_session_t *s);
 void rm__session_stream_start(rm_session_t *s);
 void rm__session_stream_stop(rm_session_t *s);
-/* A barrier arrival (the unary call's request q) as a message on the open
- * Session stream, waiting for its answer until deadline_ns (monotonic):
- * the unary call's results (status, msg, *r on OK) when the stream gave
- * them; -1 when it did not carry the arrival (no Session open, one
- * barrier already owed on it, or it ended without the barrier's refusal):
- * then the caller makes the unary call with the time left. */
-int rm__session_barrier_on_stream(rm_session_t *s, const Ringmaster__V1__BarrierRequest *q,
-                                  int64_t deadline_ns, Ringmaster__V1__BarrierResponse **r,
-                                  char *msg, size_t msglen);
+/* A barrier arrival or gate call (m: a SessionRequest with `barrier` or
+ * `gate` set and the ids) as a message on the open Session stream,
+ * waiting for its answer until deadline_ns (monotonic): the unary call's
+ * results (status, msg, *r on OK: the SessionResponse with the same field
+ * set) when the stream gave them; -1 when it did not carry the request
+ * (no Session open, one request already owed on it, or it ended without
+ * the request's refusal): then the caller makes the unary call with the
+ * time left. */
+int rm__session_ask_on_stream(rm_session_t *s, Ringmaster__V1__SessionRequest *m,
+                              int64_t deadline_ns, Ringmaster__V1__SessionResponse **r,
+                              char *msg, size_t msglen);
 /* A worker call's common fields. */
 #define RM__SESSION_IDS(q, s)                                                 \
   do {                                                                        \

@@ -23,16 +23,17 @@
  * close. Its messages are SessionRequests: the first is the session's
  * ids and step (a heartbeat whose generation the coordinator does not
  * check); every later one is a heartbeat, checked like the unary call, and
- * may also be a barrier arrival (BARRIERS ON THE STREAM). If
+ * may also be a barrier arrival or a step-gate call (BARRIERS AND GATES ON
+ * THE STREAM). If
  * this process dies its kernel closes the connection and the coordinator
  * sees the call cancelled by the transport: the worker is lost at once
  * (coordinator/recovery.c detection source 2), without waiting for the
  * heartbeat timeout. How its end and answers are read:
  *
  *   event                              -> as the unary heartbeat's
- *   answer with `barrier` set          -> none: the barrier's (below)
+ *   answer with `barrier` or `gate`    -> none: the owed request's (below)
  *   other answer (the job ended; OK)   -> answer, about stream_hb_gen
- *   the barrier arrival's refusal      -> none: the barrier's (below)
+ *   the owed request's refusal         -> none: the request's (below)
  *   FAILED_PRECONDITION / NOT_FOUND /  -> refusal, about the generation of
  *   UNAUTHENTICATED                       the heartbeat that failed (below)
  *   UNIMPLEMENTED (older coordinator)  -> none: for the rest of the session
@@ -47,36 +48,40 @@
  * stream named that one generation; else (a re-join in between) ignored,
  * and the re-opened stream's next heartbeat says it again.
  *
- * BARRIERS ON THE STREAM (rm__session_barrier_on_stream, for session_step.c
- * barrier_call). While a Session is open, a barrier arrival is a
- * SessionRequest with the barrier's ids, step and `barrier` (name,
- * timeout, payload), queued in the call's pending slot when another
- * message is in flight (control.c PENDING SLOT: heartbeats skip, an
- * arrival waits its turn). The caller waits on cv under mu, up to the
- * unary call's deadline, for what the stream thread leaves in the sb_*
- * fields (session_int.h) and broadcasts:
- *  - an answer with `barrier` set: that BarrierResponse is the unary
- *    call's answer (a barrier answer's job_state and generation are 0: it
- *    never reaches hb_answer);
+ * BARRIERS AND GATES ON THE STREAM (rm__session_ask_on_stream, for
+ * session_step.c barrier_call and rm__session_gate). While a Session is
+ * open, a barrier arrival is a SessionRequest with the barrier's ids,
+ * step and `barrier` (name, timeout, payload), and a step-gate call one
+ * with the gate's ids, step and `gate` (ready, wait_ms); either is queued
+ * in the call's pending slot when another message is in flight (control.c
+ * PENDING SLOT: heartbeats skip, a request waits its turn). The caller
+ * waits on cv under mu, up to the unary call's deadline, for what the
+ * stream thread leaves in the ow_* fields (session_int.h) and broadcasts:
+ *  - an answer with `barrier` or `gate` set: that BarrierResponse or
+ *    StepGateResponse is the unary call's answer (its job_state and
+ *    generation are 0: it never reaches hb_answer); a decided gate answer
+ *    names the ranks out of the step, not a mask (messages.proto);
  *  - the stream's end with FAILED_PRECONDITION / NOT_FOUND /
  *    UNAUTHENTICATED / INVALID_ARGUMENT when the last message it carried
- *    was the arrival (it left, and a "stale generation N" names its
- *    generation): the barrier's refusal, the unary call's status and
- *    words. Only the barrier's reading of it applies (session_step.c marks
+ *    was the request (it left, and a "stale generation N" names its
+ *    generation): the request's refusal, the unary call's status and
+ *    words. Only the request's reading of it applies (session_step.c marks
  *    stale as for the unary call), not a heartbeat's, and the stream
- *    re-opens at once (REOPEN);
+ *    re-opens at once (REOPEN); a gate call waiting when the job leaves
+ *    RUNNING ends its stream this way ("step gate: ...");
  *  - any other end (UNAVAILABLE, CANCELLED, a coordinator restart, a
- *    heartbeat's refusal after the arrival, an arrival that never left):
- *    the caller makes the arrival again as the unary call with the time
- *    left (the coordinator takes it as the same arrival, barrier.c P3).
- * One arrival is owed per stream at a time (a second would end it
- * INVALID_ARGUMENT): a barrier while one is owed (its caller gave up at
- * its deadline; the late answer is dropped), with no Session open, or
- * with the Watch fallback goes as the unary call.
+ *    heartbeat's refusal after the request, a request that never left):
+ *    the caller makes it again as the unary call with the time left (the
+ *    coordinator takes a barrier's as the same arrival, barrier.c P3; a
+ *    gate call is a question, asked again).
+ * One request is owed per stream at a time (the coordinator ends a stream
+ * INVALID_ARGUMENT on a second): one made while another is owed (its
+ * caller gave up at its deadline; the late answer is dropped), with no
+ * Session open, or with the Watch fallback goes as the unary call.
  *
  * REOPEN. 500 ms after it ended (the coordinator may be unreachable: no
  * busy loop), but at once after UNIMPLEMENTED (the Watch instead) and
- * after a heartbeat's or the barrier arrival's refusal (it carried them,
+ * after a heartbeat's or the owed request's refusal (it carried them,
  * so at most one re-open per message): that is how every recovery ends a
  * survivor's stream, and a process that died in a 500 ms gap would be
  * seen only by its heartbeat timeout or a peer's report.
@@ -176,10 +181,11 @@ static int hb_on_stream_locked(rm_session_t *s, const Ringmaster__V1__HeartbeatR
 {
   int64_t busy = 0;
   if (!s->stream || !s->stream_session) return 0;
-  /* a HeartbeatRequest is a SessionRequest without a barrier (messages.proto) */
+  /* a HeartbeatRequest is a SessionRequest without a barrier or gate
+   * (messages.proto) */
   int rc = rm__ctl_stream_send(s->stream, &q->base, &busy);
   if (rc == 1) {
-    s->stream_last_barrier = 0;
+    s->stream_last_owed = 0;
     if (!s->stream_hb_sent) s->stream_hb_sent = 1;
     else if (s->stream_hb_gen != q->generation) s->stream_hb_sent = 2;
     s->stream_hb_gen = q->generation;
@@ -301,44 +307,46 @@ static int failed_gen_locked(rm_session_t *s, const char *msg, int rc, uint64_t 
   return 1;
 }
 
-/* The stream thread: a barrier answer b (taken) from stream st. */
-static void barrier_answer(rm_session_t *s, rm__ctl_stream_t *st,
-                           Ringmaster__V1__BarrierResponse *b)
+/* The stream thread: the answer r (taken: a barrier's or a gate's) to
+ * the request owed on stream st. */
+static void owed_answer(rm_session_t *s, rm__ctl_stream_t *st,
+                        Ringmaster__V1__SessionResponse *r)
 {
   pthread_mutex_lock(&s->mu);
-  if (s->sb_stream == st && s->sb_waiter) {
-    s->sb_resp = b;
-    s->sb_done = 1;
-    b = NULL;
+  if (s->ow_stream == st && s->ow_waiter) {
+    s->ow_resp = r;
+    s->ow_done = 1;
+    r = NULL;
     pthread_cond_broadcast(&s->cv);
   }
-  int owed = s->sb_stream == st;
-  if (owed) s->sb_stream = NULL;
+  int owed = s->ow_stream == st;
+  if (owed) s->ow_stream = NULL;
   pthread_mutex_unlock(&s->mu);
-  if (b) {
-    if (owed) RM_DEBUG("session stream: a barrier answer after its caller gave up: dropped");
-    else RM_WARN("session stream: a barrier answer for no arrival: dropped");
-    protobuf_c_message_free_unpacked(&b->base, NULL);
+  if (r) {
+    const char *what = r->barrier ? "barrier" : "step-gate";
+    if (owed) RM_DEBUG("session stream: a %s answer after its caller gave up: dropped", what);
+    else RM_WARN("session stream: a %s answer for no request: dropped", what);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
   }
 }
 
 /* Under mu, stream st ended with rc, msg: 1 when that is the refusal of
- * the barrier arrival it carries (BARRIERS ON THE STREAM). */
-static int barrier_refused_locked(rm_session_t *s, rm__ctl_stream_t *st, int rc,
-                                  const char *msg)
+ * the request owed on it (BARRIERS AND GATES ON THE STREAM). */
+static int owed_refused_locked(rm_session_t *s, rm__ctl_stream_t *st, int rc,
+                               const char *msg)
 {
   uint64_t g;
-  if (s->sb_stream != st || !s->stream_last_barrier) return 0;
+  if (s->ow_stream != st || !s->stream_last_owed) return 0;
   if (!hb_refusal(rc) && rc != RM__G_INVALID_ARGUMENT) return 0;
   if (rm__ctl_stream_unsent(st)) return 0; /* it never left */
-  if (refused_gen(rc, msg, &g) && g != s->sb_gen)
+  if (refused_gen(rc, msg, &g) && g != s->ow_gen)
     return 0; /* an earlier heartbeat's, of another generation */
   return 1;
 }
 
 /* Read the Session's answers until it ends; it is then unpublished and
  * freed. Returns its status; OUT carried: it carried heartbeats or a
- * barrier arrival that it refused. */
+ * barrier arrival or gate call that it refused. */
 static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
 {
   Ringmaster__V1__SessionResponse *r;
@@ -347,11 +355,8 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
   char msg[256];
   while (rm__ctl_stream_next(st, &ringmaster__v1__session_response__descriptor,
                              (ProtobufCMessage **)&r, &rc, msg, sizeof msg)) {
-    if (r->barrier) { /* never a heartbeat's answer: its job_state is 0 */
-      Ringmaster__V1__BarrierResponse *b = r->barrier;
-      r->barrier = NULL;
-      protobuf_c_message_free_unpacked(&r->base, NULL);
-      barrier_answer(s, st, b);
+    if (r->barrier || r->gate) { /* never a heartbeat's answer: job_state 0 */
+      owed_answer(s, st, r);
       continue;
     }
     pthread_mutex_lock(&s->mu);
@@ -366,84 +371,79 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
   }
   pthread_mutex_lock(&s->mu);
   s->stream = NULL; /* no heartbeat is sent on it from here on */
-  int refused = barrier_refused_locked(s, st, rc, msg);
-  if (s->sb_stream == st) { /* the barrier's waiter learns it here */
-    if (s->sb_waiter) {
-      s->sb_done = 2;
-      s->sb_rc = refused ? rc : -1;
-      snprintf(s->sb_msg, sizeof s->sb_msg, "%s", msg);
+  int refused = owed_refused_locked(s, st, rc, msg);
+  if (s->ow_stream == st) { /* the request's waiter learns it here */
+    if (s->ow_waiter) {
+      s->ow_done = 2;
+      s->ow_rc = refused ? rc : -1;
+      snprintf(s->ow_msg, sizeof s->ow_msg, "%s", msg);
       pthread_cond_broadcast(&s->cv);
     }
-    s->sb_stream = NULL;
+    s->ow_stream = NULL;
   }
   int known = !refused && hb_refusal(rc) && failed_gen_locked(s, msg, rc, &gen);
   *carried = s->stream_hb_sent != 0 || refused;
   pthread_mutex_unlock(&s->mu);
   rm__ctl_stream_free(st);
   RM_DEBUG("session stream ended: status %d: %s%s", rc, msg,
-           refused ? " (the barrier arrival's refusal)" : "");
+           refused ? " (the owed request's refusal)" : "");
   if (known) rm__session_mark_stale_gen(s, gen, -1, msg);
   return rc;
 }
 
-/* ---- barriers on the stream ---- */
-int rm__session_barrier_on_stream(rm_session_t *s, const Ringmaster__V1__BarrierRequest *q,
-                                  int64_t deadline_ns, Ringmaster__V1__BarrierResponse **r,
-                                  char *msg, size_t msglen)
+/* ---- barriers and gates on the stream ---- */
+int rm__session_ask_on_stream(rm_session_t *s, Ringmaster__V1__SessionRequest *m,
+                              int64_t deadline_ns, Ringmaster__V1__SessionResponse **r,
+                              char *msg, size_t msglen)
 {
-  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
-  Ringmaster__V1__SessionBarrier b = RINGMASTER__V1__SESSION_BARRIER__INIT;
   int rc;
+  const char *what = m->barrier ? "barrier arrival" : "step-gate call";
   *r = NULL;
-  m.job_id = q->job_id;
-  m.token = q->token;
-  m.generation = q->generation;
-  m.worker_id = q->worker_id;
-  m.step = q->step;
-  b.name = q->name;
-  b.timeout_ms = q->timeout_ms;
-  b.payload = q->payload;
-  m.barrier = &b;
   pthread_mutex_lock(&s->mu);
-  if (!s->stream || !s->stream_session || s->sb_stream) {
+  if (!s->stream || !s->stream_session || s->ow_stream) {
     pthread_mutex_unlock(&s->mu);
     return -1;
   }
-  int sent = rm__ctl_stream_send_queued(s->stream, &m.base);
+  int sent = rm__ctl_stream_send_queued(s->stream, &m->base);
   if (sent <= 0) {
     pthread_mutex_unlock(&s->mu);
     return -1;
   }
-  s->sb_stream = s->stream;
-  s->sb_waiter = 1;
-  s->sb_done = 0;
-  s->sb_gen = q->generation;
-  s->stream_last_barrier = 1;
-  RM_DEBUG("barrier '%s': arrival %s on the session stream", q->name,
+  s->ow_stream = s->stream;
+  s->ow_waiter = 1;
+  s->ow_done = 0;
+  s->ow_gen = m->generation;
+  s->stream_last_owed = 1;
+  RM_DEBUG("%s (step %llu) %s on the session stream", what, (unsigned long long)m->step,
            sent == 1 ? "sent" : "queued");
-  while (!s->sb_done) {
+  while (!s->ow_done) {
     int left = rm__ms_left(deadline_ns);
     struct timespec ts;
     if (!left) break;
     deadline_in(&ts, left);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
   }
-  if (s->sb_done == 1) {
-    *r = s->sb_resp;
-    s->sb_resp = NULL;
+  if (s->ow_done == 1 && (!s->ow_resp->barrier != !m->barrier)) {
+    RM_WARN("session stream: a %s was answered as a %s: made again as the unary call", what,
+            s->ow_resp->barrier ? "barrier arrival" : "step-gate call");
+    protobuf_c_message_free_unpacked(&s->ow_resp->base, NULL);
+    s->ow_resp = NULL;
+    rc = -1;
+  } else if (s->ow_done == 1) {
+    *r = s->ow_resp;
+    s->ow_resp = NULL;
     rc = RM__G_OK;
-    RM_DEBUG("barrier '%s': answered on the session stream", q->name);
-  } else if (s->sb_done == 2) {
-    rc = s->sb_rc;
-    snprintf(msg, msglen, "%s", s->sb_msg);
-    RM_DEBUG("barrier '%s': the session stream ended (%s)%s", q->name, s->sb_msg,
-             rc < 0 ? ": the arrival again, unary" : "");
+  } else if (s->ow_done == 2) {
+    rc = s->ow_rc;
+    snprintf(msg, msglen, "%s", s->ow_msg);
+    RM_DEBUG("%s: the session stream ended (%s)%s", what, s->ow_msg,
+             rc < 0 ? ": made again as the unary call" : "");
   } else { /* as the unary call's deadline; the answer, if it comes, is dropped */
     rc = RM__G_DEADLINE;
     snprintf(msg, msglen, "Deadline Exceeded");
   }
-  s->sb_waiter = 0;
-  s->sb_done = 0;
+  s->ow_waiter = 0;
+  s->ow_done = 0;
   pthread_mutex_unlock(&s->mu);
   return rc;
 }
@@ -473,7 +473,7 @@ static void *stream_thread(void *arg)
     s->stream_session = !watch;
     s->stream_hb_sent = 0;
     s->stream_hb_gen = gen;
-    s->stream_last_barrier = 0;
+    s->stream_last_owed = 0;
     if (st && s->stream_stop) rm__ctl_stream_cancel(st);
     pthread_mutex_unlock(&s->mu);
     int rc = -1, carried = 0;

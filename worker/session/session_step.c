@@ -253,25 +253,73 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 }
 
 /* ---- the straggler gate ---- */
+/* A decided answer's member mask into members[world]: StepGate's
+ * `members`, or a Session answer's world and ranks out (messages.proto).
+ * 0 when it is not one for this world. */
+static int gate_members(const Ringmaster__V1__StepGateResponse *r, int world,
+                        uint8_t *members)
+{
+  if (r->members.len) {
+    if (r->members.len != (size_t)world) return 0;
+    memcpy(members, r->members.data, r->members.len);
+    return 1;
+  }
+  if (r->world != (uint32_t)world) return 0;
+  memset(members, 1, (size_t)world);
+  for (size_t i = 0; i < r->n_out; i++) {
+    if (r->out[i] >= (uint32_t)world) return 0;
+    members[r->out[i]] = 0;
+  }
+  return 1;
+}
+
+/* GATES ON THE STREAM (session_live.c): the call as a Session message when
+ * a Session is open and the coordinator said it answers them
+ * (JoinResponse.session_gate), else (or when the stream ended without
+ * answering) the unary StepGate with the time left. */
 int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
                      uint8_t *members, int *dropped)
 {
   Ringmaster__V1__StepGateRequest q = RINGMASTER__V1__STEP_GATE_REQUEST__INIT;
   Ringmaster__V1__StepGateResponse *r = NULL;
+  Ringmaster__V1__SessionResponse *sr = NULL;
   char msg[256];
-  int ret = -1;
+  int ret = -1, rc = -1;
   RM__SESSION_IDS(q, s);
   q.step = step;
   q.ready = ready != 0;
   q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
   q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
-  int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
+  int64_t deadline_ns = rm__now_ns() + ((int64_t)q.wait_ms + 5000) * 1000000;
+  if (s->join && s->join->session_gate) {
+    Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
+    Ringmaster__V1__SessionGate sg = RINGMASTER__V1__SESSION_GATE__INIT;
+    RM__SESSION_IDS(m, s);
+    m.step = step;
+    sg.ready = q.ready;
+    sg.wait_ms = q.wait_ms;
+    m.gate = &sg;
+    rc = rm__session_ask_on_stream(s, &m, deadline_ns, &sr, msg, sizeof msg);
+    if (sr) { /* its StepGateResponse is the answer */
+      r = sr->gate;
+      sr->gate = NULL;
+      protobuf_c_message_free_unpacked(&sr->base, NULL);
+    }
+  }
+  if (rc < 0) {
+    int left = rm__ms_left(deadline_ns);
+    if (left > 0) {
+      rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
                         &ringmaster__v1__step_gate_response__descriptor,
-                        (ProtobufCMessage **)&r, wait_ms + 5000, msg, sizeof msg);
+                        (ProtobufCMessage **)&r, left, msg, sizeof msg);
+    } else {
+      rc = RM__G_DEADLINE;
+      snprintf(msg, sizeof msg, "Deadline Exceeded");
+    }
+  }
   if (rc == RM__G_OK) {
     ret = 0;
-    if (r->decided && r->members.len == (size_t)s->world) {
-      memcpy(members, r->members.data, r->members.len);
+    if (r->decided && gate_members(r, s->world, members)) {
       *dropped = r->dropped;
       ret = 1;
     } else if (r->dropped) {
@@ -410,7 +458,21 @@ static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_
   int64_t deadline_ns = rm__now_ns() + ((int64_t)dl + 10000) * 1000000;
   /* BARRIERS: on the open Session stream when there is one, else (or when
    * it ended without answering) the unary call with the time left */
-  int rc = rm__session_barrier_on_stream(s, &q, deadline_ns, &r, msg, sizeof msg);
+  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
+  Ringmaster__V1__SessionBarrier sb = RINGMASTER__V1__SESSION_BARRIER__INIT;
+  Ringmaster__V1__SessionResponse *sr = NULL;
+  RM__SESSION_IDS(m, s);
+  m.step = q.step;
+  sb.name = q.name;
+  sb.timeout_ms = q.timeout_ms;
+  sb.payload = q.payload;
+  m.barrier = &sb;
+  int rc = rm__session_ask_on_stream(s, &m, deadline_ns, &sr, msg, sizeof msg);
+  if (sr) { /* its BarrierResponse is the answer */
+    r = sr->barrier;
+    sr->barrier = NULL;
+    protobuf_c_message_free_unpacked(&sr->base, NULL);
+  }
   if (rc < 0) {
     int left = rm__ms_left(deadline_ns);
     if (left > 0) {
