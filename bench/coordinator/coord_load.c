@@ -17,7 +17,10 @@
  *   3. --gate-steps K (default 0): the job has straggler_policy backup with
  *      one backup worker, and after the barriers every worker calls
  *      StepGate(step k, ready) at once for k < K: p50 / p99 / max over the
- *      N*K calls; each step must drop exactly one worker.
+ *      N*K calls; each step must drop exactly one worker.  With --session
+ *      1 the calls are messages on the Sessions, answered on them (the
+ *      ranks out of the step, not a mask: load_client.c SESSION BARRIERS
+ *      AND GATES).
  *   4. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
  * --session 1 (default): right after the Join wave every worker opens its

@@ -10,7 +10,9 @@
  *              sends its arrival on its Session stream, SESSION BARRIERS).
  *   HEARTBEAT  worker g sends Heartbeat at t0 + g/N s + i s, i < S.
  *   GATE s     every worker calls StepGate(step s, ready, long poll) at
- *              once (a job with straggler_policy backup, one backup worker).
+ *              once (a job with straggler_policy backup, one backup worker;
+ *              --session 1: sends the call on its Session stream, SESSION
+ *              BARRIERS AND GATES).
  *   OPEN       (--session 1) every worker opens its Session stream;
  *              (--session 2) its Watch call.
  *   CLOSE      (--session 1) every worker half-closes its Session stream;
@@ -29,6 +31,9 @@
  *   StepGate:  decided, step s, a mask of N bytes with N - 1 ones (the
  *              first N - 1 arrivals), dropped exactly when the worker's own
  *              rank is 0 in it; the parent checks one dropped worker a step.
+ *              On a Session (SessionResponse.gate): decided, step s, world
+ *              N and exactly one rank out, dropped exactly when it is the
+ *              worker's own.
  *
  * Checking N answers of N peers each is O(N^2) bytes (65,536 workers: ~170
  * GB), so the first formed answer is unpacked and verified in full (the
@@ -91,7 +96,7 @@
  * stream events arriving during the unary phases.  CLOSE first handles the
  * stream events already queued (a status that came before it is a failure).
  *
- * SESSION BARRIERS (--session 1).  BARRIER k sends every worker's arrival as
+ * SESSION BARRIERS AND GATES (--session 1).  BARRIER k sends every worker's arrival as
  * a message on its stream, at once (phase_barrier_sess): a SessionRequest
  * with job, token, generation, worker id, its last step and barrier {name
  * "round-k", timeout_ms T * 1000}, in place of the unary Barrier call.  Its
@@ -103,8 +108,12 @@
  * (sess_t.bar BS_DUE).  A worker's arrival is settled (s_done) once its
  * answer came (or the stream ended, or the send failed: a failure) and its
  * send completed; the phase waits for all, at most T + 10 s (the unary
- * call's deadline), and counts the rest as errors.  --session 0 and 2 keep
- * the unary call.
+ * call's deadline), and counts the rest as errors.  GATE s does the same
+ * with a gate call (SessionRequest.gate {ready, wait_ms T * 1000}, step s)
+ * in place of the arrival and the SessionResponse.gate its answer
+ * (gate_sess_check); the same state (sess_t.bar) tracks it: one owed
+ * request per stream, as the coordinator allows.  --session 0 and 2 keep
+ * the unary calls.
  *
  * WATCHES (--session 2): the worker library before the Session RPC, for a
  * fair before/after.  OPEN: every worker opens a server-streaming Watch
@@ -184,10 +193,10 @@ typedef struct {
   uint8_t closed;              /* CLOSE: half-closed or (WATCHES) cancelled (its
                                 * status is the verdict) */
   int got_msg;                 /* messages received, barrier answers aside */
-  /* SESSION BARRIERS: this round's arrival (BS_*) */
-  uint8_t bar;                 /* BS_NONE: no arrival of this round outstanding */
-  uint8_t send_bar;            /* the send in flight is a barrier arrival */
-  int64_t t_bar;               /* start of the arrival's send */
+  /* SESSION BARRIERS AND GATES: this round's arrival or gate call (BS_*) */
+  uint8_t bar;                 /* BS_NONE: no request of this phase outstanding */
+  uint8_t send_bar;            /* the send in flight is that request */
+  int64_t t_bar;               /* start of the request's send */
 } sess_t;
 
 /* sess_t.bar: the arrival is due (sent when the send in flight completes),
@@ -229,7 +238,7 @@ typedef struct {
   int s_done;                  /* OPEN, HEARTBEAT: sends done; BARRIER: arrivals
                                 * settled (sess_bar_settle); CLOSE: statuses */
   const char *s_bar_name;      /* BARRIER (--session 1): "round-k" */
-  int s_round;                 /* BARRIER: k */
+  int s_round;                 /* BARRIER: k; GATE: step s */
   int p_err, p_bad;            /* stream failures not yet reported (sess_fold) */
   char p_msg[LOAD_MSG_MAX];
 } client_t;
@@ -1066,6 +1075,27 @@ static void phase_gate(client_t *c, int step, load_res_t *res)
   }
 }
 
+/* SESSION BARRIERS AND GATES: a gate answer on local worker w's Session
+ * at step s_round: decided, step s, world N with exactly one rank out (the
+ * first N - 1 arrivals), dropped exactly when that rank is its own.  O(1). */
+static void gate_sess_check(client_t *c, const Ringmaster__V1__StepGateResponse *r, int w,
+                            load_res_t *res)
+{
+  uint32_t n = (uint32_t)c->cfg->world, rank = c->rank_of[w];
+  int step = c->s_round;
+  if (r->decided && r->step == (uint64_t)step && r->world == n && !r->members.len &&
+      r->n_out == 1 && r->out[0] < n && rank < n && (r->dropped != 0) == (r->out[0] == rank)) {
+    res->n_ok++;
+    res->n_dropped += r->dropped != 0;
+    return;
+  }
+  res->n_bad++;
+  note(res, "worker %d step %d (Session): decided %d step %llu world %u, %zu out (first %d), "
+       "%zu mask bytes, dropped %d", c->cfg->lo + w, step, r->decided,
+       (unsigned long long)r->step, r->world, r->n_out, r->n_out ? (int)r->out[0] : -1,
+       r->members.len, r->dropped);
+}
+
 static int heartbeat_done(client_t *c, int i, load_res_t *res)
 {
   op_t *o = &c->ops[i];
@@ -1207,9 +1237,10 @@ static void sess_recv(sess_t *s, int w, int first)
 }
 
 /* One message of local worker w (first: with the initial metadata; bar:
- * a barrier arrival, with step the last beat's, else a beat of step). */
+ * a barrier arrival, with step the last beat's; gate: a gate call, with
+ * step the gate's; else a beat of step). */
 static void sess_send_msg(client_t *c, int w, int first, uint32_t step,
-                          Ringmaster__V1__SessionBarrier *bar)
+                          Ringmaster__V1__SessionBarrier *bar, Ringmaster__V1__SessionGate *gate)
 {
   sess_t *s = &c->sess[w];
   Ringmaster__V1__SessionRequest q = RINGMASTER__V1__SESSION_REQUEST__INIT;
@@ -1221,9 +1252,10 @@ static void sess_send_msg(client_t *c, int w, int first, uint32_t step,
   q.worker_id = c->wid[w];
   q.step = step;
   q.barrier = bar;
+  q.gate = gate;
   s->send = pack(&q.base);
-  s->step = step;
-  s->send_bar = bar != NULL;
+  if (!gate) s->step = step; /* beats sent */
+  s->send_bar = bar || gate;
   memset(ops, 0, sizeof ops);
   if (first) ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[k].op = GRPC_OP_SEND_MESSAGE;
@@ -1235,20 +1267,28 @@ static void sess_send_msg(client_t *c, int w, int first, uint32_t step,
 
 static void sess_send(client_t *c, int w, int first, uint32_t step)
 {
-  sess_send_msg(c, w, first, step, NULL);
+  sess_send_msg(c, w, first, step, NULL, NULL);
 }
 
-/* SESSION BARRIERS: local worker w's arrival at this round's barrier, as a
+#define OWED(c) ((c)->s_phase == LOAD_CMD_GATE ? "gate call" : "barrier arrival")
+
+/* SESSION BARRIERS AND GATES: local worker w's arrival at this round's
+ * barrier (GATE: its gate call at step s_round, ready, long poll), as a
  * message on its stream (no send in flight); latency from here. */
 static void sess_bar_send(client_t *c, int w)
 {
   sess_t *s = &c->sess[w];
   Ringmaster__V1__SessionBarrier b = RINGMASTER__V1__SESSION_BARRIER__INIT;
+  Ringmaster__V1__SessionGate g = RINGMASTER__V1__SESSION_GATE__INIT;
+  int gate = c->s_phase == LOAD_CMD_GATE;
   b.name = (char *)c->s_bar_name;
   b.timeout_ms = (uint32_t)c->cfg->timeout_s * 1000u;
+  g.ready = 1;
+  g.wait_ms = (uint32_t)c->cfg->timeout_s * 1000u;
   s->bar = BS_SENT;
   s->t_bar = rm__now_ns();
-  sess_send_msg(c, w, 0, s->step, &b);
+  sess_send_msg(c, w, 0, gate ? (uint32_t)c->s_round : s->step, gate ? NULL : &b,
+                gate ? &g : NULL);
 }
 
 /* SESSION BARRIERS: worker w's arrival is answered or failed (counted);
@@ -1335,8 +1375,8 @@ static void sess_event(client_t *c, intptr_t tag, int success)
         s->bar = BS_NONE;
         c->s_done++;
       } else if (!success) { /* BS_SENT: no answer will come; or left past a deadline */
-        sess_fail(c, 0, "Session of worker %d round %d: the barrier arrival was not sent", g,
-                  c->s_round);
+        sess_fail(c, 0, "Session of worker %d round %d: the %s was not sent", g, c->s_round,
+                  OWED(c));
         if (s->bar == BS_SENT) sess_bar_settle(c, s);
       }
     } else if (c->s_phase == LOAD_CMD_OPEN || c->s_phase == LOAD_CMD_HEARTBEAT) {
@@ -1367,8 +1407,8 @@ static void sess_event(client_t *c, intptr_t tag, int success)
       if (success && !s->ended) {
         sess_bar_send(c, w);
       } else {
-        sess_fail(c, 0, "Session of worker %d round %d: barrier arrival not sent (stream broken)",
-                  g, c->s_round);
+        sess_fail(c, 0, "Session of worker %d round %d: %s not sent (stream broken)", g,
+                  c->s_round, OWED(c));
         s->bar = BS_NONE;
         c->s_done++;
       }
@@ -1382,12 +1422,15 @@ static void sess_event(client_t *c, intptr_t tag, int success)
         sess_fail(c, 1, "Watch of worker %d: an event came (seq %llu, kind %s)", g,
                   m ? (unsigned long long)m->seq : 0ULL, m && m->kind ? m->kind : "?");
       if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-    } else if (s->recv) { /* nothing but barrier answers while all is well */
+    } else if (s->recv) { /* nothing but barrier and gate answers while all is well */
       Ringmaster__V1__SessionResponse *m =
           (void *)unpack(s->recv, &ringmaster__v1__session_response__descriptor);
       const Ringmaster__V1__BarrierResponse *b = m ? m->barrier : NULL;
-      if (b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) { /* its answer */
-        barrier_check(c, b, g, c->s_round, " (Session)", r);
+      const Ringmaster__V1__StepGateResponse *gt = m ? m->gate : NULL;
+      if ((b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) ||
+          (gt && s->bar == BS_SENT && c->s_phase == LOAD_CMD_GATE)) { /* its answer */
+        if (b) barrier_check(c, b, g, c->s_round, " (Session)", r);
+        else gate_sess_check(c, gt, w, r);
         c->lat[r->n_lat++] = now - s->t_bar;
         if (now > r->t_last) r->t_last = now;
         sess_bar_settle(c, s);
@@ -1399,6 +1442,9 @@ static void sess_event(client_t *c, intptr_t tag, int success)
           sess_fail(c, 1, "Session of worker %d: a barrier answer with no arrival waiting "
                     "(released %d, arrived %u, reason %s)", g, b->released, b->arrived,
                     b->reason && b->reason[0] ? b->reason : "none");
+        } else if (gt) {
+          sess_fail(c, 1, "Session of worker %d: a gate answer with no call waiting "
+                    "(step %llu, decided %d)", g, (unsigned long long)gt->step, gt->decided);
         } else {
           sess_fail(c, 1, "Session of worker %d: a message came (job_state %d, generation "
                     "%llu, reason %s)", g, m ? (int)m->job_state : -1,
@@ -1439,7 +1485,7 @@ static void sess_event(client_t *c, intptr_t tag, int success)
       sess_fail(c, 0, "%s of worker %d ended before the close: status %d %.*s", SESS_WHAT(c),
                 g, (int)s->st, dl, d);
     }
-    /* SESSION BARRIERS: no answer will come (the failure is counted above) */
+    /* SESSION BARRIERS AND GATES: no answer will come (the failure is counted above) */
     if (s->bar == BS_DUE) {
       s->bar = BS_NONE;
       c->s_done++;
@@ -1509,17 +1555,19 @@ static void phase_open(client_t *c, load_res_t *res)
   c->s_res = NULL;
 }
 
-/* SESSION BARRIERS: every worker's arrival at "round-k" as a message on its
- * stream at once (after the send in flight, if any), its answer a message
- * on the stream; the checks of phase_barrier, latency send start -> answer,
- * each answer due T + 10 s after the phase starts (a unary call's deadline). */
-static void phase_barrier_sess(client_t *c, int k, load_res_t *res)
+/* SESSION BARRIERS AND GATES: every worker's arrival at "round-k" (kind
+ * LOAD_CMD_BARRIER; LOAD_CMD_GATE: its gate call at step k) as a message on
+ * its stream at once (after the send in flight, if any), its answer a
+ * message on the stream; the checks of phase_barrier (phase_gate), latency
+ * send start -> answer, each answer due T + 10 s after the phase starts (a
+ * unary call's deadline). */
+static void phase_owed_sess(client_t *c, int kind, int k, load_res_t *res)
 {
   char name[32];
   snprintf(name, sizeof name, "round-%d", k);
   c->s_bar_name = name;
   c->s_round = k;
-  c->s_phase = LOAD_CMD_BARRIER;
+  c->s_phase = kind;
   c->s_res = res;
   c->s_done = 0;
   res->t_first = rm__now_ns();
@@ -1528,12 +1576,12 @@ static void phase_barrier_sess(client_t *c, int k, load_res_t *res)
     if (!s->call || s->ended) {
       res->n_err++;
       c->s_done++;
-      note(res, "worker %d round %d: barrier arrival not sent: its Session ended",
-           c->cfg->lo + w, k);
+      note(res, "worker %d round %d: %s not sent: its Session ended", c->cfg->lo + w, k,
+           OWED(c));
     } else if (s->bar != BS_NONE) { /* cannot be: every round settles or resets */
       res->n_err++;
       c->s_done++;
-      note(res, "worker %d round %d: a barrier arrival still outstanding", c->cfg->lo + w, k);
+      note(res, "worker %d round %d: a %s still outstanding", c->cfg->lo + w, k, OWED(c));
     } else if (s->sending) { /* one send in flight per stream: after it */
       s->bar = BS_DUE;
     } else {
@@ -1542,7 +1590,8 @@ static void phase_barrier_sess(client_t *c, int k, load_res_t *res)
   }
   if (sess_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
     int left = c->n - c->s_done;
-    note(res, "%d barrier answers not received on the Sessions past the deadline", left);
+    note(res, "%d %s answers not received on the Sessions past the deadline", left,
+         c->s_phase == LOAD_CMD_GATE ? "gate" : "barrier");
     res->n_err += left;
     for (int w = 0; w < c->n; w++) /* a late answer is then a failure (sess_fail) */
       c->sess[w].bar = BS_NONE;
@@ -1745,10 +1794,11 @@ int load_client_main(const load_client_cfg_t *cfg)
     } else if (cmd.kind == LOAD_CMD_JOIN) {
       phase_join(&c, &res);
     } else if (cmd.kind == LOAD_CMD_BARRIER) {
-      if (c.sess && !WATCH(&c)) phase_barrier_sess(&c, cmd.arg, &res);
+      if (c.sess && !WATCH(&c)) phase_owed_sess(&c, LOAD_CMD_BARRIER, cmd.arg, &res);
       else phase_barrier(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_GATE) {
-      phase_gate(&c, cmd.arg, &res);
+      if (c.sess && !WATCH(&c)) phase_owed_sess(&c, LOAD_CMD_GATE, cmd.arg, &res);
+      else phase_gate(&c, cmd.arg, &res);
     } else if (cmd.kind == LOAD_CMD_HEARTBEAT) {
       if (client_size(&c, cmd.arg * c.n)) goto out;
       if (c.sess && !WATCH(&c)) phase_heartbeat_sess(&c, cmd.arg, &res);
