@@ -9,6 +9,7 @@ deadline; every process started is stopped by PID at the end.
 import argparse
 import shutil
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -187,6 +188,54 @@ class Env:
             print("kept", self.dir)
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SessionStream:
+    """A Session call (service.proto) fed from a queue, its messages read by
+    a thread into .got; .code / .details once it ended. raw: bytes in and
+    out (a channel without the stubs), else SessionRequest messages."""
+
+    def __init__(self, env, first, raw=False):
+        self.q = queue.Queue()
+        self.q.put(first)
+        if raw:
+            fn = env.channel.stream_stream("/ringmaster.v1.Worker/Session")
+        else:
+            fn = env.worker.Session
+        self.call = fn(iter(self.q.get, None), timeout=60)
+        self.got, self.code, self.details = [], None, None
+        self.t = threading.Thread(target=self._read)
+        self.t.start()
+
+    def _read(self):
+        try:
+            for r in self.call:
+                self.got.append(r)
+            self.code = self.call.code()
+        except Exception as e:  # grpc.RpcError
+            self.code = e.code()
+            self.details = e.details()
+
+    def send(self, m):
+        self.q.put(m)
+
+    def end(self, timeout=10):
+        """Half-close; the status it ended with."""
+        self.q.put(None)
+        return self.wait(timeout)
+
+    def wait(self, timeout=10):
+        self.t.join(timeout)
+        assert not self.t.is_alive(), "Session did not end in %d s" % timeout
+        return self.code
+
+    def answers(self, n, timeout=20):
+        """.got once it holds n messages (or the stream ended)."""
+        t0 = time.time()
+        while time.time() < t0 + timeout and len(self.got) < n and self.code is None:
+            time.sleep(0.02)
+        assert len(self.got) >= n, (self.got, self.code, self.details)
+        return self.got
 
 
 def http_addr(p):

@@ -19,48 +19,9 @@ driven raw from Python against a real coordinator:
 - a session cancelled while its worker is live declares the worker lost at
   once ("Session cancelled by its transport"), long before its heartbeat
   timeout."""
-import queue
-import threading
 import time
 
 import rmtest
-
-
-class Stream:
-    """A Session call fed from a queue; None in the queue half-closes."""
-
-    def __init__(self, env, first, raw=False):
-        self.q = queue.Queue()
-        self.q.put(first)
-        if raw:
-            fn = env.channel.stream_stream("/ringmaster.v1.Worker/Session")
-        else:
-            fn = env.worker.Session
-        self.call = fn(iter(self.q.get, None), timeout=60)
-        self.got, self.code, self.details = [], None, None
-        self.t = threading.Thread(target=self._read)
-        self.t.start()
-
-    def _read(self):
-        try:
-            for r in self.call:
-                self.got.append(r)
-            self.code = self.call.code()
-        except Exception as e:  # grpc.RpcError
-            self.code = e.code()
-            self.details = e.details()
-
-    def send(self, m):
-        self.q.put(m)
-
-    def end(self, timeout=10):
-        self.q.put(None)
-        return self.wait(timeout)
-
-    def wait(self, timeout=10):
-        self.t.join(timeout)
-        assert not self.t.is_alive(), "Session did not end in %d s" % timeout
-        return self.code
 
 
 def test(env):
@@ -76,7 +37,7 @@ def test(env):
     hb = [lambda step, i=i: m.SessionRequest(step=step, **ids[i]) for i in range(2)]
 
     # 1. liveness from Session messages alone, past the 3 s heartbeat timeout
-    s = [Stream(env, hb[i](0)) for i in range(2)]
+    s = [rmtest.SessionStream(env, hb[i](0)) for i in range(2)]
     for k in range(1, 11):
         time.sleep(0.5)
         for i in range(2):
@@ -111,12 +72,13 @@ def test(env):
     b = s[0].got[1].barrier
     assert not b.released and "deadline" in b.reason, b
     assert [x.rank for x in b.missing] == [ranks[res[1].worker_id]], b.missing
-    extra = Stream(env, hb[0](12))
+    extra = rmtest.SessionStream(env, hb[0](12))
     extra.send(m.SessionRequest(step=12, barrier=m.SessionBarrier(name="b3"), **ids[0]))
     extra.send(m.SessionRequest(step=12, barrier=m.SessionBarrier(name="b4"), **ids[0]))
     assert extra.wait() == g.StatusCode.INVALID_ARGUMENT and "one barrier" in extra.details, \
         (extra.code, extra.details)
-    first = Stream(env, m.SessionRequest(barrier=m.SessionBarrier(name="b5"), **ids[0]))
+    first = rmtest.SessionStream(env, m.SessionRequest(barrier=m.SessionBarrier(name="b5"),
+                                                       **ids[0]))
     assert first.wait() == g.StatusCode.INVALID_ARGUMENT and "opening" in first.details, \
         (first.code, first.details)
     for i in range(2):
@@ -148,7 +110,7 @@ def test(env):
     ok = dict(job_id=job2.id, token=job2.token, generation=r.generation, worker_id=r.worker_id)
 
     def ended(first, later=None, raw=False):
-        st = Stream(env, first, raw=raw)
+        st = rmtest.SessionStream(env, first, raw=raw)
         if later is not None:
             st.send(later)
         code = st.wait()
@@ -171,7 +133,7 @@ def test(env):
     assert env.get(job2.id).state == m.JOB_STATE_RUNNING
 
     # 6. a job that ended is told in the stream's one message, then OK
-    st = Stream(env, m.SessionRequest(**ok))
+    st = rmtest.SessionStream(env, m.SessionRequest(**ok))
     env.jobs.CancelJob(m.CancelJobRequest(job_id=job2.id), timeout=10)
     st.send(m.SessionRequest(step=2, **ok))
     assert st.wait() == g.StatusCode.OK, (st.code, st.details)

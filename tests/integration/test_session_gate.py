@@ -19,49 +19,11 @@ first 2 ready arrivals decide a step.
   ends its stream FAILED_PRECONDITION, the unary call's status and words
   ("step gate: ...").
 """
-import queue
-import threading
 import time
 
 import rmtest
 
 N = 3
-
-
-class Stream:
-    """A Session call fed from a queue; None in the queue half-closes."""
-
-    def __init__(self, env, first):
-        self.q = queue.Queue()
-        self.q.put(first)
-        self.call = env.worker.Session(iter(self.q.get, None), timeout=60)
-        self.got, self.code, self.details = [], None, None
-        self.t = threading.Thread(target=self._read)
-        self.t.start()
-
-    def _read(self):
-        try:
-            for r in self.call:
-                self.got.append(r)
-            self.code = self.call.code()
-        except Exception as e:  # grpc.RpcError
-            self.code = e.code()
-            self.details = e.details()
-
-    def send(self, m):
-        self.q.put(m)
-
-    def answers(self, n, timeout=20):
-        t0 = time.time()
-        while time.time() < t0 + timeout and len(self.got) < n and self.code is None:
-            time.sleep(0.02)
-        assert len(self.got) >= n, (self.got, self.code, self.details)
-        return self.got
-
-    def wait(self, timeout=20):
-        self.t.join(timeout)
-        assert not self.t.is_alive(), "Session did not end in %d s" % timeout
-        return self.code
 
 
 def mask_of(a):
@@ -78,7 +40,7 @@ def test(env):
     ids = [dict(job_id=job.id, token=job.token, generation=res[i].generation,
                 worker_id=res[i].worker_id) for i in range(N)]
     rank = [res[i].rank for i in range(N)]
-    s = [Stream(env, m.SessionRequest(**ids[i])) for i in range(N)]
+    s = [rmtest.SessionStream(env, m.SessionRequest(**ids[i])) for i in range(N)]
 
     def gate(i, step, wait_ms, ready=True):
         return m.SessionRequest(step=step, gate=m.SessionGate(ready=ready, wait_ms=wait_ms),
@@ -115,17 +77,17 @@ def test(env):
     assert "one barrier arrival or step-gate call at a time" in s[1].details, s[1].details
     assert "a step gate" in s[1].details, s[1].details
     assert len(s[1].got) == 1, s[1].got
-    two = Stream(env, m.SessionRequest(**ids[1]))
+    two = rmtest.SessionStream(env, m.SessionRequest(**ids[1]))
     two.send(gate(1, 1, 20000, ready=False))
     two.send(gate(1, 1, 20000, ready=False))
     assert two.wait() == g.StatusCode.INVALID_ARGUMENT and "at a time" in two.details, \
         (two.code, two.details)
-    both = Stream(env, m.SessionRequest(**ids[1]))
+    both = rmtest.SessionStream(env, m.SessionRequest(**ids[1]))
     both.send(m.SessionRequest(step=1, barrier=m.SessionBarrier(name="b"),
                                gate=m.SessionGate(ready=True), **ids[1]))
     assert both.wait() == g.StatusCode.INVALID_ARGUMENT and "has both" in both.details, \
         (both.code, both.details)
-    first = Stream(env, gate(1, 1, 100))
+    first = rmtest.SessionStream(env, gate(1, 1, 100))
     assert first.wait() == g.StatusCode.INVALID_ARGUMENT and "opening" in first.details, \
         (first.code, first.details)
     assert env.get(job.id).state == m.JOB_STATE_RUNNING

@@ -252,6 +252,40 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
   return rm__session_moved_on(s);
 }
 
+/* ---- barrier arrivals and gate calls: on the stream, else unary ---- */
+/* m (a SessionRequest with `barrier` or `gate` set) on the open Session
+ * when `stream` (session_live.c BARRIERS AND GATES ON THE STREAM), else (or
+ * when the stream ended without answering) the unary call `path` with q
+ * and the time left to deadline_ns. Returns the call's status; *r: its
+ * answer on RM__G_OK (the stream's BarrierResponse or StepGateResponse, as
+ * m asked, or the unary call's), the caller's to free. */
+static int ask(rm_session_t *s, int stream, Ringmaster__V1__SessionRequest *m,
+               const char *path, const ProtobufCMessage *q,
+               const ProtobufCMessageDescriptor *rd, int64_t deadline_ns,
+               ProtobufCMessage **r, char *msg, size_t msglen)
+{
+  Ringmaster__V1__SessionResponse *sr = NULL;
+  int rc = stream ? rm__session_ask_on_stream(s, m, deadline_ns, &sr, msg, msglen) : -1;
+  *r = NULL;
+  if (sr) { /* the field m's request set holds the answer */
+    if (m->barrier) {
+      *r = &sr->barrier->base;
+      sr->barrier = NULL;
+    } else {
+      *r = &sr->gate->base;
+      sr->gate = NULL;
+    }
+    protobuf_c_message_free_unpacked(&sr->base, NULL);
+  }
+  if (rc >= 0) return rc;
+  int left = rm__ms_left(deadline_ns);
+  if (left <= 0) {
+    snprintf(msg, msglen, "Deadline Exceeded");
+    return RM__G_DEADLINE;
+  }
+  return rm__ctl_call(s->ctl, path, q, rd, r, left, msg, msglen);
+}
+
 /* ---- the straggler gate ---- */
 /* A decided answer's member mask into members[world]: StepGate's
  * `members`, or a Session answer's world and ranks out (messages.proto).
@@ -282,41 +316,24 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
 {
   Ringmaster__V1__StepGateRequest q = RINGMASTER__V1__STEP_GATE_REQUEST__INIT;
   Ringmaster__V1__StepGateResponse *r = NULL;
-  Ringmaster__V1__SessionResponse *sr = NULL;
+  Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
+  Ringmaster__V1__SessionGate sg = RINGMASTER__V1__SESSION_GATE__INIT;
   char msg[256];
-  int ret = -1, rc = -1;
+  int ret = -1;
   RM__SESSION_IDS(q, s);
   q.step = step;
   q.ready = ready != 0;
   q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
   q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
-  int64_t deadline_ns = rm__now_ns() + ((int64_t)q.wait_ms + 5000) * 1000000;
-  if (s->join && s->join->session_gate) {
-    Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
-    Ringmaster__V1__SessionGate sg = RINGMASTER__V1__SESSION_GATE__INIT;
-    RM__SESSION_IDS(m, s);
-    m.step = step;
-    sg.ready = q.ready;
-    sg.wait_ms = q.wait_ms;
-    m.gate = &sg;
-    rc = rm__session_ask_on_stream(s, &m, deadline_ns, &sr, msg, sizeof msg);
-    if (sr) { /* its StepGateResponse is the answer */
-      r = sr->gate;
-      sr->gate = NULL;
-      protobuf_c_message_free_unpacked(&sr->base, NULL);
-    }
-  }
-  if (rc < 0) {
-    int left = rm__ms_left(deadline_ns);
-    if (left > 0) {
-      rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/StepGate", &q.base,
-                        &ringmaster__v1__step_gate_response__descriptor,
-                        (ProtobufCMessage **)&r, left, msg, sizeof msg);
-    } else {
-      rc = RM__G_DEADLINE;
-      snprintf(msg, sizeof msg, "Deadline Exceeded");
-    }
-  }
+  RM__SESSION_IDS(m, s);
+  m.step = step;
+  sg.ready = q.ready;
+  sg.wait_ms = q.wait_ms;
+  m.gate = &sg;
+  int rc = ask(s, s->join && s->join->session_gate, &m, "/ringmaster.v1.Worker/StepGate",
+               &q.base, &ringmaster__v1__step_gate_response__descriptor,
+               rm__now_ns() + ((int64_t)q.wait_ms + 5000) * 1000000, (ProtobufCMessage **)&r,
+               msg, sizeof msg);
   if (rc == RM__G_OK) {
     ret = 0;
     if (r->decided && gate_members(r, s->world, members)) {
@@ -460,30 +477,15 @@ static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_
    * it ended without answering) the unary call with the time left */
   Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
   Ringmaster__V1__SessionBarrier sb = RINGMASTER__V1__SESSION_BARRIER__INIT;
-  Ringmaster__V1__SessionResponse *sr = NULL;
   RM__SESSION_IDS(m, s);
   m.step = q.step;
   sb.name = q.name;
   sb.timeout_ms = q.timeout_ms;
   sb.payload = q.payload;
   m.barrier = &sb;
-  int rc = rm__session_ask_on_stream(s, &m, deadline_ns, &sr, msg, sizeof msg);
-  if (sr) { /* its BarrierResponse is the answer */
-    r = sr->barrier;
-    sr->barrier = NULL;
-    protobuf_c_message_free_unpacked(&sr->base, NULL);
-  }
-  if (rc < 0) {
-    int left = rm__ms_left(deadline_ns);
-    if (left > 0) {
-      rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Barrier", &q.base,
-                        &ringmaster__v1__barrier_response__descriptor,
-                        (ProtobufCMessage **)&r, left, msg, sizeof msg);
-    } else {
-      rc = RM__G_DEADLINE;
-      snprintf(msg, sizeof msg, "Deadline Exceeded");
-    }
-  }
+  int rc = ask(s, 1, &m, "/ringmaster.v1.Worker/Barrier", &q.base,
+               &ringmaster__v1__barrier_response__descriptor, deadline_ns,
+               (ProtobufCMessage **)&r, msg, sizeof msg);
   if (rc != RM__G_OK) {
     if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
       rm__session_mark_stale(s, -1, msg);
