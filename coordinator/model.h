@@ -37,6 +37,10 @@ typedef struct rm__park {
   int watch_sending;            /* WATCH: a message is in flight */
   int watch_done;               /* WATCH: final status queued */
   uint64_t gate_step;           /* GATE: step asked about */
+  int gate_push;                /* SESSION: decisions are pushed to it
+                                   (SessionRequest.gate_push) */
+  uint64_t pushed_gen, pushed_step; /* SESSION: the last decision pushed:
+                                   its generation and step + 1; 0 none */
 } rm__park_t;
 
 typedef struct rm__worker {

@@ -147,6 +147,8 @@ void fz_deliver(rm__call_t *k, int code, const char *details,
       CHECK(!r->barrier != !r->gate, "a Session message that is not one barrier or gate "
             "answer");
       CHECK(!r->gate || !r->gate->members.len, "a Session gate answer with a mask");
+      CHECK(!r->gate_pushed || (r->gate && r->gate->decided && r->gate->dropped),
+            "a pushed Session message that is not a decided, dropped gate answer");
       for (size_t i = 0; r->gate && i < r->gate->n_out; i++)
         CHECK(r->gate->out[i] < r->gate->world && (!i || r->gate->out[i - 1] < r->gate->out[i]),
               "a Session gate answer's out[%zu] = %u (world %u)", i, r->gate->out[i],

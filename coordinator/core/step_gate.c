@@ -346,6 +346,17 @@ static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_
 
 static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
 
+/* SHARED ANSWERS: the packed answers of `step` ([dropped][wire form]),
+ * those of an older step dropped first. */
+static rm__blob_t *(*step_answers(rm__gate_state_t *gs, uint64_t step))[2]
+{
+  if (gs->answer_step != step) {
+    answers_clear(gs);
+    gs->answer_step = step;
+  }
+  return gs->answer;
+}
+
 /* Answer the call parked (or about to be) in p about `step`: the member
  * mask when the step is decided, "dropped" for an older step, else "not
  * decided" (rpc/waiters.c formats it). */
@@ -363,15 +374,22 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
    * answered at once when it does (answer_parked) */
   if (!m && !dropped && gs && gs->started && step == rm_gate_step(gs->g))
     arrivals = !gs->deadline;
-  rm__blob_t **cache = NULL;
-  if (m) { /* SHARED ANSWERS: one packing per step and kind, not per waiter */
-    if (gs->answer_step != step) {
-      answers_clear(gs);
-      gs->answer_step = step;
-    }
-    cache = gs->answer[dropped];
-  }
-  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals, cache);
+  rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals,
+                  m ? step_answers(gs, step)[dropped] : NULL);
+}
+
+/* PUSHES: session park p of a member out of the decided step under way
+ * is told so unasked, once per (generation, step) (rm__push_gate). */
+static void push(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, rm__park_t *p)
+{
+  uint64_t step = rm_gate_step(gs->g);
+  const uint8_t *m = rm_gate_members(gs->g, NULL);
+  rm__worker_t *w = rm__job_worker(j, p->worker_id);
+  if (!m || !w || w->rank < 0 || w->rank >= gs->world || m[w->rank]) return;
+  if (p->pushed_gen == j->info.generation && p->pushed_step == step + 1) return;
+  p->pushed_gen = j->info.generation;
+  p->pushed_step = step + 1;
+  rm__push_gate(c, p, step, m, gs->world, step_answers(gs, step)[1]);
 }
 
 /* Does j->parked hold a gate call to answer now (PARKED WALKS)? */
@@ -388,6 +406,7 @@ static void answer_parked(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
   int dec = decided(gs);
   for (rm__park_t *p = j->parked.next, *n; p != &j->parked; p = n) {
     n = p->next;
+    if (p->kind == RM__PARK_SESSION && p->gate_push && dec && gs) push(c, j, gs, p);
     if (p->kind != RM__PARK_GATE) continue;
     int mine = gs && p->gate_step == rm_gate_step(gs->g);
     if ((mine && dec) || !mine || now_ns >= p->deadline_ns)

@@ -285,7 +285,8 @@ enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define DRAIN_SLEPT_NS (50 * 1000) /* GROUP COMMIT: a wait this short = busy */
 #define REQUESTS_PER_METHOD 16
 #define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP ANSWERS) */
-#define SESSION_QUEUE 4 /* SESSIONS: answers queued behind one in flight */
+#define SESSION_QUEUE 8 /* SESSIONS: answers queued behind one in flight */
+#define SESSION_PUSH_BELOW 4 /* SESSIONS: a push only when fewer are queued */
 
 RM_PARAM(server_cqs, "RINGMASTER_COORD_CQS", 1)
 RM_PARAM(deadline_filter, "RINGMASTER_COORD_DEADLINE_FILTER", 0)
@@ -550,15 +551,36 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
-/* SESSIONS: SessionResponse.barrier's and .gate's field numbers
- * (rm__server_start). */
-static int session_barrier_field, session_gate_field;
+/* SESSIONS: SessionResponse.barrier's, .gate's and .gate_pushed's field
+ * numbers (rm__server_start). */
+static int session_barrier_field, session_gate_field, session_pushed_field;
 
 rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
 rm__park_t *rm__call_gpark(rm__call_t *k) { return &k->gpark; }
 int rm__park_on_stream(const rm__park_t *p)
 {
   return p == &p->call->bpark || p == &p->call->gpark;
+}
+
+/* A SessionResponse: (pushed: gate_pushed = true, then) body's bytes as
+ * field `field`, framed by its key and length (body referenced, not
+ * copied). */
+static grpc_byte_buffer *framed(int pushed, int field, grpc_slice body)
+{
+  uint8_t head[24];
+  size_t n = 0, len = GRPC_SLICE_LENGTH(body);
+  if (pushed) {
+    head[n++] = (uint8_t)(session_pushed_field << 3 | 0); /* varint */
+    head[n++] = 1;
+  }
+  head[n++] = (uint8_t)(field << 3 | 2); /* length-delimited */
+  do {
+    head[n] = (uint8_t)(len & 0x7f);
+    len >>= 7;
+    if (len) head[n] |= 0x80;
+    n++;
+  } while (len);
+  return head_then(grpc_slice_from_copied_buffer((const char *)head, n), body);
 }
 
 /* The call's own park ends the call with the answer; a Session's barrier
@@ -578,19 +600,15 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   rm__park_unlink(p);
   if (k->answered) return; /* the stream is over */
   grpc_slice body = shared ? grpc_slice_ref(shared->slice) : packed(resp);
-  uint8_t head[16];
-  size_t n = 0, len = GRPC_SLICE_LENGTH(body);
-  int field = p == &k->bpark ? session_barrier_field : session_gate_field;
-  head[n++] = (uint8_t)(field << 3 | 2); /* length-delimited */
-  do {
-    head[n] = (uint8_t)(len & 0x7f);
-    len >>= 7;
-    if (len) head[n] |= 0x80;
-    n++;
-  } while (len);
   out_push(c, k, -1, NULL,
-           head_then(grpc_slice_from_copied_buffer((const char *)head, n), body));
+           framed(0, p == &k->bpark ? session_barrier_field : session_gate_field, body));
   grpc_slice_unref(body);
+}
+
+void rm__session_push(rm_coord_t *c, rm__call_t *k, rm__blob_t *shared)
+{
+  if (k->answered || k->nlater >= SESSION_PUSH_BELOW) return;
+  out_push(c, k, -1, NULL, framed(1, session_gate_field, shared->slice));
 }
 
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
@@ -667,7 +685,8 @@ void rm__out_flush(rm_coord_t *c)
       start_out(k, o);
       continue;
     }
-    if (k->nlater == SESSION_QUEUE) { /* never: a barrier, a gate, the end */
+    if (k->nlater == SESSION_QUEUE) { /* never: pushes stop at SESSION_PUSH_BELOW,
+                                        * then a barrier, a gate, the end */
       RM_ERROR("session: %d answers queued behind one in flight; one dropped",
                SESSION_QUEUE);
       if (o->bb) grpc_byte_buffer_destroy(o->bb);
@@ -1151,6 +1170,8 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
                               &ringmaster__v1__session_response__descriptor, "barrier")->id;
   session_gate_field = (int)protobuf_c_message_descriptor_get_field_by_name(
                            &ringmaster__v1__session_response__descriptor, "gate")->id;
+  session_pushed_field = (int)protobuf_c_message_descriptor_get_field_by_name(
+                             &ringmaster__v1__session_response__descriptor, "gate_pushed")->id;
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

@@ -68,17 +68,32 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *
   free(mp);
 }
 
-/* A decided gate answer from its shared packed bytes: a StepGate call's
- * as its answer (gzip when it asked: an empty head, the shared tail), a
- * Session's gate park's as a message of the stream. */
-static void gate_shared(rm_coord_t *c, rm__park_t *p, rm__blob_t *shared, int form)
+/* A decided answer in wire form `form` (0: a StepGate call's, the
+ * world-byte mask; 1: a Session message's, world and the ranks out), packed. */
+static rm__blob_t *decided_blob(uint64_t step, const uint8_t *members, int world, int dropped,
+                                int form)
 {
+  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  uint32_t *out = NULL;
+  r.step = step;
+  r.dropped = dropped != 0;
+  r.decided = 1;
   if (form) {
-    rm__park_answer(c, p, NULL, shared);
-    return;
+    size_t n = 0;
+    for (int i = 0; i < world; i++) n += !members[i];
+    out = rm__xcalloc(n ? n : 1, sizeof *out);
+    for (int i = 0, k = 0; i < world; i++)
+      if (!members[i]) out[k++] = (uint32_t)i;
+    r.world = (uint32_t)world;
+    r.n_out = n;
+    r.out = out;
+  } else {
+    r.members.data = (uint8_t *)members;
+    r.members.len = (size_t)world;
   }
-  Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
-  rm__reply_tail_gz(c, p->call, &none.base, shared);
+  rm__blob_t *b = rm__blob_pack(&r.base);
+  free(out);
+  return b;
 }
 
 /* A decided answer (members != NULL) is packed once into cache[form] and
@@ -92,39 +107,32 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache)
 {
-  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
   int form = rm__park_on_stream(p);
-  uint32_t *out = NULL;
-  r.step = step;
-  r.dropped = dropped != 0;
-  r.arrivals_decide = !members && arrivals_decide;
-  if (members && cache && cache[form]) {
-    gate_shared(c, p, cache[form], form);
+  if (members) {
+    rm__blob_t *own = NULL, *b;
+    if (cache && !cache[form]) cache[form] = decided_blob(step, members, world, dropped, form);
+    b = cache ? cache[form] : (own = decided_blob(step, members, world, dropped, form));
+    if (form) {
+      rm__park_answer(c, p, NULL, b);
+    } else {
+      Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+      rm__reply_tail_gz(c, p->call, &none.base, b);
+    }
+    rm__blob_unref(own);
     return;
   }
-  if (members) {
-    r.decided = 1;
-    if (form) {
-      size_t n = 0;
-      for (int i = 0; i < world; i++) n += !members[i];
-      out = rm__xcalloc(n ? n : 1, sizeof *out);
-      for (int i = 0, k = 0; i < world; i++)
-        if (!members[i]) out[k++] = (uint32_t)i;
-      r.world = (uint32_t)world;
-      r.n_out = n;
-      r.out = out;
-    } else {
-      r.members.data = (uint8_t *)members;
-      r.members.len = (size_t)world;
-    }
-  }
-  if (members && cache) {
-    cache[form] = rm__blob_pack(&r.base);
-    gate_shared(c, p, cache[form], form);
-  } else {
-    rm__park_answer(c, p, &r.base, NULL);
-  }
-  free(out);
+  Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
+  r.step = step;
+  r.dropped = dropped != 0;
+  r.arrivals_decide = arrivals_decide != 0;
+  rm__park_answer(c, p, &r.base, NULL);
+}
+
+void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t step, const uint8_t *members,
+                   int world, rm__blob_t **cache)
+{
+  if (!cache[1]) cache[1] = decided_blob(step, members, world, 1, 1);
+  rm__session_push(c, p->call, cache[1]);
 }
 
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)

@@ -15,6 +15,9 @@ first 2 ready arrivals decide a step.
 - one at a time: a barrier arrival while a gate call waits, a second gate
   call, a message with both, or a gate call on the opening message end the
   stream INVALID_ARGUMENT with words that say so;
+- pushes: a Session opened with gate_push gets each decided step it is out
+  of unasked (gate_pushed, decided, dropped, `out` its own rank); one
+  opened without it gets nothing;
 - stale: a gate call waiting when a member is lost (its session cancelled)
   ends its stream FAILED_PRECONDITION, the unary call's status and words
   ("step gate: ...").
@@ -92,9 +95,25 @@ def test(env):
         (first.code, first.details)
     assert env.get(job.id).state == m.JOB_STATE_RUNNING
 
-    # 4. stale: member 2 waits at step 2; member 0's session is cancelled
+    # 4. pushes: members 0 and 1 decide step 3 (0 on its stream, 1 unary);
+    # member 2 asks nothing: its session opened with gate_push is told
+    push = rmtest.SessionStream(env, m.SessionRequest(gate_push=True, **ids[2]))
+    time.sleep(0.3)  # opened before the step is decided
+    s[0].send(gate(0, 3, 20000))
+    u = W.StepGate(m.StepGateRequest(step=3, ready=True, wait_ms=20000, **ids[1]), timeout=30)
+    assert u.decided and not u.dropped, u
+    x = push.answers(1)[0]
+    assert x.gate_pushed and x.HasField("gate"), x
+    assert x.gate.decided and x.gate.dropped and x.gate.step == 3, x
+    assert x.gate.world == N and list(x.gate.out) == [rank[2]], x
+    y = s[0].answers(3)[2]
+    assert not y.gate_pushed and y.gate.decided and not y.gate.dropped, y
+    assert len(s[2].got) == 1, s[2].got  # opened without gate_push
+    assert push.end() == g.StatusCode.OK and len(push.got) == 1, (push.code, push.got)
+
+    # 5. stale: member 2 waits at step 4; member 0's session is cancelled
     # (lost at once): member 2's stream ends with the unary call's status
-    s[2].send(gate(2, 2, 20000))
+    s[2].send(gate(2, 4, 20000))
     time.sleep(0.3)
     assert s[2].code is None and len(s[2].got) == 1, (s[2].code, s[2].got)
     s[0].call.cancel()
