@@ -226,7 +226,7 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
 
 /* server.c's: an unasked SessionResponse with gate_pushed and the shared
  * gate answer, here packed by protobuf-c. */
-void rm__session_push(rm_coord_t *c, rm__call_t *k, rm__blob_t *shared)
+void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared)
 {
   size_t len;
   if (k->answered) return;
@@ -236,6 +236,7 @@ void rm__session_push(rm_coord_t *c, rm__call_t *k, rm__blob_t *shared)
   Ringmaster__V1__SessionResponse m = RINGMASTER__V1__SESSION_RESPONSE__INIT;
   m.gate = g;
   m.gate_pushed = 1;
+  m.generation = gen;
   uint8_t *buf = pack(&m.base, &len);
   protobuf_c_message_free_unpacked(&g->base, NULL);
   out_push(c, k, -1, NULL, buf, len);

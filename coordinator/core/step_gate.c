@@ -389,7 +389,7 @@ static void push(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, rm__park_t *
   if (p->pushed_gen == j->info.generation && p->pushed_step == step + 1) return;
   p->pushed_gen = j->info.generation;
   p->pushed_step = step + 1;
-  rm__push_gate(c, p, step, m, gs->world, step_answers(gs, step)[1]);
+  rm__push_gate(c, p, j->info.generation, step, m, gs->world, step_answers(gs, step)[1]);
 }
 
 /* Does j->parked hold a gate call to answer now (PARKED WALKS)? */

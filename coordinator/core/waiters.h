@@ -32,12 +32,12 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache);
-/* Push a decided step to session park p of a member out of it (the
- * answer its gate call would get: dropped), unasked; cache as for
- * rm__answer_gate. Best effort: nothing when its stream is over or too far
- * behind. rpc/waiters.c. */
-void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t step, const uint8_t *members,
-                   int world, rm__blob_t **cache);
+/* Push step `step` of generation gen, decided, to session park p of a
+ * member out of it (the answer its gate call would get: dropped), unasked;
+ * cache as for rm__answer_gate. Best effort: nothing when its stream is
+ * over or too far behind. rpc/waiters.c. */
+void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
+                   const uint8_t *members, int world, rm__blob_t **cache);
 /* The call's generation or job is over: FAILED_PRECONDITION with why. */
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
 /* New events or state for j: answer its parked Joins, kick its watchers. */

@@ -52,9 +52,10 @@ int rm__park_on_stream(const rm__park_t *p);
 void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
                      rm__blob_t *shared);
 /* SESSIONS: a message of Session call k, unasked: a SessionResponse with
- * gate_pushed and `gate` = shared's bytes (not copied). Best effort:
- * nothing when the stream is over or too far behind. Under lock. */
-void rm__session_push(rm_coord_t *c, rm__call_t *k, rm__blob_t *shared);
+ * gate_pushed, generation gen and `gate` = shared's bytes (not copied).
+ * Best effort: nothing when the stream is over or too far behind. Under
+ * lock. */
+void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared);
 
 /* ---- rpc.c: handlers (under lock) ---- */
 enum {

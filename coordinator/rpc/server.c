@@ -551,9 +551,10 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
   out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
-/* SESSIONS: SessionResponse.barrier's, .gate's and .gate_pushed's field
- * numbers (rm__server_start). */
-static int session_barrier_field, session_gate_field, session_pushed_field;
+/* SESSIONS: SessionResponse.barrier's, .gate's, .gate_pushed's and
+ * .generation's field numbers (rm__server_start). */
+static int session_barrier_field, session_gate_field, session_pushed_field,
+    session_generation_field;
 
 rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
 rm__park_t *rm__call_gpark(rm__call_t *k) { return &k->gpark; }
@@ -562,24 +563,33 @@ int rm__park_on_stream(const rm__park_t *p)
   return p == &p->call->bpark || p == &p->call->gpark;
 }
 
-/* A SessionResponse: (pushed: gate_pushed = true, then) body's bytes as
- * field `field`, framed by its key and length (body referenced, not
- * copied). */
-static grpc_byte_buffer *framed(int pushed, int field, grpc_slice body)
+/* Append v as a protobuf varint at buf[n]; returns the new n. */
+static size_t varint(uint8_t *buf, size_t n, uint64_t v)
 {
-  uint8_t head[24];
-  size_t n = 0, len = GRPC_SLICE_LENGTH(body);
-  if (pushed) {
-    head[n++] = (uint8_t)(session_pushed_field << 3 | 0); /* varint */
-    head[n++] = 1;
-  }
-  head[n++] = (uint8_t)(field << 3 | 2); /* length-delimited */
   do {
-    head[n] = (uint8_t)(len & 0x7f);
-    len >>= 7;
-    if (len) head[n] |= 0x80;
+    buf[n] = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    if (v) buf[n] |= 0x80;
     n++;
-  } while (len);
+  } while (v);
+  return n;
+}
+
+/* A SessionResponse: (pushed_gen > 0: generation = pushed_gen and
+ * gate_pushed = true, then) body's bytes as field `field`, framed by its
+ * key and length (body referenced, not copied). */
+static grpc_byte_buffer *framed(uint64_t pushed_gen, int field, grpc_slice body)
+{
+  uint8_t head[40];
+  size_t n = 0;
+  if (pushed_gen) {
+    n = varint(head, n, (uint64_t)session_generation_field << 3); /* wire type varint */
+    n = varint(head, n, pushed_gen);
+    n = varint(head, n, (uint64_t)session_pushed_field << 3);
+    n = varint(head, n, 1);
+  }
+  n = varint(head, n, (uint64_t)field << 3 | 2); /* length-delimited */
+  n = varint(head, n, GRPC_SLICE_LENGTH(body));
   return head_then(grpc_slice_from_copied_buffer((const char *)head, n), body);
 }
 
@@ -605,10 +615,10 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   grpc_slice_unref(body);
 }
 
-void rm__session_push(rm_coord_t *c, rm__call_t *k, rm__blob_t *shared)
+void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared)
 {
   if (k->answered || k->nlater >= SESSION_PUSH_BELOW) return;
-  out_push(c, k, -1, NULL, framed(1, session_gate_field, shared->slice));
+  out_push(c, k, -1, NULL, framed(gen, session_gate_field, shared->slice));
 }
 
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
@@ -1172,6 +1182,8 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
                            &ringmaster__v1__session_response__descriptor, "gate")->id;
   session_pushed_field = (int)protobuf_c_message_descriptor_get_field_by_name(
                              &ringmaster__v1__session_response__descriptor, "gate_pushed")->id;
+  session_generation_field = (int)protobuf_c_message_descriptor_get_field_by_name(
+                                 &ringmaster__v1__session_response__descriptor, "generation")->id;
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

@@ -128,11 +128,11 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
   rm__park_answer(c, p, &r.base, NULL);
 }
 
-void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t step, const uint8_t *members,
-                   int world, rm__blob_t **cache)
+void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
+                   const uint8_t *members, int world, rm__blob_t **cache)
 {
   if (!cache[1]) cache[1] = decided_blob(step, members, world, 1, 1);
-  rm__session_push(c, p->call, cache[1]);
+  rm__session_push(c, p->call, gen, cache[1]);
 }
 
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)

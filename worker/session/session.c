@@ -478,6 +478,7 @@ void rm_session_close(rm_session_t *s)
   rm__session_secure_drop(s);
   rm_comm_destroy(comm);
   if (s->join) protobuf_c_message_free_unpacked(&s->join->base, NULL);
+  if (s->pushed) protobuf_c_message_free_unpacked(&s->pushed->base, NULL);
   rm__ctl_close(s->ctl);
   rm_endpoint_close(s->ep);
   pthread_cond_destroy(&s->cv);

@@ -91,6 +91,11 @@ struct rm_session {
   uint64_t ow_gen;              /* the generation the request named */
   Ringmaster__V1__SessionResponse *ow_resp;
   char ow_msg[256];
+  /* GATE PUSHES (session_live.c): the last decided step pushed to this
+   * session (it was out of it) and the generation it was decided in;
+   * under mu; NULL none */
+  Ringmaster__V1__StepGateResponse *pushed;
+  uint64_t pushed_gen;
   int stale;                    /* invariant 2, under mu */
   int job_state;                /* last known JobState, under mu */
   char reason[512];             /* why it went stale, under mu */

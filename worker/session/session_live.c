@@ -79,6 +79,20 @@
  * caller gave up at its deadline; the late answer is dropped), with no
  * Session open, or with the Watch fallback goes as the unary call.
  *
+ * GATE PUSHES. The opening message asks for them (gate_push): a
+ * coordinator that answers gate calls on the stream (JoinResponse.
+ * session_gate) sends every decided step this worker is out of, unasked
+ * (SessionResponse.gate_pushed, with the generation it was decided in).
+ * The stream thread keeps the last one (s->pushed); a gate question that
+ * only asks whether this worker was dropped while it computes (not ready,
+ * no wait: step_policy.c rm__sp_spend, rm_session_step_dropped) is then
+ * answered from it without a call (rm__session_pushed, session_step.c):
+ * decided and dropped when it is this generation's and step's, else not
+ * decided. Only while a Session is open (pushes come on it); else the
+ * call as before. A push that is lost (the stream re-opening when the step
+ * was decided) costs the compute the worker then spends in vain: it
+ * arrives ready and its gate call's answer says it was dropped.
+ *
  * REOPEN. 500 ms after it ended (the coordinator may be unreachable: no
  * busy loop), but at once after UNIMPLEMENTED (the Watch instead) and
  * after a heartbeat's or the owed request's refusal (it carried them,
@@ -277,6 +291,7 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
   RM__SESSION_IDS(h, s);
   RM__SESSION_IDS(w, s);
   h.step = s->steps_done;
+  h.gate_push = 1; /* GATE PUSHES */
   pthread_mutex_unlock(&s->mu);
   *gen = h.generation;
   w.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
@@ -355,6 +370,16 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
   char msg[256];
   while (rm__ctl_stream_next(st, &ringmaster__v1__session_response__descriptor,
                              (ProtobufCMessage **)&r, &rc, msg, sizeof msg)) {
+    if (r->gate_pushed && r->gate) { /* GATE PUSHES: kept, the last one */
+      pthread_mutex_lock(&s->mu);
+      if (s->pushed) protobuf_c_message_free_unpacked(&s->pushed->base, NULL);
+      s->pushed = r->gate;
+      s->pushed_gen = r->generation;
+      r->gate = NULL;
+      pthread_mutex_unlock(&s->mu);
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      continue;
+    }
     if (r->barrier || r->gate) { /* never a heartbeat's answer: job_state 0 */
       owed_answer(s, st, r);
       continue;

@@ -307,6 +307,24 @@ static int gate_members(const Ringmaster__V1__StepGateResponse *r, int world,
   return 1;
 }
 
+/* GATE PUSHES (session_live.c): whether step was decided without this
+ * worker, from the last pushed decision: 1 (members filled, *dropped = 1)
+ * or 0 (not that it knows), without a call; -1 when pushes cannot be
+ * relied on (no Session open, or a coordinator that does not push). */
+static int pushed(rm_session_t *s, uint64_t step, uint8_t *members, int *dropped)
+{
+  int got = -1;
+  pthread_mutex_lock(&s->mu);
+  if (s->join && s->join->session_gate && s->stream && s->stream_session) {
+    got = s->pushed && s->pushed_gen == s->generation && s->pushed->step == step &&
+          s->pushed->decided && s->pushed->dropped &&
+          gate_members(s->pushed, s->world, members);
+    if (got) *dropped = 1;
+  }
+  pthread_mutex_unlock(&s->mu);
+  return got;
+}
+
 /* GATES ON THE STREAM (session_live.c): the call as a Session message when
  * a Session is open and the coordinator said it answers them
  * (JoinResponse.session_gate), else (or when the stream ended without
@@ -320,6 +338,10 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
   Ringmaster__V1__SessionGate sg = RINGMASTER__V1__SESSION_GATE__INIT;
   char msg[256];
   int ret = -1;
+  if (!ready && wait_ms <= 0) { /* GATE PUSHES: "was I dropped?" needs no call */
+    int got = pushed(s, step, members, dropped);
+    if (got >= 0) return got;
+  }
   RM__SESSION_IDS(q, s);
   q.step = step;
   q.ready = ready != 0;
