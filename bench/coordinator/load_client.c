@@ -112,8 +112,13 @@
  * with a gate call (SessionRequest.gate {ready, wait_ms T * 1000}, step s)
  * in place of the arrival and the SessionResponse.gate its answer
  * (gate_sess_check); the same state (sess_t.bar) tracks it: one owed
- * request per stream, as the coordinator allows.  --session 0 and 2 keep
- * the unary calls.
+ * request per stream, as the coordinator allows.  The opening message asks
+ * for pushed decisions (gate_push), as the worker library does, so the
+ * worker out of a step also gets the decision unasked, whenever it comes
+ * (SessionResponse.gate_pushed): it must be decided, dropped, of this
+ * generation, world N with the worker's own rank among those out (else a
+ * failure); it settles nothing (every worker here asks, ready).  --session
+ * 0 and 2 keep the unary calls.
  *
  * WATCHES (--session 2): the worker library before the Session RPC, for a
  * fair before/after.  OPEN: every worker opens a server-streaming Watch
@@ -1253,6 +1258,7 @@ static void sess_send_msg(client_t *c, int w, int first, uint32_t step,
   q.step = step;
   q.barrier = bar;
   q.gate = gate;
+  q.gate_push = first; /* as the worker library asks (SESSION BARRIERS AND GATES) */
   s->send = pack(&q.base);
   if (!gate) s->step = step; /* beats sent */
   s->send_bar = bar || gate;
@@ -1427,7 +1433,16 @@ static void sess_event(client_t *c, intptr_t tag, int success)
           (void *)unpack(s->recv, &ringmaster__v1__session_response__descriptor);
       const Ringmaster__V1__BarrierResponse *b = m ? m->barrier : NULL;
       const Ringmaster__V1__StepGateResponse *gt = m ? m->gate : NULL;
-      if ((b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) ||
+      if (gt && m->gate_pushed) { /* a pushed decision: checked, nothing to settle */
+        int mine = 0;
+        for (size_t k = 0; k < gt->n_out; k++) mine |= gt->out[k] == c->rank_of[w];
+        if (!gt->decided || !gt->dropped || m->generation != c->gen ||
+            gt->world != (uint32_t)c->cfg->world || !mine)
+          sess_fail(c, 1, "Session of worker %d: a pushed gate decision not about it (step "
+                    "%llu, decided %d, dropped %d, generation %llu, world %u, %zu out)", g,
+                    (unsigned long long)gt->step, gt->decided, gt->dropped,
+                    (unsigned long long)m->generation, gt->world, gt->n_out);
+      } else if ((b && s->bar == BS_SENT && c->s_phase == LOAD_CMD_BARRIER) ||
           (gt && s->bar == BS_SENT && c->s_phase == LOAD_CMD_GATE)) { /* its answer */
         if (b) barrier_check(c, b, g, c->s_round, " (Session)", r);
         else gate_sess_check(c, gt, w, r);
