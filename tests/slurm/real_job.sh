@@ -45,6 +45,7 @@ start_coord() {
   local dir="$work/$1"
   shift
   mkdir -p "$dir"
+  : >"$dir/serve.out" # exists before the loop reads it (the job opens it later)
   (cd "$dir" && exec env "$@" "$rm_bin" serve --db "$dir/rm.db" --grpc 127.0.0.1:0 \
      --http 127.0.0.1:0 >"$dir/serve.out" 2>"$dir/serve.err") &
   coord_pid=$!
