@@ -66,6 +66,11 @@ struct rm_coord {
   rm_coord_launcher_t launchers[8];
   int nlaunchers;
   rm_coord_counters_t ctr;      /* counters; gauges filled on read */
+  int64_t gate_wake_ns;         /* TIMED DEADLINES (core/step_gate.c): the
+                                 * earliest time a step gate's poll could
+                                 * decide (monotonic ns), 0 none; written
+                                 * under mu, read atomically by the timer
+                                 * thread (rpc/server.c) */
   rm__server_t *srv;
   char grpc_addr[160];
   int closing;
@@ -197,6 +202,9 @@ void rm__suspect_config(int *m, int *w);
 void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                       uint64_t step, int ready, uint32_t wait_ms, rm__park_t *p);
 void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+/* TIMED DEADLINES (step_gate.c): poll every gate whose deadline came by
+ * now_ns (as a tick would) and recompute c->gate_wake_ns. Under lock. */
+void rm__gate_timers(rm_coord_t *c, int64_t now_ns);
 void rm__gate_free(rm__job_t *j);
 /* Answer every parked StepGate call whose worker is no longer a member of
  * the running generation (loss, re-formation, job end), so no survivor

@@ -67,12 +67,21 @@
  * from rm__job_set_state): the agent treats it as "stale, re-join", so no
  * survivor waits out its wait_ms in a gate that will never decide.
  *
- * The 100 ms coordinator tick also polls the deadline, but a deadline of
- * tens of ms needs finer time: under `deadline` the waiting workers call
- * with short wait_ms in a loop, and every call polls the gate.
- A "not decided" answer says whether only an arrival can decide the step
- * (StepGateResponse.arrivals_decide: every gate but RM_GATE_DEADLINE, e.g.
- * auto while synchronous), so those workers long-poll instead.
+ * TIMED DEADLINES (issue 16). A deadline of tens of ms needs finer time
+ * than the 100 ms tick. Every poll of an undecided gate (each call, each
+ * tick) asks rm_gate_poll when a poll could decide it (the deadline, once
+ * the median arrival is known) and keeps that as gs->wake_ns; the earliest
+ * over all jobs is c->gate_wake_ns, and queue 0's thread of rpc/server.c
+ * wakes then and runs rm__gate_timers: each gate whose time came is
+ * polled and, decided, walked (its parked calls answered, its pushes
+ * sent), as a tick would. Before the median is known only an arrival can
+ * decide (each one polls). So a parked call is answered as soon as its
+ * step is decided, by an arrival or by the clock, and every "not decided"
+ * answer says so (StepGateResponse.arrivals_decide, set for every gate):
+ * waiting workers long-poll instead of calling every 1 ms. Workers of an
+ * older coordinator (which set it only when no deadline runs) still poll.
+ * Memory only, like the rest of the gate: a SIGKILL loses the timers with
+ * the gate, and a restart re-forms the group anyway.
  *
  * Cost: one unary call per worker per step, answered from memory under the
  * coordinator lock; nothing is written to SQLite (a step's participant set
@@ -122,8 +131,8 @@ typedef struct rm__gate_state {
   uint64_t generation;
   int world;
   int started;     /* a step is under way */
-  int deadline;    /* the gate is RM_GATE_DEADLINE: decided by a clock, so
-                      waiting workers poll (StepGateResponse.arrivals_decide) */
+  int deadline;    /* the gate is RM_GATE_DEADLINE: decided by a clock */
+  int64_t wake_ns; /* TIMED DEADLINES: when a poll could decide it; 0 none */
   /* straggler_policy auto only (NULL otherwise) */
   rm_auto_t *autom;
   double *arrive_ms; /* world: this step's ready arrivals, NaN = not yet */
@@ -346,6 +355,19 @@ static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_
 
 static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
 
+/* TIMED DEADLINES: poll the undecided gate at now_ns and keep when a poll
+ * could decide it (gs->wake_ns, folded into c->gate_wake_ns). */
+static void poll_gate(rm_coord_t *c, rm__gate_state_t *gs, int64_t now_ns)
+{
+  rm_gate_state_t state;
+  double wake = -1;
+  rm_gate_poll(gs->g, (double)now_ns / 1e6, &state, &wake);
+  gs->wake_ns = !rm_gate_members(gs->g, NULL) && wake >= 0 ? (int64_t)ceil(wake * 1e6) : 0;
+  int64_t cur = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_RELAXED);
+  if (gs->wake_ns && (!cur || gs->wake_ns < cur))
+    __atomic_store_n(&c->gate_wake_ns, gs->wake_ns, __ATOMIC_RELEASE);
+}
+
 /* SHARED ANSWERS: the packed answers of `step` ([dropped][wire form]),
  * those of an older step dropped first. */
 static rm__blob_t *(*step_answers(rm__gate_state_t *gs, uint64_t step))[2]
@@ -370,10 +392,10 @@ static void answer(rm_coord_t *c, rm__job_t *j, rm__park_t *p, uint64_t step)
   int arrivals = 0;
   if (m) dropped = !w || w->rank < 0 || w->rank >= gs->world || !m[w->rank];
   else if (gs && gs->started && step < rm_gate_step(gs->g)) dropped = 1;
-  /* only an arrival decides a gate without a deadline: a long poll is
-   * answered at once when it does (answer_parked) */
+  /* TIMED DEADLINES: an arrival or the deadline's timer decides it, and a
+   * long poll is answered at once when either does (answer_parked) */
   if (!m && !dropped && gs && gs->started && step == rm_gate_step(gs->g))
-    arrivals = !gs->deadline;
+    arrivals = 1;
   rm__answer_gate(c, p, step, m, gs ? gs->world : 0, dropped, arrivals,
                   m ? step_answers(gs, step)[dropped] : NULL);
 }
@@ -446,7 +468,7 @@ void rm__gate_request(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
       gs->arrive_ms[w->rank] = t;
   }
   if (!rm_gate_members(gs->g, NULL)) /* deadline: every call is a clock tick */
-    rm_gate_poll(gs->g, now_ms(), &state, NULL);
+    poll_gate(c, gs, rm__now_ns());
   if (!was && decided(gs)) gs->walk = 1;
   if (rm_gate_members(gs->g, NULL) || step < rm_gate_step(gs->g) || !wait_ms) {
     answer(c, j, p, step);
@@ -482,12 +504,26 @@ void rm__gate_release(rm_coord_t *c, rm__job_t *j)
 
 void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
 {
-  rm_gate_state_t state;
   rm__gate_state_t *gs = j->gate;
   if (!gs) return;
   if (gs->started && !rm_gate_members(gs->g, NULL)) {
-    rm_gate_poll(gs->g, (double)now_ns / 1e6, &state, NULL);
+    poll_gate(c, gs, now_ns);
     if (decided(gs)) gs->walk = 1;
   }
   answer_parked(c, j, now_ns);
+}
+
+void rm__gate_timers(rm_coord_t *c, int64_t now_ns)
+{
+  int64_t next = 0;
+  __atomic_store_n(&c->gate_wake_ns, 0, __ATOMIC_RELAXED); /* recomputed below */
+  for (size_t i = 0; i < c->njobs; i++) {
+    rm__job_t *j = c->jobs[i];
+    if (!j->gate || !j->gate->wake_ns) continue;
+    if (now_ns >= j->gate->wake_ns) rm__gate_tick(c, j, now_ns);
+    if (j->gate && j->gate->wake_ns && (!next || j->gate->wake_ns < next))
+      next = j->gate->wake_ns;
+  }
+  int64_t cur = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_RELAXED);
+  if (next && (!cur || next < cur)) __atomic_store_n(&c->gate_wake_ns, next, __ATOMIC_RELEASE);
 }

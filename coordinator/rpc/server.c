@@ -194,7 +194,9 @@
  *
  * A call's memory is reference counted: one reference per outstanding batch;
  * the last completion frees it. Queue 0's thread times out every 100 ms to
- * run the tick (heartbeat deadlines, barrier deadlines, long-poll ends); the
+ * run the tick (heartbeat deadlines, barrier deadlines, long-poll ends), and
+ * at the earliest step-gate deadline to run the gates' timers (TIMED
+ * DEADLINES, core/step_gate.c); the
  * other threads only wait for events (with a 1 s deadline, re-armed).
  *
  * SHARDS (issue 16). The distribution's libgrpc is built without NDEBUG:
@@ -1022,6 +1024,14 @@ static void tick(rm_coord_t *c)
   rm__commit(c);
 }
 
+/* TIMED DEADLINES (core/step_gate.c): the gates whose deadline came. */
+static void gate_timers(rm_coord_t *c)
+{
+  rm__lock(c);
+  rm__gate_timers(c, rm__now_ns());
+  rm__commit(c);
+}
+
 static void on_shutdown_tag(rm__server_t *s)
 {
   pthread_mutex_lock(&s->mu);
@@ -1070,9 +1080,12 @@ static void *cq_thread(void *arg)
   int win_calls = 0, win_rate = 0; /* heartbeats in it; the last one's verdict */
   while (!done) {
     int n = 0, calls = 0;
+    /* queue 0 also wakes for the earliest gate deadline (TIMED DEADLINES) */
+    int64_t gate_wake = ticks ? __atomic_load_n(&c->gate_wake_ns, __ATOMIC_ACQUIRE) : 0;
+    int64_t wake = gate_wake && gate_wake < next_tick ? gate_wake : next_tick;
+    int64_t left = wake - rm__now_ns();
     gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                   gpr_time_from_millis(rm__ms_left(next_tick),
-                                                        GPR_TIMESPAN));
+                                   gpr_time_from_nanos(left > 0 ? left : 0, GPR_TIMESPAN));
     int64_t t0 = rm__now_ns();
     grpc_event e = grpc_completion_queue_next(sh->cq, dl, NULL);
     int64_t slept = rm__now_ns() - t0;
@@ -1100,7 +1113,7 @@ static void *cq_thread(void *arg)
       /* only after a drain that found the queue empty: a thread that was
        * kept off the CPU while it waited has a backlog it has not seen */
       int nap = emptied && nap_ns && n < NAP_BELOW && win_rate &&
-                nap_ns < next_tick - rm__now_ns();
+                nap_ns < wake - rm__now_ns();
       if (nap) {
         struct timespec ts = {0, (long)nap_ns};
         nanosleep(&ts, NULL);
@@ -1109,6 +1122,11 @@ static void *cq_thread(void *arg)
     if (rm__now_ns() >= next_tick) {
       if (ticks && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) tick(c);
       next_tick = rm__now_ns() + (ticks ? TICK_NS : 10 * TICK_NS);
+    } else if (ticks) {
+      gate_wake = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_ACQUIRE);
+      if (gate_wake && rm__now_ns() >= gate_wake &&
+          !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+        gate_timers(c);
     }
   }
   free(ev);

@@ -18,6 +18,10 @@ first 2 ready arrivals decide a step.
 - pushes: a Session opened with gate_push gets each decided step it is out
   of unasked (gate_pushed, decided, dropped, `out` its own rank); one
   opened without it gets nothing;
+- timed deadlines: under straggler_policy deadline a "not decided" answer
+  says a long poll will be answered in time (arrivals_decide), and two
+  members' long polls on their streams are answered decided, the third
+  out, with no other call made (the coordinator's clock decides);
 - stale: a gate call waiting when a member is lost (its session cancelled)
   ends its stream FAILED_PRECONDITION, the unary call's status and words
   ("step gate: ...").
@@ -124,6 +128,26 @@ def test(env):
 
     # the coordinator still serves
     assert env.get(job.id).id == job.id
+
+    # 6. timed deadlines: a deadline job of 3; members 0 and 1 long-poll
+    # step 0 on their streams and nothing else is sent
+    dj = env.submit(name="session-gate-deadline", world_size=N, heartbeat_timeout_ms=60000,
+                    straggler_policy="deadline")
+    dres = env.join_all(dj, N, 31100)
+    dids = [dict(job_id=dj.id, token=dj.token, generation=dres[i].generation,
+                 worker_id=dres[i].worker_id) for i in range(N)]
+    a = W.StepGate(m.StepGateRequest(step=0, ready=False, wait_ms=0, **dids[0]), timeout=20)
+    assert not a.decided and a.arrivals_decide, a
+    ds = [rmtest.SessionStream(env, m.SessionRequest(**dids[i])) for i in range(2)]
+    for i in range(2):
+        ds[i].send(m.SessionRequest(step=0, gate=m.SessionGate(ready=True, wait_ms=20000),
+                                    **dids[i]))
+    for i in range(2):
+        x = ds[i].answers(1)[0].gate
+        assert x.decided and not x.dropped and x.step == 0, x
+        assert x.world == N and list(x.out) == [dres[2].rank], x
+    for i in range(2):
+        assert ds[i].end() == g.StatusCode.OK, (ds[i].code, ds[i].details)
 
 
 if __name__ == "__main__":

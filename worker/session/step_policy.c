@@ -27,9 +27,11 @@
  *                                       folded into a later step
  *
  * A dropped rank learns it while computing (the gate is asked every 2 ms in
- * step 1) and stops at once; real compute that cannot be interrupted (a
- * user's program between rm_session_step_dropped() checks) simply arrives
- * late and contributes zeros.
+ * step 1; with a Session open to a coordinator that pushes decisions, the
+ * question is answered from the last pushed one, without a call:
+ * session_live.c GATE PUSHES) and stops at once; real compute that cannot
+ * be interrupted (a user's program between rm_session_step_dropped()
+ * checks) simply arrives late and contributes zeros.
  *
  * STALE (bounded staleness k = max_staleness >= 1). Rank r owes at most one
  * gradient at a time: g_r computed on the parameters theta(f) of step f (the
@@ -60,10 +62,12 @@
  *
  * WAITS. Every gate call has its deadline (the session's call timeouts);
  * the long poll under backup and coded is 30 s per call, re-asked. Under
- * deadline, stale and auto the coordinator decides at a deadline finer than
- * its 100 ms tick, so a waiting rank polls every 1 ms; when an answer says
- * that only an arrival can decide the step (auto while synchronous), it
- * long-polls instead. A gate that fails (the generation moved on) ends the
+ * deadline, stale and auto a waiting rank asks once without waiting; when
+ * the answer says a long poll will be answered as soon as the step is
+ * decided (arrivals_decide: every gate of a coordinator that times its
+ * deadlines, core/step_gate.c TIMED DEADLINES; with an older one only
+ * when no deadline runs, e.g. auto while synchronous) it long-polls, else
+ * it polls every 1 ms. A gate that fails (the generation moved on) ends the
  * step with RM_ERR_ABORTED.
  */
 #include <math.h>
