@@ -83,9 +83,22 @@
  * Memory only, like the rest of the gate: a SIGKILL loses the timers with
  * the gate, and a restart re-forms the group anyway.
  *
- * Cost: one unary call per worker per step, answered from memory under the
+ * Cost: one call per worker per step (a StepGate, or a gate call on the
+ * worker's Session: rpc/server.c SESSIONS), answered from memory under the
  * coordinator lock; nothing is written to SQLite (a step's participant set
  * is not state a restart needs: a restart re-forms the group anyway).
+ *
+ * PUSHES (issue 16). A worker that computes asked "was I dropped?" every 2
+ * ms, about 400 calls per worker-second. Now, when a step becomes decided,
+ * the walk that answers its parked calls (PARKED WALKS: it visits every
+ * park then anyway) also sends each member out of the step whose Session
+ * asked for it (SessionRequest.gate_push) the answer its gate call would
+ * get (rm__push_gate: the step's shared stream-form bytes, with the
+ * generation), once per (generation, step) (p->pushed_gen, pushed_step):
+ * O(dropped) messages a step, and the worker answers the question from the
+ * last push (worker/session/session_live.c GATE PUSHES). Best effort: a
+ * push that is lost costs that worker's wasted compute, not a wrong step
+ * (its ready call is answered as always).
  *
  * PARKED WALKS (issue 16). Answering parked calls walks j->parked, which
  * also holds every member's Watch stream: doing it on every StepGate call
@@ -520,6 +533,10 @@ void rm__gate_timers(rm_coord_t *c, int64_t now_ns)
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
     if (!j->gate || !j->gate->wake_ns) continue;
+    if (j->info.state != RM_JOB_RUNNING) { /* its gate decides nothing more */
+      j->gate->wake_ns = 0;
+      continue;
+    }
     if (now_ns >= j->gate->wake_ns) rm__gate_tick(c, j, now_ns);
     if (j->gate && j->gate->wake_ns && (!next || j->gate->wake_ns < next))
       next = j->gate->wake_ns;
