@@ -24,8 +24,9 @@ void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
                         const rm__barrier_t *b, rm__park_t *p);
 /* A StepGate call about `step`: members (world bytes) when decided, else
  * NULL ("not decided"); dropped: not a member, or an older step;
- * arrivals_decide: not decided and no deadline runs (StepGateResponse).
- * cache (decided answers only, else NULL): two slots where the packed
+ * arrivals_decide: not decided, and a long poll is answered as soon as it
+ * is (StepGateResponse; core/step_gate.c TIMED DEADLINES).
+ * cache (required with members, else NULL): two slots where the packed
  * answers for this (step, dropped) are kept and found, one per wire form
  * (a StepGate call's, a Session message's: rpc/waiters.c), owned by the
  * caller, shared by every waiter answered with the same arguments. */

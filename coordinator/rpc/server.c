@@ -558,6 +558,12 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
 static int session_barrier_field, session_gate_field, session_pushed_field,
     session_generation_field;
 
+static int session_field(const char *name)
+{
+  return (int)protobuf_c_message_descriptor_get_field_by_name(
+             &ringmaster__v1__session_response__descriptor, name)->id;
+}
+
 rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
 rm__park_t *rm__call_gpark(rm__call_t *k) { return &k->gpark; }
 int rm__park_on_stream(const rm__park_t *p)
@@ -853,14 +859,20 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
 /* Does the group write rows? (A Heartbeat, a Session heartbeat, a
  * finished send and a normal close write none: the mutex without BEGIN,
  * commit.c.) */
+/* A parsed Session message that asks for an answer (a barrier arrival or
+ * a gate call), not a heartbeat alone. */
+static int session_asks(const ev_t *e)
+{
+  const Ringmaster__V1__SessionRequest *q = (const void *)e->msg;
+  return e->kind == EV_SESSION && q && (q->barrier || q->gate);
+}
+
 static int ev_writes(const ev_t *e)
 {
   /* a Session message with a barrier arrival may close the barrier (its
    * row); one with a gate call may write an event (straggler_auto), as the
    * unary StepGate may */
-  if (e->kind == EV_SESSION)
-    return e->msg && (((const Ringmaster__V1__SessionRequest *)e->msg)->barrier ||
-                      ((const Ringmaster__V1__SessionRequest *)e->msg)->gate);
+  if (e->kind == EV_SESSION) return session_asks(e);
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
          ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
           e->k->cancelled);
@@ -985,9 +997,8 @@ static void ev_locked(rm_coord_t *c, ev_t *e)
  * call or message (1 in *other), or neither? */
 static int ev_heartbeat(const ev_t *e, int *other)
 {
-  const Ringmaster__V1__SessionRequest *q = e->kind == EV_SESSION ? (const void *)e->msg : NULL;
   int hb = (e->kind == EV_DISPATCH && e->k->method == RM__M_HEARTBEAT) ||
-           (q && !q->barrier && !q->gate);
+           (e->kind == EV_SESSION && e->msg && !session_asks(e));
   *other |= !hb && (e->kind == EV_DISPATCH || e->kind == EV_SESSION || e->kind == EV_UNKNOWN);
   return hb;
 }
@@ -1194,14 +1205,10 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
   grpc_init();
   gzip_md.key = grpc_slice_from_static_string(GRPC_COMPRESSION_REQUEST_ALGORITHM_MD_KEY);
   gzip_md.value = grpc_slice_from_static_string("gzip");
-  session_barrier_field = (int)protobuf_c_message_descriptor_get_field_by_name(
-                              &ringmaster__v1__session_response__descriptor, "barrier")->id;
-  session_gate_field = (int)protobuf_c_message_descriptor_get_field_by_name(
-                           &ringmaster__v1__session_response__descriptor, "gate")->id;
-  session_pushed_field = (int)protobuf_c_message_descriptor_get_field_by_name(
-                             &ringmaster__v1__session_response__descriptor, "gate_pushed")->id;
-  session_generation_field = (int)protobuf_c_message_descriptor_get_field_by_name(
-                                 &ringmaster__v1__session_response__descriptor, "generation")->id;
+  session_barrier_field = session_field("barrier");
+  session_gate_field = session_field("gate");
+  session_pushed_field = session_field("gate_pushed");
+  session_generation_field = session_field("generation");
   rm__server_t *s = rm__xcalloc(1, sizeof *s);
   grpc_arg args[3];
   args[0].type = GRPC_ARG_INTEGER;

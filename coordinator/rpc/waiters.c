@@ -96,12 +96,21 @@ static rm__blob_t *decided_blob(uint64_t step, const uint8_t *members, int world
   return b;
 }
 
-/* A decided answer (members != NULL) is packed once into cache[form] and
- * shared by every waiter with the same (step, dropped) and form: O(world)
- * bytes packed once per step, not per waiter. Form 0, a StepGate call:
- * the world-byte mask, deflated once per step too for a client that
- * accepts gzip (GZIP ANSWERS, server.c). Form 1, a Session's gate park
- * (server.c SESSIONS): world and the ranks out of the step
+/* The decided answer in form `form` from cache[form], packed there by
+ * the first answer that needs it. */
+static rm__blob_t *decided_cached(rm__blob_t **cache, int form, uint64_t step,
+                                  const uint8_t *members, int world, int dropped)
+{
+  if (!cache[form]) cache[form] = decided_blob(step, members, world, dropped, form);
+  return cache[form];
+}
+
+/* A decided answer (members != NULL, with cache) is packed once into
+ * cache[form] and shared by every waiter with the same (step, dropped)
+ * and form: O(world) bytes packed once per step, not per waiter. Form 0, a
+ * StepGate call: the world-byte mask, deflated once per step too for a
+ * client that accepts gzip (GZIP ANSWERS, server.c). Form 1, a Session's
+ * gate park (server.c SESSIONS): world and the ranks out of the step
  * (StepGateResponse.out), since a stream message is not compressed. */
 void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
@@ -109,16 +118,13 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
 {
   int form = rm__park_on_stream(p);
   if (members) {
-    rm__blob_t *own = NULL, *b;
-    if (cache && !cache[form]) cache[form] = decided_blob(step, members, world, dropped, form);
-    b = cache ? cache[form] : (own = decided_blob(step, members, world, dropped, form));
+    rm__blob_t *b = decided_cached(cache, form, step, members, world, dropped);
     if (form) {
       rm__park_answer(c, p, NULL, b);
     } else {
       Ringmaster__V1__StepGateResponse none = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
       rm__reply_tail_gz(c, p->call, &none.base, b);
     }
-    rm__blob_unref(own);
     return;
   }
   Ringmaster__V1__StepGateResponse r = RINGMASTER__V1__STEP_GATE_RESPONSE__INIT;
@@ -131,8 +137,7 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
 void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
                    const uint8_t *members, int world, rm__blob_t **cache)
 {
-  if (!cache[1]) cache[1] = decided_blob(step, members, world, 1, 1);
-  rm__session_push(c, p->call, gen, cache[1]);
+  rm__session_push(c, p->call, gen, decided_cached(cache, 1, step, members, world, 1));
 }
 
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)

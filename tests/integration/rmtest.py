@@ -192,8 +192,9 @@ class Env:
 
 class SessionStream:
     """A Session call (service.proto) fed from a queue, its messages read by
-    a thread into .got; .code / .details once it ended. raw: bytes in and
-    out (a channel without the stubs), else SessionRequest messages."""
+    a thread into .got; .code / .details once it ended. raw: serialized
+    bytes in and out (a generic stream_stream call on the channel), else
+    SessionRequest messages through the generated WorkerStub."""
 
     def __init__(self, env, first, raw=False):
         self.q = queue.Queue()

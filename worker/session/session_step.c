@@ -25,7 +25,7 @@
  *
  * BARRIERS (rm_session_barrier, rm__session_exchange). An arrival goes as
  * a message on the open Session stream when there is one, answered on it
- * (session_live.c BARRIERS ON THE STREAM), else as the unary Barrier call;
+ * (session_live.c BARRIERS AND GATES ON THE STREAM), else as the unary Barrier call;
  * either way its answer or refusal is the unary call's, read the same way
  * below, within one deadline: the barrier's plus 10 s. A stream that ends
  * without answering it, other than by refusing it, leaves the rest of that
