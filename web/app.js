@@ -43,16 +43,40 @@ async function api(path, opts = {}) {
   return data;
 }
 
-/* ---- live stream ---- */
+/* ---- live stream ----
+ * The server subscribes a stream when it answers the request (api/sse.c:
+ * a live stream starts at the newest message then), and `open` fires when
+ * that answer's headers arrive. So a view reads its snapshot only after
+ * the promise stream() returns has resolved: whatever changes after the
+ * snapshot was read reaches the page as a message. Opening the stream
+ * first is not enough: the browser may send the EventSource request after
+ * the snapshot's own (they share at most 6 connections to the server),
+ * and a job that ran and ended in between would never show. The promise
+ * also resolves on an error or after STREAM_WAIT_MS, so a page without a
+ * stream still shows its snapshot. A stream that reconnects after an
+ * error calls handlers.reset (the page re-reads its state): what happened
+ * while it was down is read, not lost. */
+const STREAM_WAIT_MS = 5000;
 let source = null;
 function stream(query, handlers) {
   if (source) source.close();
   const live = $('#live');
-  source = new EventSource(`/api/v1/events${query}`);
-  source.onopen = () => { live.className = 'live on'; $('#live-text').textContent = 'live'; };
-  source.onerror = () => { live.className = 'live off'; $('#live-text').textContent = 'reconnecting'; };
+  const es = new EventSource(`/api/v1/events${query}`);
+  let settled = false, ready;
+  const first = new Promise((resolve) => { ready = resolve; });
+  const settle = () => { if (!settled) { settled = true; clearTimeout(timer); ready(); } };
+  const timer = setTimeout(settle, STREAM_WAIT_MS);
+  source = es;
+  es.onopen = () => {
+    live.className = 'live on'; $('#live-text').textContent = 'live';
+    /* a snapshot was read before this subscription: read it again */
+    if (settled && handlers.reset && source === es) handlers.reset();
+    settle();
+  };
+  es.onerror = () => { live.className = 'live off'; $('#live-text').textContent = 'reconnecting'; settle(); };
   for (const [type, fn] of Object.entries(handlers))
-    source.addEventListener(type, (m) => { try { fn(JSON.parse(m.data)); } catch (err) { console.error(err); } });
+    es.addEventListener(type, (m) => { try { fn(JSON.parse(m.data)); } catch (err) { console.error(err); } });
+  return first;
 }
 const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
 
@@ -83,9 +107,9 @@ async function viewJobs() {
     $('#jobs-total').textContent = `${data.total} job${data.total === 1 ? '' : 's'}`;
   };
   const reload = debounce(load, 250);
-  /* The stream opens before the first load: a job that changes in between
-   * triggers a reload instead of being missed. */
-  stream('', {
+  /* The stream is open before the first load: a job that changes after
+   * the load triggers a reload instead of being missed. */
+  const opened = stream('', {
     event: (e) => { if (e.kind.startsWith('job') || e.kind === 'generation') reload(); },
     progress: (p) => {
       const tr = body.querySelector(`tr[data-id="${p.job_id}"]`);
@@ -96,8 +120,9 @@ async function viewJobs() {
       tr.querySelector('.bar').style.width = `${pct}%`;
       tr.querySelector('.progress-cell .muted').textContent = `${fmtInt(p.step)} / ${fmtInt(p.steps_total)}`;
     },
-    reset: reload,
+      reset: reload,
   });
+  await opened;
   await load();
   setupForm();
 }
@@ -200,15 +225,17 @@ class JobView {
     $('#cancel-btn').addEventListener('click', () => this.cancel());
     $('#log-refresh').addEventListener('click', () => this.showLog(this.logIndex));
     $('#log-close').addEventListener('click', () => { this.logIndex = undefined; $('#log-panel').hidden = true; });
-    /* The stream opens before the snapshot is read, so nothing that happens
-     * between the two is missed: events that arrive while loadAll runs are
-     * held and applied after it (a worker that joins and finishes in that
-     * window still gets its row). */
-    stream(`?job=${this.id}`, {
+    /* The stream is open before the snapshot is read (stream()), so nothing
+     * that happens after the read is missed: events that arrive before or
+     * while loadAll runs are held and applied after it (a worker that joins
+     * and finishes in that window still gets its row). */
+    this.held = [];
+    const opened = stream(`?job=${this.id}`, {
       progress: (p) => { if (p.job_id === this.id) this.onProgress(p); },
       event: (e) => this.onEvent(e),
       reset: () => this.loadAll(),
     });
+    await opened;
     await this.loadAll();
     this.timer = setInterval(() => this.renderStall(), 1000);
   }

@@ -261,6 +261,26 @@ async function main() {
     if (!/bytes in all/.test(await page.textContent('#log-meta'))) throw new Error('log panel without its size line');
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-log.png'), fullPage: true });
 
+    // A job that runs and ends while the page's event stream is still
+    // connecting (the 2026-12-05 CI flake: the snapshot was read before the
+    // stream subscribed, the job ended in between, the page never showed
+    // its workers). The browser holds the stream's request for 2 s; the
+    // page must read its snapshot after the stream is open.
+    const quick = await (await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
+      'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'e2e-quick', world_size: 2, steps: 5,
+      launcher: 'none', workload_options: 'count=1024' }) })).json();
+    let held = 0;
+    const hold = async (route) => { held++; await new Promise((r) => setTimeout(r, 2000)); await route.continue(); };
+    await page.route('**/api/v1/events*', hold);
+    await page.goto(`${base}/jobs/${quick.id}`);
+    const quickWorkers = [0, 1].map((i) => startWorker(srv.grpc, quick.id, quick.token, tmp, 30 + i, {}, 5));
+    await Promise.all(quickWorkers.map((w) => new Promise((r) => (w.exitCode !== null ? r() : w.on('exit', r)))));
+    await waitState(base, quick.id, 'succeeded', 30000);
+    await page.waitForFunction(() => document.querySelectorAll('#workers-table tbody tr .badge.left').length === 2
+      && /succeeded/.test(document.querySelector('#job-state').textContent), null, { timeout: 30000 });
+    await page.unroute('**/api/v1/events*', hold);
+    if (held < 1) throw new Error('the event stream request was never held: the check above proved nothing');
+
     // A command job from the form (issue 9): argv one per line.
     await page.goto(`${base}/`);
     await page.waitForSelector('#submit-form');
@@ -296,11 +316,17 @@ async function main() {
     return 0;
   } catch (err) {
     console.error('FAIL:', err.message);
-    if (page) await page.screenshot({ path: path.join(ARTIFACTS, 'failure.png'), fullPage: true }).catch(() => {});
+    if (page) {
+      await page.screenshot({ path: path.join(ARTIFACTS, 'failure.png'), fullPage: true }).catch(() => {});
+      // what the page showed, for a CI run whose screenshot is out of reach
+      const shown = await page.evaluate(() => `${location.pathname} [${document.querySelector('#live-text')?.textContent}]\n`
+        + (document.querySelector('#app')?.innerText || '')).catch((e) => `(page unreadable: ${e.message})`);
+      console.error(`--- the page\n${shown.slice(0, 3000)}`);
+    }
     const server = procs[0];
     if (server && (server.exitCode !== null || server.signalCode !== null))
       console.error(`the coordinator died during the test: exit ${server.exitCode} signal ${server.signalCode}`);
-    for (const f of fs.readdirSync(tmp, { recursive: true })) if (f.endsWith('.log')) console.error(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').slice(-1500)}`);
+    for (const f of fs.readdirSync(tmp, { recursive: true })) if (f.endsWith('.log') && !f.startsWith('profile')) console.error(`--- ${f}\n${fs.readFileSync(path.join(tmp, f), 'utf8').slice(-1500)}`);
     return 1;
   } finally {
     if (ctx) await ctx.close().catch(() => {});
