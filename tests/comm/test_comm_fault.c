@@ -25,6 +25,9 @@
  *          the same or learns it from the ABORT, which blames it: then it
  *          fails RM_ERR_TIMEOUT naming nobody ("timed out waiting on this
  *          rank": the peer that spoke is alive, so it is not called lost).
+ * With RINGMASTER_SHM_CMA_MIN set (comm_fault_cma_*), kill and stop also
+ * require the 16 MiB sends to go by single-copy read where the probe
+ * allows it.
  * No timing is asserted: the launcher's deadline (tests/lib) only catches hangs.
  */
 #define _GNU_SOURCE
@@ -42,6 +45,7 @@
 #include "rm_testlib.h"
 
 #include "core/comm_int.h"
+#include "transport/shm/shm_int.h"
 #include "transport/transport.h"
 
 #define VICTIM 2
@@ -56,6 +60,21 @@ static rm_comm_t *open_rank(rm_test_world_t *h, int rank, int timeout_ms)
   if (timeout_ms > 0) cfg.timeout_ms = timeout_ms;
   h->res[rank].status = rm_comm_init(&cfg, &c);
   return h->res[rank].status == RM_OK ? c : NULL;
+}
+
+/* 1 when RINGMASTER_SHM_CMA_MIN asks for single-copy reads (comm_fault_cma_*)
+ * and this rank's sends to the shared-memory peer `peer` were allowed them
+ * (its probe) but none went that way: the test would not test CMA. */
+static int cma_wanted_unused(rm_comm_t *c, int peer)
+{
+  const char *e = getenv("RINGMASTER_SHM_CMA_MIN");
+  struct rm__shm_state *s = rm__shm(c);
+  if (!e || atol(e) <= 0 || !s || !s->conns[peer].active) return 0;
+  if (!__atomic_load_n(&s->conns[peer].out->cma_ok, __ATOMIC_ACQUIRE)) {
+    fprintf(stderr, "note: rank %d: single-copy reads not allowed here (probe)\n", rm_comm_rank(c));
+    return 0;
+  }
+  return s->conns[peer].cma_sent == 0;
 }
 
 static int ring_loop(rm_test_world_t *h, int rank, void *arg)
@@ -78,6 +97,10 @@ static int ring_loop(rm_test_world_t *h, int rank, void *arg)
   for (long it = 0; it < 1000000 && st == RM_OK; it++) {
     st = rm__coll_begin(c);
     if (st == RM_OK) st = rm__sendrecv(c, right, sb, n, 0, left, rb, n, 0);
+    if (it == 0 && st == RM_OK && cma_wanted_unused(c, right)) {
+      fprintf(stderr, "FAIL: rank %d: RINGMASTER_SHM_CMA_MIN is set, no send went by CMA\n", rank);
+      res->bad++;
+    }
   }
   /* sticky: the next call fails the same way */
   if (rm__coll_begin(c) != st) res->bad++;

@@ -84,7 +84,8 @@
  * buffers, so a sender whose receiver posts nothing stalls once the ring
  * is full (back-pressure, as with TCP). A CMA send completes when r has
  * read it all: r bumps `acks` of the ring (in r's inbox) and rings s.
- * CMA is used from RINGMASTER_SHM_CMA_MIN bytes (default 64 KiB) only when
+ * CMA is used from RINGMASTER_SHM_CMA_MIN bytes (default 0: never, the
+ * ring was faster everywhere it was measured: shm_progress.c) only when
  * the receiver's probe at connect (reading 8 known bytes of the sender
  * with process_vm_readv) worked: ring.cma_ok, written by the receiver.
  * A sender keeps the buffer of a CMA send valid until the ack, unless it

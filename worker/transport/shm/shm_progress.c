@@ -43,8 +43,23 @@
 #include "transport/shm/shm_int.h"
 
 /* Messages of at least this many bytes go by CMA (single copy) where the
- * receiver's probe allowed it; 0 = never. */
-RM_PARAM(shm_cma_min, "RINGMASTER_SHM_CMA_MIN", 64 * 1024)
+ * receiver's probe allowed it; 0 = never, the default. Measured on the
+ * 2-vCPU VM (2026-12-05, quiet; bench/shm_copy): process_vm_readv moves
+ * 10.6-13.4 GB/s for 64 KiB-4 MiB and 4.7-5.2 GB/s at 16 MiB where memcpy
+ * moves 45-57 and 16-18 (it pins and maps the sender's pages one by one), so the ring's
+ * two copies, pipelined between the two processes, beat its one at every
+ * size and world size tried. rm_bench, shm, CMA from 64 KiB -> never:
+ *   2 ranks (hd / ring): 256 KiB 57 -> 19 us, 1 MiB 136-146 -> 65-66 us,
+ *     4 MiB 547-926 -> 335-395 us, 16 MiB 3.7-4.1 -> 2.3-2.5 ms,
+ *     64 MiB (auto) 19.7-24.3 -> 12.7-15.5 ms;
+ *   4 ranks (auto): 256 KiB 264-440 -> 71 us, 16 MiB 12.6-16.4 -> 8.6-9.3
+ *     ms, 64 MiB 55-59 -> 36-38 ms;
+ *   8 ranks on 2 CPUs (auto): 256 KiB 301-535 -> 277-312 us, 16 MiB
+ *     37.9-39.2 -> 26.6-31.1 ms.
+ * A host whose kernel reads another process's memory faster (no nested
+ * paging) may gain from it on large, cache-cold buffers: set it there
+ * (65536 was the old default) and measure with bench/compare.sh. */
+RM_PARAM(shm_cma_min, "RINGMASTER_SHM_CMA_MIN", 0)
 /* Spin before sleeping, microseconds; -1 = auto (50 unless oversubscribed). */
 RM_PARAM(shm_spin_us, "RINGMASTER_SHM_SPIN_US", -1)
 /* Where spinning is off (oversubscribed: more local ranks than CPUs),
