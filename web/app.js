@@ -120,11 +120,11 @@ async function viewJobs() {
       tr.querySelector('.bar').style.width = `${pct}%`;
       tr.querySelector('.progress-cell .muted').textContent = `${fmtInt(p.step)} / ${fmtInt(p.steps_total)}`;
     },
-      reset: reload,
+    reset: reload,
   });
+  setupForm(); /* the form needs no data: usable while the list loads */
   await opened;
   await load();
-  setupForm();
 }
 
 /* Command jobs (issue 9): one argument per line (blank lines inside the
