@@ -144,7 +144,6 @@ typedef struct rm__gate_state {
   uint64_t generation;
   int world;
   int started;     /* a step is under way */
-  int deadline;    /* the gate is RM_GATE_DEADLINE: decided by a clock */
   int64_t wake_ns; /* TIMED DEADLINES: when a poll could decide it; 0 none */
   /* straggler_policy auto only (NULL otherwise) */
   rm_auto_t *autom;
@@ -283,7 +282,6 @@ static rm__gate_state_t *gate_for(rm_coord_t *c, rm__job_t *j)
   }
   gs->generation = j->info.generation;
   gs->world = j->nmembers;
-  gs->deadline = cfg.policy == RM_GATE_DEADLINE;
   gs->walk = 1; /* calls parked at an older gate's steps */
   if (is_policy(j, "auto")) auto_create(j, gs);
   j->gate = gs;
@@ -349,7 +347,6 @@ static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_
   }
   rm_gate_destroy(gs->g);
   gs->g = g;
-  gs->deadline = cfg.policy == RM_GATE_DEADLINE;
   gs->started = 0;
   set_mitigation(j, ev.mode, step);
   if (ev.transition == RM_AUTO_ON) {
@@ -368,6 +365,13 @@ static void auto_feed(rm_coord_t *c, rm__job_t *j, rm__gate_state_t *gs, uint64_
 
 static double now_ms(void) { return (double)rm__now_ns() / 1e6; }
 
+/* TIMED DEADLINES: c->gate_wake_ns = the earlier of it and ns (0 = none). */
+static void wake_fold(rm_coord_t *c, int64_t ns)
+{
+  int64_t cur = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_RELAXED);
+  if (ns && (!cur || ns < cur)) __atomic_store_n(&c->gate_wake_ns, ns, __ATOMIC_RELEASE);
+}
+
 /* TIMED DEADLINES: poll the undecided gate at now_ns and keep when a poll
  * could decide it (gs->wake_ns, folded into c->gate_wake_ns). */
 static void poll_gate(rm_coord_t *c, rm__gate_state_t *gs, int64_t now_ns)
@@ -376,9 +380,7 @@ static void poll_gate(rm_coord_t *c, rm__gate_state_t *gs, int64_t now_ns)
   double wake = -1;
   rm_gate_poll(gs->g, (double)now_ns / 1e6, &state, &wake);
   gs->wake_ns = !rm_gate_members(gs->g, NULL) && wake >= 0 ? (int64_t)ceil(wake * 1e6) : 0;
-  int64_t cur = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_RELAXED);
-  if (gs->wake_ns && (!cur || gs->wake_ns < cur))
-    __atomic_store_n(&c->gate_wake_ns, gs->wake_ns, __ATOMIC_RELEASE);
+  wake_fold(c, gs->wake_ns);
 }
 
 /* SHARED ANSWERS: the packed answers of `step` ([dropped][wire form]),
@@ -528,8 +530,7 @@ void rm__gate_tick(rm_coord_t *c, rm__job_t *j, int64_t now_ns)
 
 void rm__gate_timers(rm_coord_t *c, int64_t now_ns)
 {
-  int64_t next = 0;
-  __atomic_store_n(&c->gate_wake_ns, 0, __ATOMIC_RELAXED); /* recomputed below */
+  __atomic_store_n(&c->gate_wake_ns, 0, __ATOMIC_RELAXED); /* refolded below */
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
     if (!j->gate || !j->gate->wake_ns) continue;
@@ -537,10 +538,7 @@ void rm__gate_timers(rm_coord_t *c, int64_t now_ns)
       j->gate->wake_ns = 0;
       continue;
     }
-    if (now_ns >= j->gate->wake_ns) rm__gate_tick(c, j, now_ns);
-    if (j->gate && j->gate->wake_ns && (!next || j->gate->wake_ns < next))
-      next = j->gate->wake_ns;
+    if (now_ns >= j->gate->wake_ns) rm__gate_tick(c, j, now_ns); /* re-polls it */
+    if (j->gate) wake_fold(c, j->gate->wake_ns);
   }
-  int64_t cur = __atomic_load_n(&c->gate_wake_ns, __ATOMIC_RELAXED);
-  if (next && (!cur || next < cur)) __atomic_store_n(&c->gate_wake_ns, next, __ATOMIC_RELEASE);
 }

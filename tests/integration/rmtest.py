@@ -192,9 +192,12 @@ class Env:
 
 class SessionStream:
     """A Session call (service.proto) fed from a queue, its messages read by
-    a thread into .got; .code / .details once it ended. raw: serialized
-    bytes in and out (a generic stream_stream call on the channel), else
-    SessionRequest messages through the generated WorkerStub."""
+    a thread into .got; .code / .details once it ended.
+
+    raw=False (the default): SessionRequest messages in and SessionResponse
+    messages out, through the generated WorkerStub. raw=True: serialized
+    bytes in and out, through a generic stream_stream call on the channel
+    (for messages the stub would refuse to build or parse)."""
 
     def __init__(self, env, first, raw=False):
         self.q = queue.Queue()
