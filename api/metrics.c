@@ -9,6 +9,8 @@
  *   ringmaster_job_workers_alive{job_id,name}       gauge, running jobs only
  *   ringmaster_grpc_calls_total / _errors_total    counters
  *   ringmaster_session_messages_total              counter
+ *   ringmaster_relay_messages_total                counter
+ *   ringmaster_relay_lanes_total                   counter, lanes opened
  *   ringmaster_step_gate_calls_total{via}          counter (unary | session)
  *   ringmaster_barriers_total{outcome}             counter released|broken
  *   ringmaster_barrier_waiting                     gauge, workers parked
@@ -129,6 +131,11 @@ void rm__metrics_render(rm_api_t *api, rm__resp_t *resp)
   counter(&b, "ringmaster_session_messages_total",
           "Messages received on the workers' Session streams (heartbeats).",
           (double)c.session_messages_total);
+  counter(&b, "ringmaster_relay_messages_total",
+          "Messages received on relays' Relay streams (each carries many lanes' messages).",
+          (double)c.relay_messages_total);
+  counter(&b, "ringmaster_relay_lanes_total",
+          "Worker Sessions opened as lanes of Relay streams.", (double)c.relay_lanes_total);
   rm__prom_family(&b, "ringmaster_step_gate_calls_total", RM_PROM_COUNTER,
                   "Step-gate calls received, by how they came (a StepGate call, or a "
                   "message of a Session stream).");

@@ -502,6 +502,8 @@ typedef struct rm_coord_counters {
   uint64_t grpc_calls_total;
   uint64_t grpc_errors_total;     /* calls answered with a non-OK status */
   uint64_t session_messages_total; /* heartbeats received on Session streams */
+  uint64_t relay_messages_total; /* messages received on Relay streams */
+  uint64_t relay_lanes_total; /* lanes (Sessions) opened on Relay streams */
   uint64_t step_gate_calls_unary;   /* StepGate calls */
   uint64_t step_gate_calls_session; /* gate calls carried by Session messages */
   uint64_t barriers_released_total;

@@ -41,6 +41,7 @@ typedef struct rm__park {
                                    (SessionRequest.gate_push) */
   uint64_t pushed_gen, pushed_step; /* SESSION: the last decision pushed:
                                    its generation and step + 1; 0 none */
+  int relayed;                  /* SESSION: a lane of a Relay stream */
 } rm__park_t;
 
 typedef struct rm__worker {

@@ -97,6 +97,7 @@ void rm__after_commit_free(rm_coord_t *c)
 {
   free(c->after);
   free(c->out);
+  free(c->relay_kick);
   free(c->cbq);
   c->after = NULL;
   c->out = NULL;

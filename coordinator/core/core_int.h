@@ -54,6 +54,11 @@ struct rm_coord {
   size_t njobs, capjobs;
   rm__out_t *out;               /* replies waiting for COMMIT */
   size_t nout, capout;
+  /* RELAYS (rpc/relay.c): the Relay calls not yet ended, and those whose
+   * batches rm__out_flush must start */
+  rm__call_t *relays;
+  rm__call_t **relay_kick;
+  size_t nrelay_kick, caprelay_kick;
   uint64_t last_seq;
   pthread_cond_t ev_cond;
   rm_event_t *cbq;              /* events waiting for callbacks */

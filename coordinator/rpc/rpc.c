@@ -79,6 +79,8 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
     /* a stream of them (service.proto; server.c SESSIONS) */
     [RM__M_SESSION] = {"/ringmaster.v1.Worker/Session", &ringmaster__v1__session_request__descriptor, 0},
+    /* a stream of lanes, each a Session (server_int.h, relay.c RELAYS) */
+    [RM__M_RELAY] = {"/ringmaster.v1.Worker/Relay", &ringmaster__v1__relay_request__descriptor, 0},
 };
 
 static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)

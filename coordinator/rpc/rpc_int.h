@@ -62,7 +62,7 @@ enum {
   RM__M_JOIN, RM__M_HEARTBEAT, RM__M_BARRIER, RM__M_REPORT_STEP, RM__M_WATCH,
   RM__M_LEAVE, RM__M_SUBMIT, RM__M_GET, RM__M_LIST, RM__M_CANCEL,
   RM__M_REPORT_FAILURE, RM__M_STEP_GATE, RM__M_ATTACH, RM__M_REPORT_EXIT,
-  RM__M_SESSION, RM__M_COUNT
+  RM__M_SESSION, RM__M_RELAY, RM__M_COUNT
 };
 typedef struct rm__method {
   const char *path;                         /* "/ringmaster.v1.Worker/Join" */

@@ -271,6 +271,7 @@
 #include "addr.h"
 #include "rpc/gz_answer.h"
 #include "rpc/rpc_int.h"
+#include "rpc/server_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -287,7 +288,6 @@ enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
 #define DRAIN_SLEPT_NS (50 * 1000) /* GROUP COMMIT: a wait this short = busy */
 #define REQUESTS_PER_METHOD 16
 #define GZ_LEVEL 1 /* zlib level of the shared tail (GZIP ANSWERS) */
-#define SESSION_QUEUE 8 /* SESSIONS: answers queued behind one in flight */
 #define SESSION_PUSH_BELOW 4 /* SESSIONS: a push only when fewer are queued */
 
 RM_PARAM(server_cqs, "RINGMASTER_COORD_CQS", 1)
@@ -296,36 +296,6 @@ RM_PARAM(server_registered, "RINGMASTER_COORD_REGISTERED", 1)
 RM_PARAM(server_group, "RINGMASTER_COORD_GROUP", 128)
 RM_PARAM(server_nap_us, "RINGMASTER_COORD_NAP_US", 500)
 
-struct rm__call {
-  rm_coord_t *c;
-  grpc_call *call;
-  grpc_call_details details;
-  grpc_metadata_array md;
-  grpc_byte_buffer *recv;
-  gpr_timespec deadline; /* registered requests fill it; unused */
-  int cancelled;
-  int refs; /* atomic */
-  int method;
-  int registered; /* REGISTERED METHODS: the request brought the payload */
-  int cq; /* index of the queue the call lives on (SHARDS) */
-  int gzip_ok; /* the client decodes gzip (Join/StepGateRequest.accept_gzip) */
-  int gzip; /* its answer is a gzip member (GZIP ANSWERS); under c->mu */
-  rm__park_t park;
-  int answered; /* final status queued; under c->mu */
-  int md_sent;  /* initial metadata started; under c->mu */
-  int close_started; /* RECV_CLOSE_ON_SERVER started; under c->mu */
-  int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
-  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
-  rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
-  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
-  int sending;      /* SESSIONS: a batch of it in flight; under c->mu */
-  int final_started; /* SESSIONS: its final batch started; under c->mu */
-  rm__out_t later[SESSION_QUEUE]; /* SESSIONS: queued batches, in order */
-  int nlater;
-  grpc_byte_buffer *send_bb;
-  grpc_slice status_slice;
-  int has_status_slice;
-} __attribute__((aligned(8)));
 
 /* One shard: a queue and the thread that drains it. */
 typedef struct rm__shard {
@@ -358,7 +328,7 @@ static void *tag_of(rm__call_t *k, int kind) { return (char *)k + kind; }
 
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
-static void call_unref(rm__call_t *k)
+void rm__call_unref(rm__call_t *k)
 {
   if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL)) return;
   if (k->call) grpc_call_unref(k->call);
@@ -367,7 +337,10 @@ static void call_unref(rm__call_t *k)
   if (k->recv) grpc_byte_buffer_destroy(k->recv);
   if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
   if (k->has_status_slice) grpc_slice_unref(k->status_slice);
+  if (k->mux) rm__relay_free(k);
+  rm__call_t *up = k->up; /* RELAYS: a lane holds a reference of its relay */
   free(k);
+  if (up) rm__call_unref(up);
 }
 
 /* The next request of queue `cq` for `method` (REGISTERED METHODS), or
@@ -396,7 +369,7 @@ static void post_request(rm_coord_t *c, int cq, int method)
   }
   if (rc != GRPC_CALL_OK) {
     RM_ERROR("grpc_server_request_call failed (%d)", (int)rc);
-    call_unref(k);
+    rm__call_unref(k);
   }
 }
 
@@ -426,7 +399,7 @@ static grpc_byte_buffer *pack(const ProtobufCMessage *m)
   return bb;
 }
 
-static void out_push(rm_coord_t *c, rm__call_t *k, int code,
+void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
                      const char *details, grpc_byte_buffer *bb)
 {
   if (c->nout == c->capout) {
@@ -457,7 +430,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 {
   if (!claim_answer(k)) return;
   if (code != GRPC_STATUS_OK) c->ctr.grpc_errors_total++;
-  out_push(c, k, code, details ? details : "",
+  rm__out_push(c, k, code, details ? details : "",
            code == GRPC_STATUS_OK && resp ? pack(resp) : NULL);
 }
 
@@ -523,7 +496,7 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                     rm__blob_t *tail)
 {
   if (!claim_answer(k)) return;
-  out_push(c, k, GRPC_STATUS_OK, "", head_then(packed(head), tail->slice));
+  rm__out_push(c, k, GRPC_STATUS_OK, "", head_then(packed(head), tail->slice));
 }
 
 /* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
@@ -550,7 +523,7 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
   grpc_byte_buffer *bb = grpc_raw_compressed_byte_buffer_create(parts, 3, GRPC_COMPRESS_GZIP);
   for (int i = 0; i < 3; i++) grpc_slice_unref(parts[i]);
   k->gzip = 1;
-  out_push(c, k, GRPC_STATUS_OK, "", bb);
+  rm__out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
 /* SESSIONS: SessionResponse.barrier's, .gate's, .gate_pushed's and
@@ -572,7 +545,7 @@ int rm__park_on_stream(const rm__park_t *p)
 }
 
 /* Append v as a protobuf varint at buf[n]; returns the new n. */
-static size_t varint(uint8_t *buf, size_t n, uint64_t v)
+size_t rm__varint(uint8_t *buf, size_t n, uint64_t v)
 {
   do {
     buf[n] = (uint8_t)(v & 0x7f);
@@ -591,13 +564,13 @@ static grpc_byte_buffer *framed(uint64_t pushed_gen, int field, grpc_slice body)
   uint8_t head[40];
   size_t n = 0;
   if (pushed_gen) {
-    n = varint(head, n, (uint64_t)session_generation_field << 3); /* wire type varint */
-    n = varint(head, n, pushed_gen);
-    n = varint(head, n, (uint64_t)session_pushed_field << 3);
-    n = varint(head, n, 1);
+    n = rm__varint(head, n, (uint64_t)session_generation_field << 3); /* wire type varint */
+    n = rm__varint(head, n, pushed_gen);
+    n = rm__varint(head, n, (uint64_t)session_pushed_field << 3);
+    n = rm__varint(head, n, 1);
   }
-  n = varint(head, n, (uint64_t)field << 3 | 2); /* length-delimited */
-  n = varint(head, n, GRPC_SLICE_LENGTH(body));
+  n = rm__varint(head, n, (uint64_t)field << 3 | 2); /* length-delimited */
+  n = rm__varint(head, n, GRPC_SLICE_LENGTH(body));
   return head_then(grpc_slice_from_copied_buffer((const char *)head, n), body);
 }
 
@@ -611,34 +584,35 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   rm__call_t *k = p->call;
   if (!rm__park_on_stream(p)) {
     if (!claim_answer(k)) return;
-    out_push(c, k, GRPC_STATUS_OK, "",
+    rm__out_push(c, k, GRPC_STATUS_OK, "",
              shared ? head_then(grpc_empty_slice(), shared->slice) : pack(resp));
     return;
   }
   rm__park_unlink(p);
   if (k->answered) return; /* the stream is over */
   grpc_slice body = shared ? grpc_slice_ref(shared->slice) : packed(resp);
-  out_push(c, k, -1, NULL,
+  rm__out_push(c, k, -1, NULL,
            framed(0, p == &k->bpark ? session_barrier_field : session_gate_field, body));
   grpc_slice_unref(body);
 }
 
 void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared)
 {
-  if (k->answered || k->nlater >= SESSION_PUSH_BELOW) return;
-  out_push(c, k, -1, NULL, framed(gen, session_gate_field, shared->slice));
+  if (k->answered || k->nlater >= SESSION_PUSH_BELOW || (k->up && !rm__relay_room(k)))
+    return;
+  rm__out_push(c, k, -1, NULL, framed(gen, session_gate_field, shared->slice));
 }
 
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
 {
   if (k->answered) return;
   k->park.watch_sending = 1;
-  out_push(c, k, -1, NULL, pack(msg));
+  rm__out_push(c, k, -1, NULL, pack(msg));
 }
 
 /* Start one queued answer's batch (the outbox reference becomes the
  * batch's); frees its details. */
-static void start_out(rm__call_t *k, rm__out_t *o)
+void rm__start_out(rm__call_t *k, rm__out_t *o)
 {
   grpc_op ops[4];
   size_t n = 0;
@@ -673,9 +647,9 @@ static void start_out(rm__call_t *k, rm__out_t *o)
     k->sending = 0;
     if (k->close_deferred) { /* no batch will give the park's back */
       k->close_deferred = 0;
-      call_unref(k);
+      rm__call_unref(k);
     }
-    call_unref(k);
+    rm__call_unref(k);
   }
   free(o->details);
 }
@@ -691,7 +665,7 @@ static void session_next(rm__call_t *k)
   memmove(&k->later[0], &k->later[1], (size_t)--k->nlater * sizeof o);
   k->sending = 1;
   if (o.code >= 0) k->final_started = 1;
-  start_out(k, &o);
+  rm__start_out(k, &o);
 }
 
 void rm__out_flush(rm_coord_t *c)
@@ -699,8 +673,12 @@ void rm__out_flush(rm_coord_t *c)
   for (size_t i = 0; i < c->nout; i++) {
     rm__out_t *o = &c->out[i];
     rm__call_t *k = o->call;
+    if (k->up || k->method == RM__M_RELAY) { /* RELAYS: a lane's, a relay's own */
+      rm__relay_out(c, o);
+      continue;
+    }
     if (!k->streaming) {
-      start_out(k, o);
+      rm__start_out(k, o);
       continue;
     }
     if (k->nlater == SESSION_QUEUE) { /* never: pushes stop at SESSION_PUSH_BELOW,
@@ -709,13 +687,14 @@ void rm__out_flush(rm_coord_t *c)
                SESSION_QUEUE);
       if (o->bb) grpc_byte_buffer_destroy(o->bb);
       free(o->details);
-      call_unref(k);
+      rm__call_unref(k);
       continue;
     }
     k->later[k->nlater++] = *o; /* with the outbox's reference */
     session_next(k);
   }
   c->nout = 0;
+  rm__relay_kick_all(c);
 }
 
 /* ---- events on the queue ---- */
@@ -736,7 +715,7 @@ static void start_ops(rm__call_t *k, grpc_op *ops, size_t n, int kind)
   if (grpc_call_start_batch(k->call, ops, n, tag_of(k, kind), NULL) !=
       GRPC_CALL_OK) {
     RM_WARN("grpc_call_start_batch failed");
-    call_unref(k);
+    rm__call_unref(k);
   }
 }
 
@@ -828,7 +807,7 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
       return;
     }
     if (!k->registered) k->method = find_method(&k->details.method);
-    k->streaming = k->method == RM__M_SESSION;
+    k->streaming = k->method == RM__M_SESSION || k->method == RM__M_RELAY;
     if (k->method < 0) {
       e->kind = EV_UNKNOWN;
     } else if (k->registered && k->streaming) { /* its first message came with it */
@@ -864,6 +843,8 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
 static int session_asks(const ev_t *e)
 {
   const Ringmaster__V1__SessionRequest *q = (const void *)e->msg;
+  if (e->kind == EV_SESSION && e->k->method == RM__M_RELAY) /* RELAYS */
+    return rm__relay_writes((const void *)e->msg);
   return e->kind == EV_SESSION && q && (q->barrier || q->gate);
 }
 
@@ -873,6 +854,7 @@ static int ev_writes(const ev_t *e)
    * row); one with a gate call may write an event (straggler_auto), as the
    * unary StepGate may */
   if (e->kind == EV_SESSION) return session_asks(e);
+  if (e->kind == EV_SESSION_END && e->k->method == RM__M_RELAY) return 1; /* lanes lost */
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
          ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
           e->k->cancelled);
@@ -905,15 +887,19 @@ static void on_session_msg(rm_coord_t *c, ev_t *e)
   rm__call_t *k = e->k;
   grpc_op op;
   if (k->answered) return; /* ended by an answer already */
-  if (k->park.kind == RM__PARK_SESSION) c->ctr.session_messages_total++;
-  else c->ctr.grpc_calls_total++; /* its opening message */
-  if (!e->msg) {
-    rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "malformed ringmaster.v1.SessionRequest "
-              "message on a Session", NULL);
-  } else if (c->closing) {
-    rm__reply(c, k, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down", NULL);
+  if (k->method == RM__M_RELAY) { /* RELAYS: its lanes' messages */
+    rm__relay_msg(c, k, (const void *)e->msg);
   } else {
-    rm__rpc_dispatch(c, k, k->method, e->msg, admin_ok(c, k));
+    if (k->park.kind == RM__PARK_SESSION) c->ctr.session_messages_total++;
+    else c->ctr.grpc_calls_total++; /* its opening message */
+    if (!e->msg) {
+      rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "malformed ringmaster.v1.SessionRequest "
+                "message on a Session", NULL);
+    } else if (c->closing) {
+      rm__reply(c, k, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down", NULL);
+    } else {
+      rm__rpc_dispatch(c, k, k->method, e->msg, admin_ok(c, k));
+    }
   }
   if (k->answered) return;
   memset(&op, 0, sizeof op);
@@ -930,11 +916,15 @@ static void on_session_msg(rm_coord_t *c, ev_t *e)
 static void on_session_end(rm_coord_t *c, ev_t *e)
 {
   rm__call_t *k = e->k;
+  if (k->method == RM__M_RELAY) {
+    rm__relay_end(c, k);
+    return;
+  }
   if (k->answered) return;
   k->answered = 1;
   rm__park_unlink(&k->bpark); /* a barrier it waited on: nobody to tell */
   rm__park_unlink(&k->gpark); /* a step gate it waited on: the same */
-  out_push(c, k, GRPC_STATUS_OK, "", NULL);
+  rm__out_push(c, k, GRPC_STATUS_OK, "", NULL);
 }
 
 /* Writes no row (a Watch reads the next event), but for a broken
@@ -956,7 +946,9 @@ static void on_send(rm_coord_t *c, ev_t *e)
   }
   /* SESSIONS: the next queued batch; after the final one (its park is
    * still linked when the client ended it, on_session_end), the close */
-  if (k->streaming) {
+  if (k->method == RM__M_RELAY) {
+    rm__relay_on_send(c, k);
+  } else if (k->streaming) {
     k->sending = 0;
     if (k->final_started) rm__park_drop(c, &k->park, k->cancelled);
     else session_next(k);
@@ -1021,7 +1013,7 @@ static int run_group(rm_coord_t *c, ev_t *ev, int n, int *others)
   }
   for (int i = 0; i < n; i++) {
     if (ev[i].msg) protobuf_c_message_free_unpacked(ev[i].msg, NULL);
-    while (ev[i].unrefs-- > 0) call_unref(ev[i].k);
+    while (ev[i].unrefs-- > 0) rm__call_unref(ev[i].k);
   }
   return calls;
 }
@@ -1307,6 +1299,7 @@ void rm__server_stop(rm_coord_t *c)
         rm__reply(c, j->parked.next->call, GRPC_STATUS_UNAVAILABLE,
                   "coordinator shutting down", NULL);
     }
+    rm__relay_stop_all(c); /* RELAYS: their lanes were parked above */
     rm__commit(c);
     grpc_server_shutdown_and_notify(s->server, s->sh[0].cq, &shutdown_tag);
     if (!wait_shutdown(s, 1000)) {

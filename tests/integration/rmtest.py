@@ -197,15 +197,16 @@ class SessionStream:
     raw=False (the default): SessionRequest messages in and SessionResponse
     messages out, through the generated WorkerStub. raw=True: serialized
     bytes in and out, through a generic stream_stream call on the channel
-    (for messages the stub would refuse to build or parse)."""
+    (for messages the stub would refuse to build or parse). method="Relay":
+    the same for a relay's stream (RelayRequest in, RelayResponse out)."""
 
-    def __init__(self, env, first, raw=False):
+    def __init__(self, env, first, raw=False, method="Session"):
         self.q = queue.Queue()
         self.q.put(first)
         if raw:
-            fn = env.channel.stream_stream("/ringmaster.v1.Worker/Session")
+            fn = env.channel.stream_stream("/ringmaster.v1.Worker/" + method)
         else:
-            fn = env.worker.Session
+            fn = getattr(env.worker, method)
         self.call = fn(iter(self.q.get, None), timeout=60)
         self.got, self.code, self.details = [], None, None
         self.t = threading.Thread(target=self._read)

@@ -1,0 +1,498 @@
+/*
+ * relay.c - RELAYS (issue 16): many workers' Sessions on one stream.
+ *
+ * Why. Each worker's Session is a gRPC stream at the coordinator: about
+ * 12 KiB of gRPC's state, one outstanding tag on the completion queue
+ * (walked by the debug tag check on every completion), one message read
+ * and one written per barrier arrival and answer, each about 15 us of the
+ * coordinator's CPU. A relay on each host (or any process that speaks for
+ * a group of workers) carries its workers' Sessions as LANES of one Relay
+ * stream (service.proto): one stream, one tag and one message each way
+ * for a whole group of lanes.
+ *
+ * Contract. A lane is exactly a Session: its messages (RelayIn.message)
+ * are handed to the same handler (rpc.c on_session) with a record of their
+ * own (an rm__call_t with no grpc_call: `up` is the relay, `lane` its
+ * number), so every check, answer, park, push and end of a Session holds
+ * for a lane unchanged; what would be sent on the Session goes into the
+ * relay's outbox as a RelayOut for that lane instead. Lane numbers are the
+ * relay's: 1..RELAY_LANES_MAX, never reused on one stream (an ended lane's
+ * slot says ENDED, and later messages for it are dropped, as messages
+ * after a Session's end are), so a late message can never open a second
+ * session for a worker whose lane the coordinator ended.
+ *
+ * Wire (RelayResponse, hand-framed in relay_batch): every entry queued
+ * since the last batch, in queue order, one RelayOut each, except that an
+ * entry identical to one of the last MERGE_SCAN entries (same message
+ * bytes and end) is merged into it as one more lane, when that keeps each
+ * lane's order (its own last entry is not after the target). A released
+ * barrier's answer to K lanes of one relay is then one RelayOut naming K
+ * lanes, its bytes (the barrier's shared packed answer) referenced, not
+ * copied. One batch in flight per relay (gRPC allows one message); what
+ * is queued meanwhile goes in the next, so a busy relay's batches grow.
+ *
+ * Ends. A lane ends when the coordinator answers it (a failed check, the
+ * job ended, shutdown: RelayOut.end with the Session's status; its park
+ * was unlinked by the answer), when the relay says `end` (the worker
+ * half-closed: end OK is sent back) or `broken` (its park is dropped as
+ * cancelled: the worker is declared lost, recovery.c detection source 2,
+ * as a broken Session's), or when the relay's stream ends, breaks or is
+ * malformed (every open lane as `broken`; then the stream's own status).
+ * Shutdown: every lane is parked, so rm__server_stop's UNAVAILABLE reaches
+ * each lane, and rm__relay_stop_all then ends each relay's stream.
+ *
+ * DURABILITY is unchanged: lanes' answers are queued under c->mu like any
+ * answer and reach the relay's outbox only in rm__out_flush, after the
+ * COMMIT of the section that made them.
+ *
+ * Memory: a relay's lane table is one pointer per lane number used; a lane
+ * is an rm__call_t (no gRPC state); the relay's outbox holds references
+ * to the answers' slices until its batch is sent.
+ */
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rpc/server_int.h"
+#include "rm_alloc.h"
+#include "rm_log.h"
+
+#define RELAY_LANES_MAX 65535u
+#define MERGE_SCAN 8     /* entries an identical one may merge into */
+#define PARTS_MAX 4      /* slices of one message (framed(): 2) */
+#define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
+
+static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
+#define ENDED (&relay_ended)
+
+typedef struct {
+  uint32_t *lanes;
+  int n, cap;
+  int has_msg;
+  grpc_slice part[PARTS_MAX];
+  int nparts;
+  size_t len;                 /* of the message */
+  int end, code;
+  char *details;
+} rl_out_t;
+
+struct rm__relay {
+  rm__call_t **lane;          /* [cap], by lane number; ENDED once ended */
+  uint32_t cap, open;
+  rl_out_t *out;              /* the next batch */
+  int nout, capout;
+  uint64_t batch;             /* number of the next batch (lanes' rl_batch) */
+  int sending;                /* a batch in flight */
+  rm__out_t final;            /* the stream's own end, after every entry */
+  int has_final, final_started;
+  int kick_listed;
+  rm__call_t *prev, *next;    /* in c->relays until it ends */
+};
+
+/* ---- the outbox ---- */
+static int out_same(const rl_out_t *a, const rm__out_t *o, int has_msg, grpc_slice *part,
+                    int nparts, size_t len)
+{
+  if (a->end != (o->code >= 0) || a->has_msg != has_msg || a->nparts != nparts ||
+      a->len != len)
+    return 0;
+  if (a->end && (a->code != o->code || strcmp(a->details ? a->details : "",
+                                              o->details ? o->details : "")))
+    return 0;
+  for (int i = 0; i < nparts; i++) {
+    size_t l = GRPC_SLICE_LENGTH(part[i]);
+    const uint8_t *p = GRPC_SLICE_START_PTR(part[i]), *q = GRPC_SLICE_START_PTR(a->part[i]);
+    if (GRPC_SLICE_LENGTH(a->part[i]) != l || (p != q && memcmp(p, q, l))) return 0;
+  }
+  return 1;
+}
+
+static void out_add_lane(rl_out_t *e, uint32_t lane)
+{
+  if (e->n == e->cap) {
+    e->cap = e->cap ? 2 * e->cap : 4;
+    e->lanes = rm__xrealloc(e->lanes, (size_t)e->cap * sizeof *e->lanes);
+  }
+  e->lanes[e->n++] = lane;
+}
+
+static void out_free(rl_out_t *e)
+{
+  for (int i = 0; i < e->nparts; i++) grpc_slice_unref(e->part[i]);
+  free(e->lanes);
+  free(e->details);
+}
+
+/* Queue o (a lane's message and/or end) in its relay's outbox. */
+static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
+{
+  grpc_slice part[PARTS_MAX];
+  int nparts = 0;
+  size_t len = 0;
+  int has_msg = o->bb != NULL;
+  if (has_msg) { /* a raw buffer of one to PARTS_MAX slices (server.c) */
+    grpc_byte_buffer *bb = o->bb;
+    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+    if (sb->count > PARTS_MAX) { /* never: flatten rather than fail */
+      grpc_byte_buffer_reader rd;
+      grpc_byte_buffer_reader_init(&rd, bb);
+      part[nparts++] = grpc_byte_buffer_reader_readall(&rd);
+      grpc_byte_buffer_reader_destroy(&rd);
+    } else {
+      for (size_t i = 0; i < sb->count; i++) part[nparts++] = grpc_slice_ref(sb->slices[i]);
+    }
+    for (int i = 0; i < nparts; i++) len += GRPC_SLICE_LENGTH(part[i]);
+    grpc_byte_buffer_destroy(bb);
+    o->bb = NULL;
+  }
+  int floor = l->rl_batch == r->batch ? l->rl_idx : 0;
+  for (int i = r->nout - 1; i >= floor && i >= r->nout - MERGE_SCAN; i--) {
+    if (out_same(&r->out[i], o, has_msg, part, nparts, len)) {
+      out_add_lane(&r->out[i], l->lane);
+      for (int p = 0; p < nparts; p++) grpc_slice_unref(part[p]);
+      l->rl_batch = r->batch;
+      l->rl_idx = i;
+      return;
+    }
+  }
+  if (r->nout == r->capout) {
+    r->capout = r->capout ? 2 * r->capout : 16;
+    r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
+  }
+  rl_out_t *e = &r->out[r->nout];
+  memset(e, 0, sizeof *e);
+  e->has_msg = has_msg;
+  memcpy(e->part, part, sizeof part[0] * (size_t)nparts);
+  e->nparts = nparts;
+  e->len = len;
+  e->end = o->code >= 0;
+  e->code = o->code;
+  e->details = e->end && o->details ? rm__xstrdup(o->details) : NULL;
+  out_add_lane(e, l->lane);
+  l->rl_batch = r->batch;
+  l->rl_idx = r->nout++;
+}
+
+static size_t varint_len(uint64_t v)
+{
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, n++;
+  return n;
+}
+
+/* One RelayResponse of every queued entry (field 1, RelayOut, repeated;
+ * RelayOut: 1 lanes packed, 2 message, 3 end, 4 code, 5 details). The
+ * entries' slices move into the buffer. */
+static grpc_byte_buffer *relay_batch(struct rm__relay *r)
+{
+  size_t nslices = 0;
+  for (int i = 0; i < r->nout; i++) nslices += 2 + (size_t)r->out[i].nparts;
+  grpc_slice *sl = rm__xmalloc(nslices * sizeof *sl);
+  size_t ns = 0;
+  for (int i = 0; i < r->nout; i++) {
+    rl_out_t *e = &r->out[i];
+    size_t lanes_len = 0, dlen = e->details ? strlen(e->details) : 0;
+    for (int k = 0; k < e->n; k++) lanes_len += varint_len(e->lanes[k]);
+    size_t inner = 1 + varint_len(lanes_len) + lanes_len;
+    if (e->has_msg) inner += 1 + varint_len(e->len) + e->len;
+    size_t tail = 0;
+    if (e->end) {
+      tail = 2 + (e->code ? 1 + varint_len((uint64_t)e->code) : 0);
+      if (dlen) tail += 1 + varint_len(dlen) + dlen;
+    }
+    inner += tail;
+    uint8_t *h = rm__xmalloc(1 + 10 + 1 + 10 + lanes_len + 1 + 10);
+    size_t n = 0;
+    n = rm__varint(h, n, 1 << 3 | 2); /* RelayResponse.out */
+    n = rm__varint(h, n, inner);
+    n = rm__varint(h, n, 1 << 3 | 2); /* RelayOut.lanes, packed */
+    n = rm__varint(h, n, lanes_len);
+    for (int k = 0; k < e->n; k++) n = rm__varint(h, n, e->lanes[k]);
+    if (e->has_msg) {
+      n = rm__varint(h, n, 2 << 3 | 2); /* RelayOut.message */
+      n = rm__varint(h, n, e->len);
+    }
+    sl[ns++] = grpc_slice_new(h, n, free);
+    for (int p = 0; p < e->nparts; p++) sl[ns++] = e->part[p]; /* moved */
+    e->nparts = 0;
+    if (tail) {
+      uint8_t *t = rm__xmalloc(tail);
+      size_t m = 0;
+      m = rm__varint(t, m, 3 << 3); /* RelayOut.end */
+      m = rm__varint(t, m, 1);
+      if (e->code) {
+        m = rm__varint(t, m, 4 << 3); /* RelayOut.code */
+        m = rm__varint(t, m, (uint64_t)e->code);
+      }
+      if (dlen) {
+        m = rm__varint(t, m, 5 << 3 | 2); /* RelayOut.details */
+        m = rm__varint(t, m, dlen);
+        memcpy(t + m, e->details, dlen);
+        m += dlen;
+      }
+      sl[ns++] = grpc_slice_new(t, m, free);
+    }
+    out_free(e);
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, ns);
+  for (size_t i = 0; i < ns; i++) grpc_slice_unref(sl[i]);
+  free(sl);
+  r->nout = 0;
+  r->batch++;
+  return bb;
+}
+
+/* Start the relay's next batch, or its final status once nothing is
+ * queued, unless one is in flight. */
+static void relay_kick(rm__call_t *k)
+{
+  struct rm__relay *r = k->mux;
+  if (r->sending || r->final_started) return;
+  if (r->nout) {
+    rm__out_t o = {.call = k, .code = -1, .details = NULL, .bb = relay_batch(r)};
+    r->sending = 1;
+    __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the batch's */
+    rm__start_out(k, &o);
+  } else if (r->has_final) {
+    r->sending = 1;
+    r->final_started = 1;
+    rm__start_out(k, &r->final); /* with the outbox's reference */
+  }
+}
+
+static void kick_later(rm_coord_t *c, rm__call_t *k)
+{
+  if (k->mux->kick_listed) return;
+  k->mux->kick_listed = 1;
+  if (c->nrelay_kick == c->caprelay_kick) {
+    c->caprelay_kick = c->caprelay_kick ? 2 * c->caprelay_kick : 8;
+    c->relay_kick = rm__xrealloc(c->relay_kick, c->caprelay_kick * sizeof *c->relay_kick);
+  }
+  c->relay_kick[c->nrelay_kick++] = k;
+  __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the list's */
+}
+
+void rm__relay_kick_all(rm_coord_t *c)
+{
+  for (size_t i = 0; i < c->nrelay_kick; i++) {
+    rm__call_t *k = c->relay_kick[i];
+    k->mux->kick_listed = 0;
+    relay_kick(k);
+    rm__call_unref(k);
+  }
+  c->nrelay_kick = 0;
+}
+
+/* The lane's slot is ENDED; the table's reference goes. */
+static void lane_retire(struct rm__relay *r, rm__call_t *l)
+{
+  if (l->lane >= r->cap || r->lane[l->lane] != l) return;
+  r->lane[l->lane] = ENDED;
+  r->open--;
+  rm__call_unref(l);
+}
+
+void rm__relay_out(rm_coord_t *c, rm__out_t *o)
+{
+  rm__call_t *k = o->call;
+  if (k->method == RM__M_RELAY) { /* the stream's own end */
+    struct rm__relay *r = k->mux;
+    if (r->has_final) { /* never: it is answered once */
+      free(o->details);
+      if (o->bb) grpc_byte_buffer_destroy(o->bb);
+      rm__call_unref(k);
+      return;
+    }
+    r->final = *o; /* with the outbox's reference */
+    r->has_final = 1;
+    kick_later(c, k);
+    return;
+  }
+  rm__call_t *rk = k->up;
+  struct rm__relay *r = rk->mux;
+  if (r->has_final) { /* the relay ended first: its lanes with it */
+    if (o->bb) grpc_byte_buffer_destroy(o->bb);
+  } else {
+    out_append(r, k, o);
+    kick_later(c, rk);
+  }
+  if (o->code >= 0) { /* the lane's end: its park was unlinked by the answer */
+    rm__park_drop(c, &k->park, 0);
+    lane_retire(r, k);
+  }
+  free(o->details);
+  rm__call_unref(k); /* the outbox's */
+}
+
+int rm__relay_room(const rm__call_t *l)
+{
+  const struct rm__relay *r = l->up->mux;
+  return r && (uint64_t)r->nout < (uint64_t)ROOM_PER_LANE * (r->open + 1);
+}
+
+/* ---- lanes ---- */
+static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n)
+{
+  struct rm__relay *r = k->mux;
+  rm__call_t *l = rm__xcalloc(1, sizeof *l);
+  l->c = c;
+  l->refs = 1; /* the table's */
+  l->method = RM__M_SESSION;
+  l->streaming = 1;
+  l->cq = k->cq;
+  l->up = k;
+  l->lane = n;
+  l->md_sent = 1; /* nothing of its own goes out */
+  l->park.relayed = 1;
+  grpc_call_details_init(&l->details);
+  grpc_metadata_array_init(&l->md);
+  __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the lane's on its relay */
+  r->lane[n] = l;
+  r->open++;
+  c->ctr.relay_lanes_total++;
+  return l;
+}
+
+/* The worker ended its lane: `end` (the final OK goes back to it) or
+ * `broken` (declared lost, nothing to send). Rows: a broken one. */
+static void lane_end(rm_coord_t *c, rm__call_t *l, int broken)
+{
+  if (l->answered) return;
+  l->answered = 1;
+  rm__park_unlink(&l->bpark);
+  rm__park_unlink(&l->gpark);
+  rm__park_drop(c, &l->park, broken);
+  if (broken) lane_retire(l->up->mux, l);
+  else rm__out_push(c, l, GRPC_STATUS_OK, "", NULL); /* retired when flushed */
+}
+
+static void relay_unlist(rm_coord_t *c, rm__call_t *k)
+{
+  struct rm__relay *r = k->mux;
+  if (r->prev) r->prev->mux->next = r->next;
+  else if (c->relays == k) c->relays = r->next;
+  if (r->next) r->next->mux->prev = r->prev;
+  r->prev = r->next = NULL;
+}
+
+/* End the stream: every open lane as broken (its worker is lost), then
+ * the stream's own status after every queued entry. */
+static void relay_close(rm_coord_t *c, rm__call_t *k, int code, const char *details)
+{
+  struct rm__relay *r = k->mux;
+  if (k->answered) return;
+  for (uint32_t n = 1; n < r->cap && r->open; n++)
+    if (r->lane[n] && r->lane[n] != ENDED) lane_end(c, r->lane[n], 1);
+  relay_unlist(c, k);
+  if (code != GRPC_STATUS_OK) {
+    RM_WARN("relay stream ended: %s", details);
+    rm__reply(c, k, code, details, NULL);
+  } else {
+    k->answered = 1;
+    rm__out_push(c, k, GRPC_STATUS_OK, "", NULL);
+  }
+}
+
+int rm__relay_writes(const Ringmaster__V1__RelayRequest *q)
+{
+  if (!q) return 1; /* malformed: its lanes are lost */
+  for (size_t i = 0; i < q->n_in; i++) {
+    const Ringmaster__V1__RelayIn *in = q->in[i];
+    const Ringmaster__V1__SessionRequest *m = in->message;
+    if (!in->lane || in->lane > RELAY_LANES_MAX || in->broken || (m && (m->barrier || m->gate)))
+      return 1;
+  }
+  return 0;
+}
+
+/* The relay's record, made at its first message or end; listed in
+ * c->relays until it ends. */
+static struct rm__relay *relay_of(rm_coord_t *c, rm__call_t *k)
+{
+  if (!k->mux) {
+    c->ctr.grpc_calls_total++;
+    k->mux = rm__xcalloc(1, sizeof *k->mux);
+    k->mux->next = c->relays;
+    if (c->relays) c->relays->mux->prev = k;
+    c->relays = k;
+  }
+  return k->mux;
+}
+
+void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequest *q)
+{
+  char why[160];
+  c->ctr.relay_messages_total++;
+  struct rm__relay *r = relay_of(c, k);
+  if (!q) {
+    relay_close(c, k, GRPC_STATUS_INVALID_ARGUMENT,
+                "malformed ringmaster.v1.RelayRequest message on a Relay");
+    return;
+  }
+  if (c->closing) {
+    relay_close(c, k, GRPC_STATUS_UNAVAILABLE, "coordinator shutting down");
+    return;
+  }
+  for (size_t i = 0; i < q->n_in && !k->answered; i++) {
+    const Ringmaster__V1__RelayIn *in = q->in[i];
+    uint32_t n = in->lane;
+    if (!n || n > RELAY_LANES_MAX) {
+      snprintf(why, sizeof why, "relay lane %u out of range 1..%u", n, RELAY_LANES_MAX);
+      relay_close(c, k, GRPC_STATUS_INVALID_ARGUMENT, why);
+      return;
+    }
+    if (n >= r->cap) {
+      uint32_t cap = r->cap ? r->cap : 64;
+      while (cap <= n) cap *= 2;
+      if (cap > RELAY_LANES_MAX + 1) cap = RELAY_LANES_MAX + 1;
+      r->lane = rm__xrealloc(r->lane, cap * sizeof *r->lane);
+      memset(r->lane + r->cap, 0, (cap - r->cap) * sizeof *r->lane);
+      r->cap = cap;
+    }
+    rm__call_t *l = r->lane[n];
+    if (l == ENDED) continue; /* as a message after a Session's end */
+    if (!l && !in->message) { /* ended before it opened */
+      if (in->end || in->broken) r->lane[n] = ENDED;
+      continue;
+    }
+    if (!l) l = lane_open(c, k, n);
+    if (in->message && !l->answered) {
+      if (l->park.kind == RM__PARK_SESSION) c->ctr.session_messages_total++;
+      else c->ctr.grpc_calls_total++; /* its opening message */
+      rm__rpc_dispatch(c, l, RM__M_SESSION, &in->message->base, 1);
+    }
+    if (in->end || in->broken) lane_end(c, l, in->broken);
+  }
+}
+
+void rm__relay_end(rm_coord_t *c, rm__call_t *k)
+{
+  if (k->answered) return;
+  relay_of(c, k);
+  relay_close(c, k, GRPC_STATUS_OK, "");
+}
+
+void rm__relay_on_send(rm_coord_t *c, rm__call_t *k)
+{
+  (void)c;
+  struct rm__relay *r = k->mux;
+  r->sending = 0;
+  relay_kick(k);
+}
+
+void rm__relay_stop_all(rm_coord_t *c)
+{
+  while (c->relays) relay_close(c, c->relays, GRPC_STATUS_UNAVAILABLE,
+                                "coordinator shutting down");
+}
+
+void rm__relay_free(rm__call_t *k)
+{
+  struct rm__relay *r = k->mux;
+  for (int i = 0; i < r->nout; i++) out_free(&r->out[i]);
+  free(r->out);
+  free(r->lane);
+  free(r);
+}

@@ -1,0 +1,85 @@
+/*
+ * server_int.h - what server.c shares with relay.c (RELAYS): a call's
+ * record and the outbox. Module-private to rpc/.
+ */
+#ifndef RM_COORDINATOR_RPC_SERVER_INT_H
+#define RM_COORDINATOR_RPC_SERVER_INT_H
+
+#include <grpc/grpc.h>
+#include <stdint.h>
+
+#include "rpc/rpc_int.h"
+
+#define SESSION_QUEUE 8 /* SESSIONS: answers queued behind one in flight */
+
+struct rm__call {
+  rm_coord_t *c;
+  grpc_call *call;
+  grpc_call_details details;
+  grpc_metadata_array md;
+  grpc_byte_buffer *recv;
+  gpr_timespec deadline; /* registered requests fill it; unused */
+  int cancelled;
+  int refs; /* atomic */
+  int method;
+  int registered; /* REGISTERED METHODS: the request brought the payload */
+  int cq; /* index of the queue the call lives on (SHARDS) */
+  int gzip_ok; /* the client decodes gzip (Join/StepGateRequest.accept_gzip) */
+  int gzip; /* its answer is a gzip member (GZIP ANSWERS); under c->mu */
+  rm__park_t park;
+  int answered; /* final status queued; under c->mu */
+  int md_sent;  /* initial metadata started; under c->mu */
+  int close_started; /* RECV_CLOSE_ON_SERVER started; under c->mu */
+  int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
+  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
+  rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
+  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
+  int sending;      /* SESSIONS: a batch of it in flight; under c->mu */
+  int final_started; /* SESSIONS: its final batch started; under c->mu */
+  rm__out_t later[SESSION_QUEUE]; /* SESSIONS: queued batches, in order */
+  int nlater;
+  /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
+   * Session carried by a relay, no grpc_call of its own), its relay and
+   * number */
+  struct rm__relay *mux;
+  rm__call_t *up;
+  uint32_t lane;
+  uint64_t rl_batch; /* RELAYS: the relay batch its last entry is in */
+  int rl_idx;        /* ... and that entry's index there */
+  grpc_byte_buffer *send_bb;
+  grpc_slice status_slice;
+  int has_status_slice;
+} __attribute__((aligned(8)));
+
+/* Queue an answer or stream message of k (code -1: a message; bb taken).
+ * Under c->mu; started by rm__out_flush after COMMIT. */
+void rm__out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details,
+                  grpc_byte_buffer *bb);
+/* Start one queued batch of k (o's reference becomes the batch's). */
+void rm__start_out(rm__call_t *k, rm__out_t *o);
+/* Drop a reference of k; the last frees it. */
+void rm__call_unref(rm__call_t *k);
+/* Append v as a protobuf varint at buf[n]; returns the new n. */
+size_t rm__varint(uint8_t *buf, size_t n, uint64_t v);
+
+/* ---- relay.c (RELAYS) ---- */
+/* A message of Relay call k (NULL: malformed), under the lock. */
+void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequest *q);
+/* Relay call k ended from the client's side (half-close or broken). */
+void rm__relay_end(rm_coord_t *c, rm__call_t *k);
+/* Does this parsed RelayRequest (NULL: malformed) write rows? */
+int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
+/* rm__out_flush's part: o is a lane's or a relay's; the batches of every
+ * relay o's touched start in rm__relay_kick_all, after the flush. */
+void rm__relay_out(rm_coord_t *c, rm__out_t *o);
+void rm__relay_kick_all(rm_coord_t *c);
+/* k's batch completed (on_send). */
+void rm__relay_on_send(rm_coord_t *c, rm__call_t *k);
+/* Is there room for a best-effort message to lane k (a push)? */
+int rm__relay_room(const rm__call_t *k);
+/* rm__server_stop: every relay ends UNAVAILABLE (its lanes already did). */
+void rm__relay_stop_all(rm_coord_t *c);
+/* call_unref's last: the relay's record. */
+void rm__relay_free(rm__call_t *k);
+
+#endif

@@ -1,0 +1,157 @@
+"""Relay streams (service.proto Relay, coordinator/rpc/relay.c RELAYS):
+many workers' Sessions as lanes of one stream, driven from Python against a
+real coordinator:
+
+- three workers' Sessions opened as three lanes of one RelayRequest; lane
+  heartbeats alone keep them alive past their 3 s heartbeat timeout, with
+  nothing sent back while all is well;
+- a barrier whose arrivals come on the lanes (and one on a worker's own
+  Session) is released to the lanes as ONE RelayOut naming all three, with
+  every member's payload in rank order, as the Session gets it;
+- a lane's opening message is checked like a Session's (a wrong token ends
+  that lane UNAUTHENTICATED, the other lanes go on); a lane number is never
+  reused (a later message for the ended lane is dropped);
+- a lane the relay ends (`end`) gets its end OK and its worker stays a
+  member; a job that ended is told on each lane (job_state), then end OK;
+- a lane that is `broken`, and the lanes of a relay whose stream is
+  cancelled, declare their workers lost at once;
+- lane 0, or a malformed RelayRequest, ends the stream INVALID_ARGUMENT."""
+import time
+
+import rmtest
+
+
+def wait_for(pred, what, timeout=20):
+    t0 = time.time()
+    while time.time() < t0 + timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def lost_events(env, job, why):
+    return [e.message for e in env.events(job.id, job.token, timeout=1) if why in e.message]
+
+
+def test(env):
+    env.start_coordinator()
+    g, m = env.grpc, env.m
+    job = env.submit(name="relay", world_size=4, min_workers=4, heartbeat_timeout_ms=3000)
+    res = env.join_all(job, 4, 32000)
+    assert all(r.formed for r in res), res
+    gen = res[0].generation
+    ids = [dict(job_id=job.id, token=job.token, generation=gen, worker_id=r.worker_id)
+           for r in res]
+    rank = [r.rank for r in res]
+
+    def lane_msgs(step, lanes, extra=None):
+        return m.RelayRequest(**{"in": [m.RelayIn(lane=ln, message=m.SessionRequest(
+            step=step, **ids[ln - 1], **(extra or {}).get(ln, {}))) for ln in lanes]})
+
+    # 1. lanes 1-3 (workers 0-2) open in one message; worker 3 has a Session
+    rl = rmtest.SessionStream(env, lane_msgs(0, [1, 2, 3]), method="Relay")
+    s3 = rmtest.SessionStream(env, m.SessionRequest(step=0, **ids[3]))
+    for k in range(1, 11):  # 5 s of heartbeats, past the 3 s timeout
+        time.sleep(0.5)
+        rl.send(lane_msgs(k, [1, 2, 3]))
+        s3.send(m.SessionRequest(step=k, **ids[3]))
+    j = env.get(job.id)
+    assert j.state == m.JOB_STATE_RUNNING and j.generation == gen, j
+    assert not lost_events(env, job, "lost"), "a worker was lost"
+    assert rl.code is None and not rl.got, (rl.code, rl.got)
+
+    # 2. a barrier: three arrivals on the lanes, one on the Session
+    pay = {ln: {"barrier": m.SessionBarrier(name="b1", payload=bytes([65 + rank[ln - 1]]) * 3)}
+           for ln in (1, 2, 3)}
+    rl.send(lane_msgs(11, [1, 2, 3], pay))
+    s3.send(m.SessionRequest(step=11, barrier=m.SessionBarrier(
+        name="b1", payload=bytes([65 + rank[3]]) * 3), **ids[3]))
+    got = rl.answers(1)
+    assert len(got) == 1 and len(got[0].out) == 1, got
+    o = got[0].out[0]
+    assert sorted(o.lanes) == [1, 2, 3] and not o.end, o
+    b = o.message.barrier
+    assert o.message.HasField("barrier") and b.released and b.arrived == 4, o
+    assert list(b.payloads) == [b"AAA", b"BBB", b"CCC", b"DDD"], b.payloads
+    assert s3.answers(1)[0].barrier == b, (s3.got, b)
+
+    # 3. a lane whose opening message is refused ends alone; its number is
+    # not reused; the other lanes go on
+    bad = m.RelayIn(lane=7, message=m.SessionRequest(**dict(ids[0], token="nope")))
+    rl.send(m.RelayRequest(**{"in": [bad]}))
+    got = rl.answers(2)
+    o = got[1].out[0]
+    assert list(o.lanes) == [7] and o.end and o.code == g.StatusCode.UNAUTHENTICATED.value[0], o
+    assert not o.HasField("message"), o
+    rl.send(m.RelayRequest(**{"in": [m.RelayIn(lane=7, message=m.SessionRequest(
+        step=12, **ids[0]))]}))  # ended: dropped, as after a Session's end
+    rl.send(lane_msgs(12, [1, 2, 3]))
+    s3.send(m.SessionRequest(step=12, **ids[3]))
+    time.sleep(0.5)
+    assert len(rl.got) == 2 and rl.code is None, (rl.got, rl.code)
+
+    # 4. the relay ends lane 3 (its worker half-closed): end OK, still a member
+    rl.send(m.RelayRequest(**{"in": [m.RelayIn(lane=3, end=True)]}))
+    o = rl.answers(3)[2].out[0]
+    assert list(o.lanes) == [3] and o.end and o.code == 0, o
+    j = env.get(job.id)
+    assert j.state == m.JOB_STATE_RUNNING and j.generation == gen, j
+
+    # 5. the job ends: each lane that sends a heartbeat is told, then ends OK
+    env.jobs.CancelJob(m.CancelJobRequest(job_id=job.id), timeout=10)
+    rl.send(lane_msgs(13, [1, 2]))
+    got = rl.answers(4)
+    outs = [o for r in got[3:] for o in r.out]
+    assert sorted(ln for o in outs for ln in o.lanes) == [1, 2], outs
+    for o in outs:
+        assert o.end and o.code == 0 and o.message.job_state == m.JOB_STATE_CANCELLED, o
+    assert rl.end() == g.StatusCode.OK, (rl.code, rl.details)
+    s3.end()
+
+    # 6. a broken lane, a cancelled relay's lane, and the open lane of a
+    # relay ended for lane 0: each declares its worker lost at once (each
+    # worker alone in a job with a 60 s heartbeat timeout)
+    def one_worker(name, port):
+        jb = env.submit(name=name, world_size=1, heartbeat_timeout_ms=60000)
+        r = env.join_all(jb, 1, port)[0]
+        assert r.formed, r
+        ids = dict(job_id=jb.id, token=jb.token, generation=r.generation, worker_id=r.worker_id)
+        return jb, ids
+
+    def opened(ids, lane=1):
+        st = rmtest.SessionStream(env, m.RelayRequest(**{"in": [
+            m.RelayIn(lane=lane, message=m.SessionRequest(**ids))]}), method="Relay")
+        time.sleep(0.3)
+        return st
+
+    why = "lane of a Relay broke"
+    ja, ida = one_worker("relay-broken", 32100)
+    jb, idb = one_worker("relay-cancelled", 32101)
+    jc, idc = one_worker("relay-lane-0", 32102)
+    ra, rb, rc = opened(ida, 4), opened(idb), opened(idc)
+    ra.send(m.RelayRequest(**{"in": [m.RelayIn(lane=4, broken=True)]}))
+    wait_for(lambda: lost_events(env, ja, why), "the broken lane's worker lost")
+    rb.call.cancel()
+    rb.wait()
+    wait_for(lambda: lost_events(env, jb, why), "the cancelled relay's worker lost")
+
+    # 7. lane 0 and a malformed RelayRequest end the stream INVALID_ARGUMENT
+    rc.send(m.RelayRequest(**{"in": [m.RelayIn(lane=0, message=m.SessionRequest(**idc))]}))
+    assert rc.wait() == g.StatusCode.INVALID_ARGUMENT and "out of range" in rc.details, \
+        (rc.code, rc.details)
+    wait_for(lambda: lost_events(env, jc, why), "the ended relay's lane lost")
+    for jx in (ja, jb, jc):
+        assert not lost_events(env, jx, "no heartbeat"), "lost by timeout, not by the relay"
+    assert ra.end() == g.StatusCode.OK, (ra.code, ra.details)
+    bad = rmtest.SessionStream(env, b"\xff\xff\xff\xff", raw=True, method="Relay")
+    assert bad.wait() == g.StatusCode.INVALID_ARGUMENT and "malformed" in bad.details, \
+        (bad.code, bad.details)
+
+    # the coordinator still serves
+    assert env.get(job.id).state == m.JOB_STATE_CANCELLED
+
+
+if __name__ == "__main__":
+    rmtest.main(test)
