@@ -3,7 +3,7 @@
  *
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
  *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
- *                 [--gzip 0|1] [--gate-steps K] [--session 0|1|2]
+ *                 [--gzip 0|1] [--gate-steps K] [--session 0|1|2] [--relay K]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
  * job of world N (launcher none), and simulates its N workers from P client
@@ -39,6 +39,11 @@
  * end CANCELLED (or OK: the coordinator fails the job at the first
  * cancelled Watch and ends the rest) with no message (load_client.c
  * WATCHES).
+ * --relay K (with --session 1; default 0 = none): the workers' Sessions are
+ * the lanes of relay streams, K workers a relay, as a relay on each host
+ * would carry them (service.proto Relay; load_relay.c): one RelayRequest a
+ * relay for its lanes' openings, arrivals and gate calls; heartbeats
+ * batched per relay (at most 100 ms late); each lane checked as a Session.
  * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
  * older worker; load_client.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).
@@ -75,6 +80,7 @@
 typedef struct {
   const char *bin;
   int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
+  int relay;   /* > 0: Sessions are lanes of relay streams of this many */
   int session; /* 1: Session streams carry the barrier arrivals and answers and the
                 * heartbeats (load_client.c SESSIONS, SESSION BARRIERS);
                 * 2: a Watch per worker, unary heartbeats (load_client.c WATCHES) */
@@ -741,7 +747,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   usage_t base = coord_usage(g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
                            .timeout_s = o->timeout_s, .gzip = o->gzip,
-                           .session = o->session};
+                           .session = o->session, .relay = o->relay};
   if (getloadavg(&out->load0, 1) != 1) out->load0 = -1;
   if (fork_clients(o, &cfg, n, procs)) goto out;
   size_t per = 0;
@@ -755,8 +761,8 @@ static int run_size(const opts_t *o, int n, result_t *out)
   out->end_mib = (double)end.rss_kb / 1024;
   out->per_worker_b = (double)(end.hwm_kb - base.rss_kb) * 1024 / n;
   if (getloadavg(&out->load1, 1) != 1) out->load1 = -1;
-  printf("workers %5d | procs %3d | session %d | join (all formed) %8.1f ms, %d gzip answers | ",
-         n, procs, o->session, out->join_s * 1e3, out->gzip);
+  printf("workers %5d | procs %3d | session %d | relay %d | join (all formed) %8.1f ms, "
+         "%d gzip answers | ", n, procs, o->session, o->relay, out->join_s * 1e3, out->gzip);
   if (o->session == 2 && out->closed)
     printf("watches: opened in %.1f ms, %d cancelled in %.1f ms (%d ended OK by the "
            "coordinator first) | ", out->open_ms, out->closed_ok, out->close_ms, out->ended);
@@ -824,6 +830,7 @@ static int parse(int argc, char **argv, opts_t *o)
     else if (!strcmp(k, "--gzip")) o->gzip = atoi(v);
     else if (!strcmp(k, "--gate-steps")) o->gate = atoi(v);
     else if (!strcmp(k, "--session")) o->session = atoi(v);
+    else if (!strcmp(k, "--relay")) o->relay = atoi(v);
     else return -1;
   }
   if (!o->nc) {
@@ -834,7 +841,8 @@ static int parse(int argc, char **argv, opts_t *o)
     if (o->counts[i] < 1 || o->counts[i] > 65536) return -1;
   if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
       o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1) ||
-      o->gate < 0 || o->session < 0 || o->session > 2)
+      o->gate < 0 || o->session < 0 || o->session > 2 || o->relay < 0 ||
+      o->relay > 65535 || (o->relay && o->session != 1))
     return -1;
   return 0;
 }
@@ -845,7 +853,7 @@ int main(int argc, char **argv)
   if ((argc % 2) != 1 || parse(argc, argv, &o)) {
     fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
                     "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n"
-                    "         [--gzip 0|1] [--gate-steps K] [--session 0|1|2]\n");
+                    "         [--gzip 0|1] [--gate-steps K] [--session 0|1|2] [--relay K]\n");
     return 2;
   }
   struct rlimit rl;

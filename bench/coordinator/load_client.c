@@ -154,7 +154,7 @@
 
 #include <zlib.h>
 
-#include "load_int.h"
+#include "load_client_int.h"
 #include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
 #include "rm_le.h"
@@ -162,95 +162,9 @@
 #define JOIN_WAIT_MS 60000 /* the coordinator's cap (JOIN_WAIT_MAX_MS) */
 #define HEARTBEAT_DEADLINE_S 10
 
-typedef struct {
-  grpc_call *call;
-  grpc_byte_buffer *send, *recv;
-  grpc_metadata_array md1, md2;
-  grpc_status_code st;
-  grpc_slice details;
-  int64_t t0, t1;
-  int busy;
-} op_t;
-
-/* GZIP StepGate: one of this step's verified compressed answers (one per
- * value of `dropped`; r NULL: none yet) */
-typedef struct {
-  uint8_t *z;                          /* the member as received */
-  size_t zlen;
-  Ringmaster__V1__StepGateResponse *r; /* what it inflates to */
-  int ok;                              /* its step-wide facts hold (gate_step_ok) */
-} gate_kept_t;
-
-/* SESSIONS: one worker's Session stream, or (WATCHES) its Watch call (see
- * the file comment). */
-typedef struct {
-  grpc_call *call;             /* NULL: not open, or released */
-  grpc_byte_buffer *send;      /* the message of the send in flight */
-  grpc_byte_buffer *recv;      /* RECV_MESSAGE's */
-  grpc_metadata_array md1, md2;
-  grpc_status_code st;
-  grpc_slice details;
-  int64_t t_send, t_close;     /* start of the send in flight; of the close */
-  uint32_t step;               /* beats sent */
-  int backlog;                 /* HEARTBEAT: beats due while a send was in flight */
-  uint8_t sending, recving, closing; /* a batch of that kind outstanding */
-  uint8_t ended;               /* its status came */
-  uint8_t closed;              /* CLOSE: half-closed or (WATCHES) cancelled (its
-                                * status is the verdict) */
-  int got_msg;                 /* messages received, barrier answers aside */
-  /* SESSION BARRIERS AND GATES: this round's arrival or gate call (BS_*) */
-  uint8_t bar;                 /* BS_NONE: no request of this phase outstanding */
-  uint8_t send_bar;            /* the send in flight is that request */
-  int64_t t_bar;               /* start of the request's send */
-} sess_t;
-
-/* sess_t.bar: the arrival is due (sent when the send in flight completes),
- * sent and unanswered, or answered (or failed) with its send in flight. */
-enum { BS_NONE = 0, BS_DUE = 1, BS_SENT = 2, BS_SETTLING = 3 };
-
-enum { SK_SEND = 0, SK_RECV = 1, SK_STATUS = 2, SK_CLOSE = 3 };
-#define SESS_TAG(w, k) ((void *)(intptr_t)(-1 - ((intptr_t)(w) * 4 + (k))))
-
-typedef struct {
-  const load_client_cfg_t *cfg;
-  int n;                       /* workers here: hi - lo */
-  grpc_completion_queue *cq;
-  grpc_channel **ch;
-  op_t *ops;
-  uint64_t *wid;               /* worker ids, from the Join answers */
-  uint32_t *rank_of;           /* rank of local worker i (UINT32_MAX: none);
-                                * sent to the parent after the Join wave */
-  int64_t *lat;
-  uint64_t gen;
-  /* the verified reference Join answer */
-  Ringmaster__V1__JoinResponse *ref;
-  uint64_t *ref_wid;           /* worker id by rank */
-  uint8_t *ref_peers;          /* its contiguous field-6 bytes, or NULL */
-  size_t ref_peers_len;
-  /* GZIP: the reference's deflate stream of the shared tail, and the CRC
-   * and length of the tail it inflates to (ref_z NULL: none) */
-  uint8_t *ref_z;
-  size_t ref_zlen, ref_tail_len;
-  uint32_t ref_tail_crc;
-  gate_kept_t gate[2];         /* GZIP StepGate: indexed by dropped != 0 */
-  /* SESSIONS */
-  sess_t *sess;                /* n streams (--session 1) or Watch calls (--session
-                                * 2), or NULL (--session 0 / not opened) */
-  int n_live;                  /* streams not released */
-  int s_phase;                 /* LOAD_CMD_OPEN / BARRIER / HEARTBEAT / CLOSE while that
-                                * phase counts stream events in s_res; else 0 */
-  load_res_t *s_res;
-  int s_done;                  /* OPEN, HEARTBEAT: sends done; BARRIER: arrivals
-                                * settled (sess_bar_settle); CLOSE: statuses */
-  const char *s_bar_name;      /* BARRIER (--session 1): "round-k" */
-  int s_round;                 /* BARRIER: k; GATE: step s */
-  int p_err, p_bad;            /* stream failures not yet reported (sess_fold) */
-  char p_msg[LOAD_MSG_MAX];
-} client_t;
-
 /* ---- calls ---- */
 
-static grpc_byte_buffer *pack(const ProtobufCMessage *m)
+grpc_byte_buffer *pack(const ProtobufCMessage *m)
 {
   size_t len = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(len ? len : 1);
@@ -272,7 +186,7 @@ static grpc_slice answer_bytes(grpc_byte_buffer *bb)
   return s;
 }
 
-static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
 {
   grpc_slice s = answer_bytes(bb);
   ProtobufCMessage *m = bb ? protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s),
@@ -336,7 +250,7 @@ static void call_finish(op_t *o)
 }
 
 /* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
-static grpc_event cq_wait(client_t *c, int64_t deadline_ns)
+grpc_event cq_wait(client_t *c, int64_t deadline_ns)
 {
   int64_t left = deadline_ns - rm__now_ns();
   if (left < 0) left = 0;
@@ -355,7 +269,8 @@ static int next_done(client_t *c, int64_t deadline_ns)
     grpc_event ev = cq_wait(c, deadline_ns);
     if (ev.type != GRPC_OP_COMPLETE) return -1;
     if ((intptr_t)ev.tag < 0) {
-      sess_event(c, (intptr_t)ev.tag, ev.success);
+      if (c->rl) relay_event(c, (intptr_t)ev.tag, ev.success); /* RELAYS */
+      else sess_event(c, (intptr_t)ev.tag, ev.success);
       continue;
     }
     int i = (int)(intptr_t)ev.tag;
@@ -383,9 +298,7 @@ static void cancel_all(client_t *c, int nops)
   }
 }
 
-static void note(load_res_t *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void note(load_res_t *r, const char *fmt, ...)
+void note(load_res_t *r, const char *fmt, ...)
 {
   if (r->msg[0]) return;
   va_list ap;
@@ -909,7 +822,7 @@ static void phase_join(client_t *c, load_res_t *res)
 
 /* A barrier answer of round k for global worker g (unary or on its
  * Session, `how`): released with arrived == expected == N, else n_bad. */
-static void barrier_check(const client_t *c, const Ringmaster__V1__BarrierResponse *r, int g,
+void barrier_check(const client_t *c, const Ringmaster__V1__BarrierResponse *r, int g,
                           int k, const char *how, load_res_t *res)
 {
   uint32_t n = (uint32_t)c->cfg->world;
@@ -1083,7 +996,7 @@ static void phase_gate(client_t *c, int step, load_res_t *res)
 /* SESSION BARRIERS AND GATES: a gate answer on local worker w's Session
  * at step s_round: decided, step s, world N with exactly one rank out (the
  * first N - 1 arrivals), dropped exactly when that rank is its own.  O(1). */
-static void gate_sess_check(client_t *c, const Ringmaster__V1__StepGateResponse *r, int w,
+void gate_sess_check(client_t *c, const Ringmaster__V1__StepGateResponse *r, int w,
                             load_res_t *res)
 {
   uint32_t n = (uint32_t)c->cfg->world, rank = c->rank_of[w];
@@ -1127,7 +1040,7 @@ static int heartbeat_done(client_t *c, int i, load_res_t *res)
 
 /* When beat s (0 <= s < S * n: local worker s % n's (s / n)-th) is due:
  * worker g at t0 + g/N s + i s, spread evenly over each second. */
-static int64_t beat_due(const client_t *c, int64_t t0, int s)
+int64_t beat_due(const client_t *c, int64_t t0, int s)
 {
   int g = c->cfg->lo + s % c->n;
   return t0 + (int64_t)(s / c->n) * 1000000000LL + (int64_t)g * 1000000000LL / c->cfg->world;
@@ -1179,9 +1092,7 @@ static void phase_heartbeat(client_t *c, int secs, load_res_t *res)
 /* A stream failure (a message, or a status before the close): counted in
  * the session phase under way, else reported with the next result
  * (sess_fold), whatever phase that is. */
-static void sess_fail(client_t *c, int bad, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void sess_fail(client_t *c, int bad, const char *fmt, ...)
+void sess_fail(client_t *c, int bad, const char *fmt, ...)
 {
   int *n_err = c->s_res ? &c->s_res->n_err : &c->p_err;
   int *n_bad = c->s_res ? &c->s_res->n_bad : &c->p_bad;
@@ -1751,6 +1662,7 @@ static int client_size(client_t *c, int calls)
 static void client_close(client_t *c)
 {
   sess_teardown(c);
+  relay_teardown(c);
   for (int i = 0; i < c->cfg->channels; i++) grpc_channel_destroy(c->ch[i]);
   grpc_completion_queue_shutdown(c->cq);
   while (grpc_completion_queue_next(c->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
@@ -1808,6 +1720,15 @@ int load_client_main(const load_client_cfg_t *cfg)
       break;
     } else if (cmd.kind == LOAD_CMD_JOIN) {
       phase_join(&c, &res);
+    } else if (c.rl && (cmd.kind == LOAD_CMD_BARRIER || cmd.kind == LOAD_CMD_GATE)) {
+      relay_phase_owed(&c, cmd.kind, cmd.arg, &res); /* RELAYS */
+    } else if (c.rl && cmd.kind == LOAD_CMD_HEARTBEAT) {
+      if (client_size(&c, cmd.arg * c.n)) goto out;
+      relay_phase_heartbeat(&c, cmd.arg, &res);
+    } else if (cfg->relay && cmd.kind == LOAD_CMD_OPEN) {
+      relay_phase_open(&c, &res);
+    } else if (c.rl && cmd.kind == LOAD_CMD_CLOSE) {
+      relay_phase_close(&c, &res);
     } else if (cmd.kind == LOAD_CMD_BARRIER) {
       if (c.sess && !WATCH(&c)) phase_owed_sess(&c, LOAD_CMD_BARRIER, cmd.arg, &res);
       else phase_barrier(&c, cmd.arg, &res);

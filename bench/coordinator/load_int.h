@@ -94,6 +94,8 @@ typedef struct {
                          * (load_client.c SESSIONS, SESSION BARRIERS); 0: unary calls;
                          * 2: unary calls, and each worker holds a Watch
                          * (load_client.c WATCHES) */
+  int relay;            /* > 0 (with session 1): each worker's Session is a lane
+                         * of a relay stream carrying this many (load_relay.c) */
   int cmd_fd, res_fd;   /* pipes to the parent */
 } load_client_cfg_t;
 

@@ -1,0 +1,132 @@
+/*
+ * load_client_int.h - a client process's state and the helpers that
+ * load_client.c shares with load_relay.c (RELAYS). Bench only.
+ */
+#ifndef RM_BENCH_LOAD_CLIENT_INT_H
+#define RM_BENCH_LOAD_CLIENT_INT_H
+
+#include <grpc/grpc.h>
+#include <stdint.h>
+
+#include "load_int.h"
+#include "ringmaster/v1/messages.pb-c.h"
+
+typedef struct {
+  grpc_call *call;
+  grpc_byte_buffer *send, *recv;
+  grpc_metadata_array md1, md2;
+  grpc_status_code st;
+  grpc_slice details;
+  int64_t t0, t1;
+  int busy;
+} op_t;
+
+/* GZIP StepGate: one of this step's verified compressed answers (one per
+ * value of `dropped`; r NULL: none yet) */
+typedef struct {
+  uint8_t *z;                          /* the member as received */
+  size_t zlen;
+  Ringmaster__V1__StepGateResponse *r; /* what it inflates to */
+  int ok;                              /* its step-wide facts hold (gate_step_ok) */
+} gate_kept_t;
+
+/* SESSIONS: one worker's Session stream, or (WATCHES) its Watch call (see
+ * the file comment). */
+typedef struct {
+  grpc_call *call;             /* NULL: not open, or released */
+  grpc_byte_buffer *send;      /* the message of the send in flight */
+  grpc_byte_buffer *recv;      /* RECV_MESSAGE's */
+  grpc_metadata_array md1, md2;
+  grpc_status_code st;
+  grpc_slice details;
+  int64_t t_send, t_close;     /* start of the send in flight; of the close */
+  uint32_t step;               /* beats sent */
+  int backlog;                 /* HEARTBEAT: beats due while a send was in flight */
+  uint8_t sending, recving, closing; /* a batch of that kind outstanding */
+  uint8_t ended;               /* its status came */
+  uint8_t closed;              /* CLOSE: half-closed or (WATCHES) cancelled (its
+                                * status is the verdict) */
+  int got_msg;                 /* messages received, barrier answers aside */
+  /* SESSION BARRIERS AND GATES: this round's arrival or gate call (BS_*) */
+  uint8_t bar;                 /* BS_NONE: no request of this phase outstanding */
+  uint8_t send_bar;            /* the send in flight is that request */
+  int64_t t_bar;               /* start of the request's send */
+} sess_t;
+
+/* sess_t.bar: the arrival is due (sent when the send in flight completes),
+ * sent and unanswered, or answered (or failed) with its send in flight. */
+enum { BS_NONE = 0, BS_DUE = 1, BS_SENT = 2, BS_SETTLING = 3 };
+
+enum { SK_SEND = 0, SK_RECV = 1, SK_STATUS = 2, SK_CLOSE = 3 };
+#define SESS_TAG(w, k) ((void *)(intptr_t)(-1 - ((intptr_t)(w) * 4 + (k))))
+
+typedef struct {
+  const load_client_cfg_t *cfg;
+  int n;                       /* workers here: hi - lo */
+  grpc_completion_queue *cq;
+  grpc_channel **ch;
+  op_t *ops;
+  uint64_t *wid;               /* worker ids, from the Join answers */
+  uint32_t *rank_of;           /* rank of local worker i (UINT32_MAX: none);
+                                * sent to the parent after the Join wave */
+  int64_t *lat;
+  uint64_t gen;
+  /* the verified reference Join answer */
+  Ringmaster__V1__JoinResponse *ref;
+  uint64_t *ref_wid;           /* worker id by rank */
+  uint8_t *ref_peers;          /* its contiguous field-6 bytes, or NULL */
+  size_t ref_peers_len;
+  /* GZIP: the reference's deflate stream of the shared tail, and the CRC
+   * and length of the tail it inflates to (ref_z NULL: none) */
+  uint8_t *ref_z;
+  size_t ref_zlen, ref_tail_len;
+  uint32_t ref_tail_crc;
+  gate_kept_t gate[2];         /* GZIP StepGate: indexed by dropped != 0 */
+  /* SESSIONS */
+  sess_t *sess;                /* n streams (--session 1) or Watch calls (--session
+                                * 2), or NULL (--session 0 / not opened) */
+  int n_live;                  /* streams not released */
+  int s_phase;                 /* LOAD_CMD_OPEN / BARRIER / HEARTBEAT / CLOSE while that
+                                * phase counts stream events in s_res; else 0 */
+  load_res_t *s_res;
+  int s_done;                  /* OPEN, HEARTBEAT: sends done; BARRIER: arrivals
+                                * settled (sess_bar_settle); CLOSE: statuses */
+  const char *s_bar_name;      /* BARRIER (--session 1): "round-k" */
+  int s_round;                 /* BARRIER: k; GATE: step s */
+  int p_err, p_bad;            /* stream failures not yet reported (sess_fold) */
+  char p_msg[LOAD_MSG_MAX];
+  /* RELAYS (load_relay.c, --relay K): the relay streams, and each local
+   * worker's owed request (BS_*) and its send start / beat due time */
+  struct relay *rl;
+  int n_rl;
+  uint8_t *lane_st;
+  int64_t *lane_t;
+} client_t;
+
+grpc_byte_buffer *pack(const ProtobufCMessage *m);
+ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
+/* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
+grpc_event cq_wait(client_t *c, int64_t deadline_ns);
+/* The first failure's words, kept in r->msg. */
+void note(load_res_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A stream failure, counted in the stream phase under way or the next
+ * result (load_client.c SESSIONS). */
+void sess_fail(client_t *c, int bad, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void barrier_check(const client_t *c, const Ringmaster__V1__BarrierResponse *r, int g, int k,
+                   const char *how, load_res_t *res);
+void gate_sess_check(client_t *c, const Ringmaster__V1__StepGateResponse *r, int w,
+                     load_res_t *res);
+/* When beat s (local worker s % n's (s / n)-th) is due. */
+int64_t beat_due(const client_t *c, int64_t t0, int s);
+
+/* ---- load_relay.c (RELAYS, --relay K) ---- */
+void relay_phase_open(client_t *c, load_res_t *res);
+void relay_phase_owed(client_t *c, int kind, int k, load_res_t *res);
+void relay_phase_heartbeat(client_t *c, int secs, load_res_t *res);
+void relay_phase_close(client_t *c, load_res_t *res);
+/* A relay stream's batch completed (tag < 0, relay mode). */
+void relay_event(client_t *c, intptr_t tag, int success);
+/* Cancel every open relay stream; wait (bounded) for their ends. */
+void relay_teardown(client_t *c);
+
+#endif
