@@ -606,8 +606,8 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
       rm__worker_live(j, w)) {
     /* recovery.c: detection source 2, the agent's session stream */
     rm__job_worker_lost(c, j, w, p->relayed
-                                     ? "its control stream broke (its Session's "
-                                       "lane of a Relay broke, or the relay's stream)"
+                                     ? "its control stream broke (its relay saw "
+                                       "its Session cancelled by its transport)"
                                      : p->kind == RM__PARK_SESSION
                                      ? "its control stream broke (Session "
                                        "cancelled by its transport)"

@@ -36,8 +36,11 @@
  * was unlinked by the answer), when the relay says `end` (the worker
  * half-closed: end OK is sent back) or `broken` (its park is dropped as
  * cancelled: the worker is declared lost, recovery.c detection source 2,
- * as a broken Session's), or when the relay's stream ends, breaks or is
- * malformed (every open lane as `broken`; then the stream's own status).
+ * as a broken Session's: the relay saw the worker's own Session break),
+ * or when the relay's stream ends, breaks or is malformed (every open lane
+ * ends and nobody is declared lost: the relay went away, which says
+ * nothing of its workers, whose heartbeats then come by another Session
+ * or the unary call, or time out; then the stream's own status).
  * Shutdown: every lane is parked, so rm__server_stop's UNAVAILABLE reaches
  * each lane, and rm__relay_stop_all then ends each relay's stream.
  *
@@ -355,16 +358,19 @@ static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n)
   return l;
 }
 
-/* The worker ended its lane: `end` (the final OK goes back to it) or
- * `broken` (declared lost, nothing to send). Rows: a broken one. */
-static void lane_end(rm_coord_t *c, rm__call_t *l, int broken)
+/* A lane ends from the relay's side: LANE_END (the worker half-closed:
+ * the final OK goes back to it), LANE_BROKEN (its Session broke: declared
+ * lost, which writes rows; nothing to send) or LANE_GONE (the relay's
+ * stream ended: nothing to send, nobody lost). */
+enum { LANE_END, LANE_BROKEN, LANE_GONE };
+static void lane_end(rm_coord_t *c, rm__call_t *l, int how)
 {
   if (l->answered) return;
   l->answered = 1;
   rm__park_unlink(&l->bpark);
   rm__park_unlink(&l->gpark);
-  rm__park_drop(c, &l->park, broken);
-  if (broken) lane_retire(l->up->mux, l);
+  rm__park_drop(c, &l->park, how == LANE_BROKEN);
+  if (how != LANE_END) lane_retire(l->up->mux, l);
   else rm__out_push(c, l, GRPC_STATUS_OK, "", NULL); /* retired when flushed */
 }
 
@@ -377,14 +383,16 @@ static void relay_unlist(rm_coord_t *c, rm__call_t *k)
   r->prev = r->next = NULL;
 }
 
-/* End the stream: every open lane as broken (its worker is lost), then
- * the stream's own status after every queued entry. */
+/* End the stream: every open lane as LANE_GONE (its worker is not lost:
+ * the relay, not the worker, went away; its heartbeats now come another
+ * way or time out), then the stream's own status after every queued
+ * entry. */
 static void relay_close(rm_coord_t *c, rm__call_t *k, int code, const char *details)
 {
   struct rm__relay *r = k->mux;
   if (k->answered) return;
   for (uint32_t n = 1; n < r->cap && r->open; n++)
-    if (r->lane[n] && r->lane[n] != ENDED) lane_end(c, r->lane[n], 1);
+    if (r->lane[n] && r->lane[n] != ENDED) lane_end(c, r->lane[n], LANE_GONE);
   relay_unlist(c, k);
   if (code != GRPC_STATUS_OK) {
     RM_WARN("relay stream ended: %s", details);
@@ -397,12 +405,12 @@ static void relay_close(rm_coord_t *c, rm__call_t *k, int code, const char *deta
 
 int rm__relay_writes(const Ringmaster__V1__RelayRequest *q)
 {
-  if (!q) return 1; /* malformed: its lanes are lost */
-  for (size_t i = 0; i < q->n_in; i++) {
+  /* a malformed one or a lane out of range ends the stream and its lanes
+   * (LANE_GONE): no rows */
+  for (size_t i = 0; q && i < q->n_in; i++) {
     const Ringmaster__V1__RelayIn *in = q->in[i];
     const Ringmaster__V1__SessionRequest *m = in->message;
-    if (!in->lane || in->lane > RELAY_LANES_MAX || in->broken || (m && (m->barrier || m->gate)))
-      return 1;
+    if (in->broken || (m && (m->barrier || m->gate))) return 1;
   }
   return 0;
 }
@@ -463,7 +471,7 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
       else c->ctr.grpc_calls_total++; /* its opening message */
       rm__rpc_dispatch(c, l, RM__M_SESSION, &in->message->base, 1);
     }
-    if (in->end || in->broken) lane_end(c, l, in->broken);
+    if (in->end || in->broken) lane_end(c, l, in->broken ? LANE_BROKEN : LANE_END);
   }
 }
 

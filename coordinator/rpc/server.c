@@ -854,7 +854,6 @@ static int ev_writes(const ev_t *e)
    * row); one with a gate call may write an event (straggler_auto), as the
    * unary StepGate may */
   if (e->kind == EV_SESSION) return session_asks(e);
-  if (e->kind == EV_SESSION_END && e->k->method == RM__M_RELAY) return 1; /* lanes lost */
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
          ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
           e->k->cancelled);

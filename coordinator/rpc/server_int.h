@@ -67,7 +67,8 @@ size_t rm__varint(uint8_t *buf, size_t n, uint64_t v);
 void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequest *q);
 /* Relay call k ended from the client's side (half-close or broken). */
 void rm__relay_end(rm_coord_t *c, rm__call_t *k);
-/* Does this parsed RelayRequest (NULL: malformed) write rows? */
+/* Does this parsed RelayRequest (NULL: malformed) write rows? (A broken
+ * lane, a barrier arrival or a gate call may; a relay's end writes none.) */
 int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
 /* rm__out_flush's part: o is a lane's or a relay's; the batches of every
  * relay o's touched start in rm__relay_kick_all, after the flush. */

@@ -13,8 +13,8 @@ real coordinator:
   reused (a later message for the ended lane is dropped);
 - a lane the relay ends (`end`) gets its end OK and its worker stays a
   member; a job that ended is told on each lane (job_state), then end OK;
-- a lane that is `broken`, and the lanes of a relay whose stream is
-  cancelled, declare their workers lost at once;
+- a lane that is `broken` declares its worker lost at once; the lanes of a
+  relay whose stream is cancelled or ended for an error end without that;
 - lane 0, or a malformed RelayRequest, ends the stream INVALID_ARGUMENT."""
 import time
 
@@ -110,9 +110,10 @@ def test(env):
     assert rl.end() == g.StatusCode.OK, (rl.code, rl.details)
     s3.end()
 
-    # 6. a broken lane, a cancelled relay's lane, and the open lane of a
-    # relay ended for lane 0: each declares its worker lost at once (each
-    # worker alone in a job with a 60 s heartbeat timeout)
+    # 6. a broken lane declares its worker lost at once; the lanes of a
+    # cancelled relay, or of one ended for lane 0, end without that (the
+    # relay went away, not the workers). Each worker alone in a job with a
+    # 60 s heartbeat timeout.
     def one_worker(name, port):
         jb = env.submit(name=name, world_size=1, heartbeat_timeout_ms=60000)
         r = env.join_all(jb, 1, port)[0]
@@ -126,7 +127,7 @@ def test(env):
         time.sleep(0.3)
         return st
 
-    why = "lane of a Relay broke"
+    why = "its relay saw its Session cancelled"
     ja, ida = one_worker("relay-broken", 32100)
     jb, idb = one_worker("relay-cancelled", 32101)
     jc, idc = one_worker("relay-lane-0", 32102)
@@ -135,15 +136,15 @@ def test(env):
     wait_for(lambda: lost_events(env, ja, why), "the broken lane's worker lost")
     rb.call.cancel()
     rb.wait()
-    wait_for(lambda: lost_events(env, jb, why), "the cancelled relay's worker lost")
 
     # 7. lane 0 and a malformed RelayRequest end the stream INVALID_ARGUMENT
     rc.send(m.RelayRequest(**{"in": [m.RelayIn(lane=0, message=m.SessionRequest(**idc))]}))
     assert rc.wait() == g.StatusCode.INVALID_ARGUMENT and "out of range" in rc.details, \
         (rc.code, rc.details)
-    wait_for(lambda: lost_events(env, jc, why), "the ended relay's lane lost")
-    for jx in (ja, jb, jc):
-        assert not lost_events(env, jx, "no heartbeat"), "lost by timeout, not by the relay"
+    time.sleep(1)
+    for jx in (jb, jc):  # their relays went away; they did not
+        assert not lost_events(env, jx, "lost"), lost_events(env, jx, "lost")
+        assert env.get(jx.id).state == m.JOB_STATE_RUNNING
     assert ra.end() == g.StatusCode.OK, (ra.code, ra.details)
     bad = rmtest.SessionStream(env, b"\xff\xff\xff\xff", raw=True, method="Relay")
     assert bad.wait() == g.StatusCode.INVALID_ARGUMENT and "malformed" in bad.details, \
