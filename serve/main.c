@@ -3,8 +3,9 @@
  * serve ...` opens the coordinator (coordinator/coord.h), registers the
  * launchers (coordinator/launch/), starts the REST API (api/api.h) with
  * what it needs of the launchers (log locations, the k8s renderer) as
- * function pointers, and runs until SIGINT/SIGTERM; every other
- * sub-command is the CLI (api/cli/).
+ * function pointers, and runs until SIGINT/SIGTERM; `ringmaster relay ...`
+ * is a host's relay (relay/relay.c); every other sub-command is the CLI
+ * (api/cli/).
  *
  * Prints one machine-readable line per bound port on stdout, e.g.
  *   ringmaster: grpc listening on 127.0.0.1:43123
@@ -25,6 +26,9 @@
 #ifdef RM_HAVE_LAUNCH
 #include "launch_coord.h"
 #endif
+#ifdef RM_HAVE_RELAY
+#include "relay.h"
+#endif
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { stop_flag = sig; }
@@ -44,7 +48,8 @@ static void usage(FILE *f)
           "  Bearer T) and gRPC Jobs.SubmitJob/CancelJob (metadata authorization:\n"
           "  Bearer T). Without --api-token, --api-token-file, RINGMASTER_API_TOKEN or\n"
           "  RINGMASTER_API_TOKEN_FILE one is generated and logged. --admin-token T is\n"
-          "  the older name of --api-token T.\n");
+          "  the older name of --api-token T.\n"
+          "       ringmaster relay --coordinator HOST:PORT [--listen ADDR] (--help: more)\n");
 #if RM_HAVE_API
   fputs(rm_cli_usage(), f);
 #endif
@@ -206,6 +211,9 @@ static int serve(int argc, char **argv)
 int main(int argc, char **argv)
 {
   if (argc >= 2 && !strcmp(argv[1], "serve")) return serve(argc - 2, argv + 2);
+#ifdef RM_HAVE_RELAY
+  if (argc >= 2 && !strcmp(argv[1], "relay")) return rm_relay_main(argc - 2, argv + 2);
+#endif
 #if RM_HAVE_API
   if (argc >= 2 && rm_cli_is_command(argv[1])) return rm_cli_main(argc, argv);
 #endif

@@ -471,7 +471,11 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
       else c->ctr.grpc_calls_total++; /* its opening message */
       rm__rpc_dispatch(c, l, RM__M_SESSION, &in->message->base, 1);
     }
-    if (in->end || in->broken) lane_end(c, l, in->broken ? LANE_BROKEN : LANE_END);
+    if (in->end || in->broken) {
+      RM_DEBUG("relay lane %u %s (worker %llu)", n, in->broken ? "broken" : "ended",
+               (unsigned long long)l->park.worker_id);
+      lane_end(c, l, in->broken ? LANE_BROKEN : LANE_END);
+    }
   }
 }
 

@@ -163,11 +163,13 @@ class Env:
         return out
 
     # ---- workers ----
-    def start_worker(self, job, i, extra=()):
+    def start_worker(self, job, i, extra=(), env=None):
+        """env: variables added to this process's environment for it."""
         log = open(os.path.join(self.dir, "worker%d.log" % i), "ab")
         p = subprocess.Popen([self.a.worker, "--coordinator", self.addr, "--job", str(job.id),
                               "--token", job.token, "--host", "host%d" % (i % 2), *extra],
-                             stdout=log, stderr=subprocess.STDOUT)
+                             stdout=log, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, **env) if env else None)
         self.procs.append(p)
         return p
 

@@ -480,6 +480,7 @@ void rm_session_close(rm_session_t *s)
   if (s->join) protobuf_c_message_free_unpacked(&s->join->base, NULL);
   if (s->pushed) protobuf_c_message_free_unpacked(&s->pushed->base, NULL);
   rm__ctl_close(s->ctl);
+  if (s->relay_ctl) rm__ctl_close(s->relay_ctl);
   rm_endpoint_close(s->ep);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);

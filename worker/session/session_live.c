@@ -100,6 +100,17 @@
  * survivor's stream, and a process that died in a 500 ms gap would be
  * seen only by its heartbeat timeout or a peer's report.
  *
+ * RELAY. With RINGMASTER_RELAY=ADDR (a host's `ringmaster relay`,
+ * relay/relay.c) the Session is opened there instead, and the relay
+ * carries it to the coordinator as a lane of its one stream: the same
+ * messages, answers and ends (coordinator/rpc/relay.c). Only the Session
+ * goes there; every unary call goes to the coordinator. A Session through
+ * the relay that ends UNAVAILABLE (the relay is gone, or its stream to
+ * the coordinator ended) makes the next open go to the coordinator
+ * directly; when that one ends, the next tries the relay again. A relay
+ * that goes away therefore costs a re-open, and loses no heartbeat: while
+ * no Session is open they are unary calls.
+ *
  * RINGMASTER_SESSION_STREAM=0 turns the stream off (unary heartbeats and
  * barriers only, to measure the other detection sources).
  *
@@ -113,6 +124,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -283,7 +295,8 @@ void rm__session_hb_stop(rm_session_t *s)
 
 /* ---- session stream ---- */
 /* OUT gen: the generation the opening message named. */
-static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
+static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen,
+                                     int *via_relay)
 {
   Ringmaster__V1__SessionRequest h = RINGMASTER__V1__SESSION_REQUEST__INIT;
   Ringmaster__V1__WatchRequest w = RINGMASTER__V1__WATCH_REQUEST__INIT;
@@ -295,8 +308,19 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen)
   pthread_mutex_unlock(&s->mu);
   *gen = h.generation;
   w.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
+  *via_relay = 0;
   if (watch)
     return rm__ctl_stream_open(s->ctl, "/ringmaster.v1.Worker/Watch", &w.base);
+  if (s->relay[0] && !s->relay_skip) { /* RELAY */
+    char err[160];
+    if (!s->relay_ctl && !(s->relay_ctl = rm__ctl_open(s->relay, NULL, NULL, NULL, err,
+                                                       sizeof err)))
+      RM_WARN("relay %s: %s: Sessions go to the coordinator", s->relay, err);
+    if (s->relay_ctl) {
+      *via_relay = 1;
+      return rm__ctl_session_open(s->relay_ctl, "/ringmaster.v1.Worker/Session", &h.base);
+    }
+  }
   return rm__ctl_session_open(s->ctl, "/ringmaster.v1.Worker/Session", &h.base);
 }
 
@@ -492,7 +516,8 @@ static void *stream_thread(void *arg)
   while (!s->stream_stop) {
     pthread_mutex_unlock(&s->mu);
     uint64_t gen = 0;
-    rm__ctl_stream_t *st = stream_open(s, watch, &gen);
+    int via_relay = 0;
+    rm__ctl_stream_t *st = stream_open(s, watch, &gen, &via_relay);
     pthread_mutex_lock(&s->mu);
     s->stream = st;
     s->stream_session = !watch;
@@ -504,10 +529,20 @@ static void *stream_thread(void *arg)
     int rc = -1, carried = 0;
     if (st && watch) watch_run(s, st);
     else if (st) rc = session_run(s, st, &carried);
-    if (rc == G_UNIMPLEMENTED) {
+    if (rc == G_UNIMPLEMENTED && via_relay) { /* not a relay: re-open at the coordinator */
+      RM_WARN("relay %s answers no Session: Sessions go to the coordinator", s->relay);
+      s->relay[0] = 0;
+    } else if (rc == G_UNIMPLEMENTED) {
       RM_INFO("the coordinator has no Session rpc (older version): "
               "session Watch and unary heartbeats instead");
       watch = 1;
+    }
+    if (s->relay[0]) { /* RELAY: after the relay's UNAVAILABLE, directly once */
+      int skip = via_relay && (rc == RM__G_UNAVAILABLE || !st);
+      if (skip && !s->relay_skip)
+        RM_INFO("the Session through relay %s ended UNAVAILABLE: the next one goes to the "
+                "coordinator", s->relay);
+      s->relay_skip = skip;
     }
     pthread_mutex_lock(&s->mu);
     if (s->stream_stop) break;
@@ -525,6 +560,8 @@ void rm__session_stream_start(rm_session_t *s)
 {
   if (s->stream_on || !s->worker_id) return;
   if (!rm__env_int("RINGMASTER_SESSION_STREAM", 1)) return; /* bench knob */
+  const char *relay = getenv("RINGMASTER_RELAY"); /* RELAY */
+  snprintf(s->relay, sizeof s->relay, "%s", relay ? relay : "");
   s->stream_stop = 0;
   s->stream_on = pthread_create(&s->stream_thread, NULL, stream_thread, s) == 0;
 }

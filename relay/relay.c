@@ -1,0 +1,803 @@
+/*
+ * relay.c - `ringmaster relay`: a host's relay (issue 16). The workers of a
+ * host open their Session (service.proto) here instead of at the
+ * coordinator (RINGMASTER_RELAY in their environment, worker/session/
+ * session_live.c); the relay carries them all as the lanes of one Relay
+ * stream to the coordinator (coordinator/rpc/relay.c), so the coordinator
+ * holds one gRPC stream, and reads and writes one message, per host
+ * instead of per worker. Every other call (Join, ReportStep, Leave, ...)
+ * still goes from the worker to the coordinator directly.
+ *
+ * One thread and one completion queue serve both sides: a gRPC server on
+ * --listen (unix:PATH or HOST:PORT) that answers only Worker/Session, and
+ * the client of the coordinator. Tags are a record's address with the
+ * event kind in the low 3 bits.
+ *
+ * LOCAL SESSION (lc_t), a worker's Session call here:
+ *   REQUEST  the call arrives with its first message (registered method):
+ *            it becomes lane n of the newest upstream stream (UP), and the
+ *            message is queued for it; RECV_CLOSE_ON_SERVER (CLOSE) and
+ *            RECV_MESSAGE (RECV) are posted.
+ *   RECV     a message: queued for the lane; none (the worker half-closed):
+ *            `end` is queued; failed: nothing (CLOSE says why).
+ *   CLOSE    cancelled (the worker's process or connection went away)
+ *            while its lane is open: `broken` is queued, and the
+ *            coordinator declares the worker lost at once, as it would for
+ *            its own broken Session; else the call ended normally.
+ *   SEND     one message in flight; what the coordinator sends the lane is
+ *            queued behind it (SessionResponse bytes, then the lane's end
+ *            with its status), started in order.
+ *
+ * UPSTREAM (up_t), one Relay stream: created when a Session arrives and
+ * there is none, or the newest ended, or its 65,535 lane numbers are used
+ * (lane numbers are never reused on a stream). Its RelayRequests carry the
+ * queued RelayIns, hand-framed (the workers' SessionRequest bytes as they
+ * came), one message in flight: everything queued while one is in flight
+ * goes in the next. Heartbeats may wait BEAT_MS to travel with others;
+ * anything else (an opening, a barrier arrival, a gate call, an end) goes
+ * at once. Its RelayResponses are read as they come: each RelayOut's
+ * message is packed once and queued on every lane it names; its end ends
+ * those lanes' Sessions with its status. When the stream ends, every lane
+ * still open on it ends UNAVAILABLE ("the relay's stream to the
+ * coordinator ended: ..."): the workers re-open their Sessions (here, on
+ * a new stream; or, if the relay is gone, at the coordinator), and the
+ * coordinator declares none of them lost for it.
+ *
+ * Nothing here reads or checks tokens: each lane's messages carry the
+ * worker's own job token, and the coordinator checks them as on a
+ * Session. The listen side is plaintext: give it a unix socket (the
+ * default) or a loopback address. The coordinator side takes the same
+ * mutual-TLS files as the worker (--tls-ca, --tls-cert, --tls-key).
+ *
+ * Every wait has a deadline: the loop polls with at most TICK_MS, and
+ * SIGINT / SIGTERM end it: every lane ends UNAVAILABLE, every stream is
+ * cancelled, and the queue is drained before exit.
+ */
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "relay.h"
+#include "ringmaster/v1/messages.pb-c.h"
+#include "rm_clock.h"
+#include "rm_log.h"
+
+#define LANES_MAX 65535u
+#define BEAT_MS 100      /* a heartbeat waits at most this to travel with others */
+#define TICK_MS 100      /* the loop's longest wait */
+#define REQUESTS 8       /* Session requests kept posted */
+#define SESSION_PATH "/ringmaster.v1.Worker/Session"
+#define RELAY_PATH "/ringmaster.v1.Worker/Relay"
+
+enum { L_REQUEST, L_RECV, L_CLOSE, L_SEND, U_SEND, U_RECV, U_STATUS };
+
+typedef struct up up_t;
+
+typedef struct lc {
+  grpc_call *call;
+  grpc_metadata_array md;
+  gpr_timespec deadline;
+  grpc_byte_buffer *recv;
+  up_t *up;
+  uint32_t lane;
+  int refs;                  /* batches outstanding */
+  int cancelled;             /* CLOSE's verdict */
+  int lane_open;             /* the coordinator has not ended it, nor we */
+  grpc_slice *q;             /* SessionResponse bytes to send, in order */
+  int nq, capq;
+  int has_final, final_code;
+  char *final_details;
+  int sending, md_sent, final_started;
+  grpc_byte_buffer *send_bb;
+  grpc_slice status_slice;
+} __attribute__((aligned(8))) lc_t;
+
+struct up {
+  grpc_call *call;
+  grpc_byte_buffer *send_bb, *recv;
+  grpc_metadata_array md1, md2;
+  grpc_status_code st;
+  grpc_slice details;
+  uint32_t next_lane;
+  lc_t **lane;               /* by lane number: open lanes */
+  uint32_t cap;
+  int open;
+  grpc_slice *in;            /* framed RelayIns to send */
+  int nin, capin;
+  int urgent;                /* one of them must go now */
+  int64_t beat_ns;           /* when the oldest waiting heartbeat came */
+  int sending, md_sent, ended;
+  int refs;                  /* batches outstanding + lanes naming it */
+  up_t *next;                /* in r->ups */
+} __attribute__((aligned(8)));
+
+typedef struct {
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  void *reg;
+  grpc_channel *ch;
+  up_t *cur, *ups;
+  int stopping;
+  unsigned long long lanes_total, ups_total;
+} relay_t;
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) { stop_flag = sig; }
+
+static void *tag(void *p, int kind) { return (char *)p + kind; }
+
+static size_t varint(uint8_t *b, size_t n, uint64_t v)
+{
+  do {
+    b[n] = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    if (v) b[n] |= 0x80;
+    n++;
+  } while (v);
+  return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+  size_t n = 1;
+  while (v >= 0x80) v >>= 7, n++;
+  return n;
+}
+
+static grpc_slice bb_slice(grpc_byte_buffer *bb)
+{
+  grpc_byte_buffer_reader rd;
+  if (!bb || !grpc_byte_buffer_reader_init(&rd, bb)) return grpc_empty_slice();
+  grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  return s;
+}
+
+/* ---- upstream ---- */
+static void up_unref(relay_t *r, up_t *u)
+{
+  if (--u->refs) return;
+  for (up_t **p = &r->ups; *p; p = &(*p)->next)
+    if (*p == u) {
+      *p = u->next;
+      break;
+    }
+  if (r->cur == u) r->cur = NULL;
+  grpc_call_unref(u->call);
+  grpc_metadata_array_destroy(&u->md1);
+  grpc_metadata_array_destroy(&u->md2);
+  grpc_slice_unref(u->details);
+  for (int i = 0; i < u->nin; i++) grpc_slice_unref(u->in[i]);
+  free(u->in);
+  free(u->lane);
+  free(u);
+}
+
+static void up_batch(relay_t *r, up_t *u, const grpc_op *ops, size_t n, int kind)
+{
+  (void)r;
+  u->refs++;
+  if (grpc_call_start_batch(u->call, ops, n, tag(u, kind), NULL) != GRPC_CALL_OK) {
+    RM_ERROR("relay: a batch on the coordinator stream could not start");
+    u->refs--;
+  }
+}
+
+static void up_recv(relay_t *r, up_t *u, int first)
+{
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof ops);
+  if (first) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &u->md1;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = &u->recv;
+  up_batch(r, u, ops, n, U_RECV);
+}
+
+static up_t *up_open(relay_t *r)
+{
+  up_t *u = calloc(1, sizeof *u);
+  grpc_op op;
+  if (!u) abort();
+  u->call = grpc_channel_create_call(r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
+                                     grpc_slice_from_static_string(RELAY_PATH), NULL,
+                                     gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  grpc_metadata_array_init(&u->md1);
+  grpc_metadata_array_init(&u->md2);
+  u->details = grpc_empty_slice();
+  u->next_lane = 1;
+  u->refs = 1; /* until it ends (U_STATUS) */
+  u->next = r->ups;
+  r->ups = u;
+  up_recv(r, u, 1);
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &u->md2;
+  op.data.recv_status_on_client.status = &u->st;
+  op.data.recv_status_on_client.status_details = &u->details;
+  up_batch(r, u, &op, 1, U_STATUS);
+  r->ups_total++;
+  RM_INFO("relay: stream %llu to the coordinator opened", r->ups_total);
+  return u;
+}
+
+/* Queue a RelayIn (lane; msg: a SessionRequest's bytes, or NULL; end;
+ * broken), framed as a RelayRequest's `in` entry. */
+static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int end, int broken, int urgent)
+{
+  uint8_t h[32];
+  size_t mlen = msg ? GRPC_SLICE_LENGTH(*msg) : 0;
+  size_t inner = 1 + varint_len(lane);
+  if (msg) inner += 1 + varint_len(mlen) + mlen;
+  if (end) inner += 2;
+  if (broken) inner += 2;
+  size_t n = 0;
+  n = varint(h, n, 1 << 3 | 2); /* RelayRequest.in */
+  n = varint(h, n, inner);
+  n = varint(h, n, 1 << 3); /* RelayIn.lane */
+  n = varint(h, n, lane);
+  if (msg) {
+    n = varint(h, n, 2 << 3 | 2); /* RelayIn.message */
+    n = varint(h, n, mlen);
+  }
+  if (u->nin + 3 > u->capin) {
+    u->capin = u->capin ? 2 * u->capin : 32;
+    u->in = realloc(u->in, (size_t)u->capin * sizeof *u->in);
+    if (!u->in) abort();
+  }
+  u->in[u->nin++] = grpc_slice_from_copied_buffer((const char *)h, n);
+  if (msg) u->in[u->nin++] = grpc_slice_ref(*msg);
+  n = 0;
+  if (end) { /* RelayIn.end = true */
+    n = varint(h, n, 3 << 3);
+    n = varint(h, n, 1);
+  }
+  if (broken) { /* RelayIn.broken = true */
+    n = varint(h, n, 4 << 3);
+    n = varint(h, n, 1);
+  }
+  if (n) u->in[u->nin++] = grpc_slice_from_copied_buffer((const char *)h, n);
+  if (urgent) u->urgent = 1;
+  else if (!u->beat_ns) u->beat_ns = rm__now_ns();
+}
+
+/* Send what is queued when it should go and nothing is in flight. */
+static void up_flush(relay_t *r, up_t *u, int64_t now)
+{
+  if (u->sending || u->ended || !u->nin) return;
+  if (!u->urgent && now - u->beat_ns < BEAT_MS * 1000000LL) return;
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof ops);
+  if (!u->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    u->md_sent = 1;
+  }
+  u->send_bb = grpc_raw_byte_buffer_create(u->in, (size_t)u->nin);
+  for (int i = 0; i < u->nin; i++) grpc_slice_unref(u->in[i]);
+  u->nin = 0;
+  u->urgent = 0;
+  u->beat_ns = 0;
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = u->send_bb;
+  u->sending = 1;
+  up_batch(r, u, ops, n, U_SEND);
+}
+
+/* ---- local sessions ---- */
+static void lc_unref(relay_t *r, lc_t *l)
+{
+  if (--l->refs) return;
+  if (l->call) grpc_call_unref(l->call);
+  grpc_metadata_array_destroy(&l->md);
+  if (l->recv) grpc_byte_buffer_destroy(l->recv);
+  for (int i = 0; i < l->nq; i++) grpc_slice_unref(l->q[i]);
+  free(l->q);
+  free(l->final_details);
+  if (l->up) up_unref(r, l->up);
+  free(l);
+}
+
+static void lc_batch(lc_t *l, const grpc_op *ops, size_t n, int kind)
+{
+  l->refs++;
+  if (grpc_call_start_batch(l->call, ops, n, tag(l, kind), NULL) != GRPC_CALL_OK) {
+    RM_ERROR("relay: a batch on a worker's Session could not start");
+    l->refs--;
+  }
+}
+
+static void lc_recv(lc_t *l)
+{
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &l->recv;
+  lc_batch(l, &op, 1, L_RECV);
+}
+
+/* Start the next queued message, or the final status once none is left. */
+static void lc_next(lc_t *l)
+{
+  grpc_op ops[3];
+  size_t n = 0;
+  if (l->sending || l->final_started || (!l->nq && !l->has_final)) return;
+  memset(ops, 0, sizeof ops);
+  if (!l->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    l->md_sent = 1;
+  }
+  if (l->nq) {
+    l->send_bb = grpc_raw_byte_buffer_create(&l->q[0], 1);
+    grpc_slice_unref(l->q[0]);
+    memmove(&l->q[0], &l->q[1], (size_t)--l->nq * sizeof l->q[0]);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = l->send_bb;
+  } else {
+    l->status_slice = grpc_slice_from_copied_string(l->final_details ? l->final_details : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)l->final_code;
+    ops[n++].data.send_status_from_server.status_details = &l->status_slice;
+    l->final_started = 1;
+  }
+  l->sending = 1;
+  lc_batch(l, ops, n, L_SEND);
+}
+
+static void lc_send(lc_t *l, grpc_slice *msg)
+{
+  if (l->has_final) return;
+  if (l->nq == l->capq) {
+    l->capq = l->capq ? 2 * l->capq : 4;
+    l->q = realloc(l->q, (size_t)l->capq * sizeof *l->q);
+    if (!l->q) abort();
+  }
+  l->q[l->nq++] = grpc_slice_ref(*msg);
+  lc_next(l);
+}
+
+/* Take the lane out of its stream's table: nothing more goes to it. */
+static void lc_unlane(lc_t *l)
+{
+  l->lane_open = 0;
+  if (l->up && l->lane < l->up->cap && l->up->lane[l->lane] == l) {
+    l->up->lane[l->lane] = NULL;
+    l->up->open--;
+  }
+}
+
+/* The worker's Session ends with code after what is queued: the lane is
+ * over (the coordinator ended it, or its stream ended), or (keep_lane) the
+ * worker half-closed and CLOSE will say whether it went away. */
+static void lc_final_ex(lc_t *l, int code, const char *details, int keep_lane)
+{
+  if (l->has_final) return;
+  if (!keep_lane) lc_unlane(l);
+  l->has_final = 1;
+  l->final_code = code;
+  l->final_details = strdup(details ? details : "");
+  lc_next(l);
+}
+
+static void lc_final(lc_t *l, int code, const char *details)
+{
+  lc_final_ex(l, code, details, 0);
+}
+
+static void post_request(relay_t *r)
+{
+  lc_t *l = calloc(1, sizeof *l);
+  if (!l) abort();
+  grpc_metadata_array_init(&l->md);
+  l->refs = 1;
+  if (grpc_server_request_registered_call(r->server, r->reg, &l->call, &l->deadline, &l->md,
+                                          &l->recv, r->cq, r->cq, tag(l, L_REQUEST)) !=
+      GRPC_CALL_OK) {
+    RM_ERROR("relay: grpc_server_request_registered_call failed");
+    lc_unref(r, l);
+  }
+}
+
+/* Does a SessionRequest's bytes carry a barrier arrival (field 6) or a gate
+ * call (7)? Then it goes at once; a heartbeat alone may wait BEAT_MS. */
+static int asks(grpc_slice s)
+{
+  Ringmaster__V1__SessionRequest *q = ringmaster__v1__session_request__unpack(
+      NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  int a = !q || q->barrier || q->gate; /* malformed: the coordinator says so at once */
+  if (q) ringmaster__v1__session_request__free_unpacked(q, NULL);
+  return a;
+}
+
+static void on_request(relay_t *r, lc_t *l, int ok)
+{
+  grpc_op op;
+  if (!ok) { /* shutting down */
+    lc_unref(r, l);
+    return;
+  }
+  if (!r->stopping) post_request(r);
+  if (!r->cur || r->cur->ended || r->cur->next_lane > LANES_MAX) r->cur = up_open(r);
+  up_t *u = r->cur;
+  l->up = u;
+  u->refs++;
+  l->lane = u->next_lane++;
+  if (l->lane >= u->cap) {
+    uint32_t cap = u->cap ? u->cap : 64;
+    while (cap <= l->lane) cap *= 2;
+    u->lane = realloc(u->lane, cap * sizeof *u->lane);
+    if (!u->lane) abort();
+    memset(u->lane + u->cap, 0, (cap - u->cap) * sizeof *u->lane);
+    u->cap = cap;
+  }
+  u->lane[l->lane] = l;
+  u->open++;
+  l->lane_open = 1;
+  r->lanes_total++;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &l->cancelled;
+  lc_batch(l, &op, 1, L_CLOSE);
+  if (l->recv) { /* its first message: opens the lane */
+    grpc_slice s = bb_slice(l->recv);
+    grpc_byte_buffer_destroy(l->recv);
+    l->recv = NULL;
+    up_queue(u, l->lane, &s, 0, 0, 1);
+    grpc_slice_unref(s);
+    lc_recv(l);
+  } else { /* it half-closed before a message: nothing to open */
+    lc_final(l, GRPC_STATUS_INVALID_ARGUMENT, "a Session opens with a message");
+  }
+  RM_DEBUG("relay: lane %u of stream %llu opened", l->lane, r->ups_total);
+  lc_unref(r, l); /* the request's */
+}
+
+static void on_lc_recv(relay_t *r, lc_t *l, int ok)
+{
+  (void)r;
+  if (!ok) return; /* the call broke: CLOSE says so */
+  if (l->recv) {
+    grpc_slice s = bb_slice(l->recv);
+    grpc_byte_buffer_destroy(l->recv);
+    l->recv = NULL;
+    if (l->lane_open) {
+      up_queue(l->up, l->lane, &s, 0, 0, asks(s));
+      lc_recv(l);
+    }
+    grpc_slice_unref(s);
+  } else if (l->lane_open) {
+    /* the worker half-closed, or its process went away: its Session ends
+     * OK here, and CLOSE then says which (cancelled: it went away), as
+     * the coordinator tells the two apart on a Session of its own */
+    lc_final_ex(l, GRPC_STATUS_OK, "", 1);
+  }
+}
+
+/* The call is over. Its lane still open (the coordinator did not end it):
+ * `broken` when the worker went away (the coordinator declares it lost),
+ * else `end` (it half-closed). */
+static void on_lc_close(relay_t *r, lc_t *l)
+{
+  (void)r;
+  if (l->up && !l->up->ended && l->lane < l->up->cap && l->up->lane[l->lane] == l) {
+    up_queue(l->up, l->lane, NULL, !l->cancelled, l->cancelled, 1);
+    if (l->cancelled)
+      RM_INFO("relay: lane %u: the worker's Session was cancelled (reported broken)", l->lane);
+  }
+  lc_unlane(l);
+  l->has_final = 1; /* nobody to send to */
+}
+
+static void on_lc_send(relay_t *r, lc_t *l)
+{
+  (void)r;
+  l->sending = 0;
+  if (l->send_bb) grpc_byte_buffer_destroy(l->send_bb);
+  l->send_bb = NULL;
+  if (l->final_started) {
+    grpc_slice_unref(l->status_slice);
+    return;
+  }
+  lc_next(l);
+}
+
+/* ---- what the coordinator sends ---- */
+static void up_lanes_end(up_t *u, int code, const char *why)
+{
+  for (uint32_t n = 1; n < u->cap && u->open; n++)
+    if (u->lane[n]) lc_final(u->lane[n], code, why);
+}
+
+static void on_up_recv(relay_t *r, up_t *u, int ok)
+{
+  if (!ok || !u->recv) return; /* its end: U_STATUS */
+  grpc_slice s = bb_slice(u->recv);
+  grpc_byte_buffer_destroy(u->recv);
+  u->recv = NULL;
+  Ringmaster__V1__RelayResponse *m = ringmaster__v1__relay_response__unpack(
+      NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  grpc_slice_unref(s);
+  if (!m) {
+    RM_ERROR("relay: a malformed RelayResponse from the coordinator: the stream is cancelled");
+    grpc_call_cancel(u->call, NULL);
+    return;
+  }
+  for (size_t k = 0; k < m->n_out; k++) {
+    const Ringmaster__V1__RelayOut *o = m->out[k];
+    grpc_slice body = grpc_empty_slice();
+    if (o->message) {
+      size_t len = ringmaster__v1__session_response__get_packed_size(o->message);
+      uint8_t *buf = malloc(len ? len : 1);
+      if (!buf) abort();
+      ringmaster__v1__session_response__pack(o->message, buf);
+      body = grpc_slice_new(buf, len, free);
+    }
+    for (size_t j = 0; j < o->n_lanes; j++) {
+      uint32_t n = o->lanes[j];
+      lc_t *l = n < u->cap ? u->lane[n] : NULL;
+      if (!l) continue; /* reported broken here, or ended already */
+      if (o->message) lc_send(l, &body);
+      if (o->end) lc_final(l, o->code, o->details);
+    }
+    grpc_slice_unref(body);
+  }
+  ringmaster__v1__relay_response__free_unpacked(m, NULL);
+  up_recv(r, u, 0);
+}
+
+static void on_up_status(relay_t *r, up_t *u, int ok)
+{
+  char why[320];
+  (void)ok;
+  u->ended = 1;
+  snprintf(why, sizeof why, "the relay's stream to the coordinator ended: status %d %.*s",
+           (int)u->st, (int)GRPC_SLICE_LENGTH(u->details),
+           (const char *)GRPC_SLICE_START_PTR(u->details));
+  if (u->open || !r->stopping) RM_WARN("relay: %s (%d lanes open)", why, u->open);
+  up_lanes_end(u, GRPC_STATUS_UNAVAILABLE, why);
+  if (r->cur == u) r->cur = NULL;
+  up_unref(r, u); /* its own reference */
+}
+
+static void on_up_send(relay_t *r, up_t *u, int ok)
+{
+  (void)ok;
+  u->sending = 0;
+  if (u->send_bb) grpc_byte_buffer_destroy(u->send_bb);
+  u->send_bb = NULL;
+  up_flush(r, u, rm__now_ns());
+}
+
+/* ---- the loop ---- */
+static void dispatch(relay_t *r, const grpc_event *e)
+{
+  int kind = (int)((uintptr_t)e->tag & 7);
+  void *p = (void *)((uintptr_t)e->tag & ~(uintptr_t)7);
+  if (kind <= L_SEND) {
+    lc_t *l = p;
+    switch (kind) {
+    case L_REQUEST: on_request(r, l, e->success); return; /* its reference taken there */
+    case L_RECV: on_lc_recv(r, l, e->success); break;
+    case L_CLOSE: on_lc_close(r, l); break;
+    case L_SEND: on_lc_send(r, l); break;
+    }
+    if (l->up && !l->up->ended) up_flush(r, l->up, rm__now_ns());
+    lc_unref(r, l);
+    return;
+  }
+  up_t *u = p;
+  switch (kind) {
+  case U_SEND: on_up_send(r, u, e->success); break;
+  case U_RECV: on_up_recv(r, u, e->success); break;
+  case U_STATUS: on_up_status(r, u, e->success); break;
+  }
+  up_unref(r, u); /* the batch's */
+}
+
+static char *slurp(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  long n;
+  if (!f) return NULL;
+  if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+      (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+    buf[n] = 0;
+  } else {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  return buf;
+}
+
+static grpc_channel *coordinator_channel(const char *addr, const char *ca, const char *cert,
+                                         const char *key)
+{
+  grpc_channel_credentials *creds;
+  if (ca || cert || key) {
+    char *pca = ca ? slurp(ca) : NULL, *pcert = cert ? slurp(cert) : NULL,
+         *pkey = key ? slurp(key) : NULL;
+    if (!pca || !pcert || !pkey) {
+      fprintf(stderr, "ringmaster relay: TLS needs readable --tls-ca, --tls-cert and "
+                      "--tls-key files\n");
+      free(pca);
+      free(pcert);
+      free(pkey);
+      return NULL;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {pkey, pcert};
+    creds = grpc_ssl_credentials_create(pca, &pair, NULL, NULL);
+    free(pca);
+    free(pcert);
+    free(pkey);
+  } else {
+    creds = grpc_insecure_credentials_create();
+  }
+  /* reconnect quickly after a coordinator restart, as the workers do */
+  grpc_arg args[3] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 500}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = 256 << 20}},
+  };
+  grpc_channel_args ca_ = {3, args};
+  grpc_channel *ch = grpc_channel_create(addr, creds, &ca_);
+  grpc_channel_credentials_release(creds);
+  return ch;
+}
+
+static void usage(FILE *f)
+{
+  fprintf(f,
+          "usage: ringmaster relay --coordinator HOST:PORT [--listen ADDR]\n"
+          "                        [--tls-ca PEM --tls-cert PEM --tls-key PEM]\n"
+          "  A host's relay: the workers of this host open their Session here\n"
+          "  (RINGMASTER_RELAY=ADDR in their environment) and it carries them all on\n"
+          "  one stream to the coordinator. ADDR: unix:PATH (default\n"
+          "  unix:/tmp/ringmaster-relay.sock) or HOST:PORT (plaintext: keep it on this\n"
+          "  host). The TLS files are for the coordinator side, as a worker's.\n"
+          "  Prints \"ringmaster: relay listening on ADDR\" once it listens.\n");
+}
+
+int rm_relay_main(int argc, char **argv)
+{
+  const char *coord = getenv("RINGMASTER_COORDINATOR"), *listen = NULL;
+  const char *ca = getenv("RINGMASTER_TLS_CA"), *cert = getenv("RINGMASTER_TLS_CERT"),
+             *key = getenv("RINGMASTER_TLS_KEY");
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (!v) {
+      usage(stderr);
+      return 2;
+    }
+    if (!strcmp(a, "--coordinator")) coord = v;
+    else if (!strcmp(a, "--listen")) listen = v;
+    else if (!strcmp(a, "--tls-ca")) ca = v;
+    else if (!strcmp(a, "--tls-cert")) cert = v;
+    else if (!strcmp(a, "--tls-key")) key = v;
+    else {
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  if (!coord || !coord[0]) {
+    usage(stderr);
+    return 2;
+  }
+  if (!listen) listen = "unix:/tmp/ringmaster-relay.sock";
+  if (!strncmp(listen, "unix:", 5)) unlink(listen + 5); /* a stale socket of a dead relay */
+  rm__log_set_tag("relay");
+  relay_t r;
+  memset(&r, 0, sizeof r);
+  grpc_init();
+  r.ch = coordinator_channel(coord, ca, cert, key);
+  if (!r.ch) {
+    grpc_shutdown();
+    return 2;
+  }
+  r.cq = grpc_completion_queue_create_for_next(NULL);
+  r.server = grpc_server_create(NULL, NULL);
+  r.reg = grpc_server_register_method(r.server, SESSION_PATH, NULL,
+                                      GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  grpc_server_register_completion_queue(r.server, r.cq, NULL);
+  grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(r.server, listen, sc);
+  grpc_server_credentials_release(sc);
+  if (!port) {
+    fprintf(stderr, "ringmaster relay: cannot listen on %s\n", listen);
+    grpc_server_destroy(r.server);
+    grpc_completion_queue_shutdown(r.cq);
+    while (grpc_completion_queue_next(r.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(r.cq);
+    grpc_channel_destroy(r.ch);
+    grpc_shutdown();
+    return 1;
+  }
+  grpc_server_start(r.server);
+  for (int i = 0; i < REQUESTS; i++) post_request(&r);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  if (!strncmp(listen, "unix:", 5)) printf("ringmaster: relay listening on %s\n", listen);
+  else {
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    size_t hl = colon ? (size_t)(colon - listen) : strlen(listen);
+    snprintf(host, sizeof host, "%.*s", (int)hl, listen);
+    printf("ringmaster: relay listening on %s:%d\n", host, port);
+  }
+  fflush(stdout);
+  RM_INFO("relay for coordinator %s on %s", coord, listen);
+  static int shutdown_tag;
+  while (!stop_flag) {
+    int64_t now = rm__now_ns(), wake = now + TICK_MS * 1000000LL;
+    for (up_t *u = r.ups; u; u = u->next)
+      if (u->nin && !u->sending && !u->ended && u->beat_ns &&
+          u->beat_ns + BEAT_MS * 1000000LL < wake)
+        wake = u->beat_ns + BEAT_MS * 1000000LL;
+    int64_t left = wake - now;
+    grpc_event e = grpc_completion_queue_next(
+        r.cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                           gpr_time_from_nanos(left > 0 ? left : 0, GPR_TIMESPAN)),
+        NULL);
+    if (e.type == GRPC_OP_COMPLETE) dispatch(&r, &e);
+    now = rm__now_ns();
+    for (up_t *u = r.ups, *n; u; u = n) {
+      n = u->next;
+      up_flush(&r, u, now);
+    }
+  }
+  /* stop: every lane ends UNAVAILABLE, the streams are cancelled, and the
+   * queue drains (each wait bounded by the shutdown's own deadline) */
+  RM_INFO("relay stopping: %llu lanes over %llu coordinator streams", r.lanes_total,
+          r.ups_total);
+  r.stopping = 1;
+  for (up_t *u = r.ups; u; u = u->next) {
+    up_lanes_end(u, GRPC_STATUS_UNAVAILABLE, "the relay is stopping");
+    grpc_call_cancel(u->call, NULL);
+  }
+  grpc_server_shutdown_and_notify(r.server, r.cq, &shutdown_tag);
+  int64_t dl = rm__now_ns() + 2000000000LL;
+  for (int done = 0; !done;) {
+    grpc_event e = grpc_completion_queue_next(
+        r.cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
+        NULL);
+    if (e.type == GRPC_OP_COMPLETE && e.tag == &shutdown_tag) done = 1;
+    else if (e.type == GRPC_OP_COMPLETE) dispatch(&r, &e);
+    if (!done && rm__now_ns() > dl) {
+      grpc_server_cancel_all_calls(r.server);
+      dl = rm__now_ns() + 2000000000LL;
+    }
+  }
+  grpc_server_destroy(r.server);
+  grpc_channel_destroy(r.ch);
+  grpc_completion_queue_shutdown(r.cq);
+  for (;;) {
+    grpc_event e = grpc_completion_queue_next(r.cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (e.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (e.type == GRPC_OP_COMPLETE && e.tag != &shutdown_tag) dispatch(&r, &e);
+  }
+  grpc_completion_queue_destroy(r.cq);
+  grpc_shutdown();
+  if (!strncmp(listen, "unix:", 5)) unlink(listen + 5);
+  return 0;
+}
