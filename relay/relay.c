@@ -5,11 +5,16 @@
  * session_live.c); the relay carries them all as the lanes of one Relay
  * stream to the coordinator (coordinator/rpc/relay.c), so the coordinator
  * holds one gRPC stream, and reads and writes one message, per host
- * instead of per worker. Every other call (Join, ReportStep, Leave, ...)
- * still goes from the worker to the coordinator directly.
+ * instead of per worker. Their Join calls come here too, each a lane of
+ * its own (RelayIn.join), its formed answer's peer list sent once per
+ * RelayResponse for all the lanes it answers (RelayResponse.shared). Every
+ * other call (ReportStep, Leave, ...) still goes from the worker to the
+ * coordinator directly.
  *
  * One thread and one completion queue serve both sides: a gRPC server on
- * --listen (unix:PATH or HOST:PORT) that answers only Worker/Session, and
+ * --listen (unix:PATH or HOST:PORT) that answers only Worker/Session and
+ * Worker/Join (a Join lane: its request queued as the lane's opening,
+ * CLOSE posted, its answer the lane's one message and end), and
  * the client of the coordinator. Tags are a record's address with the
  * event kind in the low 3 bits.
  *
@@ -73,6 +78,7 @@
 #define TICK_MS 100      /* the loop's longest wait */
 #define REQUESTS 8       /* Session requests kept posted */
 #define SESSION_PATH "/ringmaster.v1.Worker/Session"
+#define JOIN_PATH "/ringmaster.v1.Worker/Join"
 #define RELAY_PATH "/ringmaster.v1.Worker/Relay"
 
 enum { L_REQUEST, L_RECV, L_CLOSE, L_SEND, U_SEND, U_RECV, U_STATUS };
@@ -86,6 +92,7 @@ typedef struct lc {
   grpc_byte_buffer *recv;
   up_t *up;
   uint32_t lane;
+  int join;                  /* a Join call (one answer), not a Session */
   int refs;                  /* batches outstanding */
   int cancelled;             /* CLOSE's verdict */
   int lane_open;             /* the coordinator has not ended it, nor we */
@@ -120,7 +127,7 @@ struct up {
 typedef struct {
   grpc_server *server;
   grpc_completion_queue *cq;
-  void *reg;
+  void *reg, *reg_join;
   grpc_channel *ch;
   up_t *cur, *ups;
   int stopping;
@@ -230,9 +237,11 @@ static up_t *up_open(relay_t *r)
   return u;
 }
 
-/* Queue a RelayIn (lane; msg: a SessionRequest's bytes, or NULL; end;
- * broken), framed as a RelayRequest's `in` entry. */
-static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int end, int broken, int urgent)
+/* Queue a RelayIn (lane; msg: a SessionRequest's bytes, or (join) a
+ * JoinRequest's, or NULL; end; broken), framed as a RelayRequest's `in`
+ * entry. */
+static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int join, int end, int broken,
+                     int urgent)
 {
   uint8_t h[32];
   size_t mlen = msg ? GRPC_SLICE_LENGTH(*msg) : 0;
@@ -246,7 +255,7 @@ static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int end, int broke
   n = varint(h, n, 1 << 3); /* RelayIn.lane */
   n = varint(h, n, lane);
   if (msg) {
-    n = varint(h, n, 2 << 3 | 2); /* RelayIn.message */
+    n = varint(h, n, (uint64_t)(join ? 5 : 2) << 3 | 2); /* RelayIn.join / .message */
     n = varint(h, n, mlen);
   }
   if (u->nin + 3 > u->capin) {
@@ -393,14 +402,16 @@ static void lc_final(lc_t *l, int code, const char *details)
   lc_final_ex(l, code, details, 0);
 }
 
-static void post_request(relay_t *r)
+static void post_request(relay_t *r, int join)
 {
   lc_t *l = calloc(1, sizeof *l);
   if (!l) abort();
   grpc_metadata_array_init(&l->md);
   l->refs = 1;
-  if (grpc_server_request_registered_call(r->server, r->reg, &l->call, &l->deadline, &l->md,
-                                          &l->recv, r->cq, r->cq, tag(l, L_REQUEST)) !=
+  l->join = join;
+  if (grpc_server_request_registered_call(r->server, join ? r->reg_join : r->reg, &l->call,
+                                          &l->deadline, &l->md, &l->recv, r->cq, r->cq,
+                                          tag(l, L_REQUEST)) !=
       GRPC_CALL_OK) {
     RM_ERROR("relay: grpc_server_request_registered_call failed");
     lc_unref(r, l);
@@ -425,7 +436,7 @@ static void on_request(relay_t *r, lc_t *l, int ok)
     lc_unref(r, l);
     return;
   }
-  if (!r->stopping) post_request(r);
+  if (!r->stopping) post_request(r, l->join);
   if (!r->cur || r->cur->ended || r->cur->next_lane > LANES_MAX) r->cur = up_open(r);
   up_t *u = r->cur;
   l->up = u;
@@ -447,13 +458,13 @@ static void on_request(relay_t *r, lc_t *l, int ok)
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &l->cancelled;
   lc_batch(l, &op, 1, L_CLOSE);
-  if (l->recv) { /* its first message: opens the lane */
+  if (l->recv) { /* its first message (a Join: its request) opens the lane */
     grpc_slice s = bb_slice(l->recv);
     grpc_byte_buffer_destroy(l->recv);
     l->recv = NULL;
-    up_queue(u, l->lane, &s, 0, 0, 1);
+    up_queue(u, l->lane, &s, l->join, 0, 0, 1);
     grpc_slice_unref(s);
-    lc_recv(l);
+    if (!l->join) lc_recv(l); /* a Join's client sent all it will */
   } else { /* it half-closed before a message: nothing to open */
     lc_final(l, GRPC_STATUS_INVALID_ARGUMENT, "a Session opens with a message");
   }
@@ -470,7 +481,7 @@ static void on_lc_recv(relay_t *r, lc_t *l, int ok)
     grpc_byte_buffer_destroy(l->recv);
     l->recv = NULL;
     if (l->lane_open) {
-      up_queue(l->up, l->lane, &s, 0, 0, asks(s));
+      up_queue(l->up, l->lane, &s, 0, 0, 0, asks(s));
       lc_recv(l);
     }
     grpc_slice_unref(s);
@@ -489,7 +500,7 @@ static void on_lc_close(relay_t *r, lc_t *l)
 {
   (void)r;
   if (l->up && !l->up->ended && l->lane < l->up->cap && l->up->lane[l->lane] == l) {
-    up_queue(l->up, l->lane, NULL, !l->cancelled, l->cancelled, 1);
+    up_queue(l->up, l->lane, NULL, 0, !l->cancelled, l->cancelled, 1);
     if (l->cancelled)
       RM_INFO("relay: lane %u: the worker's Session was cancelled (reported broken)", l->lane);
   }
@@ -534,7 +545,22 @@ static void on_up_recv(relay_t *r, up_t *u, int ok)
   for (size_t k = 0; k < m->n_out; k++) {
     const Ringmaster__V1__RelayOut *o = m->out[k];
     grpc_slice body = grpc_empty_slice();
-    if (o->message) {
+    int has = o->message != NULL || o->join.len || o->join_tail;
+    if (o->join_tail && o->join_tail > m->n_shared) {
+      RM_ERROR("relay: a Join answer names shared tail %u of %zu: the stream is cancelled",
+               o->join_tail, m->n_shared);
+      grpc_call_cancel(u->call, NULL);
+      break;
+    }
+    if (o->join.len || o->join_tail) { /* a Join's answer: its bytes + the shared tail */
+      const ProtobufCBinaryData *t = o->join_tail ? &m->shared[o->join_tail - 1] : NULL;
+      size_t len = o->join.len + (t ? t->len : 0);
+      uint8_t *buf = malloc(len ? len : 1);
+      if (!buf) abort();
+      if (o->join.len) memcpy(buf, o->join.data, o->join.len);
+      if (t && t->len) memcpy(buf + o->join.len, t->data, t->len);
+      body = grpc_slice_new(buf, len, free);
+    } else if (o->message) {
       size_t len = ringmaster__v1__session_response__get_packed_size(o->message);
       uint8_t *buf = malloc(len ? len : 1);
       if (!buf) abort();
@@ -545,7 +571,7 @@ static void on_up_recv(relay_t *r, up_t *u, int ok)
       uint32_t n = o->lanes[j];
       lc_t *l = n < u->cap ? u->lane[n] : NULL;
       if (!l) continue; /* reported broken here, or ended already */
-      if (o->message) lc_send(l, &body);
+      if (has) lc_send(l, &body);
       if (o->end) lc_final(l, o->code, o->details);
     }
     grpc_slice_unref(body);
@@ -713,6 +739,8 @@ int rm_relay_main(int argc, char **argv)
   r.server = grpc_server_create(NULL, NULL);
   r.reg = grpc_server_register_method(r.server, SESSION_PATH, NULL,
                                       GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  r.reg_join = grpc_server_register_method(r.server, JOIN_PATH, NULL,
+                                           GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   grpc_server_register_completion_queue(r.server, r.cq, NULL);
   grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
   int port = grpc_server_add_http2_port(r.server, listen, sc);
@@ -730,7 +758,10 @@ int rm_relay_main(int argc, char **argv)
     return 1;
   }
   grpc_server_start(r.server);
-  for (int i = 0; i < REQUESTS; i++) post_request(&r);
+  for (int i = 0; i < REQUESTS; i++) {
+    post_request(&r, 0);
+    post_request(&r, 1);
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;

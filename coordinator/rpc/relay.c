@@ -66,6 +66,7 @@
 #define MERGE_SCAN 8     /* entries an identical one may merge into */
 #define PARTS_MAX 4      /* slices of one message (framed(): 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
+#define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
 
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
@@ -74,6 +75,7 @@ typedef struct {
   uint32_t *lanes;
   int n, cap;
   int has_msg;
+  int join;                   /* a Join lane's answer (RelayOut.join) */
   grpc_slice part[PARTS_MAX];
   int nparts;
   size_t len;                 /* of the message */
@@ -95,10 +97,11 @@ struct rm__relay {
 };
 
 /* ---- the outbox ---- */
-static int out_same(const rl_out_t *a, const rm__out_t *o, int has_msg, grpc_slice *part,
-                    int nparts, size_t len)
+static int out_same(const rl_out_t *a, const rm__out_t *o, int has_msg, int join,
+                    grpc_slice *part, int nparts, size_t len)
 {
-  if (a->end != (o->code >= 0) || a->has_msg != has_msg || a->nparts != nparts ||
+  if (a->end != (o->code >= 0) || a->has_msg != has_msg || a->join != join ||
+      a->nparts != nparts ||
       a->len != len)
     return 0;
   if (a->end && (a->code != o->code || strcmp(a->details ? a->details : "",
@@ -134,7 +137,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   grpc_slice part[PARTS_MAX];
   int nparts = 0;
   size_t len = 0;
-  int has_msg = o->bb != NULL;
+  int has_msg = o->bb != NULL, join = l->method == RM__M_JOIN;
   if (has_msg) { /* a raw buffer of one to PARTS_MAX slices (server.c) */
     grpc_byte_buffer *bb = o->bb;
     grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
@@ -152,7 +155,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   }
   int floor = l->rl_batch == r->batch ? l->rl_idx : 0;
   for (int i = r->nout - 1; i >= floor && i >= r->nout - MERGE_SCAN; i--) {
-    if (out_same(&r->out[i], o, has_msg, part, nparts, len)) {
+    if (out_same(&r->out[i], o, has_msg, join, part, nparts, len)) {
       out_add_lane(&r->out[i], l->lane);
       for (int p = 0; p < nparts; p++) grpc_slice_unref(part[p]);
       l->rl_batch = r->batch;
@@ -167,6 +170,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   rl_out_t *e = &r->out[r->nout];
   memset(e, 0, sizeof *e);
   e->has_msg = has_msg;
+  e->join = join;
   memcpy(e->part, part, sizeof part[0] * (size_t)nparts);
   e->nparts = nparts;
   e->len = len;
@@ -186,20 +190,38 @@ static size_t varint_len(uint64_t v)
 }
 
 /* One RelayResponse of every queued entry (field 1, RelayOut, repeated;
- * RelayOut: 1 lanes packed, 2 message, 3 end, 4 code, 5 details). The
- * entries' slices move into the buffer. */
+ * RelayOut: 1 lanes packed, 2 message or 6 join, 7 join_tail, 3 end, 4
+ * code, 5 details; then field 2, the shared tails). A Join answer whose
+ * last part is at least SHARED_MIN bytes (the generation's shared peer
+ * list: rm__reply_tail) sends that part once per batch as a shared entry,
+ * named by its index + 1. The entries' slices move into the buffer. */
 static grpc_byte_buffer *relay_batch(struct rm__relay *r)
 {
   size_t nslices = 0;
-  for (int i = 0; i < r->nout; i++) nslices += 2 + (size_t)r->out[i].nparts;
+  for (int i = 0; i < r->nout; i++) nslices += 3 + (size_t)r->out[i].nparts;
   grpc_slice *sl = rm__xmalloc(nslices * sizeof *sl);
-  size_t ns = 0;
+  grpc_slice *shared = rm__xmalloc(((size_t)r->nout + 1) * sizeof *shared);
+  size_t ns = 0, nshared = 0;
   for (int i = 0; i < r->nout; i++) {
     rl_out_t *e = &r->out[i];
-    size_t lanes_len = 0, dlen = e->details ? strlen(e->details) : 0;
+    size_t lanes_len = 0, dlen = e->details ? strlen(e->details) : 0, tail_idx = 0;
+    int nbody = e->nparts;
+    size_t blen = e->len;
+    if (e->join && e->nparts >= 2 && GRPC_SLICE_LENGTH(e->part[e->nparts - 1]) >= SHARED_MIN) {
+      grpc_slice t = e->part[e->nparts - 1];
+      while (tail_idx < nshared &&
+             (GRPC_SLICE_START_PTR(shared[tail_idx]) != GRPC_SLICE_START_PTR(t) ||
+              GRPC_SLICE_LENGTH(shared[tail_idx]) != GRPC_SLICE_LENGTH(t)))
+        tail_idx++;
+      if (tail_idx == nshared) shared[nshared++] = grpc_slice_ref(t);
+      tail_idx++; /* 1-based */
+      nbody--;
+      blen -= GRPC_SLICE_LENGTH(t);
+    }
     for (int k = 0; k < e->n; k++) lanes_len += varint_len(e->lanes[k]);
     size_t inner = 1 + varint_len(lanes_len) + lanes_len;
-    if (e->has_msg) inner += 1 + varint_len(e->len) + e->len;
+    if (e->has_msg) inner += 1 + varint_len(blen) + blen;
+    if (tail_idx) inner += 1 + varint_len(tail_idx);
     size_t tail = 0;
     if (e->end) {
       tail = 2 + (e->code ? 1 + varint_len((uint64_t)e->code) : 0);
@@ -214,17 +236,24 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
     n = rm__varint(h, n, lanes_len);
     for (int k = 0; k < e->n; k++) n = rm__varint(h, n, e->lanes[k]);
     if (e->has_msg) {
-      n = rm__varint(h, n, 2 << 3 | 2); /* RelayOut.message */
-      n = rm__varint(h, n, e->len);
+      n = rm__varint(h, n, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
+      n = rm__varint(h, n, blen);
     }
     sl[ns++] = grpc_slice_new(h, n, free);
-    for (int p = 0; p < e->nparts; p++) sl[ns++] = e->part[p]; /* moved */
+    for (int p = 0; p < nbody; p++) sl[ns++] = e->part[p]; /* moved */
+    for (int p = nbody; p < e->nparts; p++) grpc_slice_unref(e->part[p]); /* in shared */
     e->nparts = 0;
-    if (tail) {
-      uint8_t *t = rm__xmalloc(tail);
+    if (tail || tail_idx) {
+      uint8_t *t = rm__xmalloc(tail + 1 + 10);
       size_t m = 0;
-      m = rm__varint(t, m, 3 << 3); /* RelayOut.end */
-      m = rm__varint(t, m, 1);
+      if (tail_idx) {
+        m = rm__varint(t, m, 7 << 3); /* RelayOut.join_tail */
+        m = rm__varint(t, m, tail_idx);
+      }
+      if (e->end) {
+        m = rm__varint(t, m, 3 << 3); /* RelayOut.end */
+        m = rm__varint(t, m, 1);
+      }
       if (e->code) {
         m = rm__varint(t, m, 4 << 3); /* RelayOut.code */
         m = rm__varint(t, m, (uint64_t)e->code);
@@ -239,9 +268,21 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
     }
     out_free(e);
   }
+  for (size_t i = 0; i < nshared; i++) { /* RelayResponse.shared */
+    uint8_t h[12];
+    size_t n = rm__varint(h, 0, 2 << 3 | 2);
+    n = rm__varint(h, n, GRPC_SLICE_LENGTH(shared[i]));
+    if (ns + 2 > nslices) { /* never: 3 slices an entry were counted */
+      nslices = ns + 2 * (nshared - i);
+      sl = rm__xrealloc(sl, nslices * sizeof *sl);
+    }
+    sl[ns++] = grpc_slice_from_copied_buffer((const char *)h, n);
+    sl[ns++] = shared[i]; /* moved */
+  }
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, ns);
   for (size_t i = 0; i < ns; i++) grpc_slice_unref(sl[i]);
   free(sl);
+  free(shared);
   r->nout = 0;
   r->batch++;
   return bb;
@@ -336,14 +377,14 @@ int rm__relay_room(const rm__call_t *l)
 }
 
 /* ---- lanes ---- */
-static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n)
+static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n, int method)
 {
   struct rm__relay *r = k->mux;
   rm__call_t *l = rm__xcalloc(1, sizeof *l);
   l->c = c;
   l->refs = 1; /* the table's */
-  l->method = RM__M_SESSION;
-  l->streaming = 1;
+  l->method = method; /* RM__M_SESSION or RM__M_JOIN */
+  l->streaming = method == RM__M_SESSION;
   l->cq = k->cq;
   l->up = k;
   l->lane = n;
@@ -410,7 +451,7 @@ int rm__relay_writes(const Ringmaster__V1__RelayRequest *q)
   for (size_t i = 0; q && i < q->n_in; i++) {
     const Ringmaster__V1__RelayIn *in = q->in[i];
     const Ringmaster__V1__SessionRequest *m = in->message;
-    if (in->broken || (m && (m->barrier || m->gate))) return 1;
+    if (in->broken || in->join || (m && (m->barrier || m->gate))) return 1;
   }
   return 0;
 }
@@ -461,12 +502,22 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
     }
     rm__call_t *l = r->lane[n];
     if (l == ENDED) continue; /* as a message after a Session's end */
-    if (!l && !in->message) { /* ended before it opened */
+    if ((in->join && (l || in->message)) ||
+        (l && in->message && l->method != RM__M_SESSION)) {
+      snprintf(why, sizeof why, "relay lane %u: a Join opens a lane of its own, and a "
+               "Join lane carries no Session message", n);
+      relay_close(c, k, GRPC_STATUS_INVALID_ARGUMENT, why);
+      return;
+    }
+    if (!l && !in->message && !in->join) { /* ended before it opened */
       if (in->end || in->broken) r->lane[n] = ENDED;
       continue;
     }
-    if (!l) l = lane_open(c, k, n);
-    if (in->message && !l->answered) {
+    if (!l) l = lane_open(c, k, n, in->join ? RM__M_JOIN : RM__M_SESSION);
+    if (in->join) { /* a Join call: its answer ends the lane */
+      c->ctr.grpc_calls_total++;
+      rm__rpc_dispatch(c, l, RM__M_JOIN, &in->join->base, 1);
+    } else if (in->message && !l->answered) {
       if (l->park.kind == RM__PARK_SESSION) c->ctr.session_messages_total++;
       else c->ctr.grpc_calls_total++; /* its opening message */
       rm__rpc_dispatch(c, l, RM__M_SESSION, &in->message->base, 1);
@@ -474,7 +525,8 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
     if (in->end || in->broken) {
       RM_DEBUG("relay lane %u %s (worker %llu)", n, in->broken ? "broken" : "ended",
                (unsigned long long)l->park.worker_id);
-      lane_end(c, l, in->broken ? LANE_BROKEN : LANE_END);
+      /* a Join has no half-close: its lane's `end` is its call gone */
+      lane_end(c, l, in->broken || l->method == RM__M_JOIN ? LANE_BROKEN : LANE_END);
     }
   }
 }

@@ -15,7 +15,10 @@ real coordinator:
   member; a job that ended is told on each lane (job_state), then end OK;
 - a lane that is `broken` declares its worker lost at once; the lanes of a
   relay whose stream is cancelled or ended for an error end without that;
-- lane 0, or a malformed RelayRequest, ends the stream INVALID_ARGUMENT."""
+- lane 0, or a malformed RelayRequest, ends the stream INVALID_ARGUMENT;
+- Join calls as lanes: 32 workers form through one relay stream, each
+  answer its own bytes + the peer list sent once per RelayResponse
+  (shared); a refused one ends alone; a broken one drops its worker."""
 import time
 
 import rmtest
@@ -149,6 +152,52 @@ def test(env):
     bad = rmtest.SessionStream(env, b"\xff\xff\xff\xff", raw=True, method="Relay")
     assert bad.wait() == g.StatusCode.INVALID_ARGUMENT and "malformed" in bad.details, \
         (bad.code, bad.details)
+
+    # 8. Join calls as lanes: 32 workers join through one relay stream; each
+    # formed answer is its join bytes + the shared peer list, sent once
+    jj = env.submit(name="relay-join", world_size=32, heartbeat_timeout_ms=60000)
+    ins = [m.RelayIn(lane=100 + i, join=m.JoinRequest(
+        job_id=jj.id, token=jj.token, host="h%d" % (i // 8), data_addr="127.0.0.1:%d" % (33000 + i),
+        wait_ms=20000)) for i in range(32)]
+    ins.append(m.RelayIn(lane=200, join=m.JoinRequest(job_id=jj.id, token="nope", host="h",
+                                                      data_addr="127.0.0.1:1", wait_ms=1000)))
+    rj = rmtest.SessionStream(env, m.RelayRequest(**{"in": ins}), method="Relay")
+    answers, refused = {}, None
+    t0 = time.time()
+    while time.time() < t0 + 30 and (len(answers) < 32 or refused is None):
+        for r in rj.got:
+            for o in r.out:
+                for ln in o.lanes:
+                    if ln == 200:
+                        refused = o
+                        continue
+                    if not o.end or ln in answers:
+                        continue
+                    assert o.code == 0, o
+                    b = o.join + (r.shared[o.join_tail - 1] if o.join_tail else b"")
+                    answers[ln] = (m.JoinResponse.FromString(b), o.join_tail, len(r.shared))
+        time.sleep(0.05)
+    assert refused is not None and refused.end, refused
+    assert refused.code == g.StatusCode.UNAUTHENTICATED.value[0] and not refused.join, refused
+    assert len(answers) == 32, sorted(answers)
+    gens = {a.generation for a, _, _ in answers.values()}
+    assert len(gens) == 1, gens
+    assert sorted(a.rank for a, _, _ in answers.values()) == list(range(32))
+    for a, tail, nshared in answers.values():
+        assert a.formed and len(a.peers) == 32 and a.peers[a.rank].worker_id == a.worker_id, a
+        assert tail >= 1 and nshared >= 1, (tail, nshared)  # the peer list went shared
+    sent = sum(len(r.shared) for r in rj.got)
+    assert sent < 32, sent  # once a batch, not once an answer
+    # a Join lane broken while its group forms: its worker is dropped
+    jk = env.submit(name="relay-join-broken", world_size=2, heartbeat_timeout_ms=60000)
+    rj.send(m.RelayRequest(**{"in": [m.RelayIn(lane=300, join=m.JoinRequest(
+        job_id=jk.id, token=jk.token, host="h", data_addr="127.0.0.1:1", wait_ms=20000))]}))
+    time.sleep(0.3)
+    rj.send(m.RelayRequest(**{"in": [m.RelayIn(lane=300, broken=True)]}))
+    wait_for(lambda: [e for e in env.events(jk.id, jk.token, timeout=1)
+                      if "cancelled before the group formed" in e.message],
+             "the broken Join lane's worker dropped")
+    assert rj.end() == g.StatusCode.OK, (rj.code, rj.details)
 
     # the coordinator still serves
     assert env.get(job.id).state == m.JOB_STATE_CANCELLED

@@ -1,8 +1,8 @@
 """`ringmaster relay` with real worker processes (relay/relay.c, worker/
 session/session_live.c RELAY, coordinator/rpc/relay.c):
 
-- four workers with RINGMASTER_RELAY open their Sessions at the relay, and
-  the coordinator sees them as four lanes of relay streams
+- four workers with RINGMASTER_RELAY join and open their Sessions at the
+  relay, and the coordinator sees a lane for each Join and each Session
   (ringmaster_relay_lanes_total on /metrics) while the job trains;
 - the relay is SIGKILLed mid-job: nobody is declared lost, the workers'
   next Sessions go to the coordinator directly, and the job trains on past
@@ -50,9 +50,11 @@ def test(env):
     ws = [env.start_worker(job, i, ["--data-timeout-ms", "60000"], env=via) for i in range(4)]
     env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 5, 60)
     t0 = time.time()
-    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 4:
+    # a lane for each worker's Join and one for its Session
+    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 8:
         time.sleep(0.1)
-    assert metric(http, "ringmaster_relay_lanes_total") >= 4
+    assert metric(http, "ringmaster_relay_lanes_total") >= 8
+    assert all("Join and Sessions through relay" in env.worker_log(i) for i in range(4))
     assert metric(http, "ringmaster_relay_messages_total") >= 1
 
     # 2. the relay dies: nobody lost, the job trains on past the 3 s timeout
@@ -77,9 +79,9 @@ def test(env):
     w = env.start_worker(job2, 4, ["--data-timeout-ms", "60000"], env=via)
     env.wait_job(job2.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 3, 60)
     t0 = time.time()
-    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 5:
+    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 10:
         time.sleep(0.1)
-    assert metric(http, "ringmaster_relay_lanes_total") >= 5
+    assert metric(http, "ringmaster_relay_lanes_total") >= 10
     t_kill = time.time()
     w.send_signal(signal.SIGKILL)
     w.wait(timeout=10)

@@ -168,9 +168,17 @@ static rm_status_t join(rm_session_t *s, Ringmaster__V1__JoinResponse **out)
     q.wait_ms = 5000;
     q.steps_done = s->steps_done;
     q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
-    int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Join", &q.base,
+    /* RELAY (session_live.c): through the host's relay, but for the
+     * attempt right after one that found it UNAVAILABLE */
+    int via = s->relay_ctl && !s->join_skip;
+    int rc = rm__ctl_call(via ? s->relay_ctl : s->ctl, "/ringmaster.v1.Worker/Join", &q.base,
                           &ringmaster__v1__join_response__descriptor,
                           (ProtobufCMessage **)&r, 10000, msg, sizeof msg);
+    s->join_skip = via && rc == RM__G_UNAVAILABLE;
+    if (s->join_skip) {
+      RM_INFO("relay %s unavailable for Join (%s): asking the coordinator", s->relay, msg);
+      continue;
+    }
     if (rc == RM__G_OK) {
       s->worker_id = r->worker_id;
       if (r->formed || r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED) {
@@ -330,6 +338,16 @@ rm_status_t rm_session_join(const rm_session_config_t *cfg, rm_session_t **out,
   if (!s->ctl) {
     st = fail(s, RM_ERR_INVALID_ARG, "%s", why);
     goto out;
+  }
+  const char *relay = getenv("RINGMASTER_RELAY"); /* session_live.c RELAY */
+  if (relay && relay[0] && rm__env_int("RINGMASTER_SESSION_STREAM", 1)) {
+    snprintf(s->relay, sizeof s->relay, "%s", relay);
+    if (!(s->relay_ctl = rm__ctl_open(s->relay, NULL, NULL, NULL, why, sizeof why))) {
+      RM_WARN("relay %s: %s: Join and Sessions go to the coordinator", s->relay, why);
+      s->relay[0] = 0;
+    } else {
+      RM_INFO("Join and Sessions through relay %s", s->relay);
+    }
   }
   st = form(s);
   if (st == RM_ERR_JOB_ENDED || st == RM_OK || st == RM_ERR_DENIED ||

@@ -70,12 +70,12 @@ struct rm_session {
   int hb_on, hb_stop, stream_on, stream_stop; /* under mu */
   rm__ctl_stream_t *stream;     /* under mu: the open session call */
   int stream_session;           /* under mu: it is a Session (0: a Watch) */
-  /* RELAY (session_live.c): the host's relay (RINGMASTER_RELAY), its
-   * channel (opened at the first Session through it; owned by the stream
-   * thread), and whether the next Session goes there */
+  /* RELAY (session_live.c): the host's relay (RINGMASTER_RELAY, read at
+   * open; "" none), its channel, and whether the next Session (the stream
+   * thread's) or Join (the caller's) skips it */
   char relay[256];
   rm__ctl_t *relay_ctl;
-  int relay_skip;
+  int relay_skip, join_skip;
   uint64_t stream_hb_gen;       /* under mu: generation of the last heartbeat
                                  * sent on it (its opening message's until
                                  * one is; session_live.c) */

@@ -103,8 +103,10 @@
  * RELAY. With RINGMASTER_RELAY=ADDR (a host's `ringmaster relay`,
  * relay/relay.c) the Session is opened there instead, and the relay
  * carries it to the coordinator as a lane of its one stream: the same
- * messages, answers and ends (coordinator/rpc/relay.c). Only the Session
- * goes there; every unary call goes to the coordinator. A Session through
+ * messages, answers and ends (coordinator/rpc/relay.c). Join calls go
+ * there too (session.c join: one that finds the relay UNAVAILABLE is made
+ * again at once at the coordinator); every other call goes to the
+ * coordinator. A Session through
  * the relay that ends UNAVAILABLE (the relay is gone, or its stream to
  * the coordinator ended) makes the next open go to the coordinator
  * directly; when that one ends, the next tries the relay again. A relay
@@ -312,14 +314,8 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen,
   if (watch)
     return rm__ctl_stream_open(s->ctl, "/ringmaster.v1.Worker/Watch", &w.base);
   if (s->relay[0] && !s->relay_skip) { /* RELAY */
-    char err[160];
-    if (!s->relay_ctl && !(s->relay_ctl = rm__ctl_open(s->relay, NULL, NULL, NULL, err,
-                                                       sizeof err)))
-      RM_WARN("relay %s: %s: Sessions go to the coordinator", s->relay, err);
-    if (s->relay_ctl) {
-      *via_relay = 1;
-      return rm__ctl_session_open(s->relay_ctl, "/ringmaster.v1.Worker/Session", &h.base);
-    }
+    *via_relay = 1;
+    return rm__ctl_session_open(s->relay_ctl, "/ringmaster.v1.Worker/Session", &h.base);
   }
   return rm__ctl_session_open(s->ctl, "/ringmaster.v1.Worker/Session", &h.base);
 }
@@ -560,8 +556,6 @@ void rm__session_stream_start(rm_session_t *s)
 {
   if (s->stream_on || !s->worker_id) return;
   if (!rm__env_int("RINGMASTER_SESSION_STREAM", 1)) return; /* bench knob */
-  const char *relay = getenv("RINGMASTER_RELAY"); /* RELAY */
-  snprintf(s->relay, sizeof s->relay, "%s", relay ? relay : "");
   s->stream_stop = 0;
   s->stream_on = pthread_create(&s->stream_thread, NULL, stream_thread, s) == 0;
 }
