@@ -2,6 +2,7 @@
  * model.c - container helpers of the in-memory records (model.h).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
@@ -28,6 +29,7 @@ rm__worker_t *rm__job_worker_add(rm__job_t *j)
   }
   rm__worker_t *w = &j->w[j->nw++];
   memset(w, 0, sizeof *w);
+  rm__worker_strs(w, NULL, NULL, NULL, NULL);
   w->rank = w->prev_rank = -1;
   w->rank_hint = w->launch_index = -1;
   w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
@@ -78,4 +80,30 @@ int rm__worker_member(const rm__job_t *j, const rm__worker_t *w)
 int rm__worker_live(const rm__job_t *j, const rm__worker_t *w)
 {
   return rm__worker_member(j, w) || (w->state == RM_WORKER_JOINING && w->in_group);
+}
+
+void rm__worker_strs(rm__worker_t *w, const char *host, const char *data_addr,
+                     const char *transports, const char *devices)
+{
+  const char *in[4] = {host ? host : "", data_addr ? data_addr : "",
+                       transports ? transports : "", devices ? devices : ""};
+  size_t len[4], total = 0;
+  char *old = w->host; /* the old block (NULL for a new record) */
+  for (int i = 0; i < 4; i++) total += (len[i] = strlen(in[i])) + 1;
+  char *b = rm__xmalloc(total), *p = b, **out[4] = {&w->host, &w->data_addr,
+                                                    &w->transports, &w->devices};
+  for (int i = 0; i < 4; i++) {
+    memcpy(p, in[i], len[i] + 1);
+    *out[i] = p;
+    p += len[i] + 1;
+  }
+  free(old);
+}
+
+void rm__worker_free(rm__worker_t *w)
+{
+  free(w->host);
+  free(w->result);
+  w->host = w->data_addr = w->transports = w->devices = NULL;
+  w->result = NULL;
 }

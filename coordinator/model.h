@@ -48,10 +48,13 @@ typedef struct rm__worker {
   uint64_t id;
   int rank;                     /* -1 until assigned */
   int prev_rank;                /* rank before a re-formation, -1 */
-  char host[128];
-  char data_addr[160];
-  char transports[256];         /* its offer (common/rm_transports.h) */
-  char devices[256];
+  /* Its Join's strings, in one heap block that `host` starts
+   * (rm__worker_strs; issue 16: 800 bytes of fixed arrays a worker were
+   * most of its record): never NULL, "" when unset. */
+  char *host;                   /* <= 127 bytes */
+  char *data_addr;              /* <= 159 */
+  char *transports;             /* <= 255: its offer (common/rm_transports.h) */
+  char *devices;                /* <= 255 */
   rm_worker_state_t state;
   int in_group;                 /* joining set or current member */
   int joins_parked;             /* its Join calls linked in job->parked
@@ -171,6 +174,11 @@ rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
 /* Append a zeroed worker (rank, hints and launch index -1, timings NaN);
  * the caller sets its id. The pointer is valid until the next append. */
 rm__worker_t *rm__job_worker_add(rm__job_t *j);
+/* Set w's strings (NULL: ""), copied into one block; the old one goes. */
+void rm__worker_strs(rm__worker_t *w, const char *host, const char *data_addr,
+                     const char *transports, const char *devices);
+/* Free what a worker record owns (its strings, its result). */
+void rm__worker_free(rm__worker_t *w);
 /* w waits in the group being formed (counted in j->n_joining). */
 static inline int rm__worker_joining(const rm__worker_t *w)
 {

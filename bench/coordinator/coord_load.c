@@ -39,11 +39,12 @@
  * end CANCELLED (or OK: the coordinator fails the job at the first
  * cancelled Watch and ends the rest) with no message (load_client.c
  * WATCHES).
- * --relay K (with --session 1; default 0 = none): the workers' Sessions are
- * the lanes of relay streams, K workers a relay, as a relay on each host
- * would carry them (service.proto Relay; load_relay.c): one RelayRequest a
- * relay for its lanes' openings, arrivals and gate calls; heartbeats
- * batched per relay (at most 100 ms late); each lane checked as a Session.
+ * --relay K (with --session 1; default 0 = none): the workers' Join calls
+ * and Sessions are the lanes of relay streams, K workers a relay, as a
+ * relay on each host carries them (service.proto Relay; load_relay.c): one
+ * RelayRequest a relay for its lanes' Joins, openings, arrivals and gate
+ * calls; heartbeats batched per relay (at most 100 ms late); each lane's
+ * answers checked as a unary Join's or a Session's.
  * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
  * older worker; load_client.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).

@@ -317,14 +317,6 @@ static void rpc_error(load_res_t *r, const op_t *o, const char *what, int g)
 
 /* ---- Join answers ---- */
 
-typedef struct {
-  int formed;
-  uint64_t worker_id, generation;
-  uint32_t rank, world;
-  int seen_peer, span_match, contig;
-  size_t n_peer_fields; /* field-6 entries not inside the matched span */
-  size_t first_peer, peers_end;
-} join_scan_t;
 
 static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
@@ -341,7 +333,7 @@ static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 }
 
 /* Top-level walk of a packed JoinResponse (see the file comment). */
-static int scan_join(const uint8_t *b, size_t len, const uint8_t *ref, size_t ref_len,
+int scan_join(const uint8_t *b, size_t len, const uint8_t *ref, size_t ref_len,
                      join_scan_t *o)
 {
   const uint8_t *p = b, *end = b + len;
@@ -577,7 +569,7 @@ static int take_reference(client_t *c, const uint8_t *b, size_t len, const join_
 }
 
 /* Check one formed answer of local worker i; 0 = good. */
-static int check_join(client_t *c, int i, const uint8_t *b, size_t len, const join_scan_t *s,
+int check_join(client_t *c, int i, const uint8_t *b, size_t len, const join_scan_t *s,
                       load_res_t *res)
 {
   int g = c->cfg->lo + i, n = c->cfg->world;
@@ -710,23 +702,30 @@ static int gz_fast(const client_t *c, const uint8_t *z, size_t zlen, join_scan_t
   return 0;
 }
 
+void join_req(client_t *c, int i, uint64_t worker_id, int64_t deadline_ns,
+              Ringmaster__V1__JoinRequest *q, char *host, char *data)
+{
+  int g = c->cfg->lo + i;
+  snprintf(host, 32, "node%d", g / 8);
+  snprintf(data, 32, "10.%d.%d.%d:5000", g / 65536, (g / 256) % 256, g % 256);
+  q->job_id = c->cfg->job_id;
+  q->token = (char *)c->cfg->token;
+  q->worker_id = worker_id;
+  q->host = host;
+  q->data_addr = data;
+  q->devices = "cpu";
+  q->rank_hint = -1;
+  q->accept_gzip = c->cfg->gzip;
+  int left_ms = rm__ms_left(deadline_ns);
+  q->wait_ms = (uint32_t)(left_ms < JOIN_WAIT_MS ? left_ms : JOIN_WAIT_MS);
+}
+
 static void join_send(client_t *c, int i, uint64_t worker_id, int64_t deadline_ns)
 {
   char host[32], data[32];
-  int g = c->cfg->lo + i;
   Ringmaster__V1__JoinRequest q = RINGMASTER__V1__JOIN_REQUEST__INIT;
-  snprintf(host, sizeof host, "node%d", g / 8);
-  snprintf(data, sizeof data, "10.%d.%d.%d:5000", g / 65536, (g / 256) % 256, g % 256);
-  q.job_id = c->cfg->job_id;
-  q.token = (char *)c->cfg->token;
-  q.worker_id = worker_id;
-  q.host = host;
-  q.data_addr = data;
-  q.devices = "cpu";
-  q.rank_hint = -1;
-  q.accept_gzip = c->cfg->gzip;
+  join_req(c, i, worker_id, deadline_ns, &q, host, data);
   int left_ms = rm__ms_left(deadline_ns);
-  q.wait_ms = (uint32_t)(left_ms < JOIN_WAIT_MS ? left_ms : JOIN_WAIT_MS);
   /* The call's deadline is the wave's, not wait_ms: the group may form at
    * once and still take minutes to deliver N answers of N peers. */
   call_start(c, i, i % c->cfg->channels, "/ringmaster.v1.Worker/Join", &q.base,
@@ -1719,7 +1718,8 @@ int load_client_main(const load_client_cfg_t *cfg)
       rc = 0;
       break;
     } else if (cmd.kind == LOAD_CMD_JOIN) {
-      phase_join(&c, &res);
+      if (cfg->relay) relay_phase_join(&c, &res); /* RELAYS */
+      else phase_join(&c, &res);
     } else if (c.rl && (cmd.kind == LOAD_CMD_BARRIER || cmd.kind == LOAD_CMD_GATE)) {
       relay_phase_owed(&c, cmd.kind, cmd.arg, &res); /* RELAYS */
     } else if (c.rl && cmd.kind == LOAD_CMD_HEARTBEAT) {

@@ -101,9 +101,30 @@ typedef struct {
   int n_rl;
   uint8_t *lane_st;
   int64_t *lane_t;
+  uint32_t *lane_of;           /* RELAYS: each local worker's Session lane */
+  int64_t join_dl;             /* RELAYS: the Join wave's deadline */
 } client_t;
 
+typedef struct {
+  int formed;
+  uint64_t worker_id, generation;
+  uint32_t rank, world;
+  int seen_peer, span_match, contig;
+  size_t n_peer_fields; /* field-6 entries not inside the matched span */
+  size_t first_peer, peers_end;
+} join_scan_t;
+
 grpc_byte_buffer *pack(const ProtobufCMessage *m);
+/* Scan a Join answer's top-level fields (ref: the reference's peer span to
+ * compare, or NULL): 0 ok, 1 differs (slow path), -1 malformed. */
+int scan_join(const uint8_t *b, size_t len, const uint8_t *ref, size_t ref_len, join_scan_t *s);
+/* Check one formed answer of local worker i (the first one becomes the
+ * verified reference); 0 = good. */
+int check_join(client_t *c, int i, const uint8_t *b, size_t len, const join_scan_t *s,
+               load_res_t *res);
+/* Worker i's JoinRequest (host and data: 32 bytes each, filled). */
+void join_req(client_t *c, int i, uint64_t worker_id, int64_t deadline_ns,
+              Ringmaster__V1__JoinRequest *q, char *host, char *data);
 ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
 /* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
 grpc_event cq_wait(client_t *c, int64_t deadline_ns);
@@ -120,6 +141,7 @@ void gate_sess_check(client_t *c, const Ringmaster__V1__StepGateResponse *r, int
 int64_t beat_due(const client_t *c, int64_t t0, int s);
 
 /* ---- load_relay.c (RELAYS, --relay K) ---- */
+void relay_phase_join(client_t *c, load_res_t *res);
 void relay_phase_open(client_t *c, load_res_t *res);
 void relay_phase_owed(client_t *c, int kind, int k, load_res_t *res);
 void relay_phase_heartbeat(client_t *c, int secs, load_res_t *res);

@@ -2,13 +2,25 @@
  * load_relay.c - RELAYS (issue 16, --relay K with --session 1): a client
  * process's workers talk to the coordinator as the lanes of relay streams
  * (service.proto Relay; coordinator/rpc/relay.c), K workers a relay, as a
- * relay process on each host would carry them. Local worker w is lane
- * (w % K) + 1 of relay w / K. The Join wave stays unary, per worker.
+ * relay process on each host would carry them (relay/relay.c): their Join
+ * calls and their Sessions. Local worker w is on relay w / K; every Join
+ * call and every Session is a lane of its own, numbered by the relay.
  *
- *   OPEN       each relay opens its stream with one RelayRequest carrying
- *              its lanes' opening messages (job, token, generation, worker
- *              id, step 0, gate_push); a lane is open when that send
- *              completed (n_ok per lane, latency send start -> completion).
+ *   JOIN       each relay opens its stream and sends its workers' Join
+ *              calls as lanes (RelayIn.join) in one RelayRequest; each
+ *              answer is a RelayOut with `join` (+ the shared peer list,
+ *              RelayResponse.shared, named by join_tail) and `end`. The
+ *              first formed one is put together and verified in full (the
+ *              reference, check_join); a later one's head is scanned and
+ *              its shared tail compared with the reference's bytes once a
+ *              RelayResponse (a memcmp), then check_join's O(1) checks.
+ *              Not formed: joined again with its worker id on a new lane,
+ *              with the relay's next message.
+ *   OPEN       each relay sends one RelayRequest carrying its lanes'
+ *              opening messages (job, token, generation, worker id, step
+ *              0, gate_push), each on a new lane; a lane is open when that
+ *              send completed (n_ok per lane, latency send start ->
+ *              completion).
  *   BARRIER k  each relay sends one RelayRequest with its lanes' arrivals
  *              (after the send in flight, if any); each lane's answer is a
  *              RelayOut naming it, checked as a Session's (barrier_check,
@@ -55,9 +67,40 @@ struct relay {
   int64_t beat_t0;           /* when the oldest unsent beat fell due */
   uint32_t *step;            /* beats sent, per lane */
   int lanes_open;
+  uint32_t next_lane;        /* lane numbers are never reused */
+  int *lane_w;               /* by lane number: local worker, -1 none */
+  uint8_t *lane_join;        /* by lane number: a Join lane */
+  uint32_t cap_lw;
+  int *rejoin;               /* JOIN: local workers to join again */
+  int nrejoin;
+  const uint8_t *tail_ok;    /* JOIN: the shared tail verified in this message */
+  int md_sent;
 };
 
-enum { SEND_OPEN = 1, SEND_OWED, SEND_BEATS, SEND_CLOSE };
+/* JOIN: the reference answer's shared tail (one client per process) */
+static uint8_t *ref_tail;
+static size_t ref_tail_len;
+
+enum { SEND_OPEN = 1, SEND_OWED, SEND_BEATS, SEND_CLOSE, SEND_JOIN };
+
+/* A new lane of relay r for local worker w. */
+static uint32_t lane_new(struct relay *r, int w, int join)
+{
+  uint32_t n = r->next_lane++;
+  if (n >= r->cap_lw) {
+    uint32_t cap = r->cap_lw ? 2 * r->cap_lw : 64;
+    while (cap <= n) cap *= 2;
+    r->lane_w = realloc(r->lane_w, cap * sizeof *r->lane_w);
+    r->lane_join = realloc(r->lane_join, cap);
+    if (!r->lane_w || !r->lane_join) abort();
+    for (uint32_t k = r->cap_lw; k < cap; k++) r->lane_w[k] = -1;
+    memset(r->lane_join + r->cap_lw, 0, cap - r->cap_lw);
+    r->cap_lw = cap;
+  }
+  r->lane_w[n] = w;
+  r->lane_join[n] = (uint8_t)join;
+  return n;
+}
 
 static void rl_batch(struct relay *r, int i, const grpc_op *ops, size_t n, int kind)
 {
@@ -88,10 +131,13 @@ static void rl_send(client_t *c, int i, int kind, const int *lanes, int nl)
   Ringmaster__V1__RelayIn *in = calloc((size_t)n, sizeof *in);
   Ringmaster__V1__RelayIn **inp = calloc((size_t)n, sizeof *inp);
   Ringmaster__V1__SessionRequest *q = calloc((size_t)n, sizeof *q);
+  Ringmaster__V1__JoinRequest *jq = kind == SEND_JOIN ? calloc((size_t)n, sizeof *jq) : NULL;
+  char (*jh)[32] = kind == SEND_JOIN ? calloc((size_t)n, 32) : NULL;
+  char (*jd)[32] = kind == SEND_JOIN ? calloc((size_t)n, 32) : NULL;
   Ringmaster__V1__SessionBarrier b = RINGMASTER__V1__SESSION_BARRIER__INIT;
   Ringmaster__V1__SessionGate g = RINGMASTER__V1__SESSION_GATE__INIT;
   char name[32];
-  if (!in || !inp || !q) abort();
+  if (!in || !inp || !q || (kind == SEND_JOIN && (!jq || !jh || !jd))) abort();
   snprintf(name, sizeof name, "round-%d", c->s_round);
   b.name = name;
   b.timeout_ms = (uint32_t)c->cfg->timeout_s * 1000u;
@@ -102,7 +148,15 @@ static void rl_send(client_t *c, int i, int kind, const int *lanes, int nl)
     int l = lanes ? lanes[k] : k, w = r->lo + l;
     ringmaster__v1__relay_in__init(&in[k]);
     inp[k] = &in[k];
-    in[k].lane = (uint32_t)l + 1;
+    if (kind == SEND_JOIN) { /* a lane of its own; worker id: a re-join's */
+      in[k].lane = lane_new(r, w, 1);
+      ringmaster__v1__join_request__init(&jq[k]);
+      join_req(c, w, c->wid[w], c->join_dl, &jq[k], jh[k], jd[k]);
+      in[k].join = &jq[k];
+      continue;
+    }
+    if (kind == SEND_OPEN) c->lane_of[w] = lane_new(r, w, 0);
+    in[k].lane = c->lane_of[w];
     if (kind == SEND_CLOSE) {
       in[k].end = 1;
       c->lane_t[w] = now;
@@ -134,13 +188,19 @@ static void rl_send(client_t *c, int i, int kind, const int *lanes, int nl)
   m.n_in = (size_t)n;
   m.in = inp;
   r->send = pack(&m.base);
+  free(jq);
+  free(jh);
+  free(jd);
   free(q);
   free(inp);
   free(in);
   grpc_op ops[3];
   size_t k = 0;
   memset(ops, 0, sizeof ops);
-  if (kind == SEND_OPEN) ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (!r->md_sent) { /* the stream's first message */
+    r->md_sent = 1;
+    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  }
   ops[k].op = GRPC_OP_SEND_MESSAGE;
   ops[k++].data.send_message.send_message = r->send;
   if (kind == SEND_CLOSE) {
@@ -219,6 +279,106 @@ static void lane_out(client_t *c, struct relay *r, int w, const Ringmaster__V1__
   }
 }
 
+static void rejoin_flush(client_t *c, int i)
+{
+  struct relay *r = &c->rl[i];
+  if (r->sending || !r->nrejoin || r->ended) return;
+  r->nfly = r->nrejoin;
+  rl_send(c, i, SEND_JOIN, r->rejoin, r->nrejoin);
+  r->nrejoin = 0;
+}
+
+/* JOIN: the answer to the Join lane of local worker w (see the top). */
+static void join_out(client_t *c, int i, int w, const Ringmaster__V1__RelayOut *o,
+                     const Ringmaster__V1__RelayResponse *m, int64_t now)
+{
+  struct relay *r = &c->rl[i];
+  load_res_t *res = c->s_res;
+  int g = c->cfg->lo + w;
+  if (c->s_phase != LOAD_CMD_JOIN || !o->end) {
+    sess_fail(c, 1, "Join lane of worker %d: an answer %s", g,
+              o->end ? "outside the Join wave" : "without its end");
+    return;
+  }
+  if (o->code) {
+    res->n_err++;
+    note(res, "Join of worker %d: status %d %s", g, o->code, o->details ? o->details : "");
+    c->s_done++;
+    return;
+  }
+  const ProtobufCBinaryData *t = NULL;
+  if (o->join_tail) {
+    if (o->join_tail > m->n_shared) {
+      res->n_bad++;
+      note(res, "Join of worker %d: shared tail %u of %zu", g, o->join_tail, m->n_shared);
+      c->s_done++;
+      return;
+    }
+    t = &m->shared[o->join_tail - 1];
+  }
+  join_scan_t sc;
+  uint8_t *full = NULL;
+  const uint8_t *b = o->join.data;
+  size_t len = o->join.len;
+  int bad;
+  if (t && c->ref && ref_tail) { /* the fast case: the reference's tail */
+    if (t->data != r->tail_ok &&
+        (t->len != ref_tail_len || memcmp(t->data, ref_tail, t->len))) {
+      bad = 1;
+    } else {
+      r->tail_ok = t->data; /* once a message */
+      bad = scan_join(b, len, NULL, 0, &sc) || sc.seen_peer ? 1 : 0;
+      sc.span_match = 1; /* the peers are the reference's, byte for byte */
+      sc.n_peer_fields = 0;
+    }
+  } else {
+    bad = 1;
+  }
+  if (bad) { /* put it together and check it in full */
+    len = o->join.len + (t ? t->len : 0);
+    full = malloc(len ? len : 1);
+    if (!full) abort();
+    memcpy(full, o->join.data, o->join.len);
+    if (t) memcpy(full + o->join.len, t->data, t->len);
+    b = full;
+    bad = scan_join(b, len, c->ref_peers, c->ref_peers_len, &sc) < 0;
+  }
+  if (bad) {
+    res->n_bad++;
+    note(res, "worker %d: malformed Join answer (Relay)", g);
+    c->s_done++;
+  } else if (!sc.formed && now < c->join_dl) {
+    res->n_rejoin++;
+    c->wid[w] = sc.worker_id;
+    r->rejoin[r->nrejoin++] = w - r->lo;
+    rejoin_flush(c, i);
+  } else if (!sc.formed) {
+    res->n_bad++;
+    note(res, "worker %d: not formed by the deadline", g);
+    c->s_done++;
+  } else {
+    int first = !c->ref;
+    if (check_join(c, w, b, len, &sc, res)) {
+      res->n_bad++;
+    } else {
+      if (first && t) { /* the reference's tail, for the fast case */
+        ref_tail = malloc(t->len ? t->len : 1);
+        if (!ref_tail) abort();
+        memcpy(ref_tail, t->data, t->len);
+        ref_tail_len = t->len;
+        r->tail_ok = t->data;
+      }
+      res->n_ok++;
+      c->wid[w] = sc.worker_id;
+      c->rank_of[w] = sc.rank;
+    }
+    c->lat[res->n_lat++] = now - c->lane_t[w];
+    if (now > res->t_last) res->t_last = now;
+    c->s_done++;
+  }
+  free(full);
+}
+
 void relay_event(client_t *c, intptr_t tag, int success)
 {
   intptr_t v = -1 - tag;
@@ -232,7 +392,11 @@ void relay_event(client_t *c, intptr_t tag, int success)
     r->sending = 0;
     grpc_byte_buffer_destroy(r->send);
     r->send = NULL;
-    if (sk == SEND_OPEN) {
+    if (sk == SEND_JOIN && !success) {
+      res->n_err += r->nfly;
+      c->s_done += r->nfly;
+      note(res, "relay of workers %d..: Join calls not sent", c->cfg->lo + r->lo);
+    } else if (sk == SEND_OPEN) {
       for (int l = 0; l < r->n; l++) {
         c->s_done++;
         if (success) {
@@ -272,6 +436,7 @@ void relay_event(client_t *c, intptr_t tag, int success)
     }
     if (r->owed_due && !r->ended) rl_owed_send(c, i);
     else if (c->s_phase == LOAD_CMD_HEARTBEAT) rl_beats(c, i, now);
+    else if (c->s_phase == LOAD_CMD_JOIN) rejoin_flush(c, i);
   } else if (kind == SK_RECV) {
     r->recving = 0;
     if (r->recv) {
@@ -279,15 +444,23 @@ void relay_event(client_t *c, intptr_t tag, int success)
           (void *)unpack(r->recv, &ringmaster__v1__relay_response__descriptor);
       if (!m) sess_fail(c, 1, "relay of workers %d..: a malformed RelayResponse",
                         c->cfg->lo + r->lo);
+      r->tail_ok = NULL;
       for (size_t k = 0; m && k < m->n_out; k++) {
         const Ringmaster__V1__RelayOut *o = m->out[k];
         for (size_t j = 0; j < o->n_lanes; j++) {
-          if (o->lanes[j] < 1 || o->lanes[j] > (uint32_t)r->n) {
+          uint32_t ln = o->lanes[j];
+          int w = ln < r->next_lane && ln < r->cap_lw ? r->lane_w[ln] : -1;
+          if (w < 0) {
             sess_fail(c, 1, "relay of workers %d..: an answer for lane %u", c->cfg->lo + r->lo,
-                      o->lanes[j]);
+                      ln);
             continue;
           }
-          lane_out(c, r, r->lo + (int)o->lanes[j] - 1, o, now);
+          if (r->lane_join[ln]) {
+            r->lane_w[ln] = -1; /* answered once */
+            join_out(c, i, w, o, m, now);
+          } else {
+            lane_out(c, r, w, o, now);
+          }
         }
       }
       if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
@@ -360,29 +533,26 @@ static void phase_end(client_t *c)
   c->s_res = NULL;
 }
 
-void relay_phase_open(client_t *c, load_res_t *res)
+/* Open every relay stream (no message yet). */
+static void rl_streams_open(client_t *c)
 {
   int k = c->cfg->relay;
-  if (c->rl) {
-    res->n_err++;
-    note(res, "relays opened twice");
-    return;
-  }
   c->n_rl = (c->n + k - 1) / k;
   c->rl = calloc((size_t)c->n_rl, sizeof *c->rl);
   c->lane_st = calloc((size_t)c->n, sizeof *c->lane_st);
   c->lane_t = calloc((size_t)c->n, sizeof *c->lane_t);
-  if (!c->rl || !c->lane_st || !c->lane_t) abort();
-  phase_start(c, LOAD_CMD_OPEN, res);
+  c->lane_of = calloc((size_t)c->n, sizeof *c->lane_of);
+  if (!c->rl || !c->lane_st || !c->lane_t || !c->lane_of) abort();
   for (int i = 0; i < c->n_rl; i++) {
     struct relay *r = &c->rl[i];
     grpc_op op;
     r->lo = i * k;
     r->n = c->n - r->lo < k ? c->n - r->lo : k;
-    r->lanes_open = r->n;
+    r->next_lane = 1;
     r->beat = calloc(2 * (size_t)r->n, sizeof *r->beat); /* a lane in flight and due again */
     r->step = calloc((size_t)r->n, sizeof *r->step);
-    if (!r->beat || !r->step) abort();
+    r->rejoin = calloc((size_t)r->n, sizeof *r->rejoin);
+    if (!r->beat || !r->step || !r->rejoin) abort();
     r->call = grpc_channel_create_call(c->ch[i % c->cfg->channels], NULL,
                                        GRPC_PROPAGATE_DEFAULTS, c->cq,
                                        grpc_slice_from_static_string("/ringmaster.v1.Worker/Relay"),
@@ -390,7 +560,6 @@ void relay_phase_open(client_t *c, load_res_t *res)
     grpc_metadata_array_init(&r->md1);
     grpc_metadata_array_init(&r->md2);
     r->details = grpc_empty_slice();
-    rl_send(c, i, SEND_OPEN, NULL, 0);
     rl_recv(r, i, 1);
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
@@ -398,6 +567,42 @@ void relay_phase_open(client_t *c, load_res_t *res)
     op.data.recv_status_on_client.status = &r->st;
     op.data.recv_status_on_client.status_details = &r->details;
     rl_batch(r, i, &op, 1, SK_STATUS);
+  }
+}
+
+void relay_phase_join(client_t *c, load_res_t *res)
+{
+  if (!c->rl) rl_streams_open(c);
+  c->join_dl = rm__now_ns() + (int64_t)c->cfg->timeout_s * 1000000000LL;
+  phase_start(c, LOAD_CMD_JOIN, res);
+  for (int w = 0; w < c->n; w++) c->lane_t[w] = res->t_first;
+  for (int i = 0; i < c->n_rl; i++) {
+    c->rl[i].nfly = c->rl[i].n;
+    rl_send(c, i, SEND_JOIN, NULL, 0);
+  }
+  if (rl_wait(c, c->n, c->join_dl + 60 * 1000000000LL)) {
+    note(res, "%d Join answers not received on the relays past the deadline", c->n - c->s_done);
+    res->n_err += c->n - c->s_done;
+  }
+  rl_quiesce(c);
+  phase_end(c);
+  res->n_ranks = c->n; /* rank_of: the parent checks all N are a permutation */
+}
+
+void relay_phase_open(client_t *c, load_res_t *res)
+{
+  if (!c->rl) rl_streams_open(c);
+  phase_start(c, LOAD_CMD_OPEN, res);
+  for (int i = 0; i < c->n_rl; i++) {
+    struct relay *r = &c->rl[i];
+    r->lanes_open = r->n;
+    if (r->ended) {
+      res->n_err += r->n;
+      c->s_done += r->n;
+      note(res, "relay of workers %d.. ended before the open", c->cfg->lo + r->lo);
+      continue;
+    }
+    rl_send(c, i, SEND_OPEN, NULL, 0);
   }
   if (rl_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
     note(res, "%d lanes' opening not sent past the deadline", c->n - c->s_done);
@@ -536,13 +741,20 @@ void relay_teardown(client_t *c)
     grpc_slice_unref(r->details);
     free(r->beat);
     free(r->step);
+    free(r->rejoin);
+    free(r->lane_w);
+    free(r->lane_join);
   }
   free(c->rl);
   free(c->lane_st);
   free(c->lane_t);
+  free(c->lane_of);
+  free(ref_tail);
+  ref_tail = NULL;
   c->rl = NULL;
   c->lane_st = NULL;
   c->lane_t = NULL;
+  c->lane_of = NULL;
   c->n_rl = 0;
   c->s_phase = 0;
 }

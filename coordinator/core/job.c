@@ -126,7 +126,7 @@ void rm__job_free(rm__job_t *j)
   }
   rm__blob_unref(j->join_tail);
   rm__recovery_free(j);
-  for (size_t i = 0; i < j->nw; i++) free(j->w[i].result);
+  for (size_t i = 0; i < j->nw; i++) rm__worker_free(&j->w[i]);
   free(j->result);
   free(j->w);
   free(j->members);

@@ -168,10 +168,10 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->id = w->id;
   o->job_id = j->info.id;
   o->rank = w->rank;
-  memcpy(o->host, w->host, sizeof o->host);
-  memcpy(o->data_addr, w->data_addr, sizeof o->data_addr);
-  memcpy(o->transports, w->transports, sizeof o->transports);
-  memcpy(o->devices, w->devices, sizeof o->devices);
+  snprintf(o->host, sizeof o->host, "%s", w->host);
+  snprintf(o->data_addr, sizeof o->data_addr, "%s", w->data_addr);
+  snprintf(o->transports, sizeof o->transports, "%s", w->transports);
+  snprintf(o->devices, sizeof o->devices, "%s", w->devices);
   o->state = w->state;
   o->generation = w->generation;
   o->last_heartbeat_ms = w->last_wall_ms;

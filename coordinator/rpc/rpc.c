@@ -279,7 +279,8 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
                     const Ringmaster__V1__JoinRequest *q)
 {
   rm__job_t *j;
-  rm__worker_t tmp, *w = NULL;
+  rm__worker_t *w = NULL;
+  struct { char host[128], data_addr[160], transports[256], devices[256]; } tmp;
   if (check_job(c, call, q->job_id, q->token, &j)) return;
   memset(&tmp, 0, sizeof tmp);
   if (rm__pb_str(tmp.host, sizeof tmp.host, q->host) ||
@@ -324,10 +325,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   if (w && w->state == RM_WORKER_RUNNING) w = NULL; /* member of an old group */
   int fresh = !w;
   if (fresh && !(w = join_new(c, call, j))) return;
-  memcpy(w->host, tmp.host, sizeof w->host);
-  memcpy(w->data_addr, tmp.data_addr, sizeof w->data_addr);
-  memcpy(w->transports, tmp.transports, sizeof w->transports);
-  memcpy(w->devices, tmp.devices, sizeof w->devices);
+  rm__worker_strs(w, tmp.host, tmp.data_addr, tmp.transports, tmp.devices);
   w->rank_hint = q->world_hint > 0 ? q->rank_hint : -1;
   w->world_hint = q->world_hint;
   /* The agent's launch index travels as its rank hint (with a world hint);

@@ -338,6 +338,7 @@ void rm__call_unref(rm__call_t *k)
   if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
   if (k->has_status_slice) grpc_slice_unref(k->status_slice);
   if (k->mux) rm__relay_free(k);
+  free(k->later);
   rm__call_t *up = k->up; /* RELAYS: a lane holds a reference of its relay */
   free(k);
   if (up) rm__call_unref(up);
@@ -690,6 +691,7 @@ void rm__out_flush(rm_coord_t *c)
       rm__call_unref(k);
       continue;
     }
+    if (!k->later) k->later = rm__xmalloc(SESSION_QUEUE * sizeof *k->later);
     k->later[k->nlater++] = *o; /* with the outbox's reference */
     session_next(k);
   }

@@ -36,7 +36,8 @@ struct rm__call {
   rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
   int sending;      /* SESSIONS: a batch of it in flight; under c->mu */
   int final_started; /* SESSIONS: its final batch started; under c->mu */
-  rm__out_t later[SESSION_QUEUE]; /* SESSIONS: queued batches, in order */
+  rm__out_t *later; /* SESSIONS: queued batches, in order (SESSION_QUEUE,
+                     * allocated at the first: most calls never queue) */
   int nlater;
   /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
    * Session carried by a relay, no grpc_call of its own), its relay and

@@ -334,9 +334,10 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
     rm__worker_t *w = rm__job_worker_add(j);
     w->id = (uint64_t)sqlite3_column_int64(st, 0);
     w->rank = sqlite3_column_int(st, 1);
-    copy_text(w->host, sizeof w->host, sqlite3_column_text(st, 2));
-    copy_text(w->data_addr, sizeof w->data_addr, sqlite3_column_text(st, 3));
-    copy_text(w->devices, sizeof w->devices, sqlite3_column_text(st, 4));
+    rm__worker_strs(w, (const char *)sqlite3_column_text(st, 2),
+                    (const char *)sqlite3_column_text(st, 3),
+                    (const char *)sqlite3_column_text(st, 12),
+                    (const char *)sqlite3_column_text(st, 4));
     w->state = (rm_worker_state_t)sqlite3_column_int(st, 5);
     w->generation = (uint64_t)sqlite3_column_int64(st, 6);
     w->joined_ms = sqlite3_column_int64(st, 7);
@@ -345,7 +346,6 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
     const unsigned char *res = sqlite3_column_text(st, 10);
     if (res && *res) w->result = rm__xstrdup((const char *)res);
     w->launch_index = sqlite3_column_int(st, 11);
-    copy_text(w->transports, sizeof w->transports, sqlite3_column_text(st, 12));
   }
   rm__stmt_done(c, st);
 }

@@ -127,7 +127,9 @@ static int has_event(rm_coord_t *c, uint64_t job, const char *kind, const char *
 static rm__worker_t *member(rm_coord_t *c, rm__job_t *j, int rank)
 {
   rm__worker_t *w = rm__job_worker_add(j);
-  snprintf(w->host, sizeof w->host, "h%d", rank);
+  char host[16];
+  snprintf(host, sizeof host, "h%d", rank);
+  rm__worker_strs(w, host, NULL, NULL, NULL);
   w->rank = rank;
   w->state = RM_WORKER_RUNNING;
   rm__store_worker_insert(c->store, j, w);

@@ -173,6 +173,17 @@ class Env:
         self.procs.append(p)
         return p
 
+    def start_relay(self, sock):
+        """`ringmaster relay` for this coordinator on unix socket sock; the
+        environment workers need to go through it."""
+        log = open(os.path.join(self.dir, "relay.log"), "ab")
+        p = subprocess.Popen([self.a.coordinator, "relay", "--coordinator", self.addr,
+                              "--listen", "unix:" + sock], stdout=subprocess.PIPE, stderr=log)
+        self.procs.append(p)
+        line = p.stdout.readline()
+        assert b"relay listening on" in line, line
+        return p, {"RINGMASTER_RELAY": "unix:" + sock}
+
     def worker_log(self, i):
         with open(os.path.join(self.dir, "worker%d.log" % i), "rb") as f:
             return f.read().decode(errors="replace")

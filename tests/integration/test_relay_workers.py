@@ -12,7 +12,6 @@ session/session_live.c RELAY, coordinator/rpc/relay.c):
 - the relay ends on SIGTERM with status 0 and removes its socket."""
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 
@@ -27,22 +26,11 @@ def metric(http, name):
     raise AssertionError("no %s in /metrics" % name)
 
 
-def start_relay(env, sock):
-    log = open(os.path.join(env.dir, "relay.log"), "ab")
-    p = subprocess.Popen([env.a.coordinator, "relay", "--coordinator", env.addr,
-                          "--listen", "unix:" + sock], stdout=subprocess.PIPE, stderr=log)
-    env.procs.append(p)
-    line = p.stdout.readline()
-    assert b"relay listening on" in line, line
-    return p
-
-
 def test(env):
     coord = env.start_coordinator(extra=["--http", "127.0.0.1:0"])
     http = rmtest.http_addr(coord)
     sock = os.path.join(env.dir, "relay.sock")
-    relay = start_relay(env, sock)
-    via = {"RINGMASTER_RELAY": "unix:" + sock}
+    relay, via = env.start_relay(sock)
 
     # 1. four workers' Sessions through the relay
     job = env.submit(name="relayed", world_size=4, steps=10**9, heartbeat_timeout_ms=3000,
@@ -73,7 +61,7 @@ def test(env):
 
     # 3. a new relay; a worker SIGKILLed is lost at once by the relay's report
     # (alone in its job: no peer's data plane reports it first)
-    relay = start_relay(env, sock)
+    relay, _ = env.start_relay(sock)
     job2 = env.submit(name="relayed-kill", world_size=1, steps=10**9,
                       heartbeat_timeout_ms=60000, workload_options="count=4096")
     w = env.start_worker(job2, 4, ["--data-timeout-ms", "60000"], env=via)
