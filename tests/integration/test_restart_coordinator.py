@@ -6,15 +6,16 @@ import time
 import rmtest
 
 
-def test(env):
-    env.start_coordinator()
+def run(env, via=None):
+    """The scenario; via: the workers' environment for a relay (or None).
+    Returns the job's events after the restart."""
     # 20 ms of simulated compute per step keeps the job running well past the
     # crash however fast the data plane is (it once finished 400 plain
     # all-reduce steps before the coordinator was killed).
     job = env.submit(name="restart", world_size=4, steps=300, heartbeat_timeout_ms=2000,
                      workload="synthetic", workload_options="bytes=524288,compute_ms=20")
     other = env.submit(name="other", world_size=2, steps=5)
-    ws = [env.start_worker(job, i) for i in range(4)]
+    ws = [env.start_worker(job, i, env=via) for i in range(4)]
     env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 20, 60)
     before = env.events(job.id, job.token, timeout=1)
     addr = env.addr
@@ -32,6 +33,13 @@ def test(env):
         assert e.seq in seqs, (e, seqs)
     kinds = [e.kind for e in after]
     assert "coordinator_restarted" in kinds and kinds.count("generation") == 2, kinds
+    return after
 
 
-rmtest.main(test)
+def test(env):
+    env.start_coordinator()
+    run(env)
+
+
+if __name__ == "__main__":
+    rmtest.main(test)
