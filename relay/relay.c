@@ -35,7 +35,9 @@
  *
  * UPSTREAM (up_t), one Relay stream: created when a Session arrives and
  * there is none, or the newest ended, or its 65,535 lane numbers are used
- * (lane numbers are never reused on a stream). Its RelayRequests carry the
+ * (lane numbers are never reused on a stream; one that is no longer the
+ * newest is half-closed once its last lane ended: up_maybe_close). Its
+ * RelayRequests carry the
  * queued RelayIns, hand-framed (the workers' SessionRequest bytes as they
  * came), one message in flight: everything queued while one is in flight
  * goes in the next. Heartbeats may wait BEAT_MS to travel with others;
@@ -81,7 +83,7 @@
 #define JOIN_PATH "/ringmaster.v1.Worker/Join"
 #define RELAY_PATH "/ringmaster.v1.Worker/Relay"
 
-enum { L_REQUEST, L_RECV, L_CLOSE, L_SEND, U_SEND, U_RECV, U_STATUS };
+enum { L_REQUEST, L_RECV, L_CLOSE, L_SEND, U_SEND, U_RECV, U_STATUS, U_CLOSE };
 
 typedef struct up up_t;
 
@@ -111,6 +113,7 @@ struct up {
   grpc_metadata_array md1, md2;
   grpc_status_code st;
   grpc_slice details;
+  unsigned long long id;     /* 1, 2, ... in the order opened (logs) */
   uint32_t next_lane;
   lc_t **lane;               /* by lane number: open lanes */
   uint32_t cap;
@@ -119,7 +122,7 @@ struct up {
   int nin, capin;
   int urgent;                /* one of them must go now */
   int64_t beat_ns;           /* when the oldest waiting heartbeat came */
-  int sending, md_sent, ended;
+  int sending, md_sent, ended, closing;
   int refs;                  /* batches outstanding + lanes naming it */
   up_t *next;                /* in r->ups */
 } __attribute__((aligned(8)));
@@ -130,6 +133,7 @@ typedef struct {
   void *reg, *reg_join;
   grpc_channel *ch;
   up_t *cur, *ups;
+  uint32_t lanes_max;        /* lane numbers a stream (LANES_MAX; a test knob) */
   int stopping;
   unsigned long long lanes_total, ups_total;
 } relay_t;
@@ -232,8 +236,8 @@ static up_t *up_open(relay_t *r)
   op.data.recv_status_on_client.status = &u->st;
   op.data.recv_status_on_client.status_details = &u->details;
   up_batch(r, u, &op, 1, U_STATUS);
-  r->ups_total++;
-  RM_INFO("relay: stream %llu to the coordinator opened", r->ups_total);
+  u->id = ++r->ups_total;
+  RM_INFO("relay: stream %llu to the coordinator opened", u->id);
   return u;
 }
 
@@ -300,6 +304,19 @@ static void up_flush(relay_t *r, up_t *u, int64_t now)
   ops[n++].data.send_message.send_message = u->send_bb;
   u->sending = 1;
   up_batch(r, u, ops, n, U_SEND);
+}
+
+/* A stream that is no longer the newest (its lane numbers ran out) is
+ * half-closed once its last lane ended and everything queued went: the
+ * coordinator then ends it OK. */
+static void up_maybe_close(relay_t *r, up_t *u)
+{
+  grpc_op op;
+  if (!u || u == r->cur || u->ended || u->closing || u->open || u->nin || u->sending) return;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  u->closing = 1;
+  up_batch(r, u, &op, 1, U_CLOSE);
 }
 
 /* ---- local sessions ---- */
@@ -437,7 +454,11 @@ static void on_request(relay_t *r, lc_t *l, int ok)
     return;
   }
   if (!r->stopping) post_request(r, l->join);
-  if (!r->cur || r->cur->ended || r->cur->next_lane > LANES_MAX) r->cur = up_open(r);
+  if (!r->cur || r->cur->ended || r->cur->next_lane > r->lanes_max) {
+    up_t *old = r->cur;
+    r->cur = up_open(r);
+    up_maybe_close(r, old); /* its lanes may all have ended already */
+  }
   up_t *u = r->cur;
   l->up = u;
   u->refs++;
@@ -468,7 +489,7 @@ static void on_request(relay_t *r, lc_t *l, int ok)
   } else { /* it half-closed before a message: nothing to open */
     lc_final(l, GRPC_STATUS_INVALID_ARGUMENT, "a Session opens with a message");
   }
-  RM_DEBUG("relay: lane %u of stream %llu opened", l->lane, r->ups_total);
+  RM_DEBUG("relay: lane %u of stream %llu opened", l->lane, u->id);
   lc_unref(r, l); /* the request's */
 }
 
@@ -588,7 +609,11 @@ static void on_up_status(relay_t *r, up_t *u, int ok)
   snprintf(why, sizeof why, "the relay's stream to the coordinator ended: status %d %.*s",
            (int)u->st, (int)GRPC_SLICE_LENGTH(u->details),
            (const char *)GRPC_SLICE_START_PTR(u->details));
-  if (u->open || !r->stopping) RM_WARN("relay: %s (%d lanes open)", why, u->open);
+  if (u->closing && u->st == GRPC_STATUS_OK)
+    RM_INFO("relay: stream %llu ended: its lane numbers ran out and its last lane ended",
+            u->id);
+  else if (u->open || !r->stopping)
+    RM_WARN("relay: stream %llu: %s (%d lanes open)", u->id, why, u->open);
   up_lanes_end(u, GRPC_STATUS_UNAVAILABLE, why);
   if (r->cur == u) r->cur = NULL;
   up_unref(r, u); /* its own reference */
@@ -601,6 +626,7 @@ static void on_up_send(relay_t *r, up_t *u, int ok)
   if (u->send_bb) grpc_byte_buffer_destroy(u->send_bb);
   u->send_bb = NULL;
   up_flush(r, u, rm__now_ns());
+  up_maybe_close(r, u);
 }
 
 /* ---- the loop ---- */
@@ -616,7 +642,10 @@ static void dispatch(relay_t *r, const grpc_event *e)
     case L_CLOSE: on_lc_close(r, l); break;
     case L_SEND: on_lc_send(r, l); break;
     }
-    if (l->up && !l->up->ended) up_flush(r, l->up, rm__now_ns());
+    if (l->up && !l->up->ended) {
+      up_flush(r, l->up, rm__now_ns());
+      up_maybe_close(r, l->up);
+    }
     lc_unref(r, l);
     return;
   }
@@ -625,6 +654,7 @@ static void dispatch(relay_t *r, const grpc_event *e)
   case U_SEND: on_up_send(r, u, e->success); break;
   case U_RECV: on_up_recv(r, u, e->success); break;
   case U_STATUS: on_up_status(r, u, e->success); break;
+  case U_CLOSE: break; /* its status ends it */
   }
   up_unref(r, u); /* the batch's */
 }
@@ -729,6 +759,9 @@ int rm_relay_main(int argc, char **argv)
   rm__log_set_tag("relay");
   relay_t r;
   memset(&r, 0, sizeof r);
+  /* lane numbers a stream: LANES_MAX; fewer only to test the streams' turnover */
+  const char *lm = getenv("RINGMASTER_RELAY_LANES");
+  r.lanes_max = lm && atoi(lm) > 0 && atoi(lm) < (int)LANES_MAX ? (uint32_t)atoi(lm) : LANES_MAX;
   grpc_init();
   r.ch = coordinator_channel(coord, ca, cert, key);
   if (!r.ch) {

@@ -173,12 +173,14 @@ class Env:
         self.procs.append(p)
         return p
 
-    def start_relay(self, sock):
-        """`ringmaster relay` for this coordinator on unix socket sock; the
-        environment workers need to go through it."""
+    def start_relay(self, sock, env=None):
+        """`ringmaster relay` for this coordinator on unix socket sock (env:
+        variables added to its environment); the environment workers need
+        to go through it."""
         log = open(os.path.join(self.dir, "relay.log"), "ab")
         p = subprocess.Popen([self.a.coordinator, "relay", "--coordinator", self.addr,
-                              "--listen", "unix:" + sock], stdout=subprocess.PIPE, stderr=log)
+                              "--listen", "unix:" + sock], stdout=subprocess.PIPE, stderr=log,
+                             env=dict(os.environ, **env) if env else None)
         self.procs.append(p)
         line = p.stdout.readline()
         assert b"relay listening on" in line, line

@@ -4,6 +4,9 @@ session/session_live.c RELAY, coordinator/rpc/relay.c):
 - four workers with RINGMASTER_RELAY join and open their Sessions at the
   relay, and the coordinator sees a lane for each Join and each Session
   (ringmaster_relay_lanes_total on /metrics) while the job trains;
+- with 3 lane numbers a stream (RINGMASTER_RELAY_LANES, a test knob) the
+  relay opens new streams as they run out and closes each old one once its
+  last lane ended;
 - the relay is SIGKILLed mid-job: nobody is declared lost, the workers'
   next Sessions go to the coordinator directly, and the job trains on past
   the heartbeat timeout;
@@ -30,7 +33,9 @@ def test(env):
     coord = env.start_coordinator(extra=["--http", "127.0.0.1:0"])
     http = rmtest.http_addr(coord)
     sock = os.path.join(env.dir, "relay.sock")
-    relay, via = env.start_relay(sock)
+    # 3 lane numbers a stream (a test knob): the relay turns its streams
+    # over, and closes one once its last lane ended
+    relay, via = env.start_relay(sock, env={"RINGMASTER_RELAY_LANES": "3"})
 
     # 1. four workers' Sessions through the relay
     job = env.submit(name="relayed", world_size=4, steps=10**9, heartbeat_timeout_ms=3000,
@@ -43,6 +48,12 @@ def test(env):
         time.sleep(0.1)
     assert metric(http, "ringmaster_relay_lanes_total") >= 8
     assert all("Join and Sessions through relay" in env.worker_log(i) for i in range(4))
+    relay_log = lambda: open(os.path.join(env.dir, "relay.log"), "rb").read().decode()
+    t0 = time.time()
+    while time.time() < t0 + 20 and "stream 1 ended: its lane numbers ran out" not in relay_log():
+        time.sleep(0.1)
+    assert "stream 1 ended: its lane numbers ran out" in relay_log(), relay_log()
+    assert "stream 3 to the coordinator opened" in relay_log(), relay_log()
     assert metric(http, "ringmaster_relay_messages_total") >= 1
 
     # 2. the relay dies: nobody lost, the job trains on past the 3 s timeout
