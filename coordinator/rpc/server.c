@@ -192,6 +192,15 @@
  * futex wake-up per completion polled on the other thread), 26 -> 30 KB
  * of RSS per worker, and no shorter barrier rounds.
  *
+ * RELAYS (issue 16; relay.c, the design there). A Relay call is a stream
+ * like a Session (streaming, the same RECV loop and end), but its
+ * messages carry many lanes: each lane is an rm__call_t without a
+ * grpc_call (`up` its relay), handled by the Session's or Join's own
+ * handler. rm__out_flush hands a lane's answers and the relay's own end to
+ * relay.c (rm__relay_out), which batches them into the relay's next
+ * message after the flush (rm__relay_kick_all); on_send of a relay
+ * continues its batches (rm__relay_on_send).
+ *
  * A call's memory is reference counted: one reference per outstanding batch;
  * the last completion frees it. Queue 0's thread times out every 100 ms to
  * run the tick (heartbeat deadlines, barrier deadlines, long-poll ends), and
