@@ -4,6 +4,9 @@
 #   1. manual path: a 4-worker `train` job with launcher "none", workers started by
 #      `srun -n 4 ringmaster-worker ...` (ranks from SLURM_PROCID/SLURM_NTASKS) -> succeeded at
 #      step 100 of 100, every rank logs the same test accuracy, >= 0.85
+#   1b. a relay per node (`ringmaster relay`, srun --overlap inside the batch job) and the
+#      4 workers of an allreduce job with RINGMASTER_RELAY -> succeeded, every worker joined
+#      through the relay, the coordinator counted a lane per Join and Session (/metrics)
 #   2. the slurm launcher library (rm_launch) driving real workers for a launcher "none" job
 #   3. the slurm launcher driven by the coordinator: a 4-worker `train` job with launcher
 #      "slurm"; the coordinator writes the batch script and runs sbatch, the workers join ->
@@ -108,6 +111,41 @@ echo "job $id: $res"
 grep -q "rank 3 of 4" "$work/manual/"worker-*.log || { echo "FAIL: no rank 3 of 4"; exit 1; }
 acc="$(accuracy "$work/manual/"worker-*.log)" || { echo "$acc"; exit 1; }
 echo "test accuracy $acc on all 4 ranks"
+stop_coord
+
+echo "-- a relay per node inside an allocation (the README's recipe), 4 workers through it"
+start_coord relayed
+read -r id token < <(submit none 4 allreduce 20)
+d="$work/relayed"
+cat >"$d/job.sh" <<JOB
+#!/bin/bash
+#SBATCH --ntasks=4
+#SBATCH --output=$d/batch.out
+set -u
+srun --ntasks-per-node=1 --overlap --output="$d/relay-%N.log" "$rm_bin" relay \
+  --coordinator "$GRPC" --listen "unix:$d/relay.sock" &
+relay=\$!
+for _ in \$(seq 100); do [ -S "$d/relay.sock" ] && break; sleep 0.1; done
+RINGMASTER_RELAY="unix:$d/relay.sock" srun -n 4 --output="$d/worker-%t.log" \
+  "$worker_bin" --coordinator "$GRPC" --job "$id" --token "$token"
+rc=\$?
+kill \$relay
+wait \$relay
+exit \$rc
+JOB
+timeout 180 sbatch --wait "$d/job.sh" || { echo "FAIL: the relayed batch job"; cat "$d/batch.out"
+                                           tail -n 5 "$d/"*.log; exit 1; }
+res="$(wait_state "$id")"
+echo "job $id: $res"
+[ "${res%% *}" = succeeded ] || { echo "FAIL: relayed job"; tail -n 5 "$d/"*.log; exit 1; }
+[ "$(grep -l 'Join and Sessions through relay' "$d/"worker-*.log | wc -l)" -eq 4 ] ||
+  { echo "FAIL: not every worker went through the relay"; tail -n 5 "$d/"worker-*.log; exit 1; }
+lanes="$(python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeout=10).read().decode().splitlines():
+    if l.startswith("ringmaster_relay_lanes_total "): print(int(float(l.split()[1])))' "$HTTP")"
+echo "relay lanes at the coordinator: $lanes"
+[ "${lanes:-0}" -ge 8 ] || { echo "FAIL: wanted a lane for each Join and Session (8)"; exit 1; }
+grep -q "relay for coordinator" "$d/"relay-*.log || { echo "FAIL: no relay log"; exit 1; }
 stop_coord
 
 echo "-- the slurm launcher library driving real workers (launcher none job)"
