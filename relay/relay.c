@@ -68,6 +68,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "relay.h"
@@ -711,6 +713,21 @@ static grpc_channel *coordinator_channel(const char *addr, const char *ca, const
   return ch;
 }
 
+/* Does something accept connections on unix socket path? */
+static int unix_alive(const char *path)
+{
+  struct sockaddr_un sa;
+  if (strlen(path) >= sizeof sa.sun_path) return 0;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  memset(&sa, 0, sizeof sa);
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path, strlen(path) + 1);
+  int alive = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+  close(fd);
+  return alive;
+}
+
 static void usage(FILE *f)
 {
   fprintf(f,
@@ -755,7 +772,13 @@ int rm_relay_main(int argc, char **argv)
     return 2;
   }
   if (!listen) listen = "unix:/tmp/ringmaster-relay.sock";
-  if (!strncmp(listen, "unix:", 5)) unlink(listen + 5); /* a stale socket of a dead relay */
+  if (!strncmp(listen, "unix:", 5)) {
+    if (unix_alive(listen + 5)) { /* another relay listens there: do not take its socket */
+      fprintf(stderr, "ringmaster relay: a relay already listens on %s\n", listen);
+      return 1;
+    }
+    unlink(listen + 5); /* a stale socket of a dead relay */
+  }
   rm__log_set_tag("relay");
   relay_t r;
   memset(&r, 0, sizeof r);

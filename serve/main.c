@@ -42,7 +42,8 @@ static void usage(FILE *f)
           "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
           "                        [--api-token T | --api-token-file F]\n"
           "                        [--log-dir DIR] [--worker PATH] [--advertise HOST:PORT]\n"
-          "                        [--slurm-partition P] [--k8s-image IMAGE]\n"
+          "                        [--slurm-partition P] [--slurm-relay RINGMASTER]\n"
+          "                        [--k8s-image IMAGE]\n"
           "                        [--http-tls-cert PEM --http-tls-key PEM]\n"
           "  The API token guards every mutation: REST POST/DELETE (Authorization:\n"
           "  Bearer T) and gRPC Jobs.SubmitJob/CancelJob (metadata authorization:\n"
@@ -60,7 +61,7 @@ static int serve(int argc, char **argv)
   rm_coord_options_t o;
   const char *http = NULL, *api_token = NULL, *api_token_file = NULL;
   const char *log_dir = "ringmaster-logs", *worker = NULL, *advertise = NULL;
-  const char *slurm_partition = NULL, *k8s_image = NULL;
+  const char *slurm_partition = NULL, *k8s_image = NULL, *slurm_relay = NULL;
   const char *http_cert = NULL, *http_key = NULL;
   const char *admin_token = NULL;
   rm_coord_t *c = NULL;
@@ -90,6 +91,7 @@ static int serve(int argc, char **argv)
     else if (OPT("--worker")) worker = v;
     else if (OPT("--advertise")) advertise = v;
     else if (OPT("--slurm-partition")) slurm_partition = v;
+    else if (OPT("--slurm-relay")) slurm_relay = v;
     else if (OPT("--k8s-image")) k8s_image = v;
     else if (OPT("--http-tls-cert")) http_cert = v;
     else if (OPT("--http-tls-key")) http_key = v;
@@ -132,6 +134,7 @@ static int serve(int argc, char **argv)
     lo.worker_path = worker;
     lo.advertise_addr = advertise;
     lo.slurm_partition = slurm_partition;
+    lo.slurm_relay = slurm_relay;
     lo.k8s_image = k8s_image;
     if (rm_launch_coord_create(&lo, &lc, err, sizeof err) != RM_OK ||
         rm_launch_coord_register(lc, c, rm_coord_register_launcher) != RM_OK) {
@@ -143,6 +146,7 @@ static int serve(int argc, char **argv)
   }
 #else
   (void)log_dir; (void)worker; (void)advertise; (void)slurm_partition; (void)k8s_image;
+  (void)slurm_relay;
 #endif
   /* ---- REST API (issue 4): start the HTTP server on `http` here and print
    *      "ringmaster: http listening on HOST:PORT". ---- */

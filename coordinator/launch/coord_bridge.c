@@ -73,7 +73,7 @@ typedef struct {
 
 struct rm_launch_coord {
   rm_launch_coord_options_t o;
-  char *log_dir, *worker_path, *advertise, *partition, *image, *ns;
+  char *log_dir, *worker_path, *advertise, *partition, *image, *ns, *relay;
   reg_ctx_t regs[3];
   pthread_mutex_t mu; /* guards the queues, quit, closed */
   pthread_cond_t cv;
@@ -127,6 +127,7 @@ void rm_launch_coord_spec(const rm_launch_coord_t *b, const rm_job_info_t *job,
   s->grace_ms = b->o.grace_ms;
   s->slurm_partition = b->partition;
   s->slurm_time_limit_min = b->o.slurm_time_limit_min;
+  s->slurm_relay = b->relay;
   s->k8s_image = b->image;
   s->k8s_namespace = b->ns;
   s->k8s_replacements = !strcmp(job->spec.on_failure, "replace") ? job->spec.max_restarts : 0;
@@ -358,6 +359,7 @@ rm_status_t rm_launch_coord_create(const rm_launch_coord_options_t *o,
   b->worker_path = dup_or_null(o->worker_path);
   b->advertise = dup_or_null(o->advertise_addr);
   b->partition = dup_or_null(o->slurm_partition);
+  b->relay = dup_or_null(o->slurm_relay);
   b->image = dup_or_null(o->k8s_image);
   b->ns = dup_or_null(o->k8s_namespace);
   const rm__launcher_ops_t *ops[3] = {&rm__launcher_local, &rm__launcher_slurm,
@@ -427,7 +429,7 @@ void rm_launch_coord_destroy(rm_launch_coord_t *b, int cancel_running)
   free(b->table.v), free(b->q_start.v), free(b->q_stop.v), free(b->q_relaunch.v);
   pthread_mutex_destroy(&b->mu);
   pthread_cond_destroy(&b->cv);
-  free(b->log_dir), free(b->worker_path), free(b->advertise);
+  free(b->log_dir), free(b->worker_path), free(b->advertise), free(b->relay);
   free(b->partition), free(b->image), free(b->ns);
   free(b);
 }

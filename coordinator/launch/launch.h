@@ -93,6 +93,9 @@ typedef struct {
   int slurm_time_limit_min;      /* optional #SBATCH --time (0: none) */
   const char *const *slurm_sbatch_args; /* optional extra #SBATCH lines' args */
   int cmd_timeout_ms;            /* sbatch/squeue/scancel deadline (0: 30000) */
+  const char *slurm_relay;       /* optional: the `ringmaster` binary on the nodes;
+                                    the batch job then runs `<it> relay` on every
+                                    node and the tasks join through it (slurm.c) */
   int poll_interval_ms;          /* slurm poll cache (0: 2000) */
   /* k8s */
   const char *k8s_image;         /* optional (default "ringmaster:latest") */

@@ -56,6 +56,7 @@ typedef struct {
   int grace_ms;               /* 0 = 10000 */
   const char *slurm_partition;
   int slurm_time_limit_min;
+  const char *slurm_relay;    /* NULL: none; else rm_launch_spec_t.slurm_relay */
   const char *k8s_image;
   const char *k8s_namespace;
   rm_coord_t *coord;          /* passed back to job_fail / worker_exited */

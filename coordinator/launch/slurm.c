@@ -7,6 +7,15 @@
  *           exec srun --kill-on-bad-exit=0 --output=<log_dir>/worker-%t.log \
  *                ringmaster-worker --coordinator .. --job .. --token .. [...]
  *         (srun sets SLURM_PROCID/SLURM_NTASKS: the worker's rank hints), then
+ *         With spec.slurm_relay (serve --slurm-relay RINGMASTER): first a
+ *         relay on every node, `srun -N <nodes> -n <nodes> --ntasks-per-node=1 --overlap
+ *         RINGMASTER relay --listen unix:/tmp/ringmaster-relay-<slurm job>.sock`
+ *         in the background (log relay-<node>.log), and the workers' srun
+ *         with RINGMASTER_RELAY set to it once the batch node's relay listens
+ *         (at most 10 s; not exec'd: the script stops the relays after it and
+ *         exits with its status); a task that starts before its node's relay
+ *         listens joins the coordinator directly.
+ *         Replacements join directly.
  *         `sbatch --parsable job.sbatch`. stdout "1234" or "1234;cluster" is
  *         the Slurm job id; a non-zero exit fails start with RM_ERR_UNAVAILABLE
  *         and sbatch's stderr as the message (the job is then marked failed
@@ -106,6 +115,27 @@ static rm_status_t render_script(const rm_launch_spec_t *spec, const char *worke
           "exec srun --ntasks=1 --output=", f);
     rm__launch_shquote(f, dir);
     fputs("/worker-\"$RINGMASTER_LAUNCH_INDEX\".log ", f);
+  } else if (spec->slurm_relay != NULL && *spec->slurm_relay) {
+    fputs("\n# A relay per node (ringmaster relay): the tasks' Joins and Sessions reach the\n"
+          "# coordinator on one stream per node; --overlap shares the tasks' CPUs.\n"
+          "export RINGMASTER_RELAY=\"unix:/tmp/ringmaster-relay-${SLURM_JOB_ID}.sock\"\n"
+          "# One task per node: -n too, or srun would take the batch job's task count.\n"
+          "srun -N \"$SLURM_JOB_NUM_NODES\" -n \"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 "
+          "--overlap --output=", f);
+    rm__launch_shquote(f, dir);
+    fputs("/relay-%N.log ", f);
+    rm__launch_shquote(f, spec->slurm_relay);
+    fputs(" relay --coordinator \"$RINGMASTER_COORDINATOR\" --listen \"$RINGMASTER_RELAY\" &\n"
+          "relay=$!\n"
+          "# up to 10 s for this node's relay to listen (a task whose relay does not\n"
+          "# listen yet joins the coordinator directly)\n"
+          "for _ in $(seq 100); do [ -S \"${RINGMASTER_RELAY#unix:}\" ] && break; sleep 0.1; done\n"
+          "rc=0\n"
+          "# One task per rank; srun sets SLURM_PROCID/SLURM_NTASKS (rank hints).\n"
+          "# A task that dies does not take the others with it: on_failure decides.\n"
+          "srun --kill-on-bad-exit=0 --output=", f);
+    rm__launch_shquote(f, dir);
+    fputs("/worker-%t.log ", f);
   } else {
     fputs("\n# One task per rank; srun sets SLURM_PROCID/SLURM_NTASKS (rank hints).\n"
           "# A task that dies does not take the others with it: on_failure decides.\n"
@@ -124,6 +154,11 @@ static rm_status_t render_script(const rm_launch_spec_t *spec, const char *worke
     fputc(' ', f);
     rm__launch_shquote(f, *a);
   }
+  if (!replacement && spec->slurm_relay != NULL && *spec->slurm_relay)
+    fputs(" || rc=$?\n"
+          "kill \"$relay\" 2>/dev/null || true\n"
+          "wait \"$relay\" 2>/dev/null || true\n"
+          "exit \"$rc\"", f);
   fputc('\n', f);
   return ferror(f) ? RM_ERR_SYSTEM : RM_OK;
 }

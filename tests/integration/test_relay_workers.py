@@ -12,9 +12,11 @@ session/session_live.c RELAY, coordinator/rpc/relay.c):
   the heartbeat timeout;
 - through a new relay, a worker SIGKILLed is declared lost at once by the
   relay's report of its broken Session, long before its heartbeat timeout;
+- a second relay on a live relay's socket exits 1 and leaves it alone;
 - the relay ends on SIGTERM with status 0 and removes its socket."""
 import os
 import signal
+import subprocess
 import time
 import urllib.request
 
@@ -36,6 +38,10 @@ def test(env):
     # 3 lane numbers a stream (a test knob): the relay turns its streams
     # over, and closes one once its last lane ended
     relay, via = env.start_relay(sock, env={"RINGMASTER_RELAY_LANES": "3"})
+    # a second relay on the same socket refuses to take it over
+    second = subprocess.run([env.a.coordinator, "relay", "--coordinator", env.addr, "--listen",
+                             "unix:" + sock], capture_output=True, timeout=20)
+    assert second.returncode == 1 and b"already listens" in second.stderr, second
 
     # 1. four workers' Sessions through the relay
     job = env.submit(name="relayed", world_size=4, steps=10**9, heartbeat_timeout_ms=3000,

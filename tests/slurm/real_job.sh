@@ -12,6 +12,8 @@
 #      "slurm"; the coordinator writes the batch script and runs sbatch, the workers join ->
 #      succeeded at step 100, per-worker logs in the job's log folder, and Slurm's own record
 #      of the batch job (scontrol show job) reaches COMPLETED
+#   3b. the same launcher with `serve --slurm-relay`: the batch script runs a relay per
+#      node, the 4 workers join through it -> succeeded, a lane for each Join and Session
 #   4. sbatch refuses (SBATCH_PARTITION=nosuchpartition in the coordinator's
 #      environment) -> the job is failed with sbatch's message
 #   5. a command job (issue 9) with launcher "slurm": every Slurm task's agent starts
@@ -43,14 +45,17 @@ stop_coord() {
 }
 trap stop_coord EXIT
 
-# start_coord NAME [ENV=VALUE...]: sets GRPC, HTTP, coord_pid; cwd = $work/NAME.
+# start_coord NAME [ENV=VALUE...]: sets GRPC, HTTP, coord_pid; cwd = $work/NAME; serve
+# also gets the arguments in the array serve_extra.
+serve_extra=()
 start_coord() {
   local dir="$work/$1"
   shift
   mkdir -p "$dir"
   : >"$dir/serve.out" # exists before the loop reads it (the job opens it later)
   (cd "$dir" && exec env "$@" "$rm_bin" serve --db "$dir/rm.db" --grpc 127.0.0.1:0 \
-     --http 127.0.0.1:0 >"$dir/serve.out" 2>"$dir/serve.err") &
+     --http 127.0.0.1:0 ${serve_extra[@]+"${serve_extra[@]}"} >"$dir/serve.out" \
+     2>"$dir/serve.err") &
   coord_pid=$!
   for _ in $(seq 300); do
     GRPC="$(sed -n 's/^ringmaster: grpc listening on //p' "$dir/serve.out")"
@@ -88,6 +93,13 @@ accuracy() {
   echo "$accs"
 }
 
+# relay_lanes: the coordinator's ringmaster_relay_lanes_total (/metrics).
+relay_lanes() {
+  python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeout=10).read().decode().splitlines():
+    if l.startswith("ringmaster_relay_lanes_total "): print(int(float(l.split()[1])))' "$HTTP"
+}
+
 # wait_state ID: waits (180 s) for a terminal state, prints "STATE REASON".
 wait_state() {
   local st=""
@@ -115,14 +127,16 @@ stop_coord
 
 echo "-- a relay per node inside an allocation (the README's recipe), 4 workers through it"
 start_coord relayed
-read -r id token < <(submit none 4 allreduce 20)
+# long enough (train, 20 ms steps) that every worker's Session opens after its Join
+read -r id token < <(submit none 4 train 60 "batch=64,sim_compute_ms=20")
 d="$work/relayed"
 cat >"$d/job.sh" <<JOB
 #!/bin/bash
 #SBATCH --ntasks=4
 #SBATCH --output=$d/batch.out
 set -u
-srun --ntasks-per-node=1 --overlap --output="$d/relay-%N.log" "$rm_bin" relay \
+srun -N "\$SLURM_JOB_NUM_NODES" -n "\$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --overlap \
+  --output="$d/relay-%N.log" "$rm_bin" relay \
   --coordinator "$GRPC" --listen "unix:$d/relay.sock" &
 relay=\$!
 for _ in \$(seq 100); do [ -S "$d/relay.sock" ] && break; sleep 0.1; done
@@ -140,9 +154,7 @@ echo "job $id: $res"
 [ "${res%% *}" = succeeded ] || { echo "FAIL: relayed job"; tail -n 5 "$d/"*.log; exit 1; }
 [ "$(grep -l 'Join and Sessions through relay' "$d/"worker-*.log | wc -l)" -eq 4 ] ||
   { echo "FAIL: not every worker went through the relay"; tail -n 5 "$d/"worker-*.log; exit 1; }
-lanes="$(python3 -c 'import sys, urllib.request
-for l in urllib.request.urlopen("http://%s/metrics" % sys.argv[1], timeout=10).read().decode().splitlines():
-    if l.startswith("ringmaster_relay_lanes_total "): print(int(float(l.split()[1])))' "$HTTP")"
+lanes="$(relay_lanes)"
 echo "relay lanes at the coordinator: $lanes"
 [ "${lanes:-0}" -ge 8 ] || { echo "FAIL: wanted a lane for each Join and Session (8)"; exit 1; }
 grep -q "relay for coordinator" "$d/"relay-*.log || { echo "FAIL: no relay log"; exit 1; }
@@ -183,6 +195,28 @@ for _ in $(seq 300); do
 done
 echo "slurm job $sid: $sstate"
 [ "$sstate" = COMPLETED ] || { echo "FAIL: slurm job $sid ended $sstate, wanted COMPLETED"; exit 1; }
+stop_coord
+
+echo "-- the slurm launcher with a relay per node (serve --slurm-relay)"
+serve_extra=(--slurm-relay "$rm_bin")
+start_coord launcher-relay
+serve_extra=()
+# long enough (train, 20 ms steps) that every worker's Session opens after its Join
+read -r id token < <(submit slurm 4 train 60 "batch=64,sim_compute_ms=20")
+res="$(wait_state "$id")"
+echo "job $id: $res"
+logs="$work/launcher-relay/ringmaster-logs/job-$id"
+[ "${res%% *}" = succeeded ] || { echo "FAIL: slurm launcher job with relays"
+                                   cat "$work/launcher-relay/serve.err"; tail -n 5 "$logs/"*; exit 1; }
+grep -q " relay --coordinator " "$logs/job.sbatch" || { echo "FAIL: no relay step"; exit 1; }
+grep -q "relay for coordinator" "$logs/"relay-*.log || { echo "FAIL: no relay log"; ls "$logs"; exit 1; }
+[ "$(grep -l 'Join and Sessions through relay' "$logs/"worker-*.log | wc -l)" -eq 4 ] ||
+  { echo "FAIL: not every worker went through the relay"; tail -n 5 "$logs/"worker-*.log; exit 1; }
+lanes="$(relay_lanes)"
+echo "relay lanes at the coordinator: $lanes"
+[ "${lanes:-0}" -ge 8 ] || { echo "FAIL: wanted a lane for each Join and Session (8)"
+                             cat "$logs/job.sbatch" "$logs/"slurm-*.out "$logs/"relay-*.log
+                             grep -h relay "$logs/"worker-*.log; exit 1; }
 stop_coord
 
 echo "-- sbatch refuses: the job fails with its message"

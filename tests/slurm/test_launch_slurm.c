@@ -103,6 +103,33 @@ static void case_script(void)
   CHECK(t != NULL && strstr(t, want) != NULL);
   if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);
   free(t);
+  /* with relays (serve --slurm-relay): a relay step per node in the
+   * background, the workers' srun with RINGMASTER_RELAY, the script's exit
+   * its status */
+  s.slurm_relay = "/opt/rm/ringmaster";
+  t = render(&s);
+  CHECK(strstr(t, "\nexport RINGMASTER_RELAY=\"unix:/tmp/ringmaster-relay-${SLURM_JOB_ID}.sock\"\n") !=
+        NULL);
+  CHECK(strstr(t, "\nsrun -N \"$SLURM_JOB_NUM_NODES\" -n \"$SLURM_JOB_NUM_NODES\" "
+                  "--ntasks-per-node=1 --overlap --output=") != NULL);
+  CHECK(strstr(t, "'/opt/rm/ringmaster' relay --coordinator \"$RINGMASTER_COORDINATOR\" --listen "
+                  "\"$RINGMASTER_RELAY\" &\n") != NULL);
+  CHECK(strstr(t, "exec srun") == NULL && strstr(t, "\nsrun --kill-on-bad-exit=0") != NULL);
+  CHECK(strstr(t, " || rc=$?\nkill \"$relay\"") != NULL && strstr(t, "exit \"$rc\"\n") != NULL);
+  snprintf(path, sizeof path, "%s/relay.sbatch", g_dir);
+  lt_write(path, t, 0600);
+  free(t);
+  snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
+  t = sh(cmd);
+  CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
+  free(t);
+  snprintf(cmd, sizeof cmd, "SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=1 bash '%s'", path);
+  t = sh(cmd); /* the fake srun: both steps' arguments, the workers' intact */
+  CHECK(t != NULL && strstr(t, want) != NULL && strstr(t, "<relay>\n<--coordinator>\n") &&
+        strstr(t, "<unix:/tmp/ringmaster-relay-42.sock>\n"));
+  if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);
+  free(t);
+  s.slurm_relay = NULL;
   s.log_dir = "/tmp/with space";
   char err[256];
   CHECK(rm__launch_render(&rm__launcher_slurm, &s, stdout, err, sizeof err) ==
