@@ -76,6 +76,7 @@
 #include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_pbwire.h"
 
 #define LANES_MAX 65535u
 #define BEAT_MS 100      /* a heartbeat waits at most this to travel with others */
@@ -99,7 +100,6 @@ typedef struct lc {
   int join;                  /* a Join call (one answer), not a Session */
   int refs;                  /* batches outstanding */
   int cancelled;             /* CLOSE's verdict */
-  int lane_open;             /* the coordinator has not ended it, nor we */
   grpc_slice *q;             /* SessionResponse bytes to send, in order */
   int nq, capq;
   int has_final, final_code;
@@ -145,24 +145,6 @@ static void on_signal(int sig) { stop_flag = sig; }
 
 static void *tag(void *p, int kind) { return (char *)p + kind; }
 
-static size_t varint(uint8_t *b, size_t n, uint64_t v)
-{
-  do {
-    b[n] = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) b[n] |= 0x80;
-    n++;
-  } while (v);
-  return n;
-}
-
-static size_t varint_len(uint64_t v)
-{
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, n++;
-  return n;
-}
-
 static grpc_slice bb_slice(grpc_byte_buffer *bb)
 {
   grpc_byte_buffer_reader rd;
@@ -192,9 +174,8 @@ static void up_unref(relay_t *r, up_t *u)
   free(u);
 }
 
-static void up_batch(relay_t *r, up_t *u, const grpc_op *ops, size_t n, int kind)
+static void up_batch(up_t *u, const grpc_op *ops, size_t n, int kind)
 {
-  (void)r;
   u->refs++;
   if (grpc_call_start_batch(u->call, ops, n, tag(u, kind), NULL) != GRPC_CALL_OK) {
     RM_ERROR("relay: a batch on the coordinator stream could not start");
@@ -202,7 +183,7 @@ static void up_batch(relay_t *r, up_t *u, const grpc_op *ops, size_t n, int kind
   }
 }
 
-static void up_recv(relay_t *r, up_t *u, int first)
+static void up_recv(up_t *u, int first)
 {
   grpc_op ops[2];
   size_t n = 0;
@@ -213,7 +194,7 @@ static void up_recv(relay_t *r, up_t *u, int first)
   }
   ops[n].op = GRPC_OP_RECV_MESSAGE;
   ops[n++].data.recv_message.recv_message = &u->recv;
-  up_batch(r, u, ops, n, U_RECV);
+  up_batch(u, ops, n, U_RECV);
 }
 
 static up_t *up_open(relay_t *r)
@@ -231,13 +212,13 @@ static up_t *up_open(relay_t *r)
   u->refs = 1; /* until it ends (U_STATUS) */
   u->next = r->ups;
   r->ups = u;
-  up_recv(r, u, 1);
+  up_recv(u, 1);
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
   op.data.recv_status_on_client.trailing_metadata = &u->md2;
   op.data.recv_status_on_client.status = &u->st;
   op.data.recv_status_on_client.status_details = &u->details;
-  up_batch(r, u, &op, 1, U_STATUS);
+  up_batch(u, &op, 1, U_STATUS);
   u->id = ++r->ups_total;
   RM_INFO("relay: stream %llu to the coordinator opened", u->id);
   return u;
@@ -251,18 +232,18 @@ static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int join, int end,
 {
   uint8_t h[32];
   size_t mlen = msg ? GRPC_SLICE_LENGTH(*msg) : 0;
-  size_t inner = 1 + varint_len(lane);
-  if (msg) inner += 1 + varint_len(mlen) + mlen;
+  size_t inner = 1 + rm__pb_varint_len(lane);
+  if (msg) inner += 1 + rm__pb_varint_len(mlen) + mlen;
   if (end) inner += 2;
   if (broken) inner += 2;
   size_t n = 0;
-  n = varint(h, n, 1 << 3 | 2); /* RelayRequest.in */
-  n = varint(h, n, inner);
-  n = varint(h, n, 1 << 3); /* RelayIn.lane */
-  n = varint(h, n, lane);
+  n = rm__pb_varint(h, n, 1 << 3 | 2); /* RelayRequest.in */
+  n = rm__pb_varint(h, n, inner);
+  n = rm__pb_varint(h, n, 1 << 3); /* RelayIn.lane */
+  n = rm__pb_varint(h, n, lane);
   if (msg) {
-    n = varint(h, n, (uint64_t)(join ? 5 : 2) << 3 | 2); /* RelayIn.join / .message */
-    n = varint(h, n, mlen);
+    n = rm__pb_varint(h, n, (uint64_t)(join ? 5 : 2) << 3 | 2); /* RelayIn.join / .message */
+    n = rm__pb_varint(h, n, mlen);
   }
   if (u->nin + 3 > u->capin) {
     u->capin = u->capin ? 2 * u->capin : 32;
@@ -273,12 +254,12 @@ static void up_queue(up_t *u, uint32_t lane, grpc_slice *msg, int join, int end,
   if (msg) u->in[u->nin++] = grpc_slice_ref(*msg);
   n = 0;
   if (end) { /* RelayIn.end = true */
-    n = varint(h, n, 3 << 3);
-    n = varint(h, n, 1);
+    n = rm__pb_varint(h, n, 3 << 3);
+    n = rm__pb_varint(h, n, 1);
   }
   if (broken) { /* RelayIn.broken = true */
-    n = varint(h, n, 4 << 3);
-    n = varint(h, n, 1);
+    n = rm__pb_varint(h, n, 4 << 3);
+    n = rm__pb_varint(h, n, 1);
   }
   if (n) u->in[u->nin++] = grpc_slice_from_copied_buffer((const char *)h, n);
   if (urgent) u->urgent = 1;
@@ -305,7 +286,7 @@ static void up_flush(relay_t *r, up_t *u, int64_t now)
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = u->send_bb;
   u->sending = 1;
-  up_batch(r, u, ops, n, U_SEND);
+  up_batch(u, ops, n, U_SEND);
 }
 
 /* A stream that is no longer the newest (its lane numbers ran out) is
@@ -318,7 +299,7 @@ static void up_maybe_close(relay_t *r, up_t *u)
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   u->closing = 1;
-  up_batch(r, u, &op, 1, U_CLOSE);
+  up_batch(u, &op, 1, U_CLOSE);
 }
 
 /* ---- local sessions ---- */
@@ -393,11 +374,17 @@ static void lc_send(lc_t *l, grpc_slice *msg)
   lc_next(l);
 }
 
+/* Is the lane still in its stream's table (neither the coordinator nor
+ * this relay ended it)? */
+static int lc_laned(const lc_t *l)
+{
+  return l->up && l->lane < l->up->cap && l->up->lane[l->lane] == l;
+}
+
 /* Take the lane out of its stream's table: nothing more goes to it. */
 static void lc_unlane(lc_t *l)
 {
-  l->lane_open = 0;
-  if (l->up && l->lane < l->up->cap && l->up->lane[l->lane] == l) {
+  if (lc_laned(l)) {
     l->up->lane[l->lane] = NULL;
     l->up->open--;
   }
@@ -475,7 +462,6 @@ static void on_request(relay_t *r, lc_t *l, int ok)
   }
   u->lane[l->lane] = l;
   u->open++;
-  l->lane_open = 1;
   r->lanes_total++;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -495,20 +481,19 @@ static void on_request(relay_t *r, lc_t *l, int ok)
   lc_unref(r, l); /* the request's */
 }
 
-static void on_lc_recv(relay_t *r, lc_t *l, int ok)
+static void on_lc_recv(lc_t *l, int ok)
 {
-  (void)r;
   if (!ok) return; /* the call broke: CLOSE says so */
   if (l->recv) {
     grpc_slice s = bb_slice(l->recv);
     grpc_byte_buffer_destroy(l->recv);
     l->recv = NULL;
-    if (l->lane_open) {
+    if (lc_laned(l) && !l->has_final) {
       up_queue(l->up, l->lane, &s, 0, 0, 0, asks(s));
       lc_recv(l);
     }
     grpc_slice_unref(s);
-  } else if (l->lane_open) {
+  } else if (lc_laned(l) && !l->has_final) {
     /* the worker half-closed, or its process went away: its Session ends
      * OK here, and CLOSE then says which (cancelled: it went away), as
      * the coordinator tells the two apart on a Session of its own */
@@ -519,10 +504,9 @@ static void on_lc_recv(relay_t *r, lc_t *l, int ok)
 /* The call is over. Its lane still open (the coordinator did not end it):
  * `broken` when the worker went away (the coordinator declares it lost),
  * else `end` (it half-closed). */
-static void on_lc_close(relay_t *r, lc_t *l)
+static void on_lc_close(lc_t *l)
 {
-  (void)r;
-  if (l->up && !l->up->ended && l->lane < l->up->cap && l->up->lane[l->lane] == l) {
+  if (lc_laned(l) && !l->up->ended) {
     up_queue(l->up, l->lane, NULL, 0, !l->cancelled, l->cancelled, 1);
     if (l->cancelled)
       RM_INFO("relay: lane %u: the worker's Session was cancelled (reported broken)", l->lane);
@@ -531,9 +515,8 @@ static void on_lc_close(relay_t *r, lc_t *l)
   l->has_final = 1; /* nobody to send to */
 }
 
-static void on_lc_send(relay_t *r, lc_t *l)
+static void on_lc_send(lc_t *l)
 {
-  (void)r;
   l->sending = 0;
   if (l->send_bb) grpc_byte_buffer_destroy(l->send_bb);
   l->send_bb = NULL;
@@ -551,7 +534,7 @@ static void up_lanes_end(up_t *u, int code, const char *why)
     if (u->lane[n]) lc_final(u->lane[n], code, why);
 }
 
-static void on_up_recv(relay_t *r, up_t *u, int ok)
+static void on_up_recv(up_t *u, int ok)
 {
   if (!ok || !u->recv) return; /* its end: U_STATUS */
   grpc_slice s = bb_slice(u->recv);
@@ -600,13 +583,12 @@ static void on_up_recv(relay_t *r, up_t *u, int ok)
     grpc_slice_unref(body);
   }
   ringmaster__v1__relay_response__free_unpacked(m, NULL);
-  up_recv(r, u, 0);
+  up_recv(u, 0);
 }
 
-static void on_up_status(relay_t *r, up_t *u, int ok)
+static void on_up_status(relay_t *r, up_t *u)
 {
   char why[320];
-  (void)ok;
   u->ended = 1;
   snprintf(why, sizeof why, "the relay's stream to the coordinator ended: status %d %.*s",
            (int)u->st, (int)GRPC_SLICE_LENGTH(u->details),
@@ -621,9 +603,8 @@ static void on_up_status(relay_t *r, up_t *u, int ok)
   up_unref(r, u); /* its own reference */
 }
 
-static void on_up_send(relay_t *r, up_t *u, int ok)
+static void on_up_send(relay_t *r, up_t *u)
 {
-  (void)ok;
   u->sending = 0;
   if (u->send_bb) grpc_byte_buffer_destroy(u->send_bb);
   u->send_bb = NULL;
@@ -640,9 +621,9 @@ static void dispatch(relay_t *r, const grpc_event *e)
     lc_t *l = p;
     switch (kind) {
     case L_REQUEST: on_request(r, l, e->success); return; /* its reference taken there */
-    case L_RECV: on_lc_recv(r, l, e->success); break;
-    case L_CLOSE: on_lc_close(r, l); break;
-    case L_SEND: on_lc_send(r, l); break;
+    case L_RECV: on_lc_recv(l, e->success); break;
+    case L_CLOSE: on_lc_close(l); break;
+    case L_SEND: on_lc_send(l); break;
     }
     if (l->up && !l->up->ended) {
       up_flush(r, l->up, rm__now_ns());
@@ -653,9 +634,9 @@ static void dispatch(relay_t *r, const grpc_event *e)
   }
   up_t *u = p;
   switch (kind) {
-  case U_SEND: on_up_send(r, u, e->success); break;
-  case U_RECV: on_up_recv(r, u, e->success); break;
-  case U_STATUS: on_up_status(r, u, e->success); break;
+  case U_SEND: on_up_send(r, u); break;
+  case U_RECV: on_up_recv(u, e->success); break;
+  case U_STATUS: on_up_status(r, u); break;
   case U_CLOSE: break; /* its status ends it */
   }
   up_unref(r, u); /* the batch's */

@@ -61,6 +61,7 @@
 #include "rpc/server_int.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
+#include "rm_pbwire.h"
 
 #define RELAY_LANES_MAX 65535u
 #define MERGE_SCAN 8     /* entries an identical one may merge into */
@@ -182,13 +183,6 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   l->rl_idx = r->nout++;
 }
 
-static size_t varint_len(uint64_t v)
-{
-  size_t n = 1;
-  while (v >= 0x80) v >>= 7, n++;
-  return n;
-}
-
 /* One RelayResponse of every queued entry (field 1, RelayOut, repeated;
  * RelayOut: 1 lanes packed, 2 message or 6 join, 7 join_tail, 3 end, 4
  * code, 5 details; then field 2, the shared tails). A Join answer whose
@@ -197,6 +191,9 @@ static size_t varint_len(uint64_t v)
  * named by its index + 1. The entries' slices move into the buffer. */
 static grpc_byte_buffer *relay_batch(struct rm__relay *r)
 {
+  /* an entry takes at most 2 + nparts slices (its head, its body, its
+   * tail); one whose last part goes shared takes one fewer, which with the
+   * spare one here leaves the shared entry's 2 */
   size_t nslices = 0;
   for (int i = 0; i < r->nout; i++) nslices += 3 + (size_t)r->out[i].nparts;
   grpc_slice *sl = rm__xmalloc(nslices * sizeof *sl);
@@ -218,26 +215,26 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
       nbody--;
       blen -= GRPC_SLICE_LENGTH(t);
     }
-    for (int k = 0; k < e->n; k++) lanes_len += varint_len(e->lanes[k]);
-    size_t inner = 1 + varint_len(lanes_len) + lanes_len;
-    if (e->has_msg) inner += 1 + varint_len(blen) + blen;
-    if (tail_idx) inner += 1 + varint_len(tail_idx);
+    for (int k = 0; k < e->n; k++) lanes_len += rm__pb_varint_len(e->lanes[k]);
+    size_t inner = 1 + rm__pb_varint_len(lanes_len) + lanes_len;
+    if (e->has_msg) inner += 1 + rm__pb_varint_len(blen) + blen;
+    if (tail_idx) inner += 1 + rm__pb_varint_len(tail_idx);
     size_t tail = 0;
     if (e->end) {
-      tail = 2 + (e->code ? 1 + varint_len((uint64_t)e->code) : 0);
-      if (dlen) tail += 1 + varint_len(dlen) + dlen;
+      tail = 2 + (e->code ? 1 + rm__pb_varint_len((uint64_t)e->code) : 0);
+      if (dlen) tail += 1 + rm__pb_varint_len(dlen) + dlen;
     }
     inner += tail;
     uint8_t *h = rm__xmalloc(1 + 10 + 1 + 10 + lanes_len + 1 + 10);
     size_t n = 0;
-    n = rm__varint(h, n, 1 << 3 | 2); /* RelayResponse.out */
-    n = rm__varint(h, n, inner);
-    n = rm__varint(h, n, 1 << 3 | 2); /* RelayOut.lanes, packed */
-    n = rm__varint(h, n, lanes_len);
-    for (int k = 0; k < e->n; k++) n = rm__varint(h, n, e->lanes[k]);
+    n = rm__pb_varint(h, n, 1 << 3 | 2); /* RelayResponse.out */
+    n = rm__pb_varint(h, n, inner);
+    n = rm__pb_varint(h, n, 1 << 3 | 2); /* RelayOut.lanes, packed */
+    n = rm__pb_varint(h, n, lanes_len);
+    for (int k = 0; k < e->n; k++) n = rm__pb_varint(h, n, e->lanes[k]);
     if (e->has_msg) {
-      n = rm__varint(h, n, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
-      n = rm__varint(h, n, blen);
+      n = rm__pb_varint(h, n, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
+      n = rm__pb_varint(h, n, blen);
     }
     sl[ns++] = grpc_slice_new(h, n, free);
     for (int p = 0; p < nbody; p++) sl[ns++] = e->part[p]; /* moved */
@@ -247,20 +244,20 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
       uint8_t *t = rm__xmalloc(tail + 1 + 10);
       size_t m = 0;
       if (tail_idx) {
-        m = rm__varint(t, m, 7 << 3); /* RelayOut.join_tail */
-        m = rm__varint(t, m, tail_idx);
+        m = rm__pb_varint(t, m, 7 << 3); /* RelayOut.join_tail */
+        m = rm__pb_varint(t, m, tail_idx);
       }
       if (e->end) {
-        m = rm__varint(t, m, 3 << 3); /* RelayOut.end */
-        m = rm__varint(t, m, 1);
+        m = rm__pb_varint(t, m, 3 << 3); /* RelayOut.end */
+        m = rm__pb_varint(t, m, 1);
       }
       if (e->code) {
-        m = rm__varint(t, m, 4 << 3); /* RelayOut.code */
-        m = rm__varint(t, m, (uint64_t)e->code);
+        m = rm__pb_varint(t, m, 4 << 3); /* RelayOut.code */
+        m = rm__pb_varint(t, m, (uint64_t)e->code);
       }
       if (dlen) {
-        m = rm__varint(t, m, 5 << 3 | 2); /* RelayOut.details */
-        m = rm__varint(t, m, dlen);
+        m = rm__pb_varint(t, m, 5 << 3 | 2); /* RelayOut.details */
+        m = rm__pb_varint(t, m, dlen);
         memcpy(t + m, e->details, dlen);
         m += dlen;
       }
@@ -270,12 +267,8 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   }
   for (size_t i = 0; i < nshared; i++) { /* RelayResponse.shared */
     uint8_t h[12];
-    size_t n = rm__varint(h, 0, 2 << 3 | 2);
-    n = rm__varint(h, n, GRPC_SLICE_LENGTH(shared[i]));
-    if (ns + 2 > nslices) { /* never: 3 slices an entry were counted */
-      nslices = ns + 2 * (nshared - i);
-      sl = rm__xrealloc(sl, nslices * sizeof *sl);
-    }
+    size_t n = rm__pb_varint(h, 0, 2 << 3 | 2);
+    n = rm__pb_varint(h, n, GRPC_SLICE_LENGTH(shared[i]));
     sl[ns++] = grpc_slice_from_copied_buffer((const char *)h, n);
     sl[ns++] = shared[i]; /* moved */
   }
@@ -373,7 +366,7 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
 int rm__relay_room(const rm__call_t *l)
 {
   const struct rm__relay *r = l->up->mux;
-  return r && (uint64_t)r->nout < (uint64_t)ROOM_PER_LANE * (r->open + 1);
+  return (uint64_t)r->nout < (uint64_t)ROOM_PER_LANE * (r->open + 1);
 }
 
 /* ---- lanes ---- */
@@ -388,7 +381,6 @@ static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n, int metho
   l->cq = k->cq;
   l->up = k;
   l->lane = n;
-  l->md_sent = 1; /* nothing of its own goes out */
   l->park.relayed = 1;
   grpc_call_details_init(&l->details);
   grpc_metadata_array_init(&l->md);

@@ -284,6 +284,7 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_pbwire.h"
 #include "rm_param.h"
 #include "rm_token.h"
 
@@ -488,7 +489,9 @@ static int blob_gz(rm__blob_t *b)
   return b->gz_state == 1;
 }
 
-void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes != 0; }
+/* A relay lane's answer is never gzip: it travels inside a RelayResponse
+ * (relay.c), whose Join answers share their tail by reference instead. */
+void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes && !k->up; }
 
 /* One message: head's bytes (taken; an empty slice: none) then body's
  * (referenced, not copied: a shared answer). */
@@ -554,18 +557,6 @@ int rm__park_on_stream(const rm__park_t *p)
   return p == &p->call->bpark || p == &p->call->gpark;
 }
 
-/* Append v as a protobuf varint at buf[n]; returns the new n. */
-size_t rm__varint(uint8_t *buf, size_t n, uint64_t v)
-{
-  do {
-    buf[n] = (uint8_t)(v & 0x7f);
-    v >>= 7;
-    if (v) buf[n] |= 0x80;
-    n++;
-  } while (v);
-  return n;
-}
-
 /* A SessionResponse: (pushed_gen > 0: generation = pushed_gen and
  * gate_pushed = true, then) body's bytes as field `field`, framed by its
  * key and length (body referenced, not copied). */
@@ -574,13 +565,13 @@ static grpc_byte_buffer *framed(uint64_t pushed_gen, int field, grpc_slice body)
   uint8_t head[40];
   size_t n = 0;
   if (pushed_gen) {
-    n = rm__varint(head, n, (uint64_t)session_generation_field << 3); /* wire type varint */
-    n = rm__varint(head, n, pushed_gen);
-    n = rm__varint(head, n, (uint64_t)session_pushed_field << 3);
-    n = rm__varint(head, n, 1);
+    n = rm__pb_varint(head, n, (uint64_t)session_generation_field << 3); /* wire type varint */
+    n = rm__pb_varint(head, n, pushed_gen);
+    n = rm__pb_varint(head, n, (uint64_t)session_pushed_field << 3);
+    n = rm__pb_varint(head, n, 1);
   }
-  n = rm__varint(head, n, (uint64_t)field << 3 | 2); /* length-delimited */
-  n = rm__varint(head, n, GRPC_SLICE_LENGTH(body));
+  n = rm__pb_varint(head, n, (uint64_t)field << 3 | 2); /* length-delimited */
+  n = rm__pb_varint(head, n, GRPC_SLICE_LENGTH(body));
   return head_then(grpc_slice_from_copied_buffer((const char *)head, n), body);
 }
 
@@ -850,8 +841,9 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
  * finished send and a normal close write none: the mutex without BEGIN,
  * commit.c.) */
 /* A parsed Session message that asks for an answer (a barrier arrival or
- * a gate call), not a heartbeat alone. */
-static int session_asks(const ev_t *e)
+ * a gate call), not a heartbeat alone; a Relay message that may write rows
+ * (rm__relay_writes). */
+static int stream_asks(const ev_t *e)
 {
   const Ringmaster__V1__SessionRequest *q = (const void *)e->msg;
   if (e->kind == EV_SESSION && e->k->method == RM__M_RELAY) /* RELAYS */
@@ -864,7 +856,7 @@ static int ev_writes(const ev_t *e)
   /* a Session message with a barrier arrival may close the barrier (its
    * row); one with a gate call may write an event (straggler_auto), as the
    * unary StepGate may */
-  if (e->kind == EV_SESSION) return session_asks(e);
+  if (e->kind == EV_SESSION) return stream_asks(e);
   return (e->kind == EV_DISPATCH && e->k->method != RM__M_HEARTBEAT) ||
          ((e->kind == T_CLOSE || (e->kind == T_SEND && e->k->streaming)) &&
           e->k->cancelled);
@@ -1000,7 +992,7 @@ static void ev_locked(rm_coord_t *c, ev_t *e)
 static int ev_heartbeat(const ev_t *e, int *other)
 {
   int hb = (e->kind == EV_DISPATCH && e->k->method == RM__M_HEARTBEAT) ||
-           (e->kind == EV_SESSION && e->msg && !session_asks(e));
+           (e->kind == EV_SESSION && e->msg && !stream_asks(e));
   *other |= !hb && (e->kind == EV_DISPATCH || e->kind == EV_SESSION || e->kind == EV_UNKNOWN);
   return hb;
 }

@@ -60,8 +60,6 @@ void rm__out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 void rm__start_out(rm__call_t *k, rm__out_t *o);
 /* Drop a reference of k; the last frees it. */
 void rm__call_unref(rm__call_t *k);
-/* Append v as a protobuf varint at buf[n]; returns the new n. */
-size_t rm__varint(uint8_t *buf, size_t n, uint64_t v);
 
 /* ---- relay.c (RELAYS) ---- */
 /* A message of Relay call k (NULL: malformed), under the lock. */

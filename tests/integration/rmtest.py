@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 SKIP = 77  # CTest SKIP_RETURN_CODE
 
@@ -206,14 +207,15 @@ class Env:
 
 
 class SessionStream:
-    """A Session call (service.proto) fed from a queue, its messages read by
-    a thread into .got; .code / .details once it ended.
+    """A bidirectional Worker call fed from a queue, its messages read by a
+    thread into .got; .code / .details once it ended.
 
-    raw=False (the default): SessionRequest messages in and SessionResponse
-    messages out, through the generated WorkerStub. raw=True: serialized
-    bytes in and out, through a generic stream_stream call on the channel
-    (for messages the stub would refuse to build or parse). method="Relay":
-    the same for a relay's stream (RelayRequest in, RelayResponse out)."""
+    method: "Session" (the default; SessionRequest in, SessionResponse out)
+    or "Relay" (RelayRequest in, RelayResponse out).
+    raw=False (the default): messages in and out, through the generated
+    WorkerStub. raw=True: serialized bytes in and out, through a generic
+    stream_stream call on the channel, for bytes the stub would refuse to
+    build or parse."""
 
     def __init__(self, env, first, raw=False, method="Session"):
         self.q = queue.Queue()
@@ -256,6 +258,32 @@ class SessionStream:
             time.sleep(0.02)
         assert len(self.got) >= n, (self.got, self.code, self.details)
         return self.got
+
+
+def metrics(http):
+    """The coordinator's /metrics text (its REST address: http_addr)."""
+    with urllib.request.urlopen("http://%s/metrics" % http, timeout=10) as r:
+        return r.read().decode()
+
+
+def metric(http, name):
+    """One unlabelled sample of /metrics, as a float."""
+    for line in metrics(http).splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("no %s in /metrics" % name)
+
+
+def wait_until(pred, what, timeout=20):
+    """pred()'s first true value within timeout s, else an AssertionError
+    naming what was waited for."""
+    t0 = time.time()
+    while time.time() < t0 + timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for " + what)
 
 
 def http_addr(p):

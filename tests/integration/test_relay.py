@@ -24,16 +24,6 @@ import time
 import rmtest
 
 
-def wait_for(pred, what, timeout=20):
-    t0 = time.time()
-    while time.time() < t0 + timeout:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError("timed out waiting for " + what)
-
-
 def lost_events(env, job, why):
     return [e.message for e in env.events(job.id, job.token, timeout=1) if why in e.message]
 
@@ -136,7 +126,7 @@ def test(env):
     jc, idc = one_worker("relay-lane-0", 32102)
     ra, rb, rc = opened(ida, 4), opened(idb), opened(idc)
     ra.send(m.RelayRequest(**{"in": [m.RelayIn(lane=4, broken=True)]}))
-    wait_for(lambda: lost_events(env, ja, why), "the broken lane's worker lost")
+    rmtest.wait_until(lambda: lost_events(env, ja, why), "the broken lane's worker lost")
     rb.call.cancel()
     rb.wait()
 
@@ -194,7 +184,7 @@ def test(env):
         job_id=jk.id, token=jk.token, host="h", data_addr="127.0.0.1:1", wait_ms=20000))]}))
     time.sleep(0.3)
     rj.send(m.RelayRequest(**{"in": [m.RelayIn(lane=300, broken=True)]}))
-    wait_for(lambda: [e for e in env.events(jk.id, jk.token, timeout=1)
+    rmtest.wait_until(lambda: [e for e in env.events(jk.id, jk.token, timeout=1)
                       if "cancelled before the group formed" in e.message],
              "the broken Join lane's worker dropped")
     assert rj.end() == g.StatusCode.OK, (rj.code, rj.details)

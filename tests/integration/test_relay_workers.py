@@ -18,17 +18,8 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 
 import rmtest
-
-
-def metric(http, name):
-    body = urllib.request.urlopen("http://%s/metrics" % http, timeout=10).read().decode()
-    for line in body.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError("no %s in /metrics" % name)
 
 
 def test(env):
@@ -50,9 +41,9 @@ def test(env):
     env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 5, 60)
     t0 = time.time()
     # a lane for each worker's Join and one for its Session
-    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 8:
+    while time.time() < t0 + 20 and rmtest.metric(http, "ringmaster_relay_lanes_total") < 8:
         time.sleep(0.1)
-    assert metric(http, "ringmaster_relay_lanes_total") >= 8
+    assert rmtest.metric(http, "ringmaster_relay_lanes_total") >= 8
     assert all("Join and Sessions through relay" in env.worker_log(i) for i in range(4))
     relay_log = lambda: open(os.path.join(env.dir, "relay.log"), "rb").read().decode()
     t0 = time.time()
@@ -60,7 +51,7 @@ def test(env):
         time.sleep(0.1)
     assert "stream 1 ended: its lane numbers ran out" in relay_log(), relay_log()
     assert "stream 3 to the coordinator opened" in relay_log(), relay_log()
-    assert metric(http, "ringmaster_relay_messages_total") >= 1
+    assert rmtest.metric(http, "ringmaster_relay_messages_total") >= 1
 
     # 2. the relay dies: nobody lost, the job trains on past the 3 s timeout
     relay.send_signal(signal.SIGKILL)
@@ -84,9 +75,9 @@ def test(env):
     w = env.start_worker(job2, 4, ["--data-timeout-ms", "60000"], env=via)
     env.wait_job(job2.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 3, 60)
     t0 = time.time()
-    while time.time() < t0 + 20 and metric(http, "ringmaster_relay_lanes_total") < 10:
+    while time.time() < t0 + 20 and rmtest.metric(http, "ringmaster_relay_lanes_total") < 10:
         time.sleep(0.1)
-    assert metric(http, "ringmaster_relay_lanes_total") >= 10
+    assert rmtest.metric(http, "ringmaster_relay_lanes_total") >= 10
     t_kill = time.time()
     w.send_signal(signal.SIGKILL)
     w.wait(timeout=10)

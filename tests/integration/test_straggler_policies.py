@@ -27,7 +27,6 @@ import json
 import os
 import re
 import sys
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "recovery"))
 import rc  # noqa: E402
@@ -66,8 +65,7 @@ SYN = "bytes=64K,compute_ms=10"
 
 def gate_calls(http):
     """ringmaster_step_gate_calls_total by `via` (unary, session)."""
-    with urllib.request.urlopen("http://%s/metrics" % http, timeout=10) as r:
-        text = r.read().decode()
+    text = rmtest.metrics(http)
     got = dict(re.findall(r'^ringmaster_step_gate_calls_total\{via="(\w+)"\} (\S+)$', text,
                           re.M))
     assert set(got) == {"unary", "session"}, text[-2000:]

@@ -65,12 +65,29 @@ static char *sh(const char *cmd)
   return out;
 }
 
+/* Write script t (freed) as g_dir/name, check it with bash -n, then run
+ * it with env before bash (the fake srun prints one <arg> per line):
+ * returns what it printed (malloc'd). */
+static char *run_script(char *t, const char *name, const char *env)
+{
+  char path[600], cmd[1400];
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  lt_write(path, t, 0600);
+  free(t);
+  snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
+  t = sh(cmd);
+  CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
+  free(t);
+  snprintf(cmd, sizeof cmd, "%s bash '%s'", env, path);
+  return sh(cmd);
+}
+
 static void case_script(void)
 {
   const char *extra[] = {"--steps", "a b", NULL};
   const char *sb[] = {"--exclusive", NULL};
   rm_launch_spec_t s;
-  char path[600], cmd[1400], want[600];
+  char want[600];
   spec_init(&s, "script", 3, extra);
   s.token = "to'k $x";
   s.workload = "train";
@@ -87,16 +104,7 @@ static void case_script(void)
   snprintf(want, sizeof want, "\n#SBATCH --output=%s/slurm-%%j.out\n", s.log_dir);
   CHECK(strstr(t, want) != NULL);
   CHECK(strstr(t, "exec srun --kill-on-bad-exit=0") != NULL);
-  snprintf(path, sizeof path, "%s/rendered.sbatch", g_dir);
-  lt_write(path, t, 0600);
-  free(t);
-  snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
-  t = sh(cmd);
-  CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
-  free(t);
-  /* The fake srun prints one <arg> per line: quoting must survive. */
-  snprintf(cmd, sizeof cmd, "bash '%s'", path);
-  t = sh(cmd);
+  t = run_script(t, "rendered.sbatch", ""); /* quoting must survive */
   snprintf(want, sizeof want, "<--output=%s/worker-%%t.log>\n<%s>\n<--coordinator>\n"
            "<127.0.0.1:7070>\n<--job>\n<j-7>\n<--token>\n<to'k $x>\n<--workload>\n"
            "<train>\n<--steps>\n<a b>\n", s.log_dir, g_worker);
@@ -116,15 +124,8 @@ static void case_script(void)
                   "\"$RINGMASTER_RELAY\" &\n") != NULL);
   CHECK(strstr(t, "exec srun") == NULL && strstr(t, "\nsrun --kill-on-bad-exit=0") != NULL);
   CHECK(strstr(t, " || rc=$?\nkill \"$relay\"") != NULL && strstr(t, "exit \"$rc\"\n") != NULL);
-  snprintf(path, sizeof path, "%s/relay.sbatch", g_dir);
-  lt_write(path, t, 0600);
-  free(t);
-  snprintf(cmd, sizeof cmd, "bash -n '%s' && echo syntax-ok", path);
-  t = sh(cmd);
-  CHECK(t != NULL && strcmp(t, "syntax-ok\n") == 0);
-  free(t);
-  snprintf(cmd, sizeof cmd, "SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=1 bash '%s'", path);
-  t = sh(cmd); /* the fake srun: both steps' arguments, the workers' intact */
+  /* both steps' arguments, the workers' intact */
+  t = run_script(t, "relay.sbatch", "SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=1");
   CHECK(t != NULL && strstr(t, want) != NULL && strstr(t, "<relay>\n<--coordinator>\n") &&
         strstr(t, "<unix:/tmp/ringmaster-relay-42.sock>\n"));
   if (t == NULL || strstr(t, want) == NULL) fprintf(stderr, "got:\n%s\nwant:\n%s", t, want);

@@ -71,8 +71,9 @@ struct rm_session {
   rm__ctl_stream_t *stream;     /* under mu: the open session call */
   int stream_session;           /* under mu: it is a Session (0: a Watch) */
   /* RELAY (session_live.c): the host's relay (RINGMASTER_RELAY, read at
-   * open; "" none), its channel, and whether the next Session (the stream
-   * thread's) or Join (the caller's) skips it */
+   * open; "" none) and its channel (NULL: none); whether the next Session
+   * skips it (the stream thread's: 1 the next one, 2 every one: it answers
+   * no Session) and whether the next Join does (the caller's) */
   char relay[256];
   rm__ctl_t *relay_ctl;
   int relay_skip, join_skip;

@@ -313,7 +313,7 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen,
   *via_relay = 0;
   if (watch)
     return rm__ctl_stream_open(s->ctl, "/ringmaster.v1.Worker/Watch", &w.base);
-  if (s->relay[0] && !s->relay_skip) { /* RELAY */
+  if (s->relay_ctl && !s->relay_skip) { /* RELAY */
     *via_relay = 1;
     return rm__ctl_session_open(s->relay_ctl, "/ringmaster.v1.Worker/Session", &h.base);
   }
@@ -527,13 +527,13 @@ static void *stream_thread(void *arg)
     else if (st) rc = session_run(s, st, &carried);
     if (rc == G_UNIMPLEMENTED && via_relay) { /* not a relay: re-open at the coordinator */
       RM_WARN("relay %s answers no Session: Sessions go to the coordinator", s->relay);
-      s->relay[0] = 0;
+      s->relay_skip = 2;
     } else if (rc == G_UNIMPLEMENTED) {
       RM_INFO("the coordinator has no Session rpc (older version): "
               "session Watch and unary heartbeats instead");
       watch = 1;
     }
-    if (s->relay[0]) { /* RELAY: after the relay's UNAVAILABLE, directly once */
+    if (s->relay_ctl && s->relay_skip != 2) { /* RELAY: after its UNAVAILABLE, directly once */
       int skip = via_relay && (rc == RM__G_UNAVAILABLE || !st);
       if (skip && !s->relay_skip)
         RM_INFO("the Session through relay %s ended UNAVAILABLE: the next one goes to the "
