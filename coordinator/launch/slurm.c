@@ -13,7 +13,8 @@
  *         in the background (log relay-<node>.log), and the workers' srun
  *         with RINGMASTER_RELAY set to it once the batch node's relay listens
  *         (at most 10 s; not exec'd: the script stops the relays after it and
- *         exits with its status); a task that starts before its node's relay
+ *         exits with its status; the batch node's socket path is cleared
+ *         before and after); a task that starts before its node's relay
  *         listens joins the coordinator directly. Replacements join
  *         directly. Then `sbatch --parsable job.sbatch`. stdout "1234" or "1234;cluster" is
  *         the Slurm job id; a non-zero exit fails start with RM_ERR_UNAVAILABLE
@@ -119,6 +120,9 @@ static rm_status_t render_script(const rm_launch_spec_t *spec, const char *worke
     fputs("\n# A relay per node (ringmaster relay): the tasks' Joins and Sessions reach the\n"
           "# coordinator on one stream per node; --overlap shares the tasks' CPUs.\n"
           "export RINGMASTER_RELAY=\"unix:/tmp/ringmaster-relay-${SLURM_JOB_ID}.sock\"\n"
+          "# a socket left by a relay killed on this node (a Slurm job id used before)\n"
+          "# would pass the wait below before this job's relay listens\n"
+          "rm -f \"${RINGMASTER_RELAY#unix:}\"\n"
           "# One task per node: -n too, or srun would take the batch job's task count.\n"
           "srun -N \"$SLURM_JOB_NUM_NODES\" -n \"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 "
           "--overlap --output=", f);
@@ -158,6 +162,7 @@ static rm_status_t render_script(const rm_launch_spec_t *spec, const char *worke
     fputs(" || rc=$?\n"
           "kill \"$relay\" 2>/dev/null || true\n"
           "wait \"$relay\" 2>/dev/null || true\n"
+          "rm -f \"${RINGMASTER_RELAY#unix:}\" # a relay the step's end killed leaves it\n"
           "exit \"$rc\"", f);
   fputc('\n', f);
   return ferror(f) ? RM_ERR_SYSTEM : RM_OK;

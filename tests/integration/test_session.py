@@ -44,7 +44,10 @@ def test(env):
             s[i].send(hb[i](k))
     j = env.get(job.id)
     assert j.state == m.JOB_STATE_RUNNING and j.generation == gen, j
-    lost = [e.message for e in env.events(job.id, job.token) if "lost" in e.message]
+    # events() reads until its deadline, and no heartbeat goes meanwhile: 1 s,
+    # not the default 3 s, which is the job's whole heartbeat timeout (a busy
+    # machine once declared rank 0 lost before the barrier arrivals below)
+    lost = [e.message for e in env.events(job.id, job.token, timeout=1) if "lost" in e.message]
     assert not lost, lost
     for i in range(2):
         assert s[i].code is None and not s[i].got, (s[i].code, s[i].got)
