@@ -178,13 +178,12 @@ rm_status_t rm__dev_begin(rm_comm_t *c, int ordinal)
   return RM_OK;
 }
 
-/* Until the streams ran everything enqueued so far, at most ms. 1 done,
- * 0 deadline, -1 runtime error. */
-static int drain(rm_comm_t *c, int ms)
+int rm__dev_drain(rm_comm_t *c, int ms)
 {
   rm__dev_t *d = c->dev;
   void *e1 = NULL, *e2 = NULL;
   int r = -1;
+  if (d->hung) ms = 0; /* it had its deadline once */
   if (rm__dev_event(c, &e1) != RM_OK || rm__dev_event(c, &e2) != RM_OK) goto out;
   if (d->g->event_record(e1, d->s) != RM_OK || d->g->event_record(e2, d->s_out) != RM_OK) goto out;
   int64_t end = rm__now_ns() + (int64_t)ms * 1000000;
@@ -204,6 +203,7 @@ static int drain(rm_comm_t *c, int ms)
 out:
   rm__dev_event_put(c, e1);
   rm__dev_event_put(c, e2);
+  if (r == 0) d->hung = 1;
   return r;
 }
 
@@ -213,7 +213,7 @@ rm_status_t rm__dev_end(rm_comm_t *c, rm_status_t st)
   int r;
   if (d == NULL) return st;
   if (st != RM_OK || rm__stage_active(c)) st = rm__stage_quiesce(c, st);
-  r = drain(c, c->timeout_ms);
+  r = rm__dev_drain(c, c->timeout_ms);
   /* every copy finished: acknowledge what came by reference before the
    * call returns (shm_int.h: acks of one collective stay in order) */
   if (r == 1 && st == RM_OK) st = rm__stage_progress(c);
@@ -244,7 +244,7 @@ void rm__dev_destroy(rm_comm_t *c)
     (void)rm__stage_quiesce(c, RM_ERR_ABORTED);
     /* a GPU that never finishes keeps its staging memory: freeing memory a
      * copy still uses would be worse than the leak */
-    if (drain(c, c->timeout_ms) == 0) {
+    if (rm__dev_drain(c, c->timeout_ms) == 0) {
       RM_WARN("rank %d: device work did not finish at destroy; its staging memory is "
               "kept for the life of the process", c->rank);
       rm__stage_leak(c);
@@ -346,7 +346,7 @@ static rm_status_t grow(rm_comm_t *c, void **buf, size_t *size, size_t n)
   void *p = NULL;
   if (n <= *size) return RM_OK;
   if (*buf != NULL) {
-    int r = drain(c, c->timeout_ms);
+    int r = rm__dev_drain(c, c->timeout_ms);
     if (r != 1)
       return rm__comm_fail(c, r == 0 ? RM_ERR_TIMEOUT : RM_ERR_SYSTEM, -1,
                            "device: could not drain the streams to grow device scratch");

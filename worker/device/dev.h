@@ -101,6 +101,7 @@ typedef struct rm__dev {
   size_t scratch_size, tmp_size;
   rm__bounce_t *bfree;  /* idle staging buffers, any size */
   rm__bounce_t *bfree_kept; /* destroy of a hung GPU: to rm__dev_keep */
+  int hung;             /* a drain missed its deadline (rm__dev_drain) */
   /* staging (stage.c) */
   struct rm__stage *head, *tail; /* in post order */
   int d2h_pending;      /* sends whose device-to-host copy is running (or,
@@ -115,6 +116,11 @@ typedef struct rm__dev {
   uint64_t staged_bytes, staged_msgs, ref_bytes, ref_msgs, direct_bytes, direct_msgs;
 } rm__dev_t;
 
+/* Until both streams ran everything enqueued so far, at most ms (0 ms
+ * once a drain missed its deadline: a hung GPU waits one deadline, not
+ * one per caller). 1 done, 0 deadline, -1 runtime error; a runtime error
+ * means the GPU stopped (its errors are sticky), so nothing runs after. */
+int rm__dev_drain(rm_comm_t *c, int ms);
 /* Words about the runtime's last failure, made sticky on c. */
 rm_status_t rm__dev_fail(rm_comm_t *c, rm_status_t st, const char *what);
 rm_status_t rm__dev_event(rm_comm_t *c, void **ev);

@@ -33,7 +33,9 @@
  *  5. Errors are sticky for the device, as a CUDA context's: an operation
  *     on a device range that is not inside one allocation (an illegal
  *     address) stops every stream, and every later query or enqueue fails
- *     with the words in err().
+ *     with the words in err(). As on a GPU, whose engines have stopped by
+ *     the time the host hears of the fault, the host sees the error only
+ *     once no operation is still running on another stream (g_running).
  *  6. A hung GPU: RINGMASTER_TEST_GPU_STALL_AFTER=N stops every stream of
  *     the process after N operations until it is destroyed.
  *  7. GPUDirect RDMA: with RINGMASTER_TEST_GPU_GDR=1 an allocation is also
@@ -309,19 +311,35 @@ typedef struct sa_event {
   uint64_t pos;
 } sa_event_t;
 
-/* The device's sticky error (5 at the top): a fault ends every stream. */
+/* The device's sticky error (5 at the top): a fault ends every stream.
+ * g_running counts copies, zeroing and kernels past their fault check in
+ * the engines (not waits or host functions, which may block). An
+ * engine raises it, then checks g_failed; the host reads g_failed, then
+ * waits for g_running to reach 0 (all seq_cst): an operation either saw
+ * the fault and did not run, or the host waits until it finished. */
 static int g_failed;
+static int g_running;
 static char g_why[200];
 
 static void device_fault(const char *why)
 {
   pthread_mutex_lock(&g_lock);
   if (!g_failed) snprintf(g_why, sizeof g_why, "%s", why);
-  __atomic_store_n(&g_failed, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_failed, 1, __ATOMIC_SEQ_CST);
   pthread_mutex_unlock(&g_lock);
 }
 
-static int faulted(void) { return __atomic_load_n(&g_failed, __ATOMIC_ACQUIRE); }
+static int faulted(void) { return __atomic_load_n(&g_failed, __ATOMIC_SEQ_CST); }
+
+static void nap_us(long us);
+
+/* The host's view of the fault: reported once nothing runs any more. */
+static int fault_seen(void)
+{
+  if (!faulted()) return 0;
+  while (__atomic_load_n(&g_running, __ATOMIC_SEQ_CST) > 0) nap_us(20);
+  return 1;
+}
 
 static void nap_us(long us)
 {
@@ -399,7 +417,10 @@ static void *engine(void *arg)
       while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) nap_us(1000);
       return NULL;
     }
+    int touches = o->kind != OP_WAIT && o->kind != OP_HOST; /* memory, briefly */
+    if (touches) __atomic_add_fetch(&g_running, 1, __ATOMIC_SEQ_CST);
     if (!faulted()) (void)run_op(o);
+    if (touches) __atomic_sub_fetch(&g_running, 1, __ATOMIC_SEQ_CST);
     op_free(o);
     __atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL);
   }
@@ -407,7 +428,7 @@ static void *engine(void *arg)
 
 static rm_status_t enqueue(sa_stream_t *s, const sa_op_t *tmpl)
 {
-  if (faulted()) {
+  if (fault_seen()) {
     snprintf(t_err, sizeof t_err, "%s", g_why);
     return RM_ERR_SYSTEM;
   }
@@ -494,7 +515,7 @@ static rm_status_t sa_event_record(void *ev, void *sp)
 static int sa_event_query(void *ev)
 {
   const sa_event_t *e = ev;
-  if (faulted()) {
+  if (fault_seen()) {
     snprintf(t_err, sizeof t_err, "%s", g_why);
     return -1;
   }

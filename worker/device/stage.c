@@ -382,6 +382,11 @@ rm_status_t rm__stage_quiesce(rm_comm_t *c, rm_status_t st)
                   "a collective on device buffers ended (%s) with %d staged transfers in "
                   "flight", rm_status_name(st), n);
   if (rm_comm_status(c) != RM_OK) {
+    /* the device first: its queued copies may read or write memory that
+     * the transports own and closing them unmaps (a peer's buffer opened
+     * by CUDA IPC, a shared-memory slot); a GPU error stops every stream,
+     * a hung GPU gets its deadline once (rm__dev_drain) */
+    if (d->s != NULL) (void)rm__dev_drain(c, c->timeout_ms);
     /* the transports forget the wire requests; detach drops the owners'
      * pointers without writing through them (they may be gone) */
     for (rm__stage_t *s = d->head; s; s = s->next) s->user = NULL;

@@ -30,8 +30,10 @@ int rm__stage_stuck(const rm_comm_t *c, int64_t *since_ns, size_t *bytes, int *p
  * status and forget the owners. */
 void rm__stage_detach(rm_comm_t *c);
 /* End of a device collective that failed (or left work behind): make the
- * failure sticky if it is not, close the transports (they forget the
- * messages they carried for staging), detach. Returns the sticky status. */
+ * failure sticky if it is not, wait for the streams (rm__dev_drain: their
+ * copies may use memory the transports map), close the transports (they
+ * forget the messages they carried for staging), detach. Returns the
+ * sticky status. */
 rm_status_t rm__stage_quiesce(rm_comm_t *c, rm_status_t st);
 /* After the streams drained: free every finished stage record. */
 void rm__stage_reap(rm_comm_t *c);
