@@ -61,7 +61,7 @@ void rm__park_unlink(rm__park_t *p)
   p->prev->next = p->next;
   p->next->prev = p->prev;
   p->next = p->prev = NULL;
-  if (p->wnext) {
+  if (p->kind == RM__PARK_WATCH && p->wnext) {
     p->wprev->wnext = p->wnext;
     p->wnext->wprev = p->wprev;
     p->wnext = p->wprev = NULL;

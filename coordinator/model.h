@@ -22,26 +22,36 @@ typedef struct rm__blob rm__blob_t; /* rpc/server.c: shared packed answer bytes 
 enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
        RM__PARK_GATE, RM__PARK_SESSION };
 
+/* A waiting call. What only one kind uses shares a union (issue 16: a
+ * Session holds three parks, a relay lane's are most of its bytes): a
+ * park keeps its kind for its call's life, and fields of another kind's
+ * are never read. */
 typedef struct rm__park {
   struct rm__park *prev, *next; /* in job->parked (circular, sentinel) */
-  struct rm__park *wprev, *wnext; /* WATCH: also in job->watchers */
   struct rm__job *job;          /* the job it is linked into, NULL */
   rm__call_t *call;
-  int kind;
   uint64_t job_id;
   uint64_t worker_id;
-  int64_t deadline_ns;          /* JOIN: end of the long poll */
-  struct rm__barrier *barrier;  /* BARRIER */
-  int64_t arrived_ns;           /* BARRIER: for wait-time counters */
-  uint64_t watch_seq;           /* WATCH: last seq sent */
-  int watch_sending;            /* WATCH: a message is in flight */
-  int watch_done;               /* WATCH: final status queued */
-  uint64_t gate_step;           /* GATE: step asked about */
-  int gate_push;                /* SESSION: decisions are pushed to it
+  int64_t deadline_ns;          /* JOIN: end of the long poll; GATE: of the wait */
+  uint8_t kind;
+  uint8_t watch_sending;        /* WATCH: a message is in flight */
+  uint8_t gate_push;            /* SESSION: decisions are pushed to it
                                    (SessionRequest.gate_push) */
-  uint64_t pushed_gen, pushed_step; /* SESSION: the last decision pushed:
-                                   its generation and step + 1; 0 none */
-  int relayed;                  /* SESSION: a lane of a Relay stream */
+  uint8_t relayed;              /* SESSION, JOIN: a lane of a Relay stream */
+  union {
+    struct {                    /* WATCH */
+      struct rm__park *wprev, *wnext; /* also in job->watchers */
+      uint64_t watch_seq;       /* last seq sent */
+    };
+    struct {                    /* BARRIER */
+      struct rm__barrier *barrier;
+      int64_t arrived_ns;       /* for wait-time counters */
+    };
+    uint64_t gate_step;         /* GATE: step asked about */
+    struct {                    /* SESSION: the last decision pushed: */
+      uint64_t pushed_gen, pushed_step; /* its generation and step + 1; 0 none */
+    };
+  };
 } rm__park_t;
 
 typedef struct rm__worker {

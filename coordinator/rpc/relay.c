@@ -49,8 +49,10 @@
  * COMMIT of the section that made them.
  *
  * Memory: a relay's lane table is one pointer per lane number used; a lane
- * is an rm__call_t (no gRPC state); the relay's outbox holds references
- * to the answers' slices until its batch is sent.
+ * is an rm__call_t alone (a gRPC call's record is an rm__gcall_t that
+ * starts with one); the relay's outbox holds references to the answers'
+ * slices until its batch is sent, and gives back the room a Join wave
+ * needed once that batch is out.
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -68,6 +70,7 @@
 #define PARTS_MAX 4      /* slices of one message (framed(): 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
+#define OUT_KEEP 16      /* outbox entries whose room outlives their batch */
 
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
@@ -132,6 +135,40 @@ static void out_free(rl_out_t *e)
   free(e->details);
 }
 
+/* A lane's message from its rm__out_push to the flush (rm__out_t.bb of a
+ * lane): its slices alone, not the grpc_byte_buffer they came in (issue
+ * 16: a formed group or a released barrier queues one per worker in one
+ * section; a byte buffer is about 300 bytes, this 8 + 32 a slice). */
+typedef struct rl_msg {
+  int n;
+  grpc_slice part[];
+} rl_msg_t;
+
+void *rm__relay_hold(grpc_byte_buffer *bb)
+{
+  grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+  size_t n = sb->count <= PARTS_MAX ? sb->count : 1;
+  rl_msg_t *m = rm__xmalloc(sizeof *m + n * sizeof m->part[0]);
+  if (sb->count > PARTS_MAX) { /* never (server.c makes 1 to 3): flatten */
+    grpc_byte_buffer_reader rd;
+    grpc_byte_buffer_reader_init(&rd, bb);
+    m->part[0] = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+  } else {
+    for (size_t i = 0; i < n; i++) m->part[i] = grpc_slice_ref(sb->slices[i]);
+  }
+  m->n = (int)n;
+  grpc_byte_buffer_destroy(bb);
+  return m;
+}
+
+static void msg_free(rl_msg_t *m)
+{
+  if (!m) return;
+  for (int i = 0; i < m->n; i++) grpc_slice_unref(m->part[i]);
+  free(m);
+}
+
 /* Queue o (a lane's message and/or end) in its relay's outbox. */
 static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
 {
@@ -139,19 +176,12 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   int nparts = 0;
   size_t len = 0;
   int has_msg = o->bb != NULL, join = l->method == RM__M_JOIN;
-  if (has_msg) { /* a raw buffer of one to PARTS_MAX slices (server.c) */
-    grpc_byte_buffer *bb = o->bb;
-    grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
-    if (sb->count > PARTS_MAX) { /* never: flatten rather than fail */
-      grpc_byte_buffer_reader rd;
-      grpc_byte_buffer_reader_init(&rd, bb);
-      part[nparts++] = grpc_byte_buffer_reader_readall(&rd);
-      grpc_byte_buffer_reader_destroy(&rd);
-    } else {
-      for (size_t i = 0; i < sb->count; i++) part[nparts++] = grpc_slice_ref(sb->slices[i]);
-    }
-    for (int i = 0; i < nparts; i++) len += GRPC_SLICE_LENGTH(part[i]);
-    grpc_byte_buffer_destroy(bb);
+  if (has_msg) { /* its slices move here */
+    rl_msg_t *m = o->bb;
+    for (int i = 0; i < m->n; i++) len += GRPC_SLICE_LENGTH(m->part[i]);
+    memcpy(part, m->part, (size_t)m->n * sizeof part[0]);
+    nparts = m->n;
+    free(m);
     o->bb = NULL;
   }
   int floor = l->rl_batch == r->batch ? l->rl_idx : 0;
@@ -278,6 +308,11 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   free(shared);
   r->nout = 0;
   r->batch++;
+  if (r->capout > OUT_KEEP) { /* a Join wave's room goes with it (issue 16: RSS) */
+    free(r->out);
+    r->out = NULL;
+    r->capout = 0;
+  }
   return bb;
 }
 
@@ -338,7 +373,7 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
     struct rm__relay *r = k->mux;
     if (r->has_final) { /* never: it is answered once */
       free(o->details);
-      if (o->bb) grpc_byte_buffer_destroy(o->bb);
+      if (o->bb) grpc_byte_buffer_destroy(o->bb); /* the relay's own: a buffer */
       rm__call_unref(k);
       return;
     }
@@ -350,7 +385,7 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
   rm__call_t *rk = k->up;
   struct rm__relay *r = rk->mux;
   if (r->has_final) { /* the relay ended first: its lanes with it */
-    if (o->bb) grpc_byte_buffer_destroy(o->bb);
+    msg_free(o->bb);
   } else {
     out_append(r, k, o);
     kick_later(c, rk);
@@ -382,8 +417,6 @@ static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n, int metho
   l->up = k;
   l->lane = n;
   l->park.relayed = 1;
-  grpc_call_details_init(&l->details);
-  grpc_metadata_array_init(&l->md);
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the lane's on its relay */
   r->lane[n] = l;
   r->open++;

@@ -328,11 +328,19 @@ struct rm__server {
   int stopping;
 };
 
+/* Outbox entries whose room outlives the flush that emptied it; a group
+ * that answered more (a released barrier of thousands) frees its room. */
+#define OUTBOX_KEEP 256
+
 static int shutdown_tag;
 /* GZIP ANSWERS: the call's encoding, asked of gRPC's compression
  * filter in the initial metadata (it sets grpc-encoding and leaves a
  * message sent as a compressed byte buffer as it is). */
 static grpc_metadata gzip_md;
+
+/* A call's gRPC part (only for a call whose k->up is NULL: a lane has
+ * none, RELAYS). */
+#define G(k) rm__gcall(k)
 
 static void *tag_of(rm__call_t *k, int kind) { return (char *)k + kind; }
 
@@ -341,16 +349,19 @@ rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 void rm__call_unref(rm__call_t *k)
 {
   if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL)) return;
-  if (k->call) grpc_call_unref(k->call);
-  grpc_call_details_destroy(&k->details);
-  grpc_metadata_array_destroy(&k->md);
-  if (k->recv) grpc_byte_buffer_destroy(k->recv);
-  if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
-  if (k->has_status_slice) grpc_slice_unref(k->status_slice);
-  if (k->mux) rm__relay_free(k);
-  free(k->later);
   rm__call_t *up = k->up; /* RELAYS: a lane holds a reference of its relay */
-  free(k);
+  if (!up) { /* a gRPC call's state; a lane has none */
+    rm__gcall_t *g = G(k);
+    if (g->call) grpc_call_unref(g->call);
+    grpc_call_details_destroy(&g->details);
+    grpc_metadata_array_destroy(&g->md);
+    if (g->recv) grpc_byte_buffer_destroy(g->recv);
+    if (g->send_bb) grpc_byte_buffer_destroy(g->send_bb);
+    if (g->has_status_slice) grpc_slice_unref(g->status_slice);
+    free(g->later);
+  }
+  if (k->mux) rm__relay_free(k);
+  free(k); /* the gcall itself when it is one: k is its first member */
   if (up) rm__call_unref(up);
 }
 
@@ -359,7 +370,8 @@ void rm__call_unref(rm__call_t *k)
  * when registration is off): the call it brings lives on that queue. */
 static void post_request(rm_coord_t *c, int cq, int method)
 {
-  rm__call_t *k = rm__xcalloc(1, sizeof *k);
+  rm__gcall_t *g = rm__xcalloc(1, sizeof *g);
+  rm__call_t *k = &g->k;
   rm__server_t *s = c->srv;
   grpc_completion_queue *q = s->sh[cq].cq;
   grpc_call_error rc;
@@ -367,15 +379,15 @@ static void post_request(rm_coord_t *c, int cq, int method)
   k->refs = 1;
   k->method = method;
   k->cq = cq;
-  grpc_call_details_init(&k->details);
-  grpc_metadata_array_init(&k->md);
+  grpc_call_details_init(&G(k)->details);
+  grpc_metadata_array_init(&G(k)->md);
   if (method >= 0) {
-    k->registered = 1;
-    rc = grpc_server_request_registered_call(s->server, s->reg[method], &k->call,
-                                             &k->deadline, &k->md, &k->recv, q, q,
+    G(k)->registered = 1;
+    rc = grpc_server_request_registered_call(s->server, s->reg[method], &G(k)->call,
+                                             &G(k)->deadline, &G(k)->md, &G(k)->recv, q, q,
                                              tag_of(k, T_REQUEST));
   } else {
-    rc = grpc_server_request_call(s->server, &k->call, &k->details, &k->md, q, q,
+    rc = grpc_server_request_call(s->server, &G(k)->call, &G(k)->details, &G(k)->md, q, q,
                                   tag_of(k, T_REQUEST));
   }
   if (rc != GRPC_CALL_OK) {
@@ -421,7 +433,7 @@ void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
   o->call = k;
   o->code = code;
   o->details = details ? rm__xstrdup(details) : NULL;
-  o->bb = bb;
+  o->bb = k->up && bb ? rm__relay_hold(bb) : bb; /* RELAYS: a lane's, slices alone */
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* held by the outbox */
 }
 
@@ -491,7 +503,10 @@ static int blob_gz(rm__blob_t *b)
 
 /* A relay lane's answer is never gzip: it travels inside a RelayResponse
  * (relay.c), whose Join answers share their tail by reference instead. */
-void rm__call_accept_gzip(rm__call_t *k, int yes) { k->gzip_ok = yes && !k->up; }
+void rm__call_accept_gzip(rm__call_t *k, int yes)
+{
+  if (!k->up) G(k)->gzip_ok = yes;
+}
 
 /* One message: head's bytes (taken; an empty slice: none) then body's
  * (referenced, not copied: a shared answer). */
@@ -514,14 +529,14 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
 
 /* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
  * head in a stored block, the shared deflated tail, an 8-byte trailer, sent
- * with grpc-encoding gzip (k->gzip, rm__out_flush). Plain rm__reply_tail
- * when the client did not ask, its initial metadata is already out (the
+ * with grpc-encoding gzip (gzip, rm__out_flush). Plain rm__reply_tail
+ * for a relay lane, when the client did not ask, its initial metadata is already out (the
  * encoding rides in it), or the tail cannot be deflated. */
 void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                        rm__blob_t *tail)
 {
   size_t hlen = protobuf_c_message_get_packed_size(head);
-  if (!k->gzip_ok || k->md_sent || hlen > RM__GZ_HEAD_MAX || !blob_gz(tail)) {
+  if (k->up || !G(k)->gzip_ok || G(k)->md_sent || hlen > RM__GZ_HEAD_MAX || !blob_gz(tail)) {
     rm__reply_tail(c, k, head, tail);
     return;
   }
@@ -535,7 +550,7 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *hea
                          grpc_slice_from_copied_buffer((const char *)trailer, sizeof trailer)};
   grpc_byte_buffer *bb = grpc_raw_compressed_byte_buffer_create(parts, 3, GRPC_COMPRESS_GZIP);
   for (int i = 0; i < 3; i++) grpc_slice_unref(parts[i]);
-  k->gzip = 1;
+  G(k)->gzip = 1;
   rm__out_push(c, k, GRPC_STATUS_OK, "", bb);
 }
 
@@ -599,7 +614,7 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
 
 void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared)
 {
-  if (k->answered || k->nlater >= SESSION_PUSH_BELOW || (k->up && !rm__relay_room(k)))
+  if (k->answered || (k->up ? !rm__relay_room(k) : G(k)->nlater >= SESSION_PUSH_BELOW))
     return;
   rm__out_push(c, k, -1, NULL, framed(gen, session_gate_field, shared->slice));
 }
@@ -618,36 +633,36 @@ void rm__start_out(rm__call_t *k, rm__out_t *o)
   grpc_op ops[4];
   size_t n = 0;
   memset(ops, 0, sizeof ops);
-  if (!k->md_sent) {
-    if (k->gzip) { /* GZIP ANSWERS: grpc-encoding gzip */
+  if (!G(k)->md_sent) {
+    if (G(k)->gzip) { /* GZIP ANSWERS: grpc-encoding gzip */
       ops[n].data.send_initial_metadata.count = 1;
       ops[n].data.send_initial_metadata.metadata = &gzip_md;
     }
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    k->md_sent = 1;
+    G(k)->md_sent = 1;
   }
   if (o->bb) {
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = o->bb;
-    k->send_bb = o->bb;
+    G(k)->send_bb = o->bb;
   }
   if (o->code >= 0) {
-    k->status_slice = grpc_slice_from_copied_string(o->details);
-    k->has_status_slice = 1;
+    G(k)->status_slice = grpc_slice_from_copied_string(o->details);
+    G(k)->has_status_slice = 1;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)o->code;
-    ops[n++].data.send_status_from_server.status_details = &k->status_slice;
-    if (!k->close_started) { /* CLOSE WITH THE ANSWER */
-      k->close_started = 1;
+    ops[n++].data.send_status_from_server.status_details = &G(k)->status_slice;
+    if (!G(k)->close_started) { /* CLOSE WITH THE ANSWER */
+      G(k)->close_started = 1;
       ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
       ops[n++].data.recv_close_on_server.cancelled = &k->cancelled;
     }
   }
-  if (grpc_call_start_batch(k->call, ops, n, tag_of(k, T_SEND), NULL) != GRPC_CALL_OK) {
+  if (grpc_call_start_batch(G(k)->call, ops, n, tag_of(k, T_SEND), NULL) != GRPC_CALL_OK) {
     RM_WARN("grpc_call_start_batch (reply) failed");
-    k->sending = 0;
-    if (k->close_deferred) { /* no batch will give the park's back */
-      k->close_deferred = 0;
+    G(k)->sending = 0;
+    if (G(k)->close_deferred) { /* no batch will give the park's back */
+      G(k)->close_deferred = 0;
       rm__call_unref(k);
     }
     rm__call_unref(k);
@@ -661,11 +676,11 @@ void rm__start_out(rm__call_t *k, rm__out_t *o)
  * rm__out_flush; or from on_send, after the one before it). */
 static void session_next(rm__call_t *k)
 {
-  if (k->sending || !k->nlater) return;
-  rm__out_t o = k->later[0];
-  memmove(&k->later[0], &k->later[1], (size_t)--k->nlater * sizeof o);
-  k->sending = 1;
-  if (o.code >= 0) k->final_started = 1;
+  if (G(k)->sending || !G(k)->nlater) return;
+  rm__out_t o = G(k)->later[0];
+  memmove(&G(k)->later[0], &G(k)->later[1], (size_t)--G(k)->nlater * sizeof o);
+  G(k)->sending = 1;
+  if (o.code >= 0) G(k)->final_started = 1;
   rm__start_out(k, &o);
 }
 
@@ -682,7 +697,7 @@ void rm__out_flush(rm_coord_t *c)
       rm__start_out(k, o);
       continue;
     }
-    if (k->nlater == SESSION_QUEUE) { /* never: pushes stop at SESSION_PUSH_BELOW,
+    if (G(k)->nlater == SESSION_QUEUE) { /* never: pushes stop at SESSION_PUSH_BELOW,
                                         * then a barrier, a gate, the end */
       RM_ERROR("session: %d answers queued behind one in flight; one dropped",
                SESSION_QUEUE);
@@ -691,11 +706,16 @@ void rm__out_flush(rm_coord_t *c)
       rm__call_unref(k);
       continue;
     }
-    if (!k->later) k->later = rm__xmalloc(SESSION_QUEUE * sizeof *k->later);
-    k->later[k->nlater++] = *o; /* with the outbox's reference */
+    if (!G(k)->later) G(k)->later = rm__xmalloc(SESSION_QUEUE * sizeof *G(k)->later);
+    G(k)->later[G(k)->nlater++] = *o; /* with the outbox's reference */
     session_next(k);
   }
   c->nout = 0;
+  if (c->capout > OUTBOX_KEEP) { /* a fan-out's room goes with it (issue 16: RSS) */
+    free(c->out);
+    c->out = NULL;
+    c->capout = 0;
+  }
   rm__relay_kick_all(c);
 }
 
@@ -714,7 +734,7 @@ static int find_method(const grpc_slice *m)
 static void start_ops(rm__call_t *k, grpc_op *ops, size_t n, int kind)
 {
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
-  if (grpc_call_start_batch(k->call, ops, n, tag_of(k, kind), NULL) !=
+  if (grpc_call_start_batch(G(k)->call, ops, n, tag_of(k, kind), NULL) !=
       GRPC_CALL_OK) {
     RM_WARN("grpc_call_start_batch failed");
     rm__call_unref(k);
@@ -726,13 +746,13 @@ static void start_ops(rm__call_t *k, grpc_op *ops, size_t n, int kind)
 static void start_close(rm__call_t *k)
 {
   grpc_op op;
-  if (k->answered || k->close_started || k->close_deferred) return;
+  if (k->answered || G(k)->close_started || G(k)->close_deferred) return;
   if (k->park.next && k->park.kind == RM__PARK_BARRIER) {
-    k->close_deferred = 1; /* the park's reference, back in on_send */
+    G(k)->close_deferred = 1; /* the park's reference, back in on_send */
     __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL);
     return;
   }
-  k->close_started = 1;
+  G(k)->close_started = 1;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &k->cancelled;
@@ -743,8 +763,8 @@ static int admin_ok(rm_coord_t *c, rm__call_t *k)
 {
   const char *tok = c->opt.admin_token;
   if (!tok || !rm__methods[k->method].admin) return 1;
-  for (size_t i = 0; i < k->md.count; i++) {
-    const grpc_metadata *m = &k->md.metadata[i];
+  for (size_t i = 0; i < G(k)->md.count; i++) {
+    const grpc_metadata *m = &G(k)->md.metadata[i];
     const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
     size_t vl = GRPC_SLICE_LENGTH(m->value);
     if (grpc_slice_str_cmp(m->key, "authorization") == 0 && vl > 7 &&
@@ -773,7 +793,7 @@ static ProtobufCMessage *parse(rm__call_t *k)
 {
   ProtobufCMessage *msg = NULL;
   grpc_byte_buffer_reader rd;
-  if (k->recv && grpc_byte_buffer_reader_init(&rd, k->recv)) {
+  if (G(k)->recv && grpc_byte_buffer_reader_init(&rd, G(k)->recv)) {
     grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
     msg = protobuf_c_message_unpack(rm__methods[k->method].req, NULL, GRPC_SLICE_LENGTH(s),
                                     GRPC_SLICE_START_PTR(s));
@@ -788,14 +808,14 @@ static ProtobufCMessage *parse(rm__call_t *k)
  * half-closed, or the call broke). */
 static void session_in(rm__call_t *k, ev_t *e, int ok)
 {
-  if (ok && k->recv) {
+  if (ok && G(k)->recv) {
     e->kind = EV_SESSION;
     e->msg = parse(k);
   } else {
     e->kind = EV_SESSION_END;
   }
-  if (k->recv) grpc_byte_buffer_destroy(k->recv);
-  k->recv = NULL;
+  if (G(k)->recv) grpc_byte_buffer_destroy(G(k)->recv);
+  G(k)->recv = NULL;
 }
 
 /* Step 1, no lock (the request was reposted by gather). */
@@ -808,20 +828,20 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
       e->kind = EV_SKIP;
       return;
     }
-    if (!k->registered) k->method = find_method(&k->details.method);
+    if (!G(k)->registered) k->method = find_method(&G(k)->details.method);
     k->streaming = k->method == RM__M_SESSION || k->method == RM__M_RELAY;
     if (k->method < 0) {
       e->kind = EV_UNKNOWN;
-    } else if (k->registered && k->streaming) { /* its first message came with it */
+    } else if (G(k)->registered && k->streaming) { /* its first message came with it */
       session_in(k, e, 1);
-    } else if (k->registered) { /* the payload came with the call */
+    } else if (G(k)->registered) { /* the payload came with the call */
       e->kind = EV_DISPATCH;
       e->msg = parse(k);
     } else { /* generic: read the message first (T_RECV) */
       grpc_op op;
       memset(&op, 0, sizeof op);
       op.op = GRPC_OP_RECV_MESSAGE;
-      op.data.recv_message.recv_message = &k->recv;
+      op.data.recv_message.recv_message = &G(k)->recv;
       start_ops(k, &op, 1, T_RECV);
       e->kind = EV_SKIP;
     }
@@ -830,9 +850,9 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
   } else if (e->kind == T_RECV) {
     e->kind = EV_DISPATCH;
     if (e->ok) e->msg = parse(k);
-    else if (k->recv) { /* no message after all */
-      grpc_byte_buffer_destroy(k->recv);
-      k->recv = NULL;
+    else if (G(k)->recv) { /* no message after all */
+      grpc_byte_buffer_destroy(G(k)->recv);
+      G(k)->recv = NULL;
     }
   }
 }
@@ -867,7 +887,7 @@ static void on_dispatch(rm_coord_t *c, ev_t *e)
   rm__call_t *k = e->k;
   const rm__method_t *m = &rm__methods[k->method];
   c->ctr.grpc_calls_total++;
-  if (!k->recv) {
+  if (!G(k)->recv) {
     rm__reply(c, k, GRPC_STATUS_INVALID_ARGUMENT, "no request message", NULL);
   } else if (!e->msg) {
     char why[160];
@@ -906,7 +926,7 @@ static void on_session_msg(rm_coord_t *c, ev_t *e)
   if (k->answered) return;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &k->recv;
+  op.data.recv_message.recv_message = &G(k)->recv;
   start_ops(k, &op, 1, T_RECV);
 }
 
@@ -934,16 +954,16 @@ static void on_session_end(rm_coord_t *c, ev_t *e)
 static void on_send(rm_coord_t *c, ev_t *e)
 {
   rm__call_t *k = e->k;
-  if (k->send_bb) grpc_byte_buffer_destroy(k->send_bb);
-  k->send_bb = NULL;
-  if (k->has_status_slice) grpc_slice_unref(k->status_slice);
-  k->has_status_slice = 0;
+  if (G(k)->send_bb) grpc_byte_buffer_destroy(G(k)->send_bb);
+  G(k)->send_bb = NULL;
+  if (G(k)->has_status_slice) grpc_slice_unref(G(k)->status_slice);
+  G(k)->has_status_slice = 0;
   if (k->park.kind == RM__PARK_WATCH && !k->answered) {
     k->park.watch_sending = 0;
     rm__watch_next(c, &k->park);
   }
-  if (k->close_deferred && k->answered) { /* the park's reference */
-    k->close_deferred = 0;
+  if (G(k)->close_deferred && k->answered) { /* the park's reference */
+    G(k)->close_deferred = 0;
     e->unrefs++;
   }
   /* SESSIONS: the next queued batch; after the final one (its park is
@@ -951,8 +971,8 @@ static void on_send(rm_coord_t *c, ev_t *e)
   if (k->method == RM__M_RELAY) {
     rm__relay_on_send(c, k);
   } else if (k->streaming) {
-    k->sending = 0;
-    if (k->final_started) rm__park_drop(c, &k->park, k->cancelled);
+    G(k)->sending = 0;
+    if (G(k)->final_started) rm__park_drop(c, &k->park, k->cancelled);
     else session_next(k);
   }
 }
@@ -1058,7 +1078,7 @@ static int gather(rm_coord_t *c, const grpc_event *e, ev_t *ev, int *n)
   rm__call_t *k = (rm__call_t *)((uintptr_t)e->tag & ~(uintptr_t)3);
   if (((uintptr_t)e->tag & 3) == T_REQUEST && e->success &&
       !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-    post_request(c, k->cq, k->registered ? k->method : -1);
+    post_request(c, k->cq, G(k)->registered ? k->method : -1);
   ev[*n].k = k;
   ev[*n].kind = (int)((uintptr_t)e->tag & 3);
   ev[*n].ok = e->success;

@@ -12,45 +12,55 @@
 
 #define SESSION_QUEUE 8 /* SESSIONS: answers queued behind one in flight */
 
+/* What every call has, a gRPC call's and a relay lane's (RELAYS: a lane
+ * is this record alone, no gRPC state: issue 16, a lane's bytes are a
+ * worker's). */
 struct rm__call {
   rm_coord_t *c;
+  int refs; /* atomic */
+  int method;
+  int cq; /* index of the queue the call lives on (SHARDS) */
+  int cancelled; /* T_CLOSE: the client went away (a lane: never) */
+  int answered; /* final status queued; under c->mu */
+  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
+  rm__park_t park;
+  rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
+  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
+  /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
+   * Session or a Join carried by a relay), its relay and number */
+  struct rm__relay *mux;
+  rm__call_t *up;
+  uint32_t lane;
+  int rl_idx;        /* RELAYS: its last entry's index in ... */
+  uint64_t rl_batch; /* ... the relay batch it is in */
+} __attribute__((aligned(8)));
+
+/* A call with a grpc_call: the record above, then gRPC's state and the
+ * sending side's. rm__gcall(k) for a call whose k->up is NULL. */
+typedef struct rm__gcall {
+  rm__call_t k; /* first */
   grpc_call *call;
   grpc_call_details details;
   grpc_metadata_array md;
   grpc_byte_buffer *recv;
   gpr_timespec deadline; /* registered requests fill it; unused */
-  int cancelled;
-  int refs; /* atomic */
-  int method;
   int registered; /* REGISTERED METHODS: the request brought the payload */
-  int cq; /* index of the queue the call lives on (SHARDS) */
   int gzip_ok; /* the client decodes gzip (Join/StepGateRequest.accept_gzip) */
   int gzip; /* its answer is a gzip member (GZIP ANSWERS); under c->mu */
-  rm__park_t park;
-  int answered; /* final status queued; under c->mu */
   int md_sent;  /* initial metadata started; under c->mu */
   int close_started; /* RECV_CLOSE_ON_SERVER started; under c->mu */
   int close_deferred; /* parked barrier: the park holds a ref; under c->mu */
-  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
-  rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
-  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
   int sending;      /* SESSIONS: a batch of it in flight; under c->mu */
   int final_started; /* SESSIONS: its final batch started; under c->mu */
   rm__out_t *later; /* SESSIONS: queued batches, in order (SESSION_QUEUE,
                      * allocated at the first: most calls never queue) */
   int nlater;
-  /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
-   * Session carried by a relay, no grpc_call of its own), its relay and
-   * number */
-  struct rm__relay *mux;
-  rm__call_t *up;
-  uint32_t lane;
-  uint64_t rl_batch; /* RELAYS: the relay batch its last entry is in */
-  int rl_idx;        /* ... and that entry's index there */
+  int has_status_slice;
   grpc_byte_buffer *send_bb;
   grpc_slice status_slice;
-  int has_status_slice;
-} __attribute__((aligned(8)));
+} rm__gcall_t;
+
+static inline rm__gcall_t *rm__gcall(rm__call_t *k) { return (rm__gcall_t *)k; }
 
 /* Queue an answer or stream message of k (code -1: a message; bb taken).
  * Under c->mu; started by rm__out_flush after COMMIT. */
@@ -73,6 +83,9 @@ int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
  * relay o's touched start in rm__relay_kick_all, after the flush. */
 void rm__relay_out(rm_coord_t *c, rm__out_t *o);
 void rm__relay_kick_all(rm_coord_t *c);
+/* rm__out_push's part for a lane: bb (taken) as the lane's queued
+ * message, which rm__relay_out takes. */
+void *rm__relay_hold(grpc_byte_buffer *bb);
 /* k's batch completed (on_send). */
 void rm__relay_on_send(rm_coord_t *c, rm__call_t *k);
 /* Is there room for a best-effort message to lane k (a push)? */
