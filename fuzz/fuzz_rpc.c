@@ -174,8 +174,8 @@ void fz_deliver(rm__call_t *k, int code, const char *details,
 static void check_call(const rm__call_t *k, int cancelled)
 {
   CHECK(!k->park.next && !k->park.prev, "method %d: call still parked", k->method);
-  CHECK(!k->bpark.next && !k->bpark.prev, "method %d: barrier wait still linked", k->method);
-  CHECK(!k->gpark.next && !k->gpark.prev, "method %d: gate wait still linked", k->method);
+  CHECK(!k->wpark.next && !k->wpark.prev, "method %d: barrier or gate wait still linked",
+        k->method);
   CHECK(!k->queued, "method %d: answer queued after the last commit", k->method);
   CHECK(k->finals == 1 || (cancelled && !k->finals), "method %d: %d answers%s",
         k->method, k->finals, cancelled ? " (cancelled)" : "");
@@ -256,8 +256,7 @@ static rm__call_t *run_call(rm_coord_t *c, int method, const ProtobufCMessage *r
   /* on_close */
   rm__lock(c);
   rm__park_drop(c, &k->park, cancelled);
-  rm__park_unlink(&k->bpark); /* server.c on_session_end */
-  rm__park_unlink(&k->gpark);
+  rm__park_unlink(&k->wpark); /* server.c on_session_end */
   if (cancelled) k->answered = 1;
   rm__commit(c);
   check_call(k, cancelled);

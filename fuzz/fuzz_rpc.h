@@ -13,8 +13,7 @@
 
 struct rm__call {
   rm__park_t park;      /* what rm__call_park returns */
-  rm__park_t bpark;     /* rm__call_bpark: a Session's barrier wait */
-  rm__park_t gpark;     /* rm__call_gpark: a Session's step-gate wait */
+  rm__park_t wpark;     /* rm__call_wpark: a Session's barrier or step-gate wait */
   int method;           /* RM__M_* */
   int answered;         /* final status queued (server.c's meaning) */
   int queued;           /* answers in c->out not yet delivered */

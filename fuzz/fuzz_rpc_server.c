@@ -38,11 +38,10 @@
 
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
-rm__park_t *rm__call_bpark(rm__call_t *call) { return &call->bpark; }
-rm__park_t *rm__call_gpark(rm__call_t *call) { return &call->gpark; }
+rm__park_t *rm__call_wpark(rm__call_t *call) { return &call->wpark; }
 int rm__park_on_stream(const rm__park_t *p)
 {
-  return p == &p->call->bpark || p == &p->call->gpark;
+  return p == &p->call->wpark;
 }
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
@@ -88,8 +87,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
   if (k->answered) return;
   k->answered = 1;
   rm__park_unlink(&k->park);
-  rm__park_unlink(&k->bpark);
-  rm__park_unlink(&k->gpark);
+  rm__park_unlink(&k->wpark);
   if (code != RM__GRPC_OK) c->ctr.grpc_errors_total++;
   if (code == RM__GRPC_OK && resp) buf = pack(resp, &len);
   out_push(c, k, code, details ? details : "", buf, len);
@@ -195,7 +193,7 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
                      rm__blob_t *shared)
 {
   rm__call_t *k = p->call;
-  const ProtobufCMessageDescriptor *d = p == &k->bpark
+  const ProtobufCMessageDescriptor *d = p->kind == RM__PARK_BARRIER
                                             ? &ringmaster__v1__barrier_response__descriptor
                                             : &ringmaster__v1__step_gate_response__descriptor;
   ProtobufCMessage *sb = NULL;
@@ -217,7 +215,7 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   }
   Ringmaster__V1__SessionResponse m = RINGMASTER__V1__SESSION_RESPONSE__INIT;
   const ProtobufCMessage *a = sb ? sb : resp;
-  if (p == &k->bpark) m.barrier = (Ringmaster__V1__BarrierResponse *)a;
+  if (p->kind == RM__PARK_BARRIER) m.barrier = (Ringmaster__V1__BarrierResponse *)a;
   else m.gate = (Ringmaster__V1__StepGateResponse *)a;
   uint8_t *buf = pack(&m.base, &len);
   if (sb) protobuf_c_message_free_unpacked(sb, NULL);

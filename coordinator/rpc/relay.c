@@ -433,8 +433,7 @@ static void lane_end(rm_coord_t *c, rm__call_t *l, int how)
 {
   if (l->answered) return;
   l->answered = 1;
-  rm__park_unlink(&l->bpark);
-  rm__park_unlink(&l->gpark);
+  rm__park_unlink(&l->wpark);
   rm__park_drop(c, &l->park, how == LANE_BROKEN);
   if (how != LANE_END) lane_retire(l->up->mux, l);
   else rm__out_push(c, l, GRPC_STATUS_OK, "", NULL); /* retired when flushed */

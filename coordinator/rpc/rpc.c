@@ -546,20 +546,25 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
     rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
     return;
   }
-  rm__park_t *b = rm__call_bpark(call), *g = rm__call_gpark(call);
-  if ((q->barrier || q->gate) && (b->next || g->next || (q->barrier && q->gate))) {
+  rm__park_t *wp = rm__call_wpark(call);
+  if ((q->barrier || q->gate) && (wp->next || (q->barrier && q->gate))) {
     fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a Session carries one barrier arrival or "
          "step-gate call at a time (it waits in %s)",
-         b->next ? "a barrier" : g->next ? "a step gate" : "neither: this message has both");
+         !wp->next ? "neither: this message has both"
+         : wp->kind == RM__PARK_BARRIER ? "a barrier" : "a step gate");
     return;
   }
-  if (q->barrier)
+  /* the kind first: an answer at once is framed by it (rm__park_answer) */
+  if (q->barrier) {
+    wp->kind = RM__PARK_BARRIER;
     barrier_arrive(c, call, j, w, q->barrier->name, q->barrier->timeout_ms, q->step,
-                   q->barrier->payload, b);
+                   q->barrier->payload, wp);
+  }
   if (q->gate) {
     c->ctr.step_gate_calls_session++;
-    g->call = call;
-    rm__gate_request(c, j, w, q->step, q->gate->ready, q->gate->wait_ms, g);
+    wp->kind = RM__PARK_GATE;
+    wp->call = call;
+    rm__gate_request(c, j, w, q->step, q->gate->ready, q->gate->wait_ms, wp);
   }
 }
 

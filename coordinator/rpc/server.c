@@ -156,13 +156,13 @@
  * RECV_MESSAGE while the call is open. The pending RECV_MESSAGE is also
  * how its end is seen, so a session holds ONE outstanding tag (no T_CLOSE:
  * the debug tag walk of SHARDS is per outstanding tag). A message may
- * carry a barrier arrival: it waits in the call's second park (bpark,
+ * carry a barrier arrival: it waits in the call's second park (wpark,
  * linked only while the call is open, so a RECV or the dispatch holds the
  * call's memory; claim_answer and on_session_end unlink it) and is
  * answered by a message of the stream (rm__park_answer: the released
  * barrier's shared packed answer framed as SessionResponse.barrier, not
- * copied). A step-gate call waits the same way in the third park (gpark,
- * a RM__PARK_GATE in j->parked, which the gate's walks answer like any
+ * copied). A step-gate call waits the same way in the same park (one of
+ * the two at a time, rpc.c on_session: a RM__PARK_GATE in j->parked, which the gate's walks answer like any
  * parked StepGate), answered as SessionResponse.gate: a decided step's
  * answer is packed once per step in the stream's form (the ranks out of
  * the step, not a mask: no gzip on a stream) and shared; where the unary
@@ -443,8 +443,7 @@ static int claim_answer(rm__call_t *k)
   if (k->answered) return 0;
   k->answered = 1;
   rm__park_unlink(&k->park);
-  rm__park_unlink(&k->bpark); /* SESSIONS: a barrier it waited on */
-  rm__park_unlink(&k->gpark); /* SESSIONS: a step gate it waited on */
+  rm__park_unlink(&k->wpark); /* SESSIONS: a barrier or step gate it waited on */
   return 1;
 }
 
@@ -565,11 +564,10 @@ static int session_field(const char *name)
              &ringmaster__v1__session_response__descriptor, name)->id;
 }
 
-rm__park_t *rm__call_bpark(rm__call_t *k) { return &k->bpark; }
-rm__park_t *rm__call_gpark(rm__call_t *k) { return &k->gpark; }
+rm__park_t *rm__call_wpark(rm__call_t *k) { return &k->wpark; }
 int rm__park_on_stream(const rm__park_t *p)
 {
-  return p == &p->call->bpark || p == &p->call->gpark;
+  return p == &p->call->wpark;
 }
 
 /* A SessionResponse: (pushed_gen > 0: generation = pushed_gen and
@@ -608,7 +606,8 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
   if (k->answered) return; /* the stream is over */
   grpc_slice body = shared ? grpc_slice_ref(shared->slice) : packed(resp);
   rm__out_push(c, k, -1, NULL,
-           framed(0, p == &k->bpark ? session_barrier_field : session_gate_field, body));
+           framed(0, p->kind == RM__PARK_BARRIER ? session_barrier_field : session_gate_field,
+                  body));
   grpc_slice_unref(body);
 }
 
@@ -944,8 +943,7 @@ static void on_session_end(rm_coord_t *c, ev_t *e)
   }
   if (k->answered) return;
   k->answered = 1;
-  rm__park_unlink(&k->bpark); /* a barrier it waited on: nobody to tell */
-  rm__park_unlink(&k->gpark); /* a step gate it waited on: the same */
+  rm__park_unlink(&k->wpark); /* a barrier or step gate it waited on: nobody to tell */
   rm__out_push(c, k, GRPC_STATUS_OK, "", NULL);
 }
 

@@ -24,8 +24,8 @@ struct rm__call {
   int answered; /* final status queued; under c->mu */
   int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
   rm__park_t park;
-  rm__park_t bpark; /* SESSIONS: its barrier arrival's wait; under c->mu */
-  rm__park_t gpark; /* SESSIONS: its step-gate call's wait; under c->mu */
+  rm__park_t wpark; /* SESSIONS: its barrier arrival's or step-gate call's
+                     * wait, one at a time (its kind says which); under c->mu */
   /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
    * Session or a Join carried by a relay), its relay and number */
   struct rm__relay *mux;
