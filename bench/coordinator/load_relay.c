@@ -641,6 +641,8 @@ void relay_phase_heartbeat(client_t *c, int secs, load_res_t *res)
   int total = secs * c->n, sched = 0;
   int64_t t0 = rm__now_ns();
   int64_t end = t0 + (int64_t)(secs + 10 + 5) * 1000000000LL;
+  /* nfly also counted the Join wave's lanes: none of these is in flight */
+  for (int i = 0; i < c->n_rl; i++) c->rl[i].nbeat = c->rl[i].nfly = 0;
   phase_start(c, LOAD_CMD_HEARTBEAT, res);
   while (c->s_done < total) {
     int64_t now = rm__now_ns(), due = 0;
