@@ -162,10 +162,11 @@
  * answered by a message of the stream (rm__park_answer: the released
  * barrier's shared packed answer framed as SessionResponse.barrier, not
  * copied). A step-gate call waits the same way in the same park (one of
- * the two at a time, rpc.c on_session: a RM__PARK_GATE in j->parked, which the gate's walks answer like any
- * parked StepGate), answered as SessionResponse.gate: a decided step's
- * answer is packed once per step in the stream's form (the ranks out of
- * the step, not a mask: no gzip on a stream) and shared; where the unary
+ * the two at a time, rpc.c on_session: then a RM__PARK_GATE in j->parked,
+ * which the gate's walks answer like any parked StepGate), answered as
+ * SessionResponse.gate: a decided step's answer is packed once per step
+ * in the stream's form (the ranks out of the step, not a mask: no gzip on
+ * a stream) and shared; where the unary
  * call would get FAILED_PRECONDITION (rm__answer_stale) the stream ends
  * with it. gRPC allows one message in flight per call, so a stream's
  * batches queue on the call (later[], in the order rm__out_flush saw them,
@@ -379,15 +380,15 @@ static void post_request(rm_coord_t *c, int cq, int method)
   k->refs = 1;
   k->method = method;
   k->cq = cq;
-  grpc_call_details_init(&G(k)->details);
-  grpc_metadata_array_init(&G(k)->md);
+  grpc_call_details_init(&g->details);
+  grpc_metadata_array_init(&g->md);
   if (method >= 0) {
-    G(k)->registered = 1;
-    rc = grpc_server_request_registered_call(s->server, s->reg[method], &G(k)->call,
-                                             &G(k)->deadline, &G(k)->md, &G(k)->recv, q, q,
+    g->registered = 1;
+    rc = grpc_server_request_registered_call(s->server, s->reg[method], &g->call,
+                                             &g->deadline, &g->md, &g->recv, q, q,
                                              tag_of(k, T_REQUEST));
   } else {
-    rc = grpc_server_request_call(s->server, &G(k)->call, &G(k)->details, &G(k)->md, q, q,
+    rc = grpc_server_request_call(s->server, &g->call, &g->details, &g->md, q, q,
                                   tag_of(k, T_REQUEST));
   }
   if (rc != GRPC_CALL_OK) {
@@ -529,8 +530,9 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
 /* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
  * head in a stored block, the shared deflated tail, an 8-byte trailer, sent
  * with grpc-encoding gzip (gzip, rm__out_flush). Plain rm__reply_tail
- * for a relay lane, when the client did not ask, its initial metadata is already out (the
- * encoding rides in it), or the tail cannot be deflated. */
+ * for a relay lane, when the client did not ask, when its initial
+ * metadata is already out (the encoding rides in it), or when the tail
+ * cannot be deflated. */
 void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
                        rm__blob_t *tail)
 {
@@ -629,39 +631,40 @@ void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
  * batch's); frees its details. */
 void rm__start_out(rm__call_t *k, rm__out_t *o)
 {
+  rm__gcall_t *g = G(k);
   grpc_op ops[4];
   size_t n = 0;
   memset(ops, 0, sizeof ops);
-  if (!G(k)->md_sent) {
-    if (G(k)->gzip) { /* GZIP ANSWERS: grpc-encoding gzip */
+  if (!g->md_sent) {
+    if (g->gzip) { /* GZIP ANSWERS: grpc-encoding gzip */
       ops[n].data.send_initial_metadata.count = 1;
       ops[n].data.send_initial_metadata.metadata = &gzip_md;
     }
     ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    G(k)->md_sent = 1;
+    g->md_sent = 1;
   }
   if (o->bb) {
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = o->bb;
-    G(k)->send_bb = o->bb;
+    g->send_bb = o->bb;
   }
   if (o->code >= 0) {
-    G(k)->status_slice = grpc_slice_from_copied_string(o->details);
-    G(k)->has_status_slice = 1;
+    g->status_slice = grpc_slice_from_copied_string(o->details);
+    g->has_status_slice = 1;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = (grpc_status_code)o->code;
-    ops[n++].data.send_status_from_server.status_details = &G(k)->status_slice;
-    if (!G(k)->close_started) { /* CLOSE WITH THE ANSWER */
-      G(k)->close_started = 1;
+    ops[n++].data.send_status_from_server.status_details = &g->status_slice;
+    if (!g->close_started) { /* CLOSE WITH THE ANSWER */
+      g->close_started = 1;
       ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
       ops[n++].data.recv_close_on_server.cancelled = &k->cancelled;
     }
   }
-  if (grpc_call_start_batch(G(k)->call, ops, n, tag_of(k, T_SEND), NULL) != GRPC_CALL_OK) {
+  if (grpc_call_start_batch(g->call, ops, n, tag_of(k, T_SEND), NULL) != GRPC_CALL_OK) {
     RM_WARN("grpc_call_start_batch (reply) failed");
-    G(k)->sending = 0;
-    if (G(k)->close_deferred) { /* no batch will give the park's back */
-      G(k)->close_deferred = 0;
+    g->sending = 0;
+    if (g->close_deferred) { /* no batch will give the park's back */
+      g->close_deferred = 0;
       rm__call_unref(k);
     }
     rm__call_unref(k);
@@ -675,11 +678,12 @@ void rm__start_out(rm__call_t *k, rm__out_t *o)
  * rm__out_flush; or from on_send, after the one before it). */
 static void session_next(rm__call_t *k)
 {
-  if (G(k)->sending || !G(k)->nlater) return;
-  rm__out_t o = G(k)->later[0];
-  memmove(&G(k)->later[0], &G(k)->later[1], (size_t)--G(k)->nlater * sizeof o);
-  G(k)->sending = 1;
-  if (o.code >= 0) G(k)->final_started = 1;
+  rm__gcall_t *g = G(k);
+  if (g->sending || !g->nlater) return;
+  rm__out_t o = g->later[0];
+  memmove(&g->later[0], &g->later[1], (size_t)--g->nlater * sizeof o);
+  g->sending = 1;
+  if (o.code >= 0) g->final_started = 1;
   rm__start_out(k, &o);
 }
 
@@ -821,26 +825,27 @@ static void session_in(rm__call_t *k, ev_t *e, int ok)
 static void ev_prepare(rm_coord_t *c, ev_t *e)
 {
   rm__call_t *k = e->k;
+  rm__gcall_t *g = G(k); /* an event: a gRPC call */
   e->unrefs = 1; /* the completed batch's (or request's) reference */
   if (e->kind == T_REQUEST) {
     if (!e->ok) { /* server shutting down */
       e->kind = EV_SKIP;
       return;
     }
-    if (!G(k)->registered) k->method = find_method(&G(k)->details.method);
+    if (!g->registered) k->method = find_method(&g->details.method);
     k->streaming = k->method == RM__M_SESSION || k->method == RM__M_RELAY;
     if (k->method < 0) {
       e->kind = EV_UNKNOWN;
-    } else if (G(k)->registered && k->streaming) { /* its first message came with it */
+    } else if (g->registered && k->streaming) { /* its first message came with it */
       session_in(k, e, 1);
-    } else if (G(k)->registered) { /* the payload came with the call */
+    } else if (g->registered) { /* the payload came with the call */
       e->kind = EV_DISPATCH;
       e->msg = parse(k);
     } else { /* generic: read the message first (T_RECV) */
       grpc_op op;
       memset(&op, 0, sizeof op);
       op.op = GRPC_OP_RECV_MESSAGE;
-      op.data.recv_message.recv_message = &G(k)->recv;
+      op.data.recv_message.recv_message = &g->recv;
       start_ops(k, &op, 1, T_RECV);
       e->kind = EV_SKIP;
     }
@@ -849,9 +854,9 @@ static void ev_prepare(rm_coord_t *c, ev_t *e)
   } else if (e->kind == T_RECV) {
     e->kind = EV_DISPATCH;
     if (e->ok) e->msg = parse(k);
-    else if (G(k)->recv) { /* no message after all */
-      grpc_byte_buffer_destroy(G(k)->recv);
-      G(k)->recv = NULL;
+    else if (g->recv) { /* no message after all */
+      grpc_byte_buffer_destroy(g->recv);
+      g->recv = NULL;
     }
   }
 }
@@ -952,16 +957,17 @@ static void on_session_end(rm_coord_t *c, ev_t *e)
 static void on_send(rm_coord_t *c, ev_t *e)
 {
   rm__call_t *k = e->k;
-  if (G(k)->send_bb) grpc_byte_buffer_destroy(G(k)->send_bb);
-  G(k)->send_bb = NULL;
-  if (G(k)->has_status_slice) grpc_slice_unref(G(k)->status_slice);
-  G(k)->has_status_slice = 0;
+  rm__gcall_t *g = G(k); /* an event: a gRPC call */
+  if (g->send_bb) grpc_byte_buffer_destroy(g->send_bb);
+  g->send_bb = NULL;
+  if (g->has_status_slice) grpc_slice_unref(g->status_slice);
+  g->has_status_slice = 0;
   if (k->park.kind == RM__PARK_WATCH && !k->answered) {
     k->park.watch_sending = 0;
     rm__watch_next(c, &k->park);
   }
-  if (G(k)->close_deferred && k->answered) { /* the park's reference */
-    G(k)->close_deferred = 0;
+  if (g->close_deferred && k->answered) { /* the park's reference */
+    g->close_deferred = 0;
     e->unrefs++;
   }
   /* SESSIONS: the next queued batch; after the final one (its park is
@@ -969,8 +975,8 @@ static void on_send(rm_coord_t *c, ev_t *e)
   if (k->method == RM__M_RELAY) {
     rm__relay_on_send(c, k);
   } else if (k->streaming) {
-    G(k)->sending = 0;
-    if (G(k)->final_started) rm__park_drop(c, &k->park, k->cancelled);
+    g->sending = 0;
+    if (g->final_started) rm__park_drop(c, &k->park, k->cancelled);
     else session_next(k);
   }
 }
