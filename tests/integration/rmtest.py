@@ -212,10 +212,10 @@ class SessionStream:
 
     method: "Session" (the default; SessionRequest in, SessionResponse out)
     or "Relay" (RelayRequest in, RelayResponse out).
-    raw=False (the default): messages in and out, through the generated
-    WorkerStub. raw=True: serialized bytes in and out, through a generic
-    stream_stream call on the channel, for bytes the stub would refuse to
-    build or parse."""
+    raw: False (the default) sends and reads messages through the generated
+    WorkerStub; True sends and reads serialized bytes through a generic
+    stream_stream call on the channel (malformed bytes, which the stub
+    cannot build or parse)."""
 
     def __init__(self, env, first, raw=False, method="Session"):
         self.q = queue.Queue()
