@@ -73,10 +73,12 @@
 #include <unistd.h>
 
 #include "relay.h"
+#include "rm_channel.h"
 #include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_pbwire.h"
+#include "rm_signal.h"
 
 #define LANES_MAX 65535u
 #define BEAT_MS 100      /* a heartbeat waits at most this to travel with others */
@@ -424,15 +426,18 @@ static void post_request(relay_t *r, int join)
   }
 }
 
-/* Does a SessionRequest's bytes carry a barrier arrival (field 6) or a gate
- * call (7)? Then it goes at once; a heartbeat alone may wait BEAT_MS. */
+/* SessionRequest's barrier and gate fields as rm__pb_fields bits (6 and 7;
+ * set in rm_relay_main from the descriptor). */
+static uint64_t asks_fields;
+
+/* Does a SessionRequest's bytes carry a barrier arrival or a gate call?
+ * Then it goes at once; a heartbeat alone may wait BEAT_MS. Read from the
+ * wire, not unpacked (this runs for every heartbeat); malformed bytes go
+ * at once too, and the coordinator ends the Session over them. */
 static int asks(grpc_slice s)
 {
-  Ringmaster__V1__SessionRequest *q = ringmaster__v1__session_request__unpack(
-      NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-  int a = !q || q->barrier || q->gate; /* malformed: the coordinator says so at once */
-  if (q) ringmaster__v1__session_request__free_unpacked(q, NULL);
-  return a;
+  uint64_t f = rm__pb_fields(GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
+  return (f & 1) || (f & asks_fields);
 }
 
 static void on_request(relay_t *r, lc_t *l, int ok)
@@ -642,58 +647,6 @@ static void dispatch(relay_t *r, const grpc_event *e)
   up_unref(r, u); /* the batch's */
 }
 
-static char *slurp(const char *path)
-{
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  long n;
-  if (!f) return NULL;
-  if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
-      (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-    buf[n] = 0;
-  } else {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  return buf;
-}
-
-static grpc_channel *coordinator_channel(const char *addr, const char *ca, const char *cert,
-                                         const char *key)
-{
-  grpc_channel_credentials *creds;
-  if (ca || cert || key) {
-    char *pca = ca ? slurp(ca) : NULL, *pcert = cert ? slurp(cert) : NULL,
-         *pkey = key ? slurp(key) : NULL;
-    if (!pca || !pcert || !pkey) {
-      fprintf(stderr, "ringmaster relay: TLS needs readable --tls-ca, --tls-cert and "
-                      "--tls-key files\n");
-      free(pca);
-      free(pcert);
-      free(pkey);
-      return NULL;
-    }
-    grpc_ssl_pem_key_cert_pair pair = {pkey, pcert};
-    creds = grpc_ssl_credentials_create(pca, &pair, NULL, NULL);
-    free(pca);
-    free(pcert);
-    free(pkey);
-  } else {
-    creds = grpc_insecure_credentials_create();
-  }
-  /* reconnect quickly after a coordinator restart, as the workers do */
-  grpc_arg args[3] = {
-      {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 500}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = 256 << 20}},
-  };
-  grpc_channel_args ca_ = {3, args};
-  grpc_channel *ch = grpc_channel_create(addr, creds, &ca_);
-  grpc_channel_credentials_release(creds);
-  return ch;
-}
-
 /* Does something accept connections on unix socket path? */
 static int unix_alive(const char *path)
 {
@@ -761,14 +714,19 @@ int rm_relay_main(int argc, char **argv)
     unlink(listen + 5); /* a stale socket of a dead relay */
   }
   rm__log_set_tag("relay");
+  const ProtobufCMessageDescriptor *sd = &ringmaster__v1__session_request__descriptor;
+  asks_fields = (uint64_t)1 << protobuf_c_message_descriptor_get_field_by_name(sd, "barrier")->id |
+                (uint64_t)1 << protobuf_c_message_descriptor_get_field_by_name(sd, "gate")->id;
   relay_t r;
   memset(&r, 0, sizeof r);
   /* lane numbers a stream: LANES_MAX; fewer only to test the streams' turnover */
   const char *lm = getenv("RINGMASTER_RELAY_LANES");
   r.lanes_max = lm && atoi(lm) > 0 && atoi(lm) < (int)LANES_MAX ? (uint32_t)atoi(lm) : LANES_MAX;
   grpc_init();
-  r.ch = coordinator_channel(coord, ca, cert, key);
+  char err[160];
+  r.ch = rm__channel_open(coord, ca, cert, key, err, sizeof err);
   if (!r.ch) {
+    fprintf(stderr, "ringmaster relay: %s\n", err);
     grpc_shutdown();
     return 2;
   }
@@ -799,11 +757,7 @@ int rm_relay_main(int argc, char **argv)
     post_request(&r, 0);
     post_request(&r, 1);
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  rm__on_stop_signals(on_signal);
   signal(SIGPIPE, SIG_IGN);
   if (!strncmp(listen, "unix:", 5)) printf("ringmaster: relay listening on %s\n", listen);
   else {

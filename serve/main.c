@@ -19,6 +19,7 @@
 
 #include "coord.h"
 #include "rm_log.h"
+#include "rm_signal.h"
 #include "rm_token.h"
 #if RM_HAVE_API
 #include "api.h"
@@ -183,11 +184,7 @@ static int serve(int argc, char **argv)
     RM_WARN("no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN): "
             "generated one for this run; REST and gRPC mutations need 'Bearer %s'", token);
   fflush(stdout);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  rm__on_stop_signals(on_signal);
   signal(SIGPIPE, SIG_IGN);
   /* Block the signals, then wait for them atomically: no lost wake-up. */
   sigset_t block, old;

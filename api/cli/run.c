@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "cli_int.h"
+#include "rm_signal.h"
 
 #define DEFAULT_SERVER "http://127.0.0.1:8080"
 #define RUN_DIR "ringmaster-run"
@@ -634,11 +635,7 @@ int rm__cli_run(cli_t *c, int argc, char **argv)
       goto exit;
     }
   }
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_sigint;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  rm__on_stop_signals(on_sigint);
   body = spec_json(&a);
   code = rm__cli_call(c, "POST", "/api/v1/jobs", body, &r);
   if (code) goto exit;

@@ -158,6 +158,7 @@
 #include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
 #include "rm_le.h"
+#include "rm_pbwire.h"
 
 #define JOIN_WAIT_MS 60000 /* the coordinator's cap (JOIN_WAIT_MAX_MS) */
 #define HEARTBEAT_DEADLINE_S 10
@@ -318,20 +319,6 @@ static void rpc_error(load_res_t *r, const op_t *o, const char *what, int g)
 /* ---- Join answers ---- */
 
 
-static int varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-  uint64_t x = 0;
-  for (int sh = 0; sh < 64 && *p < end; sh += 7) {
-    uint8_t b = *(*p)++;
-    x |= (uint64_t)(b & 0x7f) << sh;
-    if (!(b & 0x80)) {
-      *v = x;
-      return 0;
-    }
-  }
-  return -1;
-}
-
 /* Top-level walk of a packed JoinResponse (see the file comment). */
 int scan_join(const uint8_t *b, size_t len, const uint8_t *ref, size_t ref_len,
                      join_scan_t *o)
@@ -342,17 +329,17 @@ int scan_join(const uint8_t *b, size_t len, const uint8_t *ref, size_t ref_len,
   while (p < end) {
     const uint8_t *tag = p;
     uint64_t key, v;
-    if (varint(&p, end, &key)) return -1;
+    if (rm__pb_read_varint(&p, end, &key)) return -1;
     uint32_t f = (uint32_t)(key >> 3), wt = (uint32_t)(key & 7);
     if (wt == 0) {
-      if (varint(&p, end, &v)) return -1;
+      if (rm__pb_read_varint(&p, end, &v)) return -1;
       if (f == 1) o->formed = v != 0;
       else if (f == 2) o->worker_id = v;
       else if (f == 3) o->generation = v;
       else if (f == 4) o->rank = (uint32_t)v;
       else if (f == 5) o->world = (uint32_t)v;
     } else if (wt == 2) {
-      if (varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+      if (rm__pb_read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
       if (f == 6) {
         if (!o->seen_peer) {
           o->seen_peer = 1;

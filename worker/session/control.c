@@ -50,7 +50,6 @@
  */
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
-#include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -58,86 +57,26 @@
 #include <string.h>
 
 #include "control.h"
+#include "rm_channel.h"
 #include "rm_log.h"
 #include "rm_clock.h"
-
-#define CTL_MAX_RECEIVE (256 << 20) /* bytes; see rm__ctl_open */
 
 struct rm__ctl {
   grpc_channel *ch;
 };
 
-static char *slurp(const char *path)
-{
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  long n;
-  if (!f) return NULL;
-  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) buf[n] = 0;
-    else {
-      free(buf);
-      buf = NULL;
-    }
-  }
-  fclose(f);
-  return buf;
-}
-
 rm__ctl_t *rm__ctl_open(const char *addr, const char *ca, const char *cert,
                         const char *key, char *err, size_t errlen)
 {
   rm__ctl_t *c = calloc(1, sizeof *c);
-  grpc_channel_credentials *creds = NULL;
-  char *pem_ca = NULL, *pem_cert = NULL, *pem_key = NULL;
-  if (!c) goto fail;
+  if (!c) return NULL;
   grpc_init();
-  if (ca || cert || key) {
-    pem_ca = ca ? slurp(ca) : NULL;
-    pem_cert = cert ? slurp(cert) : NULL;
-    pem_key = key ? slurp(key) : NULL;
-    if (!pem_ca || !pem_cert || !pem_key) {
-      snprintf(err, errlen, "TLS needs readable --tls-ca, --tls-cert and --tls-key files");
-      goto fail_init;
-    }
-    grpc_ssl_pem_key_cert_pair pair = {pem_key, pem_cert};
-    creds = grpc_ssl_credentials_create(pem_ca, &pair, NULL, NULL);
-  } else {
-    creds = grpc_insecure_credentials_create();
+  if (!(c->ch = rm__channel_open(addr, ca, cert, key, err, errlen))) {
+    grpc_shutdown();
+    free(c);
+    return NULL;
   }
-  /* Reconnect quickly after a coordinator restart (gRPC's default backoff
-   * grows to 120 s, during which fail-fast calls just fail). */
-  grpc_arg args[5];
-  args[0].type = args[1].type = args[2].type = args[3].type = args[4].type = GRPC_ARG_INTEGER;
-  args[0].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
-  args[0].value.integer = 100;
-  args[1].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
-  args[1].value.integer = 100;
-  args[2].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-  args[2].value.integer = 500; /* at most 2 attempts a second per worker */
-  args[3].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
-  args[3].value.integer = 100;
-  /* A Join answer carries every peer (about 90 bytes each with a
-   * shared-memory offer): past ~46,000 workers it outgrows gRPC's default
-   * 4 MiB receive limit, which also bounds a gzip answer's inflated size. */
-  args[4].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[4].value.integer = CTL_MAX_RECEIVE;
-  grpc_channel_args cargs = {5, args};
-  c->ch = grpc_channel_create(addr, creds, &cargs);
-  grpc_channel_credentials_release(creds);
-  free(pem_ca);
-  free(pem_cert);
-  free(pem_key);
   return c;
-fail_init:
-  free(pem_ca);
-  free(pem_cert);
-  free(pem_key);
-  grpc_shutdown();
-fail:
-  free(c);
-  return NULL;
 }
 
 void rm__ctl_close(rm__ctl_t *c)

@@ -1,0 +1,61 @@
+/*
+ * rm_channel.c - the gRPC channel to a coordinator (rm_channel.h).
+ */
+#include <grpc/grpc_security.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "rm_channel.h"
+
+static char *slurp(const char *path)
+{
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  long n;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+    buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) buf[n] = 0;
+    else {
+      free(buf);
+      buf = NULL;
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+grpc_channel *rm__channel_open(const char *addr, const char *ca, const char *cert,
+                               const char *key, char *err, size_t errlen)
+{
+  grpc_channel_credentials *creds;
+  if (ca || cert || key) {
+    char *pem_ca = ca ? slurp(ca) : NULL, *pem_cert = cert ? slurp(cert) : NULL,
+         *pem_key = key ? slurp(key) : NULL;
+    if (pem_ca && pem_cert && pem_key) {
+      grpc_ssl_pem_key_cert_pair pair = {pem_key, pem_cert};
+      creds = grpc_ssl_credentials_create(pem_ca, &pair, NULL, NULL);
+    } else {
+      snprintf(err, errlen, "TLS needs readable --tls-ca, --tls-cert and --tls-key files");
+      creds = NULL;
+    }
+    free(pem_ca);
+    free(pem_cert);
+    free(pem_key);
+    if (!creds) return NULL;
+  } else {
+    creds = grpc_insecure_credentials_create();
+  }
+  grpc_arg args[5] = {
+      {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
+      /* at most 2 attempts a second per worker */
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 500}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, {.integer = 100}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = RM_CHANNEL_MAX_RECEIVE}},
+  };
+  grpc_channel_args cargs = {5, args};
+  grpc_channel *ch = grpc_channel_create(addr, creds, &cargs);
+  grpc_channel_credentials_release(creds);
+  return ch;
+}
