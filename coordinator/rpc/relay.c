@@ -213,6 +213,71 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
   l->rl_idx = r->nout++;
 }
 
+/* The batch being written (relay_batch): small pieces are copied into
+ * one flat run, and a part of REF_MIN bytes or more (a Join answer's peer
+ * list, a large barrier payload) is referenced where it lies, so a batch
+ * is one slice, or a few around its large parts. Issue 16: a slice a
+ * piece made gRPC grow each batch's slice array (about 6 KiB a batch of 64
+ * lanes at a fan-out) and cost a malloc and a refcount a piece. */
+#define REF_MIN 1024
+typedef struct {
+  grpc_slice *sl;
+  size_t ns, cap;
+  uint8_t *run;            /* the open flat run */
+  size_t rlen, rcap;
+} rl_wr_t;
+
+static void wr_close(rl_wr_t *w)
+{
+  if (!w->rlen) return;
+  if (w->ns == w->cap) {
+    w->cap = w->cap ? 2 * w->cap : 4;
+    w->sl = rm__xrealloc(w->sl, w->cap * sizeof *w->sl);
+  }
+  w->sl[w->ns++] = grpc_slice_new(w->run, w->rlen, free);
+  w->run = NULL;
+  w->rlen = w->rcap = 0;
+}
+
+static uint8_t *wr_room(rl_wr_t *w, size_t n)
+{
+  if (w->rlen + n > w->rcap) {
+    size_t cap = w->rcap ? 2 * w->rcap : 512;
+    while (cap < w->rlen + n) cap *= 2;
+    w->run = rm__xrealloc(w->run, cap);
+    w->rcap = cap;
+  }
+  return w->run + w->rlen;
+}
+
+static void wr_bytes(rl_wr_t *w, const void *p, size_t n)
+{
+  memcpy(wr_room(w, n), p, n);
+  w->rlen += n;
+}
+
+static void wr_varint(rl_wr_t *w, uint64_t v)
+{
+  w->rlen += rm__pb_varint(wr_room(w, 10), 0, v);
+}
+
+/* s moves in: copied (and unreferenced) when small, else referenced. */
+static void wr_slice(rl_wr_t *w, grpc_slice s)
+{
+  size_t n = GRPC_SLICE_LENGTH(s);
+  if (n < REF_MIN) {
+    wr_bytes(w, GRPC_SLICE_START_PTR(s), n);
+    grpc_slice_unref(s);
+    return;
+  }
+  wr_close(w);
+  if (w->ns == w->cap) {
+    w->cap = w->cap ? 2 * w->cap : 4;
+    w->sl = rm__xrealloc(w->sl, w->cap * sizeof *w->sl);
+  }
+  w->sl[w->ns++] = s;
+}
+
 /* One RelayResponse of every queued entry (field 1, RelayOut, repeated;
  * RelayOut: 1 lanes packed, 2 message or 6 join, 7 join_tail, 3 end, 4
  * code, 5 details; then field 2, the shared tails). A Join answer whose
@@ -221,14 +286,9 @@ static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
  * named by its index + 1. The entries' slices move into the buffer. */
 static grpc_byte_buffer *relay_batch(struct rm__relay *r)
 {
-  /* an entry takes at most 2 + nparts slices (its head, its body, its
-   * tail); one whose last part goes shared takes one fewer, which with the
-   * spare one here leaves the shared entry's 2 */
-  size_t nslices = 0;
-  for (int i = 0; i < r->nout; i++) nslices += 3 + (size_t)r->out[i].nparts;
-  grpc_slice *sl = rm__xmalloc(nslices * sizeof *sl);
+  rl_wr_t w = {0};
   grpc_slice *shared = rm__xmalloc(((size_t)r->nout + 1) * sizeof *shared);
-  size_t ns = 0, nshared = 0;
+  size_t nshared = 0;
   for (int i = 0; i < r->nout; i++) {
     rl_out_t *e = &r->out[i];
     size_t lanes_len = 0, dlen = e->details ? strlen(e->details) : 0, tail_idx = 0;
@@ -249,62 +309,50 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
     size_t inner = 1 + rm__pb_varint_len(lanes_len) + lanes_len;
     if (e->has_msg) inner += 1 + rm__pb_varint_len(blen) + blen;
     if (tail_idx) inner += 1 + rm__pb_varint_len(tail_idx);
-    size_t tail = 0;
     if (e->end) {
-      tail = 2 + (e->code ? 1 + rm__pb_varint_len((uint64_t)e->code) : 0);
-      if (dlen) tail += 1 + rm__pb_varint_len(dlen) + dlen;
+      inner += 2 + (e->code ? 1 + rm__pb_varint_len((uint64_t)e->code) : 0);
+      if (dlen) inner += 1 + rm__pb_varint_len(dlen) + dlen;
     }
-    inner += tail;
-    uint8_t *h = rm__xmalloc(1 + 10 + 1 + 10 + lanes_len + 1 + 10);
-    size_t n = 0;
-    n = rm__pb_varint(h, n, 1 << 3 | 2); /* RelayResponse.out */
-    n = rm__pb_varint(h, n, inner);
-    n = rm__pb_varint(h, n, 1 << 3 | 2); /* RelayOut.lanes, packed */
-    n = rm__pb_varint(h, n, lanes_len);
-    for (int k = 0; k < e->n; k++) n = rm__pb_varint(h, n, e->lanes[k]);
+    wr_varint(&w, 1 << 3 | 2); /* RelayResponse.out */
+    wr_varint(&w, inner);
+    wr_varint(&w, 1 << 3 | 2); /* RelayOut.lanes, packed */
+    wr_varint(&w, lanes_len);
+    for (int k = 0; k < e->n; k++) wr_varint(&w, e->lanes[k]);
     if (e->has_msg) {
-      n = rm__pb_varint(h, n, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
-      n = rm__pb_varint(h, n, blen);
+      wr_varint(&w, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
+      wr_varint(&w, blen);
     }
-    sl[ns++] = grpc_slice_new(h, n, free);
-    for (int p = 0; p < nbody; p++) sl[ns++] = e->part[p]; /* moved */
+    for (int p = 0; p < nbody; p++) wr_slice(&w, e->part[p]); /* moved */
     for (int p = nbody; p < e->nparts; p++) grpc_slice_unref(e->part[p]); /* in shared */
     e->nparts = 0;
-    if (tail || tail_idx) {
-      uint8_t *t = rm__xmalloc(tail + 1 + 10);
-      size_t m = 0;
-      if (tail_idx) {
-        m = rm__pb_varint(t, m, 7 << 3); /* RelayOut.join_tail */
-        m = rm__pb_varint(t, m, tail_idx);
-      }
-      if (e->end) {
-        m = rm__pb_varint(t, m, 3 << 3); /* RelayOut.end */
-        m = rm__pb_varint(t, m, 1);
-      }
-      if (e->code) {
-        m = rm__pb_varint(t, m, 4 << 3); /* RelayOut.code */
-        m = rm__pb_varint(t, m, (uint64_t)e->code);
-      }
-      if (dlen) {
-        m = rm__pb_varint(t, m, 5 << 3 | 2); /* RelayOut.details */
-        m = rm__pb_varint(t, m, dlen);
-        memcpy(t + m, e->details, dlen);
-        m += dlen;
-      }
-      sl[ns++] = grpc_slice_new(t, m, free);
+    if (tail_idx) {
+      wr_varint(&w, 7 << 3); /* RelayOut.join_tail */
+      wr_varint(&w, tail_idx);
+    }
+    if (e->end) {
+      wr_varint(&w, 3 << 3); /* RelayOut.end */
+      wr_varint(&w, 1);
+    }
+    if (e->end && e->code) {
+      wr_varint(&w, 4 << 3); /* RelayOut.code */
+      wr_varint(&w, (uint64_t)e->code);
+    }
+    if (e->end && dlen) {
+      wr_varint(&w, 5 << 3 | 2); /* RelayOut.details */
+      wr_varint(&w, dlen);
+      wr_bytes(&w, e->details, dlen);
     }
     out_free(e);
   }
   for (size_t i = 0; i < nshared; i++) { /* RelayResponse.shared */
-    uint8_t h[12];
-    size_t n = rm__pb_varint(h, 0, 2 << 3 | 2);
-    n = rm__pb_varint(h, n, GRPC_SLICE_LENGTH(shared[i]));
-    sl[ns++] = grpc_slice_from_copied_buffer((const char *)h, n);
-    sl[ns++] = shared[i]; /* moved */
+    wr_varint(&w, 2 << 3 | 2);
+    wr_varint(&w, GRPC_SLICE_LENGTH(shared[i]));
+    wr_slice(&w, shared[i]); /* moved */
   }
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(sl, ns);
-  for (size_t i = 0; i < ns; i++) grpc_slice_unref(sl[i]);
-  free(sl);
+  wr_close(&w);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(w.sl, w.ns);
+  for (size_t i = 0; i < w.ns; i++) grpc_slice_unref(w.sl[i]);
+  free(w.sl);
   free(shared);
   r->nout = 0;
   r->batch++;
