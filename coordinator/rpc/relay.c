@@ -44,15 +44,20 @@
  * Shutdown: every lane is parked, so rm__server_stop's UNAVAILABLE reaches
  * each lane, and rm__relay_stop_all then ends each relay's stream.
  *
- * DURABILITY is unchanged: lanes' answers are queued under c->mu like any
- * answer and reach the relay's outbox only in rm__out_flush, after the
- * COMMIT of the section that made them.
+ * DURABILITY is unchanged: nothing a section queues for a lane leaves
+ * before that section's COMMIT. A lane's message goes into its relay's
+ * PENDING entries as it is pushed, and they join the outbox only in
+ * rm__relay_kick_all, after the COMMIT; a lane's end is queued in c->out
+ * like any answer and reaches the pending entries in rm__out_flush, just
+ * before them.
  *
  * Memory: a relay's lane table is one pointer per lane number used; a lane
  * is an rm__call_t alone (a gRPC call's record is an rm__gcall_t that
  * starts with one); the relay's outbox holds references to the answers'
- * slices until its batch is sent, and gives back the room a Join wave
- * needed once that batch is out.
+ * slices until its batch is sent (an answer shared by many lanes is one
+ * entry with their numbers), and gives back the room a Join wave needed
+ * once that batch is out. A batch is written as one flat run of bytes,
+ * its large parts referenced (relay_batch).
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -67,7 +72,7 @@
 
 #define RELAY_LANES_MAX 65535u
 #define MERGE_SCAN 8     /* entries an identical one may merge into */
-#define PARTS_MAX 4      /* slices of one message (framed(): 2) */
+#define PARTS_MAX 2      /* slices of one message (server.c head_then: 1 or 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
 #define OUT_KEEP 16      /* outbox entries whose room outlives their batch */
@@ -75,24 +80,34 @@
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
 
+/* An outbox entry: 104 bytes, one a lane at a Join wave (each answer
+ * its own), one a relay at a barrier's release. */
 typedef struct {
-  uint32_t *lanes;
-  int n, cap;
-  int has_msg;
-  int join;                   /* a Join lane's answer (RelayOut.join) */
-  grpc_slice part[PARTS_MAX];
-  int nparts;
-  size_t len;                 /* of the message */
-  int end, code;
+  uint32_t *more;             /* lanes after the first ([cap]), NULL */
+  uint32_t lane0;             /* the first lane */
+  int n, cap;                 /* lanes in all; room in `more` */
+  uint8_t has_msg;
+  uint8_t join;               /* a Join lane's answer (RelayOut.join) */
+  uint8_t nparts;
+  uint8_t end;
+  int code;
+  uint32_t len;               /* of the message (< 4 GiB: the receive cap) */
   char *details;
+  grpc_slice part[PARTS_MAX];
 } rl_out_t;
+
+_Static_assert(sizeof(rl_out_t) <= 104, "rl_out_t grew");
+
+static uint32_t out_lane(const rl_out_t *e, int k) { return k ? e->more[k - 1] : e->lane0; }
 
 struct rm__relay {
   rm__call_t **lane;          /* [cap], by lane number; ENDED once ended */
   uint32_t cap, open;
-  rl_out_t *out;              /* the next batch */
+  rl_out_t *out;              /* the next batch: committed entries */
   int nout, capout;
-  uint64_t batch;             /* number of the next batch (lanes' rl_batch) */
+  rl_out_t *pend;             /* PENDING: entries of the section under way */
+  int npend, cappend;
+  uint64_t pgen;              /* pend's generation (lanes' rl_batch) */
   int sending;                /* a batch in flight */
   rm__out_t final;            /* the stream's own end, after every entry */
   int has_final, final_started;
@@ -121,17 +136,22 @@ static int out_same(const rl_out_t *a, const rm__out_t *o, int has_msg, int join
 
 static void out_add_lane(rl_out_t *e, uint32_t lane)
 {
-  if (e->n == e->cap) {
-    e->cap = e->cap ? 2 * e->cap : 4;
-    e->lanes = rm__xrealloc(e->lanes, (size_t)e->cap * sizeof *e->lanes);
+  if (!e->n) {
+    e->lane0 = lane;
+    e->n = 1;
+    return;
   }
-  e->lanes[e->n++] = lane;
+  if (e->n - 1 == e->cap) {
+    e->cap = e->cap ? 2 * e->cap : 4;
+    e->more = rm__xrealloc(e->more, (size_t)e->cap * sizeof *e->more);
+  }
+  e->more[e->n++ - 1] = lane;
 }
 
 static void out_free(rl_out_t *e)
 {
   for (int i = 0; i < e->nparts; i++) grpc_slice_unref(e->part[i]);
-  free(e->lanes);
+  free(e->more);
   free(e->details);
 }
 
@@ -144,21 +164,31 @@ typedef struct rl_msg {
   grpc_slice part[];
 } rl_msg_t;
 
-void *rm__relay_hold(grpc_byte_buffer *bb)
+/* bb's slices into part (referenced; flattened into one when there are
+ * more than PARTS_MAX, never: server.c makes 1 or 2); bb is destroyed. */
+static int take_parts(grpc_byte_buffer *bb, grpc_slice part[PARTS_MAX])
 {
   grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
-  size_t n = sb->count <= PARTS_MAX ? sb->count : 1;
-  rl_msg_t *m = rm__xmalloc(sizeof *m + n * sizeof m->part[0]);
-  if (sb->count > PARTS_MAX) { /* never (server.c makes 1 to 3): flatten */
+  int n = sb->count <= PARTS_MAX ? (int)sb->count : 1;
+  if (sb->count > PARTS_MAX) {
     grpc_byte_buffer_reader rd;
     grpc_byte_buffer_reader_init(&rd, bb);
-    m->part[0] = grpc_byte_buffer_reader_readall(&rd);
+    part[0] = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
   } else {
-    for (size_t i = 0; i < n; i++) m->part[i] = grpc_slice_ref(sb->slices[i]);
+    for (int i = 0; i < n; i++) part[i] = grpc_slice_ref(sb->slices[i]);
   }
-  m->n = (int)n;
   grpc_byte_buffer_destroy(bb);
+  return n;
+}
+
+void *rm__relay_hold(grpc_byte_buffer *bb)
+{
+  grpc_slice part[PARTS_MAX];
+  int n = take_parts(bb, part);
+  rl_msg_t *m = rm__xmalloc(sizeof *m + (size_t)n * sizeof m->part[0]);
+  memcpy(m->part, part, (size_t)n * sizeof part[0]);
+  m->n = n;
   return m;
 }
 
@@ -169,48 +199,69 @@ static void msg_free(rl_msg_t *m)
   free(m);
 }
 
-/* Queue o (a lane's message and/or end) in its relay's outbox. */
-static void out_append(struct rm__relay *r, rm__call_t *l, rm__out_t *o)
+/* Queue a lane's message (nparts slices, moved in; 0: none) and/or its
+ * end (code >= 0) in its relay's pending entries. */
+static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char *details,
+                       grpc_slice *part, int nparts)
 {
-  grpc_slice part[PARTS_MAX];
-  int nparts = 0;
   size_t len = 0;
-  int has_msg = o->bb != NULL, join = l->method == RM__M_JOIN;
-  if (has_msg) { /* its slices move here */
-    rl_msg_t *m = o->bb;
-    for (int i = 0; i < m->n; i++) len += GRPC_SLICE_LENGTH(m->part[i]);
-    memcpy(part, m->part, (size_t)m->n * sizeof part[0]);
-    nparts = m->n;
-    free(m);
-    o->bb = NULL;
-  }
-  int floor = l->rl_batch == r->batch ? l->rl_idx : 0;
-  for (int i = r->nout - 1; i >= floor && i >= r->nout - MERGE_SCAN; i--) {
-    if (out_same(&r->out[i], o, has_msg, join, part, nparts, len)) {
-      out_add_lane(&r->out[i], l->lane);
+  int has_msg = nparts > 0, join = l->method == RM__M_JOIN;
+  for (int i = 0; i < nparts; i++) len += GRPC_SLICE_LENGTH(part[i]);
+  rm__out_t o = {.code = code, .details = (char *)details};
+  int floor = l->rl_batch == r->pgen ? l->rl_idx : 0;
+  for (int i = r->npend - 1; i >= floor && i >= r->npend - MERGE_SCAN; i--) {
+    if (out_same(&r->pend[i], &o, has_msg, join, part, nparts, len)) {
+      out_add_lane(&r->pend[i], l->lane);
       for (int p = 0; p < nparts; p++) grpc_slice_unref(part[p]);
-      l->rl_batch = r->batch;
+      l->rl_batch = r->pgen;
       l->rl_idx = i;
       return;
     }
   }
-  if (r->nout == r->capout) {
-    r->capout = r->capout ? 2 * r->capout : 16;
-    r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
+  if (r->npend == r->cappend) {
+    r->cappend = r->cappend ? 2 * r->cappend : 16;
+    r->pend = rm__xrealloc(r->pend, (size_t)r->cappend * sizeof *r->pend);
   }
-  rl_out_t *e = &r->out[r->nout];
+  rl_out_t *e = &r->pend[r->npend];
   memset(e, 0, sizeof *e);
-  e->has_msg = has_msg;
-  e->join = join;
+  e->has_msg = (uint8_t)has_msg;
+  e->join = (uint8_t)join;
   memcpy(e->part, part, sizeof part[0] * (size_t)nparts);
-  e->nparts = nparts;
-  e->len = len;
-  e->end = o->code >= 0;
-  e->code = o->code;
-  e->details = e->end && o->details ? rm__xstrdup(o->details) : NULL;
+  e->nparts = (uint8_t)nparts;
+  e->len = (uint32_t)len;
+  e->end = code >= 0;
+  e->code = code;
+  e->details = e->end && details ? rm__xstrdup(details) : NULL;
   out_add_lane(e, l->lane);
-  l->rl_batch = r->batch;
-  l->rl_idx = r->nout++;
+  l->rl_batch = r->pgen;
+  l->rl_idx = r->npend++;
+}
+
+/* PENDING -> committed: after the flush (rm__relay_kick_all), the
+ * section's entries join the next batch, after those already there. */
+static void out_commit(struct rm__relay *r)
+{
+  if (!r->npend) return;
+  if (!r->nout) { /* the usual case: nothing waited */
+    rl_out_t *t = r->out;
+    int cap = r->capout;
+    r->out = r->pend, r->capout = r->cappend, r->nout = r->npend;
+    r->pend = t, r->cappend = cap;
+  } else {
+    if (r->nout + r->npend > r->capout) {
+      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : 16;
+      r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
+    }
+    memcpy(r->out + r->nout, r->pend, (size_t)r->npend * sizeof *r->pend);
+    r->nout += r->npend;
+  }
+  r->npend = 0;
+  r->pgen++;
+  if (r->cappend > OUT_KEEP) {
+    free(r->pend);
+    r->pend = NULL;
+    r->cappend = 0;
+  }
 }
 
 /* The batch being written (relay_batch): small pieces are copied into
@@ -305,7 +356,7 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
       nbody--;
       blen -= GRPC_SLICE_LENGTH(t);
     }
-    for (int k = 0; k < e->n; k++) lanes_len += rm__pb_varint_len(e->lanes[k]);
+    for (int k = 0; k < e->n; k++) lanes_len += rm__pb_varint_len(out_lane(e, k));
     size_t inner = 1 + rm__pb_varint_len(lanes_len) + lanes_len;
     if (e->has_msg) inner += 1 + rm__pb_varint_len(blen) + blen;
     if (tail_idx) inner += 1 + rm__pb_varint_len(tail_idx);
@@ -317,7 +368,7 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
     wr_varint(&w, inner);
     wr_varint(&w, 1 << 3 | 2); /* RelayOut.lanes, packed */
     wr_varint(&w, lanes_len);
-    for (int k = 0; k < e->n; k++) wr_varint(&w, e->lanes[k]);
+    for (int k = 0; k < e->n; k++) wr_varint(&w, out_lane(e, k));
     if (e->has_msg) {
       wr_varint(&w, (uint64_t)(e->join ? 6 : 2) << 3 | 2); /* .join / .message */
       wr_varint(&w, blen);
@@ -355,7 +406,6 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   free(w.sl);
   free(shared);
   r->nout = 0;
-  r->batch++;
   if (r->capout > OUT_KEEP) { /* a Join wave's room goes with it (issue 16: RSS) */
     free(r->out);
     r->out = NULL;
@@ -399,6 +449,7 @@ void rm__relay_kick_all(rm_coord_t *c)
   for (size_t i = 0; i < c->nrelay_kick; i++) {
     rm__call_t *k = c->relay_kick[i];
     k->mux->kick_listed = 0;
+    out_commit(k->mux);
     relay_kick(k);
     rm__call_unref(k);
   }
@@ -412,6 +463,27 @@ static void lane_retire(struct rm__relay *r, rm__call_t *l)
   r->lane[l->lane] = ENDED;
   r->open--;
   rm__call_unref(l);
+}
+
+/* PENDING: a lane's message goes into its relay's pending entries as it
+ * is pushed (under c->mu), not through c->out: a fan-out's message to
+ * each lane costs a lane number in a merged entry, not an outbox entry
+ * and a held copy of its slices (issue 16: RSS). They join a batch only
+ * in rm__relay_kick_all, after the COMMIT of the section that made them;
+ * relay_kick between (a batch's send finished) sends only committed
+ * entries. A lane's end still comes through c->out (rm__relay_out, which
+ * retires the lane), into the same pending entries after its messages. */
+void rm__relay_push(rm_coord_t *c, rm__call_t *l, grpc_byte_buffer *bb)
+{
+  struct rm__relay *r = l->up->mux;
+  if (r->has_final) { /* the relay ended first: its lanes with it */
+    grpc_byte_buffer_destroy(bb);
+    return;
+  }
+  grpc_slice part[PARTS_MAX];
+  int n = take_parts(bb, part);
+  out_append(r, l, -1, NULL, part, n);
+  kick_later(c, l->up);
 }
 
 void rm__relay_out(rm_coord_t *c, rm__out_t *o)
@@ -435,7 +507,9 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
   if (r->has_final) { /* the relay ended first: its lanes with it */
     msg_free(o->bb);
   } else {
-    out_append(r, k, o);
+    rl_msg_t *m = o->bb;
+    out_append(r, k, o->code, o->details, m ? m->part : NULL, m ? m->n : 0);
+    free(m);
     kick_later(c, rk);
   }
   if (o->code >= 0) { /* the lane's end: its park was unlinked by the answer */
@@ -449,7 +523,7 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
 int rm__relay_room(const rm__call_t *l)
 {
   const struct rm__relay *r = l->up->mux;
-  return (uint64_t)r->nout < (uint64_t)ROOM_PER_LANE * (r->open + 1);
+  return (uint64_t)r->nout + (uint64_t)r->npend < (uint64_t)ROOM_PER_LANE * (r->open + 1);
 }
 
 /* ---- lanes ---- */
@@ -628,7 +702,9 @@ void rm__relay_free(rm__call_t *k)
 {
   struct rm__relay *r = k->mux;
   for (int i = 0; i < r->nout; i++) out_free(&r->out[i]);
+  for (int i = 0; i < r->npend; i++) out_free(&r->pend[i]);
   free(r->out);
+  free(r->pend);
   free(r->lane);
   free(r);
 }

@@ -426,6 +426,10 @@ static grpc_byte_buffer *pack(const ProtobufCMessage *m)
 void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
                      const char *details, grpc_byte_buffer *bb)
 {
+  if (k->up && code < 0 && bb) { /* RELAYS: a lane's message (relay.c PENDING) */
+    rm__relay_push(c, k, bb);
+    return;
+  }
   if (c->nout == c->capout) {
     c->capout = c->capout ? 2 * c->capout : 16;
     c->out = rm__xrealloc(c->out, c->capout * sizeof *c->out);

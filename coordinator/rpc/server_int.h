@@ -32,7 +32,7 @@ struct rm__call {
   rm__call_t *up;
   uint32_t lane;
   int rl_idx;        /* RELAYS: its last entry's index in ... */
-  uint64_t rl_batch; /* ... the relay batch it is in */
+  uint64_t rl_batch; /* ... its relay's pending entries, by generation */
 } __attribute__((aligned(8)));
 
 /* A call with a grpc_call: the record above, then gRPC's state and the
@@ -83,9 +83,12 @@ int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
  * relay o's touched start in rm__relay_kick_all, after the flush. */
 void rm__relay_out(rm_coord_t *c, rm__out_t *o);
 void rm__relay_kick_all(rm_coord_t *c);
-/* rm__out_push's part for a lane: bb (taken) as the lane's queued
- * message, which rm__relay_out takes. */
+/* rm__out_push's part for a lane's end: bb (taken) as the message that
+ * goes with it, which rm__relay_out takes. */
 void *rm__relay_hold(grpc_byte_buffer *bb);
+/* rm__out_push's part for a lane's message (bb taken): straight into its
+ * relay's pending entries, sent after the COMMIT (relay.c PENDING). */
+void rm__relay_push(rm_coord_t *c, rm__call_t *l, grpc_byte_buffer *bb);
 /* k's batch completed (on_send). */
 void rm__relay_on_send(rm_coord_t *c, rm__call_t *k);
 /* Is there room for a best-effort message to lane k (a push)? */
