@@ -54,10 +54,27 @@ typedef struct rm__park {
   };
 } rm__park_t;
 
+/* A worker of a job: 288 bytes, one a worker for the job's life (issue
+ * 16), so its fields go widest first and its flags are bytes. */
 typedef struct rm__worker {
   uint64_t id;
-  int rank;                     /* -1 until assigned */
-  int prev_rank;                /* rank before a re-formation, -1 */
+  uint64_t generation;
+  int64_t last_ns;              /* monotonic, last call */
+  int64_t last_wall_ms;
+  int64_t joined_ms;
+  uint64_t step, steps_done;
+  /* suspect.c (issue 12): exclusions by the robust aggregation over its
+   * last W steps (bit 0 = newest); excl_seen: steps in that window */
+  uint64_t excl_mask;
+  /* step summary accumulator, flushed to SQLite every 16 reports */
+  uint64_t acc_first, acc_last, acc_bytes;
+  double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
+  double step_ms, compute_ms, comm_ms, wait_ms; /* its last step's; NAN none */
+  uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
+  /* recovery.c LINK FAILURES: generation + 1 in which this worker's own data
+   * plane failed (it sent ReportFailure), and in which a peer reported a
+   * timeout naming it; 0 = never */
+  uint64_t dp_failed_gen, blamed_gen;
   /* Its Join's strings, in one heap block that `host` starts
    * (rm__worker_strs; issue 16: 800 bytes of fixed arrays a worker were
    * most of its record): never NULL, "" when unset. */
@@ -65,36 +82,23 @@ typedef struct rm__worker {
   char *data_addr;              /* <= 159 */
   char *transports;             /* <= 255: its offer (common/rm_transports.h) */
   char *devices;                /* <= 255 */
-  rm_worker_state_t state;
-  int in_group;                 /* joining set or current member */
-  int joins_parked;             /* its Join calls linked in job->parked
-                                   (rm__park_link/unlink keep it) */
-  uint64_t generation;
-  int64_t last_ns;              /* monotonic, last call */
-  int64_t last_wall_ms;
-  int64_t joined_ms;
-  int rank_hint, world_hint;
-  int launch_index;             /* launcher's index (its log worker-N.log), -1 */
-  uint64_t step, steps_done;
-  double step_ms, compute_ms, comm_ms, wait_ms;
-  int straggler;
-  /* suspect.c (issue 12): exclusions by the robust aggregation over its
-   * last W steps (bit 0 = newest), steps in that window, the flag */
-  uint64_t excl_mask;
-  int excl_seen;
-  int suspect;
-  /* step summary accumulator, flushed to SQLite every 16 reports */
-  uint64_t acc_first, acc_last, acc_count, acc_bytes;
-  double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
-  uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
-  /* recovery.c LINK FAILURES: generation + 1 in which this worker's own data
-   * plane failed (it sent ReportFailure), and in which a peer reported a
-   * timeout naming it; 0 = never */
-  uint64_t dp_failed_gen, blamed_gen;
-  int blamed_by;                /* rank of the first peer that named it */
   char *result;                 /* heap: the JSON object its Leave carried
                                    (result.c), NULL if none */
+  int rank;                     /* -1 until assigned */
+  int prev_rank;                /* rank before a re-formation, -1 */
+  int rank_hint, world_hint;
+  int launch_index;             /* launcher's index (its log worker-N.log), -1 */
+  int joins_parked;             /* its Join calls linked in job->parked
+                                   (rm__park_link/unlink keep it) */
+  int excl_seen;
+  int blamed_by;                /* rank of the first peer that named it */
+  rm_worker_state_t state;
+  uint8_t in_group;             /* joining set or current member */
+  uint8_t straggler;
+  uint8_t suspect;
+  uint8_t acc_count;            /* reports in the accumulator (< 16) */
 } rm__worker_t;
+_Static_assert(sizeof(rm__worker_t) <= 288, "rm__worker_t grew");
 
 typedef struct rm__barrier {
   struct rm__barrier *next;

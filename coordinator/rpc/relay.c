@@ -107,7 +107,7 @@ struct rm__relay {
   int nout, capout;
   rl_out_t *pend;             /* PENDING: entries of the section under way */
   int npend, cappend;
-  uint64_t pgen;              /* pend's generation (lanes' rl_batch) */
+  uint32_t pgen;              /* pend's generation (lanes' rl_batch; both wrap) */
   int sending;                /* a batch in flight */
   rm__out_t final;            /* the stream's own end, after every entry */
   int has_final, final_started;

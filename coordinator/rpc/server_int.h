@@ -18,22 +18,23 @@
 struct rm__call {
   rm_coord_t *c;
   int refs; /* atomic */
-  int method;
-  int cq; /* index of the queue the call lives on (SHARDS) */
-  int cancelled; /* T_CLOSE: the client went away (a lane: never) */
-  int answered; /* final status queued; under c->mu */
-  int streaming; /* a Session call (SESSIONS): its messages are heartbeats */
+  int cancelled; /* T_CLOSE: the client went away (a lane: never); gRPC writes it */
+  int8_t method;
+  uint8_t cq; /* index of the queue the call lives on (SHARDS) */
+  uint8_t answered; /* final status queued; under c->mu */
+  uint8_t streaming; /* a Session call (SESSIONS): its messages are heartbeats */
+  /* RELAYS (relay.c): for a lane (a Session or a Join carried by a
+   * relay), its relay and number; for a Relay call, its lanes and outbox */
+  uint32_t lane;
   rm__park_t park;
   rm__park_t wpark; /* SESSIONS: its barrier arrival's or step-gate call's
                      * wait, one at a time (its kind says which); under c->mu */
-  /* RELAYS (relay.c): a Relay call's lanes and outbox; or, for a lane (a
-   * Session or a Join carried by a relay), its relay and number */
   struct rm__relay *mux;
   rm__call_t *up;
-  uint32_t lane;
   int rl_idx;        /* RELAYS: its last entry's index in ... */
-  uint64_t rl_batch; /* ... its relay's pending entries, by generation */
+  uint32_t rl_batch; /* ... its relay's pending entries, by generation */
 } __attribute__((aligned(8)));
+_Static_assert(sizeof(struct rm__call) <= 224, "rm__call_t grew"); /* a relay lane */
 
 /* A call with a grpc_call: the record above, then gRPC's state and the
  * sending side's. rm__gcall(k) for a call whose k->up is NULL. */
