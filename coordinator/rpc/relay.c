@@ -226,7 +226,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
   memset(e, 0, sizeof *e);
   e->has_msg = (uint8_t)has_msg;
   e->join = (uint8_t)join;
-  memcpy(e->part, part, sizeof part[0] * (size_t)nparts);
+  if (nparts) memcpy(e->part, part, sizeof part[0] * (size_t)nparts); /* part: NULL for none */
   e->nparts = (uint8_t)nparts;
   e->len = (uint32_t)len;
   e->end = code >= 0;
@@ -303,6 +303,7 @@ static uint8_t *wr_room(rl_wr_t *w, size_t n)
 
 static void wr_bytes(rl_wr_t *w, const void *p, size_t n)
 {
+  if (!n) return; /* an empty part: the run may be NULL */
   memcpy(wr_room(w, n), p, n);
   w->rlen += n;
 }
