@@ -43,8 +43,8 @@ typedef struct rm__out {
   rm__call_t *call;
   int code;                     /* grpc_status_code; -1 = stream message */
   char *details;
-  void *bb;                     /* grpc_byte_buffer *, may be NULL (a relay
-                                 * lane's: its slices, rpc/relay.c) */
+  void *bb;                     /* grpc_byte_buffer *, may be NULL (always
+                                 * for a relay lane: rpc/relay.c PENDING) */
 } rm__out_t;
 
 struct rm_coord {

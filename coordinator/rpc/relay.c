@@ -45,11 +45,9 @@
  * each lane, and rm__relay_stop_all then ends each relay's stream.
  *
  * DURABILITY is unchanged: nothing a section queues for a lane leaves
- * before that section's COMMIT. A lane's message goes into its relay's
- * PENDING entries as it is pushed, and they join the outbox only in
- * rm__relay_kick_all, after the COMMIT; a lane's end is queued in c->out
- * like any answer and reaches the pending entries in rm__out_flush, just
- * before them.
+ * before that section's COMMIT. What is queued for a lane goes into its
+ * relay's PENDING entries as it is pushed, and they join the outbox only
+ * in rm__relay_kick_all, after the COMMIT (rm__relay_push).
  *
  * Memory: a relay's lane table is one pointer per lane number used; a lane
  * is an rm__call_t alone (a gRPC call's record is an rm__gcall_t that
@@ -116,15 +114,14 @@ struct rm__relay {
 };
 
 /* ---- the outbox ---- */
-static int out_same(const rl_out_t *a, const rm__out_t *o, int has_msg, int join,
+static int out_same(const rl_out_t *a, int code, const char *details, int has_msg, int join,
                     grpc_slice *part, int nparts, size_t len)
 {
-  if (a->end != (o->code >= 0) || a->has_msg != has_msg || a->join != join ||
-      a->nparts != nparts ||
-      a->len != len)
+  if (a->end != (code >= 0) || a->has_msg != has_msg || a->join != join ||
+      a->nparts != nparts || a->len != len)
     return 0;
-  if (a->end && (a->code != o->code || strcmp(a->details ? a->details : "",
-                                              o->details ? o->details : "")))
+  if (a->end && (a->code != code || strcmp(a->details ? a->details : "",
+                                           details ? details : "")))
     return 0;
   for (int i = 0; i < nparts; i++) {
     size_t l = GRPC_SLICE_LENGTH(part[i]);
@@ -155,15 +152,6 @@ static void out_free(rl_out_t *e)
   free(e->details);
 }
 
-/* A lane's message from its rm__out_push to the flush (rm__out_t.bb of a
- * lane): its slices alone, not the grpc_byte_buffer they came in (issue
- * 16: a formed group or a released barrier queues one per worker in one
- * section; a byte buffer is about 300 bytes, this 8 + 32 a slice). */
-typedef struct rl_msg {
-  int n;
-  grpc_slice part[];
-} rl_msg_t;
-
 /* bb's slices into part (referenced; flattened into one when there are
  * more than PARTS_MAX, never: server.c makes 1 or 2); bb is destroyed. */
 static int take_parts(grpc_byte_buffer *bb, grpc_slice part[PARTS_MAX])
@@ -182,23 +170,6 @@ static int take_parts(grpc_byte_buffer *bb, grpc_slice part[PARTS_MAX])
   return n;
 }
 
-void *rm__relay_hold(grpc_byte_buffer *bb)
-{
-  grpc_slice part[PARTS_MAX];
-  int n = take_parts(bb, part);
-  rl_msg_t *m = rm__xmalloc(sizeof *m + (size_t)n * sizeof m->part[0]);
-  memcpy(m->part, part, (size_t)n * sizeof part[0]);
-  m->n = n;
-  return m;
-}
-
-static void msg_free(rl_msg_t *m)
-{
-  if (!m) return;
-  for (int i = 0; i < m->n; i++) grpc_slice_unref(m->part[i]);
-  free(m);
-}
-
 /* Queue a lane's message (nparts slices, moved in; 0: none) and/or its
  * end (code >= 0) in its relay's pending entries. */
 static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char *details,
@@ -207,10 +178,9 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
   size_t len = 0;
   int has_msg = nparts > 0, join = l->method == RM__M_JOIN;
   for (int i = 0; i < nparts; i++) len += GRPC_SLICE_LENGTH(part[i]);
-  rm__out_t o = {.code = code, .details = (char *)details};
   int floor = l->rl_batch == r->pgen ? l->rl_idx : 0;
   for (int i = r->npend - 1; i >= floor && i >= r->npend - MERGE_SCAN; i--) {
-    if (out_same(&r->pend[i], &o, has_msg, join, part, nparts, len)) {
+    if (out_same(&r->pend[i], code, details, has_msg, join, part, nparts, len)) {
       out_add_lane(&r->pend[i], l->lane);
       for (int p = 0; p < nparts; p++) grpc_slice_unref(part[p]);
       l->rl_batch = r->pgen;
@@ -226,7 +196,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
   memset(e, 0, sizeof *e);
   e->has_msg = (uint8_t)has_msg;
   e->join = (uint8_t)join;
-  if (nparts) memcpy(e->part, part, sizeof part[0] * (size_t)nparts); /* part: NULL for none */
+  memcpy(e->part, part, sizeof part[0] * (size_t)nparts);
   e->nparts = (uint8_t)nparts;
   e->len = (uint32_t)len;
   e->end = code >= 0;
@@ -466,24 +436,28 @@ static void lane_retire(struct rm__relay *r, rm__call_t *l)
   rm__call_unref(l);
 }
 
-/* PENDING: a lane's message goes into its relay's pending entries as it
- * is pushed (under c->mu), not through c->out: a fan-out's message to
- * each lane costs a lane number in a merged entry, not an outbox entry
- * and a held copy of its slices (issue 16: RSS). They join a batch only
- * in rm__relay_kick_all, after the COMMIT of the section that made them;
+/* PENDING: what is queued for a lane (a message, its end, or both) goes
+ * into its relay's pending entries as it is pushed (under c->mu), merged
+ * there with identical ones, not through c->out: a fan-out's message to
+ * each lane costs a lane number in a merged entry, not an outbox entry and
+ * a held copy of its slices (issue 16: RSS). They join a batch only in
+ * rm__relay_kick_all, after the COMMIT of the section that made them;
  * relay_kick between (a batch's send finished) sends only committed
- * entries. A lane's end still comes through c->out (rm__relay_out, which
- * retires the lane), into the same pending entries after its messages. */
-void rm__relay_push(rm_coord_t *c, rm__call_t *l, grpc_byte_buffer *bb)
+ * entries. A lane's end also leaves an entry in c->out (rm__out_push),
+ * which retires the lane at the flush (rm__relay_out): the lane's
+ * reference must outlive the section that answered it. */
+void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
+                    grpc_byte_buffer *bb)
 {
   struct rm__relay *r = l->up->mux;
+  grpc_slice part[PARTS_MAX];
+  int n = 0;
   if (r->has_final) { /* the relay ended first: its lanes with it */
-    grpc_byte_buffer_destroy(bb);
+    if (bb) grpc_byte_buffer_destroy(bb);
     return;
   }
-  grpc_slice part[PARTS_MAX];
-  int n = take_parts(bb, part);
-  out_append(r, l, -1, NULL, part, n);
+  if (bb) n = take_parts(bb, part);
+  out_append(r, l, code, details, part, n);
   kick_later(c, l->up);
 }
 
@@ -503,21 +477,10 @@ void rm__relay_out(rm_coord_t *c, rm__out_t *o)
     kick_later(c, k);
     return;
   }
-  rm__call_t *rk = k->up;
-  struct rm__relay *r = rk->mux;
-  if (r->has_final) { /* the relay ended first: its lanes with it */
-    msg_free(o->bb);
-  } else {
-    rl_msg_t *m = o->bb;
-    out_append(r, k, o->code, o->details, m ? m->part : NULL, m ? m->n : 0);
-    free(m);
-    kick_later(c, rk);
-  }
-  if (o->code >= 0) { /* the lane's end: its park was unlinked by the answer */
-    rm__park_drop(c, &k->park, 0);
-    lane_retire(r, k);
-  }
-  free(o->details);
+  /* a lane's end (its entry went to the pending ones when pushed): its
+   * park was unlinked by the answer */
+  rm__park_drop(c, &k->park, 0);
+  lane_retire(k->up->mux, k);
   rm__call_unref(k); /* the outbox's */
 }
 

@@ -426,9 +426,10 @@ static grpc_byte_buffer *pack(const ProtobufCMessage *m)
 void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
                      const char *details, grpc_byte_buffer *bb)
 {
-  if (k->up && code < 0 && bb) { /* RELAYS: a lane's message (relay.c PENDING) */
-    rm__relay_push(c, k, bb);
-    return;
+  if (k->up) { /* RELAYS: into its relay's pending entries (relay.c PENDING) */
+    rm__relay_push(c, k, code, details, bb);
+    if (code < 0) return;
+    details = NULL, bb = NULL; /* an end: its entry here retires the lane at the flush */
   }
   if (c->nout == c->capout) {
     c->capout = c->capout ? 2 * c->capout : 16;
@@ -438,7 +439,7 @@ void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
   o->call = k;
   o->code = code;
   o->details = details ? rm__xstrdup(details) : NULL;
-  o->bb = k->up && bb ? rm__relay_hold(bb) : bb; /* RELAYS: a lane's, slices alone */
+  o->bb = bb;
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* held by the outbox */
 }
 

@@ -80,16 +80,16 @@ void rm__relay_end(rm_coord_t *c, rm__call_t *k);
 /* Does this parsed RelayRequest (NULL: malformed) write rows? (A broken
  * lane, a barrier arrival or a gate call may; a relay's end writes none.) */
 int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
-/* rm__out_flush's part: o is a lane's or a relay's; the batches of every
- * relay o's touched start in rm__relay_kick_all, after the flush. */
+/* rm__out_flush's part: o is a lane's end (its entry is already pending:
+ * the lane retires here) or a relay's own; the batches of every relay
+ * touched start in rm__relay_kick_all, after the flush. */
 void rm__relay_out(rm_coord_t *c, rm__out_t *o);
 void rm__relay_kick_all(rm_coord_t *c);
-/* rm__out_push's part for a lane's end: bb (taken) as the message that
- * goes with it, which rm__relay_out takes. */
-void *rm__relay_hold(grpc_byte_buffer *bb);
-/* rm__out_push's part for a lane's message (bb taken): straight into its
- * relay's pending entries, sent after the COMMIT (relay.c PENDING). */
-void rm__relay_push(rm_coord_t *c, rm__call_t *l, grpc_byte_buffer *bb);
+/* rm__out_push's part for a lane: its message (bb taken, may be NULL)
+ * and/or end (code >= 0) straight into its relay's pending entries, sent
+ * after the COMMIT (relay.c PENDING). */
+void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
+                    grpc_byte_buffer *bb);
 /* k's batch completed (on_send). */
 void rm__relay_on_send(rm_coord_t *c, rm__call_t *k);
 /* Is there room for a best-effort message to lane k (a push)? */

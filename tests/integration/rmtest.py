@@ -213,9 +213,9 @@ class SessionStream:
     method: "Session" (the default; SessionRequest in, SessionResponse out)
     or "Relay" (RelayRequest in, RelayResponse out).
     raw: False (the default) sends and reads messages through the generated
-    WorkerStub; True sends and reads serialized bytes through a generic
-    stream_stream call on the channel (malformed bytes, which the stub
-    cannot build or parse)."""
+    WorkerStub. True sends and reads serialized bytes through a generic
+    stream_stream call on the channel, so that a test can send malformed
+    bytes, which the stub could not build, and read answers as bytes."""
 
     def __init__(self, env, first, raw=False, method="Session"):
         self.q = queue.Queue()
