@@ -248,14 +248,20 @@ typedef struct {
   size_t rlen, rcap;
 } rl_wr_t;
 
-static void wr_close(rl_wr_t *w)
+static void wr_push(rl_wr_t *w, grpc_slice s)
 {
-  if (!w->rlen) return;
   if (w->ns == w->cap) {
     w->cap = w->cap ? 2 * w->cap : 4;
     w->sl = rm__xrealloc(w->sl, w->cap * sizeof *w->sl);
   }
-  w->sl[w->ns++] = grpc_slice_new(w->run, w->rlen, free);
+  w->sl[w->ns++] = s;
+}
+
+/* The open run becomes a slice of the batch. */
+static void wr_close(rl_wr_t *w)
+{
+  if (!w->rlen) return;
+  wr_push(w, grpc_slice_new(w->run, w->rlen, free));
   w->run = NULL;
   w->rlen = w->rcap = 0;
 }
@@ -293,11 +299,7 @@ static void wr_slice(rl_wr_t *w, grpc_slice s)
     return;
   }
   wr_close(w);
-  if (w->ns == w->cap) {
-    w->cap = w->cap ? 2 * w->cap : 4;
-    w->sl = rm__xrealloc(w->sl, w->cap * sizeof *w->sl);
-  }
-  w->sl[w->ns++] = s;
+  wr_push(w, s);
 }
 
 /* One RelayResponse of every queued entry (field 1, RelayOut, repeated;
