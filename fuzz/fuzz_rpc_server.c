@@ -38,7 +38,9 @@
 
 rm__park_t *rm__call_park(rm__call_t *call) { return &call->park; }
 
+/* server.c makes it at the first wait; here it is always there */
 rm__park_t *rm__call_wpark(rm__call_t *call) { return &call->wpark; }
+rm__park_t *rm__call_wpark_make(rm__call_t *call) { return &call->wpark; }
 int rm__park_on_stream(const rm__park_t *p)
 {
   return p == &p->call->wpark;

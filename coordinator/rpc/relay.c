@@ -49,9 +49,10 @@
  * relay's PENDING entries as it is pushed, and they join the outbox only
  * in rm__relay_kick_all, after the COMMIT (rm__relay_push).
  *
- * Memory: a relay's lane table is one pointer per lane number used; a lane
- * is an rm__call_t alone (a gRPC call's record is an rm__gcall_t that
- * starts with one); the relay's outbox holds references to the answers'
+ * Memory: a relay's lane table is one pointer per lane number from its
+ * oldest open lane on (LANE TABLE); a lane is an rm__call_t alone (a gRPC
+ * call's record is an rm__gcall_t that starts with one; a Session's
+ * barrier or gate wait is made at its first); the relay's outbox holds references to the answers'
  * slices until its batch is sent (an answer shared by many lanes is one
  * entry with their numbers), and gives back the room a Join wave needed
  * once that batch is out. A batch is written as one flat run of bytes,
@@ -73,7 +74,8 @@
 #define PARTS_MAX 2      /* slices of one message (server.c head_then: 1 or 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
-#define OUT_KEEP 16      /* outbox entries whose room outlives their batch */
+#define OUT_KEEP 4       /* outbox entries whose room outlives their batch: a
+                          * barrier's or a step's answer is one entry a relay */
 
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
@@ -99,7 +101,9 @@ _Static_assert(sizeof(rl_out_t) <= 104, "rl_out_t grew");
 static uint32_t out_lane(const rl_out_t *e, int k) { return k ? e->more[k - 1] : e->lane0; }
 
 struct rm__relay {
-  rm__call_t **lane;          /* [cap], by lane number; ENDED once ended */
+  rm__call_t **lane;          /* LANE TABLE: [cap]; lane number base + i */
+  uint32_t base, used, lead;  /* ... its first number, slots in use, and
+                                 the ENDED ones they start with */
   uint32_t cap, open;
   rl_out_t *out;              /* the next batch: committed entries */
   int nout, capout;
@@ -112,6 +116,63 @@ struct rm__relay {
   int kick_listed;
   rm__call_t *prev, *next;    /* in c->relays until it ends */
 };
+
+/* ---- the lane table ----
+ * LANE TABLE. A relay numbers its lanes upwards and never reuses a number
+ * (a Join wave's lanes, then its Sessions', then a re-join's), so a table
+ * indexed by the number itself would hold a slot for every lane the
+ * stream ever had: 2 KiB a relay of 64 after one Join wave and its
+ * Sessions, up to 512 KiB on a long-lived stream. The table is a window
+ * instead: slots for numbers base..base + used - 1; every number below
+ * base has ended (the window only moves past a run of ENDED slots at its
+ * start, so a number below it that was never opened cannot be mistaken
+ * for one that ended: it cannot be below it). Once that run is half the
+ * slots in use, the window moves (amortized O(1) a lane) and gives back
+ * room it no longer needs. Lookups are by number, so a caller walking
+ * numbers stays right across a move. */
+#define LANE_TABLE_MIN 64
+
+static rm__call_t *lane_get(const struct rm__relay *r, uint32_t n)
+{
+  if (n < r->base) return ENDED;
+  return n - r->base < r->used ? r->lane[n - r->base] : NULL;
+}
+
+/* n >= r->base (a number below it has ended and is never set again). */
+static void lane_put(struct rm__relay *r, uint32_t n, rm__call_t *v)
+{
+  uint32_t i = n - r->base;
+  if (i >= r->cap) {
+    uint32_t cap = r->cap ? r->cap : LANE_TABLE_MIN;
+    while (cap <= i) cap *= 2;
+    if (cap > RELAY_LANES_MAX + 1) cap = RELAY_LANES_MAX + 1;
+    r->lane = rm__xrealloc(r->lane, cap * sizeof *r->lane);
+    r->cap = cap;
+  }
+  if (i >= r->used) {
+    memset(r->lane + r->used, 0, (i + 1 - r->used) * sizeof *r->lane);
+    r->used = i + 1;
+  }
+  r->lane[i] = v;
+}
+
+/* After a slot became ENDED: move the window past the ENDED run at its
+ * start once that run is half of it. */
+static void lane_trim(struct rm__relay *r)
+{
+  while (r->lead < r->used && r->lane[r->lead] == ENDED) r->lead++;
+  if (!r->lead || r->lead * 2 < r->used) return;
+  memmove(r->lane, r->lane + r->lead, (r->used - r->lead) * sizeof *r->lane);
+  r->base += r->lead;
+  r->used -= r->lead;
+  r->lead = 0;
+  uint32_t cap = r->cap;
+  while (cap > LANE_TABLE_MIN && r->used * 4 <= cap) cap /= 2;
+  if (cap < r->cap) {
+    r->lane = rm__xrealloc(r->lane, cap * sizeof *r->lane);
+    r->cap = cap;
+  }
+}
 
 /* ---- the outbox ---- */
 static int out_same(const rl_out_t *a, int code, const char *details, int has_msg, int join,
@@ -189,7 +250,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
     }
   }
   if (r->npend == r->cappend) {
-    r->cappend = r->cappend ? 2 * r->cappend : 16;
+    r->cappend = r->cappend ? 2 * r->cappend : OUT_KEEP;
     r->pend = rm__xrealloc(r->pend, (size_t)r->cappend * sizeof *r->pend);
   }
   rl_out_t *e = &r->pend[r->npend];
@@ -219,7 +280,7 @@ static void out_commit(struct rm__relay *r)
     r->pend = t, r->cappend = cap;
   } else {
     if (r->nout + r->npend > r->capout) {
-      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : 16;
+      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : OUT_KEEP;
       r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
     }
     memcpy(r->out + r->nout, r->pend, (size_t)r->npend * sizeof *r->pend);
@@ -432,9 +493,10 @@ void rm__relay_kick_all(rm_coord_t *c)
 /* The lane's slot is ENDED; the table's reference goes. */
 static void lane_retire(struct rm__relay *r, rm__call_t *l)
 {
-  if (l->lane >= r->cap || r->lane[l->lane] != l) return;
-  r->lane[l->lane] = ENDED;
+  if (lane_get(r, l->lane) != l) return;
+  r->lane[l->lane - r->base] = ENDED;
   r->open--;
+  lane_trim(r);
   rm__call_unref(l);
 }
 
@@ -506,7 +568,7 @@ static rm__call_t *lane_open(rm_coord_t *c, rm__call_t *k, uint32_t n, int metho
   l->lane = n;
   l->park.relayed = 1;
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the lane's on its relay */
-  r->lane[n] = l;
+  lane_put(r, n, l);
   r->open++;
   c->ctr.relay_lanes_total++;
   return l;
@@ -521,7 +583,7 @@ static void lane_end(rm_coord_t *c, rm__call_t *l, int how)
 {
   if (l->answered) return;
   l->answered = 1;
-  rm__park_unlink(&l->wpark);
+  if (l->wpark) rm__park_unlink(l->wpark);
   rm__park_drop(c, &l->park, how == LANE_BROKEN);
   if (how != LANE_END) lane_retire(l->up->mux, l);
   else rm__out_push(c, l, GRPC_STATUS_OK, "", NULL); /* retired when flushed */
@@ -544,8 +606,10 @@ static void relay_close(rm_coord_t *c, rm__call_t *k, int code, const char *deta
 {
   struct rm__relay *r = k->mux;
   if (k->answered) return;
-  for (uint32_t n = 1; n < r->cap && r->open; n++)
-    if (r->lane[n] && r->lane[n] != ENDED) lane_end(c, r->lane[n], LANE_GONE);
+  for (uint32_t n = r->base; n < r->base + r->used && r->open; n++) { /* LANE TABLE */
+    rm__call_t *l = lane_get(r, n);
+    if (l && l != ENDED) lane_end(c, l, LANE_GONE);
+  }
   relay_unlist(c, k);
   if (code != GRPC_STATUS_OK) {
     RM_WARN("relay stream ended: %s", details);
@@ -575,6 +639,7 @@ static struct rm__relay *relay_of(rm_coord_t *c, rm__call_t *k)
   if (!k->mux) {
     c->ctr.grpc_calls_total++;
     k->mux = rm__xcalloc(1, sizeof *k->mux);
+    k->mux->base = 1; /* lane numbers start at 1 (LANE TABLE) */
     k->mux->next = c->relays;
     if (c->relays) c->relays->mux->prev = k;
     c->relays = k;
@@ -604,15 +669,7 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
       relay_close(c, k, GRPC_STATUS_INVALID_ARGUMENT, why);
       return;
     }
-    if (n >= r->cap) {
-      uint32_t cap = r->cap ? r->cap : 64;
-      while (cap <= n) cap *= 2;
-      if (cap > RELAY_LANES_MAX + 1) cap = RELAY_LANES_MAX + 1;
-      r->lane = rm__xrealloc(r->lane, cap * sizeof *r->lane);
-      memset(r->lane + r->cap, 0, (cap - r->cap) * sizeof *r->lane);
-      r->cap = cap;
-    }
-    rm__call_t *l = r->lane[n];
+    rm__call_t *l = lane_get(r, n);
     if (l == ENDED) continue; /* as a message after a Session's end */
     if ((in->join && (l || in->message)) ||
         (l && in->message && l->method != RM__M_SESSION)) {
@@ -622,7 +679,10 @@ void rm__relay_msg(rm_coord_t *c, rm__call_t *k, const Ringmaster__V1__RelayRequ
       return;
     }
     if (!l && !in->message && !in->join) { /* ended before it opened */
-      if (in->end || in->broken) r->lane[n] = ENDED;
+      if (in->end || in->broken) {
+        lane_put(r, n, ENDED);
+        lane_trim(r);
+      }
       continue;
     }
     if (!l) l = lane_open(c, k, n, in->join ? RM__M_JOIN : RM__M_SESSION);

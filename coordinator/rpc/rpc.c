@@ -546,14 +546,17 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
     rm__reply(c, call, RM__GRPC_OK, NULL, &r.base);
     return;
   }
+  if (!q->barrier && !q->gate) return; /* a heartbeat alone */
   rm__park_t *wp = rm__call_wpark(call);
-  if ((q->barrier || q->gate) && (wp->next || (q->barrier && q->gate))) {
+  int waiting = wp && wp->next;
+  if (waiting || (q->barrier && q->gate)) {
     fail(c, call, RM__GRPC_INVALID_ARGUMENT, "a Session carries one barrier arrival or "
          "step-gate call at a time (it waits in %s)",
-         !wp->next ? "neither: this message has both"
+         !waiting ? "neither: this message has both"
          : wp->kind == RM__PARK_BARRIER ? "a barrier" : "a step gate");
     return;
   }
+  wp = rm__call_wpark_make(call);
   /* the kind first: an answer at once is framed by it (rm__park_answer) */
   if (q->barrier) {
     wp->kind = RM__PARK_BARRIER;

@@ -42,8 +42,10 @@ void rm__stream_send(rm_coord_t *c, rm__call_t *call,
 rm__park_t *rm__call_park(rm__call_t *call);
 /* SESSIONS (server.c): a Session call's second park, where its barrier
  * arrival or its step-gate call waits (one at a time: rpc.c on_session;
- * the park's kind says which); is p that park? */
+ * the park's kind says which): NULL until its first such wait; made then
+ * (kept until the call is freed); is p that park? */
 rm__park_t *rm__call_wpark(rm__call_t *call);
+rm__park_t *rm__call_wpark_make(rm__call_t *call);
 int rm__park_on_stream(const rm__park_t *p);
 /* Answer parked call p with status OK and resp, or with shared's packed
  * bytes (not copied). A call's own park: its final answer (rm__reply);

@@ -362,6 +362,7 @@ void rm__call_unref(rm__call_t *k)
     free(g->later);
   }
   if (k->mux) rm__relay_free(k);
+  free(k->wpark);
   free(k); /* the gcall itself when it is one: k is its first member */
   if (up) rm__call_unref(up);
 }
@@ -449,7 +450,7 @@ static int claim_answer(rm__call_t *k)
   if (k->answered) return 0;
   k->answered = 1;
   rm__park_unlink(&k->park);
-  rm__park_unlink(&k->wpark); /* SESSIONS: a barrier or step gate it waited on */
+  if (k->wpark) rm__park_unlink(k->wpark); /* SESSIONS: a barrier or step gate it waited on */
   return 1;
 }
 
@@ -571,10 +572,15 @@ static int session_field(const char *name)
              &ringmaster__v1__session_response__descriptor, name)->id;
 }
 
-rm__park_t *rm__call_wpark(rm__call_t *k) { return &k->wpark; }
+rm__park_t *rm__call_wpark(rm__call_t *k) { return k->wpark; }
+rm__park_t *rm__call_wpark_make(rm__call_t *k)
+{
+  if (!k->wpark) k->wpark = rm__xcalloc(1, sizeof *k->wpark);
+  return k->wpark;
+}
 int rm__park_on_stream(const rm__park_t *p)
 {
-  return p == &p->call->wpark;
+  return p == p->call->wpark;
 }
 
 /* A SessionResponse: (pushed_gen > 0: generation = pushed_gen and
@@ -953,7 +959,7 @@ static void on_session_end(rm_coord_t *c, ev_t *e)
   }
   if (k->answered) return;
   k->answered = 1;
-  rm__park_unlink(&k->wpark); /* a barrier or step gate it waited on: nobody to tell */
+  if (k->wpark) rm__park_unlink(k->wpark); /* a barrier or step gate it waited on: nobody to tell */
   rm__out_push(c, k, GRPC_STATUS_OK, "", NULL);
 }
 

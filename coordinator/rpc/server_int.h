@@ -27,14 +27,18 @@ struct rm__call {
    * relay), its relay and number; for a Relay call, its lanes and outbox */
   uint32_t lane;
   rm__park_t park;
-  rm__park_t wpark; /* SESSIONS: its barrier arrival's or step-gate call's
-                     * wait, one at a time (its kind says which); under c->mu */
+  /* SESSIONS: its barrier arrival's or step-gate call's wait, one at a
+   * time (its kind says which); under c->mu. Made at the Session's first
+   * such wait and kept until the call is freed (rm__call_wpark_make): a
+   * Join lane never has one, so the lane every worker holds while its job
+   * forms is 144 bytes, not 232 (issue 16). */
+  rm__park_t *wpark;
   struct rm__relay *mux;
   rm__call_t *up;
   int rl_idx;        /* RELAYS: its last entry's index in ... */
   uint32_t rl_batch; /* ... its relay's pending entries, by generation */
 } __attribute__((aligned(8)));
-_Static_assert(sizeof(struct rm__call) <= 224, "rm__call_t grew"); /* a relay lane */
+_Static_assert(sizeof(struct rm__call) <= 144, "rm__call_t grew"); /* a relay lane */
 
 /* A call with a grpc_call: the record above, then gRPC's state and the
  * sending side's. rm__gcall(k) for a call whose k->up is NULL. */

@@ -18,7 +18,10 @@ real coordinator:
 - lane 0, or a malformed RelayRequest, ends the stream INVALID_ARGUMENT;
 - Join calls as lanes: 32 workers form through one relay stream, each
   answer its own bytes + the peer list sent once per RelayResponse
-  (shared); a refused one ends alone; a broken one drops its worker."""
+  (shared); a refused one ends alone; a broken one drops its worker;
+- 200 lanes that end one after another, then messages for them (dropped)
+  and a new lane (opens and ends OK): the lane table's window moves past
+  ended lanes without forgetting that they ended."""
 import time
 
 import rmtest
@@ -188,6 +191,39 @@ def test(env):
                       if "cancelled before the group formed" in e.message],
              "the broken Join lane's worker dropped")
     assert rj.end() == g.StatusCode.OK, (rj.code, rj.details)
+
+    # 9. many lanes on one stream (relay.c LANE TABLE: the table is a window
+    # that moves past the lanes that ended): 200 refused lanes end one by
+    # one; a later message for any of them is still dropped, as after a
+    # Session's end; a new lane after them opens, beats and ends OK
+    jw, idw = one_worker("relay-window", 32103)
+    refused = [m.RelayIn(lane=n, message=m.SessionRequest(**dict(idw, token="nope")))
+               for n in range(1, 201)]
+    rw = rmtest.SessionStream(env, m.RelayRequest(**{"in": refused[:100]}), method="Relay")
+    rw.send(m.RelayRequest(**{"in": refused[100:]}))
+    ended = {}
+    rmtest.wait_until(lambda: len({ln for r in rw.got for o in r.out for ln in o.lanes}) == 200,
+                      "200 refused lanes ended")
+    for r in rw.got:
+        for o in r.out:
+            assert o.end and o.code == g.StatusCode.UNAUTHENTICATED.value[0], o
+            for ln in o.lanes:
+                ended[ln] = ended.get(ln, 0) + 1
+    assert sorted(ended) == list(range(1, 201)) and set(ended.values()) == {1}, ended
+    n_got = len(rw.got)
+    rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=n, message=m.SessionRequest(step=1, **idw))
+                                     for n in (1, 5, 150, 200)]}))  # ended: dropped
+    rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=201, message=m.SessionRequest(**idw))]}))
+    for k in range(1, 4):
+        rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=201, message=m.SessionRequest(
+            step=k, **idw))]}))
+    time.sleep(0.5)
+    assert len(rw.got) == n_got and rw.code is None, (rw.got[n_got:], rw.code)
+    rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=201, end=True)]}))
+    o = rw.answers(n_got + 1)[n_got].out[0]
+    assert list(o.lanes) == [201] and o.end and o.code == 0, o
+    assert not lost_events(env, jw, "lost") and env.get(jw.id).state == m.JOB_STATE_RUNNING
+    assert rw.end() == g.StatusCode.OK, (rw.code, rw.details)
 
     # the coordinator still serves
     assert env.get(job.id).state == m.JOB_STATE_CANCELLED
