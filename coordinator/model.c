@@ -87,23 +87,45 @@ void rm__worker_strs(rm__worker_t *w, const char *host, const char *data_addr,
 {
   const char *in[4] = {host ? host : "", data_addr ? data_addr : "",
                        transports ? transports : "", devices ? devices : ""};
-  size_t len[4], total = 0;
+  size_t len[4], off[4], total = 0;
   char *old = w->host; /* the old block (NULL for a new record) */
-  for (int i = 0; i < 4; i++) total += (len[i] = strlen(in[i])) + 1;
-  char *b = rm__xmalloc(total), *p = b, **out[4] = {&w->host, &w->data_addr,
-                                                    &w->transports, &w->devices};
-  for (int i = 0; i < 4; i++) {
-    memcpy(p, in[i], len[i] + 1);
-    *out[i] = p;
-    p += len[i] + 1;
+  for (int i = 0; i < 4; i++) { /* Join bounds each (<= 255): the offsets fit 16 bits */
+    off[i] = total;
+    total += (len[i] = strnlen(in[i], 255)) + 1;
   }
+  char *b = rm__xmalloc(total);
+  for (int i = 0; i < 4; i++) {
+    memcpy(b + off[i], in[i], len[i]);
+    b[off[i] + len[i]] = '\0';
+  }
+  w->host = b;
+  w->s_data_addr = (uint16_t)off[1];
+  w->s_transports = (uint16_t)off[2];
+  w->s_devices = (uint16_t)off[3];
   free(old);
+}
+
+static const rm__worker_cold_t cold_none = {.blamed_by = -1};
+
+const rm__worker_cold_t *rm__worker_cold_get(const rm__worker_t *w)
+{
+  return w->cold ? w->cold : &cold_none;
+}
+
+rm__worker_cold_t *rm__worker_cold(rm__worker_t *w)
+{
+  if (!w->cold) {
+    w->cold = rm__xmalloc(sizeof *w->cold);
+    *w->cold = cold_none;
+  }
+  return w->cold;
 }
 
 void rm__worker_free(rm__worker_t *w)
 {
   free(w->host);
-  free(w->result);
-  w->host = w->data_addr = w->transports = w->devices = NULL;
-  w->result = NULL;
+  if (w->cold) free(w->cold->result);
+  free(w->cold);
+  w->host = NULL;
+  w->cold = NULL;
 }

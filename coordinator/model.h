@@ -54,8 +54,23 @@ typedef struct rm__park {
   };
 } rm__park_t;
 
-/* A worker of a job: 288 bytes, one a worker for the job's life (issue
- * 16), so its fields go widest first and its flags are bytes. */
+/* What few workers ever have, out of the record every worker holds
+ * (issue 16): made at its first write (rm__worker_cold), freed with the
+ * record, read through rm__worker_cold_get (zeros and no result when it
+ * was never made). */
+typedef struct rm__worker_cold {
+  /* recovery.c LINK FAILURES: generation + 1 in which this worker's own
+   * data plane failed (it sent ReportFailure), and in which a peer
+   * reported a timeout naming it; 0 = never */
+  uint64_t dp_failed_gen, blamed_gen;
+  char *result;                 /* heap: the JSON object its Leave carried
+                                   (result.c), NULL if none */
+  int blamed_by;                /* rank of the first peer that named it */
+} rm__worker_cold_t;
+
+/* A worker of a job: 248 bytes, one a worker for the job's life (issue
+ * 16), so its fields go widest first, its flags are bytes, and what few
+ * workers have is in `cold`. */
 typedef struct rm__worker {
   uint64_t id;
   uint64_t generation;
@@ -63,27 +78,23 @@ typedef struct rm__worker {
   int64_t last_wall_ms;
   int64_t joined_ms;
   uint64_t step, steps_done;
-  /* suspect.c (issue 12): exclusions by the robust aggregation over its
-   * last W steps (bit 0 = newest); excl_seen: steps in that window */
-  uint64_t excl_mask;
   /* step summary accumulator, flushed to SQLite every 16 reports */
   uint64_t acc_first, acc_last, acc_bytes;
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
   double step_ms, compute_ms, comm_ms, wait_ms; /* its last step's; NAN none */
   uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
-  /* recovery.c LINK FAILURES: generation + 1 in which this worker's own data
-   * plane failed (it sent ReportFailure), and in which a peer reported a
-   * timeout naming it; 0 = never */
-  uint64_t dp_failed_gen, blamed_gen;
+  /* suspect.c (issue 12): exclusions by the robust aggregation over its
+   * last W steps (bit 0 = newest); excl_seen: steps in that window (every
+   * job's steps update them) */
+  uint64_t excl_mask;
   /* Its Join's strings, in one heap block that `host` starts
    * (rm__worker_strs; issue 16: 800 bytes of fixed arrays a worker were
-   * most of its record): never NULL, "" when unset. */
-  char *host;                   /* <= 127 bytes */
-  char *data_addr;              /* <= 159 */
-  char *transports;             /* <= 255: its offer (common/rm_transports.h) */
-  char *devices;                /* <= 255 */
-  char *result;                 /* heap: the JSON object its Leave carried
-                                   (result.c), NULL if none */
+   * most of its record), the others at their offsets in it
+   * (rm__worker_data_addr, _transports, _devices): never NULL, "" when
+   * unset. host <= 127 bytes, data_addr <= 159, transports <= 255 (its
+   * offer, common/rm_transports.h), devices <= 255. */
+  char *host;
+  rm__worker_cold_t *cold;      /* NULL until its first write */
   int rank;                     /* -1 until assigned */
   int prev_rank;                /* rank before a re-formation, -1 */
   int rank_hint, world_hint;
@@ -91,14 +102,30 @@ typedef struct rm__worker {
   int joins_parked;             /* its Join calls linked in job->parked
                                    (rm__park_link/unlink keep it) */
   int excl_seen;
-  int blamed_by;                /* rank of the first peer that named it */
   rm_worker_state_t state;
+  uint16_t s_data_addr, s_transports, s_devices; /* offsets in host's block */
   uint8_t in_group;             /* joining set or current member */
   uint8_t straggler;
   uint8_t suspect;
   uint8_t acc_count;            /* reports in the accumulator (< 16) */
 } rm__worker_t;
-_Static_assert(sizeof(rm__worker_t) <= 288, "rm__worker_t grew");
+_Static_assert(sizeof(rm__worker_t) <= 248, "rm__worker_t grew");
+
+static inline const char *rm__worker_data_addr(const rm__worker_t *w)
+{
+  return w->host + w->s_data_addr;
+}
+static inline const char *rm__worker_transports(const rm__worker_t *w)
+{
+  return w->host + w->s_transports;
+}
+static inline const char *rm__worker_devices(const rm__worker_t *w)
+{
+  return w->host + w->s_devices;
+}
+/* w's rarely set fields: read (never NULL), or made to be written. */
+const rm__worker_cold_t *rm__worker_cold_get(const rm__worker_t *w);
+rm__worker_cold_t *rm__worker_cold(rm__worker_t *w);
 
 typedef struct rm__barrier {
   struct rm__barrier *next;
@@ -188,7 +215,8 @@ rm__worker_t *rm__job_worker(rm__job_t *j, uint64_t worker_id);
 /* Append a zeroed worker (rank, hints and launch index -1, timings NaN);
  * the caller sets its id. The pointer is valid until the next append. */
 rm__worker_t *rm__job_worker_add(rm__job_t *j);
-/* Set w's strings (NULL: ""), copied into one block; the old one goes. */
+/* Set w's strings (NULL: ""; each cut at 255 bytes), copied into one
+ * block; the old one goes. */
 void rm__worker_strs(rm__worker_t *w, const char *host, const char *data_addr,
                      const char *transports, const char *devices);
 /* Free what a worker record owns (its strings, its result). */

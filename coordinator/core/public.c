@@ -169,9 +169,9 @@ static void worker_info(const rm__job_t *j, const rm__worker_t *w,
   o->job_id = j->info.id;
   o->rank = w->rank;
   snprintf(o->host, sizeof o->host, "%s", w->host);
-  snprintf(o->data_addr, sizeof o->data_addr, "%s", w->data_addr);
-  snprintf(o->transports, sizeof o->transports, "%s", w->transports);
-  snprintf(o->devices, sizeof o->devices, "%s", w->devices);
+  snprintf(o->data_addr, sizeof o->data_addr, "%s", rm__worker_data_addr(w));
+  snprintf(o->transports, sizeof o->transports, "%s", rm__worker_transports(w));
+  snprintf(o->devices, sizeof o->devices, "%s", rm__worker_devices(w));
   o->state = w->state;
   o->generation = w->generation;
   o->last_heartbeat_ms = w->last_wall_ms;
@@ -205,11 +205,12 @@ static void links_compute(rm__job_t *j)
       if (a == b) continue;
       const rm__worker_t *lo = &j->w[j->members[a < b ? a : b]];
       const rm__worker_t *hi = &j->w[j->members[a < b ? b : a]];
-      const char *t = rm_tp_pick(lo->transports, hi->transports);
+      const char *lt = rm__worker_transports(lo), *ht = rm__worker_transports(hi);
+      const char *t = rm_tp_pick(lt, ht);
       int k = NKINDS - 1;
       for (int i = IPC + 1; t && i < NKINDS - 1; i++)
         if (strcmp(t, kinds[i]) == 0) k = i;
-      if (t && strcmp(t, "shm") == 0 && rm_tp_cuda_ipc(lo->transports, hi->transports)) k = IPC;
+      if (t && strcmp(t, "shm") == 0 && rm_tp_cuda_ipc(lt, ht)) k = IPC;
       count[k]++;
     }
     char *o = j->links[a];

@@ -357,12 +357,13 @@ void rm__recovery_free(rm__job_t *j)
 static int link_lost(rm_coord_t *c, rm__job_t *j, rm__worker_t *v)
 {
   uint64_t g = j->info.generation + 1;
-  if (v->blamed_gen != g || v->dp_failed_gen != g || !rm__worker_member(j, v))
+  const rm__worker_cold_t *x = rm__worker_cold_get(v);
+  if (x->blamed_gen != g || x->dp_failed_gen != g || !rm__worker_member(j, v))
     return 0;
   char why[300];
   snprintf(why, sizeof why, "rank %d timed out on it and its own data plane "
            "failed too while both answer the coordinator: the link between "
-           "ranks %d and %d is broken", v->blamed_by, v->blamed_by, v->rank);
+           "ranks %d and %d is broken", x->blamed_by, x->blamed_by, v->rank);
   rm__job_worker_lost(c, j, v, why);
   return 1;
 }
@@ -394,13 +395,14 @@ int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
       rm__job_worker_lost(c, j, v, why);
       accepted = 1;
     } else if (!strcmp(status, rm_status_name(RM_ERR_TIMEOUT)) &&
-               v->blamed_gen != j->info.generation + 1) {
-      v->blamed_gen = j->info.generation + 1;
-      v->blamed_by = w->rank;
+               rm__worker_cold_get(v)->blamed_gen != j->info.generation + 1) {
+      rm__worker_cold_t *x = rm__worker_cold(v);
+      x->blamed_gen = j->info.generation + 1;
+      x->blamed_by = w->rank;
     }
   }
   if (!accepted && rm__worker_member(j, w)) {
-    w->dp_failed_gen = j->info.generation + 1;
+    rm__worker_cold(w)->dp_failed_gen = j->info.generation + 1;
     if (fr >= 0 && fr < j->nmembers && fr != w->rank)
       accepted = link_lost(c, j, &j->w[j->members[fr]]);
     if (!accepted) accepted = link_lost(c, j, w);

@@ -9,7 +9,7 @@
  *                          "result_refused" event when it is longer than
  *                          RM_COORD_RESULT_MAX - 1 bytes or not one JSON
  *                          object (json_check.c, Jansson); else keep it on the
- *                          worker (w->result) and in workers.result
+ *                          worker (its cold part: w->cold->result) and in workers.result
  *   last member leaves  -> rm__result_settle, right before the job becomes
  *                          succeeded: the job's result is the one of the
  *                          LOWEST rank of the final generation that sent one
@@ -96,8 +96,9 @@ void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
               w->rank, why ? why : "invalid", at);
     return;
   }
-  free(w->result);
-  w->result = rm__xstrdup(text);
+  rm__worker_cold_t *x = rm__worker_cold(w);
+  free(x->result);
+  x->result = rm__xstrdup(text);
   rm__store_worker_result(c->store, w);
 }
 
@@ -106,7 +107,8 @@ void rm__result_offer(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 static void check_agree(rm_coord_t *c, rm__job_t *j, const json_t *ref,
                         const rm__worker_t *w, int *mismatches)
 {
-  json_t *o = rm__json_object_parse(w->result, strlen(w->result), NULL, NULL);
+  const char *res = rm__worker_cold_get(w)->result;
+  json_t *o = rm__json_object_parse(res, strlen(res), NULL, NULL);
   for (size_t k = 0; o && k < N_AGREE; k++) {
     const json_t *x = json_object_get(ref, AGREE_KEYS[k]);
     const json_t *y = json_object_get(o, AGREE_KEYS[k]);
@@ -131,17 +133,17 @@ void rm__result_settle(rm_coord_t *c, rm__job_t *j)
   char words[200];
   int mismatches = 0, with_result = 0;
   for (int r = 0; r < j->nmembers && !best; r++)
-    if (j->w[j->members[r]].result) best = &j->w[j->members[r]];
+    if (rm__worker_cold_get(&j->w[j->members[r]])->result) best = &j->w[j->members[r]];
   if (!best) return;
   free(j->result);
-  j->result = rm__xstrdup(best->result);
+  j->result = rm__xstrdup(rm__worker_cold_get(best)->result);
   j->result_rank = best->rank;
   json_t *ref = rm__json_object_parse(j->result, strlen(j->result), NULL, NULL);
   if (ref) words_of(ref, words, sizeof words);
   else words[0] = '\0';
   for (int r = 0; r < j->nmembers; r++) {
     const rm__worker_t *w = &j->w[j->members[r]];
-    if (!w->result) continue;
+    if (!rm__worker_cold_get(w)->result) continue;
     with_result++;
     if (w != best && ref) check_agree(c, j, ref, w, &mismatches);
   }

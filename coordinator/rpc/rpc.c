@@ -208,8 +208,8 @@ static rm__blob_t *join_tail(rm__job_t *j)
     ringmaster__v1__peer__init(&peers[i]);
     peers[i].rank = (uint32_t)i;
     peers[i].host = m->host;
-    peers[i].data_addr = m->data_addr;
-    peers[i].transports = m->transports;
+    peers[i].data_addr = (char *)rm__worker_data_addr(m);
+    peers[i].transports = (char *)rm__worker_transports(m);
     peers[i].worker_id = m->id;
     pp[i] = &peers[i];
   }
@@ -344,7 +344,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   }
   if (!w->in_group)
     rm__event(c, j, "worker_joined", -1, "worker %llu joined from %s (data %s%s)",
-              (unsigned long long)w->id, w->host, w->data_addr,
+              (unsigned long long)w->id, w->host, rm__worker_data_addr(w),
               fresh ? "" : ", re-joining");
   w->in_group = 1;
   j->n_joining += 1 - was_joining;

@@ -34,14 +34,14 @@ static void bind_worker(sqlite3_stmt *st, const rm__worker_t *w)
 {
   sqlite3_bind_int(st, 2, w->rank);
   sqlite3_bind_text(st, 3, w->host, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 4, w->data_addr, -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 5, w->devices, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 4, rm__worker_data_addr(w), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 5, rm__worker_devices(w), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(st, 6, w->state);
   sqlite3_bind_int64(st, 7, (sqlite3_int64)w->generation);
   sqlite3_bind_int64(st, 8, w->last_wall_ms);
   sqlite3_bind_int64(st, 9, (sqlite3_int64)w->step);
   sqlite3_bind_int(st, 10, w->launch_index);
-  sqlite3_bind_text(st, 12, w->transports, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 12, rm__worker_transports(w), -1, SQLITE_TRANSIENT);
 }
 
 void rm__store_worker_insert(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
@@ -110,7 +110,8 @@ void rm__store_worker_result(rm__store_t *c, rm__worker_t *w)
 {
   sqlite3_stmt *st = prep(c, "UPDATE workers SET result=?2 WHERE id=?1");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)w->id);
-  sqlite3_bind_text(st, 2, w->result ? w->result : "", -1, SQLITE_TRANSIENT);
+  const char *res = rm__worker_cold_get(w)->result;
+  sqlite3_bind_text(st, 2, res ? res : "", -1, SQLITE_TRANSIENT);
   step_done(c, st);
 }
 
@@ -153,7 +154,7 @@ void rm__store_generation(rm__store_t *c, rm__job_t *j)
   for (int r = 0; r < j->nmembers; r++) {
     const rm__worker_t *w = &j->w[j->members[r]];
     len += (size_t)snprintf(peers + len, cap - len, "%d %llu %s %s\n", r,
-                            (unsigned long long)w->id, w->host, w->data_addr);
+                            (unsigned long long)w->id, w->host, rm__worker_data_addr(w));
     if (len >= cap) len = cap - 1;
   }
   sqlite3_stmt *st = prep(c, "INSERT OR REPLACE INTO generations(job_id,"
@@ -344,7 +345,7 @@ void rm__store_load_workers(rm__store_t *c, rm__job_t *j)
     w->last_wall_ms = sqlite3_column_int64(st, 8);
     w->step = w->steps_done = (uint64_t)sqlite3_column_int64(st, 9);
     const unsigned char *res = sqlite3_column_text(st, 10);
-    if (res && *res) w->result = rm__xstrdup((const char *)res);
+    if (res && *res) rm__worker_cold(w)->result = rm__xstrdup((const char *)res);
     w->launch_index = sqlite3_column_int(st, 11);
   }
   rm__stmt_done(c, st);

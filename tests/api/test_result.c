@@ -171,7 +171,7 @@ static void coordinator(void)
   rm__result_offer(c, j, &j->w[2], "[0.97]");
   rm__result_offer(c, j, &j->w[1], "{\"accuracy\":0.9721,\"test_loss\":0.2,\"steps\":200}");
   rm__result_offer(c, j, &j->w[0], "{\"accuracy\":0.9721,\"test_loss\":0.1076,\"steps\":200}");
-  CHECKF(j->w[2].result == NULL, "refused result kept");
+  CHECKF(rm__worker_cold_get(&j->w[2])->result == NULL, "refused result kept");
   rm__result_settle(c, j);
   rm__commit(c);
   free(big);
