@@ -74,8 +74,11 @@
 #define PARTS_MAX 2      /* slices of one message (server.c head_then: 1 or 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
-#define OUT_KEEP 4       /* outbox entries whose room outlives their batch: a
-                          * barrier's or a step's answer is one entry a relay */
+#define OUT_FIRST 4      /* an outbox's first room: a barrier's or a step's
+                          * answer is one entry a relay */
+#define OUT_KEEP 0       /* entries whose room outlives their batch: none, so a
+                          * relay at rest holds no outbox (a batch's room is
+                          * one malloc) */
 
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
@@ -130,7 +133,7 @@ struct rm__relay {
  * slots in use, the window moves (amortized O(1) a lane) and gives back
  * room it no longer needs. Lookups are by number, so a caller walking
  * numbers stays right across a move. */
-#define LANE_TABLE_MIN 64
+#define LANE_TABLE_MIN 8
 
 static rm__call_t *lane_get(const struct rm__relay *r, uint32_t n)
 {
@@ -250,7 +253,7 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
     }
   }
   if (r->npend == r->cappend) {
-    r->cappend = r->cappend ? 2 * r->cappend : OUT_KEEP;
+    r->cappend = r->cappend ? 2 * r->cappend : OUT_FIRST;
     r->pend = rm__xrealloc(r->pend, (size_t)r->cappend * sizeof *r->pend);
   }
   rl_out_t *e = &r->pend[r->npend];
@@ -280,7 +283,7 @@ static void out_commit(struct rm__relay *r)
     r->pend = t, r->cappend = cap;
   } else {
     if (r->nout + r->npend > r->capout) {
-      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : OUT_KEEP;
+      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : OUT_FIRST;
       r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
     }
     memcpy(r->out + r->nout, r->pend, (size_t)r->npend * sizeof *r->pend);
@@ -440,7 +443,7 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   free(w.sl);
   free(shared);
   r->nout = 0;
-  if (r->capout > OUT_KEEP) { /* a Join wave's room goes with it (issue 16: RSS) */
+  if (r->capout > OUT_KEEP) { /* its room goes with it (OUT_KEEP; issue 16: RSS) */
     free(r->out);
     r->out = NULL;
     r->capout = 0;
