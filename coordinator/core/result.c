@@ -9,7 +9,8 @@
  *                          "result_refused" event when it is longer than
  *                          RM_COORD_RESULT_MAX - 1 bytes or not one JSON
  *                          object (json_check.c, Jansson); else keep it on the
- *                          worker (its cold part: w->cold->result) and in workers.result
+ *                          worker (w->cold->result, model.h) and in
+ *                          workers.result
  *   last member leaves  -> rm__result_settle, right before the job becomes
  *                          succeeded: the job's result is the one of the
  *                          LOWEST rank of the final generation that sent one

@@ -52,10 +52,10 @@
  * Memory: a relay's lane table is one pointer per lane number from its
  * oldest open lane on (LANE TABLE); a lane is an rm__call_t alone (a gRPC
  * call's record is an rm__gcall_t that starts with one; a Session's
- * barrier or gate wait is made at its first); the relay's outbox holds references to the answers'
- * slices until its batch is sent (an answer shared by many lanes is one
- * entry with their numbers), and gives back the room a Join wave needed
- * once that batch is out. A batch is written as one flat run of bytes,
+ * barrier or gate wait is made at its first); the relay's outbox holds
+ * references to the answers' slices until its batch is sent (an answer
+ * shared by many lanes is one entry with their numbers), and gives its
+ * room back once that batch is out (OUT_KEEP). A batch is written as one flat run of bytes,
  * its large parts referenced (relay_batch).
  */
 #include <grpc/byte_buffer.h>

@@ -31,7 +31,7 @@ struct rm__call {
    * time (its kind says which); under c->mu. Made at the Session's first
    * such wait and kept until the call is freed (rm__call_wpark_make): a
    * Join lane never has one, so the lane every worker holds while its job
-   * forms is 144 bytes, not 232 (issue 16). */
+   * forms is 144 bytes, not 224 (issue 16). */
   rm__park_t *wpark;
   struct rm__relay *mux;
   rm__call_t *up;

@@ -211,8 +211,9 @@ def test(env):
                 ended[ln] = ended.get(ln, 0) + 1
     assert sorted(ended) == list(range(1, 201)) and set(ended.values()) == {1}, ended
     n_got = len(rw.got)
-    rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=n, message=m.SessionRequest(step=1, **idw))
-                                     for n in (1, 5, 150, 200)]}))  # ended: dropped
+    # ended: dropped (a lane opened afresh would be refused again, and say so)
+    rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=n, message=m.SessionRequest(
+        step=1, **dict(idw, token="nope"))) for n in (1, 5, 150, 200)]}))
     rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=201, message=m.SessionRequest(**idw))]}))
     for k in range(1, 4):
         rw.send(m.RelayRequest(**{"in": [m.RelayIn(lane=201, message=m.SessionRequest(
