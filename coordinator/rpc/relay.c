@@ -55,8 +55,9 @@
  * barrier or gate wait is made at its first); the relay's outbox holds
  * references to the answers' slices until its batch is sent (an answer
  * shared by many lanes is one entry with their numbers), and gives its
- * room back once that batch is out (OUT_KEEP). A batch is written as one flat run of bytes,
- * its large parts referenced (relay_batch).
+ * room back once that batch is out: a relay at rest holds no outbox. A
+ * batch is written as one flat run of bytes, its large parts referenced
+ * (relay_batch).
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -75,10 +76,8 @@
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
 #define OUT_FIRST 4      /* an outbox's first room: a barrier's or a step's
-                          * answer is one entry a relay */
-#define OUT_KEEP 0       /* entries whose room outlives their batch: none, so a
-                          * relay at rest holds no outbox (a batch's room is
-                          * one malloc) */
+                          * answer is one entry a relay; no room outlives its
+                          * batch (a batch's room is one malloc) */
 
 static rm__call_t relay_ended; /* a lane number's slot once its lane ended */
 #define ENDED (&relay_ended)
@@ -272,30 +271,27 @@ static void out_append(struct rm__relay *r, rm__call_t *l, int code, const char 
 }
 
 /* PENDING -> committed: after the flush (rm__relay_kick_all), the
- * section's entries join the next batch, after those already there. */
+ * section's entries join the next batch, after those already there. An
+ * outbox with no entries has no room (relay_batch frees it), so in the
+ * usual case, nothing waiting, the pending room simply becomes it. */
 static void out_commit(struct rm__relay *r)
 {
   if (!r->npend) return;
-  if (!r->nout) { /* the usual case: nothing waited */
-    rl_out_t *t = r->out;
-    int cap = r->capout;
+  if (!r->nout) {
+    free(r->out); /* NULL: nothing waited */
     r->out = r->pend, r->capout = r->cappend, r->nout = r->npend;
-    r->pend = t, r->cappend = cap;
   } else {
     if (r->nout + r->npend > r->capout) {
-      while (r->nout + r->npend > r->capout) r->capout = r->capout ? 2 * r->capout : OUT_FIRST;
+      while (r->nout + r->npend > r->capout) r->capout *= 2;
       r->out = rm__xrealloc(r->out, (size_t)r->capout * sizeof *r->out);
     }
     memcpy(r->out + r->nout, r->pend, (size_t)r->npend * sizeof *r->pend);
     r->nout += r->npend;
-  }
-  r->npend = 0;
-  r->pgen++;
-  if (r->cappend > OUT_KEEP) {
     free(r->pend);
-    r->pend = NULL;
-    r->cappend = 0;
   }
+  r->pend = NULL;
+  r->cappend = r->npend = 0;
+  r->pgen++;
 }
 
 /* The batch being written (relay_batch): small pieces are copied into
@@ -443,11 +439,9 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   free(w.sl);
   free(shared);
   r->nout = 0;
-  if (r->capout > OUT_KEEP) { /* its room goes with it (OUT_KEEP; issue 16: RSS) */
-    free(r->out);
-    r->out = NULL;
-    r->capout = 0;
-  }
+  free(r->out); /* its room goes with it (issue 16: RSS) */
+  r->out = NULL;
+  r->capout = 0;
   return bb;
 }
 
