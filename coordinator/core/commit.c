@@ -49,15 +49,6 @@ void rm__lock_ro(rm_coord_t *c)
   pthread_mutex_lock(&c->mu);
 }
 
-static void run_callbacks(rm_coord_t *c, rm_event_t *q, size_t n)
-{
-  pthread_mutex_lock(&c->sub_mu);
-  for (size_t i = 0; i < n; i++)
-    for (int k = 0; k < 64; k++)
-      if (c->subs[k].cb) c->subs[k].cb(c->subs[k].ctx, &q[i]);
-  pthread_mutex_unlock(&c->sub_mu);
-}
-
 const rm_coord_launcher_t *rm__coord_launcher_find(const rm_coord_t *c, const char *name)
 {
   for (int k = 0; k < c->nlaunchers; k++)
@@ -131,7 +122,7 @@ static void run_after(rm_coord_t *c, rm__after_t *q, size_t n)
 
 void rm__commit(rm_coord_t *c)
 {
-  rm_event_t *q = NULL;
+  char *q = NULL;
   rm__after_t *after = NULL;
   size_t nq = 0, na = 0;
   rm__store_commit(c->store);
@@ -146,7 +137,7 @@ void rm__commit(rm_coord_t *c)
     c->after = NULL, c->nafter = c->capafter = 0;
   }
   pthread_mutex_unlock(&c->mu);     /* 2 */
-  if (nq) run_callbacks(c, q, nq);  /* 3 */
+  if (nq) rm__event_callbacks(c, q, nq); /* 3 */
   if (na) run_after(c, after, na);  /* 4 */
   free(q);
   free(after);

@@ -62,7 +62,8 @@ struct rm_coord {
   size_t nrelay_kick, caprelay_kick;
   uint64_t last_seq;
   pthread_cond_t ev_cond;
-  rm_event_t *cbq;              /* events waiting for callbacks */
+  char *cbq;                    /* events waiting for callbacks, packed
+                                   (events.c CALLBACK QUEUE): bytes */
   size_t ncbq, capcbq;
   rm__after_t *after;           /* launcher work after COMMIT (commit.c) */
   size_t nafter, capafter;
@@ -104,6 +105,9 @@ void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
 
 /* ---- events.c ---- */
 /* Record an event (SQLite + callbacks + watchers). Under lock. */
+/* Hand each event packed in q (len bytes, rm__event's CALLBACK QUEUE) to
+ * every subscriber, in order; no lock held but sub_mu. */
+void rm__event_callbacks(rm_coord_t *c, const char *q, size_t len);
 void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* ---- spec.c ---- */
