@@ -1,8 +1,9 @@
 /*
  * rm_channel.h - the gRPC channel to a coordinator as a worker opens it,
- * shared by the worker library (worker/session/control.c) and the host
- * relay (relay/relay.c), which compile rm_channel.c themselves: rm_common
- * stays free of gRPC.
+ * and the credentials of a gRPC port (the coordinator's, a relay's listen
+ * side). The worker library (worker/session/control.c) compiles
+ * rm_channel.c itself; the coordinator and the relay link rm_grpc_channel
+ * (common/CMakeLists.txt): rm_common stays free of gRPC.
  */
 #ifndef RM_COMMON_RM_CHANNEL_H
 #define RM_COMMON_RM_CHANNEL_H
@@ -23,5 +24,13 @@
  * receiving up to RM_CHANNEL_MAX_RECEIVE. NULL with a sentence in err. */
 grpc_channel *rm__channel_open(const char *addr, const char *ca, const char *cert,
                                const char *key, char *err, size_t errlen);
+
+/* Server credentials for a gRPC port: plaintext when none of ca, cert and
+ * key is given; mutual TLS when all three are (the PEM files are read now;
+ * every client must present a certificate signed by ca, verified). NULL
+ * with a sentence in err when only some are given or a file cannot be
+ * read. */
+grpc_server_credentials *rm__server_creds_open(const char *ca, const char *cert,
+                                               const char *key, char *err, size_t errlen);
 
 #endif

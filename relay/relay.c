@@ -52,9 +52,19 @@
  *
  * Nothing here reads or checks tokens: each lane's messages carry the
  * worker's own job token, and the coordinator checks them as on a
- * Session. The listen side is plaintext: give it a unix socket (the
- * default) or a loopback address. The coordinator side takes the same
- * mutual-TLS files as the worker (--tls-ca, --tls-cert, --tls-key).
+ * Session. The coordinator side takes the same mutual-TLS files as the
+ * worker (--tls-ca, --tls-cert, --tls-key). LISTEN SIDE:
+ *   unix:PATH        plaintext: only this host's processes reach it
+ *   HOST:PORT + TLS  mutual TLS with the same files: every client must
+ *                    present a certificate signed by the CA, and the
+ *                    relay's certificate must name HOST (the workers dial
+ *                    it as they dial the coordinator). So a relay can
+ *                    serve the workers of many hosts (a rack's), and the
+ *                    coordinator holds one stream for all of them.
+ *   HOST:PORT        plaintext, only on a loopback host (127.0.0.0/8,
+ *                    ::1, localhost); any other address is refused.
+ * A worker with TLS files dials a HOST:PORT relay with them, a unix:
+ * relay in plaintext (worker/session/session.c).
  *
  * Every wait has a deadline: the loop polls with at most TICK_MS, and
  * SIGINT / SIGTERM end it: every lane ends UNAVAILABLE, every stream is
@@ -662,16 +672,29 @@ static int unix_alive(const char *path)
   return alive;
 }
 
+/* HOST:PORT names a loopback host (LISTEN SIDE: plaintext only there). */
+static int loopback(const char *listen)
+{
+  char host[256];
+  const char *colon = strrchr(listen, ':');
+  size_t hl = colon ? (size_t)(colon - listen) : strlen(listen);
+  if (!strncmp(listen, "ipv4:", 5) || !strncmp(listen, "ipv6:", 5)) return 0;
+  snprintf(host, sizeof host, "%.*s", (int)(hl < sizeof host ? hl : sizeof host - 1), listen);
+  return !strncmp(host, "127.", 4) || !strcmp(host, "[::1]") || !strcmp(host, "localhost");
+}
+
 static void usage(FILE *f)
 {
   fprintf(f,
           "usage: ringmaster relay --coordinator HOST:PORT [--listen ADDR]\n"
           "                        [--tls-ca PEM --tls-cert PEM --tls-key PEM]\n"
-          "  A host's relay: the workers of this host open their Session here\n"
-          "  (RINGMASTER_RELAY=ADDR in their environment) and it carries them all on\n"
-          "  one stream to the coordinator. ADDR: unix:PATH (default\n"
-          "  unix:/tmp/ringmaster-relay.sock) or HOST:PORT (plaintext: keep it on this\n"
-          "  host). The TLS files are for the coordinator side, as a worker's.\n"
+          "  A relay: workers open their Session here (RINGMASTER_RELAY=ADDR in\n"
+          "  their environment) and it carries them all on one stream to the\n"
+          "  coordinator. ADDR: unix:PATH (default unix:/tmp/ringmaster-relay.sock;\n"
+          "  this host's workers) or HOST:PORT: mutual TLS with the TLS files (the\n"
+          "  workers of many hosts; the certificate must name HOST), plaintext only\n"
+          "  on a loopback HOST. The TLS files also serve the coordinator side, as a\n"
+          "  worker's.\n"
           "  Prints \"ringmaster: relay listening on ADDR\" once it listens.\n");
 }
 
@@ -713,6 +736,12 @@ int rm_relay_main(int argc, char **argv)
     }
     unlink(listen + 5); /* a stale socket of a dead relay */
   }
+  if (strncmp(listen, "unix:", 5) && !(ca || cert || key) && !loopback(listen)) {
+    fprintf(stderr, "ringmaster relay: --listen %s is not a loopback address: give the TLS "
+            "files (--tls-ca, --tls-cert, --tls-key) to serve other hosts over mutual TLS, or "
+            "listen on unix:PATH\n", listen);
+    return 2;
+  }
   rm__log_set_tag("relay");
   const ProtobufCMessageDescriptor *sd = &ringmaster__v1__session_request__descriptor;
   asks_fields = (uint64_t)1 << protobuf_c_message_descriptor_get_field_by_name(sd, "barrier")->id |
@@ -737,10 +766,13 @@ int rm_relay_main(int argc, char **argv)
   r.reg_join = grpc_server_register_method(r.server, JOIN_PATH, NULL,
                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   grpc_server_register_completion_queue(r.server, r.cq, NULL);
-  grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(r.server, listen, sc);
-  grpc_server_credentials_release(sc);
+  int tls = strncmp(listen, "unix:", 5) && (ca || cert || key);
+  grpc_server_credentials *sc = tls ? rm__server_creds_open(ca, cert, key, err, sizeof err)
+                                    : grpc_insecure_server_credentials_create();
+  int port = sc ? grpc_server_add_http2_port(r.server, listen, sc) : 0;
+  if (sc) grpc_server_credentials_release(sc);
   if (!port) {
+    if (!sc) fprintf(stderr, "ringmaster relay: %s\n", err);
     fprintf(stderr, "ringmaster relay: cannot listen on %s\n", listen);
     grpc_server_destroy(r.server);
     grpc_completion_queue_shutdown(r.cq);
@@ -768,7 +800,8 @@ int rm_relay_main(int argc, char **argv)
     printf("ringmaster: relay listening on %s:%d\n", host, port);
   }
   fflush(stdout);
-  RM_INFO("relay for coordinator %s on %s", coord, listen);
+  RM_INFO("relay for coordinator %s on %s (%s)", coord, listen,
+          tls ? "mutual TLS" : "plaintext");
   static int shutdown_tag;
   while (!stop_flag) {
     int64_t now = rm__now_ns(), wake = now + TICK_MS * 1000000LL;

@@ -283,6 +283,7 @@
 #include "rpc/rpc_int.h"
 #include "rpc/server_int.h"
 #include "rm_alloc.h"
+#include "rm_channel.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_pbwire.h"
@@ -1174,53 +1175,10 @@ static void *cq_thread(void *arg)
 }
 
 /* ---- start / stop ---- */
-static char *read_file(const char *path, char *err, size_t errlen)
-{
-  FILE *f = fopen(path, "rb");
-  char *buf = NULL;
-  long len;
-  if (!f || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-    snprintf(err, errlen, "cannot read %s", path);
-    goto out;
-  }
-  buf = rm__xmalloc((size_t)len + 1);
-  if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
-    snprintf(err, errlen, "cannot read %s", path);
-    free(buf);
-    buf = NULL;
-    goto out;
-  }
-  buf[len] = 0;
-out:
-  if (f) fclose(f);
-  return buf;
-}
-
-static grpc_server_credentials *make_creds(rm_coord_t *c, char *err,
-                                           size_t errlen)
+static grpc_server_credentials *make_creds(rm_coord_t *c, char *err, size_t errlen)
 {
   const rm_coord_options_t *o = &c->opt;
-  if (!o->tls_cert && !o->tls_key && !o->tls_ca)
-    return grpc_insecure_server_credentials_create();
-  if (!o->tls_cert || !o->tls_key || !o->tls_ca) {
-    snprintf(err, errlen, "TLS needs all of --tls-cert, --tls-key and --tls-ca");
-    return NULL;
-  }
-  grpc_server_credentials *creds = NULL;
-  char *cert = read_file(o->tls_cert, err, errlen);
-  char *key = cert ? read_file(o->tls_key, err, errlen) : NULL;
-  char *ca = key ? read_file(o->tls_ca, err, errlen) : NULL;
-  if (ca) {
-    grpc_ssl_pem_key_cert_pair pair = {key, cert};
-    creds = grpc_ssl_server_credentials_create_ex(
-        ca, &pair, 1, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
-        NULL);
-    if (!creds) snprintf(err, errlen, "TLS credentials rejected by gRPC");
-  }
-  free(cert);
-  free(key);
-  free(ca);
-  return creds;
+  return rm__server_creds_open(o->tls_ca, o->tls_cert, o->tls_key, err, errlen);
 }
 
 rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)

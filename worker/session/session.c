@@ -342,11 +342,17 @@ rm_status_t rm_session_join(const rm_session_config_t *cfg, rm_session_t **out,
   const char *relay = getenv("RINGMASTER_RELAY"); /* session_live.c RELAY */
   if (relay && relay[0] && rm__env_int("RINGMASTER_SESSION_STREAM", 1)) {
     snprintf(s->relay, sizeof s->relay, "%s", relay);
-    if (!(s->relay_ctl = rm__ctl_open(s->relay, NULL, NULL, NULL, why, sizeof why))) {
+    /* a HOST:PORT relay with the worker's TLS files, a unix: one in
+     * plaintext (relay/relay.c LISTEN SIDE) */
+    int tls = strncmp(s->relay, "unix:", 5) && (s->tls_ca[0] || s->tls_cert[0] || s->tls_key[0]);
+    if (!(s->relay_ctl = rm__ctl_open(s->relay, tls && s->tls_ca[0] ? s->tls_ca : NULL,
+                                      tls && s->tls_cert[0] ? s->tls_cert : NULL,
+                                      tls && s->tls_key[0] ? s->tls_key : NULL, why,
+                                      sizeof why))) {
       RM_WARN("relay %s: %s: Join and Sessions go to the coordinator", s->relay, why);
       s->relay[0] = 0;
     } else {
-      RM_INFO("Join and Sessions through relay %s", s->relay);
+      RM_INFO("Join and Sessions through relay %s%s", s->relay, tls ? " (mutual TLS)" : "");
     }
   }
   st = form(s);
