@@ -102,6 +102,13 @@ enum { L_REQUEST, L_RECV, L_CLOSE, L_SEND, U_SEND, U_RECV, U_STATUS, U_CLOSE };
 
 typedef struct up up_t;
 
+/* A message to send a worker: one slice, or (a Join's answer) its own head
+ * and the peer list's tail shared by every lane it answers (SHARED TAIL). */
+typedef struct {
+  grpc_slice part[2];
+  int n;
+} lmsg_t;
+
 typedef struct lc {
   grpc_call *call;
   grpc_metadata_array md;
@@ -112,7 +119,7 @@ typedef struct lc {
   int join;                  /* a Join call (one answer), not a Session */
   int refs;                  /* batches outstanding */
   int cancelled;             /* CLOSE's verdict */
-  grpc_slice *q;             /* SessionResponse bytes to send, in order */
+  lmsg_t *q;                 /* messages to send, in order */
   int nq, capq;
   int has_final, final_code;
   char *final_details;
@@ -321,7 +328,8 @@ static void lc_unref(relay_t *r, lc_t *l)
   if (l->call) grpc_call_unref(l->call);
   grpc_metadata_array_destroy(&l->md);
   if (l->recv) grpc_byte_buffer_destroy(l->recv);
-  for (int i = 0; i < l->nq; i++) grpc_slice_unref(l->q[i]);
+  for (int i = 0; i < l->nq; i++)
+    for (int k = 0; k < l->q[i].n; k++) grpc_slice_unref(l->q[i].part[k]);
   free(l->q);
   free(l->final_details);
   if (l->up) up_unref(r, l->up);
@@ -358,8 +366,8 @@ static void lc_next(lc_t *l)
     l->md_sent = 1;
   }
   if (l->nq) {
-    l->send_bb = grpc_raw_byte_buffer_create(&l->q[0], 1);
-    grpc_slice_unref(l->q[0]);
+    l->send_bb = grpc_raw_byte_buffer_create(l->q[0].part, (size_t)l->q[0].n);
+    for (int k = 0; k < l->q[0].n; k++) grpc_slice_unref(l->q[0].part[k]);
     memmove(&l->q[0], &l->q[1], (size_t)--l->nq * sizeof l->q[0]);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = l->send_bb;
@@ -374,15 +382,18 @@ static void lc_next(lc_t *l)
   lc_batch(l, ops, n, L_SEND);
 }
 
-static void lc_send(lc_t *l, grpc_slice *msg)
+/* Queue a message of n (1 or 2) parts (each referenced, not copied). */
+static void lc_send(lc_t *l, const grpc_slice *part, int n)
 {
   if (l->has_final) return;
   if (l->nq == l->capq) {
-    l->capq = l->capq ? 2 * l->capq : 4;
+    l->capq = l->capq ? 2 * l->capq : 2;
     l->q = realloc(l->q, (size_t)l->capq * sizeof *l->q);
     if (!l->q) abort();
   }
-  l->q[l->nq++] = grpc_slice_ref(*msg);
+  lmsg_t *m = &l->q[l->nq++];
+  m->n = n;
+  for (int k = 0; k < n; k++) m->part[k] = grpc_slice_ref(part[k]);
   lc_next(l);
 }
 
@@ -563,9 +574,18 @@ static void on_up_recv(up_t *u, int ok)
     grpc_call_cancel(u->call, NULL);
     return;
   }
+  /* SHARED TAIL: a Join answer is its head + a tail of RelayResponse.shared
+   * (the peer list, the same for every Join this response answers). Each
+   * tail is copied once here and referenced by every lane's message, not
+   * copied into each: a relay of K workers would otherwise hold K copies
+   * of an O(K)-byte peer list, O(K^2) (4,096 workers: 345 MiB). */
+  grpc_slice *tail = m->n_shared ? calloc(m->n_shared, sizeof *tail) : NULL;
+  if (m->n_shared && !tail) abort();
+  for (size_t i = 0; i < m->n_shared; i++) tail[i] = grpc_empty_slice();
   for (size_t k = 0; k < m->n_out; k++) {
     const Ringmaster__V1__RelayOut *o = m->out[k];
-    grpc_slice body = grpc_empty_slice();
+    grpc_slice body[2] = {grpc_empty_slice(), grpc_empty_slice()};
+    int nb = 1;
     int has = o->message != NULL || o->join.len || o->join_tail;
     if (o->join_tail && o->join_tail > m->n_shared) {
       RM_ERROR("relay: a Join answer names shared tail %u of %zu: the stream is cancelled",
@@ -574,29 +594,34 @@ static void on_up_recv(up_t *u, int ok)
       break;
     }
     if (o->join.len || o->join_tail) { /* a Join's answer: its bytes + the shared tail */
-      const ProtobufCBinaryData *t = o->join_tail ? &m->shared[o->join_tail - 1] : NULL;
-      size_t len = o->join.len + (t ? t->len : 0);
-      uint8_t *buf = malloc(len ? len : 1);
-      if (!buf) abort();
-      if (o->join.len) memcpy(buf, o->join.data, o->join.len);
-      if (t && t->len) memcpy(buf + o->join.len, t->data, t->len);
-      body = grpc_slice_new(buf, len, free);
+      body[0] = grpc_slice_from_copied_buffer((const char *)o->join.data, o->join.len);
+      if (o->join_tail) {
+        grpc_slice *t = &tail[o->join_tail - 1];
+        const ProtobufCBinaryData *b = &m->shared[o->join_tail - 1];
+        if (!GRPC_SLICE_LENGTH(*t) && b->len)
+          *t = grpc_slice_from_copied_buffer((const char *)b->data, b->len);
+        body[1] = grpc_slice_ref(*t);
+        nb = 2;
+      }
     } else if (o->message) {
       size_t len = ringmaster__v1__session_response__get_packed_size(o->message);
       uint8_t *buf = malloc(len ? len : 1);
       if (!buf) abort();
       ringmaster__v1__session_response__pack(o->message, buf);
-      body = grpc_slice_new(buf, len, free);
+      body[0] = grpc_slice_new(buf, len, free);
     }
     for (size_t j = 0; j < o->n_lanes; j++) {
       uint32_t n = o->lanes[j];
       lc_t *l = n < u->cap ? u->lane[n] : NULL;
       if (!l) continue; /* reported broken here, or ended already */
-      if (has) lc_send(l, &body);
+      if (has) lc_send(l, body, nb);
       if (o->end) lc_final(l, o->code, o->details);
     }
-    grpc_slice_unref(body);
+    grpc_slice_unref(body[0]);
+    grpc_slice_unref(body[1]);
   }
+  for (size_t i = 0; i < m->n_shared; i++) grpc_slice_unref(tail[i]);
+  free(tail);
   ringmaster__v1__relay_response__free_unpacked(m, NULL);
   up_recv(u, 0);
 }

@@ -4,6 +4,7 @@
  *   rm-coord-load --ringmaster PATH [--workers N ...] [--rounds R]
  *                 [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]
  *                 [--gzip 0|1] [--gate-steps K] [--session 0|1|2] [--relay K]
+ *                 [--real-relays R]
  *
  * For each N: starts a fresh `ringmaster serve` (temp db, port 0), submits a
  * job of world N (launcher none), and simulates its N workers from P client
@@ -45,12 +46,25 @@
  * RelayRequest a relay for its lanes' Joins, openings, arrivals and gate
  * calls; heartbeats batched per relay (at most 100 ms late); each lane's
  * answers checked as a unary Join's or a Session's.
+ * --real-relays R (with --session 1 and --relay 0): R real `ringmaster
+ * relay` processes (relay/relay.c) on unix sockets in the temp dir, and
+ * client process k's channels go to relay k % R instead of the
+ * coordinator: every call of its workers (Join and Session, the only ones
+ * in this mode) goes through a real relay, which carries them to the
+ * coordinator as lanes, as rack relays would. The relays' peak RSS and CPU
+ * are reported beside the coordinator's.
  * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
  * older worker; load_client.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
- * and the peak (VmHWM); per worker = (peak - base) / N.
+ * and the peak (VmHWM); per worker = (peak - base) / N. That total counts
+ * file-backed pages too: the code of gRPC, SQLite, ... that the run touches
+ * for the first time (about 3 MiB at any N). So the ANONYMOUS part is
+ * reported as well: RssAnon sampled every 5 ms from the clients' start to
+ * the end by a thread of this process (open/read, no stdio: nothing it
+ * holds can be inherited by a fork), per worker = (its peak - its value at
+ * the base) / N, and the file-backed pages' growth beside it.
  *
  * Every answer is checked (load_client.c); failures are counted and printed
  * and make the exit status 1.  Cleanup: the coordinator and every client are
@@ -61,6 +75,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,11 +92,13 @@
 #define MAX_SIZES 8
 #define WORKERS_PER_PROC 2048
 #define MAX_PROCS 256
+#define MAX_RELAYS 64
 
 typedef struct {
   const char *bin;
   int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
   int relay;   /* > 0: Sessions are lanes of relay streams of this many */
+  int real_relays; /* > 0: this many `ringmaster relay` processes carry them */
   int session; /* 1: Session streams carry the barrier arrivals and answers and the
                 * heartbeats (load_client.c SESSIONS, SESSION BARRIERS);
                 * 2: a Watch per worker, unary heartbeats (load_client.c WATCHES) */
@@ -99,6 +116,9 @@ static struct {
   proc_t procs[MAX_PROCS];
   char dir[64];
   int max_fd;
+  volatile int nrelays;
+  pid_t relays[MAX_RELAYS];      /* --real-relays */
+  char relay_addr[MAX_RELAYS][112];
 } g;
 
 /* What `serve --db DIR/db` creates, for the signal path; the normal path
@@ -118,7 +138,20 @@ static void cleanup_now(void)
   for (int i = 0; i < g.nprocs; i++)
     if (g.procs[i].pid > 0) kill(g.procs[i].pid, SIGKILL);
   if (g.coord > 0) kill(g.coord, SIGKILL);
+  for (int i = 0; i < g.nrelays; i++)
+    if (g.relays[i] > 0) kill(g.relays[i], SIGKILL);
   if (g.dir[0]) {
+    for (int i = 0; i < g.nrelays; i++) /* rNN.sock, rNN.log */
+      for (int k = 0; k < 2; k++) {
+        size_t n = strlen(g.dir);
+        memcpy(path, g.dir, n);
+        memcpy(path + n, "/r", 2);
+        n += 2;
+        path[n++] = (char)('0' + i / 10);
+        path[n++] = (char)('0' + i % 10);
+        memcpy(path + n, k ? ".log" : ".sock", k ? 5 : 6);
+        unlink(path);
+      }
     for (size_t i = 0; i < sizeof dir_files / sizeof *dir_files; i++) {
       size_t n = strlen(g.dir);
       memcpy(path, g.dir, n);
@@ -197,6 +230,47 @@ static usage_t coord_usage(pid_t pid)
   return u;
 }
 
+/* ANONYMOUS: the coordinator's RssAnon and RssFile (kB), read with
+ * open/read; 0 when it cannot be read. */
+static void coord_anon(pid_t pid, long *anon_kb, long *file_kb)
+{
+  char path[64], buf[4096];
+  *anon_kb = *file_kb = 0;
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t len = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (len <= 0) return;
+  buf[len] = 0;
+  const char *p = strstr(buf, "RssAnon:"), *q = strstr(buf, "RssFile:");
+  if (p) *anon_kb = atol(p + 8);
+  if (q) *file_kb = atol(q + 8);
+}
+
+static struct {
+  pthread_t th;
+  int started;
+  volatile int stop;
+  long anon_peak_kb, file_at_peak_kb, file_peak_kb;
+} sampler;
+
+static void *sample_anon(void *arg)
+{
+  pid_t pid = *(pid_t *)arg;
+  while (!sampler.stop) {
+    long a, f;
+    coord_anon(pid, &a, &f);
+    if (a > sampler.anon_peak_kb) {
+      sampler.anon_peak_kb = a;
+      sampler.file_at_peak_kb = f;
+    }
+    if (f > sampler.file_peak_kb) sampler.file_peak_kb = f;
+    usleep(5000);
+  }
+  return NULL;
+}
+
 /* CPU seconds of every client process so far. */
 static double clients_cpu(void)
 {
@@ -249,6 +323,56 @@ static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
   }
   fprintf(stderr, "rm-coord-load: coordinator did not report its address (see %s)\n", log);
   return -1;
+}
+
+/* --real-relays: R `ringmaster relay` processes for the coordinator at
+ * addr, on unix:DIR/rNN.sock (logs in DIR/rNN.log); each is ready once it
+ * printed its "listening" line (at most 30 s). Their stdout pipes stay
+ * open until the end (fds[i]). */
+static int start_relays(const char *bin, const char *addr, int r, int *fds)
+{
+  for (int i = 0; i < r; i++) {
+    char sock[96], log[96], line[256];
+    int p[2];
+    snprintf(sock, sizeof sock, "%s/r%02d.sock", g.dir, i);
+    snprintf(log, sizeof log, "%s/r%02d.log", g.dir, i);
+    snprintf(g.relay_addr[i], sizeof g.relay_addr[i], "unix:%s", sock);
+    if (pipe(p)) return -1;
+    note_fd(p[0]);
+    note_fd(p[1]);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(p[1], 1);
+      if (lf >= 0) dup2(lf, 2);
+      for (int fd = 3; fd <= g.max_fd + 1; fd++) close(fd);
+      execl(bin, bin, "relay", "--coordinator", addr, "--listen", g.relay_addr[i], (char *)NULL);
+      _exit(127);
+    }
+    g.relays[i] = pid;
+    g.nrelays = i + 1;
+    close(p[1]);
+    fds[i] = p[0];
+    int64_t dl = rm__now_ns() + 30 * 1000000000LL;
+    size_t n = 0;
+    int ok = 0;
+    while (!ok && n + 1 < sizeof line && !load_read_full(p[0], line + n, 1, dl)) {
+      if (line[n] != '\n') {
+        n++;
+        continue;
+      }
+      line[n] = 0;
+      ok = strstr(line, "relay listening on") != NULL;
+      n = 0;
+    }
+    if (!ok) {
+      fprintf(stderr, "rm-coord-load: relay %d did not report listening (see %s)\n", i, log);
+      return -1;
+    }
+  }
+  return 0;
 }
 
 /* The submit helper process: job id and token of a job of world n. */
@@ -308,6 +432,7 @@ static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int pro
       for (int fd = 3; fd <= g.max_fd; fd++)
         if (fd != cmd[0] && fd != res[1]) close(fd);
       load_client_cfg_t cfg = *base;
+      if (g.nrelays) cfg.addr = g.relay_addr[k % g.nrelays]; /* --real-relays */
       cfg.lo = p->lo;
       cfg.hi = p->hi;
       cfg.channels = o->channels ? o->channels : procs == 1 ? 8 : 4;
@@ -470,6 +595,8 @@ static int phase_failures(const char *what, const phase_t *ph)
 typedef struct {
   double join_s, p50, p99, max, round_ms, hb_pct, hb_p99, cpu_s, cpu_join, cpu_bar;
   double hwm_mib, base_mib, end_mib, per_worker_b, client_mib;
+  double anon_base_mib, anon_peak_mib, anon_per_worker_b, file_growth_mib;
+  double relay_mib, relay_cpu_s; /* --real-relays: peak RSS (sum), CPU (sum) */
   double cli_join, cli_bar, cli_hb_pct, load0, load1, hb_us;
   double g50, g99, gmax, cpu_gate, cli_gate; /* StepGate steps (--gate-steps) */
   double open_ms, close_ms;                  /* --session 1, 2: first send -> last */
@@ -740,7 +867,10 @@ static int run_size(const opts_t *o, int n, result_t *out)
     g.dir[0] = 0;
     return -1;
   }
+  int relay_fds[MAX_RELAYS];
+  for (int i = 0; i < MAX_RELAYS; i++) relay_fds[i] = -1;
   if (start_coord(o->bin, addr, sizeof addr, &out_fd)) goto out;
+  if (o->real_relays && start_relays(o->bin, addr, o->real_relays, relay_fds)) goto out;
   fprintf(stderr, "rm-coord-load: %d workers, %d procs: coordinator pid %d at %s\n", n, procs,
           (int)g.coord, addr);
   if (submit(addr, n, o->timeout_s, o->gate > 0, &job, token, sizeof token)) goto out;
@@ -750,12 +880,33 @@ static int run_size(const opts_t *o, int n, result_t *out)
                            .timeout_s = o->timeout_s, .gzip = o->gzip,
                            .session = o->session, .relay = o->relay};
   if (getloadavg(&out->load0, 1) != 1) out->load0 = -1;
+  long anon0 = 0, file0 = 0;
+  coord_anon(g.coord, &anon0, &file0);
   if (fork_clients(o, &cfg, n, procs)) goto out;
+  static pid_t sampled;
+  sampled = g.coord;
+  sampler.anon_peak_kb = anon0;
+  sampler.file_peak_kb = sampler.file_at_peak_kb = file0;
+  sampler.started = pthread_create(&sampler.th, NULL, sample_anon, &sampled) == 0;
   size_t per = 0;
   for (int k = 0; k < procs; k++)
     if ((size_t)(g.procs[k].hi - g.procs[k].lo) > per) per = (size_t)(g.procs[k].hi - g.procs[k].lo);
   if (run_phases(o, n, per, out)) goto out;
   usage_t end = coord_usage(g.coord);
+  for (int i = 0; i < g.nrelays; i++) {
+    usage_t ru = coord_usage(g.relays[i]);
+    out->relay_mib += (double)ru.hwm_kb / 1024;
+    out->relay_cpu_s += ru.cpu_s;
+  }
+  if (sampler.started) {
+    sampler.stop = 1;
+    pthread_join(sampler.th, NULL);
+    sampler.started = 0;
+  }
+  out->anon_base_mib = (double)anon0 / 1024;
+  out->anon_peak_mib = (double)sampler.anon_peak_kb / 1024;
+  out->anon_per_worker_b = (double)(sampler.anon_peak_kb - anon0) * 1024 / n;
+  out->file_growth_mib = (double)(sampler.file_peak_kb - file0) / 1024;
   out->cpu_s = end.cpu_s;
   out->hwm_mib = (double)end.hwm_kb / 1024;
   out->base_mib = (double)base.rss_kb / 1024;
@@ -764,6 +915,9 @@ static int run_size(const opts_t *o, int n, result_t *out)
   if (getloadavg(&out->load1, 1) != 1) out->load1 = -1;
   printf("workers %5d | procs %3d | session %d | relay %d | join (all formed) %8.1f ms, "
          "%d gzip answers | ", n, procs, o->session, o->relay, out->join_s * 1e3, out->gzip);
+  if (o->real_relays)
+    printf("real relays %d: peak rss %.1f MiB in all (%.0f B a worker), cpu %.2f s in all | ",
+           o->real_relays, out->relay_mib, out->relay_mib * 1048576 / n, out->relay_cpu_s);
   if (o->session == 2 && out->closed)
     printf("watches: opened in %.1f ms, %d cancelled in %.1f ms (%d ended OK by the "
            "coordinator first) | ", out->open_ms, out->closed_ok, out->close_ms, out->ended);
@@ -788,17 +942,31 @@ static int run_size(const opts_t *o, int n, result_t *out)
   printf("coordinator %5.1f%% of a core (clients %.1f%%), %.1f us a "
          "heartbeat = %.1f%% at %d/s, %sp99 %6.2f ms | coordinator cpu %6.2f s (join %.2f, "
          "barriers %.2f) | clients cpu: join %.2f s, barriers %.2f s | rss base %.1f MiB, "
-         "peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | clients peak rss %.0f MiB | "
-         "load average %.1f -> %.1f | failures %d\n",
+         "peak %.1f MiB, %.0f B/worker, at the end %.1f MiB | anonymous rss base %.1f MiB, "
+         "peak %.1f MiB, %.0f B/worker (file-backed pages +%.1f MiB) | clients peak rss %.0f "
+         "MiB | load average %.1f -> %.1f | failures %d\n",
          out->hb_pct, out->cli_hb_pct, out->hb_us, out->hb_us * n / 1e4, n,
          o->session == 1 ? "send " : "", out->hb_p99,
          out->cpu_s, out->cpu_join, out->cpu_bar, out->cli_join, out->cli_bar, out->base_mib,
-         out->hwm_mib, out->per_worker_b, out->end_mib, out->client_mib, out->load0,
+         out->hwm_mib, out->per_worker_b, out->end_mib, out->anon_base_mib, out->anon_peak_mib,
+         out->anon_per_worker_b, out->file_growth_mib, out->client_mib, out->load0,
          out->load1, out->failures);
   fflush(stdout);
   rc = 0;
 out:
+  if (sampler.started) { /* a failed run */
+    sampler.stop = 1;
+    pthread_join(sampler.th, NULL);
+    sampler.started = 0;
+  }
   quit_clients(rc == 0);
+  for (int i = 0; i < g.nrelays; i++) { /* before the coordinator: nobody is lost */
+    kill(g.relays[i], SIGTERM);
+    reap(g.relays[i], 10000);
+    g.relays[i] = 0;
+    if (relay_fds[i] >= 0) close(relay_fds[i]);
+  }
+  g.nrelays = 0;
   if (g.coord > 0) {
     kill(g.coord, SIGTERM);
     reap(g.coord, 10000);
@@ -832,6 +1000,7 @@ static int parse(int argc, char **argv, opts_t *o)
     else if (!strcmp(k, "--gate-steps")) o->gate = atoi(v);
     else if (!strcmp(k, "--session")) o->session = atoi(v);
     else if (!strcmp(k, "--relay")) o->relay = atoi(v);
+    else if (!strcmp(k, "--real-relays")) o->real_relays = atoi(v);
     else return -1;
   }
   if (!o->nc) {
@@ -843,7 +1012,8 @@ static int parse(int argc, char **argv, opts_t *o)
   if (!o->bin || o->rounds < 1 || o->procs < 0 || o->procs > MAX_PROCS || o->channels < 0 ||
       o->heartbeat_s < 0 || o->timeout_s < 5 || (o->gzip != 0 && o->gzip != 1) ||
       o->gate < 0 || o->session < 0 || o->session > 2 || o->relay < 0 ||
-      o->relay > 65535 || (o->relay && o->session != 1))
+      o->relay > 65535 || (o->relay && o->session != 1) || o->real_relays < 0 ||
+      o->real_relays > MAX_RELAYS || (o->real_relays && (o->session != 1 || o->relay)))
     return -1;
   return 0;
 }
@@ -854,7 +1024,8 @@ int main(int argc, char **argv)
   if ((argc % 2) != 1 || parse(argc, argv, &o)) {
     fprintf(stderr, "usage: rm-coord-load --ringmaster PATH [--workers N]... [--rounds R]\n"
                     "         [--procs P] [--channels C] [--heartbeat-s S] [--timeout-s T]\n"
-                    "         [--gzip 0|1] [--gate-steps K] [--session 0|1|2] [--relay K]\n");
+                    "         [--gzip 0|1] [--gate-steps K] [--session 0|1|2] [--relay K]\n"
+                    "         [--real-relays R]\n");
     return 2;
   }
   struct rlimit rl;
