@@ -74,7 +74,12 @@ grpc_channel *rm__channel_open(const char *addr, const char *ca, const char *cer
   }
   grpc_arg args[5] = {
       {GRPC_ARG_INTEGER, GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, {.integer = 100}},
-      {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 100}},
+      /* gRPC's name for the shortest time a connection attempt is given
+       * (TCP, TLS and HTTP/2 handshakes), not a backoff: at 100 ms a busy
+       * coordinator's or relay's slow handshake failed the attempt, and
+       * every call waiting on it, UNAVAILABLE (a relay's whole stream at
+       * 16,384 workers). A refused connection still fails at once. */
+      {GRPC_ARG_INTEGER, GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, {.integer = 5000}},
       /* at most 2 attempts a second per worker */
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, {.integer = 500}},
       {GRPC_ARG_INTEGER, GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, {.integer = 100}},

@@ -20,7 +20,8 @@
 /* A channel to addr (grpc_init already called): plaintext unless ca, cert
  * and key are all given (mutual TLS; the PEM files are read now);
  * reconnecting within 500 ms after a coordinator restart (gRPC's default
- * backoff grows to 120 s, during which fail-fast calls just fail);
+ * backoff grows to 120 s, during which fail-fast calls just fail), each
+ * attempt given at least 5 s to finish its handshakes;
  * receiving up to RM_CHANNEL_MAX_RECEIVE. NULL with a sentence in err. */
 grpc_channel *rm__channel_open(const char *addr, const char *ca, const char *cert,
                                const char *key, char *err, size_t errlen);
