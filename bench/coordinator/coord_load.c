@@ -280,14 +280,12 @@ static double clients_cpu(void)
   return t;
 }
 
-/* Starts `ringmaster serve`; fills addr from its "listening" line. The
- * stdout pipe stays open (OUT: *out_fd) so the coordinator never gets EPIPE. */
-static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
+/* Start argv (argv[0] the binary) with its stdout on a pipe (*out_fd: the
+ * read end, kept open so it never gets EPIPE) and its stderr in log, killed
+ * if this process dies; its pid, or -1. */
+static pid_t spawn(char *const argv[], const char *log, int *out_fd)
 {
-  char db[96], log[96], line[256];
   int fds[2];
-  snprintf(db, sizeof db, "%s/db", g.dir);
-  snprintf(log, sizeof log, "%s/serve.log", g.dir);
   if (pipe(fds)) return -1;
   note_fd(fds[0]);
   note_fd(fds[1]);
@@ -299,28 +297,51 @@ static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
     dup2(fds[1], 1);
     if (lf >= 0) dup2(lf, 2);
     for (int fd = 3; fd <= g.max_fd + 1; fd++) close(fd);
-    execl(bin, bin, "serve", "--db", db, "--grpc", "127.0.0.1:0", "--api-token",
-          LOAD_API_TOKEN, (char *)NULL);
+    execv(argv[0], argv);
     _exit(127);
   }
-  g.coord = pid;
   close(fds[1]);
-  fcntl(fds[0], F_SETPIPE_SZ, 1 << 20);
   *out_fd = fds[0];
-  /* Read line by line (byte at a time: the rest stays in the pipe). */
+  return pid;
+}
+
+/* Read fd line by line (a byte at a time: the rest stays in the pipe) for
+ * at most 30 s until a line starts with prefix; the rest of that line in
+ * rest. 0 when found. */
+static int await_line(int fd, const char *prefix, char *rest, size_t restlen)
+{
+  char line[256];
   int64_t dl = rm__now_ns() + 30 * 1000000000LL;
-  size_t n = 0;
-  while (n + 1 < sizeof line && !load_read_full(fds[0], line + n, 1, dl)) {
+  size_t n = 0, pl = strlen(prefix);
+  while (n + 1 < sizeof line && !load_read_full(fd, line + n, 1, dl)) {
     if (line[n] != '\n') {
       n++;
       continue;
     }
     line[n] = 0;
-    char fmt[48];
-    snprintf(fmt, sizeof fmt, "ringmaster: grpc listening on %%%zus", addrlen - 1);
-    if (sscanf(line, fmt, addr) == 1) return 0;
+    if (!strncmp(line, prefix, pl)) {
+      snprintf(rest, restlen, "%s", line + pl);
+      return 0;
+    }
     n = 0;
   }
+  return -1;
+}
+
+/* Starts `ringmaster serve`; fills addr from its "listening" line. */
+static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
+{
+  char db[96], log[96];
+  snprintf(db, sizeof db, "%s/db", g.dir);
+  snprintf(log, sizeof log, "%s/serve.log", g.dir);
+  char *argv[] = {(char *)bin, "serve", "--db", db, "--grpc", "127.0.0.1:0", "--api-token",
+                  LOAD_API_TOKEN, NULL};
+  pid_t pid = spawn(argv, log, out_fd);
+  if (pid < 0) return -1;
+  g.coord = pid;
+  fcntl(*out_fd, F_SETPIPE_SZ, 1 << 20);
+  if (!await_line(*out_fd, "ringmaster: grpc listening on ", addr, addrlen) && addr[0])
+    return 0;
   fprintf(stderr, "rm-coord-load: coordinator did not report its address (see %s)\n", log);
   return -1;
 }
@@ -332,42 +353,17 @@ static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
 static int start_relays(const char *bin, const char *addr, int r, int *fds)
 {
   for (int i = 0; i < r; i++) {
-    char sock[96], log[96], line[256];
-    int p[2];
+    char sock[96], log[96], rest[160];
     snprintf(sock, sizeof sock, "%s/r%02d.sock", g.dir, i);
     snprintf(log, sizeof log, "%s/r%02d.log", g.dir, i);
     snprintf(g.relay_addr[i], sizeof g.relay_addr[i], "unix:%s", sock);
-    if (pipe(p)) return -1;
-    note_fd(p[0]);
-    note_fd(p[1]);
-    pid_t pid = fork();
+    char *argv[] = {(char *)bin, "relay", "--coordinator", (char *)addr, "--listen",
+                    g.relay_addr[i], NULL};
+    pid_t pid = spawn(argv, log, &fds[i]);
     if (pid < 0) return -1;
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(p[1], 1);
-      if (lf >= 0) dup2(lf, 2);
-      for (int fd = 3; fd <= g.max_fd + 1; fd++) close(fd);
-      execl(bin, bin, "relay", "--coordinator", addr, "--listen", g.relay_addr[i], (char *)NULL);
-      _exit(127);
-    }
     g.relays[i] = pid;
     g.nrelays = i + 1;
-    close(p[1]);
-    fds[i] = p[0];
-    int64_t dl = rm__now_ns() + 30 * 1000000000LL;
-    size_t n = 0;
-    int ok = 0;
-    while (!ok && n + 1 < sizeof line && !load_read_full(p[0], line + n, 1, dl)) {
-      if (line[n] != '\n') {
-        n++;
-        continue;
-      }
-      line[n] = 0;
-      ok = strstr(line, "relay listening on") != NULL;
-      n = 0;
-    }
-    if (!ok) {
+    if (await_line(fds[i], "ringmaster: relay listening on", rest, sizeof rest)) {
       fprintf(stderr, "rm-coord-load: relay %d did not report listening (see %s)\n", i, log);
       return -1;
     }

@@ -104,10 +104,10 @@ void rm__relaunch_outcome(rm_coord_t *c, uint64_t id, const char *launcher,
                           const char *err);
 
 /* ---- events.c ---- */
-/* Record an event (SQLite + callbacks + watchers). Under lock. */
 /* Hand each event packed in q (len bytes, rm__event's CALLBACK QUEUE) to
  * every subscriber, in order; no lock held but sub_mu. */
 void rm__event_callbacks(rm_coord_t *c, const char *q, size_t len);
+/* Record an event (SQLite + callbacks + watchers). Under lock. */
 void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* ---- spec.c ---- */

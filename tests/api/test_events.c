@@ -35,14 +35,7 @@ static void on_event(void *ctx, const rm_event_t *ev)
 
 static uint64_t submit(rm_coord_t *c, int i)
 {
-  rm_job_spec_t spec;
-  rm_job_info_t info;
-  rm_job_spec_init(&spec);
-  snprintf(spec.name, sizeof spec.name, "ev-%d", i);
-  spec.world_size = 2;
-  snprintf(spec.launcher, sizeof spec.launcher, "none");
-  CHECKF(rm_coord_submit(c, &spec, &info, NULL) == RM_OK, "submit %d", i);
-  return info.id;
+  return submit_named(c, "ev", i);
 }
 
 int main(void)

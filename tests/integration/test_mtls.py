@@ -25,13 +25,18 @@ def make_certs(d):
            "-CAcreateserial", "-days", "1", "-extfile", "san.cnf", "-out", who + ".pem", cwd=d)
 
 
-def test(env):
+def certs_or_skip(env):
+    """Certificates in env.dir (make_certs), or SKIP without the openssl CLI;
+    returns name -> its path."""
     if not shutil.which("openssl"):
         print("SKIP: no openssl CLI")
         sys.exit(rmtest.SKIP)
-    d = env.dir
-    make_certs(d)
-    p = lambda n: os.path.join(d, n)  # noqa: E731
+    make_certs(env.dir)
+    return lambda n: os.path.join(env.dir, n)
+
+
+def test(env):
+    p = certs_or_skip(env)
     env.start_coordinator(extra=["--tls-cert", p("server.pem"), "--tls-key", p("server.key"),
                                  "--tls-ca", p("ca.pem")])
     g, m = env.grpc, env.m

@@ -15,23 +15,15 @@ openssl CLI at test time, as in test_mtls):
   does reach it (its Join with a wrong token is refused by the coordinator,
   through the relay: PERMISSION_DENIED or UNAUTHENTICATED, not UNAVAILABLE);
 - the relay ends on SIGTERM with status 0."""
-import os
-import shutil
 import signal
 import subprocess
-import sys
 
 import rmtest
-from test_mtls import make_certs
+from test_mtls import certs_or_skip
 
 
 def test(env):
-    if not shutil.which("openssl"):
-        print("SKIP: no openssl CLI")
-        sys.exit(rmtest.SKIP)
-    d = env.dir
-    make_certs(d)
-    p = lambda n: os.path.join(d, n)  # noqa: E731
+    p = certs_or_skip(env)
     rd = lambda n: open(p(n), "rb").read()  # noqa: E731
     tls = ["--tls-ca", p("ca.pem"), "--tls-cert", p("client.pem"), "--tls-key", p("client.key")]
     coord = env.start_coordinator(extra=["--tls-cert", p("server.pem"), "--tls-key",
