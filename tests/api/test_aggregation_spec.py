@@ -13,6 +13,7 @@ through REST and the CLI, against a real `ringmaster serve`:
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -142,6 +143,7 @@ def main():
         assert "aggregation mean\n" in out.stdout, out.stdout
     finally:
         srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     print("PASS")
 
 

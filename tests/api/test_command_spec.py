@@ -17,6 +17,7 @@ against a real `ringmaster serve`:
 """
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def round_trip(binary):
         assert "OMP_NUM_THREADS=2" in out.stdout and "/tmp/some dir" in out.stdout, out.stdout
     finally:
         srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write(path, text, mode=0o755):
@@ -194,6 +196,7 @@ def cli(binary):
         assert g["state"] == "cancelled" and "Ctrl-C" in g["reason"], g
     finally:
         srv.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():

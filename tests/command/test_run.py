@@ -15,6 +15,7 @@
 """
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,8 +43,8 @@ def default_port_free():
 
 
 def with_server(a):
-    srv = Server(a.ringmaster, extra=("--worker", a.worker, "--log-dir",
-                                      tempfile.mkdtemp(prefix="rm-cmd-logs-")),
+    logs = tempfile.mkdtemp(prefix="rm-cmd-logs-")
+    srv = Server(a.ringmaster, extra=("--worker", a.worker, "--log-dir", logs),
                  env={"RINGMASTER_COORDINATOR_TIMEOUT_MS": "8000"})
     url = ["--server", "http://" + srv.http, "--token", srv.token]
     try:
@@ -86,6 +87,7 @@ def with_server(a):
         assert j["state"] == "cancelled", j
     finally:
         srv.stop()
+        shutil.rmtree(logs, ignore_errors=True)
 
 
 def private(a):
@@ -95,9 +97,17 @@ def private(a):
     cwd = tempfile.mkdtemp(prefix="rm-run-private-")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGMASTER_")}
     env.update(RINGMASTER_WORKER_BIN=a.worker, RINGMASTER_COORDINATOR_TIMEOUT_MS="8000")
-    r = subprocess.run([a.ringmaster, "run", "-n", "2", "--", a.example, "--steps", "10",
-                        "--step-ms", "1"], capture_output=True, text=True, timeout=180, cwd=cwd,
-                       env=env)
+    try:
+        r = subprocess.run([a.ringmaster, "run", "-n", "2", "--", a.example, "--steps", "10",
+                            "--step-ms", "1"], capture_output=True, text=True, timeout=180,
+                           cwd=cwd, env=env)
+        private_check(r, cwd)
+    finally:
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+def private_check(r, cwd):
+    """What the private-coordinator case must show (its run's result r, in cwd)."""
     assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-3000:])
     assert "started a private one" in r.stderr and "stopping the private coordinator" in r.stderr
     assert os.path.exists(os.path.join(cwd, "ringmaster-run", "ringmaster.db"))

@@ -20,6 +20,7 @@ usage: test_session_nccl.py --ringmaster PATH --worker PATH --program PATH [--re
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,9 +41,8 @@ def main():
     doubles = {} if a.real else {"RINGMASTER_TEST_GPU": "standin", "RINGMASTER_TEST_NCCL": "standin"}
     # the local launcher's workers, and so the programs, inherit the
     # coordinator's environment (a job's own env may not set RINGMASTER_*)
-    srv = Server(a.ringmaster, extra=("--worker", a.worker, "--log-dir",
-                                      tempfile.mkdtemp(prefix="rm-nccl-logs-")),
-                 env=doubles)
+    logs = tempfile.mkdtemp(prefix="rm-nccl-logs-")
+    srv = Server(a.ringmaster, extra=("--worker", a.worker, "--log-dir", logs), env=doubles)
     try:
         env = dict(os.environ, RINGMASTER_WORKER_BIN=a.worker)
         extra, prog = [], []
@@ -84,6 +84,7 @@ def main():
         return 0
     finally:
         srv.stop()
+        shutil.rmtree(logs, ignore_errors=True)
 
 
 if __name__ == "__main__":
