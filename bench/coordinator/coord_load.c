@@ -59,9 +59,8 @@
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
  * and the peak (VmHWM); per worker = (peak - base) / N. That total counts
- * file-backed pages too: the code of gRPC, SQLite, ... that the run touches
- * for the first time (about 3 MiB at any N). So the ANONYMOUS part is
- * reported as well: RssAnon sampled every 5 ms from the clients' start to
+ * file-backed pages too (code the run touches for the first time, which
+ * no worker owns), so the ANONYMOUS part is reported as well: RssAnon sampled every 5 ms from the clients' start to
  * the end by a thread of this process (open/read, no stdio: nothing it
  * holds can be inherited by a fork), per worker = (its peak - its value at
  * the base) / N, and the file-backed pages' growth beside it.
@@ -252,7 +251,7 @@ static struct {
   pthread_t th;
   int started;
   volatile int stop;
-  long anon_peak_kb, file_at_peak_kb, file_peak_kb;
+  long anon_peak_kb, file_peak_kb;
 } sampler;
 
 static void *sample_anon(void *arg)
@@ -261,14 +260,19 @@ static void *sample_anon(void *arg)
   while (!sampler.stop) {
     long a, f;
     coord_anon(pid, &a, &f);
-    if (a > sampler.anon_peak_kb) {
-      sampler.anon_peak_kb = a;
-      sampler.file_at_peak_kb = f;
-    }
+    if (a > sampler.anon_peak_kb) sampler.anon_peak_kb = a;
     if (f > sampler.file_peak_kb) sampler.file_peak_kb = f;
     usleep(5000);
   }
   return NULL;
+}
+
+static void sampler_stop(void)
+{
+  if (!sampler.started) return;
+  sampler.stop = 1;
+  pthread_join(sampler.th, NULL);
+  sampler.started = 0;
 }
 
 /* CPU seconds of every client process so far. */
@@ -882,7 +886,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   static pid_t sampled;
   sampled = g.coord;
   sampler.anon_peak_kb = anon0;
-  sampler.file_peak_kb = sampler.file_at_peak_kb = file0;
+  sampler.file_peak_kb = file0;
   sampler.started = pthread_create(&sampler.th, NULL, sample_anon, &sampled) == 0;
   size_t per = 0;
   for (int k = 0; k < procs; k++)
@@ -894,11 +898,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
     out->relay_mib += (double)ru.hwm_kb / 1024;
     out->relay_cpu_s += ru.cpu_s;
   }
-  if (sampler.started) {
-    sampler.stop = 1;
-    pthread_join(sampler.th, NULL);
-    sampler.started = 0;
-  }
+  sampler_stop();
   out->anon_base_mib = (double)anon0 / 1024;
   out->anon_peak_mib = (double)sampler.anon_peak_kb / 1024;
   out->anon_per_worker_b = (double)(sampler.anon_peak_kb - anon0) * 1024 / n;
@@ -950,11 +950,7 @@ static int run_size(const opts_t *o, int n, result_t *out)
   fflush(stdout);
   rc = 0;
 out:
-  if (sampler.started) { /* a failed run */
-    sampler.stop = 1;
-    pthread_join(sampler.th, NULL);
-    sampler.started = 0;
-  }
+  sampler_stop(); /* a failed run */
   quit_clients(rc == 0);
   for (int i = 0; i < g.nrelays; i++) { /* before the coordinator: nobody is lost */
     kill(g.relays[i], SIGTERM);

@@ -33,11 +33,6 @@ static void on_event(void *ctx, const rm_event_t *ev)
   ngot++;
 }
 
-static uint64_t submit(rm_coord_t *c, int i)
-{
-  return submit_named(c, "ev", i);
-}
-
 int main(void)
 {
   char dir[] = "/tmp/rm-test-events-XXXXXX", db[128];
@@ -50,7 +45,7 @@ int main(void)
   CHECK(sub > 0);
   static char reason[3 * RM_COORD_TEXT_MAX];
   for (int i = 0; i < 40; i++) {
-    uint64_t id = submit(c, i);
+    uint64_t id = submit_named(c, "ev", i);
     if (i % 4 == 0) { /* reasons of 0, 100, ... bytes; the last ones past the cap */
       size_t len = (size_t)(i / 4) * 300;
       for (size_t k = 0; k < len; k++) reason[k] = (char)('a' + (k * 7 + i) % 26);
@@ -79,7 +74,7 @@ int main(void)
   free(ev);
   rm_coord_unsubscribe(c, sub);
   size_t before = ngot;
-  submit(c, 99);
+  submit_named(c, "ev", 99);
   CHECK(ngot == before);
   rm_coord_close(c);
   char cmd[200];

@@ -24,11 +24,6 @@
 #include "coord_fixture.h"
 #include "rm_check.h"
 
-static uint64_t submit(rm_coord_t *c, int i)
-{
-  return submit_named(c, "store", i);
-}
-
 /* Walk every page of one filter (pages of 7): ids strictly decreasing, all
  * in the filtered state; returns how many, checks total on each page. */
 static size_t walk(rm_coord_t *c, int state, size_t expect)
@@ -79,7 +74,7 @@ int main(void)
   snprintf(db, sizeof db, "%s/rm.db", dir);
   rm_coord_t *c = open_coord(db);
   if (!c) return 1;
-  for (int i = 0; i < 60; i++) ids[i] = submit(c, i);
+  for (int i = 0; i < 60; i++) ids[i] = submit_named(c, "store", i);
   for (int i = 0; i < 20; i++) CHECKF(rm_coord_job_cancel(c, ids[3 * i], NULL) == RM_OK, "cancel");
   for (int i = 0; i < 10; i++) CHECKF(rm_coord_job_fail(c, ids[3 * i + 1], "test") == RM_OK, "fail");
   CHECKF(rm_coord_job_cancel(c, ids[0], NULL) == RM_ERR_DENIED, "cancel twice");
@@ -114,7 +109,7 @@ int main(void)
   c = open_coord(db);
   if (!c) return 1;
   check_all(c, want, "after reopen");
-  for (int i = 0; i < 5; i++) submit(c, 100 + i);
+  for (int i = 0; i < 5; i++) submit_named(c, "store", 100 + i);
   CHECKF(rm_coord_job_cancel(c, ids[2], NULL) == RM_OK, "cancel after reopen");
   want[RM_JOB_PENDING] += 5 - 1;
   want[RM_JOB_CANCELLED] += 1;
