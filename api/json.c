@@ -100,7 +100,8 @@ static void write_secagg(rm__sbuf_t *b, const rm_job_spec_t *s)
 }
 
 /* "command": [...], "env": {...}, "workdir": "..." (issue 9): [] / {} / ""
- * for the built-in workloads. env entries are "KEY=VALUE" (the coordinator
+ * for the built-in workloads. env shows its keys, each value "***": the
+ * values are the user's secrets (docs/security.md). env entries are "KEY=VALUE" (the coordinator
  * checked the '=' and the key's characters, so the key needs no escaping
  * beyond rm__jw_str's). */
 static void write_command(rm__sbuf_t *b, const rm_job_spec_t *s)
@@ -122,7 +123,7 @@ static void write_command(rm__sbuf_t *b, const rm_job_spec_t *s)
     key[kl] = '\0';
     rm__jw_str(b, key);
     rm__sbuf_append(b, ":", 1);
-    rm__jw_str(b, eq ? eq + 1 : "");
+    rm__jw_str(b, RM_JOB_ENV_MASK); /* values are secret: never returned */
   }
   rm__sbuf_append(b, "}", 1);
   kv_str(b, "workdir", s->workdir);

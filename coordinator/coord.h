@@ -239,6 +239,29 @@ static inline const char *rm_job_spec_next(const char *p)
   while (*p) p++;
   return p + 1;
 }
+/* A job's env values are secret (docs/security.md): every read shows the
+ * keys with the value replaced by this mask. */
+#define RM_JOB_ENV_MASK "***"
+/* The packed env list in[count] with every "KEY=VALUE" made "KEY=***" into
+ * out[cap], out zeroed by the caller. Values shorter than the mask make the
+ * list longer, so a list that no longer fits is cut at the first entry that
+ * does not (a read then shows fewer keys, never a value). Returns the
+ * entries written. */
+static inline int rm_job_spec_env_mask(const char *in, int count, char *out, size_t cap)
+{
+  const char *p = in;
+  int n = 0;
+  for (int i = 0; i < count; i++, p = rm_job_spec_next(p)) {
+    const char *eq = strchr(p, '=');
+    size_t kl = eq ? (size_t)(eq - p) : strlen(p);
+    char item[RM_COORD_ENV_BYTES];
+    if (kl + sizeof RM_JOB_ENV_MASK + 1 > sizeof item) break;
+    memcpy(item, p, kl);
+    memcpy(item + kl, "=" RM_JOB_ENV_MASK, sizeof RM_JOB_ENV_MASK + 1);
+    if (rm_job_spec_pack(out, cap, &n, item, strlen(item)) != 0) break;
+  }
+  return n;
+}
 /* Check every field; RM_ERR_INVALID_ARG with err->field set on the first bad
  * one. Empty strings are replaced by their defaults in *s (hence not const).
  * Every on_failure policy (fail, shrink, replace) and straggler policy

@@ -33,7 +33,7 @@ void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
     return;
   }
   r.joined = rm__command_attach(j, q->launch_index, q->host, q->master_port);
-  rm__pb_spec_from(&spec, &j->info.spec);
+  rm__pb_spec_from_secret(&spec, &j->info.spec);
   r.spec = &spec;
   r.job_state = (Ringmaster__V1__JobState)j->info.state;
   r.reason = j->info.reason;

@@ -32,6 +32,33 @@ void rm__pb_spec_free(Ringmaster__V1__JobSpec *o)
   o->n_command = o->n_env = 0;
 }
 
+/* The env entries masked ("KEY=***"): one block holding the pointer array
+ * and the strings, so rm__pb_spec_free's free(o->env) releases both. */
+static char **env_masked(const rm_job_spec_t *s, size_t *n)
+{
+  char buf[RM_COORD_ENV_BYTES], **out;
+  int count = rm_job_spec_env_mask(s->env, s->env_count, buf, sizeof buf);
+  long len = rm_job_spec_packed_len(buf, sizeof buf, count);
+  char *p;
+  *n = (size_t)count;
+  if (count <= 0 || len <= 0) {
+    *n = 0;
+    return NULL;
+  }
+  out = rm__xcalloc(1, (size_t)count * sizeof *out + (size_t)len);
+  p = (char *)(out + count);
+  memcpy(p, buf, (size_t)len);
+  for (int i = 0; i < count; i++, p = (char *)rm_job_spec_next(p)) out[i] = p;
+  return out;
+}
+
+void rm__pb_spec_from_secret(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
+{
+  rm__pb_spec_from(o, s);
+  free(o->env);
+  o->env = list_ptrs(s->env, s->env_count, RM_COORD_ENV_MAX, &o->n_env);
+}
+
 void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
 {
   ringmaster__v1__job_spec__init(o);
@@ -54,7 +81,7 @@ void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s)
   o->checkpoint_every = s->checkpoint_every;
   o->command = list_ptrs(s->command, s->command_argc, RM_COORD_ARGV_MAX,
                          &o->n_command);
-  o->env = list_ptrs(s->env, s->env_count, RM_COORD_ENV_MAX, &o->n_env);
+  o->env = env_masked(s, &o->n_env);
   o->workdir = s->workdir;
   o->aggregation = s->aggregation;
   o->aggregation_f = (uint32_t)s->aggregation_f;

@@ -92,7 +92,11 @@ void rm__watch_next(rm_coord_t *c, rm__park_t *p);
 
 /* o's strings point into s; its command/env tables are heap: call
  * rm__pb_spec_free(o) once packed (rm__pb_job_from: on its spec). */
+/* The spec for an answer; env values masked "***" (every read, Join). */
 void rm__pb_spec_from(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s);
+/* The same with the env values: only for Attach, whose agent hands them to
+ * the job's program (it proved the job's token). */
+void rm__pb_spec_from_secret(Ringmaster__V1__JobSpec *o, rm_job_spec_t *s);
 void rm__pb_spec_free(Ringmaster__V1__JobSpec *o);
 void rm__pb_job_from(Ringmaster__V1__Job *o, Ringmaster__V1__JobSpec *spec,
                      rm_job_info_t *in, int with_token);

@@ -203,7 +203,7 @@ int rm__store_commit(rm__store_t *c)
   "secagg_threshold,secagg_neighbours,secure_recovered_steps,secure_dropouts"
 #define JOB_NCOLS 47 /* in JOB_COLS: the seal columns come after them */
 /* ... and what job_get reads to unseal the token (store_key.c) */
-#define JOB_SEAL_COLS ",token_salt,token_sealed"
+#define JOB_SEAL_COLS ",token_salt,token_sealed,env_salt,env_sealed,env_mac"
 
 /* Packed lists (command, env) as BLOBs: their strings end in NULs. */
 static void bind_list(sqlite3_stmt *st, int i, const char *buf, size_t cap,
@@ -260,7 +260,11 @@ static void bind_job(sqlite3_stmt *st, const rm_job_info_t *in)
   sqlite3_bind_int64(st, i++, in->finished_ms);
   sqlite3_bind_int64(st, i++, in->updated_ms);
   bind_list(st, i++, s->command, sizeof s->command, s->command_argc);
-  bind_list(st, i++, s->env, sizeof s->env, s->env_count);
+  { /* the column holds keys only: the values go sealed (store_key.c ENV) */
+    char masked[RM_COORD_ENV_BYTES];
+    int mc = rm_job_spec_env_mask(s->env, s->env_count, masked, sizeof masked);
+    bind_list(st, i++, masked, sizeof masked, mc);
+  }
   sqlite3_bind_text(st, i++, s->workdir, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, i++, s->aggregation, -1, SQLITE_TRANSIENT);
   sqlite3_bind_int(st, i++, s->aggregation_f);
@@ -342,14 +346,25 @@ void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
   sqlite3_stmt *st = prep(c, "INSERT INTO jobs(" JOB_COLS JOB_SEAL_COLS ",token) VALUES (?,"
                           "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
                           "?,?,?,?,?,?,?,"
-                          "?,?,'')");
+                          "?,?,?,?,?,'')");
   char salt[RM__SALT_HEX + 1], sealed[2 * sizeof j->info.token];
+  char esalt[RM__SALT_HEX + 1], esealed[2 * RM_COORD_ENV_BYTES + 1], emac[RM__VERIFIER_HEX + 1];
+  const rm_job_spec_t *sp = &j->info.spec;
+  long el = rm_job_spec_packed_len(sp->env, sizeof sp->env, sp->env_count);
   rm__store_verifier(j->info.token, j->info.token_verifier);
   rm__store_seal(c, j->info.token, salt, sealed, sizeof sealed);
   bind_job(st, &j->info);
   sqlite3_bind_null(st, 1);
   sqlite3_bind_text(st, JOB_NCOLS + 1, salt, -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(st, JOB_NCOLS + 2, sealed, -1, SQLITE_TRANSIENT);
+  if (el > 0) {
+    rm__store_env_seal(c, sp->env, (size_t)el, esalt, esealed, emac);
+  } else {
+    esalt[0] = esealed[0] = emac[0] = '\0';
+  }
+  sqlite3_bind_text(st, JOB_NCOLS + 3, esalt, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, JOB_NCOLS + 4, esealed, -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, JOB_NCOLS + 5, emac, -1, SQLITE_TRANSIENT);
   if (rm__stmt_run(c, st) == SQLITE_DONE) {
     c->job_counts[j->info.state]++;
     j->stored_state = (int)j->info.state;
@@ -387,6 +402,29 @@ void rm__store_job_update(rm__store_t *c, rm__job_t *j)
   }
 }
 
+/* The env list from the seal columns of a job_get row (store_key.c ENV);
+ * a row with nothing sealed keeps the masked column read_job copied. */
+static void unseal_env(rm__store_t *c, sqlite3_stmt *st, uint64_t id, rm_job_spec_t *s)
+{
+  const char *salt = (const char *)sqlite3_column_text(st, JOB_NCOLS + 2);
+  const char *sealed = (const char *)sqlite3_column_text(st, JOB_NCOLS + 3);
+  const char *mac = (const char *)sqlite3_column_text(st, JOB_NCOLS + 4);
+  char buf[RM_COORD_ENV_BYTES];
+  long n;
+  int count = 0;
+  if (!sealed || !sealed[0]) return;
+  n = rm__store_env_unseal(c, salt ? salt : "", sealed, mac ? mac : "", buf, sizeof buf);
+  if (n <= 0 || buf[n - 1] != '\0') {
+    RM_WARN("job %llu: its env cannot be unsealed (key file or row changed); its "
+            "program would start without the values", (unsigned long long)id);
+    return;
+  }
+  for (long k = 0; k < n; k++) count += buf[k] == '\0';
+  memcpy(s->env, buf, (size_t)n);
+  s->env_count = count;
+  memset(buf, 0, sizeof buf);
+}
+
 rm_status_t rm__store_job_get(rm__store_t *c, uint64_t id, rm_job_info_t *out)
 {
   sqlite3_stmt *st = prep(c, "SELECT " JOB_COLS JOB_SEAL_COLS " FROM jobs WHERE id=?");
@@ -401,6 +439,7 @@ rm_status_t rm__store_job_get(rm__store_t *c, uint64_t id, rm_job_info_t *out)
       RM_WARN("job %llu: its worker token cannot be unsealed (key file or row "
               "changed); workers still authenticate, relaunch cannot",
               (unsigned long long)id);
+    unseal_env(c, st, id, &out->spec);
     rc = RM_OK;
   }
   rm__stmt_done(c, st);

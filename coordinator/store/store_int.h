@@ -58,6 +58,16 @@ void rm__store_seal(const rm__store_t *c, const char *token, char salt[RM__SALT_
 int rm__store_unseal(const rm__store_t *c, const char *salt, const char *sealed,
                      const char *verifier, char *out, size_t outlen);
 
+/* Seal the packed env list in[0..n): OUT salt, sealed (2 * n + 1 bytes
+ * at least, hex), mac (store_key.c ENV). */
+void rm__store_env_seal(const rm__store_t *c, const char *in, size_t n,
+                        char salt[RM__SALT_HEX + 1], char *sealed,
+                        char mac[RM__VERIFIER_HEX + 1]);
+/* The packed list back into out[outlen]: its length, or -1 (wrong key,
+ * edited row, too long). */
+long rm__store_env_unseal(const rm__store_t *c, const char *salt, const char *sealed,
+                          const char *mac, char *out, size_t outlen);
+
 /* The generated migrations table (migrations/NNNN_*.sql, in order). */
 struct rm__migration {
   const char *name;

@@ -52,6 +52,23 @@
  * the freed cell bytes are zeroed, then checkpoints the WAL with TRUNCATE so
  * no old frame with the plaintext stays in <db>-wal.
  *
+ * ENV. A job's env values (the user's HF_TOKEN, WANDB_API_KEY ...) are
+ * sealed the same way (migrations/0013_env_sealed.sql):
+ *
+ *   column      content
+ *   env         the packed list with every value "***" (keys stay readable)
+ *   env_salt    hex of 16 random bytes, new for every job
+ *   env_sealed  hex of list XOR pad'(K, env_salt), the whole packed
+ *               "KEY=VALUE\0..." list; pad' is pad with the label
+ *               "ringmaster job env seal", so no token pad is ever reused
+ *   env_mac     hex HMAC-SHA-256(K, "ringmaster job env mac" || 0 ||
+ *               env_salt || 0 || env_sealed): a wrong key or an edited row
+ *               unseals to nothing rather than to garbage
+ *
+ * rm__store_job_get unseals the list (the loaded job needs it for the
+ * agents' Attach); the job list reads the masked column only. The SWEEP
+ * seals rows written before 0013 in the same transaction as the tokens.
+ *
  * Crypto: OpenSSL libcrypto (EVP SHA-256, HMAC), which rm_coord already links
  * through gRPC (pkg-config grpc: -lssl -lcrypto; Debian libssl-dev comes
  * with libgrpc-dev).
@@ -76,6 +93,8 @@
 #include "rm_log.h"
 
 static const char SEAL_LABEL[] = "ringmaster job token seal";
+static const char ENV_LABEL[] = "ringmaster job env seal";
+static const char ENV_MAC_LABEL[] = "ringmaster job env mac";
 
 static void to_hex(const unsigned char *b, size_t n, char *out)
 {
@@ -119,20 +138,27 @@ void rm__store_verifier(const char *token, char out[RM__VERIFIER_HEX + 1])
   to_hex(h, n, out);
 }
 
-/* out[0..n) = pad(K, salt) (the header's formula). */
-static void pad(const rm__store_t *c, const char *salt, unsigned char *out, size_t n)
+/* out[0..n) = pad(K, salt) (the header's formula), label SEAL_LABEL for
+ * tokens, ENV_LABEL for env lists, so the two never share a pad. */
+static void pad_label(const rm__store_t *c, const char *label, const char *salt,
+                      unsigned char *out, size_t n)
 {
-  unsigned char msg[sizeof SEAL_LABEL + RM__SALT_HEX + 1], blk[SHA256_DIGEST_LENGTH];
-  size_t sl = strlen(salt), ml = sizeof SEAL_LABEL + sl + 1; /* label, NUL, salt, ctr */
+  unsigned char msg[64 + RM__SALT_HEX + 1], blk[SHA256_DIGEST_LENGTH];
+  size_t ll = strlen(label) + 1, sl = strlen(salt), ml = ll + sl + 1; /* label, NUL, salt, ctr */
   unsigned int bl = 0;
-  memcpy(msg, SEAL_LABEL, sizeof SEAL_LABEL);
-  memcpy(msg + sizeof SEAL_LABEL, salt, sl);
+  memcpy(msg, label, ll);
+  memcpy(msg + ll, salt, sl);
   for (unsigned ctr = 0, at = 0; at < n; ctr++) {
     msg[ml - 1] = (unsigned char)ctr;
     HMAC(EVP_sha256(), c->key, (int)sizeof c->key, msg, ml, blk, &bl);
     for (unsigned i = 0; i < bl && at < n; i++) out[at++] = blk[i];
   }
   OPENSSL_cleanse(blk, sizeof blk);
+}
+
+static void pad(const rm__store_t *c, const char *salt, unsigned char *out, size_t n)
+{
+  pad_label(c, SEAL_LABEL, salt, out, n);
 }
 
 void rm__store_seal(const rm__store_t *c, const char *token, char salt[RM__SALT_HEX + 1],
@@ -178,6 +204,74 @@ int rm__store_unseal(const rm__store_t *c, const char *salt, const char *sealed,
     return -1;
   }
   return 0;
+}
+
+/* ---- env lists (the header's ENV) ---- */
+static void random_salt(char salt[RM__SALT_HEX + 1])
+{
+  unsigned char raw[RM__SALT_HEX / 2];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    RM_ERROR("getrandom failed for a seal salt: %s", strerror(errno));
+    abort(); /* no weak salt */
+  }
+  to_hex(raw, sizeof raw, salt);
+}
+
+/* mac = hex HMAC(K, ENV_MAC_LABEL || 0 || salt || 0 || sealed hex) */
+static void env_mac(const rm__store_t *c, const char *salt, const char *sealed,
+                    char mac[RM__VERIFIER_HEX + 1])
+{
+  unsigned char h[EVP_MAX_MD_SIZE];
+  unsigned int hl = 0;
+  size_t sl = strlen(salt) + 1, xl = strlen(sealed), ml = sizeof ENV_MAC_LABEL + sl + xl;
+  unsigned char *msg = rm__xmalloc(ml);
+  memcpy(msg, ENV_MAC_LABEL, sizeof ENV_MAC_LABEL);
+  memcpy(msg + sizeof ENV_MAC_LABEL, salt, sl);
+  memcpy(msg + sizeof ENV_MAC_LABEL + sl, sealed, xl);
+  if (!HMAC(EVP_sha256(), c->key, (int)sizeof c->key, msg, ml, h, &hl) || hl != 32) {
+    RM_ERROR("HMAC-SHA-256 failed in libcrypto");
+    abort(); /* no MAC is safe to make up */
+  }
+  free(msg);
+  to_hex(h, hl, mac);
+}
+
+void rm__store_env_seal(const rm__store_t *c, const char *in, size_t n,
+                        char salt[RM__SALT_HEX + 1], char *sealed,
+                        char mac[RM__VERIFIER_HEX + 1])
+{
+  unsigned char p[RM_COORD_ENV_BYTES];
+  if (n > sizeof p) n = 0; /* never: the spec's env is RM_COORD_ENV_BYTES */
+  random_salt(salt);
+  pad_label(c, ENV_LABEL, salt, p, n);
+  for (size_t i = 0; i < n; i++) p[i] ^= (unsigned char)in[i];
+  to_hex(p, n, sealed);
+  OPENSSL_cleanse(p, sizeof p);
+  env_mac(c, salt, sealed, mac);
+}
+
+long rm__store_env_unseal(const rm__store_t *c, const char *salt, const char *sealed,
+                          const char *mac, char *out, size_t outlen)
+{
+  unsigned char p[RM_COORD_ENV_BYTES];
+  char want[RM__VERIFIER_HEX + 1];
+  size_t hl = strlen(sealed), n = hl / 2;
+  if (hl % 2 || n > sizeof p || n > outlen || strlen(salt) != RM__SALT_HEX ||
+      strlen(mac) != RM__VERIFIER_HEX)
+    return -1;
+  env_mac(c, salt, sealed, want);
+  if (CRYPTO_memcmp(want, mac, RM__VERIFIER_HEX) != 0) return -1; /* wrong key, edited row */
+  pad_label(c, ENV_LABEL, salt, p, n);
+  for (size_t i = 0; i < n; i++) {
+    int hi = hexval(sealed[2 * i]), lo = hexval(sealed[2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      OPENSSL_cleanse(p, sizeof p);
+      return -1;
+    }
+    out[i] = (char)(p[i] ^ (unsigned char)(hi << 4 | lo));
+  }
+  OPENSSL_cleanse(p, sizeof p);
+  return (long)n;
 }
 
 /* ---- the key file ---- */
@@ -229,7 +323,8 @@ static int key_create(rm__store_t *c, const char *kp, char *err, size_t errlen)
 
 static int count_sealed(rm__store_t *c)
 {
-  sqlite3_stmt *st = rm__stmt(c, "SELECT count(*) FROM jobs WHERE token_sealed<>''");
+  sqlite3_stmt *st = rm__stmt(c, "SELECT count(*) FROM jobs WHERE token_sealed<>'' "
+                              "OR env_sealed<>''");
   int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
   rm__stmt_done(c, st);
   return n;
@@ -251,12 +346,48 @@ static int key_matches(rm__store_t *c)
   return ok;
 }
 
+/* The env half of the SWEEP: rows with an env list but nothing sealed
+ * (written before migration 0013) get it sealed and the column masked.
+ * Inside sweep's transaction. Returns the rows sealed. */
+static int sweep_env(rm__store_t *c)
+{
+  sqlite3_stmt *sel = rm__stmt(c, "SELECT id, env FROM jobs WHERE env_sealed='' "
+                               "AND length(env)>0");
+  int n = 0;
+  while (sqlite3_step(sel) == SQLITE_ROW) {
+    char salt[RM__SALT_HEX + 1], sealed[2 * RM_COORD_ENV_BYTES + 1], mac[RM__VERIFIER_HEX + 1];
+    char list[RM_COORD_ENV_BYTES], masked[RM_COORD_ENV_BYTES];
+    const char *b = sqlite3_column_blob(sel, 1);
+    size_t bl = (size_t)sqlite3_column_bytes(sel, 1);
+    int count = 0, mc;
+    sqlite3_stmt *up = rm__stmt(c, "UPDATE jobs SET env=?2, env_salt=?3, env_sealed=?4, "
+                                "env_mac=?5 WHERE id=?1");
+    if (bl > sizeof list) bl = 0; /* not one of ours: sealed empty, column masked empty */
+    if (bl) memcpy(list, b, bl);
+    if (bl && list[bl - 1] != '\0') bl = 0;
+    for (size_t k = 0; k < bl; k++) count += list[k] == '\0';
+    mc = rm_job_spec_env_mask(list, count, masked, sizeof masked);
+    rm__store_env_seal(c, list, bl, salt, sealed, mac);
+    sqlite3_bind_int64(up, 1, sqlite3_column_int64(sel, 0));
+    sqlite3_bind_blob(up, 2, masked, (int)rm_job_spec_packed_len(masked, sizeof masked, mc),
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_text(up, 3, salt, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(up, 4, sealed, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(up, 5, mac, -1, SQLITE_TRANSIENT);
+    rm__stmt_run(c, up);
+    OPENSSL_cleanse(list, sizeof list);
+    n++;
+  }
+  rm__stmt_done(c, sel);
+  return n;
+}
+
 /* The SWEEP of the header: rows with a plaintext token (written before
  * migration 0010) are sealed and their token column emptied. */
 static int sweep(rm__store_t *c)
 {
   sqlite3_stmt *sel = rm__stmt(c, "SELECT id, token FROM jobs WHERE token<>''");
-  int n = 0;
+  int n = 0, envs = 0;
   if (rm__store_exec(c, "PRAGMA secure_delete=ON") || rm__store_exec(c, "BEGIN IMMEDIATE"))
     return -1;
   while (sqlite3_step(sel) == SQLITE_ROW) {
@@ -278,16 +409,19 @@ static int sweep(rm__store_t *c)
     n++;
   }
   rm__stmt_done(c, sel);
+  envs = sweep_env(c);
   if (rm__store_exec(c, "COMMIT")) {
     rm__store_exec(c, "ROLLBACK");
     return -1;
   }
   rm__store_exec(c, "PRAGMA secure_delete=OFF");
-  if (n) {
-    rm__store_exec(c, "PRAGMA wal_checkpoint(TRUNCATE)");
+  if (n || envs) rm__store_exec(c, "PRAGMA wal_checkpoint(TRUNCATE)");
+  if (n)
     RM_INFO("sealed the plaintext worker tokens of %d job%s stored before migration 0010",
             n, n == 1 ? "" : "s");
-  }
+  if (envs)
+    RM_INFO("sealed the env values of %d job%s stored before migration 0013",
+            envs, envs == 1 ? "" : "s");
   return 0;
 }
 
