@@ -35,6 +35,14 @@ typedef struct rm_api_options {
   const char *listen;     /* "host:port", port 0 = free port; default "127.0.0.1:8080" */
   const char *token;      /* --api-token; NULL = see auth.h for the fallbacks */
   const char *token_file; /* --api-token-file */
+  /* Reads (GET under /api/v1/ but openapi.json, the event stream) need the
+   * API token or this read-only token (docs/security.md); NULL/"" = none,
+   * only the API token reads. public_reads = anyone reads (a lab).
+   * metrics_auth = /metrics needs a token too (else open; it holds counts
+   * only). */
+  const char *read_token;
+  int public_reads;
+  int metrics_auth;
   size_t max_body;        /* request body limit, bytes; 0 = 1 MiB */
   int sse_keepalive_ms;   /* 0 = RINGMASTER_SSE_KEEPALIVE_MS or 15000 */
   int tick_ms;            /* progress push period; 0 = RINGMASTER_API_TICK_MS or 1000 */

@@ -71,6 +71,8 @@ struct rm_api {
   struct MHD_Daemon *daemon;
   rm__sse_hub_t *hub;
   char token[RM_API_TOKEN_MAX + 1];
+  char read_token[RM_API_TOKEN_MAX + 1]; /* "" = none */
+  int public_reads, metrics_auth;
   char address[160];
   size_t max_body;
   unsigned max_connections; /* MHD_OPTION_CONNECTION_LIMIT */

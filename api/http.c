@@ -292,6 +292,33 @@ static void run_stream_handler(const rm__route_t *r, rm__req_t *req, rm__resp_t 
   else rm__sse_release(hub);
 }
 
+/* READS (docs/security.md): every GET under /api/v1/ but the OpenAPI
+ * document (the API's description, no data) needs a token, and /metrics
+ * when --metrics-auth is on; --public-reads opens them. The dashboard's
+ * page and assets stay open: they hold no data, and the page asks for the
+ * token. */
+static int read_guarded(const rm_api_t *api, const char *path)
+{
+  if (api->public_reads) return 0;
+  if (!strcmp(path, "/metrics")) return api->metrics_auth;
+  return !strncmp(path, "/api/v1/", 8) && strcmp(path, "/api/v1/openapi.json") != 0;
+}
+
+/* The API token or the read token, from the Authorization header; on an
+ * event stream also from ?access_token= (a browser's EventSource cannot
+ * send headers). */
+static int read_ok(rm__req_t *req, const rm__route_t *r)
+{
+  const rm_api_t *api = req->api;
+  const char *h = rm__req_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+  const char *q = (r->flags & RM__ROUTE_STREAM) ? rm__req_query(req, "access_token") : NULL;
+  if (rm__auth_check(api->token, h) || (api->read_token[0] && rm__auth_check(api->read_token, h)))
+    return 1;
+  if (q && *q)
+    return rm__ct_streq(api->token, q) || (api->read_token[0] && rm__ct_streq(api->read_token, q));
+  return 0;
+}
+
 static void dispatch(rm__req_t *req, rm__resp_t *resp)
 {
   char path[512];
@@ -311,6 +338,14 @@ static void dispatch(rm__req_t *req, rm__resp_t *resp)
     rm__resp_error(resp, 401, "unauthorized", NULL,
                    "this endpoint needs 'Authorization: Bearer <token>' with the server's API "
                    "token");
+    return;
+  }
+  if (!(r->flags & RM__ROUTE_AUTH) && read_guarded(req->api, path) && !read_ok(req, r)) {
+    rm__resp_error(resp, 401, "unauthorized", NULL,
+                   "reading needs 'Authorization: Bearer <token>' with the server's API token "
+                   "or read token (--read-token)%s",
+                   (r->flags & RM__ROUTE_STREAM) ? ", or ?access_token=<token> on the event "
+                                                   "stream" : "");
     return;
   }
   if (req->too_large) {

@@ -120,6 +120,13 @@ rm_status_t rm_api_start(const rm_api_options_t *o, rm_coord_t *coord, rm_api_t 
   if (rm__auth_resolve(o->token, o->token_file, api->token, sizeof api->token, &generated, err,
                        errlen) != 0)
     goto fail;
+  if (o->read_token && strlen(o->read_token) >= sizeof api->read_token) {
+    snprintf(err, errlen, "the read token is longer than %d bytes", RM_API_TOKEN_MAX);
+    goto fail;
+  }
+  snprintf(api->read_token, sizeof api->read_token, "%s", o->read_token ? o->read_token : "");
+  api->public_reads = o->public_reads;
+  api->metrics_auth = o->metrics_auth;
   if (!o->tls_cert != !o->tls_key) {
     snprintf(err, errlen, "HTTPS needs both --http-tls-cert and --http-tls-key");
     goto fail;
@@ -179,6 +186,7 @@ void rm_api_stop(rm_api_t *api)
   free(api->k8s_image);
   free(api->k8s_namespace);
   memset(api->token, 0, sizeof api->token);
+  memset(api->read_token, 0, sizeof api->read_token);
   if (api->tls_key_pem) memset(api->tls_key_pem, 0, strlen(api->tls_key_pem));
   free(api->tls_key_pem);
   free(api->tls_cert_pem);

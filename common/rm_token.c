@@ -74,6 +74,19 @@ int rm__token_resolve(const char *flag_token, const char *flag_file, char *out,
   return generate(out, outlen, err, errlen);
 }
 
+int rm__read_token_resolve(const char *flag_token, const char *flag_file, char *out,
+                           size_t outlen, char *err, size_t errlen)
+{
+  const char *env = getenv("RINGMASTER_READ_TOKEN");
+  const char *env_file = getenv("RINGMASTER_READ_TOKEN_FILE");
+  out[0] = '\0';
+  if (flag_token && *flag_token) return copy_token(flag_token, out, outlen, err, errlen);
+  if (flag_file && *flag_file) return read_token_file(flag_file, out, outlen, err, errlen);
+  if (env && *env) return copy_token(env, out, outlen, err, errlen);
+  if (env_file && *env_file) return read_token_file(env_file, out, outlen, err, errlen);
+  return 0;
+}
+
 int rm__ct_memeq(const char *secret, const void *given, size_t glen)
 {
   const unsigned char *g = given;

@@ -4,7 +4,8 @@
  * ONE TOKEN guards every mutation on every interface of `ringmaster serve`:
  * the REST API's POST/DELETE endpoints ("Authorization: Bearer T") and the
  * gRPC Jobs service's SubmitJob and CancelJob (metadata "authorization:
- * Bearer T"). Reads (GET, Jobs.GetJob, Jobs.ListJobs) are open; worker calls
+ * Bearer T"). Reads (GET under /api/v1/, Jobs.GetJob, Jobs.ListJobs) need
+ * it or the read token below, unless serve --public-reads; worker calls
  * are checked against the job's own worker token instead.
  *
  * RESOLUTION, first match wins: the --api-token flag (its alias
@@ -29,6 +30,13 @@
  * or the token is empty/too long. *generated is 1 when it was made up. */
 int rm__token_resolve(const char *flag_token, const char *flag_file, char *out,
                       size_t outlen, int *generated, char *err, size_t errlen);
+
+/* The READ TOKEN (docs/security.md): it may read jobs, never change them.
+ * Resolved like the API token from --read-token, --read-token-file,
+ * RINGMASTER_READ_TOKEN, RINGMASTER_READ_TOKEN_FILE; none is "" (only the
+ * API token reads then), never generated. 0, or -1 with a sentence in err. */
+int rm__read_token_resolve(const char *flag_token, const char *flag_file, char *out,
+                           size_t outlen, char *err, size_t errlen);
 
 /* Constant-time equality of the NUL-terminated `secret` and the `glen`
  * bytes at `given` (time depends only on strlen(secret) and glen). */

@@ -41,6 +41,7 @@ rm_status_t rm_coord_open(const rm_coord_options_t *o, rm_coord_t **out,
   c->opt.tls_key = dup_or_null(o->tls_key);
   c->opt.tls_ca = dup_or_null(o->tls_ca);
   c->opt.admin_token = dup_or_null(o->admin_token);
+  c->opt.read_token = dup_or_null(o->read_token);
   if (c->opt.heartbeat_timeout_ms <= 0) c->opt.heartbeat_timeout_ms = 10000;
   if (c->opt.barrier_timeout_ms <= 0) c->opt.barrier_timeout_ms = 60000;
   if (c->opt.max_message_bytes <= 0) c->opt.max_message_bytes = 4 << 20;
@@ -94,6 +95,7 @@ void rm_coord_close(rm_coord_t *c)
   free((void *)c->opt.tls_key);
   free((void *)c->opt.tls_ca);
   free((void *)c->opt.admin_token);
+  free((void *)c->opt.read_token);
   pthread_cond_destroy(&c->ev_cond);
   pthread_mutex_destroy(&c->sub_mu);
   pthread_mutex_destroy(&c->mu);

@@ -80,6 +80,11 @@ typedef struct rm_coord_options {
    * one, common/rm_token.h). Worker calls are always checked against the
    * job's own worker token. */
   const char *admin_token;
+  /* Bearer token that may read jobs (GetJob, ListJobs) and nothing else;
+   * NULL/"" = none. The reads need admin_token or this one, unless
+   * public_reads is set (docs/security.md). */
+  const char *read_token;
+  int public_reads;
 } rm_coord_options_t;
 
 /* Fill *o with the defaults above. */

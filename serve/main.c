@@ -42,6 +42,8 @@ static void usage(FILE *f)
           "                        [--max-message-bytes N]\n"
           "                        [--tls-cert PEM --tls-key PEM --tls-ca PEM]\n"
           "                        [--api-token T | --api-token-file F]\n"
+          "                        [--read-token T | --read-token-file F] [--public-reads]\n"
+          "                        [--metrics-auth]\n"
           "                        [--log-dir DIR] [--worker PATH] [--advertise HOST:PORT]\n"
           "                        [--slurm-partition P] [--slurm-relay RINGMASTER]\n"
           "                        [--k8s-image IMAGE]\n"
@@ -51,10 +53,21 @@ static void usage(FILE *f)
           "  Bearer T). Without --api-token, --api-token-file, RINGMASTER_API_TOKEN or\n"
           "  RINGMASTER_API_TOKEN_FILE one is generated and logged. --admin-token T is\n"
           "  the older name of --api-token T.\n"
+          "  Reads (GET /api/v1/..., gRPC Jobs.GetJob/ListJobs) need the API token or\n"
+          "  the read-only token (--read-token, --read-token-file, RINGMASTER_READ_TOKEN,\n"
+          "  RINGMASTER_READ_TOKEN_FILE); --public-reads opens them to anyone;\n"
+          "  --metrics-auth makes /metrics need a token too (docs/security.md).\n"
           "       ringmaster relay --coordinator HOST:PORT [--listen ADDR] (--help: more)\n");
 #if RM_HAVE_API
   fputs(rm_cli_usage(), f);
 #endif
+}
+
+/* 1 when "host:port" binds a loopback address only. */
+static int loopback(const char *hostport)
+{
+  return hostport && (!strncmp(hostport, "127.", 4) || !strncmp(hostport, "localhost:", 10) ||
+                      !strncmp(hostport, "[::1]:", 6));
 }
 
 static int serve(int argc, char **argv)
@@ -64,9 +77,10 @@ static int serve(int argc, char **argv)
   const char *log_dir = "ringmaster-logs", *worker = NULL, *advertise = NULL;
   const char *slurm_partition = NULL, *k8s_image = NULL, *slurm_relay = NULL;
   const char *http_cert = NULL, *http_key = NULL;
-  const char *admin_token = NULL;
+  const char *admin_token = NULL, *read_token = NULL, *read_token_file = NULL;
+  int public_reads = 0, metrics_auth = 0;
   rm_coord_t *c = NULL;
-  char err[512], token[RM_TOKEN_MAX + 1];
+  char err[512], token[RM_TOKEN_MAX + 1], rtoken[RM_TOKEN_MAX + 1];
   int generated = 0;
   rm_coord_options_init(&o);
   for (int i = 0; i < argc; i++) {
@@ -88,6 +102,10 @@ static int serve(int argc, char **argv)
     else if (OPT("--tls-ca")) o.tls_ca = v;
     else if (OPT("--api-token")) api_token = v;
     else if (OPT("--api-token-file")) api_token_file = v;
+    else if (OPT("--read-token")) read_token = v;
+    else if (OPT("--read-token-file")) read_token_file = v;
+    else if (!strcmp(a, "--public-reads")) public_reads = 1;
+    else if (!strcmp(a, "--metrics-auth")) metrics_auth = 1;
     else if (OPT("--log-dir")) log_dir = v;
     else if (OPT("--worker")) worker = v;
     else if (OPT("--advertise")) advertise = v;
@@ -115,7 +133,14 @@ static int serve(int argc, char **argv)
     fprintf(stderr, "ringmaster: %s\n", err);
     return 1;
   }
+  if (rm__read_token_resolve(read_token, read_token_file, rtoken, sizeof rtoken, err,
+                             sizeof err) != 0) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return 1;
+  }
   o.admin_token = token;
+  o.read_token = rtoken;
+  o.public_reads = public_reads;
   if (rm_coord_open(&o, &c, err, sizeof err) != RM_OK) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return 1;
@@ -158,6 +183,9 @@ static int serve(int argc, char **argv)
     rm_api_options_init(&ao);
     ao.listen = http;
     ao.token = token; /* resolved above: REST and gRPC share it */
+    ao.read_token = rtoken;
+    ao.public_reads = public_reads;
+    ao.metrics_auth = metrics_auth;
     ao.tls_cert = http_cert;
     ao.tls_key = http_key;
 #ifdef RM_HAVE_LAUNCH
@@ -183,6 +211,9 @@ static int serve(int argc, char **argv)
   if (generated)
     RM_WARN("no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN): "
             "generated one for this run; REST and gRPC mutations need 'Bearer %s'", token);
+  if (public_reads && (!loopback(rm_coord_grpc_address(c)) || (http && !loopback(http))))
+    RM_WARN("--public-reads: anyone who reaches this coordinator beyond loopback reads every "
+            "job (commands, hosts, worker logs, events) without a token");
   fflush(stdout);
   rm__on_stop_signals(on_signal);
   signal(SIGPIPE, SIG_IGN);
@@ -206,6 +237,7 @@ static int serve(int argc, char **argv)
   rm_launch_coord_destroy(lc, 0);
 #endif
   memset(token, 0, sizeof token);
+  memset(rtoken, 0, sizeof rtoken);
   return 0;
 }
 

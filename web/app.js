@@ -12,6 +12,13 @@
  *             affected resource once)
  *   reset     events were missed: re-fetch the view
  * Nothing polls; the only timer re-renders "waiting for N s" texts locally.
+ *
+ * Reads need a token (docs/security.md): the page asks for one (the API
+ * token or the read-only token) when a read answers 401, keeps it for the
+ * tab in sessionStorage, and sends it on every request as a Bearer header
+ * and on the event stream as ?access_token= (EventSource sends no headers).
+ * The submit form's API token (localStorage) is sent on mutations, and on
+ * reads when no read token was entered.
  */
 'use strict';
 
@@ -32,11 +39,14 @@ const fmtAge = (ms) => { if (!ms) return '-'; const s = (Date.now() - ms) / 1000
 const fmtTime = (ms) => new Date(ms).toLocaleTimeString('en-GB', { hour12: false });
 const badge = (state) => el('span', { class: `badge ${state}`, text: state });
 const token = () => localStorage.getItem('ringmaster.token') || '';
+const readToken = () => sessionStorage.getItem('ringmaster.readToken') || token();
+const readHeaders = () => (readToken() ? { Authorization: `Bearer ${readToken()}` } : {});
 
 async function api(path, opts = {}) {
   const headers = { Accept: 'application/json' };
   if (opts.body) headers['Content-Type'] = 'application/json';
   if (opts.auth && token()) headers.Authorization = `Bearer ${token()}`;
+  else if (!opts.auth && readToken()) headers.Authorization = `Bearer ${readToken()}`;
   const r = await fetch(path, { method: opts.method || 'GET', headers, body: opts.body });
   const data = await r.json().catch(() => ({}));
   if (!r.ok) { const e = new Error((data.error && data.error.message) || `HTTP ${r.status}`); e.field = data.error && data.error.field; e.status = r.status; throw e; }
@@ -61,7 +71,9 @@ let source = null;
 function stream(query, handlers) {
   if (source) source.close();
   const live = $('#live');
-  const es = new EventSource(`/api/v1/events${query}`);
+  const t = readToken();
+  const q = t ? `${query}${query ? '&' : '?'}access_token=${encodeURIComponent(t)}` : query;
+  const es = new EventSource(`/api/v1/events${q}`);
   let settled = false, ready;
   const first = new Promise((resolve) => { ready = resolve; });
   const settle = () => { if (!settled) { settled = true; clearTimeout(timer); ready(); } };
@@ -411,7 +423,7 @@ class JobView {
     $('#log-title').textContent = `Worker log (launch index ${index})`;
     let text, meta;
     try {
-      const r = await fetch(`/api/v1/jobs/${this.id}/workers/${index}/log?tail=200`);
+      const r = await fetch(`/api/v1/jobs/${this.id}/workers/${index}/log?tail=200`, { headers: readHeaders() });
       text = await r.text();
       if (!r.ok) { let m = text; try { m = JSON.parse(text).error.message; } catch (e) { /* not JSON */ }
         text = m; meta = `HTTP ${r.status}`; } else meta = `last 200 lines · ${fmtInt(Number(r.headers.get('X-Log-Size')))} bytes in all`;
@@ -561,8 +573,30 @@ async function route() {
   try {
     if (m) { view = new JobView(Number(m[1])); await view.start(); } else await viewJobs();
   } catch (err) {
+    if (err.status === 401) { login(); return; }
     $('#app').replaceChildren(el('div', { class: 'card' }, el('h2', { text: 'Error' }), el('p', { text: err.message })));
   }
+}
+
+/* A read answered 401: ask for a token (once per tab), then show the view. */
+function login() {
+  if (source) { source.close(); source = null; }
+  const had = sessionStorage.getItem('ringmaster.readToken') || token();
+  const input = el('input', { name: 'token', type: 'password', id: 'login-token', autocomplete: 'off',
+    placeholder: 'API token or read-only token' });
+  const form = el('form', { id: 'login-form', class: 'login' },
+    el('label', { text: 'Token' }, input), el('button', { type: 'submit', class: 'btn', text: 'Show jobs' }));
+  const msg = el('p', { id: 'login-msg', class: had ? 'err' : 'muted', text: had
+    ? 'The server refused this token: enter its API token or read-only token (serve --read-token).'
+    : 'This coordinator needs a token to read its jobs: enter its API token or read-only token (serve --read-token).' });
+  if (had) input.classList.add('bad');
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    sessionStorage.setItem('ringmaster.readToken', input.value.trim());
+    route();
+  });
+  $('#app').replaceChildren(el('div', { class: 'card' }, el('h2', { text: 'Sign in' }), msg, form));
+  input.focus();
 }
 window.addEventListener('popstate', route);
 route();

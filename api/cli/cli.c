@@ -63,6 +63,8 @@ static const char k_usage[] =
     "                   RINGMASTER_SERVER, default http://127.0.0.1:8080)\n"
     "  --token T        API token for submit/cancel/k8s-manifest (env RINGMASTER_API_TOKEN)\n"
     "  --token-file F   read the token from F (env RINGMASTER_API_TOKEN_FILE)\n"
+    "                   reads need a token too: without an API token the read-only\n"
+    "                   one is sent (env RINGMASTER_READ_TOKEN, RINGMASTER_READ_TOKEN_FILE)\n"
     "  --json           print the server's JSON instead of tables\n"
     "  --timeout MS     deadline for the whole request (default 10000)\n"
     "  --help, -h       this text (on stdout, exit 0), after any command\n"
@@ -549,6 +551,13 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
   if ((token || token_file || getenv("RINGMASTER_API_TOKEN") ||
        getenv("RINGMASTER_API_TOKEN_FILE")) &&
       (rm__auth_resolve(token, token_file, c->token, sizeof c->token, &gen, err, sizeof err) != 0)) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return -1;
+  }
+  /* no API token: the read-only one, if any, so that reads work (a server
+   * refuses it for submit and cancel) */
+  if (!c->token[0] &&
+      rm__read_token_resolve(NULL, NULL, c->token, sizeof c->token, err, sizeof err) != 0) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return -1;
   }

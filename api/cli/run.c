@@ -584,9 +584,14 @@ static int resolve_token(cli_t *c, const char *token, const char *file)
 {
   char err[256];
   int gen;
-  if (!token && !file && !getenv("RINGMASTER_API_TOKEN") && !getenv("RINGMASTER_API_TOKEN_FILE"))
-    return 0;
-  if (rm__auth_resolve(token, file, c->token, sizeof c->token, &gen, err, sizeof err) != 0) {
+  if ((token || file || getenv("RINGMASTER_API_TOKEN") || getenv("RINGMASTER_API_TOKEN_FILE")) &&
+      rm__auth_resolve(token, file, c->token, sizeof c->token, &gen, err, sizeof err) != 0) {
+    fprintf(stderr, "ringmaster: %s\n", err);
+    return -1;
+  }
+  /* no API token: the read-only one, so that `logs` reads (cli.c does the same) */
+  if (!c->token[0] &&
+      rm__read_token_resolve(NULL, NULL, c->token, sizeof c->token, err, sizeof err) != 0) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return -1;
   }

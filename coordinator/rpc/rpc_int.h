@@ -69,11 +69,15 @@ enum {
 typedef struct rm__method {
   const char *path;                         /* "/ringmaster.v1.Worker/Join" */
   const ProtobufCMessageDescriptor *req;
-  int admin;                                /* job service: admin token */
+  int admin;                                /* job service: 1 mutation (API token),
+                                               2 read (API or read token) */
 } rm__method_t;
 extern const rm__method_t rm__methods[RM__M_COUNT];
 /* Handle one parsed request: answer with rm__reply or park. Under lock.
- * admin_ok: the call carried the admin token (or none is configured). */
+ * admin_ok: RM__AUTH_ADMIN when the call carried the API token (or none is
+ * configured), RM__AUTH_READ the read token, 0 neither. */
+#define RM__AUTH_READ 1
+#define RM__AUTH_ADMIN 2
 void rm__rpc_dispatch(rm_coord_t *c, rm__call_t *call, int method,
                       const ProtobufCMessage *req, int admin_ok);
 

@@ -3,8 +3,10 @@
  * CancelJob), mirrors of coord.h's job functions. When the coordinator has an
  * admin token (`ringmaster serve` always has one: common/rm_token.h), the
  * mutations SubmitJob and CancelJob need metadata "authorization: Bearer
- * <token>" (admin_ok in server.c, constant time); the reads are open, as the
- * REST API's GETs are.
+ * <token>" (admin_ok in server.c, constant time); the reads GetJob and
+ * ListJobs need that token or the read token (--read-token), as the REST
+ * API's GETs do, unless --public-reads opened them (docs/security.md).
+ * Worker.Watch is a worker call: its job's worker token guards it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +91,14 @@ void rm__rpc_jobs(rm_coord_t *c, rm__call_t *call, int method,
                   const ProtobufCMessage *req, int admin_ok)
 {
   rm_job_info_t info;
-  if (!admin_ok) {
+  int read = method == RM__M_GET || method == RM__M_LIST;
+  if (read && admin_ok < RM__AUTH_READ && !c->opt.public_reads) {
+    rm__reply(c, call, RM__GRPC_UNAUTHENTICATED, "reading jobs needs metadata "
+              "'authorization: Bearer <token>' with the coordinator's API token or "
+              "read token (--read-token)", NULL);
+    return;
+  }
+  if (!read && admin_ok != RM__AUTH_ADMIN) {
     rm__reply(c, call, RM__GRPC_UNAUTHENTICATED, "this call changes jobs: it "
               "needs metadata 'authorization: Bearer <token>' with the "
               "coordinator's API token (--api-token)", NULL);

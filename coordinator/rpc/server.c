@@ -774,17 +774,22 @@ static void start_close(rm__call_t *k)
   start_ops(k, &op, 1, T_CLOSE);
 }
 
+/* Which token the call carried: RM__AUTH_ADMIN (the API token, or none is
+ * configured, or a worker method, which checks its job's token itself),
+ * RM__AUTH_READ (the read token), 0. */
 static int admin_ok(rm_coord_t *c, rm__call_t *k)
 {
-  const char *tok = c->opt.admin_token;
-  if (!tok || !rm__methods[k->method].admin) return 1;
+  const char *tok = c->opt.admin_token, *rd = c->opt.read_token;
+  if (!tok || !rm__methods[k->method].admin) return RM__AUTH_ADMIN;
   for (size_t i = 0; i < G(k)->md.count; i++) {
     const grpc_metadata *m = &G(k)->md.metadata[i];
     const char *v = (const char *)GRPC_SLICE_START_PTR(m->value);
     size_t vl = GRPC_SLICE_LENGTH(m->value);
-    if (grpc_slice_str_cmp(m->key, "authorization") == 0 && vl > 7 &&
-        !strncasecmp(v, "Bearer ", 7) && rm__ct_memeq(tok, v + 7, vl - 7))
-      return 1;
+    if (grpc_slice_str_cmp(m->key, "authorization") != 0 || vl <= 7 ||
+        strncasecmp(v, "Bearer ", 7))
+      continue;
+    if (rm__ct_memeq(tok, v + 7, vl - 7)) return RM__AUTH_ADMIN;
+    if (rd && *rd && rm__ct_memeq(rd, v + 7, vl - 7)) return RM__AUTH_READ;
   }
   return 0;
 }

@@ -17,12 +17,22 @@ import tempfile
 import time
 
 
+# The read-only token every test server accepts (RINGMASTER_READ_TOKEN), and
+# run_cli hands the CLI: reads need a token (docs/security.md).
+READ_TOKEN = "test-read-token"
+# Every process a test starts inherits it: its `ringmaster job/jobs/logs`
+# calls read with it, while submit and cancel still need the API token.
+os.environ.setdefault("RINGMASTER_READ_TOKEN", READ_TOKEN)
+
+
 class Server:
     def __init__(self, binary, token="test-token", env=None, extra=()):
         self.tmp = tempfile.TemporaryDirectory(prefix="rm-api-")
         self.token = token
         e = dict(os.environ)
-        e.update({"RINGMASTER_API_TOKEN": token, "RINGMASTER_LOG_LEVEL": "warn"})
+        e.update({"RINGMASTER_API_TOKEN": token, "RINGMASTER_LOG_LEVEL": "warn",
+                  "RINGMASTER_READ_TOKEN": READ_TOKEN})
+        self.read_token = READ_TOKEN
         e.update(env or {})
         self.log = open(os.path.join(self.tmp.name, "server.log"), "w")
         self.proc = subprocess.Popen(
@@ -55,9 +65,13 @@ class Server:
         self.port = int(port)
 
     def request(self, method, path, body=None, token=None, headers=None, raw=None):
-        """Returns (status, headers dict lower-cased, parsed JSON or text)."""
+        """Returns (status, headers dict lower-cased, parsed JSON or text).
+        Reads (GET, HEAD) carry the API token unless token is given ("" for
+        none): the server guards them; mutations carry only the token given."""
         c = http.client.HTTPConnection(self.host, self.port, timeout=30)
         h = dict(headers or {})
+        if token is None and method in ("GET", "HEAD"):
+            token = self.token
         if token:
             h["Authorization"] = "Bearer " + token
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -162,6 +176,7 @@ def run_cli(binary, url, *args, token=None, timeout=60):
     env = dict(os.environ)
     env.pop("RINGMASTER_API_TOKEN", None)
     env["RINGMASTER_SERVER"] = url
+    env["RINGMASTER_READ_TOKEN"] = READ_TOKEN  # reads work; mutations need token
     if token:
         env["RINGMASTER_API_TOKEN"] = token
     p = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=timeout)

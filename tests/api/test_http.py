@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check, run_cli  # noqa: E402
+from rmserver import READ_TOKEN, Server, FAILS, check, run_cli  # noqa: E402
 
 
 
@@ -185,6 +185,7 @@ class Sse:
         self.s = socket.create_connection((srv.host, srv.port), timeout=10)
         extra = f"Last-Event-ID: {last_id}\r\n" if last_id is not None else ""
         self.s.sendall(f"GET /api/v1/events{query} HTTP/1.1\r\nHost: x\r\n"
+                       f"Authorization: Bearer {READ_TOKEN}\r\n"
                        f"Accept: text/event-stream\r\n{extra}\r\n".encode())
         self.buf = b""
         head = self._until(b"\r\n\r\n", 10)
@@ -322,7 +323,7 @@ def test_openapi(srv, job):
                                          token=srv.token)
                 check(st == 404 and "error" in ans, f"{method} {path}: documented 404")
             if "401" in op["responses"]:
-                st, _, ans = srv.request(method.upper(), real, body)
+                st, _, ans = srv.request(method.upper(), real, body, token="")
                 check(st == 401 and "error" in ans, f"{method} {path}: documented 401")
     check(checked >= 13, f"checked {checked} operations")
     # every API route the server has is documented

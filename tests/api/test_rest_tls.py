@@ -38,7 +38,8 @@ def check(cond, what):
 
 
 def start(binary, tmp, extra):
-    env = dict(os.environ, RINGMASTER_API_TOKEN=TOKEN, RINGMASTER_LOG_LEVEL="warn")
+    env = dict(os.environ, RINGMASTER_API_TOKEN=TOKEN, RINGMASTER_LOG_LEVEL="warn",
+               RINGMASTER_READ_TOKEN="test-read-token")
     p = subprocess.Popen([binary, "serve", "--db", os.path.join(tmp, "rm.db"), "--grpc",
                           "127.0.0.1:0", "--http", "127.0.0.1:0", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -105,7 +106,7 @@ def main():
         # an event stream, then the submit that produces an event on it
         s = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=20),
                             server_hostname=host)
-        s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-read-token\r\nAccept: text/event-stream\r\n\r\n")
         head = b""
         while b"\r\n\r\n" not in head:  # the stream is open before the submit
             chunk = s.recv(4096)
@@ -128,11 +129,12 @@ def main():
         s.close()
         check(b"tls-job" in got, "event stream over https did not deliver the job event")
         cli = [a.ringmaster, "jobs", "--server", "https://" + addr]
-        r = subprocess.run(cli + ["--cacert", cert], capture_output=True, timeout=30)
+        r = subprocess.run(cli + ["--cacert", cert, "--token", TOKEN], capture_output=True, timeout=30)
         check(r.returncode == 0 and b"tls-job" in r.stdout, "CLI over https: %d %r %r" %
               (r.returncode, r.stdout[-200:], r.stderr[-200:]))
         r = subprocess.run(cli, capture_output=True, timeout=30,
-                           env=dict(os.environ, SSL_CERT_FILE="/nonexistent"))
+                           env=dict(os.environ, SSL_CERT_FILE="/nonexistent",
+                                    RINGMASTER_READ_TOKEN="test-read-token"))
         check(r.returncode == 5, "CLI without the CA: exit %d %r" % (r.returncode, r.stderr))
         # plain HTTP to the TLS port: no HTTP answer, server unharmed
         c = socket.create_connection((host, int(port)), timeout=10)

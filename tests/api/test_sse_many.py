@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rmserver import Server, FAILS, check, sse_slots  # noqa: E402
 
-REQ = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+REQ = b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-read-token\r\nAccept: text/event-stream\r\n\r\n"
 
 
 def raise_nofile():

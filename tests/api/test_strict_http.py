@@ -216,7 +216,7 @@ def test_content_length(srv):
 
 def open_stream(srv):
     s = socket.create_connection((srv.host, srv.port), timeout=20)
-    s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-read-token\r\n\r\n")
     head = b""
     end = time.monotonic() + 20
     while b"\r\n\r\n" not in head and time.monotonic() < end:

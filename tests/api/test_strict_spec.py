@@ -40,7 +40,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server  # noqa: E402
+from rmserver import READ_TOKEN, Server  # noqa: E402
 
 FAILS = []
 COUNT = {"checks": 0, "accepted": 0, "refused": 0}
@@ -227,6 +227,7 @@ def run_cli(binary, url, *args, token=None):
     env = dict(os.environ)
     env.pop("RINGMASTER_API_TOKEN", None)
     env["RINGMASTER_SERVER"] = url
+    env["RINGMASTER_READ_TOKEN"] = READ_TOKEN  # reads need a token
     if token:
         env["RINGMASTER_API_TOKEN"] = token
     p = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=60)

@@ -39,8 +39,7 @@ WORLD, THRESHOLD = 4, 3
 
 
 def rest_job(http, job_id):
-    with urllib.request.urlopen("http://%s/api/v1/jobs/%d" % (http, job_id), timeout=10) as r:
-        return json.loads(r.read())
+    return rmtest.get_json("http://%s/api/v1/jobs/%d" % (http, job_id))
 
 
 class Group:
@@ -105,9 +104,7 @@ def wait_parked(env, job, name, arrived, timeout=10):
     import time
     deadline = time.time() + timeout
     while time.time() < deadline:
-        with urllib.request.urlopen("http://%s/api/v1/jobs/%d/barriers" % (env.http, job.id),
-                                    timeout=10) as r:
-            bs = json.loads(r.read())
+        bs = rmtest.get_json("http://%s/api/v1/jobs/%d/barriers" % (env.http, job.id))
         bs = bs.get("barriers", bs) if isinstance(bs, dict) else bs
         for b in bs:
             if b.get("name") == name and b.get("state") == "open" and b.get("arrived") == arrived:

@@ -82,7 +82,7 @@ class Coordinator:
         return code, (json.loads(raw) if raw else None)
 
     def get(self, path):
-        code, body = self.request("GET", path, auth=False)
+        code, body = self.request("GET", path)  # reads need a token too
         assert code == 200, "GET %s -> %d %s" % (path, code, body)
         return body
 

@@ -46,7 +46,7 @@ grep -q "kill $kept" "$work/out2" || fail "--keep did not say how to stop PID $k
 kill -0 "$kept" 2>/dev/null || fail "--keep: coordinator $kept is not running"
 url="$(sed -n 's/^dashboard: *\(http:\/\/[0-9.:]*\)\/jobs\/.*/\1/p' "$work/out2")"
 curl -fsS --max-time 10 "$url/healthz" | grep -q ok || fail "--keep: /healthz"
-curl -fsS --max-time 10 "$url/api/v1/jobs/1" | grep -q '"state":"succeeded"' ||
+curl -fsS --max-time 10 -H "Authorization: Bearer $(cat "$work/state/api-token")" "$url/api/v1/jobs/1" | grep -q '"state":"succeeded"' ||
   fail "--keep: job 1 not succeeded on the kept coordinator"
 echo "== a second demo while the kept coordinator runs is refused with its PID"
 if run_demo --steps 5 >"$work/out3" 2>&1; then fail "second demo on a kept folder succeeded"; fi

@@ -55,8 +55,9 @@ def pid_of(text):
 
 def log_api(c, job, index):
     try:
-        with urllib.request.urlopen("%s/api/v1/jobs/%d/workers/%d/log" % (c.url, job, index),
-                                    timeout=20) as r:
+        req = urllib.request.Request("%s/api/v1/jobs/%d/workers/%d/log" % (c.url, job, index),
+                                     headers={"Authorization": "Bearer " + c.token})
+        with urllib.request.urlopen(req, timeout=20) as r:
             return r.status, r.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode("utf-8", "replace")

@@ -121,7 +121,7 @@ def test(opts):
         assert job["spec"]["launcher"] == "local", job
         check_api(c, job["id"])
         # the CLI shows the result too (`ringmaster job ID`)
-        env = dict(os.environ, RINGMASTER_SERVER=c.url)
+        env = dict(os.environ, RINGMASTER_SERVER=c.url, RINGMASTER_API_TOKEN=c.token)
         out = subprocess.run([opts["coordinator"], "job", str(job["id"])], env=env,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0 and re.search(r"^  result +accuracy 0\.\d{4} ", out.stdout, re.M), \

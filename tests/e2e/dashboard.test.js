@@ -3,7 +3,9 @@
  * dashboard.test.js - end-to-end test of the web dashboard in real headless
  * Chromium (Debian's /usr/bin/chromium driven by playwright-core).
  *
- *   1. start `ringmaster serve` on free ports (heartbeat timeout 2 s)
+ *   1. start `ringmaster serve` on free ports (heartbeat timeout 2 s) with
+ *      a read-only token; the page asks for a token, refuses a wrong one
+ *      and signs in with the read token
  *   2. open the dashboard, submit a 3-worker job in the form (launcher
  *      "none"); the worker token is read from the form's own POST answer
  *   3. start 3 real `ringmaster-worker` processes for that job
@@ -44,6 +46,7 @@ const WORKER = arg('worker');
 const ARTIFACTS = arg('artifacts', path.join(__dirname, '../../artifacts'));
 const CHROMIUM = process.env.RINGMASTER_CHROMIUM || '/usr/bin/chromium';
 const TOKEN = 'e2e-token-' + process.pid;
+const READ = 'e2e-read-' + process.pid; /* the read-only token the page signs in with */
 
 let chromium;
 try { ({ chromium } = require('playwright-core')); } catch (e) {
@@ -55,7 +58,7 @@ const procs = [];
 function startServer(tmp) {
   return new Promise((resolve, reject) => {
     const p = spawn(RINGMASTER, ['serve', '--db', path.join(tmp, 'rm.db'), '--grpc', '127.0.0.1:0', '--http', '127.0.0.1:0',
-      '--heartbeat-timeout-ms', '2000', '--log-dir', path.join(tmp, 'launched'), '--worker', WORKER], { env: { ...process.env, RINGMASTER_API_TOKEN: TOKEN, RINGMASTER_LOG_LEVEL: 'warn',
+      '--heartbeat-timeout-ms', '2000', '--log-dir', path.join(tmp, 'launched'), '--worker', WORKER], { env: { ...process.env, RINGMASTER_API_TOKEN: TOKEN, RINGMASTER_READ_TOKEN: READ, RINGMASTER_LOG_LEVEL: 'warn',
       RINGMASTER_API_TICK_MS: '500' }, stdio: ['ignore', 'pipe', fs.openSync(path.join(tmp, 'server.log'), 'w')] });
     procs.push(p);
     let out = '';
@@ -98,7 +101,7 @@ async function waitState(base, id, state, ms) {
   const end = Date.now() + ms;
   let j = null;
   while (Date.now() < end) {
-    j = await (await fetch(`${base}/api/v1/jobs/${id}`)).json();
+    j = await (await fetch(`${base}/api/v1/jobs/${id}`, { headers: { Authorization: `Bearer ${READ}` } })).json();
     if (j.state === state) return j;
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -107,7 +110,7 @@ async function waitState(base, id, state, ms) {
 
 /* rank -> { offer (REST transports), text and title the Links cell should have } */
 async function linksWanted(base, id) {
-  const ws = (await (await fetch(`${base}/api/v1/jobs/${id}/workers`)).json()).workers;
+  const ws = (await (await fetch(`${base}/api/v1/jobs/${id}/workers`, { headers: { Authorization: `Bearer ${READ}` } })).json()).workers;
   const shmOffer = /^shm:e2ehosta\/[0-9a-f]{16} tcp$/;
   const want = new Map();
   for (const w of ws.filter((x) => x.rank >= 0)) {
@@ -169,6 +172,14 @@ async function main() {
     page.on('pageerror', (e) => errors.push(String(e)));
 
     await page.goto(`${base}/`);
+    /* reads need a token: the page asks, says when one is refused, then
+     * shows the jobs with the read-only token */
+    await page.waitForSelector('#login-form');
+    await page.fill('#login-token', 'not-the-token');
+    await page.click('#login-form button[type=submit]');
+    await page.waitForSelector('#login-msg.err');
+    await page.fill('#login-token', READ);
+    await page.click('#login-form button[type=submit]');
     await page.waitForSelector('#submit-form');
     await page.waitForSelector('#live.on');
     await page.fill('input[name=name]', 'e2e-allreduce');
@@ -303,12 +314,12 @@ async function main() {
     const argv = JSON.stringify(cjob.spec.command);
     if (argv !== JSON.stringify(['python3', 'train.py', '--epochs', '3', 'hello world']))
       throw new Error(`command job's argv is ${argv}`);
-    if (cjob.spec.env.OMP_NUM_THREADS !== '2' || cjob.spec.workdir !== '/tmp')
+    if (cjob.spec.env.OMP_NUM_THREADS !== '***' || cjob.spec.workdir !== '/tmp') /* values masked */
       throw new Error(`command job's env/workdir: ${JSON.stringify(cjob.spec)}`);
     await page.waitForURL(`${base}/jobs/${cjob.id}`);
     await page.waitForSelector('#job-command-line');
     const shown = await page.textContent('#job-command');
-    for (const want of ["python3 train.py --epochs 3 'hello world'", 'OMP_NUM_THREADS=2', '/tmp'])
+    for (const want of ["python3 train.py --epochs 3 'hello world'", 'OMP_NUM_THREADS=***', '/tmp'])
       if (!shown.includes(want)) throw new Error(`job page shows "${shown}", not "${want}"`);
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-command.png'), fullPage: true });
     if (errors.length) throw new Error(`page errors: ${errors.join('; ')}`);

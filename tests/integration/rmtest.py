@@ -92,7 +92,7 @@ class Env:
     def start_coordinator(self, addr="127.0.0.1:0", extra=()):
         log = open(os.path.join(self.dir, "coord.log"), "ab")
         p = subprocess.Popen([self.a.coordinator, "serve", "--db", self.db, "--grpc", addr,
-                              "--api-token", self.token, *extra],
+                              "--api-token", self.token, "--read-token", READ_TOKEN, *extra],
                              stdout=subprocess.PIPE, stderr=log)
         self.procs.append(p)
         deadline = time.time() + 20
@@ -258,6 +258,19 @@ class SessionStream:
             time.sleep(0.02)
         assert len(self.got) >= n, (self.got, self.code, self.details)
         return self.got
+
+
+# The read-only token every coordinator of these tests accepts: REST reads
+# and gRPC Jobs.GetJob/ListJobs need a token (docs/security.md).
+READ_TOKEN = "rmtest-read-token"
+
+
+def get_json(url):
+    """GET url (a REST read) with the read token; the decoded JSON."""
+    import json
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + READ_TOKEN})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
 
 
 def metrics(http):

@@ -65,10 +65,18 @@ def test(env):
         cases.append(("cancel without the token %d" % i,
                       lambda J=J: J.CancelJob(m.CancelJobRequest(job_id=job.id), timeout=5),
                       g.StatusCode.UNAUTHENTICATED))
-    cases.append(("get is open", lambda: anon.GetJob(m.GetJobRequest(job_id=job.id), timeout=5),
-                  g.StatusCode.OK))
-    cases.append(("list is open", lambda: anon.ListJobs(m.ListJobsRequest(any_state=True),
-                                                        timeout=5), g.StatusCode.OK))
+    # reads need a token too: the API token or the read-only one
+    reader = env.s.JobsStub(env.authed(env.raw_channel, rmtest.READ_TOKEN))
+    cases.append(("get without a token", lambda: anon.GetJob(m.GetJobRequest(job_id=job.id), timeout=5),
+                  g.StatusCode.UNAUTHENTICATED))
+    cases.append(("list without a token", lambda: anon.ListJobs(m.ListJobsRequest(any_state=True),
+                                                                timeout=5), g.StatusCode.UNAUTHENTICATED))
+    cases.append(("get with the read token", lambda: reader.GetJob(m.GetJobRequest(job_id=job.id),
+                                                                   timeout=5), g.StatusCode.OK))
+    cases.append(("list with the read token", lambda: reader.ListJobs(
+        m.ListJobsRequest(any_state=True), timeout=5), g.StatusCode.OK))
+    cases.append(("cancel with the read token", lambda: reader.CancelJob(
+        m.CancelJobRequest(job_id=job.id), timeout=5), g.StatusCode.UNAUTHENTICATED))
     lower = env.s.JobsStub(env.authed(env.raw_channel))
     # the spec rules over gRPC (issue 11): an alias is stored canonical, a
     # value beyond int range is refused naming the field and its range

@@ -162,9 +162,7 @@ def join_group(env, job, offers, pin=False):
 
 
 def rest_workers(http, job_id):
-    with urllib.request.urlopen("http://%s/api/v1/jobs/%d/workers" % (http, job_id),
-                                timeout=10) as r:
-        return json.loads(r.read())["workers"]
+    return rmtest.get_json("http://%s/api/v1/jobs/%d/workers" % (http, job_id))["workers"]
 
 
 def members(http, job_id):

@@ -28,9 +28,7 @@ import rmtest
 
 
 def steps(http, job_id):
-    with urllib.request.urlopen("http://%s/api/v1/jobs/%d/steps?limit=100000" % (http, job_id),
-                                timeout=10) as r:
-        return json.loads(r.read())["steps"]
+    return rmtest.get_json("http://%s/api/v1/jobs/%d/steps?limit=100000" % (http, job_id))["steps"]
 
 
 DROP = re.compile(r"dropping (\d+) undelivered step reports? of generation (\d+) "

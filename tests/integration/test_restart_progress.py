@@ -12,9 +12,7 @@ import rmtest
 
 
 def steps(http, job_id):
-    with urllib.request.urlopen("http://%s/api/v1/jobs/%d/steps" % (http, job_id),
-                                timeout=10) as r:
-        return json.loads(r.read())["steps"]
+    return rmtest.get_json("http://%s/api/v1/jobs/%d/steps" % (http, job_id))["steps"]
 
 
 def test(env):

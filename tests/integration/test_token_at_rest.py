@@ -156,7 +156,7 @@ def part_migration(env):
     # has none of it
     for col in ("token_salt", "token_sealed", "token_verifier", "secagg_bits",
                 "secagg_clip", "secagg_scale", "secagg_threshold", "secagg_neighbours",
-                "secure_recovered_steps", "secure_dropouts"):
+                "secure_recovered_steps", "secure_dropouts", "env_salt", "env_sealed", "env_mac"):
         db.execute("ALTER TABLE jobs DROP COLUMN " + col)
     db.execute("ALTER TABLE workers DROP COLUMN transports")  # 0012
     db.execute("PRAGMA user_version=9")
