@@ -11,10 +11,12 @@
  *   ringmaster: grpc listening on 127.0.0.1:43123
  * (tests and scripts start it with port 0 and read the line).
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coord.h"
@@ -61,6 +63,41 @@ static void usage(FILE *f)
 #if RM_HAVE_API
   fputs(rm_cli_usage(), f);
 #endif
+}
+
+/* The log folder and the worker logs in it (<dir>/job-N/worker-I.log) are
+ * owner-only when ringmaster makes them; older or user-made ones that are
+ * wider are named once at start (docs/security.md). */
+static void warn_wide_logs(const char *dir)
+{
+  struct stat st;
+  DIR *d;
+  struct dirent *e;
+  int wide = 0;
+  char p[4352], first[4352] = "";
+  if (stat(dir, &st) != 0) return; /* made 0700 when the first job needs it */
+  if (st.st_mode & 077)
+    RM_WARN("log folder %s has mode %04o: worker logs may be read by other local users "
+            "(chmod 700 %s)", dir, (unsigned)(st.st_mode & 07777), dir);
+  if (!(d = opendir(dir))) return;
+  while ((e = readdir(d)) != NULL) {
+    DIR *j;
+    struct dirent *f;
+    if (strncmp(e->d_name, "job-", 4) != 0) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (!(j = opendir(p))) continue;
+    while ((f = readdir(j)) != NULL) {
+      char q[4352];
+      if (strncmp(f->d_name, "worker-", 7) != 0) continue;
+      snprintf(q, sizeof q, "%s/%s/%s", dir, e->d_name, f->d_name);
+      if (stat(q, &st) == 0 && (st.st_mode & 077) && wide++ == 0) snprintf(first, sizeof first, "%s", q);
+    }
+    closedir(j);
+  }
+  closedir(d);
+  if (wide)
+    RM_WARN("%d worker log%s under %s readable by other local users (first: %s); "
+            "chmod -R go-rwx %s", wide, wide == 1 ? " is" : "s are", dir, first, dir);
 }
 
 /* 1 when "host:port" binds a loopback address only. */
@@ -211,6 +248,9 @@ static int serve(int argc, char **argv)
   if (generated)
     RM_WARN("no API token configured (--api-token, --api-token-file, RINGMASTER_API_TOKEN): "
             "generated one for this run; REST and gRPC mutations need 'Bearer %s'", token);
+#ifdef RM_HAVE_LAUNCH
+  warn_wide_logs(log_dir);
+#endif
   if (public_reads && (!loopback(rm_coord_grpc_address(c)) || (http && !loopback(http))))
     RM_WARN("--public-reads: anyone who reaches this coordinator beyond loopback reads every "
             "job (commands, hosts, worker logs, events) without a token");

@@ -127,7 +127,7 @@ static rm_status_t spawn_one(local_t *l, int i, const char *path, char **argv,
                              char **env, int devnull, char *err, size_t errlen)
 {
   int pf[2], e = 0;
-  int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0)
     return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "open %s: %s",
                           l->w[i].log_path, strerror(errno));
@@ -186,7 +186,7 @@ static rm_status_t start_worker(local_t *l, int i, int devnull, char *err,
            l->world > 0 ? i % l->world : i);
   snprintf(lworld_var, sizeof lworld_var, "RINGMASTER_LOCAL_WORLD=%d", l->world);
   char **env = make_env(vars);
-  int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* owner-only */
   if (fd >= 0) {
     dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s %s\n", i,
             l->world, l->path, l->header);

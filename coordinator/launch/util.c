@@ -28,11 +28,26 @@
 #include "rm_clock.h"
 #include "rm_fs.h"
 
+/* The folders of worker logs are owner-only (0700): a log carries what a
+ * job's program prints. Only the folders made here are narrowed (the job's
+ * folder and the serve --log-dir above it); one that already existed is
+ * the user's, and serve warns when it is wider (docs/security.md). */
 rm_status_t rm__launch_mkdir_p(const char *path, char *err, size_t errlen)
 {
-  char why[512];
+  char why[512], parent[4096];
+  struct stat st;
+  const char *slash = strrchr(path, '/');
+  size_t pl = slash && slash > path ? (size_t)(slash - path) : 0;
+  int had = stat(path, &st) == 0, had_parent = 1;
+  if (pl && pl < sizeof parent) {
+    memcpy(parent, path, pl);
+    parent[pl] = '\0';
+    had_parent = stat(parent, &st) == 0;
+  }
   if (rm__mkdir_p(path, why, sizeof why) != 0)
     return rm__launch_err(err, errlen, RM_ERR_SYSTEM, "log_dir: %s", why);
+  if (!had_parent) (void)chmod(parent, 0700);
+  if (!had) (void)chmod(path, 0700);
   return RM_OK;
 }
 

@@ -30,9 +30,12 @@
  * so the job list's "total" and /metrics' jobs-by-state cost no count(*)
  * scan of the table. A failed COMMIT (ROLLBACK) recounts from the table.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/store_int.h"
 #include "rm_alloc.h"
@@ -132,10 +135,33 @@ static int migrate(rm__store_t *c, char *err, size_t errlen)
   return 0;
 }
 
+/* The database and its -wal/-shm are owner-only: they hold every job's
+ * commands, hosts and events. A new database file is made 0600 here before
+ * SQLite opens it, and SQLite gives the -wal and -shm files it creates the
+ * database file's permissions. One found wider is warned about, not
+ * changed (its owner chose it; docs/security.md says how to fix it). */
+static void owner_only(const char *path)
+{
+  static const char *const ext[] = {"", "-wal", "-shm"};
+  struct stat st;
+  int fd;
+  if (!path[0] || !strcmp(path, ":memory:") || !strncmp(path, "file:", 5)) return;
+  fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s%s", path, ext[i]);
+    if (stat(p, &st) == 0 && (st.st_mode & 077))
+      RM_WARN("%s has mode %04o: it is readable by other local users; make it owner-only "
+              "(chmod 600 %s)", p, (unsigned)(st.st_mode & 07777), p);
+  }
+}
+
 rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
                            size_t errlen)
 {
   rm__store_t *c = rm__xcalloc(1, sizeof *c);
+  owner_only(path);
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
