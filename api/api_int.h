@@ -144,7 +144,7 @@ typedef struct rm__resp {
   struct {
     const char *name;       /* static string; NULL = unused */
     char value[40];
-  } extra[2];               /* more headers (X-Log-Size, ...) */
+  } extra[3];               /* more headers (X-Log-Size, ...) */
 } rm__resp_t;
 
 typedef void (*rm__handler_t)(rm__req_t *req, rm__resp_t *resp);

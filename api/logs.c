@@ -34,6 +34,18 @@
  * with ?offset its start).
  * Headers: X-Log-Size (file size in bytes when read) and X-Log-Offset (file
  * offset of the first byte of the body), so a client knows what it missed.
+ *
+ * SECRETS MASKED (docs/security.md). Every occurrence of one of the job's
+ * env values (RM__MASK_MIN bytes or longer: shorter ones such as "2" would
+ * mask ordinary text) in the body is replaced by "***", as CI systems mask
+ * secrets in build logs. The body is then no longer the file's bytes, so
+ * X-Log-Next-Offset gives the file offset to ask for next (?offset=);
+ * following with offset = X-Log-Offset + body length is right only for a
+ * log without secrets. A following read (?offset) also masks a secret that
+ * straddles its start (it reads up to RM__MASK_CTX bytes before the offset
+ * and drops their masked text) and holds back a final piece of the body
+ * that could be the start of a secret (RM__MASK_MIN bytes or more), which
+ * the next read then sees whole.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +59,8 @@
 #include "rm_alloc.h"
 
 #define RM__LOG_MAX (1u << 20)
+#define RM__MASK_MIN 4
+#define RM__MASK_CTX 4096 /* longer than any env value (RM_COORD_ENV_BYTES) */
 #define RM__LOG_MAX_LINES 100000
 
 /* Open the log the launchers wrote for (id, index), at the folder and file
@@ -86,6 +100,60 @@ static char *read_range(int fd, off_t off, size_t len, size_t *got)
   return buf;
 }
 
+/* The job's env values worth masking, as pointers into spec->env. */
+static int secrets(const rm_job_spec_t *s, const char **v, size_t *vl)
+{
+  const char *p = s->env;
+  int n = 0;
+  for (int i = 0; i < s->env_count && n < RM_COORD_ENV_MAX; i++, p = rm_job_spec_next(p)) {
+    const char *eq = strchr(p, '=');
+    if (eq && strlen(eq + 1) >= RM__MASK_MIN) {
+      v[n] = eq + 1;
+      vl[n++] = strlen(eq + 1);
+    }
+  }
+  return n;
+}
+
+/* buf[0..n) with every secret made "***", into a new buffer (*outn bytes).
+ * Raw bytes [0, ctx) are context only: their output is dropped (*dropped
+ * output bytes), a secret that crosses ctx included. With hold, a final
+ * raw piece that is a proper prefix (>= RM__MASK_MIN bytes) of a secret is
+ * left out; *used is the raw bytes consumed. */
+static char *mask(const char *buf, size_t n, size_t ctx, int hold, const char **v,
+                  const size_t *vl, int nv, size_t *outn, size_t *used)
+{
+  char *out = rm__xmalloc(n + 1); /* "***" never outgrows a >= 4-byte secret */
+  size_t i = 0, o = 0, drop = 0;
+  int crossed = 0;
+  while (i < n) {
+    size_t m = 0;
+    if (!crossed && i >= ctx) {
+      drop = o;
+      crossed = 1;
+    }
+    for (int k = 0; k < nv && !m; k++) {
+      if (vl[k] <= n - i && !memcmp(buf + i, v[k], vl[k])) m = vl[k];
+      else if (hold && vl[k] > n - i && n - i >= RM__MASK_MIN && !memcmp(buf + i, v[k], n - i))
+        goto held;
+    }
+    if (m) {
+      memcpy(out + o, "***", 3);
+      o += 3;
+      i += m;
+    } else {
+      out[o++] = buf[i++];
+    }
+  }
+held:
+  if (!crossed) drop = o;
+  *used = i;
+  memmove(out, out + drop, o - drop);
+  out[o - drop] = '\0';
+  *outn = o - drop;
+  return out;
+}
+
 /* Start of the last `lines` lines in buf[0..n). */
 static size_t tail_lines(const char *buf, size_t n, uint64_t lines)
 {
@@ -121,7 +189,8 @@ static int has_launch_index(rm_coord_t *coord, uint64_t id, int index)
 
 /* Validates the request; 0 and *index, *tail, *bytes when it may proceed. */
 static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
-                 uint64_t *tail, uint64_t *bytes, uint64_t *offset, int *has_offset)
+                 uint64_t *tail, uint64_t *bytes, uint64_t *offset, int *has_offset,
+                 rm_job_info_t *job)
 {
   rm_job_info_t info;
   uint64_t ix;
@@ -162,6 +231,7 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
     not_found(resp, id, *index, "this coordinator was started without a log folder");
     return -1;
   }
+  *job = info;
   return 0;
 }
 
@@ -173,10 +243,16 @@ void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
   struct stat sb;
   size_t want, got, start = 0;
   off_t off;
-  char *buf = NULL;
-  int fd = -1;
+  char *buf = NULL, *masked;
+  int fd = -1, nv;
+  rm_job_info_t *job = rm__xmalloc(sizeof *job);
+  const char *v[RM_COORD_ENV_MAX];
+  size_t vl[RM_COORD_ENV_MAX], ctx = 0, mn, used;
 
-  if (rm__req_job_id(req, resp, &id) || parse(req, resp, id, &index, &tail, &bytes, &from, &has_from)) return;
+  if (rm__req_job_id(req, resp, &id) ||
+      parse(req, resp, id, &index, &tail, &bytes, &from, &has_from, job))
+    goto exit;
+  nv = secrets(&job->spec, v, vl);
   fd = open_log(req->api, id, index);
   if (fd < 0) {
     not_found(resp, id, index, errno == ENOENT ? "the launcher has not written it (yet)"
@@ -194,17 +270,26 @@ void rm__h_worker_log(rm__req_t *req, rm__resp_t *resp)
     off = (off_t)from < sb.st_size ? (off_t)from : sb.st_size;
     want = (size_t)(sb.st_size - off) < RM__LOG_MAX ? (size_t)(sb.st_size - off) : RM__LOG_MAX;
   }
-  buf = read_range(fd, off, want, &got);
-  if (tail) start = tail_lines(buf, got, tail);
-  if (start) memmove(buf, buf + start, got - start + 1);
-  rm__resp_text(resp, 200, "text/plain; charset=utf-8", buf, got - start);
+  if (has_from && nv) ctx = off < (off_t)RM__MASK_CTX ? (size_t)off : RM__MASK_CTX;
+  buf = read_range(fd, off - (off_t)ctx, want + ctx, &got);
+  if (got < ctx) ctx = got; /* truncated meanwhile */
+  masked = mask(buf, got, ctx, has_from, v, vl, nv, &mn, &used);
+  free(buf);
+  buf = masked;
+  if (tail) start = tail_lines(buf, mn, tail);
+  if (start) memmove(buf, buf + start, mn - start + 1);
+  rm__resp_text(resp, 200, "text/plain; charset=utf-8", buf, mn - start);
   buf = NULL;
+  resp->extra[2].name = "X-Log-Next-Offset";
+  snprintf(resp->extra[2].value, sizeof resp->extra[2].value, "%lld",
+           (long long)(off - (off_t)ctx + (off_t)used));
   resp->extra[0].name = "X-Log-Size";
   snprintf(resp->extra[0].value, sizeof resp->extra[0].value, "%lld", (long long)sb.st_size);
   resp->extra[1].name = "X-Log-Offset";
   snprintf(resp->extra[1].value, sizeof resp->extra[1].value, "%lld",
-           (long long)(off + (off_t)start));
+           (long long)(off + (off_t)(nv ? 0 : start))); /* masked: where the range began */
 exit:
   free(buf);
+  free(job);
   if (fd >= 0) close(fd);
 }

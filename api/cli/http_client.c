@@ -48,7 +48,23 @@ typedef struct {
   int too_big;
   volatile sig_atomic_t *signals;
   sig_atomic_t seen;
+  long long next_offset;
 } xfer_t;
+
+/* X-Log-Next-Offset: where a masked worker log continues (api/logs.c). */
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+  xfer_t *x = arg;
+  size_t len = size * n;
+  static const char name[] = "x-log-next-offset:";
+  if (len > sizeof name - 1 && len < 64 && !strncasecmp(p, name, sizeof name - 1)) {
+    char v[64];
+    memcpy(v, p + sizeof name - 1, len - (sizeof name - 1));
+    v[len - (sizeof name - 1)] = '\0';
+    x->next_offset = strtoll(v, NULL, 10);
+  }
+  return len;
+}
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
 {
@@ -225,6 +241,9 @@ int rm__http_request(const char *base, const char *method, const char *path,
   ok &= curl_easy_setopt(g_curl, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout) == CURLE_OK;
   ok &= curl_easy_setopt(g_curl, CURLOPT_WRITEFUNCTION, on_data) == CURLE_OK;
   ok &= curl_easy_setopt(g_curl, CURLOPT_WRITEDATA, &x) == CURLE_OK;
+  x.next_offset = -1;
+  ok &= curl_easy_setopt(g_curl, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK;
+  ok &= curl_easy_setopt(g_curl, CURLOPT_HEADERDATA, &x) == CURLE_OK;
   ok &= curl_easy_setopt(g_curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)MAX_REPLY) == CURLE_OK;
   if (o->signals) {
     ok &= curl_easy_setopt(g_curl, CURLOPT_NOPROGRESS, 0L) == CURLE_OK;
@@ -258,12 +277,15 @@ int rm__http_request(const char *base, const char *method, const char *path,
   if (curl_easy_getinfo(g_curl, CURLINFO_CONTENT_TYPE, &ctype) == CURLE_OK && ctype)
     snprintf(out->content_type, sizeof out->content_type, "%s", ctype);
   out->status = (int)status;
+  out->next_offset = x.next_offset;
   out->body = rm__sbuf_take(&x.in, &out->len);
   ret = 0;
 exit:
   if (g_curl) { /* the handle outlives this call: drop pointers into our stack */
     curl_easy_setopt(g_curl, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(g_curl, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(g_curl, CURLOPT_HEADERFUNCTION, NULL);
+    curl_easy_setopt(g_curl, CURLOPT_HEADERDATA, NULL);
   }
   curl_slist_free_all(hdrs);
   rm__sbuf_free(&x.in);

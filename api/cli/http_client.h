@@ -21,6 +21,7 @@ typedef struct rm__http_reply {
   char *body; /* heap, NUL-terminated; free() it */
   size_t len;
   char content_type[96];
+  long long next_offset; /* X-Log-Next-Offset of a worker log answer, or -1 */
 } rm__http_reply_t;
 
 typedef struct rm__http_opts {

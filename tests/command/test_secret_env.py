@@ -15,7 +15,9 @@ from:
   files        the SQLite file, its -wal and -shm, the coordinator's log
                (debug level) and every file under the launcher's log folder
 
-and a database written before sealing (the env column in plaintext, no
+a worker log that prints the secret comes back masked ("***") from the log
+endpoint (whole, tail, and an offset inside the secret) and from `ringmaster
+logs`; and a database written before sealing (the env column in plaintext, no
 seal columns filled) is converted on the next start: the value leaves the
 file and its WAL, and the job still reads back with its keys.
 """
@@ -140,6 +142,45 @@ def running(a, tmp):
     return db
 
 
+def logs_masked(a, tmp):
+    """A program that prints the secret: the log endpoint and `ringmaster
+    logs` mask it, a read from an offset inside it too."""
+    logs = os.path.join(tmp, "logs2")
+    srv = Server(a.ringmaster, extra=("--db", os.path.join(tmp, "l.db"), "--worker", a.worker,
+                                      "--log-dir", logs),
+                 env={"RINGMASTER_COORDINATOR_TIMEOUT_MS": "8000"})
+    try:
+        prog = 'echo "key=$HF_TOKEN end"; echo "again $HF_TOKEN"; exec "$0" --steps 3 --step-ms 1'
+        jid = srv.submit(name="printer", workload="command", launcher="local", world_size=1,
+                         command=["/bin/sh", "-c", prog, a.example],
+                         env={"HF_TOKEN": SECRET, "SHORT": "2"})["id"]
+
+        def done():
+            st, _, g = srv.request("GET", "/api/v1/jobs/%d" % jid)
+            return g["state"] in ("succeeded", "failed", "cancelled")
+        wait(done, "the printing job to end")
+        path = "/api/v1/jobs/%d/workers/0/log" % jid
+        raw = open(os.path.join(logs, "job-%d" % jid, "worker-0.log"), "rb").read()
+        assert SECRET.encode() in raw, "the program did not print the secret"
+        st, h, body = srv.request("GET", path)
+        assert st == 200 and "key=*** end" in body and "again ***" in body, body
+        no_secret("the worker log", body)
+        assert h["x-log-next-offset"] == str(len(raw)), (h, len(raw))
+        st, _, body = srv.request("GET", path + "?tail=5")
+        no_secret("the worker log's tail", body)
+        inside = raw.index(SECRET.encode()) + 3  # an offset in the middle of the secret
+        st, h, body = srv.request("GET", path + "?offset=%d" % inside)
+        assert st == 200 and SECRET[3:] not in body and body.startswith(" end"), body
+        assert int(h["x-log-next-offset"]) == len(raw), h
+        for args in (["logs", str(jid)], ["logs", str(jid), "--worker", "0"]):
+            out = subprocess.run([a.ringmaster, *args, "--server", "http://" + srv.http],
+                                 capture_output=True, text=True, timeout=30)
+            assert out.returncode == 0 and "key=*** end" in out.stdout, out
+            no_secret("ringmaster " + " ".join(args), out.stdout + out.stderr)
+    finally:
+        srv.stop()
+
+
 def migrated(a, tmp):
     """A database whose env column holds the plaintext (as before sealing)."""
     db = os.path.join(tmp, "old.db")
@@ -182,6 +223,7 @@ def main():
     try:
         running(a, tmp)
         migrated(a, tmp)
+        logs_masked(a, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("ok")
