@@ -9,6 +9,10 @@
  *   - rm__store_open creates <db>.key (32 bytes, mode 0600); a job inserted
  *     and read back has its token, the row's token column is '' and the
  *     file holds no token bytes; reopening with the same key reads it back;
+ *   - env lists: seal/unseal round-trips a packed list; another key, an
+ *     edited sealed text or an edited MAC gives -1; a job's env values are
+ *     read back by job_get, the job list shows them "***", and neither the
+ *     file nor its WAL holds a value; the database and WAL are 0600;
  *   - the cost of one verifier (what every worker call pays) is printed.
  */
 #include <stdio.h>
@@ -83,6 +87,53 @@ static void seal_rules(rm__store_t *s, rm__store_t *other)
   CHECK(rm__store_unseal(s, "", "", v, out, sizeof out) == -1 && !out[0]);
 }
 
+static void env_rules(rm__store_t *s, rm__store_t *other)
+{
+  static const char list[] = "HF_TOKEN=hf_secret_value\0B=x y\0";
+  char salt[RM__SALT_HEX + 1], sealed[2 * sizeof list + 1], mac[RM__VERIFIER_HEX + 1];
+  char out[RM_COORD_ENV_BYTES];
+  rm__store_env_seal(s, list, sizeof list - 1, salt, sealed, mac);
+  CHECK(strlen(sealed) == 2 * (sizeof list - 1) && strlen(mac) == RM__VERIFIER_HEX);
+  CHECK(rm__store_env_unseal(s, salt, sealed, mac, out, sizeof out) == (long)sizeof list - 1 &&
+        !memcmp(out, list, sizeof list - 1));
+  CHECK(rm__store_env_unseal(other, salt, sealed, mac, out, sizeof out) == -1);
+  sealed[4] = sealed[4] == '0' ? '1' : '0';
+  CHECK(rm__store_env_unseal(s, salt, sealed, mac, out, sizeof out) == -1);
+  sealed[4] = sealed[4] == '0' ? '1' : '0';
+  mac[0] = mac[0] == '0' ? '1' : '0';
+  CHECK(rm__store_env_unseal(s, salt, sealed, mac, out, sizeof out) == -1);
+}
+
+static void env_job(rm__store_t *s, const char *db, const char *wal)
+{
+  static const char secret[] = "hf_SECRET_in_store_test";
+  rm__job_t j;
+  rm_job_info_t back, *arr = NULL;
+  rm_job_filter_t f;
+  size_t n = 0, total = 0;
+  struct stat st;
+  memset(&j, 0, sizeof j);
+  memset(&f, 0, sizeof f);
+  f.state = -1;
+  snprintf(j.info.spec.name, sizeof j.info.spec.name, "e");
+  snprintf(j.info.token, sizeof j.info.token, "%s", "0123456789abcdef0123456789abcdef0123456789abcdef");
+  CHECK(rm_job_spec_pack(j.info.spec.env, sizeof j.info.spec.env, &j.info.spec.env_count,
+                         "HF_TOKEN=hf_SECRET_in_store_test", 32) == 0);
+  j.stored_state = -1;
+  rm__store_begin(s);
+  rm__store_job_insert(s, &j);
+  CHECK(rm__store_commit(s) == 0);
+  CHECK(rm__store_job_get(s, j.info.id, &back) == RM_OK && back.spec.env_count == 1 &&
+        !strcmp(back.spec.env, "HF_TOKEN=hf_SECRET_in_store_test"));
+  CHECK(rm__store_job_list(s, &f, &arr, &n, &total) == RM_OK && n >= 1);
+  for (size_t i = 0; i < n; i++)
+    if (arr[i].id == j.info.id) CHECK(!strcmp(arr[i].spec.env, "HF_TOKEN=***"));
+  free(arr);
+  CHECK(!file_has(db, secret) && !file_has(wal, secret));
+  CHECK(stat(db, &st) == 0 && (st.st_mode & 0777) == 0600);
+  CHECK(stat(wal, &st) == 0 && (st.st_mode & 0777) == 0600);
+}
+
 static void bench(void)
 {
   const char *tok = "00112233445566778899aabbccddeeff0011223344556677";
@@ -113,6 +164,8 @@ int main(void)
   struct stat st;
   CHECK(stat(key, &st) == 0 && st.st_size == 32 && (st.st_mode & 0777) == 0600);
   seal_rules(s, mem);
+  env_rules(s, mem);
+  env_job(s, db, wal);
 
   rm__job_t j;
   rm_job_info_t back;
