@@ -347,7 +347,8 @@ class JobView {
     const q = (a) => (/^[A-Za-z0-9_.,\/:=@%+-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`);
     box.append('command ', el('code', { id: 'job-command-line', text: argv.map(q).join(' ') }));
     const env = Object.entries(s.env || {});
-    if (env.length) box.append(' · env ', el('code', { text: env.map(([k, v]) => `${k}=${q(v)}`).join(' ') }));
+    /* the server masks every value ("***": secrets are never returned) */
+    if (env.length) box.append(' · env ', el('code', { text: env.map(([k, v]) => `${k}=${v === '***' ? v : q(v)}`).join(' ') }));
     if (s.workdir) box.append(' · workdir ', el('code', { text: s.workdir }));
   }
 
