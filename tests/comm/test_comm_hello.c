@@ -121,7 +121,7 @@ static rm_comm_t *mac_shell(const unsigned char *key)
 /* ---- real ranks ---- */
 
 typedef struct rank_arg {
-  int wait_go;       /* rank 1 waits until res[1].value != 0 */
+  int wait_go;       /* rank wait_go - 1 waits until its res[].value != 0 */
   int other_key;     /* rank 1 holds g_other */
   int connect_ms;
 } rank_arg_t;
@@ -134,10 +134,9 @@ static int real_rank(rm_test_world_t *h, int rank, void *argp)
   rm_status_t st;
   float in = (float)(rank + 1), out = 0;
 
-  if (rank == 1 && a->wait_go) {
+  if (rank == a->wait_go - 1) {
     double end = rm_test_now_ms() + 60000;
-    while (__atomic_load_n(&h->res[1].done, __ATOMIC_ACQUIRE) == 0 &&
-           *(volatile double *)&h->res[1].value == 0 && rm_test_now_ms() < end)
+    while (*(volatile double *)&h->res[rank].value == 0 && rm_test_now_ms() < end)
       usleep(1000);
   }
   rm_test_config(h, rank, &cfg);
@@ -156,7 +155,7 @@ static int real_rank(rm_test_world_t *h, int rank, void *argp)
 static int run_impostor(void)
 {
   rm_test_world_t h;
-  rank_arg_t a = {1, 0, 0};
+  rank_arg_t a = {2, 0, 0};
   unsigned char m[RM__TCP_HDR + 64], nonce[RM__AUTH_NONCE];
   int bad = 0, bare, wrong, silent;
 
@@ -407,6 +406,53 @@ static int run_fakelisten(void)
   return bad;
 }
 
+/* RDMA bootstrap (run with the verbs test double and RINGMASTER_TRANSPORTS
+ * =rdma,tcp): there rank 0 dials rank 1's bootstrap listener. Before rank 0
+ * starts, an outsider sends rank 1 a well-formed HELLO claiming rank 0,
+ * without proof. Before keys, rank 1 connected its QP to the outsider's
+ * and refused the real rank 0 as a duplicate. */
+static int run_rdma_impostor(void)
+{
+  rm_test_world_t h;
+  rank_arg_t a = {1, 0, 0};
+  unsigned char m[96];
+  char boot[64];
+  int bad = 0, fd;
+  const char *t;
+
+  if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
+  if ((t = strstr(h.offer[1], "rdma:")) == NULL || (t = strchr(t, '/')) == NULL)
+    RM_TEST_FAIL("rank 1 offers no rdma (\"%s\"): run with the verbs test double",
+                 h.offer[1]);
+  snprintf(boot, sizeof boot, "%.*s", (int)strcspn(t + 1, " "), t + 1);
+  rm_test_start(&h, real_rank, &a);
+  fd = dial(boot);
+  memset(m, 0, sizeof m);
+  memcpy(m, "RMRH", 4);
+  m[4] = 1; /* version */
+  m[8] = 42; /* job */
+  m[16] = 1; /* generation */
+  /* rank 0 (offset 24) */
+  m[28] = 2; /* world */
+  m[32] = 7; /* a QP number */
+  m[58] = 3; /* mtu 1024 */
+  m[60] = 64; /* CTS slots */
+  put(fd, m, sizeof m);
+  int refused = closed_by_peer(fd);
+  printf("rdma impostor: HELLO without proof %s\n", refused ? "refused" : "ANSWERED");
+  *(volatile double *)&h.res[0].value = 1.0; /* go, the real rank 0 */
+  bad += rm_test_wait(&h, 60000, -1);
+  for (int r = 0; r < 2; r++) {
+    printf("rdma impostor: rank %d: %s: %s\n", r, rm_status_name(h.res[r].status),
+           h.res[r].msg);
+    if (!h.res[r].done || h.res[r].status != RM_OK || h.res[r].bad) bad++;
+  }
+  if (!refused) bad++;
+  close(fd);
+  rm_test_world_close(&h);
+  return bad;
+}
+
 int main(int argc, char **argv)
 {
   int bad = 0;
@@ -417,6 +463,7 @@ int main(int argc, char **argv)
   if (!only || !strcmp(only, "replay")) bad += run_replay();
   if (!only || !strcmp(only, "wrongkey")) bad += run_wrongkey();
   if (!only || !strcmp(only, "fakelisten")) bad += run_fakelisten();
+  if (only && !strcmp(only, "rdma_impostor")) bad += run_rdma_impostor();
   printf("hello: %s\n", bad ? "FAIL" : "ok");
   return bad ? 1 : 0;
 }
