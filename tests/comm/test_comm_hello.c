@@ -22,9 +22,16 @@
  *             challenge with a wrong MAC                     unproven, sends
  *                                                            no AUTH, re-dials
  *
- * "impostor" with RM_TEST_HELLO_NOKEY=1 runs the ranks without a key: that
- * is the data plane before keys (first claimant of a rank wins), and the
- * case fails (the impostor holds rank 1's place, rank 1 never connects).
+ *   rdma_impostor  (verbs test double, RINGMASTER_TRANSPORTS=rdma,tcp;
+ *             tests/rdma) before rank 0 starts, an outsider     both real ranks
+ *             sends rank 1's bootstrap listener a HELLO          form; the
+ *             claiming rank 0, without proof                     outsider is
+ *                                                                refused
+ *
+ * "impostor" and "rdma_impostor" with RM_TEST_HELLO_NOKEY=1 run the ranks
+ * without a key: that is the data plane before keys (the first claimant of a
+ * rank wins), and both fail (the outsider holds the rank's place on the
+ * link or its QP, the real rank never connects).
  */
 #define _GNU_SOURCE
 #include <errno.h>
