@@ -346,7 +346,7 @@ static int real_rank1_only(rm_test_world_t *h, int rank, void *arg)
   rm_comm_t *c = NULL;
   rm_test_config(h, 1, &cfg);
   cfg.data_key = g_key;
-  cfg.connect_timeout_ms = 3000;
+  cfg.connect_timeout_ms = 5000;
   h->res[1].status = rm_comm_init(&cfg, &c);
   if (c) rm_test_finish(&h->res[1], c, RM_OK);
   return 0;
