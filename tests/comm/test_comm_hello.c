@@ -25,8 +25,8 @@
  *   rdma_impostor  (verbs test double, RINGMASTER_TRANSPORTS=rdma,tcp;
  *             tests/rdma) before rank 0 starts, an outsider     both real ranks
  *             sends rank 1's bootstrap listener a HELLO          form; the
- *             claiming rank 0, without proof                     outsider is
- *                                                                refused
+ *             claiming rank 0, without proof; another answers    outsiders are
+ *             the challenge with a wrong proof                   refused
  *
  * "impostor" and "rdma_impostor" with RM_TEST_HELLO_NOKEY=1 run the ranks
  * without a key: that is the data plane before keys (the first claimant of a
@@ -447,6 +447,27 @@ static int run_rdma_impostor(void)
   put(fd, m, sizeof m);
   int refused = closed_by_peer(fd);
   printf("rdma impostor: HELLO without proof %s\n", refused ? "refused" : "ANSWERED");
+  /* a keyed HELLO, then a wrong answer to the challenge */
+  int wrong_refused = 1, wfd = -1;
+  if (!nokey()) {
+    unsigned char k[160], reply[160], proof[64];
+    memcpy(k, m, sizeof m);
+    k[7] = 1;
+    memset(k + 96, 9, 64);
+    wfd = dial(boot);
+    put(wfd, k, sizeof k);
+    if (get(wfd, reply, sizeof reply) != (int)sizeof reply) RM_TEST_FAIL("no keyed reply");
+    memset(proof, 0x5a, sizeof proof);
+    memcpy(proof, "RMRC", 4);
+    memset(proof + 4, 0, 4);
+    proof[4] = 5; /* PROOF; the MAC after the 32 bytes stays 0x5a... */
+    memset(proof + 8, 0, 16);
+    memset(proof + 24, 0, 8);
+    proof[24] = 1; /* generation */
+    put(wfd, proof, sizeof proof);
+    wrong_refused = closed_by_peer(wfd);
+    printf("rdma impostor: wrong proof %s\n", wrong_refused ? "refused" : "ACCEPTED");
+  }
   *(volatile double *)&h.res[0].value = 1.0; /* go, the real rank 0 */
   bad += rm_test_wait(&h, 60000, -1);
   for (int r = 0; r < 2; r++) {
@@ -454,8 +475,9 @@ static int run_rdma_impostor(void)
            h.res[r].msg);
     if (!h.res[r].done || h.res[r].status != RM_OK || h.res[r].bad) bad++;
   }
-  if (!refused) bad++;
+  if (!refused || !wrong_refused) bad++;
   close(fd);
+  if (wfd >= 0) close(wfd);
   rm_test_world_close(&h);
   return bad;
 }
