@@ -105,6 +105,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   return 0;
 }
 
+static uint64_t le(const uint8_t *p, int n)
+{
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+/* tcp_int.h: DATA any length; a HELLO 0, or 32 / 64 in a keyed handshake;
+ * AUTH 32; every other control frame 0 */
+static int length_ok(uint64_t type, uint64_t len)
+{
+  if (type == RM__FRAME_DATA) return 1;
+  if (type == RM__FRAME_HELLO) return len == 0 || len == 32 || len == 64;
+  if (type == RM__FRAME_AUTH) return len == 32;
+  return len == 0;
+}
+
 /* ---- A. the header codec ---- */
 static void check_codec(const uint8_t *h)
 {
@@ -115,9 +132,8 @@ static void check_codec(const uint8_t *h)
   rm__frame_encode(&f, out);
   CHECK(memcmp(out, h, RM__TCP_HDR) == 0);
   int ok = h[0] == 'R' && h[1] == 'M' && h[2] == 'F' && h[3] == 'R' && h[4] == 2 && h[5] == 0 &&
-           h[7] == 0 && h[6] >= 1 && h[6] <= 5;
-  if (ok && h[6] != RM__FRAME_DATA)
-    for (int i = 40; i < 48; i++) ok &= h[i] == 0;
+           h[7] == 0 && h[6] >= 1 && h[6] <= 6;
+  if (ok) ok = length_ok(h[6], le(h + 40, 8));
   rm_status_t st = rm__frame_check(&f, &why);
   CHECK(why != NULL);
   CHECK(ok ? st == RM_OK : (st == RM_ERR_PROTOCOL && why[0] != '\0'));
@@ -135,12 +151,6 @@ typedef struct {
   rm_status_t bad;    /* status of the first bad frame; RM_OK if none */
 } expect_t;
 
-static uint64_t le(const uint8_t *p, int n)
-{
-  uint64_t v = 0;
-  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
 
 static void reference(const uint8_t *s, size_t n, const spec_t *sp, int nrecv, expect_t *e)
 {
@@ -150,8 +160,8 @@ static void reference(const uint8_t *s, size_t n, const spec_t *sp, int nrecv, e
   while (n - pos >= RM__TCP_HDR) {
     const uint8_t *h = s + pos;
     uint64_t type = le(h + 6, 2), len = le(h + 40, 8);
-    if (memcmp(h, "RMFR", 4) != 0 || le(h + 4, 2) != 2 || type < 1 || type > 5 ||
-        (type != 1 && len != 0) || le(h + 8, 8) != JOB) {
+    if (memcmp(h, "RMFR", 4) != 0 || le(h + 4, 2) != 2 || type < 1 || type > 6 ||
+        !length_ok(type, len) || le(h + 8, 8) != JOB) {
       e->bad = RM_ERR_PROTOCOL;
       return;
     }
@@ -163,7 +173,7 @@ static void reference(const uint8_t *s, size_t n, const spec_t *sp, int nrecv, e
       e->bad = RM_ERR_ABORTED; /* stands for "whatever the ABORT says" */
       return;
     }
-    if (type == RM__FRAME_HELLO) {
+    if (type == RM__FRAME_HELLO || type == RM__FRAME_AUTH) { /* handshake only */
       e->bad = RM_ERR_PROTOCOL;
       return;
     }

@@ -245,7 +245,12 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
     int hb = rm__job_heartbeat_ms(c, j) / 4;
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
     r.session_gate = 1;
+    unsigned char key[RM__DATA_KEY_BYTES];
+    rm__store_data_key(c->store, j->info.id, j->info.generation, key);
+    r.data_key.data = key;
+    r.data_key.len = sizeof key;
     rm__reply_tail_gz(c, p->call, &r.base, join_tail(j));
+    explicit_bzero(key, sizeof key); /* the answer holds its own copy */
     return;
   }
   rm__pb_spec_from(&spec, &j->info.spec);

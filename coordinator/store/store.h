@@ -27,6 +27,11 @@ void rm__store_close(rm__store_t *s);
  * hex SHA-256, RM__VERIFIER_HEX digits. Compare two with rm__ct_streq. */
 #define RM__VERIFIER_HEX 64
 void rm__store_verifier(const char *token, char out[RM__VERIFIER_HEX + 1]);
+/* The data-plane key of (job, generation), derived from the key file's
+ * secret (store_datakey.c); the same for every member, never stored. */
+#define RM__DATA_KEY_BYTES 32
+void rm__store_data_key(const rm__store_t *s, uint64_t job, uint64_t gen,
+                        unsigned char out[RM__DATA_KEY_BYTES]);
 /* The transaction of one locked section: BEGIN; COMMIT (a failed COMMIT is
  * rolled back and the job counts are recounted; returns -1). */
 void rm__store_begin(rm__store_t *s);

@@ -92,7 +92,17 @@ typedef struct rm_comm_config {
    * the other offers too (shared memory on one host, else TCP). NULL (or a
    * NULL entry) = that rank offers TCP only. Borrowed: copied. */
   const char *const *transports;
+  /* Optional: the data-plane key, RM_DATA_KEY_BYTES bytes, the same on
+   * every rank of (job, generation); a session sets the one the coordinator
+   * handed out in the Join answer. With it, a TCP or RDMA bootstrap
+   * connection is accepted as a rank only once it proves it holds the key
+   * (challenge-response over fresh nonces, docs/data-plane-security.md).
+   * NULL: peers are admitted on (job, generation, world, rank) alone, as
+   * before; a warning is logged once per process. Borrowed: copied. */
+  const unsigned char *data_key;
 } rm_comm_config_t;
+
+#define RM_DATA_KEY_BYTES 32
 
 /* Fill *cfg with defaults (reads RINGMASTER_* once). */
 RM_EXTERN void rm_comm_config_init(rm_comm_config_t *cfg);

@@ -52,6 +52,7 @@ class CommConfig(ctypes.Structure):
         ("connect_timeout_ms", c_int),
         ("algorithm", c_int),
         ("transports", ctypes.POINTER(c_char_p)),  # NULL = TCP only
+        ("data_key", c_void_p),  # NULL = no data-plane key (warned once)
     ]
 
 

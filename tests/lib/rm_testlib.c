@@ -151,6 +151,14 @@ void rm_test_config(const rm_test_world_t *w, int rank, rm_comm_config_t *cfg)
   cfg->endpoint = w->ep[rank];
   cfg->timeout_ms = 10000;
   cfg->connect_timeout_ms = 10000;
+  /* RM_TEST_DATA_KEY=1: every rank holds the same data-plane key, so a
+   * suite runs over the keyed handshakes (docs/data-plane-security.md) */
+  static const unsigned char key[RM_DATA_KEY_BYTES] = {
+      0x6b, 0x65, 0x79, 0x65, 0x64, 0x20, 0x74, 0x65, 0x73, 0x74, 0x73, 0x01,
+      0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d,
+      0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15};
+  const char *k = getenv("RM_TEST_DATA_KEY");
+  if (k != NULL && k[0] == '1') cfg->data_key = key;
 }
 
 static void kill_rank(rm_test_world_t *w, int r)

@@ -84,7 +84,7 @@ int rm_test_world_open(rm_test_world_t *w, int world);
 void rm_test_world_close(rm_test_world_t *w);
 /* Communicator config for `rank` on the world's endpoints and their
  * transport offers: job 42, generation 1, timeout and connect timeout
- * 10000 ms. */
+ * 10000 ms; with RM_TEST_DATA_KEY=1 a data-plane key shared by all ranks. */
 void rm_test_config(const rm_test_world_t *w, int rank, rm_comm_config_t *cfg);
 /* Fork every rank; child r runs fn(w, r, arg), sets res[r].done and exits
  * with fn's value. 0, or -1 when a fork failed (the ranks already started

@@ -111,6 +111,10 @@ static void set_defaults(rm_comm_t *c, const rm_comm_config_t *cfg)
   c->connect_timeout_ms =
       cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : c->timeout_ms;
   c->algorithm = cfg->algorithm;
+  if (cfg->data_key != NULL) {
+    memcpy(c->data_key, cfg->data_key, sizeof c->data_key);
+    c->keyed = 1;
+  }
   c->status = RM_OK;
   c->failed_peer = -1;
   c->wake_fd[0] = c->wake_fd[1] = -1;
@@ -136,7 +140,22 @@ static void comm_free(rm_comm_t *c)
   if (c->wake_fd[0] >= 0) close(c->wake_fd[0]);
   if (c->wake_fd[1] >= 0) close(c->wake_fd[1]);
   pthread_mutex_destroy(&c->err_lock);
+  explicit_bzero(c->data_key, sizeof c->data_key);
   free(c);
+}
+
+/* Without a key, anyone who can reach the data port and guess (job,
+ * generation, world, rank) is admitted as that rank: say so, once. */
+static void warn_unkeyed(const rm_comm_t *c)
+{
+  static int warned;
+  if (c->keyed || c->world < 2 || __atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    return;
+  RM_WARN("communicator job %llu generation %llu has no data-plane key: peers "
+          "are admitted on job, generation and rank alone, which anyone who "
+          "reaches the data port can claim (docs/data-plane-security.md; "
+          "sessions get a key from the coordinator)",
+          (unsigned long long)c->job_id, (unsigned long long)c->generation);
 }
 
 rm_status_t rm_comm_init(const rm_comm_config_t *cfg, rm_comm_t **out)
@@ -151,6 +170,7 @@ rm_status_t rm_comm_init(const rm_comm_config_t *cfg, rm_comm_t **out)
   pthread_mutex_init(&c->err_lock, NULL);
   set_defaults(c, cfg);
   RM_CHECK_GOTO(copy_peers(c, cfg), st, fail);
+  warn_unkeyed(c);
   if (pipe2(c->wake_fd, O_NONBLOCK | O_CLOEXEC) != 0) {
     RM_ERROR("rm_comm_init: pipe2: %s", strerror(errno));
     st = RM_ERR_SYSTEM;

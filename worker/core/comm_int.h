@@ -42,6 +42,10 @@ struct rm_comm {
   int timeout_ms;
   int connect_timeout_ms;
   rm_algo_t algorithm;   /* default for rm_allreduce */
+  /* rm_comm_config_t.data_key copied (transport/hello_auth.c); keyed = 0:
+   * handshakes carry no proof (standalone use without a key) */
+  int keyed;
+  unsigned char data_key[RM_DATA_KEY_BYTES];
 
   rm_endpoint_t *endpoint;   /* borrowed or owned, see owns_endpoint */
   int owns_endpoint;

@@ -268,6 +268,14 @@ static rm_status_t form(rm_session_t *s)
   cfg.transports = offers;
   cfg.endpoint = s->ep;
   if (s->data_timeout_ms > 0) cfg.timeout_ms = s->data_timeout_ms;
+  /* the generation's data-plane key: only members can then take a rank's
+   * place on a link (transport/hello_auth.c); an older coordinator sends
+   * none and rm_comm_init warns */
+  if (r->data_key.len == RM_DATA_KEY_BYTES) cfg.data_key = r->data_key.data;
+  else if (r->data_key.len != 0)
+    RM_WARN("generation %llu: the coordinator's data-plane key has %zu bytes, "
+            "not %d; connecting without one", (unsigned long long)r->generation,
+            r->data_key.len, RM_DATA_KEY_BYTES);
   if (r->spec && r->spec->algorithm[0]) rm_algo_parse(r->spec->algorithm, &cfg.algorithm);
   st = rm_comm_init(&cfg, &comm);
   free(peers);

@@ -46,6 +46,19 @@
  *       72    4 rkey     of that ring
  *       76   20 reserved (zero)
  *
+ * Keyed communicators (transport/hello_auth.c): byte 7 (the high byte of
+ * flags) is 1 and 64 bytes follow the 96:
+ *
+ *   offset size field
+ *       96   32 nonce    fresh random, the sender's (nonce_d / nonce_l)
+ *      128   32 mac      reply: MAC(K, 'L', ...); the dialer's HELLO: zero
+ *
+ * then the dialer sends PROOF (control type 5, a=b=0) followed by 32 bytes
+ * MAC(K, 'D', ...), and the listener, once that checks out, connects its
+ * QP and sends READY (the other way round from an unkeyed bootstrap, where
+ * the dialer sends READY). A keyed rank refuses an unkeyed HELLO and the
+ * reverse.
+ *
  * A HELLO from another job or generation, a bad magic/version or a rank
  * that must not connect is logged and the connection closed; init goes on
  * (the active side retries until connect_timeout_ms).
@@ -110,7 +123,8 @@
 #define RM__RDMA_SQ 256
 #define RM__RDMA_CHUNK (1u << 20)
 
-enum { RM__RC_READY = 1, RM__RC_BYE = 2, RM__RC_ABORT = 3, RM__RC_WAIT = 4 };
+enum { RM__RC_READY = 1, RM__RC_BYE = 2, RM__RC_ABORT = 3, RM__RC_WAIT = 4,
+       RM__RC_PROOF = 5 };
 /* immediate: type in bits 31..30, slot in 29..16, seq low 16 bits */
 enum { RM__IMM_CTS = 1, RM__IMM_DATA = 2 };
 /* wr_id: peer in bits 63..40, kind in 39..32, bytes in 31..0 */

@@ -66,6 +66,7 @@ static long rmem_max(void)
 typedef struct stash_entry {
   int fd;
   rm__frame_t hello;
+  unsigned char nonce[RM__AUTH_NONCE];
 } stash_entry_t;
 
 struct rm_endpoint {
@@ -206,7 +207,8 @@ void rm_endpoint_close(rm_endpoint_t *ep)
 
 int rm__endpoint_fd(const rm_endpoint_t *ep) { return ep ? ep->fd : -1; }
 
-int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello)
+int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello,
+                       const unsigned char nonce[RM__AUTH_NONCE])
 {
   if (ep->nstash == RM__STASH_MAX) {
     /* drop the oldest: a peer that moved on twice will reconnect */
@@ -216,12 +218,13 @@ int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello)
   }
   ep->stash[ep->nstash].fd = fd;
   ep->stash[ep->nstash].hello = *hello;
+  memcpy(ep->stash[ep->nstash].nonce, nonce, RM__AUTH_NONCE);
   ep->nstash++;
   return 0;
 }
 
 int rm__endpoint_take(rm_endpoint_t *ep, uint64_t job, uint64_t gen,
-                      rm__frame_t *hello)
+                      rm__frame_t *hello, unsigned char nonce[RM__AUTH_NONCE])
 {
   for (int i = 0; i < ep->nstash; i++) {
     stash_entry_t *e = &ep->stash[i];
@@ -229,6 +232,7 @@ int rm__endpoint_take(rm_endpoint_t *ep, uint64_t job, uint64_t gen,
     int fd = e->fd;
     int match = e->hello.generation == gen;
     *hello = e->hello;
+    memcpy(nonce, e->nonce, RM__AUTH_NONCE);
     memmove(e, e + 1, (size_t)(ep->nstash - i - 1) * sizeof *e);
     ep->nstash--;
     if (match) return fd;

@@ -86,11 +86,19 @@ rm_status_t rm__frame_check(const rm__frame_t *f, const char **why)
     *why = "unsupported frame version";
     return RM_ERR_PROTOCOL;
   }
-  if (f->type < RM__FRAME_DATA || f->type > RM__FRAME_WAIT) {
+  if (f->type < RM__FRAME_DATA || f->type > RM__FRAME_AUTH) {
     *why = "unknown frame type";
     return RM_ERR_PROTOCOL;
   }
-  if (f->type != RM__FRAME_DATA && f->length != 0) {
+  if (f->type == RM__FRAME_HELLO &&
+      (f->length == RM__AUTH_NONCE || f->length == RM__AUTH_NONCE + RM__AUTH_MAC)) {
+    /* a keyed handshake's HELLO (tcp_int.h) */
+  } else if (f->type == RM__FRAME_AUTH) {
+    if (f->length != RM__AUTH_MAC) {
+      *why = "AUTH frame of the wrong length";
+      return RM_ERR_PROTOCOL;
+    }
+  } else if (f->type != RM__FRAME_DATA && f->length != 0) {
     *why = "control frame with a payload";
     return RM_ERR_PROTOCOL;
   }

@@ -19,7 +19,28 @@
  *       16    8 generation  comm gen       comm gen     gen  gen           gen
  *       24    8 seq         collective seq sender rank  0    status code   collective seq
  *       32    8 tag         element offset world size   0    failed rank+1 awaited rank+1
- *       40    8 length      payload bytes  0            0    0             0
+ *       40    8 length      payload bytes  0 / 32 / 64  0    0             0
+ *
+ *   AUTH (type 6): job, generation, seq = sender rank, tag = world size,
+ *   length 32: the dialer's proof of membership, last step of a keyed
+ *   handshake.
+ *
+ * Keyed handshake (the communicator has a data-plane key; MAC and its
+ * inputs: transport/hello_auth.c). The bytes after a HELLO or AUTH header
+ * are counted in its length:
+ *
+ *   step  from      header  offset size after the header
+ *   ----  --------  ------  ------ ---- ------------------------------------
+ *   1     dialer    HELLO   48     32   nonce_d (fresh, random)
+ *   2     listener  HELLO   48     32   nonce_l (fresh, random)
+ *                           80     32   MAC(K, 'L', ..., nonce_d, nonce_l)
+ *   3     dialer    AUTH    48     32   MAC(K, 'D', ..., nonce_d, nonce_l)
+ *
+ * Without a key every HELLO has length 0 and there is no step 3 (two 48-byte
+ * HELLOs, as in version 2 before keys). A keyed rank refuses a HELLO of
+ * length 0, an unkeyed one a HELLO of length 32: both sides of a job get
+ * the key from the same Join answers, so a mismatch is an outsider or a
+ * misconfiguration, named in the log.
  *
  * Rules (a frame that breaks one is an error on that connection, naming it):
  *  - magic or version wrong, unknown type, job or length differs from what
@@ -62,6 +83,7 @@
 #include <sys/socket.h>
 
 #include "core/comm_int.h"
+#include "transport/hello_auth.h"
 
 #define RM__TCP_HDR 48
 #define RM__TCP_VERSION 2
@@ -72,7 +94,8 @@ typedef enum {
   RM__FRAME_HELLO = 2,
   RM__FRAME_BYE = 3,
   RM__FRAME_ABORT = 4,
-  RM__FRAME_WAIT = 5
+  RM__FRAME_WAIT = 5,
+  RM__FRAME_AUTH = 6
 } rm__frame_type_t;
 
 typedef struct rm__frame {
@@ -155,9 +178,11 @@ int rm__tcp_resolve(const char *addr, struct sockaddr_storage *ss,
 int rm__endpoint_fd(const rm_endpoint_t *ep);
 /* Connections accepted for a later generation, kept on the endpoint: push
  * one (fd + its HELLO), or take one whose generation matches (fd or -1). */
-int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello);
+/* The nonce after a keyed HELLO travels with it (zeros when length 0). */
+int rm__endpoint_stash(rm_endpoint_t *ep, int fd, const rm__frame_t *hello,
+                       const unsigned char nonce[RM__AUTH_NONCE]);
 int rm__endpoint_take(rm_endpoint_t *ep, uint64_t job, uint64_t gen,
-                      rm__frame_t *hello);
+                      rm__frame_t *hello, unsigned char nonce[RM__AUTH_NONCE]);
 
 /* tcp_connect.c */
 rm_status_t rm__tcp_connect_all(rm_comm_t *c);

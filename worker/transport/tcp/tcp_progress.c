@@ -309,7 +309,9 @@ static rm_status_t on_header(rm_comm_t *c, rm__tcp_conn_t *k, int *held)
   switch (f.type) {
   case RM__FRAME_ABORT: return on_abort_frame(c, k, &f);
   case RM__FRAME_HELLO:
-    return conn_fail(c, k, RM_ERR_PROTOCOL, "HELLO after the handshake");
+  case RM__FRAME_AUTH:
+    return conn_fail(c, k, RM_ERR_PROTOCOL, "%s after the handshake",
+                     f.type == RM__FRAME_HELLO ? "HELLO" : "AUTH");
   case RM__FRAME_BYE: k->bye = 1; k->rhdr_got = 0; return RM_OK;
   case RM__FRAME_WAIT: note_wait(c, k, &f); k->rhdr_got = 0; return RM_OK;
   default: break;
