@@ -41,10 +41,23 @@
  * store stays "failing" (rm__store_failing: full or error, with the words)
  * until a transaction that writes commits again; rm__store_probe makes
  * such a write (readiness checks), so recovery needs no restart.
+ *
+ * ONE COORDINATOR PER DATABASE. Two coordinators on one file would both
+ * write it and each keep its own view of the jobs. rm__store_open takes an
+ * exclusive flock on "<db>.lock" (mode 0600, created if absent), before it
+ * touches the database, and holds it until rm__store_close; the file says
+ * "pid <pid> host <host>" of the holder. A second open fails with those
+ * words. The kernel drops a flock with its process, so a lock left by a
+ * SIGKILLed coordinator never blocks a restart (the file remains, unlocked,
+ * and is simply taken again).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "store/store_int.h"
 #include "rm_alloc.h"
@@ -171,10 +184,43 @@ static int migrate(rm__store_t *c, char *err, size_t errlen)
   return 0;
 }
 
+/* ONE COORDINATOR PER DATABASE (top): 0, or -1 with the holder in err. */
+static int lock_db(rm__store_t *c, const char *path, char *err, size_t errlen)
+{
+  char lp[4096], host[256] = "?", held[300] = "";
+  snprintf(lp, sizeof lp, "%s.lock", path);
+  c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (c->lock_fd < 0) {
+    snprintf(err, errlen, "cannot open lock file %s: %s", lp, strerror(errno));
+    return -1;
+  }
+  if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ssize_t n = pread(c->lock_fd, held, sizeof held - 1, 0);
+    held[n > 0 ? n : 0] = '\0';
+    held[strcspn(held, "\n")] = '\0';
+    if (e == EWOULDBLOCK)
+      snprintf(err, errlen, "database %s is in use by another coordinator (%s; lock file %s): "
+               "stop it first, or give this one another --db", path, held[0] ? held : "holder unknown", lp);
+    else
+      snprintf(err, errlen, "cannot lock %s: %s", lp, strerror(e));
+    close(c->lock_fd);
+    c->lock_fd = -1;
+    return -1;
+  }
+  gethostname(host, sizeof host - 1);
+  int k = snprintf(held, sizeof held, "pid %ld host %s\n", (long)getpid(), host);
+  if (ftruncate(c->lock_fd, 0) != 0 || pwrite(c->lock_fd, held, (size_t)k, 0) != k)
+    RM_WARN("lock file %s: cannot write the holder: %s", lp, strerror(errno));
+  return 0;
+}
+
 rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
                            size_t errlen)
 {
   rm__store_t *c = rm__xcalloc(1, sizeof *c);
+  c->lock_fd = -1;
+  if (strcmp(path, ":memory:") != 0 && lock_db(c, path, err, errlen)) goto fail;
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
@@ -197,6 +243,7 @@ rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
 fail:
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   sqlite3_close(c->db);
+  if (c->lock_fd >= 0) close(c->lock_fd);
   free(c);
   return RM_ERR_SYSTEM;
 }
@@ -211,6 +258,7 @@ void rm__store_close(rm__store_t *c)
   free(c->txn_touched);
   if (c->db && sqlite3_close(c->db) != SQLITE_OK)
     RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
+  if (c->lock_fd >= 0) close(c->lock_fd); /* last: the database is closed */
   free(c);
 }
 

@@ -41,6 +41,7 @@ struct rm__store {
   int fail_rc;
   char fail_why[200];
   uint64_t failed_commits;
+  int lock_fd;                  /* ONE COORDINATOR PER DATABASE (store.c) */
 };
 
 /* The cached prepared statement for sql, which MUST be a string literal (the
