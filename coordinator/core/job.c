@@ -91,27 +91,37 @@ void rm__job_ring_reserve(rm__job_t *j, size_t want)
 
 /* ---- retention ----
  * A finished job stays loaded for RINGMASTER_JOB_RETENTION_MS (default
- * 10 min: late calls of its workers, the dashboard's last looks), then is
- * freed and served from SQLite like a job of an earlier coordinator run
- * (public.c falls back to the store for every read), so memory holds the
- * active jobs and the recently finished ones, not every job ever run. A job
- * with parked calls stays until they are answered. */
+ * 10 min: late calls of its workers, the dashboard's last looks), and at
+ * most RINGMASTER_JOB_RETAIN finished jobs (default 1,000, the newest) stay
+ * loaded at all, whatever their age (Slurm's MinJobAge and MaxJobCount in
+ * one), then it is freed and served from SQLite like a job of an earlier
+ * coordinator run (public.c falls back to the store for every read), so
+ * memory holds the active jobs and a bounded set of finished ones, not
+ * every job ever run: a coordinator that runs for months keeps the memory
+ * of its work in flight. A job with parked calls stays until they are
+ * answered. Called from the tick (age) and before each submission (count,
+ * so a burst of short jobs cannot outgrow it between ticks). */
 RM_PARAM(job_retention_ms, "RINGMASTER_JOB_RETENTION_MS", 600000)
+RM_PARAM(job_retain, "RINGMASTER_JOB_RETAIN", 1000)
 
 void rm__job_evict(rm_coord_t *c, int64_t now_ms)
 {
   int64_t keep = (int64_t)rm__param_job_retention_ms();
+  int64_t retain = (int64_t)rm__param_job_retain();
+  int64_t finished = 0;
   size_t k = 0;
+  for (size_t i = 0; i < c->njobs; i++) finished += rm_job_state_terminal(c->jobs[i]->info.state);
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
     if (rm_job_state_terminal(j->info.state) && j->parked.next == &j->parked &&
-        now_ms - j->info.finished_ms >= keep) {
+        (now_ms - j->info.finished_ms >= keep || finished > retain)) {
       RM_DEBUG("job %llu: finished %lld ms ago, unloaded (served from the store)",
                (unsigned long long)j->info.id, (long long)(now_ms - j->info.finished_ms));
       rm__job_free(j);
+      finished--;
       continue;
     }
-    c->jobs[k++] = j; /* order kept: rm__job_find bisects by id */
+    c->jobs[k++] = j; /* order kept: rm__job_find bisects by id, oldest first */
   }
   c->njobs = k;
 }

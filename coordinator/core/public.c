@@ -34,6 +34,7 @@ rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
   rm_job_spec_t s = *spec;
   rm_status_t st = rm_job_spec_validate(&s, err);
   if (st != RM_OK) return st;
+  rm__job_evict(c, rm__wall_ms()); /* job.c retention: the count bound */
   rm__job_t *j = rm__job_new(c, &s);
   make_token(j->info.token, sizeof j->info.token);
   j->info.created_ms = j->info.updated_ms = rm__wall_ms();
