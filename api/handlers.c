@@ -52,7 +52,7 @@ void rm__resp_coord_error(rm__resp_t *resp, rm_status_t st, const char *what, ui
 static void resp_store_error(rm__req_t *req, rm__resp_t *resp, const char *what)
 {
   char why[200];
-  int st = rm_coord_store_state(req->api->coord, why, sizeof why);
+  int st = rm_coord_store_state_last(req->api->coord, why, sizeof why);
   if (st == RM_COORD_STORE_FULL)
     rm__resp_error(resp, 507, "storage_full", NULL, "%s: the coordinator's disk is full (%s); "
                    "nothing was stored, retry when space is freed", what, why);

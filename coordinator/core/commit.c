@@ -184,12 +184,22 @@ rm_status_t rm__commit(rm_coord_t *c)
   return st;
 }
 
-int rm_coord_store_state(rm_coord_t *c, char *why, size_t len)
+static int store_state(rm_coord_t *c, int probe, char *why, size_t len)
 {
   pthread_mutex_lock(&c->mu);
-  if (rm__store_failing(c->store, NULL, 0) != RM__STORE_OK) rm__store_probe(c->store);
+  if (probe && rm__store_failing(c->store, NULL, 0) != RM__STORE_OK) rm__store_probe(c->store);
   int st = rm__store_failing(c->store, why, len);
   pthread_mutex_unlock(&c->mu);
   return st == RM__STORE_FULL ? RM_COORD_STORE_FULL
          : st == RM__STORE_ERROR ? RM_COORD_STORE_ERROR : RM_COORD_STORE_OK;
+}
+
+int rm_coord_store_state(rm_coord_t *c, char *why, size_t len)
+{
+  return store_state(c, 1, why, len);
+}
+
+int rm_coord_store_state_last(rm_coord_t *c, char *why, size_t len)
+{
+  return store_state(c, 0, why, len);
 }

@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "store/store_int.h"
@@ -220,6 +221,7 @@ rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
 {
   rm__store_t *c = rm__xcalloc(1, sizeof *c);
   c->lock_fd = -1;
+  c->path = rm__xstrdup(path);
   if (strcmp(path, ":memory:") != 0 && lock_db(c, path, err, errlen)) goto fail;
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
@@ -244,6 +246,7 @@ fail:
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   sqlite3_close(c->db);
   if (c->lock_fd >= 0) close(c->lock_fd);
+  free(c->path);
   free(c);
   return RM_ERR_SYSTEM;
 }
@@ -259,6 +262,7 @@ void rm__store_close(rm__store_t *c)
   if (c->db && sqlite3_close(c->db) != SQLITE_OK)
     RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
   if (c->lock_fd >= 0) close(c->lock_fd); /* last: the database is closed */
+  free(c->path);
   free(c);
 }
 
@@ -359,11 +363,31 @@ int rm__store_failing(rm__store_t *c, char *why, size_t len)
 
 uint64_t rm__store_failed_commits(const rm__store_t *c) { return c->failed_commits; }
 
+/* Free space the probe wants on the database's filesystem before it tries
+ * a write after SQLITE_FULL: a one-page write can succeed in space a job's
+ * rows cannot use, and readiness must not flap green while submissions
+ * are refused. */
+#define PROBE_FREE_MIN (256 * 1024)
+
+static int space_left(const rm__store_t *c)
+{
+  char dir[4096];
+  struct statvfs v;
+  snprintf(dir, sizeof dir, "%s", c->path ? c->path : ".");
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  if (statvfs(dir, &v) != 0) return 1; /* unknown: let the write say */
+  return (uint64_t)v.f_bavail * v.f_frsize >= PROBE_FREE_MIN;
+}
+
 int rm__store_probe(rm__store_t *c)
 {
   /* rewrites the header's user_version with its own value: one page into
    * the WAL, so a full disk or a failing device answers here */
   int v = 0;
+  if ((c->fail_rc & 0xff) == SQLITE_FULL && !space_left(c)) return SQLITE_FULL;
   char sql[64];
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&

@@ -42,6 +42,7 @@ struct rm__store {
   char fail_why[200];
   uint64_t failed_commits;
   int lock_fd;                  /* ONE COORDINATOR PER DATABASE (store.c) */
+  char *path;                   /* the database file (rm__store_probe) */
 };
 
 /* The cached prepared statement for sql, which MUST be a string literal (the
