@@ -121,8 +121,9 @@ rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id); /* loaded jobs only */
 /* Load and resume every job the store has not finished (open). */
 void rm__job_load_active(rm_coord_t *c);
 /* Replace loaded job id by what the store has after a rolled-back section
- * (job.c RELOAD); its parked calls get the storage failure. */
-void rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why);
+ * (job.c RELOAD); its parked calls get the storage failure. 1 when a job
+ * with that id was loaded (id 0: one of the jobs whose insert failed). */
+int rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why);
 
 /* ---- api.c: the public functions, for callers already under lock ---- */
 rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,

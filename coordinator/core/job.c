@@ -698,21 +698,21 @@ void rm__job_load_active(rm_coord_t *c)
  * place of c->jobs (a job the store lacks leaves memory); a job the store
  * has running resumes as after a restart (its workers re-join at the next
  * generation), in a transaction of its own. Outside any transaction. */
-void rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why)
+int rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why)
 {
   size_t at = c->njobs;
   rm_job_info_t info;
   rm__park_t *p;
   for (size_t i = 0; i < c->njobs && at == c->njobs; i++)
     if (c->jobs[i]->info.id == id) at = i;
-  if (at == c->njobs) return;
+  if (at == c->njobs) return 0;
   rm__job_t *old = c->jobs[at];
   while ((p = old->parked.next) != &old->parked) rm__answer_storage(c, p, full, why);
   rm__job_free(old);
   if (rm__store_job_get(c->store, id, &info) != RM_OK) {
     memmove(&c->jobs[at], &c->jobs[at + 1], (c->njobs - at - 1) * sizeof *c->jobs);
     c->njobs--;
-    return;
+    return 1;
   }
   rm__job_t *j = rm__job_new(c, &info.spec); /* appended: moved to old's place */
   c->njobs--;
@@ -722,11 +722,12 @@ void rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why)
           (unsigned long long)id, why);
   if (rm_job_state_terminal(info.state)) {
     rm__recovery_load(c, j);
-    return;
+    return 1;
   }
   rm__store_begin(c->store);
   rm__job_resume(c, j);
   if (rm__store_commit(c->store) != 0)
     RM_WARN("job %llu: its resumption was not stored either; it re-forms from the stored "
             "state, as after a restart", (unsigned long long)id);
+  return 1;
 }
