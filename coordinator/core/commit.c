@@ -143,8 +143,8 @@ static void roll_back_memory(rm_coord_t *c, int full, const char *why)
   const uint64_t *nw = rm__store_txn_new(c->store, &nn);
   const uint64_t *tw = rm__store_txn_touched(c->store, &nt);
   uint64_t *ids = rm__xmalloc((nn + nt + 1) * sizeof *ids);
-  memcpy(ids, nw, nn * sizeof *ids);
-  memcpy(ids + nn, tw, nt * sizeof *ids);
+  if (nn) memcpy(ids, nw, nn * sizeof *ids);
+  if (nt) memcpy(ids + nn, tw, nt * sizeof *ids);
   for (size_t i = 0; i < nn + nt; i++)
     if (ids[i] != 0) rm__job_reload(c, ids[i], full, why);
   while (rm__job_reload(c, 0, full, why)) {} /* every job whose insert failed */
