@@ -7,6 +7,10 @@
  *   RM_ERR_INVALID_ARG    400 invalid_value, field from rm_coord_error_t
  *   RM_ERR_NOT_FOUND      404 not_found
  *   RM_ERR_DENIED         409 conflict (e.g. cancelling a finished job)
+ *   RM_ERR_UNAVAILABLE    of a write: the coordinator could not store it
+ *                         (docs/storage.md): 507 storage_full when its disk
+ *                         is full, else 503 storage_error, with SQLite's
+ *                         words; nothing of the request was kept
  *   anything else         500 internal (message logged and returned)
  */
 #include <stdio.h>
@@ -33,10 +37,29 @@ void rm__resp_coord_error(rm__resp_t *resp, rm_status_t st, const char *what, ui
   case RM_ERR_INVALID_ARG:
     rm__resp_error(resp, 400, "invalid_value", NULL, "%s: invalid argument", what);
     break;
+  case RM_ERR_UNAVAILABLE:
+    rm__resp_error(resp, 503, "storage_error", NULL, "%s: the coordinator could not write "
+                   "its database; nothing was stored, retry later", what);
+    break;
   default:
     RM_WARN("api: %s failed: %s", what, rm_status_name(st));
     rm__resp_error(resp, 500, "internal", NULL, "%s failed: %s", what, rm_status_string(st));
   }
+}
+
+/* A write the coordinator could not store (RM_ERR_UNAVAILABLE of a
+ * mutating call): 507 storage_full or 503 storage_error, with the reason. */
+static void resp_store_error(rm__req_t *req, rm__resp_t *resp, const char *what)
+{
+  char why[200];
+  int st = rm_coord_store_state_last(req->api->coord, why, sizeof why);
+  if (st == RM_COORD_STORE_FULL)
+    rm__resp_error(resp, 507, "storage_full", NULL, "%s: the coordinator's disk is full (%s); "
+                   "nothing was stored, retry when space is freed", what, why);
+  else
+    rm__resp_error(resp, 503, "storage_error", NULL, "%s: the coordinator could not write its "
+                   "database (%s); nothing was stored, retry later", what,
+                   why[0] ? why : "write failed");
 }
 
 /* The {id} capture as a job id; 404 for anything that is not a number. */
@@ -70,11 +93,21 @@ static void h_health(rm__req_t *req, rm__resp_t *resp)
   rm__resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* Ready: the store answers a read and its writes succeed (a failing store
+ * is probed with a write of its own, so this turns green without a
+ * restart when space returns). /healthz stays liveness only. */
 static void h_ready(rm__req_t *req, rm__resp_t *resp)
 {
   rm_job_filter_t f = {.state = -1, .offset = 0, .limit = 1};
   rm_job_info_t *jobs = NULL;
   size_t n = 0;
+  char why[200];
+  int store = rm_coord_store_state(req->api->coord, why, sizeof why);
+  if (store != RM_COORD_STORE_OK) {
+    rm__resp_error(resp, 503, store == RM_COORD_STORE_FULL ? "storage_full" : "storage_error",
+                   NULL, "coordinator cannot write its database: %s", why);
+    return;
+  }
   rm_status_t st = rm_coord_job_list(req->api->coord, &f, &jobs, &n, NULL);
   rm_coord_free(jobs);
   if (st != RM_OK) {
@@ -108,6 +141,10 @@ static void h_submit(rm__req_t *req, rm__resp_t *resp)
   if (st == RM_ERR_INVALID_ARG) {
     rm__resp_error(resp, 400, "invalid_value", cerr.field, "%s",
                    cerr.message[0] ? cerr.message : "invalid job spec");
+    return;
+  }
+  if (st == RM_ERR_UNAVAILABLE) {
+    resp_store_error(req, resp, "submit");
     return;
   }
   if (st != RM_OK) {
@@ -239,7 +276,8 @@ static void h_cancel(rm__req_t *req, rm__resp_t *resp)
     return;
   }
   if (st == RM_OK) st = rm_coord_job_get(req->api->coord, id, &info);
-  if (st != RM_OK) rm__resp_coord_error(resp, st, "cancel job", id);
+  if (st == RM_ERR_UNAVAILABLE) resp_store_error(req, resp, "cancel job");
+  else if (st != RM_OK) rm__resp_coord_error(resp, st, "cancel job", id);
   else rm__resp_job(resp, 200, &info, 0);
 }
 

@@ -23,6 +23,11 @@
  *   ringmaster_byzantine_suspects                  gauge, live workers named
  *                                                  suspect now (issue 12)
  *   ringmaster_events_total, ringmaster_generations_total   counters
+ *   ringmaster_store_commits_failed_total          counter, sections rolled
+ *                                                  back by a failed write
+ *                                                  (docs/storage.md)
+ *   ringmaster_store_writable                      gauge, 1 while writes
+ *                                                  succeed, 0 while failing
  *   ringmaster_http_requests_total{code}           counter by status class
  *   ringmaster_sse_streams                         gauge, open event streams
  */
@@ -166,6 +171,12 @@ void rm__metrics_render(rm_api_t *api, rm__resp_t *resp)
   counter(&b, "ringmaster_events_total", "Events recorded.", (double)c.events_total);
   counter(&b, "ringmaster_generations_total", "Group generations formed.",
           (double)c.generations_total);
+  counter(&b, "ringmaster_store_commits_failed_total", "Sections rolled back because a write "
+          "to the database failed (disk full, I/O error); none was acknowledged.",
+          (double)c.store_commits_failed);
+  rm__prom_family(&b, "ringmaster_store_writable", RM_PROM_GAUGE,
+                  "1 while the database takes writes, 0 while they fail.");
+  rm__prom_sample(&b, "ringmaster_store_writable", NULL, c.store_state == RM_COORD_STORE_OK);
   http_families(api, &b);
   text = rm__sbuf_take(&b, &len);
   rm__resp_text(resp, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);

@@ -28,6 +28,16 @@
  *                               appends every received payload to
  *                               PREFIX.<pid> as [u32 LE length][bytes]
  *                               (worker/transport/tcp/tcp_tap.c)
+ *   rm__testhook_store_step()   RINGMASTER_TEST_STORE_FAIL=N:full|ioerr[:K]
+ *                               the coordinator store's Nth write step
+ *                               (BEGIN, INSERT, UPDATE, COMMIT; counted
+ *                               from 1 in the process) and the K-1 after it
+ *                               (K 0: all after it) fail with SQLITE_FULL /
+ *                               SQLITE_IOERR instead of running; a test in
+ *                               the process arms it with
+ *                               rm__testhook_store_fail (n 0: disarm) and
+ *                               reads the count with rm__testhook_store_steps
+ *                               (coordinator/store/store_hook.c)
  */
 #ifndef RM_COMMON_TESTHOOK_H
 #define RM_COMMON_TESTHOOK_H
@@ -36,6 +46,9 @@
 #include <stdint.h>
 
 typedef void (*rm__testhook_fn)(const char *stage);
+
+/* What rm__testhook_store_step asks the store to fail a step with. */
+enum { RM__STORE_FAIL_NONE = 0, RM__STORE_FAIL_FULL = 1, RM__STORE_FAIL_IOERR = 2 };
 
 #ifdef RINGMASTER_TEST_HOOKS
 #define RM_TESTHOOKS 1
@@ -62,6 +75,9 @@ int rm__testhook_secagg_tamper(int rank);
 /* The env is read at the first message a process receives (again after a
  * fork); no file unless it is set. */
 void rm__testhook_tap(const void *buf, size_t len);
+int rm__testhook_store_step(void);
+void rm__testhook_store_fail(uint64_t nth, int kind, uint64_t count);
+uint64_t rm__testhook_store_steps(void);
 
 #else
 #define RM_TESTHOOKS 0
@@ -95,6 +111,7 @@ static inline void rm__testhook_tap(const void *buf, size_t len)
   (void)buf;
   (void)len;
 }
+static inline int rm__testhook_store_step(void) { return RM__STORE_FAIL_NONE; }
 #endif
 
 #endif

@@ -551,9 +551,27 @@ typedef struct rm_coord_counters {
                                      flagged suspect (issue 12) */
   uint64_t events_total;
   uint64_t generations_total;
+  uint64_t store_commits_failed;  /* sections rolled back by a failed write */
+  int store_state;                /* gauge: RM_COORD_STORE_* below */
 } rm_coord_counters_t;
 
 void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out);
+
+/* ---- storage failures (docs/storage.md) ----
+ * A section whose write or COMMIT fails is rolled back and acknowledged to
+ * nobody: the public functions that write return RM_ERR_UNAVAILABLE, gRPC
+ * calls answered in it get RESOURCE_EXHAUSTED (disk full) or UNAVAILABLE,
+ * and a job it inserted is dropped from memory. rm_coord_store_state says
+ * whether writes fail now: RM_COORD_STORE_OK, _FULL (SQLITE_FULL) or _ERROR
+ * (an I/O or other failure), with the words in why (may be NULL). While
+ * failing it tries one write of its own first (after a full disk, only
+ * once 256 KiB are free again), so the answer turns OK as soon as space
+ * returns (no restart). */
+enum { RM_COORD_STORE_OK = 0, RM_COORD_STORE_FULL = 1, RM_COORD_STORE_ERROR = 2 };
+int rm_coord_store_state(rm_coord_t *c, char *why, size_t len);
+/* The same without the write: the state the last failed or successful
+ * write left (what a refused request is answered with). */
+int rm_coord_store_state_last(rm_coord_t *c, char *why, size_t len);
 
 /* ---- launcher hook (coordinator/launch/, issue 5) ----
  * A launcher starts the workers of a submitted job. start() runs with no

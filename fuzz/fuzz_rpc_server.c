@@ -242,6 +242,22 @@ void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *sh
   out_push(c, k, -1, NULL, buf, len);
 }
 
+/* server.c's: a rolled-back section's answers become the storage failure
+ * (the fuzzer's store never fails, so this only keeps the port whole). */
+void rm__out_fail(rm_coord_t *c, int full, const char *why)
+{
+  for (size_t i = 0; i < c->nout; i++) {
+    rm__out_t *o = &c->out[i];
+    struct fz_bytes *b = o->bb;
+    if (b) free(b->buf);
+    free(b);
+    free(o->details);
+    o->bb = NULL;
+    o->code = full ? 8 : 14; /* RESOURCE_EXHAUSTED, UNAVAILABLE */
+    o->details = strdup(why ? why : "storage");
+  }
+}
+
 void rm__out_flush(rm_coord_t *c)
 {
   for (size_t i = 0; i < c->nout; i++) {

@@ -26,9 +26,22 @@
  * answer queued after it still goes out after its row is in the WAL: the
  * rule above holds, only one BEGIN/COMMIT pair is saved.
  *
- * Work queued by a section that rolls back (a failed COMMIT) still runs:
- * the rows are gone but the memory (which the queue reflects) is not, the
- * same as an answer that was already promised.
+ * A section that rolls back (a write step or the COMMIT failed: a full
+ * disk, an I/O error; store.c WRITE FAILURES) acknowledges nothing:
+ *   - every answer it queued becomes the storage failure
+ *     (rm__out_fail: RESOURCE_EXHAUSTED for a full disk, else UNAVAILABLE,
+ *     with SQLite's words), so no client is told of a row that is gone;
+ *   - its event callbacks and launcher work are dropped (they describe rows
+ *     that do not exist: a launcher must not start a job nobody stored);
+ *   - the jobs it inserted are dropped from memory, so no id is handed out
+ *     twice (SQLite gives a rolled-back rowid to the next INSERT) and no job
+ *     exists only in memory; the loaded jobs whose rows it changed are read
+ *     again from the store (job.c RELOAD: their parked calls get the
+ *     failure, a running one resumes as after a restart), so no state,
+ *     worker or generation lives only in memory; the event sequence is
+ *     re-read from the store;
+ *   - rm__commit returns RM_ERR_UNAVAILABLE for the public functions to
+ *     pass on (the REST layer asks rm_coord_store_state for 507 or 503).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,12 +133,41 @@ static void run_after(rm_coord_t *c, rm__after_t *q, size_t n)
   }
 }
 
-void rm__commit(rm_coord_t *c)
+/* A rolled-back section (see the top): the jobs it inserted leave memory,
+ * the loaded jobs whose rows it changed are read again from the store
+ * (job.c RELOAD). The id lists are copied first: a reload's own
+ * transaction starts new ones. */
+static void roll_back_memory(rm_coord_t *c, int full, const char *why)
+{
+  size_t nn = 0, nt = 0;
+  const uint64_t *nw = rm__store_txn_new(c->store, &nn);
+  const uint64_t *tw = rm__store_txn_touched(c->store, &nt);
+  uint64_t *ids = rm__xmalloc((nn + nt + 1) * sizeof *ids);
+  if (nn) memcpy(ids, nw, nn * sizeof *ids);
+  if (nt) memcpy(ids + nn, tw, nt * sizeof *ids);
+  for (size_t i = 0; i < nn + nt; i++)
+    if (ids[i] != 0) rm__job_reload(c, ids[i], full, why);
+  while (rm__job_reload(c, 0, full, why)) {} /* every job whose insert failed */
+  free(ids);
+}
+
+rm_status_t rm__commit(rm_coord_t *c)
 {
   char *q = NULL;
   rm__after_t *after = NULL;
   size_t nq = 0, na = 0;
-  rm__store_commit(c->store);
+  rm_status_t st = RM_OK;
+  if (rm__store_commit(c->store) != 0) {
+    char why[200];
+    int kind = rm__store_failing(c->store, why, sizeof why);
+    roll_back_memory(c, kind == RM__STORE_FULL, why);
+    rm__out_fail(c, kind == RM__STORE_FULL, why);
+    free(c->cbq);
+    c->cbq = NULL, c->ncbq = c->capcbq = 0;
+    c->nafter = 0;
+    c->last_seq = rm__store_last_seq(c->store);
+    st = RM_ERR_UNAVAILABLE;
+  }
   rm__out_flush(c);                 /* 1 */
   if (c->ncbq) {
     q = c->cbq, nq = c->ncbq;
@@ -141,4 +183,25 @@ void rm__commit(rm_coord_t *c)
   if (na) run_after(c, after, na);  /* 4 */
   free(q);
   free(after);
+  return st;
+}
+
+static int store_state(rm_coord_t *c, int probe, char *why, size_t len)
+{
+  pthread_mutex_lock(&c->mu);
+  if (probe && rm__store_failing(c->store, NULL, 0) != RM__STORE_OK) rm__store_probe(c->store);
+  int st = rm__store_failing(c->store, why, len);
+  pthread_mutex_unlock(&c->mu);
+  return st == RM__STORE_FULL ? RM_COORD_STORE_FULL
+         : st == RM__STORE_ERROR ? RM_COORD_STORE_ERROR : RM_COORD_STORE_OK;
+}
+
+int rm_coord_store_state(rm_coord_t *c, char *why, size_t len)
+{
+  return store_state(c, 1, why, len);
+}
+
+int rm_coord_store_state_last(rm_coord_t *c, char *why, size_t len)
+{
+  return store_state(c, 0, why, len);
 }

@@ -88,8 +88,9 @@ void rm__lock(rm_coord_t *c);
 /* The mutex without BEGIN, for a section that writes no row (commit.c);
  * leave it with rm__commit as usual. */
 void rm__lock_ro(rm_coord_t *c);
-/* COMMIT, then answers, unlock, callbacks, launcher work. */
-void rm__commit(rm_coord_t *c);
+/* COMMIT, then answers, unlock, callbacks, launcher work. RM_OK, or
+ * RM_ERR_UNAVAILABLE when the section was rolled back (commit.c). */
+rm_status_t rm__commit(rm_coord_t *c);
 /* Queue launcher work for j to run after COMMIT with no lock held: start
  * (submitted), stop (terminal), relaunch (replace). A job whose launcher is
  * not registered gets its event now instead ("launcher_missing",
@@ -119,6 +120,10 @@ rm_status_t rm__spec_agg_config(const rm_job_spec_t *s, rm_agg_config_t *cfg);
 rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id); /* loaded jobs only */
 /* Load and resume every job the store has not finished (open). */
 void rm__job_load_active(rm_coord_t *c);
+/* Replace loaded job id by what the store has after a rolled-back section
+ * (job.c RELOAD); its parked calls get the storage failure. 1 when a job
+ * with that id was loaded (id 0: one of the jobs whose insert failed). */
+int rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why);
 
 /* ---- api.c: the public functions, for callers already under lock ---- */
 rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,

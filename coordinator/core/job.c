@@ -91,27 +91,37 @@ void rm__job_ring_reserve(rm__job_t *j, size_t want)
 
 /* ---- retention ----
  * A finished job stays loaded for RINGMASTER_JOB_RETENTION_MS (default
- * 10 min: late calls of its workers, the dashboard's last looks), then is
- * freed and served from SQLite like a job of an earlier coordinator run
- * (public.c falls back to the store for every read), so memory holds the
- * active jobs and the recently finished ones, not every job ever run. A job
- * with parked calls stays until they are answered. */
+ * 10 min: late calls of its workers, the dashboard's last looks), and at
+ * most RINGMASTER_JOB_RETAIN finished jobs (default 1,000, the newest) stay
+ * loaded at all, whatever their age (Slurm's MinJobAge and MaxJobCount in
+ * one), then it is freed and served from SQLite like a job of an earlier
+ * coordinator run (public.c falls back to the store for every read), so
+ * memory holds the active jobs and a bounded set of finished ones, not
+ * every job ever run: a coordinator that runs for months keeps the memory
+ * of its work in flight. A job with parked calls stays until they are
+ * answered. Called from the tick (age) and before each submission (count,
+ * so a burst of short jobs cannot outgrow it between ticks). */
 RM_PARAM(job_retention_ms, "RINGMASTER_JOB_RETENTION_MS", 600000)
+RM_PARAM(job_retain, "RINGMASTER_JOB_RETAIN", 1000)
 
 void rm__job_evict(rm_coord_t *c, int64_t now_ms)
 {
   int64_t keep = (int64_t)rm__param_job_retention_ms();
+  int64_t retain = (int64_t)rm__param_job_retain();
+  int64_t finished = 0;
   size_t k = 0;
+  for (size_t i = 0; i < c->njobs; i++) finished += rm_job_state_terminal(c->jobs[i]->info.state);
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
     if (rm_job_state_terminal(j->info.state) && j->parked.next == &j->parked &&
-        now_ms - j->info.finished_ms >= keep) {
+        (now_ms - j->info.finished_ms >= keep || finished > retain)) {
       RM_DEBUG("job %llu: finished %lld ms ago, unloaded (served from the store)",
                (unsigned long long)j->info.id, (long long)(now_ms - j->info.finished_ms));
       rm__job_free(j);
+      finished--;
       continue;
     }
-    c->jobs[k++] = j; /* order kept: rm__job_find bisects by id */
+    c->jobs[k++] = j; /* order kept: rm__job_find bisects by id, oldest first */
   }
   c->njobs = k;
 }
@@ -650,6 +660,22 @@ rm__job_t *rm__job_find(rm_coord_t *c, uint64_t id)
   return NULL;
 }
 
+/* j (new, spec set) as the store has job id: row, workers, recent steps,
+ * result. Reads only. */
+static void load_stored(rm_coord_t *c, rm__job_t *j, const rm_job_info_t *info)
+{
+  j->info = *info;
+  j->stored_state = (int)info->state;
+  j->stored_step = info->step;
+  rm__store_load_workers(c->store, j);
+  /* the window of recent steps, from the stored summaries */
+  rm__job_ring_reserve(j, j->ring_max);
+  j->ring_n = rm__store_recent_steps(c->store, j->info.id, j->ring, j->ring_cap);
+  j->ring_head = j->ring_n % j->ring_cap;
+  if (rm__store_job_result_get(c->store, j->info.id, &j->result, &j->result_rank) != RM_OK)
+    j->result_rank = -1;
+}
+
 void rm__job_load_active(rm_coord_t *c)
 {
   uint64_t *ids = NULL;
@@ -659,17 +685,49 @@ void rm__job_load_active(rm_coord_t *c)
     rm_job_info_t info;
     if (rm__store_job_get(c->store, ids[i], &info) != RM_OK) continue;
     rm__job_t *j = rm__job_new(c, &info.spec);
-    j->info = info;
-    j->stored_state = (int)info.state;
-    j->stored_step = info.step;
-    rm__store_load_workers(c->store, j);
-    /* the window of recent steps, from the stored summaries */
-    rm__job_ring_reserve(j, j->ring_max);
-    j->ring_n = rm__store_recent_steps(c->store, j->info.id, j->ring, j->ring_cap);
-    j->ring_head = j->ring_n % j->ring_cap;
-    if (rm__store_job_result_get(c->store, j->info.id, &j->result, &j->result_rank) != RM_OK)
-      j->result_rank = -1;
+    load_stored(c, j, &info);
     rm__job_resume(c, j);
   }
   free(ids);
+}
+
+/* RELOAD (core/commit.c): a section that changed job id's rows was rolled
+ * back, so its memory may hold what the store does not. Its parked calls
+ * get the storage failure (their clients retry, as after a coordinator
+ * restart), the record is freed and read again from the store in the same
+ * place of c->jobs (a job the store lacks leaves memory); a job the store
+ * has running resumes as after a restart (its workers re-join at the next
+ * generation), in a transaction of its own. Outside any transaction. */
+int rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why)
+{
+  size_t at = c->njobs;
+  rm_job_info_t info;
+  rm__park_t *p;
+  for (size_t i = 0; i < c->njobs && at == c->njobs; i++)
+    if (c->jobs[i]->info.id == id) at = i;
+  if (at == c->njobs) return 0;
+  rm__job_t *old = c->jobs[at];
+  while ((p = old->parked.next) != &old->parked) rm__answer_storage(c, p, full, why);
+  rm__job_free(old);
+  if (rm__store_job_get(c->store, id, &info) != RM_OK) {
+    memmove(&c->jobs[at], &c->jobs[at + 1], (c->njobs - at - 1) * sizeof *c->jobs);
+    c->njobs--;
+    return 1;
+  }
+  rm__job_t *j = rm__job_new(c, &info.spec); /* appended: moved to old's place */
+  c->njobs--;
+  c->jobs[at] = j;
+  load_stored(c, j, &info);
+  RM_WARN("job %llu: reloaded from the database after a failed write (%s)",
+          (unsigned long long)id, why);
+  if (rm_job_state_terminal(info.state)) {
+    rm__recovery_load(c, j);
+    return 1;
+  }
+  rm__store_begin(c->store);
+  rm__job_resume(c, j);
+  if (rm__store_commit(c->store) != 0)
+    RM_WARN("job %llu: its resumption was not stored either; it re-forms from the stored "
+            "state, as after a restart", (unsigned long long)id);
+  return 1;
 }

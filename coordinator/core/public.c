@@ -34,6 +34,7 @@ rm_status_t rm__submit_locked(rm_coord_t *c, const rm_job_spec_t *spec,
   rm_job_spec_t s = *spec;
   rm_status_t st = rm_job_spec_validate(&s, err);
   if (st != RM_OK) return st;
+  rm__job_evict(c, rm__wall_ms()); /* job.c retention: the count bound */
   rm__job_t *j = rm__job_new(c, &s);
   make_token(j->info.token, sizeof j->info.token);
   j->info.created_ms = j->info.updated_ms = rm__wall_ms();
@@ -52,7 +53,11 @@ rm_status_t rm_coord_submit(rm_coord_t *c, const rm_job_spec_t *spec,
 {
   rm__lock(c);
   rm_status_t st = rm__submit_locked(c, spec, out, err);
-  rm__commit(c);
+  if (rm__commit(c) != RM_OK && st == RM_OK) {
+    st = RM_ERR_UNAVAILABLE; /* not stored: no id, no job (commit.c) */
+    if (out) memset(out, 0, sizeof *out);
+    if (err) snprintf(err->message, sizeof err->message, "the job could not be stored");
+  }
   return st;
 }
 
@@ -147,7 +152,7 @@ static rm_status_t stop(rm_coord_t *c, uint64_t id, rm_job_state_t to,
 {
   rm__lock(c);
   rm_status_t st = rm__job_stop_locked(c, id, to, reason && *reason ? reason : dflt);
-  rm__commit(c);
+  if (rm__commit(c) != RM_OK && st == RM_OK) st = RM_ERR_UNAVAILABLE;
   return st;
 }
 
@@ -314,6 +319,12 @@ void rm_coord_counters(rm_coord_t *c, rm_coord_counters_t *out)
 {
   rm__lock(c);
   *out = c->ctr;
+  out->store_commits_failed = rm__store_failed_commits(c->store);
+  switch (rm__store_failing(c->store, NULL, 0)) {
+  case RM__STORE_FULL: out->store_state = RM_COORD_STORE_FULL; break;
+  case RM__STORE_ERROR: out->store_state = RM_COORD_STORE_ERROR; break;
+  default: out->store_state = RM_COORD_STORE_OK;
+  }
   memset(out->jobs_by_state, 0, sizeof out->jobs_by_state);
   memset(out->workers_by_state, 0, sizeof out->workers_by_state);
   rm__store_job_counts(c->store, out->jobs_by_state);

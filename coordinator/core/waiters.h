@@ -41,8 +41,15 @@ void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
                    const uint8_t *members, int world, rm__blob_t **cache);
 /* The call's generation or job is over: FAILED_PRECONDITION with why. */
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
+/* The call's state was rolled back (core/commit.c): RESOURCE_EXHAUSTED
+ * (full) or UNAVAILABLE with why; the client retries. rpc/waiters.c. */
+void rm__answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why);
 /* New events or state for j: answer its parked Joins, kick its watchers. */
 void rm__watch_kick(rm_coord_t *c, rm__job_t *j);
+/* The section was rolled back: every queued answer becomes the storage
+ * failure (RESOURCE_EXHAUSTED when full, else UNAVAILABLE, with why); a
+ * stream's queued messages end it with that status (rpc/server.c). */
+void rm__out_fail(rm_coord_t *c, int full, const char *why);
 /* Post-commit: send every queued answer (rpc/server.c). */
 void rm__out_flush(rm_coord_t *c);
 /* Drop the job's cached packed Join answer (rpc/server.c). */

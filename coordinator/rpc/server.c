@@ -699,6 +699,45 @@ static void session_next(rm__call_t *k)
   rm__start_out(k, &o);
 }
 
+/* The section was rolled back (core/commit.c): nothing it queued may go
+ * out as it is. A final answer becomes the storage failure; a stream's
+ * message (a Watch event, a Session push) ends the stream with it instead,
+ * once (a stream that already has its final queued just loses the
+ * message), so the client reconnects as after a coordinator restart and
+ * reads only what is stored. Relay lanes' entries went to their relay's
+ * pending batch when queued and are not rewritten here (docs/storage.md). */
+void rm__out_fail(rm_coord_t *c, int full, const char *why)
+{
+  size_t k = 0;
+  int code = full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE;
+  char msg[256];
+  snprintf(msg, sizeof msg, "storage: %s (%s); nothing of this call was stored, retry later",
+           full ? "the coordinator's disk is full" : "the coordinator cannot write its database",
+           why && *why ? why : "write failed");
+  for (size_t i = 0; i < c->nout; i++) {
+    rm__out_t o = c->out[i];
+    rm__call_t *call = o.call;
+    if (call->up || call->method == RM__M_RELAY) {
+      c->out[k++] = o;
+      continue;
+    }
+    if (o.code < 0 && !claim_answer(call)) { /* its final is queued: drop the message */
+      if (o.bb) grpc_byte_buffer_destroy(o.bb);
+      free(o.details);
+      rm__call_unref(call);
+      continue;
+    }
+    if (o.bb) grpc_byte_buffer_destroy(o.bb);
+    free(o.details);
+    o.bb = NULL;
+    o.code = code;
+    o.details = rm__xstrdup(msg);
+    c->ctr.grpc_errors_total++;
+    c->out[k++] = o;
+  }
+  c->nout = k;
+}
+
 void rm__out_flush(rm_coord_t *c)
 {
   for (size_t i = 0; i < c->nout; i++) {

@@ -5,6 +5,7 @@
  * this file turns that state into the protobuf answer and queues it with
  * rm__reply, sent after COMMIT by the post-commit queue.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "rm_alloc.h"
@@ -143,4 +144,13 @@ void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
 void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
 {
   rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, why, NULL);
+}
+
+void rm__answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why)
+{
+  char msg[256];
+  snprintf(msg, sizeof msg, "storage: %s (%s); retry later",
+           full ? "the coordinator's disk is full" : "the coordinator cannot write its database",
+           why && *why ? why : "write failed");
+  rm__reply(c, p->call, full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE, msg, NULL);
 }

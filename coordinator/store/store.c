@@ -29,18 +29,43 @@
  * (insert: +1; update: -1 old, +1 new, the old one being j->stored_state),
  * so the job list's "total" and /metrics' jobs-by-state cost no count(*)
  * scan of the table. A failed COMMIT (ROLLBACK) recounts from the table.
+ *
+ * WRITE FAILURES. A write step that fails (SQLITE_FULL, SQLITE_IOERR, ...)
+ * marks the open transaction failed (txn_rc): later steps of it are not
+ * run, and rm__store_commit rolls it back and returns the code, so the core
+ * answers every request of the section with the failure instead of an
+ * acknowledgement (core/commit.c). A job row that was not inserted leaves
+ * its id 0 and the ids the transaction inserted are listed (txn_new), so
+ * the core can drop those jobs from memory: a rolled-back rowid is handed
+ * out again by the next INSERT and must never have reached a client. The
+ * store stays "failing" (rm__store_failing: full or error, with the words)
+ * until a transaction that writes commits again; rm__store_probe makes
+ * such a write (readiness checks), so recovery needs no restart.
+ *
+ * ONE COORDINATOR PER DATABASE. Two coordinators on one file would both
+ * write it and each keep its own view of the jobs. rm__store_open takes an
+ * exclusive flock on "<db>.lock" (mode 0600, created if absent), before it
+ * touches the database, and holds it until rm__store_close; the file says
+ * "pid <pid> host <host>" of the holder. A second open fails with those
+ * words. The kernel drops a flock with its process, so a lock left by a
+ * SIGKILLed coordinator never blocks a restart (the file remains, unlocked,
+ * and is simply taken again).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "store/store_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_testhook.h"
 
 /* Truncating copy (a job row has ~10 text columns and the job list reads
  * 100 rows per page: memcpy, not snprintf's format machinery). */
@@ -81,11 +106,37 @@ void rm__stmt_done(rm__store_t *c, sqlite3_stmt *st)
   sqlite3_finalize(st);
 }
 
+/* The code the test hook injects in place of this step (test builds:
+ * RINGMASTER_TEST_STORE_FAIL, store_hook.c), else 0. */
+static int injected(void)
+{
+  switch (rm__testhook_store_step()) {
+  case RM__STORE_FAIL_FULL: return SQLITE_FULL;
+  case RM__STORE_FAIL_IOERR: return SQLITE_IOERR;
+  default: return 0;
+  }
+}
+
 int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st)
 {
-  int rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-    RM_ERROR("sqlite step failed: %s (%s)", sqlite3_errmsg(c->db), sqlite3_sql(st));
+  int rc;
+  /* a transaction that already failed writes nothing more: it rolls back
+   * at rm__store_commit, so a later step's success would be a lie (and
+   * its rowid one that the next transaction hands out again) */
+  if (c->in_txn && c->txn_rc) {
+    rm__stmt_done(c, st);
+    return c->txn_rc;
+  }
+  rc = injected();
+  if (rc) {
+    RM_ERROR("sqlite step failed: %s (test hook) (%s)", sqlite3_errstr(rc), sqlite3_sql(st));
+  } else {
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+      RM_ERROR("sqlite step failed: %s (%s)", sqlite3_errmsg(c->db), sqlite3_sql(st));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW && c->in_txn && !c->txn_rc) c->txn_rc = rc;
+  if (c->in_txn) c->txn_writes++;
   rm__stmt_done(c, st);
   return rc;
 }
@@ -157,10 +208,44 @@ static void owner_only(const char *path)
   }
 }
 
+/* ONE COORDINATOR PER DATABASE (top): 0, or -1 with the holder in err. */
+static int lock_db(rm__store_t *c, const char *path, char *err, size_t errlen)
+{
+  char lp[4096], host[256] = "?", held[300] = "";
+  snprintf(lp, sizeof lp, "%s.lock", path);
+  c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (c->lock_fd < 0) {
+    snprintf(err, errlen, "cannot open lock file %s: %s", lp, strerror(errno));
+    return -1;
+  }
+  if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ssize_t n = pread(c->lock_fd, held, sizeof held - 1, 0);
+    held[n > 0 ? n : 0] = '\0';
+    held[strcspn(held, "\n")] = '\0';
+    if (e == EWOULDBLOCK)
+      snprintf(err, errlen, "database %s is in use by another coordinator (%s; lock file %s): "
+               "stop it first, or give this one another --db", path, held[0] ? held : "holder unknown", lp);
+    else
+      snprintf(err, errlen, "cannot lock %s: %s", lp, strerror(e));
+    close(c->lock_fd);
+    c->lock_fd = -1;
+    return -1;
+  }
+  gethostname(host, sizeof host - 1);
+  int k = snprintf(held, sizeof held, "pid %ld host %s\n", (long)getpid(), host);
+  if (ftruncate(c->lock_fd, 0) != 0 || pwrite(c->lock_fd, held, (size_t)k, 0) != k)
+    RM_WARN("lock file %s: cannot write the holder: %s", lp, strerror(errno));
+  return 0;
+}
+
 rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
                            size_t errlen)
 {
   rm__store_t *c = rm__xcalloc(1, sizeof *c);
+  c->lock_fd = -1;
+  c->path = rm__xstrdup(path);
+  if (strcmp(path, ":memory:") != 0 && lock_db(c, path, err, errlen)) goto fail;
   owner_only(path);
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
@@ -184,6 +269,8 @@ rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
 fail:
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   sqlite3_close(c->db);
+  if (c->lock_fd >= 0) close(c->lock_fd);
+  free(c->path);
   free(c);
   return RM_ERR_SYSTEM;
 }
@@ -194,27 +281,157 @@ void rm__store_close(rm__store_t *c)
   for (int i = 0; i < c->nstmts; i++) sqlite3_finalize(c->stmts[i].st);
   c->nstmts = 0;
   memset(c->key, 0, sizeof c->key);
+  free(c->txn_new);
+  free(c->txn_touched);
   if (c->db && sqlite3_close(c->db) != SQLITE_OK)
     RM_ERROR("sqlite close: %s", sqlite3_errmsg(c->db));
+  if (c->lock_fd >= 0) close(c->lock_fd); /* last: the database is closed */
+  free(c->path);
   free(c);
 }
 
 void rm__store_begin(rm__store_t *c)
 {
-  if (c && !c->in_txn && rm__stmt_run(c, rm__stmt(c, "BEGIN")) == SQLITE_DONE)
-    c->in_txn = 1;
+  if (!c || c->in_txn) return;
+  int rc = rm__stmt_run(c, rm__stmt(c, "BEGIN"));
+  c->in_txn = 1;
+  c->txn_writes = 0;
+  c->ntxn_new = 0;
+  c->ntxn_touched = 0;
+  /* a section whose BEGIN failed fails as a whole: its writes must not
+   * become autocommits that are durable one by one */
+  c->txn_rc = rc == SQLITE_DONE ? 0 : rc;
+}
+
+/* WRITE FAILURES. One log line when the store starts failing (or fails for
+ * another reason than before) and one when a write succeeds again, not
+ * one per refused request; the failed commits are counted. */
+static void fail_state(rm__store_t *c, int rc, const char *why)
+{
+  c->failed_commits++;
+  if (c->fail_rc != rc)
+    RM_ERROR("store: writes are failing (%s); every write is refused until "
+             "one succeeds again", why);
+  c->fail_rc = rc;
+  snprintf(c->fail_why, sizeof c->fail_why, "%s", why);
+}
+
+static void ok_state(rm__store_t *c)
+{
+  if (!c->fail_rc) return;
+  RM_INFO("store: writes succeed again (after %s)", c->fail_why);
+  c->fail_rc = 0;
+  c->fail_why[0] = '\0';
 }
 
 int rm__store_commit(rm__store_t *c)
 {
   int rc = 0;
-  if (c && c->in_txn && rm__stmt_run(c, rm__stmt(c, "COMMIT")) != SQLITE_DONE) {
-    rm__stmt_run(c, rm__stmt(c, "ROLLBACK"));
-    rm__store_count_jobs(c); /* the rolled-back writes moved the counts */
-    rc = -1;
+  if (!c || !c->in_txn) return 0;
+  if (!c->txn_rc) {
+    c->in_txn = 0; /* COMMIT itself is not a step of the transaction */
+    rc = rm__stmt_run(c, rm__stmt(c, "COMMIT"));
+    c->in_txn = 1;
+    if (rc == SQLITE_DONE) {
+      rc = 0;
+    } else {
+      c->txn_rc = rc;
+    }
   }
-  if (c) c->in_txn = 0;
+  if (c->txn_rc) {
+    char why[200];
+    rc = c->txn_rc;
+    snprintf(why, sizeof why, "%s", sqlite3_errstr(rc));
+    c->in_txn = 0;
+    if (sqlite3_get_autocommit(c->db) == 0 &&
+        sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
+      RM_ERROR("sqlite: ROLLBACK: %s", sqlite3_errmsg(c->db));
+    rm__store_count_jobs(c); /* the rolled-back writes moved the counts */
+    fail_state(c, rc, why);
+  } else if (c->txn_writes > 0) {
+    ok_state(c);
+  }
+  c->in_txn = 0;
+  c->txn_rc = 0;
   return rc;
+}
+
+static void id_add(uint64_t **ids, size_t *n, size_t *cap, uint64_t id)
+{
+  for (size_t i = 0; i < *n; i++)
+    if ((*ids)[i] == id) return;
+  if (*n == *cap) {
+    *cap = *cap ? 2 * *cap : 8;
+    *ids = rm__xrealloc(*ids, *cap * sizeof **ids);
+  }
+  (*ids)[(*n)++] = id;
+}
+
+void rm__store_touch(rm__store_t *c, uint64_t id)
+{
+  if (c->in_txn && id) id_add(&c->txn_touched, &c->ntxn_touched, &c->captxn_touched, id);
+}
+
+const uint64_t *rm__store_txn_touched(const rm__store_t *c, size_t *n)
+{
+  *n = c->ntxn_touched;
+  return c->txn_touched;
+}
+
+int rm__store_failing(rm__store_t *c, char *why, size_t len)
+{
+  if (why && len) snprintf(why, len, "%s", c->fail_rc ? c->fail_why : "");
+  if (!c->fail_rc) return RM__STORE_OK;
+  return (c->fail_rc & 0xff) == SQLITE_FULL ? RM__STORE_FULL : RM__STORE_ERROR;
+}
+
+uint64_t rm__store_failed_commits(const rm__store_t *c) { return c->failed_commits; }
+
+/* Free space the probe wants on the database's filesystem before it tries
+ * a write after SQLITE_FULL: a one-page write can succeed in space a job's
+ * rows cannot use, and readiness must not flap green while submissions
+ * are refused. */
+#define PROBE_FREE_MIN (256 * 1024)
+
+static int space_left(const rm__store_t *c)
+{
+  char dir[4096];
+  struct statvfs v;
+  snprintf(dir, sizeof dir, "%s", c->path ? c->path : ".");
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  if (statvfs(dir, &v) != 0) return 1; /* unknown: let the write say */
+  return (uint64_t)v.f_bavail * v.f_frsize >= PROBE_FREE_MIN;
+}
+
+int rm__store_probe(rm__store_t *c)
+{
+  /* rewrites the header's user_version with its own value: one page into
+   * the WAL, so a full disk or a failing device answers here */
+  int v = 0;
+  if ((c->fail_rc & 0xff) == SQLITE_FULL && !space_left(c)) return SQLITE_FULL;
+  char sql[64];
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    v = sqlite3_column_int(st, 0);
+  sqlite3_finalize(st);
+  snprintf(sql, sizeof sql, "PRAGMA user_version=%d", v);
+  rm__store_begin(c);
+  int rc = injected();
+  if (!rc && sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+    rc = sqlite3_extended_errcode(c->db);
+  if (rc && !c->txn_rc) c->txn_rc = rc;
+  c->txn_writes++;
+  return rm__store_commit(c);
+}
+
+const uint64_t *rm__store_txn_new(const rm__store_t *c, size_t *n)
+{
+  *n = c->ntxn_new;
+  return c->txn_new;
 }
 
 /* ---- jobs ---- */
@@ -394,12 +611,16 @@ void rm__store_job_insert(rm__store_t *c, rm__job_t *j)
   if (rm__stmt_run(c, st) == SQLITE_DONE) {
     c->job_counts[j->info.state]++;
     j->stored_state = (int)j->info.state;
+    j->info.id = (uint64_t)sqlite3_last_insert_rowid(c->db);
+  } else {
+    j->info.id = 0; /* no row: the id is nobody's (the core drops the job) */
   }
-  j->info.id = (uint64_t)sqlite3_last_insert_rowid(c->db);
+  if (c->in_txn) id_add(&c->txn_new, &c->ntxn_new, &c->captxn_new, j->info.id);
 }
 
 void rm__store_job_update(rm__store_t *c, rm__job_t *j)
 {
+  rm__store_touch(c, j->info.id);
   sqlite3_stmt *st = prep(c, "UPDATE jobs SET state=?2, reason=?3, "
                           "generation=?4, world=?5, step=?6, restarts=?7, "
                           "started_ms=?8, finished_ms=?9, updated_ms=?10, "

@@ -35,7 +35,25 @@ void rm__store_data_key(const rm__store_t *s, uint64_t job, uint64_t gen,
 /* The transaction of one locked section: BEGIN; COMMIT (a failed COMMIT is
  * rolled back and the job counts are recounted; returns -1). */
 void rm__store_begin(rm__store_t *s);
+/* 0, or the SQLite code of the failure that rolled the section back (a
+ * failed write step or COMMIT; store.c WRITE FAILURES). */
 int rm__store_commit(rm__store_t *s);
+/* The store's state after the last transaction that wrote: RM__STORE_OK,
+ * RM__STORE_FULL (SQLITE_FULL) or RM__STORE_ERROR (any other failure),
+ * with the words in why ("" when OK). */
+enum { RM__STORE_OK = 0, RM__STORE_FULL = 1, RM__STORE_ERROR = 2 };
+int rm__store_failing(rm__store_t *s, char *why, size_t len);
+uint64_t rm__store_failed_commits(const rm__store_t *s);
+/* One write of its own (outside any section's transaction): 0 when it
+ * committed (the store is healthy again), else the SQLite code. */
+int rm__store_probe(rm__store_t *s);
+/* Ids of the jobs the open (or just rolled back) transaction inserted; 0
+ * for an insert that failed. Valid until the next rm__store_begin. */
+const uint64_t *rm__store_txn_new(const rm__store_t *s, size_t *n);
+/* Ids of the jobs whose rows the open (or just rolled back) transaction
+ * changed (jobs, workers, generations, barriers, results, checkpoints; not
+ * step summaries or events, which memory does not keep as state). */
+const uint64_t *rm__store_txn_touched(const rm__store_t *s, size_t *n);
 
 void rm__store_job_insert(rm__store_t *s, rm__job_t *j);
 void rm__store_job_update(rm__store_t *s, rm__job_t *j);

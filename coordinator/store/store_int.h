@@ -26,6 +26,23 @@ struct rm__store {
   uint64_t job_counts[RM_JOB_STATE_COUNT];
   /* K of store_key.c: seals the job tokens (the key file <db>.key) */
   unsigned char key[32];
+  /* WRITE FAILURES (store.c): the first failing code of the open
+   * transaction (0: none), its write steps, the ids of the jobs it
+   * inserted (so the core can drop them when it rolls back) */
+  int txn_rc;
+  size_t txn_writes;
+  uint64_t *txn_new;
+  size_t ntxn_new, captxn_new;
+  /* ... and of the loaded jobs whose rows it changed (rm__store_touch) */
+  uint64_t *txn_touched;
+  size_t ntxn_touched, captxn_touched;
+  /* the store's state: 0 writes succeed, else the code of the last failed
+   * commit and its words; commits that failed since open */
+  int fail_rc;
+  char fail_why[200];
+  uint64_t failed_commits;
+  int lock_fd;                  /* ONE COORDINATOR PER DATABASE (store.c) */
+  char *path;                   /* the database file (rm__store_probe) */
 };
 
 /* The cached prepared statement for sql, which MUST be a string literal (the
@@ -39,6 +56,9 @@ void rm__stmt_done(rm__store_t *c, sqlite3_stmt *st);
  * Returns the sqlite3_step code. */
 int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st);
 int rm__store_exec(rm__store_t *c, const char *sql); /* 0 ok */
+/* Note that the open transaction changes rows of job id (store.c WRITE
+ * FAILURES: the core reloads such a job when the transaction fails). */
+void rm__store_touch(rm__store_t *c, uint64_t id);
 /* Recount job_counts from the jobs table (open, and after a ROLLBACK). */
 void rm__store_count_jobs(rm__store_t *c);
 

@@ -46,6 +46,7 @@ static void bind_worker(sqlite3_stmt *st, const rm__worker_t *w)
 
 void rm__store_worker_insert(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
+  rm__store_touch(c, j->info.id);
   sqlite3_stmt *st = prep(c, "INSERT INTO workers(job_id,rank,host,data_addr,"
                           "devices,state,generation,last_heartbeat_ms,step,"
                           "launch_index,joined_ms,transports) "
@@ -59,6 +60,7 @@ void rm__store_worker_insert(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 
 void rm__store_worker_update(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
+  rm__store_touch(c, j->info.id);
   sqlite3_stmt *st = prep(c, "UPDATE workers SET rank=?2, host=?3, "
                           "data_addr=?4, devices=?5, state=?6, generation=?7, "
                           "last_heartbeat_ms=?8, step=?9, launch_index=?10, "
@@ -117,6 +119,7 @@ void rm__store_worker_result(rm__store_t *c, rm__worker_t *w)
 
 void rm__store_job_result(rm__store_t *c, rm__job_t *j)
 {
+  rm__store_touch(c, j->info.id);
   sqlite3_stmt *st = prep(c, "UPDATE jobs SET result=?2, result_rank=?3 "
                           "WHERE id=?1");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
@@ -148,6 +151,7 @@ rm_status_t rm__store_job_result_get(rm__store_t *c, uint64_t id, char **text,
 /* ---- generations, barriers, step summaries ---- */
 void rm__store_generation(rm__store_t *c, rm__job_t *j)
 {
+  rm__store_touch(c, j->info.id);
   size_t cap = 64 + (size_t)j->nmembers * 200, len = 0;
   char *peers = rm__xmalloc(cap);
   peers[0] = 0;
@@ -172,6 +176,7 @@ void rm__store_generation(rm__store_t *c, rm__job_t *j)
 
 void rm__store_barrier(rm__store_t *c, rm__job_t *j, rm__barrier_t *b)
 {
+  rm__store_touch(c, j->info.id);
   size_t cap = 16 + (size_t)b->n_missing * 8, len = 0;
   char *missing = rm__xmalloc(cap);
   missing[0] = 0;
@@ -403,6 +408,7 @@ void rm__store_active_jobs(rm__store_t *c, uint64_t **out, size_t *nout)
 /* ---- checkpoints (recovery.c) ---- */
 void rm__store_checkpoint(rm__store_t *c, rm__job_t *j)
 {
+  rm__store_touch(c, j->info.id);
   sqlite3_stmt *st = prep(c, "INSERT OR REPLACE INTO checkpoints(job_id,step,"
                           "generation,world,time_ms) VALUES(?,?,?,?,?)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);

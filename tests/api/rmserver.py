@@ -26,7 +26,7 @@ os.environ.setdefault("RINGMASTER_READ_TOKEN", READ_TOKEN)
 
 
 class Server:
-    def __init__(self, binary, token="test-token", env=None, extra=()):
+    def __init__(self, binary, token="test-token", env=None, extra=(), db=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="rm-api-")
         self.token = token
         e = dict(os.environ)
@@ -36,7 +36,7 @@ class Server:
         e.update(env or {})
         self.log = open(os.path.join(self.tmp.name, "server.log"), "w")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--db", os.path.join(self.tmp.name, "rm.db"), "--grpc", "127.0.0.1:0",
+            [binary, "serve", "--db", db or os.path.join(self.tmp.name, "rm.db"), "--grpc", "127.0.0.1:0",
              "--http", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=self.log, env=e)
         self.http = self.grpc = None

@@ -61,6 +61,19 @@
 #include "rm_log.h"
 #include "rm_clock.h"
 
+/* The coordinator's disk is full (RESOURCE_EXHAUSTED whose words start
+ * "storage:", coordinator/core/commit.c): nothing was stored and the call
+ * may be made again, so it counts as UNAVAILABLE here and every caller's
+ * retry with back-off (the one it has for a coordinator restart) applies;
+ * a message over the size limit keeps RESOURCE_EXHAUSTED. */
+static int storage_retry(grpc_status_code status, grpc_slice details)
+{
+  if (status == GRPC_STATUS_RESOURCE_EXHAUSTED && GRPC_SLICE_LENGTH(details) >= 8 &&
+      !memcmp(GRPC_SLICE_START_PTR(details), "storage:", 8))
+    return GRPC_STATUS_UNAVAILABLE;
+  return (int)status;
+}
+
 struct rm__ctl {
   grpc_channel *ch;
 };
@@ -147,7 +160,7 @@ int rm__ctl_call(rm__ctl_t *c, const char *method, const ProtobufCMessage *req,
   *resp = NULL;
   if (grpc_call_start_batch(call, ops, 6, (void *)1, NULL) == GRPC_CALL_OK)
     grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  rc = (int)status;
+  rc = storage_retry(status, details);
   snprintf(msg, msglen, "%.*s", (int)GRPC_SLICE_LENGTH(details),
            (const char *)GRPC_SLICE_START_PTR(details));
   if (rc == GRPC_STATUS_OK) {
@@ -337,6 +350,7 @@ static int take_event(rm__ctl_stream_t *s)
   int tag = (int)(intptr_t)ev.tag;
   if (tag == T_STATUS) {
     s->status_done = 1;
+    s->status = (grpc_status_code)storage_retry(s->status, s->details);
     pthread_mutex_lock(&s->mu);
     s->ended = 1;
     pthread_mutex_unlock(&s->mu);
