@@ -43,7 +43,8 @@
  *       coordinator_unreachable "coordinator was unreachable from its
  *       workers for 20.0 s; heartbeat deadlines extended by 10 s"
  *     A hush is bounded: after RINGMASTER_SILENCE_HOLD_MS (default 5x the
- *     job's heartbeat timeout) of it the overdue workers are declared lost
+ *     job's heartbeat timeout, at least 30 s: reconnecting takes gRPC's
+ *     backoff after the link is back) of it the overdue workers are declared lost
  *     as usual, so a job whose workers all really died without their
  *     connections breaking still ends. A one-worker job's silent worker is
  *     "all of them": a hush too.
@@ -69,6 +70,10 @@ RM_PARAM(stall_ms, "RINGMASTER_STALL_MS", 1000)
 RM_PARAM(silence_hold_ms, "RINGMASTER_SILENCE_HOLD_MS", 0)
 
 #define MIN_STALL_NS (300LL * 1000000LL) /* three ticks */
+/* A hush lasts at least this long by default: after a partition heals the
+ * workers' channels reconnect with gRPC's backoff (1 s, growing 1.6x), so
+ * they are heard again seconds after the link is back. */
+#define HOLD_MIN_NS (30000LL * 1000000LL)
 
 static int64_t hb_ns(const rm_coord_t *c, const rm__job_t *j)
 {
@@ -151,8 +156,8 @@ void rm__liveness_job(rm_coord_t *c, rm__job_t *j, int64_t now)
     }
     if (late == 0) return;
   } else { /* case 2: most of them at once */
-    int64_t hold = rm__param_silence_hold_ms() > 0 ? rm__param_silence_hold_ms() * 1000000
-                                                   : 5 * hb;
+    int64_t hold = rm__param_silence_hold_ms() * 1000000;
+    if (hold <= 0) hold = 5 * hb > HOLD_MIN_NS ? 5 * hb : HOLD_MIN_NS;
     if (!j->hush_since_ns) {
       j->hush_since_ns = now;
       rm__event(c, j, "heartbeats_silent", -1, "%d of %d workers silent together: "

@@ -228,6 +228,7 @@ static void *reporter(void *arg)
   rm_session_t *s = arg;
   int failing = 0;
   uint64_t queued_at_fail = 0, sent_since = 0;
+  int64_t fail_ns = 0;
   pthread_mutex_lock(&s->rmu);
   while (!s->r_stop || s->rbuf_n) {
     if (!s->rbuf_n) {
@@ -250,6 +251,7 @@ static void *reporter(void *arg)
               RM__REPORT_BUF_MAX);
       queued_at_fail = s->rbuf_n;
       failing = 1;
+      fail_ns = t0;
     }
     if (out == RETRY) {
       if (s->r_stop) break; /* closing: what is left is lost */
@@ -270,8 +272,9 @@ static void *reporter(void *arg)
     if (failing) sent_since++; /* this one included */
     if (failing && s->rbuf_n == 0) {
       RM_WARN("ReportStep: the coordinator answers again; %llu queued step reports "
-              "delivered (%llu queued when it stopped answering)",
-              (unsigned long long)sent_since, (unsigned long long)queued_at_fail);
+              "delivered (%llu queued when it stopped answering, %lld ms ago)",
+              (unsigned long long)sent_since, (unsigned long long)queued_at_fail,
+              (long long)((rm__now_ns() - fail_ns) / 1000000));
       failing = 0;
       sent_since = 0;
     }
