@@ -127,6 +127,8 @@ struct rm_session {
   pthread_cond_t rcv;
   pthread_t rthread;
   int r_on, r_stop, r_busy;     /* under rmu; r_on: the caller's */
+  int r_away;                   /* under rmu: a report was not delivered in
+                                 * time; steps do not wait for the queue */
 
   char last_error[640];         /* invariant 4 */
 

@@ -222,6 +222,7 @@ static void rwait(rm_session_t *s, int ms)
  * on"), and once the queue is empty again, how many reports it delivered
  * since: the steps trained while the coordinator was away. */
 #define RETRY_MS 250
+#define SYNC_MS 1000 /* SYNC WHILE ANSWERED (rm_session_step_report) */
 #define SLOW_NS (1000LL * 1000000LL) /* a call this long: the coordinator is away */
 static void *reporter(void *arg)
 {
@@ -254,6 +255,7 @@ static void *reporter(void *arg)
       fail_ns = t0;
     }
     if (out == RETRY) {
+      s->r_away = 1;
       if (s->r_stop) break; /* closing: what is left is lost */
       rwait(s, RETRY_MS);
       continue;
@@ -278,6 +280,7 @@ static void *reporter(void *arg)
       failing = 0;
       sent_since = 0;
     }
+    if (s->rbuf_n == 0) s->r_away = 0; /* SYNC WHILE ANSWERED again */
   }
   pthread_mutex_unlock(&s->rmu);
   return NULL;
@@ -308,8 +311,10 @@ void rm__session_reports_stop(rm_session_t *s)
 /* REPORT BUFFER. Every report goes into s->rbuf, a ring of the last
  * RM__REPORT_BUF_MAX (oldest dropped and counted in rbuf_overflow; ~120
  * KiB inside the session, no allocation; excluded ranks kept up to
- * RM__REPORT_EXCLUDED_MAX), and the REPORTER thread delivers it: the step
- * returns at once. A ReportStep that fails with a transport status
+ * RM__REPORT_EXCLUDED_MAX), and the REPORTER thread delivers it. While the
+ * coordinator answers, the step waits for that (SYNC WHILE ANSWERED, below:
+ * it must know each member's step when it re-forms); once it does not
+ * answer within SYNC_MS, steps stop waiting until the queue is empty again. A ReportStep that fails with a transport status
  * (UNAVAILABLE, DEADLINE_EXCEEDED: coordinator down, restarting, stalled or
  * unreachable; the data plane does not need it) keeps its report, and the
  * reporter tries again; a report is sent only after every older one, so
@@ -342,6 +347,15 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
     s->r_on = pthread_create(&s->rthread, NULL, reporter, s) == 0;
   }
   pthread_cond_broadcast(&s->rcv);
+  /* SYNC WHILE ANSWERED: while the coordinator answers, the step waits for
+   * its report to be delivered (up to SYNC_MS), so the coordinator knows
+   * each member's step when it re-forms a generation; once a report is not
+   * delivered in time the coordinator is away (r_away) and steps go on
+   * without waiting until the reporter has emptied the queue again. */
+  int64_t until = rm__now_ns() + SYNC_MS * 1000000LL;
+  while (s->r_on && !s->r_away && (s->rbuf_n || s->r_busy) && rm__now_ns() < until)
+    rwait(s, (int)((until - rm__now_ns()) / 1000000) + 1);
+  if (s->r_on && (s->rbuf_n || s->r_busy)) s->r_away = 1;
   pthread_mutex_unlock(&s->rmu);
   if (!s->r_on) { /* no thread: deliver from this one, as best it can */
     pthread_mutex_lock(&s->rmu);
