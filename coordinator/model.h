@@ -177,6 +177,11 @@ typedef struct rm__job {
                                    holds a few samples, not 4096 */
   int64_t last_join_ns;
   int64_t reform_deadline_ns;   /* 0 = none */
+  /* core/liveness.c: silence counts from listen_from_ns at the earliest
+   * (the end of the last time the coordinator could not hear the workers);
+   * hush_since_ns: most of the workers silent together since then, 0 none */
+  int64_t listen_from_ns;
+  int64_t hush_since_ns;
   uint64_t start_step;
   int launch_pending;
   rm__blob_t *join_tail;        /* packed peers + spec of this generation,

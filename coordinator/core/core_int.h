@@ -78,6 +78,8 @@ struct rm_coord {
                                  * decide (monotonic ns), 0 none; written
                                  * under mu, read atomically by the timer
                                  * thread (rpc/server.c) */
+  int64_t live_ns;              /* core/liveness.c: when the coordinator was
+                                 * last seen running (monotonic ns), under mu */
   rm__server_t *srv;
   char grpc_addr[160];
   int closing;
@@ -162,6 +164,17 @@ void rm__job_progress(rm_coord_t *c, rm__job_t *j);
 void rm__job_ring_reserve(rm__job_t *j, size_t want);
 /* Free finished jobs past their retention (job.c: retention). */
 void rm__job_evict(rm_coord_t *c, int64_t now_ms);
+
+/* ---- liveness.c: whose absence a silence is (rule at its top) ---- */
+/* The coordinator's own gaps: every open job gets a fresh heartbeat window
+ * when the coordinator did not run for a while. Under lock; at the top of
+ * every tick. */
+void rm__liveness_check(rm_coord_t *c, int64_t now_ns);
+/* The per-tick silence rule for j: who is lost, or a hush. */
+void rm__liveness_job(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
+/* 1 when evidence gathered now on a transport's word about j's workers is
+ * not to be trusted (a hush, or the fresh window after a gap). */
+int rm__liveness_doubt(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
 
 /* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
  * straggler flags ---- */

@@ -556,26 +556,10 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
 }
 
 /* ---- the 100 ms tick ---- */
-static void tick_liveness(rm_coord_t *c, rm__job_t *j, int64_t now)
-{
-  int64_t hb = (int64_t)rm__job_heartbeat_ms(c, j) * 1000000;
-  for (size_t i = 0; i < j->nw && !rm_job_state_terminal(j->info.state); i++) {
-    rm__worker_t *w = &j->w[i];
-    if (now - w->last_ns <= hb || !rm__worker_live(j, w)) continue; /* cheap test first */
-    /* joining: a parked Join keeps it alive (joins_parked, kept by
-     * rm__park_link/unlink: no walk of the parked list per tick) */
-    if (!rm__worker_member(j, w) && w->joins_parked > 0) continue;
-    char why[128];
-    snprintf(why, sizeof why, "no heartbeat for %lld ms (timeout %d ms)",
-             (long long)((now - w->last_ns) / 1000000), rm__job_heartbeat_ms(c, j));
-    rm__job_worker_lost(c, j, w, why);
-  }
-}
-
 void rm__job_tick(rm_coord_t *c, rm__job_t *j, int64_t now)
 {
   if (rm_job_state_terminal(j->info.state)) return;
-  tick_liveness(c, j, now);
+  rm__liveness_job(c, j, now); /* liveness.c: whose silence it is */
   if (j->info.state == RM_JOB_FORMING || j->info.state == RM_JOB_PENDING) {
 #ifndef NDEBUG
     assert(j->n_joining == joining_recount(j)); /* see rm__job_try_form */
@@ -614,6 +598,12 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
   if ((p->kind == RM__PARK_WATCH || p->kind == RM__PARK_SESSION) && p->worker_id && w &&
       !rm_job_state_terminal(j->info.state) &&
       rm__worker_live(j, w)) {
+    if (rm__liveness_doubt(c, j, rm__now_ns())) { /* liveness.c case 4 */
+      RM_INFO("job %llu: worker %llu's control stream broke while its heartbeats "
+              "were not being heard; it must heartbeat within the fresh window",
+              (unsigned long long)j->info.id, (unsigned long long)w->id);
+      return;
+    }
     /* recovery.c: detection source 2, the agent's session stream */
     rm__job_worker_lost(c, j, w, p->relayed
                                      ? "its control stream broke (its relay saw "
@@ -626,7 +616,8 @@ void rm__park_drop(rm_coord_t *c, rm__park_t *p, int cancelled)
     return;
   }
   if (p->kind == RM__PARK_GATE && w && rm__worker_member(j, w) &&
-      rm__now_ns() < p->deadline_ns) { /* recovery.c: detection source 2 */
+      rm__now_ns() < p->deadline_ns &&
+      !rm__liveness_doubt(c, j, rm__now_ns())) { /* recovery.c: detection source 2 */
     rm__job_worker_lost(c, j, w, "its control stream broke (StepGate call "
                         "cancelled by its transport)");
     return;

@@ -1102,8 +1102,9 @@ static int run_group(rm_coord_t *c, ev_t *ev, int n, int *others)
 
 static void tick(rm_coord_t *c)
 {
-  int64_t now = rm__now_ns();
   rm__lock(c);
+  int64_t now = rm__now_ns(); /* after the lock: a stall holding it is a gap */
+  rm__liveness_check(c, now);
   for (size_t i = 0; i < c->njobs; i++) rm__job_tick(c, c->jobs[i], now);
   rm__job_evict(c, rm__wall_ms());
   rm__commit(c);

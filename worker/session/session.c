@@ -317,6 +317,8 @@ rm_status_t rm_session_join(const rm_session_config_t *cfg, rm_session_t **out,
   if (!s) return RM_ERR_NOMEM;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
+  pthread_mutex_init(&s->rmu, NULL);
+  pthread_cond_init(&s->rcv, NULL);
   copy(s->coordinator, sizeof s->coordinator, cfg->coordinator);
   copy(s->token, sizeof s->token, cfg->token);
   copy(s->data_addr, sizeof s->data_addr, cfg->data_addr ? cfg->data_addr : "127.0.0.1:0");
@@ -436,6 +438,8 @@ rm_status_t rm_session_leave(rm_session_t *s, int ok, const char *error,
   if (s->ended) return fail(s, RM_ERR_JOB_ENDED, "job %llu is %s",
                             (unsigned long long)s->job_id,
                             job_state_word(s->job_state));
+  /* the steps before Leave reach the coordinator before it (REPORTER) */
+  rm__session_reports_flush(s, 10000);
   rm_status_t st = leave_call(s, ok, error, summary_json);
   if (st == RM_OK) rm__session_hb_stop(s);
   return st;
@@ -501,6 +505,7 @@ rm_status_t rm_session_reform(rm_session_t *s)
 void rm_session_close(rm_session_t *s)
 {
   if (!s) return;
+  rm__session_reports_stop(s);
   rm__session_hb_stop(s);
   rm__session_stream_stop(s);
   pthread_mutex_lock(&s->mu);
@@ -516,6 +521,8 @@ void rm_session_close(rm_session_t *s)
   rm_endpoint_close(s->ep);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->rcv);
+  pthread_mutex_destroy(&s->rmu);
   free(s);
 }
 

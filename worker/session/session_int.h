@@ -117,11 +117,18 @@ struct rm_session {
   uint64_t bytes0;
   double step_wait_ms;
 
-  /* undelivered step reports, oldest at rbuf_head (caller's thread only) */
+  /* undelivered step reports, oldest at rbuf_head, under rmu; delivered
+   * by the reporter thread (session_step.c REPORTER) */
   rm__report_t rbuf[RM__REPORT_BUF_MAX];
   size_t rbuf_head, rbuf_n;
   uint64_t rbuf_overflow;       /* dropped because the buffer was full */
   uint64_t rbuf_stale;          /* dropped: of a generation the coordinator left */
+  pthread_mutex_t rmu;
+  pthread_cond_t rcv;
+  pthread_t rthread;
+  int r_on, r_stop, r_busy;     /* under rmu; r_on: the caller's */
+  int r_away;                   /* under rmu: a report was not delivered in
+                                 * time; steps do not wait for the queue */
 
   char last_error[640];         /* invariant 4 */
 
@@ -131,6 +138,10 @@ struct rm_session {
   uint64_t secagg_gen;
 };
 
+/* session_step.c REPORTER: wait up to ms for every queued step report to be
+ * delivered (before Leave); stop the thread (close). */
+void rm__session_reports_flush(rm_session_t *s, int ms);
+void rm__session_reports_stop(rm_session_t *s);
 /* session_live.c */
 void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why);
 /* The same when the answer is about generation gen: ignored unless gen is

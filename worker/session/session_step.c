@@ -9,8 +9,9 @@
  *   compute = wall time - comm - wait
  *   bytes   = payload all-reduced during the step
  * with ReportStep, whose answer also tells whether the coordinator moved on.
- * Reports that fail for a transport reason are kept and delivered later, in
- * order (REPORT BUFFER, above rm_session_step_report).
+ * Reports are queued and delivered in order by a reporter thread, kept
+ * while the coordinator is away (REPORT BUFFER, above
+ * rm_session_step_report): a step does not wait for the coordinator.
  *
  * STRAGGLER GATE (backup, deadline, auto; coordinator/core/step_gate.c;
  * the worker side is the step engine, session/step_policy.c). Step s is the
@@ -169,6 +170,7 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   return rc == RM__G_UNAVAILABLE || rc == RM__G_DEADLINE ? RETRY : REFUSED;
 }
 
+/* Under rmu. */
 static void rbuf_push(rm_session_t *s, const rm__report_t *e)
 {
   if (s->rbuf_n == RM__REPORT_BUF_MAX) { /* full: the oldest goes */
@@ -182,7 +184,7 @@ static void rbuf_push(rm_session_t *s, const rm__report_t *e)
 }
 
 /* Buffered reports the coordinator will refuse (FAILED_PRECONDITION: not
- * the generation it runs) are dropped with one line. */
+ * the generation it runs) are dropped with one line. Under rmu. */
 static void rbuf_drop(rm_session_t *s, const char *why)
 {
   if (s->rbuf_n == 0) return;
@@ -196,48 +198,138 @@ static void rbuf_drop(rm_session_t *s, const char *why)
   s->rbuf_head = s->rbuf_n = 0;
 }
 
-/* The backlog first (oldest first, at most RM__REPORT_FLUSH_MAX calls),
- * then e; whatever is not delivered for a transport reason is kept. */
-static void report_deliver(rm_session_t *s, const rm__report_t *e)
+/* Wait on rcv up to ms (or until stopped). Under rmu. */
+static void rwait(rm_session_t *s, int ms)
 {
-  int sent = 0, out = SENT;
-
-  while (s->rbuf_n && sent < RM__REPORT_FLUSH_MAX) {
-    out = report_send(s, &s->rbuf[s->rbuf_head]);
-    if (out == RETRY) break;
-    sent++;
-    s->rbuf_head = (s->rbuf_head + 1) % RM__REPORT_BUF_MAX;
-    s->rbuf_n--;
-    if (out == REFUSED) {
-      rbuf_drop(s, "the coordinator refused them (stale generation or unknown worker)");
-      return; /* it would refuse e as well */
-    }
-    if (rm__session_is_stale(s)) break;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
   }
-  if (out == SENT && s->rbuf_n == 0) out = report_send(s, e);
-  else if (out == SENT) out = RETRY; /* keep the order: e waits its turn */
-  if (out == RETRY) rbuf_push(s, e);
+  pthread_cond_timedwait(&s->rcv, &s->rmu, &ts);
 }
 
-/* REPORT BUFFER. A ReportStep that fails with a transport status
- * (UNAVAILABLE, DEADLINE_EXCEEDED: coordinator down, restarting or
- * unreachable; the data plane does not need it, so training goes on) keeps
- * its report in s->rbuf, a ring of the last RM__REPORT_BUF_MAX (oldest
- * dropped and counted in rbuf_overflow; ~120 KiB inside the session, no
- * allocation; excluded ranks kept up to RM__REPORT_EXCLUDED_MAX). Each later
- * report first delivers the backlog, oldest first, at most
- * RM__REPORT_FLUSH_MAX calls per step, each with its own 5 s deadline; the
- * first transport failure stops the flush (one failing call per step while
- * the coordinator is away, as without the buffer), and a report is sent
- * only after every older one, so the coordinator sees steps in order.
- * Buffered reports carry their generation. A restarted coordinator
- * re-forms at the next generation (job.c rm__job_resume) and accepts a
- * report of an earlier generation from a worker that was a member of it as
- * a late report (rpc.c, LATE STEP REPORTS: step history only), so the
- * backlog is delivered also after the session re-joined, before the new
- * generation's reports (the order holds). Reports the coordinator refuses
- * (FAILED_PRECONDITION: a worker it does not know as a member of that
- * generation) are dropped with one warning line (counted in rbuf_stale). */
+/* REPORTER. The thread that delivers s->rbuf, oldest first, one ReportStep
+ * call at a time (each with its own 5 s deadline), so a step never waits
+ * for the coordinator: while it is away (stopped, stalled, restarting,
+ * cut off) the reports queue here and training goes on over the data
+ * plane. After a transport failure it tries again every RETRY_MS. A call
+ * that fails or takes over SLOW_NS (a stopped coordinator holds it until
+ * it resumes) is logged once ("did not answer for N ms ... training goes
+ * on"), and once the queue is empty again, how many reports it delivered
+ * since: the steps trained while the coordinator was away. */
+#define RETRY_MS 250
+#define SYNC_MS 1000 /* SYNC WHILE ANSWERED (rm_session_step_report) */
+#define SLOW_NS (1000LL * 1000000LL) /* a call this long: the coordinator is away */
+static void *reporter(void *arg)
+{
+  rm_session_t *s = arg;
+  int failing = 0;
+  uint64_t queued_at_fail = 0, sent_since = 0;
+  int64_t fail_ns = 0;
+  pthread_mutex_lock(&s->rmu);
+  while (!s->r_stop || s->rbuf_n) {
+    if (!s->rbuf_n) {
+      rwait(s, 1000);
+      continue;
+    }
+    rm__report_t e = s->rbuf[s->rbuf_head];
+    s->r_busy = 1;
+    pthread_mutex_unlock(&s->rmu);
+    int64_t t0 = rm__now_ns();
+    int out = report_send(s, &e);
+    int64_t took = rm__now_ns() - t0;
+    pthread_mutex_lock(&s->rmu);
+    s->r_busy = 0;
+    pthread_cond_broadcast(&s->rcv);
+    if (!failing && (out == RETRY || took > SLOW_NS)) {
+      RM_WARN("ReportStep: the coordinator did not answer for %lld ms (%s); step "
+              "reports queue here (at most %d) and training goes on",
+              (long long)(took / 1000000), out == RETRY ? "unreachable" : "slow",
+              RM__REPORT_BUF_MAX);
+      queued_at_fail = s->rbuf_n;
+      failing = 1;
+      fail_ns = t0;
+    }
+    if (out == RETRY) {
+      s->r_away = 1;
+      if (s->r_stop) break; /* closing: what is left is lost */
+      rwait(s, RETRY_MS);
+      continue;
+    }
+    /* the head may have moved (a full ring dropped its oldest meanwhile) */
+    if (s->rbuf_n && s->rbuf[s->rbuf_head].step == e.step &&
+        s->rbuf[s->rbuf_head].generation == e.generation) {
+      s->rbuf_head = (s->rbuf_head + 1) % RM__REPORT_BUF_MAX;
+      s->rbuf_n--;
+    }
+    if (out == REFUSED) {
+      rbuf_drop(s, "the coordinator refused them (stale generation or unknown worker)");
+      failing = 0;
+      continue;
+    }
+    if (failing) sent_since++; /* this one included */
+    if (failing && s->rbuf_n == 0) {
+      RM_WARN("ReportStep: the coordinator answers again; %llu queued step reports "
+              "delivered (%llu queued when it stopped answering, %lld ms ago)",
+              (unsigned long long)sent_since, (unsigned long long)queued_at_fail,
+              (long long)((rm__now_ns() - fail_ns) / 1000000));
+      failing = 0;
+      sent_since = 0;
+    }
+    if (s->rbuf_n == 0) s->r_away = 0; /* SYNC WHILE ANSWERED again */
+  }
+  pthread_mutex_unlock(&s->rmu);
+  return NULL;
+}
+
+void rm__session_reports_flush(rm_session_t *s, int ms)
+{
+  int64_t until = rm__now_ns() + (int64_t)ms * 1000000;
+  pthread_mutex_lock(&s->rmu);
+  while ((s->rbuf_n || s->r_busy) && s->r_on && rm__now_ns() < until) rwait(s, 50);
+  if (s->rbuf_n)
+    RM_WARN("ReportStep: %zu step reports still undelivered after %d ms; leaving "
+            "without them", s->rbuf_n, ms);
+  pthread_mutex_unlock(&s->rmu);
+}
+
+void rm__session_reports_stop(rm_session_t *s)
+{
+  if (!s->r_on) return;
+  pthread_mutex_lock(&s->rmu);
+  s->r_stop = 1;
+  pthread_cond_broadcast(&s->rcv);
+  pthread_mutex_unlock(&s->rmu);
+  pthread_join(s->rthread, NULL);
+  s->r_on = 0;
+}
+
+/* REPORT BUFFER. Every report goes into s->rbuf, a ring of the last
+ * RM__REPORT_BUF_MAX (oldest dropped and counted in rbuf_overflow; ~120
+ * KiB inside the session, no allocation; excluded ranks kept up to
+ * RM__REPORT_EXCLUDED_MAX), and the REPORTER thread delivers it. While the
+ * coordinator answers, the step waits for that (SYNC WHILE ANSWERED, below:
+ * it must know each member's step when it re-forms); once it does not
+ * answer within SYNC_MS, steps stop waiting until the queue is empty again. A ReportStep that fails with a transport status
+ * (UNAVAILABLE, DEADLINE_EXCEEDED: coordinator down, restarting, stalled or
+ * unreachable; the data plane does not need it) keeps its report, and the
+ * reporter tries again; a report is sent only after every older one, so
+ * the coordinator sees steps in order. What the coordinator answers
+ * (a new generation, the job's end) is acted on when the answer comes,
+ * seen by the next step (rm__session_moved_on). Buffered reports carry
+ * their generation. A restarted coordinator re-forms at the next
+ * generation (job.c rm__job_resume) and accepts a report of an earlier
+ * generation from a worker that was a member of it as a late report (rpc.c,
+ * LATE STEP REPORTS: step history only), so the backlog is delivered also
+ * after the session re-joined, before the new generation's reports (the
+ * order holds). Reports the coordinator refuses (FAILED_PRECONDITION: a
+ * worker it does not know as a member of that generation) are dropped with
+ * one warning line (counted in rbuf_stale). Leave waits (bounded) for the
+ * queue to empty first (rm__session_reports_flush). */
 rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 {
   rm__report_t e;
@@ -248,7 +340,34 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
   pthread_mutex_unlock(&s->mu);
   report_of(s, rep, &e);
   recovered_line(s, rep->step);
-  report_deliver(s, &e);
+  pthread_mutex_lock(&s->rmu);
+  rbuf_push(s, &e);
+  if (!s->r_on) {
+    s->r_stop = 0;
+    s->r_on = pthread_create(&s->rthread, NULL, reporter, s) == 0;
+  }
+  pthread_cond_broadcast(&s->rcv);
+  /* SYNC WHILE ANSWERED: while the coordinator answers, the step waits for
+   * its report to be delivered (up to SYNC_MS), so the coordinator knows
+   * each member's step when it re-forms a generation; once a report is not
+   * delivered in time the coordinator is away (r_away) and steps go on
+   * without waiting until the reporter has emptied the queue again. */
+  int64_t until = rm__now_ns() + SYNC_MS * 1000000LL;
+  while (s->r_on && !s->r_away && (s->rbuf_n || s->r_busy) && rm__now_ns() < until)
+    rwait(s, (int)((until - rm__now_ns()) / 1000000) + 1);
+  if (s->r_on && (s->rbuf_n || s->r_busy)) s->r_away = 1;
+  pthread_mutex_unlock(&s->rmu);
+  if (!s->r_on) { /* no thread: deliver from this one, as best it can */
+    pthread_mutex_lock(&s->rmu);
+    rm__report_t h = s->rbuf[s->rbuf_head];
+    pthread_mutex_unlock(&s->rmu);
+    if (report_send(s, &h) != RETRY) {
+      pthread_mutex_lock(&s->rmu);
+      s->rbuf_head = (s->rbuf_head + 1) % RM__REPORT_BUF_MAX;
+      s->rbuf_n--;
+      pthread_mutex_unlock(&s->rmu);
+    }
+  }
   return rm__session_moved_on(s);
 }
 
