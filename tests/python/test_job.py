@@ -9,6 +9,9 @@ coordinator (local launcher), with the one command a user types:
                               parameters equal 1-process training within 1e-4
                               (see test_train.py for the tolerance), and the
                               job's result is rank 0's summary (accuracy)
+  test_job.py ddp_spec        the unchanged DDP mode (3 workers) under
+                              secure_aggregation and under aggregation
+                              median: each job fails with the refusal's words
   test_job.py elastic_shrink  4 workers, on_failure shrink, --mode elastic, 400
                               steps (15 ms each), commit every 10 steps; once
                               rank 0 passed step 100 the PROGRAM of launch
@@ -139,6 +142,36 @@ def elastic_shrink(c):
           % (lost[0].get("message"), time.monotonic() - t0))
 
 
+def ddp_spec(c):
+    """The unchanged DDP program (digits.py --mode ddp: init_process_group +
+    DistributedDataParallel, nothing else) in jobs whose spec asks for what
+    its plain bucket all-reduces do not give: the library refuses the first
+    bucket before it is sent and the job fails with the words; never a
+    success with the spec ignored (SPEC USE, docs/pytorch.md)."""
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    cases = [({"secure_aggregation": {"clip": 1.0}},
+              ["spec not applied", "secure_aggregation", "refused before it was sent"]),
+             ({"aggregation": {"method": "median", "f": 1}},
+              ["spec not applied", "robust aggregation", "rm_aggregate"])]
+    for extra, words in cases:
+        body = dict({"name": "ddp-spec", "world_size": 3, "workload": "command",
+                     "launcher": "local", "env": env,
+                     "command": [rmtest.PY, rmtest.EXAMPLE, "--mode", "ddp", "--steps", "20"]},
+                    **extra)
+        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+        assert st == 201, (st, job)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            j = c.get("/api/v1/jobs/%d" % job["id"])
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        assert j["state"] == "failed", (extra, j)
+        for w in words:
+            assert w in j.get("reason", ""), (w, j)
+        print("ddp under %s: failed: %s" % (extra, j["reason"][:160]))
+
+
 def main():
     rmtest.require(torch=True)
     rm_bin, worker = arg("--coordinator"), arg("--worker")
@@ -149,6 +182,8 @@ def main():
         try:
             if what == "elastic_shrink":
                 elastic_shrink(c)
+            elif what == "ddp_spec":
+                ddp_spec(c)
             else:
                 train_job(c, what)
         finally:
