@@ -837,6 +837,8 @@ class Step:
         self.loss, self.accuracy, self.number = loss, accuracy, 0
 
     def __enter__(self):
+        global _explicit_steps
+        _explicit_steps = True  # the program times its steps: the DDP hook does not
         d = _default
         if d.session:
             st = _sfn("rm_session_step_begin")(d.session)
@@ -859,6 +861,34 @@ class Step:
                 raise d.error(st, "rm_session_step_end")
             d.step = _sfn("rm_session_step")(d.session)
         return False
+
+
+_explicit_steps = False
+
+
+def _auto_step_begin():
+    """The torch backend's step clock (ringmaster.torch, STEPS WITHOUT CODE):
+    rm_session_step_begin, unless the program reports its own steps."""
+    d = _default
+    if d.session and not _explicit_steps:
+        st = _sfn("rm_session_step_begin")(d.session)
+        if st:
+            raise d.error(st, "rm_session_step_begin")
+
+
+def _auto_step_end():
+    """The end of a step the torch backend saw (the last bucket of a
+    synchronized DDP backward): reported as the program's, then the next
+    step's clock starts. No-op outside a session or when the program
+    reports its own steps with ringmaster.step()."""
+    d = _default
+    if not d.session or _explicit_steps:
+        return
+    st = _sfn("rm_session_step_end")(d.session, math.nan, math.nan)
+    if st:
+        raise d.error(st, "rm_session_step_end")
+    d.step = _sfn("rm_session_step")(d.session)
+    _auto_step_begin()
 
 
 def step(loss=None, accuracy=None):

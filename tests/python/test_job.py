@@ -7,8 +7,10 @@ coordinator (local launcher), with the one command a user types:
                               rank prints the same final parameter hash, the
                               verify checks (every 25 steps) pass, the
                               parameters equal 1-process training within 1e-4
-                              (see test_train.py for the tolerance), and the
-                              job's result is rank 0's summary (accuracy)
+                              (see test_train.py for the tolerance), the
+                              job's result is rank 0's summary (accuracy), and
+                              the job reports all 300 steps with compute and
+                              communication times (ddp: by the backend)
   test_job.py ddp_spec        the unchanged DDP mode (3 workers) under
                               secure_aggregation and under aggregation
                               median: each job fails with the refusal's words
@@ -88,6 +90,13 @@ def train_job(c, mode):
     assert diff <= TOL, diff
     job = c.get("/api/v1/jobs/%d" % job_id_of(out))
     assert job["state"] == "succeeded", job
+    # every step reported: DDP mode by the backend (STEPS WITHOUT CODE, no
+    # ringmaster.step() in the program), the optimizer mode by the program
+    assert job["step"] == 300, job
+    steps = c.get("/api/v1/jobs/%d/steps?rank=1&limit=1000" % job["id"])["steps"]
+    got = sorted(x["step"] for x in steps if x["rank"] == 1)
+    assert got == list(range(1, 301)), (len(got), got[:5], got[-5:])
+    assert all(x["comm_ms"] > 0 and x["compute_ms"] > 0 for x in steps), steps[:3]
     result = job.get("result") or {}
     assert abs(float(result.get("accuracy", -1)) - res[0]["accuracy"]) < 1e-6, job
 

@@ -293,6 +293,66 @@ if "RINGMASTER" not in dist.Backend._plugins:
     dist.Backend.register_backend("ringmaster", _create)
 
 
+# ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------
+# An unchanged DistributedDataParallel model on this backend reports its steps
+# to the coordinator by itself: when DDP is built over a ProcessGroupRingmaster
+# the backend registers a communication hook that all-reduces each bucket as
+# DDP's own default does (divide by the world, then sum: the same numbers) and,
+# at the reducer's last bucket of a synchronized backward, ends the step
+# (rm_session_step_end: compute = wall time - time in collectives, comm = time
+# in collectives) and starts the next one's clock. So ONE STEP = ONE
+# SYNCHRONIZED DDP BACKWARD (a no_sync() backward all-reduces nothing and is
+# not a step); the first step's clock starts when the DDP model is built. A
+# program that reports its own steps (ringmaster.step()) keeps them: the hook
+# then only all-reduces. A hook the program registers itself is kept and run
+# in ours (DDP takes one hook only); register_builtin_comm_hook is not.
+_ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
+_ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
+
+
+def _rm_bucket_hook(state, bucket):
+    ddp = state
+    user = getattr(ddp, "_rm_user_hook", None)
+    if user is not None:
+        fut = user[1](user[0], bucket)
+    else:
+        t = bucket.buffer()
+        t.div_(ddp.process_group.size())
+        ddp.process_group.allreduce([t])  # synchronous: the Work is already done
+        fut = torch.futures.Future()
+        fut.set_result(t)
+    if bucket.is_last():
+        if fut.done():
+            _rm._auto_step_end()
+        else:
+            def after(f):
+                _rm._auto_step_end()
+                return f.value()
+            fut = fut.then(after)
+    return fut
+
+
+def _rm_ddp_init(self, module, *a, **k):
+    _ddp_init(self, module, *a, **k)
+    if isinstance(getattr(self, "process_group", None), ProcessGroupRingmaster):
+        _ddp_register(self, self, _rm_bucket_hook)
+        self._rm_hooked = True
+        _rm._auto_step_begin()
+
+
+def _rm_ddp_register(self, state, hook):
+    if getattr(self, "_rm_hooked", False):
+        if getattr(self, "_rm_user_hook", None) is not None:
+            raise RuntimeError("register_comm_hook can only be called once")
+        self._rm_user_hook = (state, hook)
+        return
+    _ddp_register(self, state, hook)
+
+
+torch.nn.parallel.DistributedDataParallel.__init__ = _rm_ddp_init
+torch.nn.parallel.DistributedDataParallel.register_comm_hook = _rm_ddp_register
+
+
 # ---- Horovod-style helpers ---------------------------------------------------
 def _tensors_of(params):
     if isinstance(params, dict):
