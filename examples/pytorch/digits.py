@@ -162,6 +162,8 @@ def main():
         rmt.broadcast_parameters(model.state_dict(), root_rank=0)
         rmt.broadcast_optimizer_state(opt, root_rank=0)
     dist_mode = args.mode != "single"
+    if dist_mode:
+        ringmaster.set_total_steps(args.steps)  # the job's progress: step s of args.steps
     net = model.module if args.mode == "ddp" else model
 
     def banner():

@@ -896,6 +896,15 @@ def step(loss=None, accuracy=None):
     return Step(loss, accuracy)
 
 
+def set_total_steps(total):
+    """Tell the coordinator this program's number of steps (carried by the
+    following step reports): a command job's progress is then "step S of
+    total" instead of the step alone. No-op outside a session."""
+    d = _default
+    if d.session:
+        _sfn("rm_session_set_total_steps")(d.session, int(total))
+
+
 def current_step():
     return _default.step
 

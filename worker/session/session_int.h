@@ -47,6 +47,7 @@ typedef struct rm__report {
   uint32_t use_secure, use_gated;
   uint64_t use_plain;
   char use_agg[16];
+  uint64_t total_steps;
 } rm__report_t;
 
 enum { RM__G_OK = 0, RM__G_INVALID_ARGUMENT = 3, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
@@ -140,6 +141,7 @@ struct rm_session {
    * (the next report carries the differences) */
   uint64_t use_secure, use_gated;
   uint64_t use0_secure, use0_gated, use0_plain, use0_agg;
+  uint64_t total_steps;         /* rm_session_set_total_steps; 0 unknown */
 };
 
 /* session_live.c */

@@ -155,6 +155,7 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   q.use_secure_sums = e->use_secure;
   q.use_gated = e->use_gated;
   q.use_plain_bytes = e->use_plain;
+  q.total_steps = e->total_steps;
   rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
                     &ringmaster__v1__report_step_response__descriptor,
                     (ProtobufCMessage **)&r, 5000, msg, sizeof msg);

@@ -74,8 +74,14 @@ void rm__session_use_arm(rm_session_t *s, rm_comm_t *comm)
   comm->use_ctx = s;
 }
 
+void rm_session_set_total_steps(rm_session_t *s, uint64_t total)
+{
+  if (s) s->total_steps = total;
+}
+
 void rm__session_use_fill(rm_session_t *s, rm__report_t *e)
 {
+  e->total_steps = s->total_steps;
   rm_comm_t *c = s->comm;
   uint64_t plain = c ? c->use_plain_bytes : s->use0_plain;
   uint64_t agg = c ? c->use_agg_calls : s->use0_agg;
