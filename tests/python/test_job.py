@@ -12,8 +12,13 @@ coordinator (local launcher), with the one command a user types:
                               the job reports all 300 steps with compute and
                               communication times (ddp: by the backend)
   test_job.py ddp_spec        the unchanged DDP mode (3 workers) under
-                              secure_aggregation and under aggregation
-                              median: each job fails with the refusal's words
+                              secure_aggregation, centered_clip and median
+                              with clip_norm (whole-vector: not per bucket):
+                              each job fails with the refusal's words
+  test_job.py ddp_robust      an unchanged DDP regression, 4 workers, one
+                              sign-flip attacker: median and trimmed_mean
+                              (per DDP bucket, bitwise equal to the whole-
+                              gradient method) end near w*, plain mean does not
   test_job.py elastic_shrink  4 workers, on_failure shrink, --mode elastic, 400
                               steps (15 ms each), commit every 10 steps; once
                               rank 0 passed step 100 the PROGRAM of launch
@@ -160,7 +165,11 @@ def ddp_spec(c):
     env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
     cases = [({"secure_aggregation": {"clip": 1.0}},
               ["spec not applied", "secure_aggregation", "refused before it was sent"]),
-             ({"aggregation": {"method": "median", "f": 1}},
+             # whole-vector methods are not applied per DDP bucket (ddp_robust
+             # has the coordinate-wise ones, which are)
+             ({"aggregation": {"method": "centered_clip", "f": 1}},
+              ["spec not applied", "robust aggregation", "rm_aggregate"]),
+             ({"aggregation": {"method": "median", "f": 1, "clip_norm": 5.0}},
               ["spec not applied", "robust aggregation", "rm_aggregate"])]
     for extra, words in cases:
         body = dict({"name": "ddp-spec", "world_size": 3, "workload": "command",
@@ -181,6 +190,45 @@ def ddp_spec(c):
         print("ddp under %s: failed: %s" % (extra, j["reason"][:160]))
 
 
+def ddp_robust(c):
+    """The unchanged DDP regression of ddp_robust_prog.py, 4 workers, the
+    last one flipping and scaling its gradient: under aggregation median and
+    trimmed_mean (f = 1; applied per DDP bucket by the backend) the job
+    succeeds near w* and the gradient DDP applied equals the method on the
+    whole flattened gradient bitwise; with no aggregation the same run ends
+    far from w* (so the test can fail)."""
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_robust_prog.py")
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    errs = {}
+    for method in ("median", "trimmed_mean", None):
+        body = {"name": "ddp-robust", "world_size": 4, "workload": "command",
+                "launcher": "local", "env": env, "command": [rmtest.PY, prog]}
+        if method:
+            body["aggregation"] = {"method": method, "f": 1}
+        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+        assert st == 201, (st, job)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            j = c.get("/api/v1/jobs/%d" % job["id"])
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        assert j["state"] == "succeeded", (method, j)
+        assert j["step"] == 60 and j["steps_total"] in (0, 60), j
+        res = []
+        for f in sorted(glob.glob(os.path.join(c.logs, "job-%d" % job["id"], "worker-*.log"))):
+            with open(f, errors="replace") as fh:
+                res += rmtest.results(fh.read())
+        assert len(res) == 4, res
+        errs[method] = max(r["rel_err"] for r in res)
+        if method:
+            assert all(r["exact"] is True and max(r["buckets"]) >= 2 for r in res), res
+        print("ddp, one sign-flip attacker of 4, aggregation %s: relative error %.3g"
+              % (method or "none (mean)", errs[method]))
+    assert errs["median"] < 0.05 and errs["trimmed_mean"] < 0.05, errs
+    assert not errs[None] < 0.5, errs  # the plain average is dragged away
+
+
 def main():
     rmtest.require(torch=True)
     rm_bin, worker = arg("--coordinator"), arg("--worker")
@@ -193,6 +241,8 @@ def main():
                 elastic_shrink(c)
             elif what == "ddp_spec":
                 ddp_spec(c)
+            elif what == "ddp_robust":
+                ddp_robust(c)
             else:
                 train_job(c, what)
         finally:
