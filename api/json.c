@@ -173,7 +173,7 @@ static void jw_job_fields(rm__sbuf_t *b, const rm_job_info_t *j, int with_token)
   kv_i64(b, "workers_joined", j->workers_joined);
   kv_i64(b, "workers_alive", j->workers_alive);
   kv_i64(b, "step", (int64_t)j->step);
-  kv_i64(b, "steps_total", (int64_t)j->spec.steps);
+  kv_i64(b, "steps_total", (int64_t)rm_job_steps_total(j));
   kv_i64(b, "restarts", j->restarts);
   kv_i64(b, "created_ms", j->created_ms);
   kv_i64(b, "started_ms", j->started_ms);

@@ -151,7 +151,7 @@ static void tick_job(rm_api_t *api, memtab_t *t, const rm_job_info_t *j)
   m->hash = h;
   ev = json_pack("{s:I,s:s,s:I,s:I,s:i,s:i,s:I,s:o,s:o,s:o}", "job_id", (json_int_t)j->id,
                  "state", rm_job_state_name(j->state), "step", (json_int_t)j->step,
-                 "steps_total", (json_int_t)j->spec.steps, "world", j->world, "workers_alive",
+                 "steps_total", (json_int_t)rm_job_steps_total(j), "world", j->world, "workers_alive",
                  j->workers_alive, "now_ms", (json_int_t)rm__wall_ms(), "workers", workers,
                  "samples", samples, "barriers", barriers);
   text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;

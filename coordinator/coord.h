@@ -348,7 +348,20 @@ typedef struct rm_job_info {
    * restart and in a new generation (core/step_gate.c). */
   rm_mitigation_t mitigation;
   uint64_t mitigation_step;
+  /* A command job's program's own number of steps, from its step reports
+   * (rm_session_set_total_steps); 0 unknown. Memory only (the next report
+   * after a restart tells it again). rm_job_steps_total() reads it. */
+  uint64_t steps_program;
 } rm_job_info_t;
+
+/* The total a job's progress is shown against: the program's own for a
+ * command job (0 = unknown: show the step alone; the spec's "steps" is
+ * the program's only if it reads it), the spec's steps otherwise. */
+static inline uint64_t rm_job_steps_total(const rm_job_info_t *j)
+{
+  if (j->steps_program) return j->steps_program;
+  return strcmp(j->spec.workload, "command") == 0 ? 0 : j->spec.steps;
+}
 
 /* Validate and store a new job. OUT: *out (with id and token) on success.
  * err may be NULL. */

@@ -212,6 +212,8 @@ typedef struct rm__job {
    * ("" / 0 until it attached; a restarted coordinator learns it again) */
   char master_addr[128];
   uint32_t master_port;
+  /* spec_use.c: straggler_policy_unused was raised (once a job); memory only */
+  int spec_use_warned;
 } rm__job_t;
 
 /* Worker `id` of j (binary search: workers are appended in id order), or

@@ -93,6 +93,10 @@ function stream(query, handlers) {
 const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
 
 /* ---- jobs view ---- */
+/* "12 / 300"; "12" when the total is unknown (a command job whose program
+ * did not tell it: coordinator rm_job_steps_total) */
+const stepOf = (step, total) => total ? `${fmtInt(step)} / ${fmtInt(total)}` : fmtInt(step);
+
 function jobRow(j) {
   const size = j.spec.world_size || j.spec.max_workers;
   const pct = j.steps_total ? Math.min(100, (100 * j.step) / j.steps_total) : 0;
@@ -100,7 +104,7 @@ function jobRow(j) {
     el('td', { class: 'num', text: j.id }), el('td', { text: j.spec.name }), el('td', {}, badge(j.state)),
     el('td', { class: 'num', text: `${j.workers_alive}/${size}` }),
     el('td', {}, el('div', { class: 'progress-cell' }, el('div', { class: 'progress' }, el('div', { class: 'bar', style: `width:${pct}%` })),
-      el('span', { class: 'muted', text: `${fmtInt(j.step)} / ${fmtInt(j.steps_total)}` }))),
+      el('span', { class: 'muted', text: stepOf(j.step, j.steps_total) }))),
     el('td', { class: 'muted', text: fmtAge(j.created_ms), title: new Date(j.created_ms).toLocaleString() }));
   tr.addEventListener('click', () => go(`/jobs/${j.id}`));
   return tr;
@@ -130,7 +134,7 @@ async function viewJobs() {
       tr.children[2].replaceChildren(badge(p.state));
       tr.children[3].textContent = `${p.workers_alive}/${tr.children[3].textContent.split('/')[1]}`;
       tr.querySelector('.bar').style.width = `${pct}%`;
-      tr.querySelector('.progress-cell .muted').textContent = `${fmtInt(p.step)} / ${fmtInt(p.steps_total)}`;
+      tr.querySelector('.progress-cell .muted').textContent = stepOf(p.step, p.steps_total);
     },
     reset: reload,
   });
@@ -379,7 +383,7 @@ class JobView {
   renderState(state, step, total) {
     $('#job-state').replaceWith(Object.assign(badge(state), { id: 'job-state' }));
     $('#job-bar').style.width = `${total ? Math.min(100, (100 * step) / total) : 0}%`;
-    $('#job-progress').textContent = `step ${fmtInt(step)} of ${fmtInt(total)}`;
+    $('#job-progress').textContent = total ? `step ${fmtInt(step)} of ${fmtInt(total)}` : `step ${fmtInt(step)}`;
     $('#cancel-btn').disabled = ['succeeded', 'failed', 'cancelled'].includes(state);
   }
 

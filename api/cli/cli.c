@@ -260,7 +260,10 @@ static void print_jobs(json_t *arr)
     long long size = rm__cli_jint(spec, "world_size") ? rm__cli_jint(spec, "world_size") : rm__cli_jint(spec, "max_workers");
     snprintf(id, sizeof id, "%lld", rm__cli_jint(j, "id"));
     snprintf(workers, sizeof workers, "%lld/%lld", rm__cli_jint(j, "workers_alive"), size);
-    snprintf(step, sizeof step, "%lld/%lld", rm__cli_jint(j, "step"), rm__cli_jint(j, "steps_total"));
+    if (rm__cli_jint(j, "steps_total")) /* 0: a command job's program did not tell it */
+      snprintf(step, sizeof step, "%lld/%lld", rm__cli_jint(j, "step"), rm__cli_jint(j, "steps_total"));
+    else
+      snprintf(step, sizeof step, "%lld", rm__cli_jint(j, "step"));
     fmt_age(age, sizeof age, rm__cli_jint(j, "created_ms"));
     const char *row[] = {id, rm__cli_jstr(spec, "name"), rm__cli_jstr(j, "state"), workers, step, age,
                          rm__cli_jstr(j, "reason")};
@@ -312,8 +315,11 @@ static void print_job(json_t *j)
   printf("job %lld  %s\n", rm__cli_jint(j, "id"), rm__cli_jstr(spec, "name"));
   printf("  state       %s%s%s\n", rm__cli_jstr(j, "state"), *rm__cli_jstr(j, "reason") ? "  - " : "",
          rm__cli_jstr(j, "reason"));
-  printf("  progress    step %lld of %lld, generation %lld, %lld of %lld workers alive\n",
-         rm__cli_jint(j, "step"), rm__cli_jint(j, "steps_total"), rm__cli_jint(j, "generation"), rm__cli_jint(j, "workers_alive"),
+  char total[32] = ""; /* steps_total 0: a command job's program did not tell it */
+  if (rm__cli_jint(j, "steps_total"))
+    snprintf(total, sizeof total, " of %lld", rm__cli_jint(j, "steps_total"));
+  printf("  progress    step %lld%s, generation %lld, %lld of %lld workers alive\n",
+         rm__cli_jint(j, "step"), total, rm__cli_jint(j, "generation"), rm__cli_jint(j, "workers_alive"),
          rm__cli_jint(j, "workers_joined"));
   printf("  workload    %s (%s)  algorithm %s  dtype %s  launcher %s\n", rm__cli_jstr(spec, "workload"),
          *rm__cli_jstr(spec, "workload_options") ? rm__cli_jstr(spec, "workload_options") : "defaults",

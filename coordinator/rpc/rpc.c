@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/spec_use.h"
 #include "rpc/rpc_int.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
@@ -466,7 +467,10 @@ static void on_report_step(rm_coord_t *c, rm__call_t *call,
   if (!(w = find_worker(c, call, j, q->worker_id))) return;
   if (late_report(c, call, j, w, q)) return;
   if (check_member(c, call, j, w, q->generation)) return;
-  if (!rm_job_state_terminal(j->info.state)) {
+  rm__spec_use_t u = {q->use_known, q->step, q->use_aggregation, q->use_secure_sums,
+                      q->use_gated, q->use_plain_bytes, q->use_refused};
+  if (q->total_steps) j->info.steps_program = q->total_steps;
+  if (!rm_job_state_terminal(j->info.state) && !rm__spec_use_step(c, j, w, &u)) {
     rm_step_sample_t s;
     sample_of(&s, q, w->rank, w->last_wall_ms);
     rm__job_step(c, j, w, &s);

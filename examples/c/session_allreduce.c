@@ -115,6 +115,7 @@ int main(int argc, char **argv)
     return 1;
   }
   if (!steps) steps = rm_session_spec_uint(s, "steps");
+  rm_session_set_total_steps(s, steps); /* the job's progress: step s of steps */
   float *buf = malloc((count ? count : 1) * sizeof *buf);
   if (!buf) return 1;
   banner(s);

@@ -13,7 +13,8 @@
 
 Modes:
   ddp        dist.init_process_group("ringmaster") + an unchanged
-             DistributedDataParallel (--backend gloo for comparison)
+             DistributedDataParallel (--backend gloo for comparison); the
+             backend reports its steps (one per synchronized backward)
   optimizer  ringmaster.torch.DistributedOptimizer (Horovod's manner)
   elastic    DistributedOptimizer inside ringmaster.torch.elastic.run: a lost
              peer rolls back to the last commit, re-forms, goes on
@@ -161,6 +162,8 @@ def main():
         rmt.broadcast_parameters(model.state_dict(), root_rank=0)
         rmt.broadcast_optimizer_state(opt, root_rank=0)
     dist_mode = args.mode != "single"
+    if dist_mode:
+        ringmaster.set_total_steps(args.steps)  # the job's progress: step s of args.steps
     net = model.module if args.mode == "ddp" else model
 
     def banner():
@@ -212,10 +215,10 @@ def main():
         if dist_mode:
             rank, world = ringmaster.rank(), ringmaster.size()
         for s in range(args.steps):
-            if dist_mode:
+            if dist_mode and args.mode != "ddp":
                 with ringmaster.step() as st:
                     st.loss = one_step(s, rank, world)
-            else:
+            else:  # ddp: the backend reports each synchronized backward as a step
                 one_step(s, rank, world)
             if dist_mode and args.verify and (s + 1) % args.verify == 0:
                 verify(net, s + 1, rank, world)

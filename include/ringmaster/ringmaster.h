@@ -402,6 +402,12 @@ RM_EXTERN rm_status_t rm_session_step_begin(rm_session_t *s);
 RM_EXTERN rm_status_t rm_session_step_end(rm_session_t *s, double loss,
                                           double accuracy);
 
+/* The program's own number of steps (0 = unknown, the default), carried
+ * by every later step report: a command job's progress is then "step S of
+ * total", where without it the job shows the step alone (the spec's
+ * "steps" is the program's only if it reads it). */
+RM_EXTERN void rm_session_set_total_steps(rm_session_t *s, uint64_t total);
+
 /* A finished step with explicit figures (the built-in workloads). */
 typedef struct rm_step_report {
   size_t struct_size;        /* sizeof(rm_step_report_t) */

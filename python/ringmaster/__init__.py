@@ -837,6 +837,8 @@ class Step:
         self.loss, self.accuracy, self.number = loss, accuracy, 0
 
     def __enter__(self):
+        global _explicit_steps
+        _explicit_steps = True  # the program times its steps: the DDP hook does not
         d = _default
         if d.session:
             st = _sfn("rm_session_step_begin")(d.session)
@@ -861,9 +863,46 @@ class Step:
         return False
 
 
+_explicit_steps = False
+
+
+def _auto_step_begin():
+    """The torch backend's step clock (ringmaster.torch, STEPS WITHOUT CODE):
+    rm_session_step_begin, unless the program reports its own steps."""
+    d = _default
+    if d.session and not _explicit_steps:
+        st = _sfn("rm_session_step_begin")(d.session)
+        if st:
+            raise d.error(st, "rm_session_step_begin")
+
+
+def _auto_step_end():
+    """The end of a step the torch backend saw (the last bucket of a
+    synchronized DDP backward): reported as the program's, then the next
+    step's clock starts. No-op outside a session or when the program
+    reports its own steps with ringmaster.step()."""
+    d = _default
+    if not d.session or _explicit_steps:
+        return
+    st = _sfn("rm_session_step_end")(d.session, math.nan, math.nan)
+    if st:
+        raise d.error(st, "rm_session_step_end")
+    d.step = _sfn("rm_session_step")(d.session)
+    _auto_step_begin()
+
+
 def step(loss=None, accuracy=None):
     """``with ringmaster.step() as s: ...; s.loss = float(loss)``"""
     return Step(loss, accuracy)
+
+
+def set_total_steps(total):
+    """Tell the coordinator this program's number of steps (carried by the
+    following step reports): a command job's progress is then "step S of
+    total" instead of the step alone. No-op outside a session."""
+    d = _default
+    if d.session:
+        _sfn("rm_session_set_total_steps")(d.session, int(total))
 
 
 def current_step():

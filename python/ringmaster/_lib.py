@@ -217,6 +217,7 @@ _SESSION = {
     "rm_session_allreduce_step": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                           ctypes.POINTER(c_int)]),
     "rm_session_step_dropped": (c_int, [c_void_p]),
+    "rm_session_set_total_steps": (None, [c_void_p, ctypes.c_uint64]),
     # secure aggregation (issue 13)
     "rm_session_secure_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                             ctypes.POINTER(SecureInfo)]),

@@ -7,8 +7,18 @@ coordinator (local launcher), with the one command a user types:
                               rank prints the same final parameter hash, the
                               verify checks (every 25 steps) pass, the
                               parameters equal 1-process training within 1e-4
-                              (see test_train.py for the tolerance), and the
-                              job's result is rank 0's summary (accuracy)
+                              (see test_train.py for the tolerance), the
+                              job's result is rank 0's summary (accuracy), and
+                              the job reports all 300 steps with compute and
+                              communication times (ddp: by the backend)
+  test_job.py ddp_spec        the unchanged DDP mode (3 workers) under
+                              secure_aggregation, centered_clip and median
+                              with clip_norm (whole-vector: not per bucket):
+                              each job fails with the refusal's words
+  test_job.py ddp_robust      an unchanged DDP regression, 4 workers, one
+                              sign-flip attacker: median and trimmed_mean
+                              (per DDP bucket, bitwise equal to the whole-
+                              gradient method) end near w*, plain mean does not
   test_job.py elastic_shrink  4 workers, on_failure shrink, --mode elastic, 400
                               steps (15 ms each), commit every 10 steps; once
                               rank 0 passed step 100 the PROGRAM of launch
@@ -85,6 +95,13 @@ def train_job(c, mode):
     assert diff <= TOL, diff
     job = c.get("/api/v1/jobs/%d" % job_id_of(out))
     assert job["state"] == "succeeded", job
+    # every step reported: DDP mode by the backend (STEPS WITHOUT CODE, no
+    # ringmaster.step() in the program), the optimizer mode by the program
+    assert job["step"] == 300 and job["steps_total"] == 300, job  # not the spec's 100
+    steps = c.get("/api/v1/jobs/%d/steps?rank=1&limit=1000" % job["id"])["steps"]
+    got = sorted(x["step"] for x in steps if x["rank"] == 1)
+    assert got == list(range(1, 301)), (len(got), got[:5], got[-5:])
+    assert all(x["comm_ms"] > 0 and x["compute_ms"] > 0 for x in steps), steps[:3]
     result = job.get("result") or {}
     assert abs(float(result.get("accuracy", -1)) - res[0]["accuracy"]) < 1e-6, job
 
@@ -139,6 +156,79 @@ def elastic_shrink(c):
           % (lost[0].get("message"), time.monotonic() - t0))
 
 
+def ddp_spec(c):
+    """The unchanged DDP program (digits.py --mode ddp: init_process_group +
+    DistributedDataParallel, nothing else) in jobs whose spec asks for what
+    its plain bucket all-reduces do not give: the library refuses the first
+    bucket before it is sent and the job fails with the words; never a
+    success with the spec ignored (SPEC USE, docs/pytorch.md)."""
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    cases = [({"secure_aggregation": {"clip": 1.0}},
+              ["spec not applied", "secure_aggregation", "refused before it was sent"]),
+             # whole-vector methods are not applied per DDP bucket (ddp_robust
+             # has the coordinate-wise ones, which are)
+             ({"aggregation": {"method": "centered_clip", "f": 1}},
+              ["spec not applied", "robust aggregation", "rm_aggregate"]),
+             ({"aggregation": {"method": "median", "f": 1, "clip_norm": 5.0}},
+              ["spec not applied", "robust aggregation", "rm_aggregate"])]
+    for extra, words in cases:
+        body = dict({"name": "ddp-spec", "world_size": 3, "workload": "command",
+                     "launcher": "local", "env": env,
+                     "command": [rmtest.PY, rmtest.EXAMPLE, "--mode", "ddp", "--steps", "20"]},
+                    **extra)
+        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+        assert st == 201, (st, job)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            j = c.get("/api/v1/jobs/%d" % job["id"])
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        assert j["state"] == "failed", (extra, j)
+        for w in words:
+            assert w in j.get("reason", ""), (w, j)
+        print("ddp under %s: failed: %s" % (extra, j["reason"][:160]))
+
+
+def ddp_robust(c):
+    """The unchanged DDP regression of ddp_robust_prog.py, 4 workers, the
+    last one flipping and scaling its gradient: under aggregation median and
+    trimmed_mean (f = 1; applied per DDP bucket by the backend) the job
+    succeeds near w* and the gradient DDP applied equals the method on the
+    whole flattened gradient bitwise; with no aggregation the same run ends
+    far from w* (so the test can fail)."""
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_robust_prog.py")
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    errs = {}
+    for method in ("median", "trimmed_mean", None):
+        body = {"name": "ddp-robust", "world_size": 4, "workload": "command",
+                "launcher": "local", "env": env, "command": [rmtest.PY, prog]}
+        if method:
+            body["aggregation"] = {"method": method, "f": 1}
+        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+        assert st == 201, (st, job)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            j = c.get("/api/v1/jobs/%d" % job["id"])
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        assert j["state"] == "succeeded", (method, j)
+        assert j["step"] == 60 and j["steps_total"] in (0, 60), j
+        res = []
+        for f in sorted(glob.glob(os.path.join(c.logs, "job-%d" % job["id"], "worker-*.log"))):
+            with open(f, errors="replace") as fh:
+                res += rmtest.results(fh.read())
+        assert len(res) == 4, res
+        errs[method] = max(r["rel_err"] for r in res)
+        if method:
+            assert all(r["exact"] is True and max(r["buckets"]) >= 2 for r in res), res
+        print("ddp, one sign-flip attacker of 4, aggregation %s: relative error %.3g"
+              % (method or "none (mean)", errs[method]))
+    assert errs["median"] < 0.05 and errs["trimmed_mean"] < 0.05, errs
+    assert not errs[None] < 0.5, errs  # the plain average is dragged away
+
+
 def main():
     rmtest.require(torch=True)
     rm_bin, worker = arg("--coordinator"), arg("--worker")
@@ -149,6 +239,10 @@ def main():
         try:
             if what == "elastic_shrink":
                 elastic_shrink(c)
+            elif what == "ddp_spec":
+                ddp_spec(c)
+            elif what == "ddp_robust":
+                ddp_robust(c)
             else:
                 train_job(c, what)
         finally:

@@ -11,6 +11,7 @@
  * for count 0 or world 1 (they return at once).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "collectives/coll_int.h"
@@ -60,6 +61,10 @@ rm_status_t rm_allreduce_ex(rm_comm_t *comm, const void *send, void *recv,
   rm_status_t st = RM_OK;
   rm__reducer_t red = rm__reducer(dt, op);
   RM_CHECK(check_args(comm, send, recv, count, dt, op, algo));
+  int user_sum = !comm->use_internal && count > 0 && (op == RM_SUM || op == RM_AVG) &&
+                 (dt == RM_F32 || dt == RM_F64 || dt == RM_F16 || dt == RM_BF16);
+  /* before any byte moves: a command job's spec forbids plain float sums */
+  if (user_sum && comm->use_guard) return rm__use_refuse(comm, count * rm_dtype_size(dt));
   if (count > 0) RM_CHECK(rm__mem_classify(comm, bufs, 2, &device, &ordinal));
   sent0 = comm->bytes_sent;
   /* NCCL first (device/nccl.c), outside the device collective: attaching
@@ -92,6 +97,7 @@ out:
   if (st != RM_OK) return st;
   comm->allreduce_ns += rm__now_ns() - t0;
   comm->allreduce_bytes += count * esz;
+  if (user_sum) comm->use_plain_bytes += count * esz;
   if (info) {
     info->algorithm = chosen;
     info->predicted_us = predicted;
@@ -99,6 +105,30 @@ out:
     info->bytes_sent = comm->bytes_sent - sent0;
   }
   return RM_OK;
+}
+
+/* SPEC USE refusal: the words name what the spec asked, what the program
+ * did and what to call instead; the communicator is not failed (nothing
+ * moved, every rank of the job refuses alike). */
+rm_status_t rm__use_refuse(rm_comm_t *c, size_t bytes)
+{
+  char w[sizeof c->last_error];
+  if (c->use_guard & RM__USE_GUARD_SECURE)
+    snprintf(w, sizeof w,
+             "the job's spec asks for secure_aggregation, and rank %d's program called a "
+             "plain all-reduce (float sum/average, %zu bytes): refused before it was sent, "
+             "a plaintext gradient never leaves a worker of this job; sum gradients with "
+             "rm_session_secure_allreduce (Python: ringmaster.secure_allreduce, or "
+             "ringmaster.torch.DistributedOptimizer)", rm_comm_rank(c), bytes);
+  else
+    snprintf(w, sizeof w,
+             "the job's spec asks for a robust aggregation, and rank %d's program called a "
+             "plain all-reduce (float sum/average, %zu bytes), which would average the "
+             "gradients instead: refused; combine gradients with rm_aggregate on the "
+             "session's communicator (Python: ringmaster.aggregate, or "
+             "ringmaster.torch.DistributedOptimizer)", rm_comm_rank(c), bytes);
+  if (c->use_refused) c->use_refused(c->use_ctx, w);
+  return RM_ERR_DENIED;
 }
 
 rm_status_t rm_allreduce(rm_comm_t *comm, const void *send, void *recv,

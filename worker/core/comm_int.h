@@ -101,7 +101,27 @@ struct rm_comm {
    * session's step reports take differences (session/session_step.c) */
   int64_t allreduce_ns;
   uint64_t allreduce_bytes;
+  /* SPEC USE (session/session_use.c): what the program's calls applied,
+   * cumulative, counted at the public entry points only. use_internal > 0
+   * while a library collective (rm_aggregate, the straggler step engine, a
+   * secure sum) runs its own all-reduces: those are neither counted nor
+   * guarded. use_guard (set by a command job's session): a float SUM/AVG
+   * rm_allreduce of the program's own is refused before anything is sent
+   * (RM_ERR_DENIED; use_refused gets the words, on the caller's thread:
+   * the session keeps them as its last error and tells the coordinator). */
+  int use_internal, use_guard;
+  void (*use_refused)(void *ctx, const char *words);
+  void *use_ctx;
+  uint64_t use_plain_bytes, use_agg_calls;
+  int use_agg_method;   /* rm_agg_method_t of the last rm_aggregate */
 };
+
+/* SPEC USE guard words (session/session_use.c fills use_guard with these). */
+#define RM__USE_GUARD_SECURE 1
+#define RM__USE_GUARD_AGG 2
+/* api_allreduce.c: the guard's refusal words for a plain all-reduce of
+ * bytes payload under use_guard; calls c->use_refused. RM_ERR_DENIED. */
+rm_status_t rm__use_refuse(rm_comm_t *c, size_t bytes);
 
 /* The connection to peer: its transport and that transport's state. */
 static inline const rm__transport_ops_t *rm__conn_type(const rm_comm_t *c,

@@ -294,6 +294,7 @@ static rm_status_t form(rm_session_t *s)
     return fail(s, st, "generation %llu: communicator setup failed: %s",
                 (unsigned long long)s->generation, rm_status_string(st));
   s->last_error[0] = 0;
+  rm__session_use_arm(s, comm);
   /* algorithm nccl: the unique id through the coordinator (session_nccl.c) */
   if (cfg.algorithm == RM_ALGO_NCCL && !stale) rm__session_nccl_id(s, comm);
   return RM_OK;

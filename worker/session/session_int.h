@@ -42,6 +42,12 @@ typedef struct rm__report {
   uint64_t generation, step, allreduce_bytes, param_checksum, checkpoint_step;
   double compute_ms, comm_ms, wait_ms, loss, accuracy;
   uint32_t n_excluded, excluded[RM__REPORT_EXCLUDED_MAX];
+  /* SPEC USE (session_use.c): what the step applied */
+  int use_known;
+  uint32_t use_secure, use_gated;
+  uint64_t use_plain;
+  char use_agg[16];
+  uint64_t total_steps;
 } rm__report_t;
 
 enum { RM__G_OK = 0, RM__G_INVALID_ARGUMENT = 3, RM__G_DEADLINE = 4, RM__G_NOT_FOUND = 5,
@@ -136,6 +142,13 @@ struct rm_session {
    * the first secure call of a generation, dropped with its communicator */
   struct rm__secagg *secagg;
   uint64_t secagg_gen;
+
+  /* SPEC USE (session_use.c; caller's thread only): secure sums and gated
+   * step all-reduces so far, and every counter at the last step report
+   * (the next report carries the differences) */
+  uint64_t use_secure, use_gated;
+  uint64_t use0_secure, use0_gated, use0_plain, use0_agg;
+  uint64_t total_steps;         /* rm_session_set_total_steps; 0 unknown */
 };
 
 /* session_step.c REPORTER: wait up to ms for every queued step report to be
@@ -209,6 +222,13 @@ void rm__session_nccl_id(rm_session_t *s, rm_comm_t *comm);
 /* session_secure.c: forget this generation's secure-aggregation keys
  * (wiped); called where the communicator is destroyed. */
 void rm__session_secure_drop(rm_session_t *s);
+/* session_use.c: arm this generation's communicator (form(), after
+ * rm_comm_init): a command job whose spec asks for secure_aggregation or
+ * a robust aggregation gets the plain-sum guard; the report counters
+ * restart with the new communicator. */
+void rm__session_use_arm(rm_session_t *s, rm_comm_t *comm);
+/* What the program applied since the last report, into e. */
+void rm__session_use_fill(rm_session_t *s, rm__report_t *e);
 /* The agent prints its recovery line with its own name. */
 void rm__session_set_log_prefix(rm_session_t *s, const char *prefix);
 

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm_int.h"
 #include "device/gpu.h"
 #include "rm_clock.h"
 #include "rm_log.h"
@@ -153,8 +154,12 @@ rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
     return RM_ERR_UNSUPPORTED;
   }
   rm_secure_info_t local = {.struct_size = sizeof local};
+  rm_comm_t *c = s ? s->comm : NULL;
+  if (c) c->use_internal++; /* SPEC USE: the library's own sums */
   rm_status_t st = rm__session_secure_sum(s, send, recv, count, NULL, NULL,
                                           info ? info : &local);
+  if (c) c->use_internal--;
+  if (st == RM_OK) s->use_secure++;
   if (st != RM_OK || op == RM_SUM) return st;
   int n = info ? info->members : local.members;
   for (size_t i = 0; i < count; i++) recv[i] /= (float)n;

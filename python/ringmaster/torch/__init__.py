@@ -293,6 +293,103 @@ if "RINGMASTER" not in dist.Backend._plugins:
     dist.Backend.register_backend("ringmaster", _create)
 
 
+# ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------
+# An unchanged DistributedDataParallel model on this backend reports its steps
+# to the coordinator by itself: when DDP is built over a ProcessGroupRingmaster
+# the backend registers a communication hook that all-reduces each bucket as
+# DDP's own default does (divide by the world, then sum: the same numbers) and,
+# at the reducer's last bucket of a synchronized backward, ends the step
+# (rm_session_step_end: compute = wall time - time in collectives, comm = time
+# in collectives) and starts the next one's clock. So ONE STEP = ONE
+# SYNCHRONIZED DDP BACKWARD (a no_sync() backward all-reduces nothing and is
+# not a step); the first step's clock starts when the DDP model is built. A
+# program that reports its own steps (ringmaster.step()) keeps them: the hook
+# then only all-reduces. A hook the program registers itself is kept and run
+# in ours (DDP takes one hook only); register_builtin_comm_hook is not.
+#
+# ROBUST AGGREGATION PER BUCKET. In a job whose spec asks for a coordinate-wise
+# method (median, trimmed_mean) without clip_norm, the hook combines each
+# bucket with rm_aggregate instead of the average: per coordinate these
+# methods look at that coordinate's values only, so bucket by bucket is
+# exactly what they give on the whole flattened gradient (the bucket is not
+# divided by the world: the method's result takes the average's place).
+# Methods that look at whole vectors (krum, multi_krum, bulyan,
+# centered_clip, and any clip_norm) would decide differently per bucket, and
+# secure aggregation's clip is a whole-vector norm too: for those the
+# bucket's plain all-reduce stays, and the library refuses it (SPEC USE,
+# docs/pytorch.md).
+_COORDINATE_WISE = ("median", "trimmed_mean")
+_ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
+_ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
+
+
+def _rm_bucket_hook(state, bucket):
+    ddp = state
+    user = getattr(ddp, "_rm_user_hook", None)
+    if user is not None:
+        fut = user[1](user[0], bucket)
+    else:
+        t = bucket.buffer()
+        agg = ddp._rm_agg
+        if agg is not None:
+            if not t.is_contiguous():
+                raise RuntimeError("ringmaster backend: a DDP bucket that is not contiguous")
+            _rm.aggregate(t, agg["method"], agg["f"])
+        else:
+            t.div_(ddp.process_group.size())
+            ddp.process_group.allreduce([t])  # synchronous: the Work is already done
+        fut = torch.futures.Future()
+        fut.set_result(t)
+    ddp._rm_nb = getattr(ddp, "_rm_nb", 0) + 1
+    if bucket.is_last():
+        # buckets of the last synchronized backward (tests read it)
+        ddp.rm_buckets, ddp._rm_nb = ddp._rm_nb, 0
+        if fut.done():
+            _rm._auto_step_end()
+        else:
+            def after(f):
+                _rm._auto_step_end()
+                return f.value()
+            fut = fut.then(after)
+    return fut
+
+
+def _rm_default_group():
+    try:
+        return dist.distributed_c10d._get_default_group()
+    except RuntimeError:
+        return None
+
+
+def _rm_ddp_init(self, module, *a, **k):
+    _ddp_init(self, module, *a, **k)
+    if isinstance(getattr(self, "process_group", None), ProcessGroupRingmaster):
+        agg = _rm.aggregation_spec() if _rm.in_session() else None
+        if agg is not None and not (agg["method"] in _COORDINATE_WISE
+                                    and not agg["clip_norm"] > 0):
+            agg = None  # whole-vector: not per bucket (the guard refuses the sum)
+        self._rm_agg = agg
+        if agg is not None and self.process_group is not _rm_default_group():
+            raise RuntimeError("ringmaster backend: the job's aggregation applies to DDP "
+                               "over the default process group only")
+        _ddp_register(self, self, _rm_bucket_hook)
+        self._rm_hooked = True
+        _rm._auto_step_begin()
+
+
+def _rm_ddp_register(self, state, hook):
+    if getattr(self, "_rm_hooked", False):
+        if getattr(self, "_rm_user_hook", None) is not None:
+            raise RuntimeError("register_comm_hook can only be called once")
+        self._rm_user_hook = (state, hook)
+        return
+    _ddp_register(self, state, hook)
+
+
+torch.nn.parallel.DistributedDataParallel.__init__ = _rm_ddp_init
+torch.nn.parallel.DistributedDataParallel.register_comm_hook = _rm_ddp_register
+
+
 # ---- Horovod-style helpers ---------------------------------------------------
 def _tensors_of(params):
     if isinstance(params, dict):
