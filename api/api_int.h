@@ -180,6 +180,9 @@ const char *rm__req_header(rm__req_t *req, const char *name);
 
 /* Parse a decimal u64 (no sign, no junk, no overflow). 0 ok, -1 bad. */
 int rm__parse_u64(const char *s, uint64_t *out);
+/* An id in a path: rm__parse_u64 in its one canonical spelling (no leading
+ * zero), so /jobs/03 is not job 3 but no resource at all. */
+int rm__parse_id(const char *s, uint64_t *out);
 
 /* ---- JSON views of coordinator structs (json.c) ---- */
 /* Jobs are streamed into a buffer (jsonw.h), not built as Jansson trees. */

@@ -65,7 +65,7 @@ static void resp_store_error(rm__req_t *req, rm__resp_t *resp, const char *what)
 /* The {id} capture as a job id; 404 for anything that is not a number. */
 int rm__req_job_id(rm__req_t *req, rm__resp_t *resp, uint64_t *id)
 {
-  if (rm__parse_u64(req->params[0], id) != 0 || *id == 0) {
+  if (rm__parse_id(req->params[0], id) != 0 || *id == 0) {
     rm__resp_error(resp, 404, "not_found", NULL, "no job '%.64s'", req->params[0]);
     return -1;
   }
@@ -134,8 +134,10 @@ static void h_submit(rm__req_t *req, rm__resp_t *resp)
   }
   if (rm__jobspec_parse(req->body, req->body_len, &spec, &perr) != 0) {
     rm__resp_error(resp, 400, perr.code, perr.field, "%s", perr.message);
+    rm__jobspec_error_free(&perr);
     return;
   }
+  rm__jobspec_error_free(&perr);
   memset(&cerr, 0, sizeof cerr);
   st = rm_coord_submit(req->api->coord, &spec, &info, &cerr);
   if (st == RM_ERR_INVALID_ARG) {
@@ -411,7 +413,7 @@ static void h_sse(rm__req_t *req, rm__resp_t *resp)
   rm__sse_resume_t resume = {.history = sse_history, .history_ctx = req->api->coord};
 
   if (last == NULL) last = rm__req_query(req, "last_event_id");
-  if (job && *job && (rm__parse_u64(job, &id) != 0 || id == 0)) {
+  if (job && *job && (rm__parse_id(job, &id) != 0 || id == 0)) {
     rm__resp_error(resp, 400, "invalid_value", "job", "job must be a job id");
     return;
   }

@@ -56,6 +56,7 @@
 
 #include "addr.h"
 #include "api_int.h"
+#include "errors.h"
 #include "rm_alloc.h"
 #include "rm_log.h"
 #include "rm_param.h"
@@ -106,6 +107,14 @@ void rm__resp_json(rm__resp_t *r, unsigned status, json_t *j)
   rm__resp_text(r, status, "application/json", s, strlen(s));
 }
 
+int rm__api_error_known(const char *code, unsigned status)
+{
+#define RM__X(c, s) if (strcmp(code, #c) == 0) return status == (s);
+  RM__API_ERRORS(RM__X)
+#undef RM__X
+  return 0;
+}
+
 void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char *field,
                     const char *fmt, ...)
 {
@@ -113,6 +122,9 @@ void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char
   va_list ap;
   json_t *f;
 
+  /* A client reads only what openapi.json documents (errors.h). */
+  if (!rm__api_error_known(code, status))
+    RM_ERROR("api: error code '%s' with status %u is not in api/errors.h", code, status);
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
@@ -137,6 +149,13 @@ int rm__parse_u64(const char *s, uint64_t *out)
   }
   *out = v;
   return 0;
+}
+
+int rm__parse_id(const char *s, uint64_t *out)
+{
+  /* One spelling per resource: "3", never "03", "+3" or " 3". */
+  if (s == NULL || (s[0] == '0' && s[1] != '\0')) return -1;
+  return rm__parse_u64(s, out);
 }
 
 static void req_free(rm__req_t *req)

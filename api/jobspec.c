@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "ringmaster/types.h"
+#include "rm_alloc.h"
 
 #if JANSSON_VERSION_HEX < 0x020b00
 #error "api/jobspec.c needs Jansson 2.11 or newer (json_error_code)"
@@ -150,7 +151,8 @@ static int fail(rm_api_spec_error_t *err, const char *code, const char *field, c
 {
   va_list ap;
   snprintf(err->code, sizeof err->code, "%s", code);
-  snprintf(err->field, sizeof err->field, "%s", field);
+  free(err->field);
+  err->field = rm__xstrdup(field);
   va_start(ap, fmt);
   vsnprintf(err->message, sizeof err->message, fmt, ap);
   va_end(ap);
@@ -390,10 +392,16 @@ static int parse_members(const json_t *v, const field_t *f, const field_t *membe
   json_object_foreach((json_t *)v, k, item) {
     const field_t *a = members;
     while (a->key && strcmp(a->key, k) != 0) a++;
-    snprintf(sub, sizeof sub, "%s.%.40s", f->key, k);
-    if (a->key == NULL)
-      return fail(err, "unknown_field", sub, "unknown field '%s' (%s has %s)", sub, f->key,
-                  names);
+    if (a->key == NULL) {
+      size_t n = strlen(f->key) + strlen(k) + 2;
+      char *whole = rm__xmalloc(n);
+      snprintf(whole, n, "%s.%s", f->key, k);
+      fail(err, "unknown_field", whole, "unknown field '%.80s%s' (%s has %s)", whole,
+           strlen(whole) > 80 ? "..." : "", f->key, names);
+      free(whole);
+      return -1;
+    }
+    snprintf(sub, sizeof sub, "%s.%s", f->key, a->key);
     if (parse_field_as(a, sub, item, out, err) != 0) return -1;
   }
   return 0;
@@ -610,6 +618,12 @@ static json_t *load(const char *body, size_t len, json_error_t *jerr, int *retri
   return root;
 }
 
+void rm__jobspec_error_free(rm_api_spec_error_t *err)
+{
+  free(err->field);
+  err->field = NULL;
+}
+
 int rm__jobspec_parse(const char *body, size_t len, rm_job_spec_t *out, rm_api_spec_error_t *err)
 {
   json_error_t jerr;
@@ -632,9 +646,9 @@ int rm__jobspec_parse(const char *body, size_t len, rm_job_spec_t *out, rm_api_s
     const field_t *f = k_fields;
     while (f->key && strcmp(f->key, k) != 0) f++;
     if (f->key == NULL) {
-      char shown[48];
-      snprintf(shown, sizeof shown, "%s", k); /* field name may be attacker-long */
-      fail(err, "unknown_field", shown, "unknown field '%s'", shown);
+      /* The field whole (bounded by the body limit); the message shows the
+       * start of a long one. */
+      fail(err, "unknown_field", k, "unknown field '%.80s%s'", k, strlen(k) > 80 ? "..." : "");
       goto exit;
     }
     if (parse_field(f, v, out, err) != 0) goto exit;

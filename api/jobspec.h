@@ -92,10 +92,13 @@
 #include "coord.h"
 
 /* Why a spec was refused. code is one of invalid_json, unknown_field,
- * invalid_type, invalid_value, missing_field. */
+ * invalid_type, invalid_value, missing_field. field is the member as the
+ * client sent it, whole ("aggregation.method"; "" for the body as a whole;
+ * a name is bounded only by the body's own limit), so a client can match
+ * it; owned, freed by rm__jobspec_error_free. */
 typedef struct rm_api_spec_error {
   char code[24];
-  char field[64];
+  char *field;
   char message[256];
 } rm_api_spec_error_t;
 
@@ -104,8 +107,11 @@ typedef struct rm_api_spec_error {
  * rm_coord_submit, whose rm_job_spec_validate judges the values: an
  * integer the C field cannot hold is stored as INT_MIN / UINT64_MAX for it
  * to refuse), or -1 and fills *err (*out is then partially written;
- * discard it). */
+ * discard it). Either way, free *err with rm__jobspec_error_free. */
 int rm__jobspec_parse(const char *body, size_t len, rm_job_spec_t *out,
                       rm_api_spec_error_t *err);
+
+/* Frees what a refusal holds (err->field); safe after a success too. */
+void rm__jobspec_error_free(rm_api_spec_error_t *err);
 
 #endif

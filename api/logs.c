@@ -13,7 +13,7 @@
  * none) start nothing here: 404.
  *
  * Confinement (never a path outside the job's log folder):
- *   1. {id} and {index} must be decimal numbers (rm__parse_u64): no '/', no
+ *   1. {id} and {index} must be canonical decimal numbers (rm__parse_id): no '/', no
  *      "..", no NUL can reach a path; index < world of the job's spec, or
  *      the launch index of one of its workers (a relaunched replacement).
  *   2. The path is built by us: "job-<id>" then "worker-<index>.log".
@@ -197,7 +197,7 @@ static int parse(rm__req_t *req, rm__resp_t *resp, uint64_t id, unsigned *index,
   rm_status_t st;
   int world;
 
-  if (rm__parse_u64(req->params[1], &ix) != 0 || ix > 65535) {
+  if (rm__parse_id(req->params[1], &ix) != 0 || ix > 65535) {
     rm__resp_error(resp, 404, "not_found", NULL, "no worker '%.64s' (want a worker index)",
                    req->params[1]);
     return -1;

@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   } else {
     must_terminate(err.code, sizeof err.code);
     must_terminate(err.message, sizeof err.message);
-    if (err.code[0] == '\0') abort();
+    if (err.code[0] == '\0' || err.field == NULL) abort();
   }
+  rm__jobspec_error_free(&err);
   return 0;
 }

@@ -35,6 +35,22 @@ static void expect_refused(const char *body, const char *code, const char *field
             e.field, e.message);
     rm_check_failures++;
   }
+  rm__jobspec_error_free(&e);
+}
+
+/* error.field is the member as sent, whole: a 300-byte unknown name (top
+ * level or inside an object member) comes back entire. */
+static void test_long_field(void)
+{
+  char name[301], body[512];
+  memset(name, 'k', 300);
+  name[300] = '\0';
+  snprintf(body, sizeof body, "{\"name\":\"a\",\"%s\":1}", name);
+  expect_refused(body, "unknown_field", name);
+  snprintf(body, sizeof body, "{\"name\":\"a\",\"aggregation\":{\"%s\":1}}", name);
+  char sub[320];
+  snprintf(sub, sizeof sub, "aggregation.%s", name);
+  expect_refused(body, "unknown_field", sub);
 }
 
 static void test_jobspec(void)
@@ -227,6 +243,7 @@ int main(int argc, char **argv)
     return 0;
   }
   test_jobspec();
+  test_long_field();
   test_prom(NULL);
   test_auth();
   test_jsonw();
