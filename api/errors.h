@@ -45,7 +45,9 @@
   /* the server */                                                                          \
   X(internal, 500)                                                                          \
   X(unavailable, 503)           /* the store is not ready */                                \
-  X(too_many_streams, 503)      /* event streams at their limit; Retry-After */
+  X(too_many_streams, 503)      /* event streams at their limit; Retry-After */         \
+  X(storage_full, 507)          /* a write refused: the database's disk is full */        \
+  X(storage_error, 503)         /* a write refused, or /readyz: the store cannot write */
 
 /* 1 when code is on the list with status; 0 otherwise. */
 int rm__api_error_known(const char *code, unsigned status);

@@ -104,8 +104,11 @@ static void h_ready(rm__req_t *req, rm__resp_t *resp)
   char why[200];
   int store = rm_coord_store_state(req->api->coord, why, sizeof why);
   if (store != RM_COORD_STORE_OK) {
-    rm__resp_error(resp, 503, store == RM_COORD_STORE_FULL ? "storage_full" : "storage_error",
-                   NULL, "coordinator cannot write its database: %s", why);
+    /* 503 storage_error either way: storage_full is 507 wherever it is
+     * answered (api/errors.h), and a readiness probe is unavailable, not a
+     * write refused; the message says which. */
+    rm__resp_error(resp, 503, "storage_error", NULL, "coordinator cannot write its database (%s): %s",
+                   store == RM_COORD_STORE_FULL ? "disk full" : "storage error", why);
     return;
   }
   rm_status_t st = rm_coord_job_list(req->api->coord, &f, &jobs, &n, NULL);

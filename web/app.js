@@ -607,7 +607,8 @@ window.addEventListener('popstate', route);
 route();
 
 /* ---- storage banner ----
- * /readyz answers 503 storage_full / storage_error while the coordinator
+ * /readyz answers 503 storage_error ("disk full" in its message when that
+ * is the cause) while the coordinator
  * cannot write its database (docs/storage.md): submissions and cancels are
  * refused then, and running jobs wait. Polled every 5 s; the banner goes
  * when the store takes writes again. */
@@ -617,8 +618,8 @@ async function storeBanner() {
     const r = await fetch('/readyz');
     const j = await r.json().catch(() => ({}));
     const code = j.error && j.error.code;
-    if (r.status === 503 && (code === 'storage_full' || code === 'storage_error')) {
-      b.textContent = (code === 'storage_full' ? 'Disk full: ' : 'Storage error: ') + j.error.message +
+    if (r.status === 503 && code === 'storage_error') {
+      b.textContent = 'Storage: ' + j.error.message +
         '. Nothing new is stored until writes succeed again; running jobs wait.';
       b.hidden = false;
     } else {

@@ -4,7 +4,7 @@ The coordinator's database sits on a small tmpfs this test mounts (skipped,
 exit 77, with a message where mounting is not allowed). Jobs are submitted
 over REST until the refusals begin, then:
   - every 201 carried a different id; every refusal is 507 with the JSON
-    error storage_full; /readyz is 503 storage_full; /healthz stays 200;
+    error storage_full; /readyz is 503 storage_error (disk full); /healthz stays 200;
   - the tmpfs is grown (mount -o remount,size=...): with no restart,
     /readyz is 200 again and submissions are 201 again;
   - after a restart on the same file, every id that was answered 201 is
@@ -58,7 +58,8 @@ def main():
             code = j.get("error", {}).get("code") if isinstance(j, dict) else None
             check(st == 507 and code == "storage_full", "refusal: %s %s" % (st, j))
         st, _, j = srv.request("GET", "/readyz")
-        check(st == 503 and j.get("error", {}).get("code") == "storage_full",
+        check(st == 503 and j.get("error", {}).get("code") == "storage_error"
+              and "disk full" in j["error"]["message"],
               "readyz while full: %s %s" % (st, j))
         st, _, _ = srv.request("GET", "/healthz")
         check(st == 200, "healthz while full: %s" % st)
