@@ -37,7 +37,8 @@
  * are set to that job's, worker_id 0..7 becomes the id of the job's worker
  * (v mod its workers; 0 stays 0 for Join: a new worker), generation 0 the
  * job's current one (not for Join); bit 6 set: the call lacks the admin
- * token (SubmitJob/CancelJob refused; admin_ok of server.c); bit 7: how a
+ * token and the read token (SubmitJob/CancelJob, GetJob/ListJobs refused;
+ * admin_ok of server.c); bit 7: how a
  * parked call is released (0: the client cancels it, as server.c's
  * on_close with cancelled; 1: the 100 ms tick runs 61 s later, past any
  * Join long poll, then a call still parked is cancelled). The rest of the
@@ -273,7 +274,7 @@ static uint64_t fx_submit(rm_coord_t *c, int slot, Ringmaster__V1__JobSpec *spec
 {
   Ringmaster__V1__SubmitJobRequest q = RINGMASTER__V1__SUBMIT_JOB_REQUEST__INIT;
   q.spec = spec;
-  rm__call_t *k = run_call(c, RM__M_SUBMIT, &q.base, 1, 0);
+  rm__call_t *k = run_call(c, RM__M_SUBMIT, &q.base, RM__AUTH_ADMIN, 0);
   CHECK(k->code == RM__GRPC_OK, "fixture submit %d: %s", slot, k->details);
   Ringmaster__V1__SubmitJobResponse *r = (void *)protobuf_c_message_unpack(
       &ringmaster__v1__submit_job_response__descriptor, NULL, k->len, k->msg);
@@ -296,7 +297,7 @@ static void fx_join(rm_coord_t *c, int slot, int i, int rank_hint, int world_hin
   q.devices = "cpu";
   q.rank_hint = rank_hint;
   q.world_hint = world_hint;
-  rm__call_t *k = run_call(c, RM__M_JOIN, &q.base, 1, 0);
+  rm__call_t *k = run_call(c, RM__M_JOIN, &q.base, RM__AUTH_ADMIN, 0);
   CHECK(k->code == RM__GRPC_OK, "fixture join %d/%d: %s", slot, i, k->details);
   call_free(k);
 }
@@ -331,7 +332,7 @@ static void fx_gate(rm_coord_t *c)
   q.generation = j->info.generation;
   q.worker_id = j->w[0].id;
   q.ready = 1;
-  call_free(run_call(c, RM__M_STEP_GATE, &q.base, 1, 0));
+  call_free(run_call(c, RM__M_STEP_GATE, &q.base, RM__AUTH_ADMIN, 0));
 }
 
 static void fx_build(void)
@@ -450,7 +451,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
    * (RELAYS: its lanes are Sessions), which this harness leaves out */
   int method = (data[0] & 0x0f) % RM__M_RELAY;
   int slot = (data[0] >> 4) & 3;
-  int admin = !(data[0] & 0x40);
+  int admin = (data[0] & 0x40) ? 0 : RM__AUTH_ADMIN;
   int release_tick = data[0] >> 7;
   ProtobufCMessage *req = decode(method, data + 1, size - 1);
   if (req && slot) patch(req, method, slot - 1, &pt);
