@@ -9,7 +9,7 @@
  *   - rm__resp_error() checks each answer against this list and logs an
  *     error for a code or a code/status pair that is not on it (a bug in
  *     the server, never in the client);
- *   - tests/api/test_contract.py reads this file and fails unless
+ *   - tests/api/test_openapi.py reads this file and fails unless
  *     openapi.json's Error.code enum is exactly these codes and its
  *     "x-ringmaster-status" map gives exactly these statuses;
  *   - the API tests validate every answer they receive against
@@ -30,7 +30,6 @@
   X(headers_too_large, 431)     /* headers past the connection's memory */                  \
   X(payload_too_large, 413)     /* body past --max-body, or a Content-Length too large */   \
   X(not_implemented, 501)       /* a Transfer-Encoding other than chunked */                \
-  X(http_version_not_supported, 505) /* anything but HTTP/1.0 and HTTP/1.1 */               \
   /* the body and the query */                                                              \
   X(invalid_json, 400)                                                                      \
   X(invalid_type, 400)                                                                      \

@@ -16,6 +16,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import contract  # noqa: E402
+
 
 # The read-only token every test server accepts (RINGMASTER_READ_TOKEN), and
 # run_cli hands the CLI: reads need a token (docs/security.md).
@@ -28,6 +31,7 @@ os.environ.setdefault("RINGMASTER_READ_TOKEN", READ_TOKEN)
 class Server:
     def __init__(self, binary, token="test-token", env=None, extra=(), db=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="rm-api-")
+        self.binary = binary
         self.token = token
         e = dict(os.environ)
         e.update({"RINGMASTER_API_TOKEN": token, "RINGMASTER_LOG_LEVEL": "warn",
@@ -82,6 +86,8 @@ class Server:
         text = r.read().decode("utf-8", "replace")
         hdrs = {k.lower(): v for k, v in r.getheaders()}
         c.close()
+        # Every answer a test receives is the document's (contract.py).
+        contract.check_answer(method, path, r.status, hdrs, None if method == "HEAD" else text)
         if method != "HEAD" and hdrs.get("content-type", "").startswith("application/json"):
             return r.status, hdrs, json.loads(text)
         return r.status, hdrs, text

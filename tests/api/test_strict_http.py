@@ -14,7 +14,15 @@ request, a complete JSON error {"error":{"code","message","field"}}):
   - too many query parameters, a too long target, too large headers, bad
     chunking: JSON errors (400/414/431), one answer each;
   - event streams beyond RINGMASTER_SSE_MAX_STREAMS: 503 + Retry-After while
-    /healthz answers; after the streams disconnect, streams open again.
+    /healthz answers; after the streams disconnect, streams open again;
+  - the requests the HTTP library answers itself (a 100 KB request line,
+    HTTP/9.9, an HTTP/2 preface, a lower-case version, no request line):
+    exactly the statuses api/openapi.json lists in
+    x-ringmaster-library-answers;
+  - ids are canonical: 03, +3, " 3", 3.0, 0x3 ... are 404 not_found on every
+    path with an id (and a worker index likewise), and change nothing.
+Every answer on the wire is also checked against api/openapi.json
+(contract.py).
 No timing thresholds; every wait has a deadline.
 
 usage: test_strict_http.py --ringmaster PATH
@@ -27,10 +35,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check, sse_slots  # noqa: E402
+from rmserver import Server, FAILS, check, run_cli, sse_slots  # noqa: E402
+import contract  # noqa: E402
 
 
-def exchange(srv, data, deadline_s=20):
+def exchange(srv, data, deadline_s=20, library=False):
     """Send raw bytes, read until the server closes (or the deadline)."""
     s = socket.create_connection((srv.host, srv.port), timeout=deadline_s)
     end = time.monotonic() + deadline_s
@@ -49,7 +58,20 @@ def exchange(srv, data, deadline_s=20):
         pass
     finally:
         s.close()
+    conform(data, out, library)
     return out
+
+
+def conform(data, raw, library=False):
+    """Every answer on the wire is the document's (contract.py); library:
+    the request is one the HTTP library answers itself, on purpose."""
+    line = data.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+    method, target = line[0], (line[1] if len(line) > 1 else "/")
+    for st, hdrs, body in parse_responses(raw) or []:
+        try:
+            contract.check_answer(method, target, st, hdrs, body, library=library)
+        except contract.ContractError as e:
+            check(False, "contract: %s" % e)
 
 
 def parse_responses(raw):
@@ -214,6 +236,71 @@ def test_content_length(srv):
     check(srv.request("GET", "/healthz")[0] == 200, "healthz after the bad requests")
 
 
+def test_library_answers(srv):
+    """The requests libmicrohttpd refuses before the server sees them get
+    its own answers: exactly x-ringmaster-library-answers, nothing else."""
+    doc = contract.Contract()
+    listed = sorted(a["status"] for a in doc.doc["x-ringmaster-library-answers"] if a["status"])
+    check(listed == [400, 414, 505], f"x-ringmaster-library-answers lists {listed}")
+    for data, want, what in (
+            (b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "100 KB request line"),
+            (b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", 505, "HTTP/9.9"),
+            (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/2 preface"),
+            (b"GET /healthz http/1.1\r\nHost: x\r\n\r\n", 400, "lower-case version")):
+        raw = exchange(srv, data, library=True)
+        rs = parse_responses(raw)
+        if check(rs is not None and len(rs) == 1, f"{what}: want one answer, got {raw[:300]!r}"):
+            check(rs[0][0] == want, f"{what}: status {rs[0][0]} != {want}")
+    raw = exchange(srv, b"GARBAGE\r\n\r\n", deadline_s=10, library=True)
+    check(raw == b"", f"no request line at all: closed without an answer, got {raw[:200]!r}")
+    # what the server refuses itself, just inside those, is JSON
+    one_error(srv, req("GET", b"/healthz?x=" + b"a" * 20000), 414, "uri_too_long", None, "20 KB target")
+    check(srv.request("GET", "/healthz")[0] == 200, "healthz after the library's refusals")
+
+
+def test_canonical_ids(srv):
+    """An id in a path is canonical decimal; another spelling of it is
+    another name, 404 not_found, and changes nothing."""
+    j = srv.submit(name="canon")
+    jid = j["id"]
+    tok = srv.token
+    for spelling in ("0%d" % jid, "00%d" % jid, "+%d" % jid, "%%20%d" % jid, "%d%%20" % jid,
+                     "%d.0" % jid, "0x%x" % jid, "%de0" % jid, "-0", "0"):
+        t = spelling.encode()
+        one_error(srv, req("GET", b"/api/v1/jobs/" + t, tok), 404, "not_found", None, f"GET /jobs/{spelling}")
+        one_error(srv, req("DELETE", b"/api/v1/jobs/" + t, tok), 404, "not_found", None,
+                  f"DELETE /jobs/{spelling}")
+        one_error(srv, req("POST", b"/api/v1/jobs/" + t + b"/cancel", tok), 404, "not_found", None,
+                  f"POST /jobs/{spelling}/cancel")
+        for sub in (b"/workers", b"/steps", b"/events", b"/barriers", b"/workers/0/log"):
+            one_error(srv, req("GET", b"/api/v1/jobs/" + t + sub, tok), 404, "not_found", None,
+                      f"GET /jobs/{spelling}{sub.decode()}")
+    for idx in (b"00", b"+0", b"0%20"):
+        one_error(srv, req("GET", b"/api/v1/jobs/%d/workers/" % jid + idx + b"/log", tok), 404, "not_found",
+                  None, f"worker index {idx!r}")
+    one_error(srv, req("GET", b"/api/v1/events?job=0%d" % jid, tok), 400, "invalid_value", "job",
+              "events ?job=0N")
+    check(job_state(srv, jid) == "pending", f"job state after other spellings: {job_state(srv, jid)}")
+    st, _, got = srv.request("GET", f"/api/v1/jobs/{jid}")
+    check(st == 200 and got.get("id") == jid, f"the canonical id still reads: {st}")
+    # the CLI shows the server's message, as for any other error
+    rc, _, err = run_cli(srv.binary, "http://" + srv.http, "cancel", "0%d" % jid, token=tok)
+    check(rc != 0 and ("HTTP 404: no job '0%d'" % jid) in err, f"CLI cancel 0{jid}: rc {rc} {err!r}")
+    check(job_state(srv, jid) == "pending", "the CLI's cancel of another spelling changed the job")
+
+
+def test_whole_field(srv):
+    """An unknown field is named whole in error.field, however long (up to
+    the body's own limit), at the top level and nested."""
+    for name in ("x" * 300, "\u00e9t\u00e9-" + "y" * 200, 'q"uote\\' + "z" * 100):
+        for body in ({"launcher": "none", "world_size": 1, name: 1},
+                     {"launcher": "none", "world_size": 1, "aggregation": {"method": "mean", name: 1}}):
+            st, _, j = srv.request("POST", "/api/v1/jobs", body, token=srv.token)
+            want = name if "aggregation" not in body else "aggregation." + name
+            check(st == 400 and j["error"]["code"] == "unknown_field" and j["error"]["field"] == want,
+                  f"unknown field of {len(name)} chars: {st} field {j.get('error', {}).get('field')!r:.80}")
+
+
 def open_stream(srv):
     s = socket.create_connection((srv.host, srv.port), timeout=20)
     s.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer test-read-token\r\n\r\n")
@@ -285,6 +372,9 @@ def main():
         test_targets(srv)
         test_content_length(srv)
         test_limits(srv)
+        test_library_answers(srv)
+        test_canonical_ids(srv)
+        test_whole_field(srv)
     finally:
         rc = srv.stop()
         check(rc == 0, f"serve exit code {rc}")

@@ -13,10 +13,14 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+import contract  # noqa: E402
 
 
 def args(argv):
@@ -76,9 +80,11 @@ class Coordinator:
             req.add_header("Authorization", "Bearer " + self.token)
         try:
             with urllib.request.urlopen(req, timeout=20) as r:
-                raw, code = r.read(), r.status
+                raw, code, hdrs = r.read(), r.status, r.headers
         except urllib.error.HTTPError as e:
-            raw, code = e.read(), e.code
+            raw, code, hdrs = e.read(), e.code, e.headers
+        # every answer is the document's (tests/api/contract.py)
+        contract.check_answer(method, path, code, {k.lower(): v for k, v in hdrs.items()}, raw)
         return code, (json.loads(raw) if raw else None)
 
     def get(self, path):

@@ -16,7 +16,11 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
+import contract  # noqa: E402
 
 SKIP = 77  # CTest SKIP_RETURN_CODE
 
@@ -270,7 +274,11 @@ def get_json(url):
     import json
     req = urllib.request.Request(url, headers={"Authorization": "Bearer " + READ_TOKEN})
     with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())
+        raw = r.read()
+        # every answer is the document's (tests/api/contract.py)
+        contract.check_answer("GET", urllib.parse.urlsplit(url).path, r.status,
+                              {k.lower(): v for k, v in r.headers.items()}, raw)
+        return json.loads(raw)
 
 
 def metrics(http):
