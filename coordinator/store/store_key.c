@@ -113,6 +113,18 @@ static int hexval(int ch)
   return -1;
 }
 
+/* out[i] = pad[i] ^ the byte of hex digits 2i, 2i+1 of sealed, i < n: 0,
+ * or -1 at the first character that is not a hex digit. */
+static int unseal_hex(const unsigned char *pad, const char *sealed, size_t n, char *out)
+{
+  for (size_t i = 0; i < n; i++) {
+    int hi = hexval(sealed[2 * i]), lo = hexval(sealed[2 * i + 1]);
+    if (hi < 0 || lo < 0) return -1;
+    out[i] = (char)(pad[i] ^ (unsigned char)(hi << 4 | lo));
+  }
+  return 0;
+}
+
 /* SHA-256 fetched once: OpenSSL 3's SHA256() looks the algorithm up on
  * every call, about 4x the cost of the digest itself for a 48-byte token. */
 static const EVP_MD *sha256_md;
@@ -187,13 +199,9 @@ int rm__store_unseal(const rm__store_t *c, const char *salt, const char *sealed,
   if (hl % 2 || n == 0 || n > sizeof p || n >= outlen || strlen(salt) != RM__SALT_HEX)
     return -1;
   pad(c, salt, p, n);
-  for (size_t i = 0; i < n; i++) {
-    int hi = hexval(sealed[2 * i]), lo = hexval(sealed[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      OPENSSL_cleanse(p, sizeof p);
-      return -1;
-    }
-    out[i] = (char)(p[i] ^ (unsigned char)(hi << 4 | lo));
+  if (unseal_hex(p, sealed, n, out)) {
+    OPENSSL_cleanse(p, sizeof p);
+    return -1;
   }
   out[n] = '\0';
   OPENSSL_cleanse(p, sizeof p);
@@ -262,13 +270,9 @@ long rm__store_env_unseal(const rm__store_t *c, const char *salt, const char *se
   env_mac(c, salt, sealed, want);
   if (CRYPTO_memcmp(want, mac, RM__VERIFIER_HEX) != 0) return -1; /* wrong key, edited row */
   pad_label(c, ENV_LABEL, salt, p, n);
-  for (size_t i = 0; i < n; i++) {
-    int hi = hexval(sealed[2 * i]), lo = hexval(sealed[2 * i + 1]);
-    if (hi < 0 || lo < 0) {
-      OPENSSL_cleanse(p, sizeof p);
-      return -1;
-    }
-    out[i] = (char)(p[i] ^ (unsigned char)(hi << 4 | lo));
+  if (unseal_hex(p, sealed, n, out)) {
+    OPENSSL_cleanse(p, sizeof p);
+    return -1;
   }
   OPENSSL_cleanse(p, sizeof p);
   return (long)n;
