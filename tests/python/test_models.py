@@ -12,6 +12,9 @@ a user types (small sizes, few steps):
                             0.8 x the mean of the first 3), both ranks end with
                             the same parameter hash and held-out figures, and
                             the job's result is rank 0's
+  test_models.py resnet_folder  the same on --data: an ImageFolder of PNGs
+                            made here (two colours, 20 images each), 8 steps;
+                            the held-out images are classified (>= 3 of 4)
   test_models.py lm         the same for the language model (40 steps): the
                             reported loss falls, the held-out loss ends below
                             ln(vocabulary) (what the untrained model scores)
@@ -102,6 +105,24 @@ def resnet(c):
     plain_job(c, "resnet", RESNET + ["--steps", "12", "--log-every", "4"], 12)
 
 
+def resnet_folder(c):
+    """--data: an ImageFolder of PNGs written here (two classes told apart
+    by their colour, 40x48 pixels, resized to 32x32 by the example)."""
+    import numpy as np
+    from PIL import Image
+    d = rmtest.tmpdir("images")
+    rs = np.random.RandomState(7)
+    for name, rgb in (("red", (200, 40, 40)), ("blue", (40, 40, 200))):
+        os.makedirs(os.path.join(d, name))
+        for i in range(20):
+            px = np.array(rgb) + rs.randint(-40, 40, (40, 48, 3))
+            Image.fromarray(px.clip(0, 255).astype(np.uint8)).save(
+                os.path.join(d, name, "%02d.png" % i))
+    res, _ = plain_job(c, "resnet --data", RESNET + ["--data", d, "--steps", "8",
+                                                    "--log-every", "2"], 8)
+    assert res["accuracy"] >= 0.75, res  # 4 held-out images of an easy task
+
+
 def lm(c):
     res, result = plain_job(c, "lm", LM + ["--steps", "40"], 40)
     assert res["test_loss"] < math.log(vocabulary()), res
@@ -171,7 +192,7 @@ def main():
     if what.startswith("lm") and not os.path.exists("/usr/share/common-licenses/GPL-3"):
         rmtest.skip("no /usr/share/common-licenses/GPL-3 (Debian's base-files)")
     rm_bin, worker = arg("--coordinator"), arg("--worker")
-    fn = {"resnet": resnet, "lm": lm, "lm_shrink": lm_shrink,
+    fn = {"resnet": resnet, "resnet_folder": resnet_folder, "lm": lm, "lm_shrink": lm_shrink,
           "resnet_shrink": resnet_shrink}[what]
 
     def test():
