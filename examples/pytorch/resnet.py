@@ -232,12 +232,13 @@ def main():
         opt = rmt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
         rmt.broadcast_parameters(model.state_dict(), root_rank=0)
         rmt.broadcast_optimizer_state(opt, root_rank=0)
+    world = ringmaster.size() if dist_mode else 1
+    if args.batch < 2 * world:
+        # BatchNorm needs two values per channel (the last block is 1x1 with
+        # the imagenet stem on 32x32 images)
+        sys.exit("resnet: --batch %d leaves a rank fewer than 2 images in a world of %d; "
+                 "BatchNorm needs at least 2" % (args.batch, world))
     if dist_mode:
-        if args.batch < 2 * ringmaster.size():
-            # BatchNorm needs two values per channel (the last block is 1x1
-            # with the imagenet stem on 32x32 images)
-            sys.exit("resnet: --batch %d gives a rank fewer than 2 images (%d ranks); "
-                     "BatchNorm needs at least 2" % (args.batch, ringmaster.size()))
         ringmaster.set_total_steps(args.steps)
     net = model.module if args.mode == "ddp" else model
 
