@@ -180,6 +180,83 @@ def readonly_mount(binary):
         unmount(mnt)
 
 
+def events(srv, job, kind):
+    st, _, j = srv.request("GET", "/api/v1/jobs/%d/events" % job)
+    return [e for e in j.get("events", [])] if st == 200 else []
+
+
+def wait_for(what, fn, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.2)
+    return None
+
+
+def log_folder_readonly(binary, worker):
+    mnt = mount_tmpfs("1m", ro=True)
+    if not mnt:
+        return
+    srv = None
+    try:
+        srv = Server(binary, extra=("--log-dir", mnt, "--worker", worker))
+        job = srv.submit(name="ro-logs", launcher="local", world_size=1, steps=50, workload="synthetic")
+        j = wait_for("failed", lambda: (lambda r: r[2] if r[2].get("state") == "failed" else None)(
+            srv.request("GET", "/api/v1/jobs/%d" % job["id"])), 30)
+        RAN.append("log-folder-readonly")
+        check(j is not None and "Read-only file system" in j.get("reason", "") and mnt in j.get("reason", ""),
+              "a job whose log folder is read-only: %s" % (j,))
+        print("log folder read-only: job failed: %s" % (j or {}).get("reason"))
+    finally:
+        if srv:
+            srv.stop()
+        unmount(mnt)
+
+
+def log_folder_full(binary, worker):
+    mnt = mount_tmpfs("2m")
+    if not mnt:
+        return
+    srv = None
+    try:
+        srv = Server(binary, extra=("--log-dir", mnt, "--worker", worker))
+        job = srv.submit(name="full-logs", launcher="local", world_size=1, steps=100000, workload="synthetic",
+                         workload_options="bytes=1024,compute_ms=20")["id"]
+        running = wait_for("running", lambda: srv.request("GET", "/api/v1/jobs/%d" % job)[2].get("state") == "running",
+                           30)
+        check(running, "the job never ran")
+        filler = os.path.join(mnt, "filler")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # every free byte
+            while os.write(fd, b"\0" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        failing = wait_for("failing", lambda: [e for e in events(srv, job, None) if e["kind"] == "worker_logs_failing"],
+                           15)
+        os.unlink(filler)
+        ok = wait_for("ok", lambda: [e for e in events(srv, job, None) if e["kind"] == "worker_logs_ok"], 15)
+        RAN.append("log-folder-full")
+        check(failing and "full" in failing[0]["message"] and "job-%d" % job in failing[0]["message"],
+              "no worker_logs_failing event for a full log folder: %s" % (failing,))
+        check(ok and "can be written again" in ok[0]["message"], "no worker_logs_ok event: %s" % (ok,))
+        check(len(failing or []) == 1, "one event per state change, not %d" % len(failing or []))
+        st, _, j = srv.request("GET", "/api/v1/jobs/%d" % job)
+        check(j.get("state") == "running", "the job was torn down by its log folder: %s" % j.get("state"))
+        log = log_of(srv)
+        check(log.count("worker logs in") == 1, "not one log line (warn) for the folder failing")
+        srv.request("POST", "/api/v1/jobs/%d/cancel" % job, {}, token=srv.token)
+        print("log folder full: %s / %s" % (failing[0]["message"] if failing else None,
+                                            ok[0]["message"] if ok else None))
+    finally:
+        if srv:
+            srv.stop()
+        unmount(mnt)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ringmaster", required=True)
@@ -188,6 +265,8 @@ def main():
     hook_faults(a.ringmaster)
     readonly_db(a.ringmaster)
     readonly_mount(a.ringmaster)
+    log_folder_readonly(a.ringmaster, a.worker)
+    log_folder_full(a.ringmaster, a.worker)
     if not RAN:
         return 77
     print("ran:", ", ".join(RAN))
