@@ -55,7 +55,7 @@ def view(http, job):
     return {"job": j, "workers": workers, "steps": sorted(last.items()), "barriers": bars, "events": events}
 
 
-def one_run(env, n, kind):
+def one_run(env, n, kind, relay=False):
     os.environ["RINGMASTER_TEST_STORE_FAIL"] = "%d:%s:1" % (n, kind)
     try:
         p = env.start_coordinator(extra=("--http", "127.0.0.1:0"))
@@ -72,12 +72,18 @@ def one_run(env, n, kind):
             assert e.code() in (env.grpc.StatusCode.RESOURCE_EXHAUSTED, env.grpc.StatusCode.UNAVAILABLE), e
             assert "storage:" in e.details(), e.details()
     assert job is not None, "N=%d: submission never stored" % n
-    ws = [env.start_worker(job, i) for i in range(2)]
+    via = None
+    if relay:  # the workers' Sessions and Joins as lanes of one Relay stream
+        rp, via = env.start_relay(os.path.join(env.dir, "relay-%d.sock" % n))
+    ws = [env.start_worker(job, i, env=via) for i in range(2)]
     j = env.wait_job(job.id, lambda j: j.state in (env.m.JOB_STATE_SUCCEEDED, env.m.JOB_STATE_FAILED,
                                                     env.m.JOB_STATE_CANCELLED), 120)
     assert j.state == env.m.JOB_STATE_SUCCEEDED, (n, kind, j)
     for w in ws:
         rmtest.wait_exit(w, 30)
+    if relay:
+        rp.kill()
+        rp.wait(timeout=10)
     live = view(http, job.id)
     env.kill_coordinator()
     p = env.start_coordinator(extra=("--http", "127.0.0.1:0"))
@@ -99,11 +105,11 @@ def one_run(env, n, kind):
     return faulted
 
 
-def test(env):
+def walk(env, relay=False):
     kinds = ("full", "ioerr")
     walked = faults = 0
     for n in range(1, LIMIT + 1):
-        hit = one_run(env, n, kinds[n % 2])
+        hit = one_run(env, n, kinds[n % 2], relay)
         print("N=%d %s: %d fault(s) hit" % (n, kinds[n % 2], hit), flush=True)
         walked += 1
         faults += hit > 0
@@ -114,8 +120,14 @@ def test(env):
     if faults == 0:
         print("SKIP: the coordinator has no test hooks (no write failed)")
         raise SystemExit(77)
-    print("walked %d fault points over a %d-worker, %d-step job's life; %d hit a write; "
-          "%d fell between the two Leaves (N %s)" % (walked, 2, STEPS, faults, len(FINISHING), FINISHING))
+    print("walked %d fault points over a %d-worker, %d-step job's life%s; %d hit a write; "
+          "%d fell between the two Leaves (N %s)" % (walked, 2, STEPS, " through a relay" if relay else "",
+                                                     faults, len(FINISHING), FINISHING))
 
 
-rmtest.main(test)
+def test(env):
+    walk(env)
+
+
+if __name__ == "__main__":
+    rmtest.main(test)
