@@ -567,10 +567,13 @@ void rm__relay_fail(rm_coord_t *c, int code, const char *details)
       if (k + 1 < n && (uint32_t)(keys[k + 1] >> 1) == lane) continue; /* the last has the end bit */
       rm__call_t *l = lane_get(r, lane);
       if (!l || l == ENDED) continue;
-      if (keys[k] & 1)
+      if (keys[k] & 1) {
         out_append(r, l, code, details, NULL, 0);
-      else if (rm__call_claim(l))
+        c->ctr.grpc_errors_total++;
+      } else if (rm__call_claim(l)) {
         rm__out_push(c, l, code, details, NULL);
+        c->ctr.grpc_errors_total++;
+      }
     }
     free(keys);
   }
