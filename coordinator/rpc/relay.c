@@ -568,7 +568,8 @@ void rm__relay_fail(rm_coord_t *c, int code, const char *details)
       rm__call_t *l = lane_get(r, lane);
       if (!l || l == ENDED) continue;
       if (keys[k] & 1) {
-        out_append(r, l, code, details, NULL, 0);
+        grpc_slice none[1]; /* no message: out_append copies 0 of them */
+        out_append(r, l, code, details, none, 0);
         c->ctr.grpc_errors_total++;
       } else if (rm__call_claim(l)) {
         rm__out_push(c, l, code, details, NULL);
