@@ -28,12 +28,17 @@
  *                               appends every received payload to
  *                               PREFIX.<pid> as [u32 LE length][bytes]
  *                               (worker/transport/tcp/tcp_tap.c)
- *   rm__testhook_store_step()   RINGMASTER_TEST_STORE_FAIL=N:full|ioerr[:K]
+ *   rm__testhook_store_step()   RINGMASTER_TEST_STORE_FAIL=N:KIND[:K]
  *                               the coordinator store's Nth write step
  *                               (BEGIN, INSERT, UPDATE, COMMIT; counted
  *                               from 1 in the process) and the K-1 after it
- *                               (K 0: all after it) fail with SQLITE_FULL /
- *                               SQLITE_IOERR instead of running; a test in
+ *                               (K 0: all after it) fail. KIND full, ioerr
+ *                               or readonly: with SQLITE_FULL / SQLITE_IOERR
+ *                               / SQLITE_READONLY instead of running; eio,
+ *                               erofs or enospc: the step runs, and every
+ *                               write(2)/pwrite(2) SQLite makes during it
+ *                               fails with that errno (store.c OS FAULTS),
+ *                               so SQLite's own mapping answers; a test in
  *                               the process arms it with
  *                               rm__testhook_store_fail (n 0: disarm) and
  *                               reads the count with rm__testhook_store_steps
@@ -48,7 +53,15 @@
 typedef void (*rm__testhook_fn)(const char *stage);
 
 /* What rm__testhook_store_step asks the store to fail a step with. */
-enum { RM__STORE_FAIL_NONE = 0, RM__STORE_FAIL_FULL = 1, RM__STORE_FAIL_IOERR = 2 };
+enum {
+  RM__STORE_FAIL_NONE = 0,
+  RM__STORE_FAIL_FULL = 1,
+  RM__STORE_FAIL_IOERR = 2,
+  RM__STORE_FAIL_READONLY = 3,
+  RM__STORE_FAIL_EIO = 4,    /* at the system call: EIO */
+  RM__STORE_FAIL_EROFS = 5,  /* ... EROFS (a file system remounted read-only) */
+  RM__STORE_FAIL_ENOSPC = 6  /* ... ENOSPC */
+};
 
 #ifdef RINGMASTER_TEST_HOOKS
 #define RM_TESTHOOKS 1

@@ -404,6 +404,13 @@ rm_status_t rm_coord_job_cancel(rm_coord_t *c, uint64_t id,
 /* Mark a job failed from outside (a launcher could not start its workers).
  * RM_ERR_DENIED if already terminal. */
 rm_status_t rm_coord_job_fail(rm_coord_t *c, uint64_t id, const char *reason);
+/* Record an event of `kind` with `message` on a job that is not finished
+ * (a launcher's word on something around the job: its workers' log folder
+ * full or read-only, then writable again). RM_ERR_NOT_FOUND: not a loaded
+ * job; RM_ERR_DENIED: the job is finished; RM_ERR_UNAVAILABLE: the store
+ * refused the write. Any thread. */
+rm_status_t rm_coord_job_note(rm_coord_t *c, uint64_t id, const char *kind,
+                              const char *message);
 
 /* ---- workers ---- */
 typedef enum {

@@ -193,6 +193,7 @@ static int serve(int argc, char **argv)
     lo.coord = c;
     lo.job_fail = rm_coord_job_fail;
     lo.worker_exited = rm_coord_worker_exited; /* a member loss, not a job failure */
+    lo.job_note = rm_coord_job_note;           /* the worker logs' folder failing */
     lo.log_dir = log_dir;
     lo.worker_path = worker;
     lo.advertise_addr = advertise;

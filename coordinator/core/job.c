@@ -471,7 +471,7 @@ void rm__job_worker_left(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int ok,
  * next generation (same ranks when the same workers come back). */
 void rm__job_resume(rm_coord_t *c, rm__job_t *j)
 {
-  int expected = 0;
+  int expected = 0, finished = 0;
   int64_t now = rm__now_ns();
   rm__recovery_load(c, j);
   j->n_joining = joining_recount(j); /* JOINING COUNT from the stored rows */
@@ -480,6 +480,8 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
     rm__worker_t *w = &j->w[i];
     w->in_group = 0;
     w->last_ns = now;
+    finished += j->info.state == RM_JOB_RUNNING && w->state == RM_WORKER_LEFT &&
+                w->generation == j->info.generation;
     if (w->state <= RM_WORKER_RUNNING) {
       expected++;
       w->prev_rank = w->state == RM_WORKER_RUNNING ? w->rank : -1;
@@ -492,9 +494,15 @@ void rm__job_resume(rm_coord_t *c, rm__job_t *j)
   /* Not counted in restarts: max_restarts is the budget for replacing lost
    * workers (recovery.c R3); a coordinator restart loses no worker. */
   j->n_joining = 0; /* in_group 0 for all: the re-join counts them again */
+  /* A generation that was finishing (members left after their last step,
+   * the others' Leave not yet stored) re-forms with those that were
+   * still in it: the finished ones never join again, so waiting for the
+   * world size would fail a job whose training is over. */
+  if (finished && expected > 0) j->reform_target = expected;
   rm__event(c, j, "coordinator_restarted", -1, "coordinator restarted: "
             "waiting up to %d ms for %d workers to re-join at the next "
-            "generation", wait_ms, expected);
+            "generation%s", wait_ms, expected,
+            finished ? " (the others finished before it)" : "");
   rm__job_set_state(c, j, RM_JOB_FORMING, "re-forming after coordinator restart");
 }
 
@@ -698,7 +706,13 @@ int rm__job_reload(rm_coord_t *c, uint64_t id, int full, const char *why)
     if (c->jobs[i]->info.id == id) at = i;
   if (at == c->njobs) return 0;
   rm__job_t *old = c->jobs[at];
-  while ((p = old->parked.next) != &old->parked) rm__answer_storage(c, p, full, why);
+  while ((p = old->parked.next) != &old->parked) {
+    rm__answer_storage(c, p, full, why);
+    /* a park whose call was already answered in the section (a Session
+     * ended while its barrier or gate wait stayed listed) gets no answer
+     * and is not unlinked by one: unlinked here, or this loop never ends */
+    rm__park_unlink(p);
+  }
   rm__job_free(old);
   if (rm__store_job_get(c->store, id, &info) != RM_OK) {
     memmove(&c->jobs[at], &c->jobs[at + 1], (c->njobs - at - 1) * sizeof *c->jobs);

@@ -91,3 +91,19 @@ rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
   rm__commit(c);
   return st;
 }
+
+rm_status_t rm_coord_job_note(rm_coord_t *c, uint64_t id, const char *kind,
+                              const char *message)
+{
+  rm_status_t st = RM_ERR_NOT_FOUND;
+  rm__lock(c);
+  rm__job_t *j = rm__job_find(c, id);
+  if (j && rm_job_state_terminal(j->info.state)) {
+    st = RM_ERR_DENIED;
+  } else if (j) {
+    rm__event(c, j, kind, -1, "%s", message);
+    st = RM_OK;
+  }
+  rm_status_t cst = rm__commit(c);
+  return st == RM_OK && cst != RM_OK ? cst : st;
+}

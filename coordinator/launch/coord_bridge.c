@@ -30,6 +30,23 @@
  *             job_fail and worker_exited are called with no bridge lock held.
  *   shutdown  stop the monitor, optionally cancel what runs and wait; later
  *             start() answers RM_ERR_UNAVAILABLE, stop() does nothing
+ *
+ * LOG STORAGE. The workers write their output straight into their log
+ * files (local: the file is their stdout and stderr; slurm: srun's
+ * --output), so a write that fails there fails in the worker, whose
+ * print never says so: a full or read-only file system would lose their
+ * output in silence. The monitor looks at each live launch's log folder
+ * (statvfs, every LOG_CHECK_MS) and reports each change of its state once,
+ * with no lock held: a log line and job_note(coord, id, kind, message),
+ * an event on the job:
+ *   writable -> full (no block free to this process) or read-only:
+ *     "worker_logs_failing", saying the folder, the cause and that the
+ *     output written now is lost;
+ *   failing -> writable: "worker_logs_ok", with the room there is now.
+ * A folder it cannot look at (gone) changes nothing. A fault shorter than
+ * LOG_CHECK_MS can pass unseen; a folder that cannot be created or a log
+ * that cannot be opened fails the start itself (local.c, slurm.c), with
+ * the path and the system's words as the job's reason.
  */
 #include "launch_coord.h"
 #include "launch_int.h"
@@ -38,13 +55,18 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 
 #define MONITOR_PERIOD_MS 200
+#define LOG_CHECK_MS 1000 /* LOG STORAGE: how often a log folder is looked at */
+
+enum { LOG_OK = 0, LOG_FULL = 1, LOG_READONLY = 2 };
 
 typedef struct {
   uint64_t job;
@@ -53,6 +75,8 @@ typedef struct {
   int cancelled;
   int relaunch;       /* replacements asked, not yet started */
   int nseen;          /* workers whose exit was already looked at */
+  int log_state;      /* LOG STORAGE: LOG_OK, LOG_FULL, LOG_READONLY */
+  int64_t log_next_ns; /* when its log folder is looked at next */
 } entry_t;
 
 typedef struct {
@@ -87,9 +111,13 @@ struct rm_launch_coord {
 
 typedef struct {
   uint64_t job;
-  int index;          /* worker launch index; -1: the whole launch failed */
+  int index;          /* worker launch index; -1: the whole launch failed;
+                         NOTE_FAILING / NOTE_OK: LOG STORAGE, an event */
   char reason[320];
 } failure_t;
+
+#define NOTE_FAILING (-2)
+#define NOTE_OK (-3)
 
 static void *vec_push(vec_t *v, size_t size)
 {
@@ -283,6 +311,54 @@ static void entry_workers(entry_t *e, failure_t **fails, int *nf, int *cap)
   }
 }
 
+/* LOG STORAGE: the state of a log folder's file system, and the bytes a
+ * write by this process may still take there; -1 when it cannot be
+ * looked at. Blocks reserved for root count for root (they are what its
+ * workers write into). */
+static int log_room(const char *dir, uint64_t *room)
+{
+  struct statvfs v;
+  if (statvfs(dir, &v) != 0) return -1;
+  uint64_t blocks = geteuid() == 0 ? (uint64_t)v.f_bfree : (uint64_t)v.f_bavail;
+  *room = blocks * (uint64_t)v.f_frsize;
+  if (v.f_flag & ST_RDONLY) return LOG_READONLY;
+  return blocks == 0 ? LOG_FULL : LOG_OK;
+}
+
+/* The last n bytes of a long path ("...tail"), so a message keeps its
+ * cause: a per-call static buffer, one use per call. */
+static const char *path_tail(const char *path, size_t n)
+{
+  static __thread char buf[128];
+  size_t len = strlen(path);
+  if (n > sizeof buf - 4) n = sizeof buf - 4;
+  if (len <= n) return path;
+  snprintf(buf, sizeof buf, "...%s", path + len - n);
+  return buf;
+}
+
+static void log_check(rm_launch_coord_t *b, entry_t *e, int64_t now, failure_t **fails,
+                      int *nf, int *cap)
+{
+  char dir[4200];
+  uint64_t room = 0;
+  if (now < e->log_next_ns) return;
+  e->log_next_ns = now + (int64_t)LOG_CHECK_MS * 1000000LL;
+  snprintf(dir, sizeof dir, "%s/job-%" PRIu64, b->log_dir, e->job);
+  int st = log_room(dir, &room);
+  if (st < 0 || st == e->log_state) return;
+  failure_t *f = note(fails, nf, cap, e->job, st == LOG_OK ? NOTE_OK : NOTE_FAILING);
+  if (st == LOG_OK)
+    snprintf(f->reason, sizeof f->reason, "worker logs in %s can be written again "
+             "(%" PRIu64 " bytes free); what the workers printed meanwhile is missing "
+             "from them", path_tail(dir, 120), room);
+  else
+    snprintf(f->reason, sizeof f->reason, "worker logs in %s cannot be written: its "
+             "file system is %s; what the workers print is lost until it can be written",
+             path_tail(dir, 120), st == LOG_FULL ? "full (no space left)" : "read-only");
+  e->log_state = st;
+}
+
 /* One pass over the table (no lock held); returns the failures to report:
  * worker exits (index >= 0) and whole launches that failed (index -1). */
 static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
@@ -301,6 +377,7 @@ static int monitor_pass(rm_launch_coord_t *b, failure_t **out)
     }
     rm_status_t pst = rm__launch_poll(e[i].h, &st, msg, sizeof msg);
     entry_workers(&e[i], &fails, &nf, &cap); /* after poll: exits reaped */
+    log_check(b, &e[i], now, &fails, &nf, &cap);
     if (pst != RM_OK || !rm__launch_state_final(st)) {
       i++;
       continue;
@@ -331,6 +408,15 @@ static void *monitor(void *arg)
     failure_t *fails = NULL;
     int nf = monitor_pass(b, &fails);
     for (int i = 0; i < nf; i++) {
+      if (fails[i].index == NOTE_FAILING || fails[i].index == NOTE_OK) { /* LOG STORAGE */
+        const char *kind = fails[i].index == NOTE_OK ? "worker_logs_ok" : "worker_logs_failing";
+        if (fails[i].index == NOTE_OK)
+          RM_INFO("job %" PRIu64 ": %s", fails[i].job, fails[i].reason);
+        else
+          RM_WARN("job %" PRIu64 ": %s", fails[i].job, fails[i].reason);
+        if (b->o.job_note != NULL) b->o.job_note(b->o.coord, fails[i].job, kind, fails[i].reason);
+        continue;
+      }
       if (fails[i].index >= 0 && b->o.worker_exited != NULL)
         b->o.worker_exited(b->o.coord, fails[i].job, fails[i].index, fails[i].reason);
       else if (fails[i].index < 0 && b->o.job_fail != NULL)

@@ -67,6 +67,11 @@ typedef struct {
    * detection (heartbeats, streams, survivors' reports) still acts. */
   rm_status_t (*worker_exited)(rm_coord_t *c, uint64_t id, int index,
                                const char *what);
+  /* LOG STORAGE (coord_bridge.c): the job's log folder stopped or started
+   * taking writes; pass rm_coord_job_note (an event on the job). NULL: the
+   * log line only. */
+  rm_status_t (*job_note)(rm_coord_t *c, uint64_t id, const char *kind,
+                          const char *message);
 } rm_launch_coord_options_t;
 
 typedef struct rm_launch_coord rm_launch_coord_t;

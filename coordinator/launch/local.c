@@ -188,8 +188,12 @@ static rm_status_t start_worker(local_t *l, int i, int devnull, char *err,
   char **env = make_env(vars);
   int fd = open(l->w[i].log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); /* owner-only */
   if (fd >= 0) {
-    dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s %s\n", i,
-            l->world, l->path, l->header);
+    /* a header that does not fit is said here; the worker's own output
+     * that does not is reported by the bridge (coord_bridge.c LOG STORAGE);
+     * an unopenable log fails the start in spawn_one */
+    if (dprintf(fd, "# ringmaster local launcher: worker %d of %d: %s %s\n", i,
+                l->world, l->path, l->header) < 0)
+      RM_WARN("worker %d: cannot write its log %s: %s", i, l->w[i].log_path, strerror(errno));
     close(fd);
   }
   rm_status_t st = spawn_one(l, i, l->path, l->argv, env, devnull, err, errlen);

@@ -47,7 +47,9 @@
  * DURABILITY is unchanged: nothing a section queues for a lane leaves
  * before that section's COMMIT. What is queued for a lane goes into its
  * relay's PENDING entries as it is pushed, and they join the outbox only
- * in rm__relay_kick_all, after the COMMIT (rm__relay_push).
+ * in rm__relay_kick_all, after the COMMIT (rm__relay_push). A section
+ * whose COMMIT failed has its pending entries rewritten first: each lane
+ * they name ends with the storage failure (ROLLED BACK, rm__relay_fail).
  *
  * Memory: a relay's lane table is one pointer per lane number from its
  * oldest open lane on (LANE TABLE); a lane is an rm__call_t alone (a gRPC
@@ -520,6 +522,62 @@ void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
   if (bb) n = take_parts(bb, part);
   out_append(r, l, code, details, part, n);
   kick_later(c, l->up);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* ROLLED BACK. The section's COMMIT failed (core/commit.c): what it queued
+ * for lanes is still in their relays' PENDING entries, in no batch, and
+ * none of it may go out as it is (a Join answer naming a generation that
+ * is not stored, a released barrier, a push). Every lane those entries
+ * name gets one entry instead: its end with the storage failure, as a
+ * Session whose message was rolled back ends (server.c rm__out_fail), so
+ * its worker retries or re-joins as across a coordinator restart. A lane
+ * whose end the section had queued keeps that end's entry in c->out (it
+ * retires the lane at the flush); a lane given only a message is ended
+ * now, through rm__out_push like any answer. The relays with pending
+ * entries are exactly those on c->relay_kick (rm__relay_push). */
+void rm__relay_fail(rm_coord_t *c, int code, const char *details)
+{
+  for (size_t i = 0; i < c->nrelay_kick; i++) {
+    struct rm__relay *r = c->relay_kick[i]->mux;
+    rl_out_t *pend = r->pend;
+    int npend = r->npend;
+    size_t n = 0, cap = 0;
+    uint64_t *keys = NULL; /* lane << 1 | its end was queued */
+    if (!npend) continue;
+    for (int e = 0; e < npend; e++) cap += (size_t)pend[e].n;
+    keys = rm__xmalloc(cap * sizeof *keys);
+    for (int e = 0; e < npend; e++) {
+      for (int k = 0; k < pend[e].n; k++)
+        keys[n++] = (uint64_t)out_lane(&pend[e], k) << 1 | pend[e].end;
+      out_free(&pend[e]);
+    }
+    free(pend);
+    r->pend = NULL;
+    r->npend = r->cappend = 0;
+    r->pgen++; /* the lanes' rl_batch/rl_idx name entries that are gone */
+    qsort(keys, n, sizeof *keys, cmp_u64);
+    for (size_t k = 0; k < n; k++) {
+      uint32_t lane = (uint32_t)(keys[k] >> 1);
+      if (k + 1 < n && (uint32_t)(keys[k + 1] >> 1) == lane) continue; /* the last has the end bit */
+      rm__call_t *l = lane_get(r, lane);
+      if (!l || l == ENDED) continue;
+      if (keys[k] & 1) {
+        grpc_slice none[1]; /* no message: out_append copies 0 of them */
+        out_append(r, l, code, details, none, 0);
+        c->ctr.grpc_errors_total++;
+      } else if (rm__call_claim(l)) {
+        rm__out_push(c, l, code, details, NULL);
+        c->ctr.grpc_errors_total++;
+      }
+    }
+    free(keys);
+  }
 }
 
 void rm__relay_out(rm_coord_t *c, rm__out_t *o)

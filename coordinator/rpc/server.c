@@ -455,6 +455,8 @@ static int claim_answer(rm__call_t *k)
   return 1;
 }
 
+int rm__call_claim(rm__call_t *k) { return claim_answer(k); }
+
 void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
                const ProtobufCMessage *resp)
 {
@@ -705,7 +707,9 @@ static void session_next(rm__call_t *k)
  * once (a stream that already has its final queued just loses the
  * message), so the client reconnects as after a coordinator restart and
  * reads only what is stored. Relay lanes' entries went to their relay's
- * pending batch when queued and are not rewritten here (docs/storage.md). */
+ * pending entries when queued: rm__relay_fail ends each lane they name
+ * with the same failure (relay.c ROLLED BACK); a lane's entry here (its
+ * end's retirement) and a relay's own end stay as they are. */
 void rm__out_fail(rm_coord_t *c, int full, const char *why)
 {
   size_t k = 0;
@@ -736,6 +740,7 @@ void rm__out_fail(rm_coord_t *c, int full, const char *why)
     c->out[k++] = o;
   }
   c->nout = k;
+  rm__relay_fail(c, code, msg);
 }
 
 void rm__out_flush(rm_coord_t *c)

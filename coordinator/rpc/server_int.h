@@ -94,6 +94,11 @@ void rm__relay_kick_all(rm_coord_t *c);
  * after the COMMIT (relay.c PENDING). */
 void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
                     grpc_byte_buffer *bb);
+/* ROLLED BACK (relay.c): the failed section's pending lane entries become
+ * each lane's end with code and details (rm__out_fail's part for lanes). */
+void rm__relay_fail(rm_coord_t *c, int code, const char *details);
+/* Mark call k answered (its park unlinked): 1, or 0 when it already was. */
+int rm__call_claim(rm__call_t *k);
 /* k's batch completed (on_send). */
 void rm__relay_on_send(rm_coord_t *c, rm__call_t *k);
 /* Is there room for a best-effort message to lane k (a push)? */

@@ -40,7 +40,13 @@
  * out again by the next INSERT and must never have reached a client. The
  * store stays "failing" (rm__store_failing: full or error, with the words)
  * until a transaction that writes commits again; rm__store_probe makes
- * such a write (readiness checks), so recovery needs no restart.
+ * such a write (readiness checks), so recovery needs no restart. The
+ * words are SQLite's and, for an I/O failure, the system's errno behind
+ * it ("disk I/O error: Read-only file system": a file system remounted
+ * read-only under a running coordinator, a device answering EIO). Only
+ * SQLITE_FULL is "full" (507); READONLY, IOERR and the rest are "error"
+ * (503). A database this process may not write at all (its mode, owner)
+ * is refused at open rather than served read-only.
  *
  * ONE COORDINATOR PER DATABASE. Two coordinators on one file would both
  * write it and each keep its own view of the jobs. rm__store_open takes an
@@ -106,15 +112,103 @@ void rm__stmt_done(rm__store_t *c, sqlite3_stmt *st)
   sqlite3_finalize(st);
 }
 
+/* OS FAULTS (test builds). The hook's eio, erofs and enospc kinds fail
+ * no step themselves: the step runs, and each write(2) or pwrite(2) SQLite
+ * makes during it fails with that errno (SQLite's unix VFS lets a test
+ * replace its system calls, xSetSystemCall, as its own I/O-error tests
+ * do), so what a failing device, a file system remounted read-only or a
+ * full one does to a write is what SQLite itself turns into a code; most
+ * steps of a transaction write only its page cache, its COMMIT writes
+ * the WAL. Installed once per process, at the first open. */
+#ifdef RINGMASTER_TEST_HOOKS
+static int os_fail; /* errno for the replaced calls; set only under the coordinator lock */
+static sqlite3_syscall_ptr real_write, real_pwrite, real_pwrite64;
+
+static ssize_t fault_write(int fd, const void *b, size_t n)
+{
+  if (os_fail) return errno = os_fail, -1;
+  return ((ssize_t(*)(int, const void *, size_t))real_write)(fd, b, n);
+}
+
+static ssize_t fault_pwrite(int fd, const void *b, size_t n, off_t at)
+{
+  if (os_fail) return errno = os_fail, -1;
+  return ((ssize_t(*)(int, const void *, size_t, off_t))real_pwrite)(fd, b, n, at);
+}
+
+static ssize_t fault_pwrite64(int fd, const void *b, size_t n, off_t at)
+{
+  if (os_fail) return errno = os_fail, -1;
+  return ((ssize_t(*)(int, const void *, size_t, off_t))real_pwrite64)(fd, b, n, at);
+}
+
+static void os_faults_install(void)
+{
+  static int done;
+  sqlite3_vfs *v = sqlite3_vfs_find(NULL);
+  if (done || !v || v->iVersion < 3 || !v->xSetSystemCall) return;
+  done = 1;
+  real_write = v->xGetSystemCall(v, "write");
+  real_pwrite = v->xGetSystemCall(v, "pwrite");
+  real_pwrite64 = v->xGetSystemCall(v, "pwrite64");
+  if (real_write) v->xSetSystemCall(v, "write", (sqlite3_syscall_ptr)fault_write);
+  if (real_pwrite) v->xSetSystemCall(v, "pwrite", (sqlite3_syscall_ptr)fault_pwrite);
+  if (real_pwrite64) v->xSetSystemCall(v, "pwrite64", (sqlite3_syscall_ptr)fault_pwrite64);
+}
+#else
+static int os_fail;
+static void os_faults_install(void) {}
+#endif
+
 /* The code the test hook injects in place of this step (test builds:
- * RINGMASTER_TEST_STORE_FAIL, store_hook.c), else 0. */
+ * RINGMASTER_TEST_STORE_FAIL, store_hook.c), else 0; for the OS FAULTS
+ * kinds 0, with os_fail set for the step. */
 static int injected(void)
 {
+  os_fail = 0;
   switch (rm__testhook_store_step()) {
   case RM__STORE_FAIL_FULL: return SQLITE_FULL;
   case RM__STORE_FAIL_IOERR: return SQLITE_IOERR;
+  case RM__STORE_FAIL_READONLY: return SQLITE_READONLY;
+  case RM__STORE_FAIL_EIO: os_fail = EIO; return 0;
+  case RM__STORE_FAIL_EROFS: os_fail = EROFS; return 0;
+  case RM__STORE_FAIL_ENOSPC: os_fail = ENOSPC; return 0;
   default: return 0;
   }
+}
+
+/* The system's words behind a failed write (sqlite3_system_errno: EIO,
+ * EROFS, ENOSPC, EACCES...), kept with the transaction's code so the
+ * answers and the log say "disk I/O error: Read-only file system", not
+ * only SQLite's generic words; 0 for a failure that is SQLite's own. */
+static int file_errno(sqlite3_file *f)
+{
+  int e = 0;
+  if (f && f->pMethods && f->pMethods->xFileControl &&
+      f->pMethods->xFileControl(f, SQLITE_FCNTL_LAST_ERRNO, &e) != SQLITE_OK)
+    e = 0;
+  return e;
+}
+
+static void note_errno(rm__store_t *c, int rc)
+{
+  sqlite3_file *f = NULL;
+  int e = 0;
+  switch (rc & 0xff) {
+  case SQLITE_IOERR: case SQLITE_FULL: case SQLITE_READONLY: case SQLITE_CANTOPEN:
+    break;
+  default: return;
+  }
+  /* the errno the failing write saw is kept by the file that saw it: the
+   * WAL (the journal pointer) for a COMMIT, the database file for a read
+   * or a checkpoint; sqlite3_system_errno is errno when the error came
+   * back up, after other calls may have changed it */
+  if (sqlite3_file_control(c->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) == SQLITE_OK)
+    e = file_errno(f);
+  if (!e && sqlite3_file_control(c->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) == SQLITE_OK)
+    e = file_errno(f);
+  if (!e) e = sqlite3_system_errno(c->db);
+  if (!c->txn_errno) c->txn_errno = e;
 }
 
 int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st)
@@ -132,8 +226,11 @@ int rm__stmt_run(rm__store_t *c, sqlite3_stmt *st)
     RM_ERROR("sqlite step failed: %s (test hook) (%s)", sqlite3_errstr(rc), sqlite3_sql(st));
   } else {
     rc = sqlite3_step(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    os_fail = 0;
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+      note_errno(c, sqlite3_extended_errcode(c->db));
       RM_ERROR("sqlite step failed: %s (%s)", sqlite3_errmsg(c->db), sqlite3_sql(st));
+    }
   }
   if (rc != SQLITE_DONE && rc != SQLITE_ROW && c->in_txn && !c->txn_rc) c->txn_rc = rc;
   if (c->in_txn) c->txn_writes++;
@@ -215,7 +312,8 @@ static int lock_db(rm__store_t *c, const char *path, char *err, size_t errlen)
   snprintf(lp, sizeof lp, "%s.lock", path);
   c->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (c->lock_fd < 0) {
-    snprintf(err, errlen, "cannot open lock file %s: %s", lp, strerror(errno));
+    snprintf(err, errlen, "cannot open lock file %s: %s (a coordinator writes its "
+             "database's folder: the lock, the WAL, the database itself)", lp, strerror(errno));
     return -1;
   }
   if (flock(c->lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -245,12 +343,22 @@ rm_status_t rm__store_open(const char *path, rm__store_t **out, char *err,
   rm__store_t *c = rm__xcalloc(1, sizeof *c);
   c->lock_fd = -1;
   c->path = rm__xstrdup(path);
+  os_faults_install();
   if (strcmp(path, ":memory:") != 0 && lock_db(c, path, err, errlen)) goto fail;
   owner_only(path);
   if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
     snprintf(err, errlen, "cannot open database %s: %s", path,
              c->db ? sqlite3_errmsg(c->db) : "out of memory");
+    goto fail;
+  }
+  /* SQLite opens a file it may not write (its mode or owner) read-only
+   * and would refuse every write later, one request at a time: a
+   * coordinator that can acknowledge nothing says so at start instead */
+  if (sqlite3_db_readonly(c->db, "main") == 1) {
+    snprintf(err, errlen, "database %s is read-only for this process (its mode, owner or "
+             "file system): a coordinator must store every change before it answers; "
+             "make it writable or give another --db", path);
     goto fail;
   }
   sqlite3_busy_timeout(c->db, 5000);
@@ -309,7 +417,7 @@ void rm__store_begin(rm__store_t *c)
 static void fail_state(rm__store_t *c, int rc, const char *why)
 {
   c->failed_commits++;
-  if (c->fail_rc != rc)
+  if (c->fail_rc != rc || strcmp(c->fail_why, why) != 0) /* EIO then EROFS: two lines */
     RM_ERROR("store: writes are failing (%s); every write is refused until "
              "one succeeds again", why);
   c->fail_rc = rc;
@@ -341,7 +449,10 @@ int rm__store_commit(rm__store_t *c)
   if (c->txn_rc) {
     char why[200];
     rc = c->txn_rc;
-    snprintf(why, sizeof why, "%s", sqlite3_errstr(rc));
+    if (c->txn_errno)
+      snprintf(why, sizeof why, "%s: %s", sqlite3_errstr(rc), strerror(c->txn_errno));
+    else
+      snprintf(why, sizeof why, "%s", sqlite3_errstr(rc));
     c->in_txn = 0;
     if (sqlite3_get_autocommit(c->db) == 0 &&
         sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL) != SQLITE_OK)
@@ -353,6 +464,7 @@ int rm__store_commit(rm__store_t *c)
   }
   c->in_txn = 0;
   c->txn_rc = 0;
+  c->txn_errno = 0;
   return rc;
 }
 
@@ -421,8 +533,11 @@ int rm__store_probe(rm__store_t *c)
   snprintf(sql, sizeof sql, "PRAGMA user_version=%d", v);
   rm__store_begin(c);
   int rc = injected();
-  if (!rc && sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+  if (!rc && sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
     rc = sqlite3_extended_errcode(c->db);
+    note_errno(c, rc);
+  }
+  os_fail = 0;
   if (rc && !c->txn_rc) c->txn_rc = rc;
   c->txn_writes++;
   return rm__store_commit(c);

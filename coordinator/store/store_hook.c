@@ -1,9 +1,11 @@
 /*
  * store_hook.c - the store's fault point for tests (test builds only,
  * common/rm_testhook.h): fail the Nth write step of the process with
- * SQLITE_FULL or SQLITE_IOERR, as SQLite's own test suite does at every
- * write, so a test can walk the failure over every write a job's life
- * makes. Armed from RINGMASTER_TEST_STORE_FAIL=N:full|ioerr[:K] at the
+ * SQLITE_FULL, SQLITE_IOERR or SQLITE_READONLY, or make the system calls
+ * that write fail under it (EIO, EROFS, ENOSPC: store.c OS FAULTS), as
+ * SQLite's own test suite does at every write, so a test can walk the
+ * failure over every write a job's life makes. Armed from
+ * RINGMASTER_TEST_STORE_FAIL=N:KIND[:K] (rm_testhook.h) at the
  * first step, or by rm__testhook_store_fail in the test's own process.
  * The steps run under the coordinator lock; the counters are atomics so
  * a test thread may arm and read them between sections.
@@ -26,7 +28,15 @@ static void from_env(void)
   int kind = RM__STORE_FAIL_FULL;
   uint64_t k = 1;
   if (end && *end == ':') {
-    if (!strncmp(end + 1, "ioerr", 5)) kind = RM__STORE_FAIL_IOERR;
+    static const struct { const char *name; int kind; } kinds[] = {
+        {"full", RM__STORE_FAIL_FULL},     {"ioerr", RM__STORE_FAIL_IOERR},
+        {"readonly", RM__STORE_FAIL_READONLY}, {"eio", RM__STORE_FAIL_EIO},
+        {"erofs", RM__STORE_FAIL_EROFS},   {"enospc", RM__STORE_FAIL_ENOSPC}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+      size_t len = strlen(kinds[i].name);
+      if (!strncmp(end + 1, kinds[i].name, len) && (end[1 + len] == ':' || !end[1 + len]))
+        kind = kinds[i].kind;
+    }
     end = strchr(end + 1, ':');
     if (end) k = strtoull(end + 1, NULL, 10);
   }

@@ -30,6 +30,7 @@ struct rm__store {
    * transaction (0: none), its write steps, the ids of the jobs it
    * inserted (so the core can drop them when it rolls back) */
   int txn_rc;
+  int txn_errno;                /* the system's errno behind txn_rc, 0 none */
   size_t txn_writes;
   uint64_t *txn_new;
   size_t ntxn_new, captxn_new;

@@ -3,9 +3,14 @@ item 10): a ckpt_dir whose parents do not exist is created (the checkpoints
 are there after the job); a ckpt_dir that cannot be a folder (its parent is
 a regular file) fails the job at the first checkpoint with a reason and a
 worker_failed event that name the step, the folder and the system's words,
-instead of a warning in a worker log and a job without checkpoints."""
+instead of a warning in a worker log and a job without checkpoints. The
+same for a ckpt_dir on a full file system (a tmpfs this test mounts and
+fills; that part is skipped with a message where mounting is not allowed):
+the reason and the event say "No space left on device"."""
 import glob
 import os
+import subprocess
+import tempfile
 
 import rc
 
@@ -41,6 +46,32 @@ def test(env):
     failed = [e for e in env.events(job.id, job.token) if e.kind == "worker_failed"]
     assert failed and "checkpoint of step 5 not written" in failed[0].message, failed
     assert any(c != 0 for c in codes), codes
+
+    mnt = tempfile.mkdtemp(prefix="rm-ckpt-full-")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        os.rmdir(mnt)
+        print("SKIP (full disk part): cannot mount a tmpfs here:", r.stderr.strip())
+        return
+    try:
+        fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:  # every free byte
+            while os.write(fd, b"\0" * 4096) > 0:
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        job, j, codes = run(env, "full", os.path.join(mnt, "ckpt"))
+        assert j.state == env.m.JOB_STATE_FAILED, j
+        assert "checkpoint of step 5 not written" in j.reason, j.reason
+        assert "No space left on device" in j.reason, j.reason
+        failed = [e for e in env.events(job.id, job.token) if e.kind == "worker_failed"]
+        assert failed and "No space left on device" in failed[0].message, failed
+        print("full checkpoint folder:", j.reason)
+    finally:
+        subprocess.run(["umount", mnt], capture_output=True)
+        os.rmdir(mnt)
 
 
 rc.main(test)
