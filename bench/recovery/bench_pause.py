@@ -19,6 +19,7 @@ step delta over a window of the same length in the same job before it.
   python3 bench/recovery/bench_pause.py --coordinator build/coordinator/ringmaster \
       --worker build/worker/agent/ringmaster-worker --proto proto \
       [--trials 100] [--budget-s 1200] [--hb-ms 500] [--compute-ms 5] [--steps 800]
+      [--diag DIR]
 """
 import argparse
 import os
@@ -108,7 +109,8 @@ def trial(env, o, kind, policy, k):
             env.net.cut(False)
     j = env.wait_job(job.id, lambda j: j.state in (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED,
                                                    st.JOB_STATE_CANCELLED), 120)
-    lost = [e for e in env.events(job.id, job.token) if e.kind == "worker_lost"]
+    evs = env.events(job.id, job.token)
+    lost = [e for e in evs if e.kind == "worker_lost"]
     ok = (j.state == st.JOB_STATE_SUCCEEDED and j.generation == j0.generation and j.world == 3
           and not lost)
     for w in ws:
@@ -117,6 +119,15 @@ def trial(env, o, kind, policy, k):
         except subprocess.TimeoutExpired:
             w.kill()
             w.wait(timeout=20)
+    if not ok and o.diag:  # what made it different: its events and the workers' words
+        os.makedirs(o.diag, exist_ok=True)
+        with open(os.path.join(o.diag, "%s-%d.txt" % (kind, k)), "w") as f:
+            f.write("job: %s\nj0 generation %d\n\n" % (j, j0.generation))
+            for e in evs:
+                f.write("event %s rank %d: %s\n" % (e.kind, e.rank, e.message))
+            for i in range(3):
+                f.write("\n--- worker %d log ---\n" % i)
+                f.write(env.worker_log(base + i)[-6000:])
     rates = []
     for i in range(3):
         m = DELIVERED.findall(env.worker_log(base + i))
@@ -132,6 +143,8 @@ def main():
     p.add_argument("--compute-ms", type=float, default=5)
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--kinds", default="pause,partition")
+    p.add_argument("--diag", default="", help="folder for the events and worker logs of "
+                   "each trial that did not end as without the pause")
     o, rest = p.parse_known_args()
     sys.argv = [sys.argv[0]] + rest
     env = rmtest.Env(rmtest.args())
