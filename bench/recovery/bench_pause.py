@@ -13,7 +13,8 @@ unchanged, 3 members, no worker_lost event)? And the step rate during the
 pause: per worker, the queued reports it delivered afterwards (the steps it
 trained while its reports did not go through; worker/session/session_step.c
 REPORTER) / the time from its first unanswered report to its queue emptied
-(both from its log line), the slowest worker's, against the rate without a pause: GetJob's
+(both from its log line), the slowest worker's (no rate when a worker logged
+no such line), against the rate without a pause: GetJob's
 step delta over a window of the same length in the same job before it.
 
   python3 bench/recovery/bench_pause.py --coordinator build/coordinator/ringmaster \
@@ -131,8 +132,14 @@ def trial(env, o, kind, policy, k):
     rates = []
     for i in range(3):
         m = DELIVERED.findall(env.worker_log(base + i))
-        rates.append(int(m[-1][0]) / (int(m[-1][1]) / 1000.0) if m and int(m[-1][1]) else 0.0)
-    return ok, min(rates), free_rate, j
+        rates.append(int(m[-1][0]) / (int(m[-1][1]) / 1000.0) if m and int(m[-1][1]) else None)
+    if None in rates and o.diag:  # a worker that never said its reports were held
+        os.makedirs(o.diag, exist_ok=True)
+        with open(os.path.join(o.diag, "%s-%d-no-rate.txt" % (kind, k)), "w") as f:
+            for i in range(3):
+                f.write("\n--- worker %d log ---\n" % i)
+                f.write(env.worker_log(base + i)[-6000:])
+    return ok, None if None in rates else min(rates), free_rate, j
 
 
 def main():
@@ -178,9 +185,9 @@ def main():
                 policy = ("fail", "shrink", "replace")[k % 3]
                 ok, prate, frate, j = trial(env, o, kind, policy, k)
                 res.append((ok, prate, frate))
-                print("%s trial %d (%s): %s, %.0f steps/s during, %.0f without" %
+                print("%s trial %d (%s): %s, %s steps/s during, %.0f without" %
                       (kind, k, policy, "as without" if ok else "DIFFERENT: %s" % j.reason,
-                       prate, frate), flush=True)
+                       "%.0f" % prate if prate is not None else "(no rate)", frate), flush=True)
             rows.append((kind, res))
             env.coord.send_signal(signal.SIGCONT)
             env.coord.kill()
@@ -197,17 +204,17 @@ def main():
             env.net.down()
         env.close()
     print()
-    print("| trials | ended as without the pause | steps/s during pause (median, min) | "
-          "steps/s without (median) | ratio of medians |")
+    print("| trials | ended as without the pause | steps/s during pause (median, min; "
+          "trials with a rate) | steps/s without (median) | ratio of medians |")
     print("| --- | --- | --- | --- | --- |")
     for kind, res in rows:
         if not res:
             continue
-        during = [r[1] for r in res]
+        during = [r[1] for r in res if r[1] is not None] or [0.0]
         free = [r[2] for r in res]
-        print("| %s x%d | %d/%d | %.0f, %.0f | %.0f | %.2f |" %
+        print("| %s x%d | %d/%d | %.0f, %.0f; %d | %.0f | %.2f |" %
               (kind, len(res), sum(r[0] for r in res), len(res), statistics.median(during),
-               min(during), statistics.median(free),
+               min(during), sum(r[1] is not None for r in res), statistics.median(free),
                statistics.median(during) / max(statistics.median(free), 1e-9)))
 
 
