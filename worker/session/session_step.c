@@ -387,10 +387,12 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
  * when `stream` (session_live.c BARRIERS AND GATES ON THE STREAM), else (or
  * when the stream ended without answering) the unary call `path` with q
  * and the time left to w's deadline, which moves on while the coordinator
- * is away (session_live.c COORDINATOR AWAY). A unary call that ends
- * UNAVAILABLE or DEADLINE_EXCEEDED before that deadline is made again
- * (after RETRY_MS when it failed at once): a barrier's as the same arrival
- * (barrier.c P3), a gate's as the same question. Returns the call's
+ * is away (session_live.c COORDINATOR AWAY). For a wait on the
+ * coordinator, a unary call that ends UNAVAILABLE or DEADLINE_EXCEEDED
+ * before that deadline is made again (after RETRY_MS when it failed at
+ * once): a barrier's as the same arrival (barrier.c P3), a gate's as the
+ * same question; a question that is no wait (w fixed) is asked once, as
+ * the rank computes on meanwhile. Returns the call's
  * status; *r: its answer on RM__G_OK (the stream's BarrierResponse or
  * StepGateResponse, as m asked, or the unary call's), the caller's to
  * free. */
@@ -421,7 +423,7 @@ static int ask(rm_session_t *s, int stream, Ringmaster__V1__SessionRequest *m,
     }
     int64_t t0 = rm__now_ns();
     rc = rm__ctl_call(s->ctl, path, q, rd, r, left, msg, msglen);
-    if (rc != RM__G_UNAVAILABLE && rc != RM__G_DEADLINE) return rc;
+    if (w->fixed || (rc != RM__G_UNAVAILABLE && rc != RM__G_DEADLINE)) return rc;
     left = rm__ms_left(rm__cwait_deadline(s, w));
     if (left <= 0) return rc;
     if (rm__now_ns() - t0 < (int64_t)RETRY_MS * 1000000) {
