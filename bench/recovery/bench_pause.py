@@ -13,12 +13,14 @@ unchanged, 3 members, no worker_lost event)? And the step rate during the
 pause: per worker, the queued reports it delivered afterwards (the steps it
 trained while its reports did not go through; worker/session/session_step.c
 REPORTER) / the time from its first unanswered report to its queue emptied
-(both from its log line), the slowest worker's, against the rate without a pause: GetJob's
+(both from its log line), the slowest worker's (no rate when a worker logged
+no such line), against the rate without a pause: GetJob's
 step delta over a window of the same length in the same job before it.
 
   python3 bench/recovery/bench_pause.py --coordinator build/coordinator/ringmaster \
       --worker build/worker/agent/ringmaster-worker --proto proto \
       [--trials 100] [--budget-s 1200] [--hb-ms 500] [--compute-ms 5] [--steps 800]
+      [--diag DIR]
 """
 import argparse
 import os
@@ -108,7 +110,8 @@ def trial(env, o, kind, policy, k):
             env.net.cut(False)
     j = env.wait_job(job.id, lambda j: j.state in (st.JOB_STATE_SUCCEEDED, st.JOB_STATE_FAILED,
                                                    st.JOB_STATE_CANCELLED), 120)
-    lost = [e for e in env.events(job.id, job.token) if e.kind == "worker_lost"]
+    evs = env.events(job.id, job.token)
+    lost = [e for e in evs if e.kind == "worker_lost"]
     ok = (j.state == st.JOB_STATE_SUCCEEDED and j.generation == j0.generation and j.world == 3
           and not lost)
     for w in ws:
@@ -117,11 +120,26 @@ def trial(env, o, kind, policy, k):
         except subprocess.TimeoutExpired:
             w.kill()
             w.wait(timeout=20)
+    if not ok and o.diag:  # what made it different: its events and the workers' words
+        os.makedirs(o.diag, exist_ok=True)
+        with open(os.path.join(o.diag, "%s-%d.txt" % (kind, k)), "w") as f:
+            f.write("job: %s\nj0 generation %d\n\n" % (j, j0.generation))
+            for e in evs:
+                f.write("event %s rank %d: %s\n" % (e.kind, e.rank, e.message))
+            for i in range(3):
+                f.write("\n--- worker %d log ---\n" % i)
+                f.write(env.worker_log(base + i)[-6000:])
     rates = []
     for i in range(3):
         m = DELIVERED.findall(env.worker_log(base + i))
-        rates.append(int(m[-1][0]) / (int(m[-1][1]) / 1000.0) if m and int(m[-1][1]) else 0.0)
-    return ok, min(rates), free_rate, j
+        rates.append(int(m[-1][0]) / (int(m[-1][1]) / 1000.0) if m and int(m[-1][1]) else None)
+    if None in rates and o.diag:  # a worker that never said its reports were held
+        os.makedirs(o.diag, exist_ok=True)
+        with open(os.path.join(o.diag, "%s-%d-no-rate.txt" % (kind, k)), "w") as f:
+            for i in range(3):
+                f.write("\n--- worker %d log ---\n" % i)
+                f.write(env.worker_log(base + i)[-6000:])
+    return ok, None if None in rates else min(rates), free_rate, j
 
 
 def main():
@@ -132,6 +150,8 @@ def main():
     p.add_argument("--compute-ms", type=float, default=5)
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--kinds", default="pause,partition")
+    p.add_argument("--diag", default="", help="folder for the events and worker logs of "
+                   "each trial that did not end as without the pause")
     o, rest = p.parse_known_args()
     sys.argv = [sys.argv[0]] + rest
     env = rmtest.Env(rmtest.args())
@@ -165,9 +185,9 @@ def main():
                 policy = ("fail", "shrink", "replace")[k % 3]
                 ok, prate, frate, j = trial(env, o, kind, policy, k)
                 res.append((ok, prate, frate))
-                print("%s trial %d (%s): %s, %.0f steps/s during, %.0f without" %
+                print("%s trial %d (%s): %s, %s steps/s during, %.0f without" %
                       (kind, k, policy, "as without" if ok else "DIFFERENT: %s" % j.reason,
-                       prate, frate), flush=True)
+                       "%.0f" % prate if prate is not None else "(no rate)", frate), flush=True)
             rows.append((kind, res))
             env.coord.send_signal(signal.SIGCONT)
             env.coord.kill()
@@ -184,17 +204,17 @@ def main():
             env.net.down()
         env.close()
     print()
-    print("| trials | ended as without the pause | steps/s during pause (median, min) | "
-          "steps/s without (median) | ratio of medians |")
+    print("| trials | ended as without the pause | steps/s during pause (median, min; "
+          "trials with a rate) | steps/s without (median) | ratio of medians |")
     print("| --- | --- | --- | --- | --- |")
     for kind, res in rows:
         if not res:
             continue
-        during = [r[1] for r in res]
+        during = [r[1] for r in res if r[1] is not None] or [0.0]
         free = [r[2] for r in res]
-        print("| %s x%d | %d/%d | %.0f, %.0f | %.0f | %.2f |" %
+        print("| %s x%d | %d/%d | %.0f, %.0f; %d | %.0f | %.2f |" %
               (kind, len(res), sum(r[0] for r in res), len(res), statistics.median(during),
-               min(during), statistics.median(free),
+               min(during), sum(r[1] is not None for r in res), statistics.median(free),
                statistics.median(during) / max(statistics.median(free), 1e-9)))
 
 

@@ -18,7 +18,8 @@
  *     transport's word, sees the time since it last ran exceed the stall
  *     threshold: min(RINGMASTER_STALL_MS (1000), half the job's heartbeat
  *     timeout), never under three ticks (300 ms). Every open job then gets
- *     listen_from = now (a fresh window), its re-formation and barrier
+ *     listen_from = now (a fresh window; a later RECONNECT WINDOW, case
+ *     2, is kept), its re-formation and barrier
  *     deadlines move on by the gap, and the event
  *       coordinator_unavailable "coordinator was unavailable for 20.0 s;
  *       heartbeat deadlines extended by 10 s"
@@ -38,10 +39,17 @@
  *     declared lost, event
  *       heartbeats_silent "K of N workers silent together: ..."
  *     The hush ends when the overdue ones are no longer a majority (the
- *     workers are heard again): listen_from = now, every worker still
- *     silent gets a fresh window, event
+ *     workers are heard again). RECONNECT WINDOW: every worker still
+ *     silent then gets a heartbeat timeout plus as long as the coordinator
+ *     was unreachable (U = now - hush start + a timeout) before it counts
+ *     as silent: listen_from = now + U (silent_from is then in the future
+ *     for all of them). A worker's connection comes back only at its next
+ *     TCP retransmission or gRPC reconnect attempt, both on exponential
+ *     backoff (doubling, 1.6x), so up to about U after the link is back;
+ *     one timeout alone lost healthy workers that were heard again a
+ *     moment later (bench/results/2026-12-06-coordinator-pause.md). Event
  *       coordinator_unreachable "coordinator was unreachable from its
- *       workers for 20.0 s; heartbeat deadlines extended by 10 s"
+ *       workers for 20.0 s; heartbeat deadlines extended by 30.0 s"
  *     A hush is bounded: after RINGMASTER_SILENCE_HOLD_MS (default 5x the
  *     job's heartbeat timeout, at least 30 s: reconnecting takes gRPC's
  *     backoff after the link is back) of it the overdue workers are declared lost
@@ -88,7 +96,7 @@ static int64_t silent_from(const rm__job_t *j, const rm__worker_t *w)
 /* Case 1 for one job: a fresh window, its deadlines moved on by the gap. */
 static void extend(rm_coord_t *c, rm__job_t *j, int64_t now, int64_t gap)
 {
-  j->listen_from_ns = now;
+  if (j->listen_from_ns < now) j->listen_from_ns = now; /* a reconnect window runs on */
   if (j->reform_deadline_ns) j->reform_deadline_ns += gap;
   for (rm__barrier_t *b = j->barriers; b; b = b->next)
     if (b->state == RM_BARRIER_OPEN) {
@@ -129,14 +137,16 @@ static int counted(const rm__job_t *j, const rm__worker_t *w)
   return rm__worker_live(j, w) && (rm__worker_member(j, w) || w->joins_parked == 0);
 }
 
+/* The rest get a heartbeat timeout plus as long as the coordinator was
+ * unreachable (case 2's RECONNECT WINDOW). */
 static void hush_end(rm_coord_t *c, rm__job_t *j, int64_t now)
 {
+  int64_t away = now - j->hush_since_ns + hb_ns(c, j);
   rm__event(c, j, "coordinator_unreachable", -1, "coordinator was unreachable "
-            "from its workers for %.1f s; heartbeat deadlines extended by %g s",
-            (double)(now - j->hush_since_ns + hb_ns(c, j)) / 1e9,
-            (double)rm__job_heartbeat_ms(c, j) / 1000.0);
+            "from its workers for %.1f s; heartbeat deadlines extended by %.1f s",
+            (double)away / 1e9, (double)(away + hb_ns(c, j)) / 1e9);
   j->hush_since_ns = 0;
-  j->listen_from_ns = now;
+  j->listen_from_ns = now + away;
 }
 
 void rm__liveness_job(rm_coord_t *c, rm__job_t *j, int64_t now)

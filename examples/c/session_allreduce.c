@@ -26,6 +26,9 @@
  * coordinator let into the step is known exactly; --slow-rank R and
  * --slow-ms MS make rank R a straggler. The summary counts the steps that
  * ran with fewer contributors than the world ("partial_steps").
+ * --barrier-every N: after every Nth step all ranks meet at the named
+ * barrier "sync" (rm_session_barrier; --barrier-ms MS its deadline,
+ * default the job's barrier_timeout_ms).
  * Exit status: 0 when the job's steps are done and the worker left; 1 on
  * a wrong element or when the job ended without us finishing.
  */
@@ -51,7 +54,7 @@ static void banner(rm_session_t *s)
 /* One step: fill, compute, all-reduce, verify. RM_ERR_INTERNAL on a wrong
  * element (a bug, not a membership change). */
 typedef struct {
-  int step_ms, gradient, slow_rank, slow_ms, partial_steps;
+  int step_ms, gradient, slow_rank, slow_ms, partial_steps, barrier_every, barrier_ms;
 } opts_t;
 
 static void sleep_ms(int ms)
@@ -84,7 +87,10 @@ static rm_status_t step(rm_session_t *s, float *buf, size_t n, uint64_t k, opts_
               (unsigned long long)k, i, buf[i], k_w * value(i, k));
       return RM_ERR_INTERNAL;
     }
-  return rm_session_step_end(s, NAN, NAN);
+  st = rm_session_step_end(s, NAN, NAN);
+  if (st == RM_OK && o->barrier_every > 0 && k % (uint64_t)o->barrier_every == 0)
+    st = rm_session_barrier(s, "sync", o->barrier_ms);
+  return st;
 }
 
 int main(int argc, char **argv)
@@ -103,9 +109,12 @@ int main(int argc, char **argv)
     else if (v && !strcmp(argv[i], "--step-ms")) o.step_ms = atoi(argv[++i]);
     else if (v && !strcmp(argv[i], "--slow-rank")) o.slow_rank = atoi(argv[++i]);
     else if (v && !strcmp(argv[i], "--slow-ms")) o.slow_ms = atoi(argv[++i]);
+    else if (v && !strcmp(argv[i], "--barrier-every")) o.barrier_every = atoi(argv[++i]);
+    else if (v && !strcmp(argv[i], "--barrier-ms")) o.barrier_ms = atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: session_allreduce [--steps N] [--count N] [--step-ms MS]\n"
-                      "       [--gradient] [--slow-rank R --slow-ms MS]\n");
+                      "       [--gradient] [--slow-rank R --slow-ms MS]\n"
+                      "       [--barrier-every N [--barrier-ms MS]]\n");
       return 2;
     }
   }

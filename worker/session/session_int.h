@@ -109,6 +109,13 @@ struct rm_session {
    * under mu; NULL none */
   Ringmaster__V1__StepGateResponse *pushed;
   uint64_t pushed_gen;
+  /* COORDINATOR AWAY (session_live.c), all under mu: the start of the
+   * time since the coordinator last answered one of the calls that
+   * measure it while one was outstanding or had failed (0: none), the
+   * calls of them outstanding, the total of the away periods that ended,
+   * and the waits on the coordinator in progress */
+  int64_t aw_since_ns, aw_total_ns;
+  int aw_out, aw_waits;
   int stale;                    /* invariant 2, under mu */
   int job_state;                /* last known JobState, under mu */
   char reason[512];             /* why it went stale, under mu */
@@ -168,16 +175,36 @@ void rm__session_hb_start(rm_session_t *s);
 void rm__session_hb_stop(rm_session_t *s);
 void rm__session_stream_start(rm_session_t *s);
 void rm__session_stream_stop(rm_session_t *s);
+/* COORDINATOR AWAY (session_live.c). A call that measures whether the
+ * coordinator answers (unary heartbeats, step reports) is bracketed by
+ * rm__away_begin and rm__away_end with its gRPC status. */
+void rm__away_begin(rm_session_t *s);
+void rm__away_end(rm_session_t *s, int rc);
+/* A WAIT ON THE COORDINATOR (a barrier arrival, a ready step-gate call):
+ * its own deadline d0 (monotonic ns), moved on by the time the coordinator
+ * did not answer since the wait began (at most connect_timeout_ms in all);
+ * `what` names it in the one line it logs when it waits on so ("barrier
+ * 'x'"; NULL: not a wait on it, the deadline stays d0). Begin and end on
+ * the caller's thread; deadline under mu (_locked) or not. */
+typedef struct rm__cwait {
+  char what[96];
+  int64_t t0, d0, a0;
+  int logged, fixed;
+} rm__cwait_t;
+void rm__cwait_begin(rm_session_t *s, rm__cwait_t *w, const char *what, int64_t d0);
+int64_t rm__cwait_deadline(rm_session_t *s, rm__cwait_t *w);
+int64_t rm__cwait_deadline_locked(rm_session_t *s, rm__cwait_t *w);
+void rm__cwait_end(rm_session_t *s, rm__cwait_t *w);
 /* A barrier arrival or gate call (m: a SessionRequest with `barrier` or
  * `gate` set and the ids) as a message on the open Session stream,
- * waiting for its answer until deadline_ns (monotonic): the unary call's
+ * waiting for its answer until w's deadline (as it moves on): the unary call's
  * results (status, msg, *r on OK: the SessionResponse with the same field
  * set) when the stream gave them; -1 when it did not carry the request
  * (no Session open, one request already owed on it, or it ended without
  * the request's refusal): then the caller makes the unary call with the
  * time left. */
 int rm__session_ask_on_stream(rm_session_t *s, Ringmaster__V1__SessionRequest *m,
-                              int64_t deadline_ns, Ringmaster__V1__SessionResponse **r,
+                              rm__cwait_t *w, Ringmaster__V1__SessionResponse **r,
                               char *msg, size_t msglen);
 /* A worker call's common fields. */
 #define RM__SESSION_IDS(q, s)                                                 \

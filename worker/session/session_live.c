@@ -113,6 +113,35 @@
  * that goes away therefore costs a re-open, and loses no heartbeat: while
  * no Session is open they are unary calls.
  *
+ * COORDINATOR AWAY (rm__away_*, rm__cwait_*). The worker's own measure of
+ * a coordinator that does not answer (stopped, stalled on its disk, cut off
+ * by the network), for the waits that need it. The calls that it answers
+ * at once when it runs - unary heartbeats and step reports - are
+ * bracketed: aw_since is set when one starts while it is 0; an answer (any
+ * status but UNAVAILABLE / DEADLINE_EXCEEDED) resets it, to "now" when
+ * other calls are still outstanding, else to 0; a transport failure leaves
+ * it set. The coordinator is AWAY while aw_since is more than AWAY_NS (1 s)
+ * old. The AWAY CLOCK A(t), the total length of the away periods up to t
+ * (aw_total plus the current one), only grows.
+ * WAITS ON THE COORDINATOR - a barrier arrival, a ready step-gate call:
+ * what the coordinator must answer before the step can go on (plain steps
+ * do not wait for it: session_step.c REPORT BUFFER) - have their own
+ * deadline d0 and wait until d0 + A(now) - A(begin): time the coordinator
+ * did not answer during the wait does not count against it (it moves its
+ * barrier deadlines on by its own stall the same way:
+ * coordinator/core/liveness.c), up to connect_timeout_ms in all (the
+ * worker's patience with a coordinator that does not answer, as for Join).
+ * Within that deadline a unary call that fails with a transport status is
+ * made again (session_step.c ask). A wait that finds the coordinator away
+ * for over AWAY_NS of it logs once
+ *   waiting for the coordinator at barrier 'x': it did not answer for
+ *   1.2 s of this wait; the wait's deadline moves on by the time it does
+ *   not answer (at most 30 s)
+ * and, when the wait ends, how long it took and how much of it the
+ * coordinator was away. While a wait is in progress heartbeats go as unary
+ * calls (one on the stream has no answer to time), so the away clock runs
+ * during every wait.
+ *
  * RINGMASTER_SESSION_STREAM=0 turns the stream off (unary heartbeats and
  * barriers only, to measure the other detection sources).
  *
@@ -182,6 +211,90 @@ int rm__session_is_stale(rm_session_t *s)
   return stale;
 }
 
+/* ---- coordinator away ---- */
+#define AWAY_NS (1000LL * 1000000LL) /* no answer for this long: away */
+
+static int transport_rc(int rc) { return rc == RM__G_UNAVAILABLE || rc == RM__G_DEADLINE; }
+
+void rm__away_begin(rm_session_t *s)
+{
+  pthread_mutex_lock(&s->mu);
+  if (!s->aw_since_ns) s->aw_since_ns = rm__now_ns();
+  s->aw_out++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void rm__away_end(rm_session_t *s, int rc)
+{
+  int64_t now = rm__now_ns();
+  pthread_mutex_lock(&s->mu);
+  s->aw_out--;
+  if (!transport_rc(rc) && s->aw_since_ns) { /* heard: an away period ends */
+    if (now - s->aw_since_ns > AWAY_NS) s->aw_total_ns += now - s->aw_since_ns;
+    s->aw_since_ns = s->aw_out ? now : 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The AWAY CLOCK at now; under mu. */
+static int64_t away_clock_locked(const rm_session_t *s, int64_t now)
+{
+  int64_t a = s->aw_total_ns;
+  if (s->aw_since_ns && now - s->aw_since_ns > AWAY_NS) a += now - s->aw_since_ns;
+  return a;
+}
+
+void rm__cwait_begin(rm_session_t *s, rm__cwait_t *w, const char *what, int64_t d0)
+{
+  snprintf(w->what, sizeof w->what, "%s", what ? what : "");
+  w->t0 = rm__now_ns();
+  w->d0 = d0;
+  w->logged = 0;
+  w->fixed = !what;
+  if (w->fixed) return;
+  pthread_mutex_lock(&s->mu);
+  w->a0 = away_clock_locked(s, w->t0);
+  s->aw_waits++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int64_t rm__cwait_deadline_locked(rm_session_t *s, rm__cwait_t *w)
+{
+  if (w->fixed) return w->d0;
+  int64_t now = rm__now_ns();
+  int64_t cap = (int64_t)s->connect_timeout_ms * 1000000;
+  int64_t ext = away_clock_locked(s, now) - w->a0;
+  if (ext > cap) ext = cap;
+  if (ext > AWAY_NS && !w->logged) { /* not for the tail of an away period */
+    w->logged = 1;
+    RM_WARN("waiting for the coordinator at %s: it did not answer for %.1f s of this "
+            "wait; the wait's deadline moves on by the time it does not answer (at most "
+            "%d s)", w->what, (double)ext / 1e9, s->connect_timeout_ms / 1000);
+  }
+  return w->d0 + ext;
+}
+
+int64_t rm__cwait_deadline(rm_session_t *s, rm__cwait_t *w)
+{
+  pthread_mutex_lock(&s->mu);
+  int64_t d = rm__cwait_deadline_locked(s, w);
+  pthread_mutex_unlock(&s->mu);
+  return d;
+}
+
+void rm__cwait_end(rm_session_t *s, rm__cwait_t *w)
+{
+  if (w->fixed) return;
+  int64_t now = rm__now_ns();
+  pthread_mutex_lock(&s->mu);
+  s->aw_waits--;
+  int64_t ext = away_clock_locked(s, now) - w->a0;
+  pthread_mutex_unlock(&s->mu);
+  if (w->logged)
+    RM_WARN("waiting for the coordinator at %s: done after %.1f s, %.1f s of it with the "
+            "coordinator away", w->what, (double)(now - w->t0) / 1e9, (double)ext / 1e9);
+}
+
 /* ---- heartbeats ---- */
 #define HB_DEADLINE_MS 5000
 #define G_UNIMPLEMENTED 12 /* gRPC status: an older coordinator */
@@ -234,12 +347,15 @@ int rm__session_heartbeat(rm_session_t *s)
   pthread_mutex_lock(&s->mu);
   RM__SESSION_IDS(q, s);
   q.step = s->steps_done;
-  int sent = hb_on_stream_locked(s, &q);
+  /* COORDINATOR AWAY: during a wait on the coordinator, unary (timed) */
+  int sent = !s->aw_waits && hb_on_stream_locked(s, &q);
   pthread_mutex_unlock(&s->mu);
   if (sent) return RM__G_OK;
+  rm__away_begin(s);
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/Heartbeat", &q.base,
                         &ringmaster__v1__heartbeat_response__descriptor,
                         (ProtobufCMessage **)&r, HB_DEADLINE_MS, msg, sizeof msg);
+  rm__away_end(s, rc);
   if (rc == RM__G_OK) {
     hb_answer(s, q.generation, r->job_state, r->generation, r->reason);
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -438,7 +554,7 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
 
 /* ---- barriers and gates on the stream ---- */
 int rm__session_ask_on_stream(rm_session_t *s, Ringmaster__V1__SessionRequest *m,
-                              int64_t deadline_ns, Ringmaster__V1__SessionResponse **r,
+                              rm__cwait_t *w, Ringmaster__V1__SessionResponse **r,
                               char *msg, size_t msglen)
 {
   int rc;
@@ -461,11 +577,11 @@ int rm__session_ask_on_stream(rm_session_t *s, Ringmaster__V1__SessionRequest *m
   s->stream_last_owed = 1;
   RM_DEBUG("%s (step %llu) %s on the session stream", what, (unsigned long long)m->step,
            sent == 1 ? "sent" : "queued");
-  while (!s->ow_done) {
-    int left = rm__ms_left(deadline_ns);
+  while (!s->ow_done) { /* the deadline moves on while the coordinator is away */
+    int left = rm__ms_left(rm__cwait_deadline_locked(s, w));
     struct timespec ts;
     if (!left) break;
-    deadline_in(&ts, left);
+    deadline_in(&ts, left < 250 ? left : 250);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
   }
   if (s->ow_done == 1 && (!s->ow_resp->barrier != !m->barrier)) {

@@ -28,7 +28,9 @@
  * a message on the open Session stream when there is one, answered on it
  * (session_live.c BARRIERS AND GATES ON THE STREAM), else as the unary Barrier call;
  * either way its answer or refusal is the unary call's, read the same way
- * below, within one deadline: the barrier's plus 10 s. A stream that ends
+ * below, within one deadline: the barrier's plus 10 s, moved on by the time
+ * the coordinator does not answer meanwhile (session_live.c COORDINATOR
+ * AWAY: it moves the barrier's own deadline on by its stall). A stream that ends
  * without answering it, other than by refusing it, leaves the rest of that
  * deadline to the unary call (the coordinator takes a re-arrival at an
  * open barrier as the same arrival, barrier.c P3).
@@ -157,9 +159,11 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   q.use_gated = e->use_gated;
   q.use_plain_bytes = e->use_plain;
   q.total_steps = e->total_steps;
+  rm__away_begin(s); /* session_live.c COORDINATOR AWAY */
   rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
                     &ringmaster__v1__report_step_response__descriptor,
                     (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  rm__away_end(s, rc);
   if (rc == RM__G_OK) {
     if (r->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
       rm__session_mark_stale(s, r->job_state, "job finished");
@@ -382,16 +386,23 @@ rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 /* m (a SessionRequest with `barrier` or `gate` set) on the open Session
  * when `stream` (session_live.c BARRIERS AND GATES ON THE STREAM), else (or
  * when the stream ended without answering) the unary call `path` with q
- * and the time left to deadline_ns. Returns the call's status; *r: its
- * answer on RM__G_OK (the stream's BarrierResponse or StepGateResponse, as
- * m asked, or the unary call's), the caller's to free. */
+ * and the time left to w's deadline, which moves on while the coordinator
+ * is away (session_live.c COORDINATOR AWAY). For a wait on the
+ * coordinator, a unary call that ends UNAVAILABLE or DEADLINE_EXCEEDED
+ * before that deadline is made again (after RETRY_MS when it failed at
+ * once): a barrier's as the same arrival (barrier.c P3), a gate's as the
+ * same question; a question that is no wait (w fixed) is asked once, as
+ * the rank computes on meanwhile. Returns the call's
+ * status; *r: its answer on RM__G_OK (the stream's BarrierResponse or
+ * StepGateResponse, as m asked, or the unary call's), the caller's to
+ * free. */
 static int ask(rm_session_t *s, int stream, Ringmaster__V1__SessionRequest *m,
                const char *path, const ProtobufCMessage *q,
-               const ProtobufCMessageDescriptor *rd, int64_t deadline_ns,
+               const ProtobufCMessageDescriptor *rd, rm__cwait_t *w,
                ProtobufCMessage **r, char *msg, size_t msglen)
 {
   Ringmaster__V1__SessionResponse *sr = NULL;
-  int rc = stream ? rm__session_ask_on_stream(s, m, deadline_ns, &sr, msg, msglen) : -1;
+  int rc = stream ? rm__session_ask_on_stream(s, m, w, &sr, msg, msglen) : -1;
   *r = NULL;
   if (sr) { /* the field m's request set holds the answer */
     if (m->barrier) {
@@ -404,12 +415,22 @@ static int ask(rm_session_t *s, int stream, Ringmaster__V1__SessionRequest *m,
     protobuf_c_message_free_unpacked(&sr->base, NULL);
   }
   if (rc >= 0) return rc;
-  int left = rm__ms_left(deadline_ns);
-  if (left <= 0) {
-    snprintf(msg, msglen, "Deadline Exceeded");
-    return RM__G_DEADLINE;
+  for (;;) {
+    int left = rm__ms_left(rm__cwait_deadline(s, w));
+    if (left <= 0) {
+      snprintf(msg, msglen, "Deadline Exceeded");
+      return RM__G_DEADLINE;
+    }
+    int64_t t0 = rm__now_ns();
+    rc = rm__ctl_call(s->ctl, path, q, rd, r, left, msg, msglen);
+    if (w->fixed || (rc != RM__G_UNAVAILABLE && rc != RM__G_DEADLINE)) return rc;
+    left = rm__ms_left(rm__cwait_deadline(s, w));
+    if (left <= 0) return rc;
+    if (rm__now_ns() - t0 < (int64_t)RETRY_MS * 1000000) {
+      struct timespec ts = {0, (long)(left < RETRY_MS ? left : RETRY_MS) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
-  return rm__ctl_call(s->ctl, path, q, rd, r, left, msg, msglen);
 }
 
 /* ---- the straggler gate ---- */
@@ -472,6 +493,14 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
   q.step = step;
   q.ready = ready != 0;
   q.wait_ms = (uint32_t)(wait_ms > 0 ? wait_ms : 0);
+  /* a ready rank needs the decision to go on: a wait on the coordinator
+   * (session_live.c COORDINATOR AWAY); "was I dropped?" is a question it
+   * computes on without an answer to */
+  rm__cwait_t w;
+  char what[64];
+  snprintf(what, sizeof what, "the step gate of step %llu", (unsigned long long)step);
+  rm__cwait_begin(s, &w, ready ? what : NULL,
+                  rm__now_ns() + ((int64_t)q.wait_ms + 5000) * 1000000);
   q.accept_gzip = 1; /* control.c's gRPC stack decodes gzip (messages.proto) */
   RM__SESSION_IDS(m, s);
   m.step = step;
@@ -479,9 +508,9 @@ int rm__session_gate(rm_session_t *s, uint64_t step, int ready, int wait_ms,
   sg.wait_ms = q.wait_ms;
   m.gate = &sg;
   int rc = ask(s, s->join && s->join->session_gate, &m, "/ringmaster.v1.Worker/StepGate",
-               &q.base, &ringmaster__v1__step_gate_response__descriptor,
-               rm__now_ns() + ((int64_t)q.wait_ms + 5000) * 1000000, (ProtobufCMessage **)&r,
-               msg, sizeof msg);
+               &q.base, &ringmaster__v1__step_gate_response__descriptor, &w,
+               (ProtobufCMessage **)&r, msg, sizeof msg);
+  rm__cwait_end(s, &w);
   if (rc == RM__G_OK) {
     ret = 0;
     if (r->decided && gate_members(r, s->world, members)) {
@@ -625,7 +654,10 @@ static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_
   const Ringmaster__V1__JobSpec *spec = s->join ? s->join->spec : NULL;
   int dl = deadline_ms > 0 ? deadline_ms
            : spec && spec->barrier_timeout_ms ? (int)spec->barrier_timeout_ms : 86400000;
-  int64_t deadline_ns = rm__now_ns() + ((int64_t)dl + 10000) * 1000000;
+  rm__cwait_t w; /* session_live.c COORDINATOR AWAY */
+  char what[96];
+  snprintf(what, sizeof what, "barrier '%s'", name);
+  rm__cwait_begin(s, &w, what, rm__now_ns() + ((int64_t)dl + 10000) * 1000000);
   /* BARRIERS: on the open Session stream when there is one, else (or when
    * it ended without answering) the unary call with the time left */
   Ringmaster__V1__SessionRequest m = RINGMASTER__V1__SESSION_REQUEST__INIT;
@@ -637,8 +669,9 @@ static rm_status_t barrier_call(rm_session_t *s, const char *name, int deadline_
   sb.payload = q.payload;
   m.barrier = &sb;
   int rc = ask(s, 1, &m, "/ringmaster.v1.Worker/Barrier", &q.base,
-               &ringmaster__v1__barrier_response__descriptor, deadline_ns,
+               &ringmaster__v1__barrier_response__descriptor, &w,
                (ProtobufCMessage **)&r, msg, sizeof msg);
+  rm__cwait_end(s, &w);
   if (rc != RM__G_OK) {
     if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
       rm__session_mark_stale(s, -1, msg);
