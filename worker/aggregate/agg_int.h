@@ -101,4 +101,10 @@ rm_status_t rm__agg_cc_step(const rm__agg_block_t *b, const double *w,
 /* out (dt) = v, len elements */
 void rm__agg_narrow(const double *v, size_t len, rm_dtype_t dt, void *out);
 
+/* ---- suspects (suspects.c): excluded[n] from the per-row statistic ----
+ * dist: Krum scores; trim: fractions of coordinates trimmed; cc: weights */
+void rm__agg_suspects_dist(const double *score, int n, int f, uint8_t *excluded);
+void rm__agg_suspects_trim(const double *frac, int n, int f, uint8_t *excluded);
+void rm__agg_suspects_cc(const double *w, int n, int f, uint8_t *excluded);
+
 #endif
