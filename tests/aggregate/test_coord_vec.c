@@ -4,7 +4,8 @@
  * the rank-per-coordinate reference it replaced (rm__agg_coord_ref), bit
  * for bit: output bytes and trimmed counts, median and trimmed mean, every
  * f the rule allows, n = 1..17 and 33, lengths that are not multiples of
- * the tile, f32 / f64 / f16 / bf16. Inputs (seeded) mix ordinary values
+ * the tile, f32 / f64 / f16 / bf16; and centered clipping's starting
+ * median (rm__agg_cc_start), which uses the same kernel. Inputs (seeded) mix ordinary values
  * with NaN, +-inf, +0 and -0, values repeated across rows (ties, also at the
  * trimming boundaries), huge and subnormal values; one case is all ties.
  * Both are exact (order statistics and a fixed-order sum), so any
@@ -89,6 +90,16 @@ int main(void)
                      len, ties, m ? "trimmed_mean" : "median", f);
               cases++;
             }
+          /* centered clipping starts from the same median (narrowed here) */
+          double *v = malloc((len ? len : 1) * sizeof *v), part[64];
+          uint32_t t2[64] = {0};
+          if (!v) return 1;
+          CHECK(rm__agg_cc_start(&b, v, part) == RM_OK);
+          rm__agg_narrow(v, len, dts[d], o1);
+          CHECK(rm__agg_coord_ref(&b, RM_AGG_MEDIAN, 0, o2, t2) == RM_OK);
+          CHECKF(memcmp(o1, o2, len * esz) == 0, "%s n=%d len=%zu ties=%d: cc_start's median "
+                 "differs from the reference", dtn[d], n, len, ties);
+          free(v);
           free(rows);
           free(o1);
           free(o2);

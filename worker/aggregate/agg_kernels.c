@@ -457,42 +457,65 @@ static void widen32(const void *row, size_t j0, size_t c, rm_dtype_t dt, float *
   }
 }
 
+/* the network's comparators and the tile buffers (x and its sorted copy) */
+typedef struct net {
+  int *pi, *pj, npairs;
+  char *x;
+} net_t;
+
+static rm_status_t net_get(net_t *w, int n, rm_dtype_t dt)
+{
+  size_t esz = dt == RM_F64 ? sizeof(double) : sizeof(float);
+  w->pi = malloc((size_t)NET_MAX * NET_MAX * sizeof *w->pi);
+  w->pj = malloc((size_t)NET_MAX * NET_MAX * sizeof *w->pj);
+  w->x = malloc(2 * (size_t)n * TILE * esz);
+  if (w->pi && w->pj && w->x) {
+    w->npairs = net_pairs(n, w->pi, w->pj);
+    return RM_OK;
+  }
+  free(w->pi);
+  free(w->pj);
+  free(w->x);
+  return RM_ERR_NOMEM;
+}
+
+static void net_put(net_t *w)
+{
+  free(w->pi);
+  free(w->pj);
+  free(w->x);
+}
+
+/* res[0..c) (double) = the statistic of columns j0..j0+c-1 */
+static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
+                     rm_agg_method_t m, int f, double *res, uint32_t *trimmed)
+{
+  int n = b->n;
+  if (b->dt == RM_F64) {
+    double *x = (double *)w->x;
+    for (int i = 0; i < n; i++)
+      memcpy(x + (size_t)i * TILE, (const double *)row_ptr(b, i) + j0, c * sizeof *x);
+    cv64_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+  } else {
+    float *x = (float *)w->x;
+    for (int i = 0; i < n; i++) widen32(row_ptr(b, i), j0, c, b->dt, x + (size_t)i * TILE);
+    cv32_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+  }
+}
+
 rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
                           void *out, uint32_t *trimmed)
 {
-  int n = b->n, npairs;
-  if (n > NET_MAX || n < 1) return rm__agg_coord_ref(b, m, f, out, trimmed);
-  int f64 = b->dt == RM_F64;
-  size_t esz = f64 ? sizeof(double) : sizeof(float);
   double res[TILE];
-  int *pi = malloc((size_t)NET_MAX * NET_MAX * sizeof *pi);
-  int *pj = malloc((size_t)NET_MAX * NET_MAX * sizeof *pj);
-  char *x = malloc(2 * (size_t)n * TILE * esz);
-  if (!pi || !pj || !x) {
-    free(pi);
-    free(pj);
-    free(x);
-    return RM_ERR_NOMEM;
-  }
-  npairs = net_pairs(n, pi, pj);
-  char *srt = x + (size_t)n * TILE * esz;
+  net_t w;
+  if (b->n > NET_MAX || b->n < 1) return rm__agg_coord_ref(b, m, f, out, trimmed);
+  if (net_get(&w, b->n, b->dt) != RM_OK) return RM_ERR_NOMEM;
   for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
-    if (f64) {
-      for (int i = 0; i < n; i++)
-        memcpy((double *)x + (size_t)i * TILE, (const double *)row_ptr(b, i) + j0,
-               c * sizeof(double));
-      cv64_tile((double *)x, (double *)srt, n, c, pi, pj, npairs, m, f, res, trimmed);
-    } else {
-      for (int i = 0; i < n; i++)
-        widen32(row_ptr(b, i), j0, c, b->dt, (float *)x + (size_t)i * TILE);
-      cv32_tile((float *)x, (float *)srt, n, c, pi, pj, npairs, m, f, res, trimmed);
-    }
+    net_tile(&w, b, j0, c, m, f, res, trimmed);
     narrow(res, c, b->dt, out, j0);
   }
-  free(pi);
-  free(pj);
-  free(x);
+  net_put(&w);
   return RM_OK;
 }
 
@@ -654,24 +677,32 @@ static void partial_norms(const double *tile, int n, size_t c, const double *v,
 
 rm_status_t rm__agg_cc_start(const rm__agg_block_t *b, double *v, double *part)
 {
-  int n = b->n;
+  int n = b->n, vec = n <= NET_MAX;
   scratch_t s;
-  int64_t *rank = malloc((size_t)n * TILE * sizeof *rank);
-  if (!rank) return RM_ERR_NOMEM;
+  net_t w;
+  int64_t *rank = vec ? NULL : malloc((size_t)n * TILE * sizeof *rank);
+  if (!vec && !rank) return RM_ERR_NOMEM;
+  if (vec && net_get(&w, n, b->dt) != RM_OK) return RM_ERR_NOMEM;
   if (scratch_get(&s, n) != RM_OK) {
+    if (vec) net_put(&w);
     free(rank);
     return RM_ERR_NOMEM;
   }
   memset(part, 0, (size_t)n * sizeof *part);
   for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
-    load_tile(b, NULL, n, j0, c, s.tile);
-    tile_ranks(s.tile, n, c, rank);
-    tile_median(s.tile, rank, n, c, v + j0);
+    if (vec) { /* the median as rm__agg_coord computes it (same bits as below) */
+      net_tile(&w, b, j0, c, RM_AGG_MEDIAN, 0, v + j0, NULL);
+    } else {
+      load_tile(b, NULL, n, j0, c, s.tile);
+      tile_ranks(s.tile, n, c, rank);
+      tile_median(s.tile, rank, n, c, v + j0);
+    }
     load_tile(b, NULL, n, j0, c, s.tile); /* NaN back as NaN */
     partial_norms(s.tile, n, c, v + j0, part);
   }
   scratch_put(&s);
+  if (vec) net_put(&w);
   free(rank);
   return RM_OK;
 }
