@@ -4,7 +4,11 @@
  * Every kernel walks its block in tiles of TILE columns: the n rows' values
  * of the tile are widened to double once (f16/bf16 through reduce/half.h,
  * exactly as the reduction kernels widen them), the statistic is computed in
- * double and narrowed once (f16/bf16 via f32, round to nearest even).
+ * double and narrowed once (f16/bf16 via f32, round to nearest even). The
+ * exception is the coordinate-wise order statistics (median, trimmed mean,
+ * centered clipping's start): a sorting network over the rows in f32 for
+ * every float type but f64, which gives the same bits (see "coordinate-wise,
+ * vectorised" below); their arithmetic is still in double.
  *
  * Determinism: a coordinate is computed by one rank only (its slice owner),
  * so bitwise agreement needs only a fixed order of operations, which every
