@@ -26,10 +26,10 @@
  * 2.5 for trimmed fractions) come from bench/aggregate/rm_bench_suspects
  * (methods x attacks x seeds): RMIN = 3 still named the noisy honest worker
  * in 1 of 30 Krum runs, K = 2 for trimmed fractions in 1 of 30 alie runs;
- * K = 3 there missed a 4x sign flip in 21% of the runs. Its table and
+ * K = 3 there missed a 4x sign flip in 21% of 12 runs. Its table and
  * the rule it replaced are in bench/results/2026-12-06-suspects.md. The
  * old rule (a worst-f row with s > 2 med) named an honest worker whose own
- * noise is about 1.8x the others' in most steps, i.e. every window.
+ * noise is 1.8x the others' in 83-100% of the clean Krum-family runs.
  *
  * The badness s per method:
  *   krum family    the Krum score over all n rows (k = n - f - 2)
