@@ -31,12 +31,13 @@
  *              `iterations` times: w_i = min(1, tau / ||x_i - v||) (0 when
  *              not finite), v += (1/n) sum_i w_i (x_i - v)
  *
- * SUSPECTS (info->excluded, what the coordinator counts for byzantine_suspect):
- *   median/trimmed  trimmed on a fraction of coordinates > (2f/n + 1) / 2
- *   Krum family     a non-finite score, or one of the max(f,1) worst scores
- *                   (ties: the higher rank is worse) that is also more than
- *                   twice the median score
- *   centered_clip   a last-round weight under half the median weight
+ * SUSPECTS (info->excluded, what the coordinator counts for byzantine_suspect;
+ * worker/aggregate/suspects.c): s = the Krum score (Krum family), 1 / w
+ * (centered_clip), the fraction trimmed (median/trimmed, f > 0); a row is
+ * marked when s is not finite, or it is one of the max(f,1) worst s (ties:
+ * the higher rank is worse) and t = log(s / med s) exceeds max(log 4,
+ * 4 * 1.4826 * med |t|) (trimmed: t = s - med s exceeds 2.5 * 1.4826 *
+ * med |t| and s > (2f/n + 1) / 2), medians over the finite s, at least 3
  *
  * Tolerance (relative + absolute, values of order 1): f64 1e-12, f32 2e-6
  * (an f32 rounding of a double result computed in another order), f16 2e-3
@@ -205,6 +206,33 @@ static double ref_median(const double *v, int n)
   return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
+/* the suspect rule of the header, written from its words */
+static void ref_mark(const double *s, int n, int f, int trim, uint8_t *excl)
+{
+  double fin[MAXW], t[MAXW], dev[MAXW];
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    excl[i] = !isfinite(s[i]);
+    if (isfinite(s[i])) fin[m++] = s[i];
+  }
+  if (m < 3) return;
+  double med = ref_median(fin, m);
+  if (!trim && !(med > 0)) return;
+  for (int i = 0, k = 0; i < n; i++) {
+    t[i] = trim ? s[i] - med : log(s[i] / med);
+    if (isfinite(s[i])) dev[k++] = fabs(t[i]);
+  }
+  double bar = (trim ? 2.5 : 4.0) * 1.4826 * ref_median(dev, m);
+  if (!trim) bar = fmax(bar, log(4.0));
+  for (int i = 0; i < n; i++) {
+    int worse = 0;
+    for (int j = 0; j < n; j++)
+      worse += j != i && (!isfinite(s[j]) || s[j] > s[i] || (s[j] == s[i] && j > i));
+    if (!excl[i])
+      excl[i] = worse < (f > 0 ? f : 1) && t[i] > bar && (!trim || s[i] > (2.0 * f / n + 1.0) / 2);
+  }
+}
+
 static void ref_aggregate(const rm_agg_config_t *cfg, const double *rows, int n,
                           size_t count, double *out, uint8_t *excl, double *scores)
 {
@@ -243,10 +271,8 @@ static void ref_aggregate(const rm_agg_config_t *cfg, const double *rows, int n,
         trim[col[n - 1 - p].i]++;
       }
     }
-    for (int i = 0; i < n && count; i++) {
-      scores[i] = (double)trim[i] / (double)count;
-      excl[i] = scores[i] > (2.0 * f / n + 1.0) / 2;
-    }
+    for (int i = 0; i < n && count; i++) scores[i] = (double)trim[i] / (double)count;
+    if (count && f > 0) ref_mark(scores, n, f, 1, excl);
     return;
   }
   if (m == RM_AGG_CENTERED_CLIP) {
@@ -274,11 +300,12 @@ static void ref_aggregate(const rm_agg_config_t *cfg, const double *rows, int n,
         out[j] += acc / n;
       }
     }
-    double wmed = ref_median(w, n);
+    double inv[MAXW];
     for (int i = 0; i < n; i++) {
       scores[i] = w[i];
-      excl[i] = w[i] < 0.5 * wmed;
+      inv[i] = w[i] > 0 ? 1 / w[i] : INFINITY;
     }
+    ref_mark(inv, n, f, 0, excl);
     return;
   }
   /* Krum family */
@@ -298,14 +325,7 @@ static void ref_aggregate(const rm_agg_config_t *cfg, const double *rows, int n,
     sel[nsel++] = best;
     alive[best] = 0;
   }
-  double smed = ref_median(scores, n);
-  for (int i = 0; i < n; i++) {
-    int worse = 0; /* rows scored worse than i: NaN, higher, or equal and a higher rank */
-    for (int j = 0; j < n; j++)
-      worse += j != i && (isnan(scores[j]) || scores[j] > scores[i] ||
-                          (scores[j] == scores[i] && j > i));
-    excl[i] = !isfinite(scores[i]) || (worse < (f > 0 ? f : 1) && scores[i] > 2 * smed);
-  }
+  ref_mark(scores, n, f, 0, excl);
   for (size_t j = 0; j < count; j++) {
     if (m != RM_AGG_BULYAN) {
       double s = 0;

@@ -66,6 +66,11 @@ void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor);
  * row i sorted (by value, then row) among the f lowest or f highest. */
 rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
                           void *out, uint32_t *trimmed);
+/* the same, one rank computation per coordinate in double (the reference
+ * the vectorised rm__agg_coord must match bit for bit; also its path for
+ * n > 64) */
+rm_status_t rm__agg_coord_ref(const rm__agg_block_t *b, rm_agg_method_t m, int f,
+                              void *out, uint32_t *trimmed);
 
 /* ---- Krum family ----
  * d[n*n] += partial squared distances of this slice: d[i*n+j] (i < j) the
@@ -100,5 +105,11 @@ rm_status_t rm__agg_cc_step(const rm__agg_block_t *b, const double *w,
                             double *v, double *part);
 /* out (dt) = v, len elements */
 void rm__agg_narrow(const double *v, size_t len, rm_dtype_t dt, void *out);
+
+/* ---- suspects (suspects.c): excluded[n] from the per-row statistic ----
+ * dist: Krum scores; trim: fractions of coordinates trimmed; cc: weights */
+void rm__agg_suspects_dist(const double *score, int n, int f, uint8_t *excluded);
+void rm__agg_suspects_trim(const double *frac, int n, int f, uint8_t *excluded);
+void rm__agg_suspects_cc(const double *w, int n, int f, uint8_t *excluded);
 
 #endif

@@ -77,20 +77,25 @@
  * rank); bytes_sent (this call, payload bytes this rank sent); excluded /
  * scores per rank when given:
  *    mean           excluded 0, scores NaN
- *    median, trimmed_mean  scores = fraction of coordinates trimmed,
- *                   excluded = trimmed more often than halfway between what
- *                   an honest rank expects (2f/n: it is among the f lowest
- *                   or f highest by chance) and always (1); nothing is
- *                   trimmed with f = 0
- *    krum family    scores = Krum score over all n rows (k = n - f - 2),
- *                   excluded = a non-finite row, or one of the max(f, 1)
- *                   worst scores AND more than twice the median score
- *    centered_clip  scores = weight w_i of the last round, excluded = a
- *                   weight under half the median weight
- * "excluded" is the SUSPECT signal the coordinator counts over a window
+ *    median, trimmed_mean  scores = fraction of coordinates trimmed
+ *    krum family    scores = Krum score over all n rows (k = n - f - 2)
+ *    centered_clip  scores = weight w_i of the last round
+ * excluded: suspects.c's rule on those scores (an outlier relative to the
+ * spread of the rows themselves, never one of the honest majority's
+ * ordinary noise; a non-finite row always). "excluded" is the SUSPECT signal the coordinator counts over a window
  * (byzantine_suspect events), so it marks outliers, not every row a
  * method happened to leave out: Krum selects one row and drops n - 1
  * honest ones every step, which says nothing about them.
+ *
+ * WHICH METHOD (docs/robust-aggregation.md). Krum returns one worker's
+ * vector, so its output has one batch's variance (n times the mean's) and
+ * follows a different worker from step to step: training behaves as with
+ * an n times smaller batch. Multi-Krum (the mean of n - f chosen rows) keeps
+ * the mean's variance and drops far rows (scaled sign flips, noise);
+ * trimmed mean / median handle garbage per coordinate (NaN, huge values);
+ * Bulyan combines both at n >= 4f + 3; centered clipping bounds how far any
+ * row moves the result, the one defence against attacks that stay inside
+ * the honest spread (ALIE, IPM), which no suspect rule can name.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -100,36 +105,6 @@
 #include "core/comm_int.h"
 #include "device/gpu.h"
 #include "rm_log.h"
-
-static int cmp_d(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  if (isnan(x) || isnan(y)) return isnan(x) - isnan(y); /* NaN last */
-  return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (NaN sort last); work holds n doubles. */
-static double median_of(const double *v, int n, double *work)
-{
-  memcpy(work, v, (size_t)n * sizeof *work);
-  qsort(work, (size_t)n, sizeof *work, cmp_d);
-  return n % 2 ? work[n / 2] : (work[n / 2 - 1] + work[n / 2]) / 2;
-}
-
-/* Krum family suspects (see the top of the file). */
-static void krum_suspects(const double *score, int n, int f, uint8_t *excluded,
-                          double *work)
-{
-  double med = median_of(score, n, work);
-  for (int i = 0; i < n; i++) {
-    int worse = 0;
-    for (int j = 0; j < n; j++)
-      worse += j != i && (isnan(score[j]) || score[j] > score[i] ||
-                          (score[j] == score[i] && j > i));
-    excluded[i] = !isfinite(score[i]) ||
-                  (worse < (f > 0 ? f : 1) && score[i] > 2 * med);
-  }
-}
 
 static int is_float(rm_dtype_t dt)
 {
@@ -204,7 +179,7 @@ static rm_status_t run_krum(rm_comm_t *c, const rm__agg_block_t *b,
   /* the mean sums in rank order */
   for (int i = 0, p = 0; i < n; i++)
     if (!alive[i]) sel[p++] = i;
-  krum_suspects(o->scores, n, f, o->excluded, work);
+  rm__agg_suspects_dist(o->scores, n, f, o->excluded);
   if (cfg->method == RM_AGG_BULYAN) {
     int beta = nsel - 2 * f;
     st = rm__agg_bulyan_coord(b, sel, nsel, beta < 1 ? 1 : beta, out);
@@ -239,11 +214,8 @@ static rm_status_t run_cc(rm_comm_t *c, const rm__agg_block_t *b,
     st = rm__agg_cc_step(b, w, v, t + 1 < rounds ? part : NULL);
     if (st != RM_OK) goto out;
   }
-  double wmed = median_of(w, n, part); /* part is free after the last round */
-  for (int i = 0; i < n; i++) {
-    o->scores[i] = w[i];
-    o->excluded[i] = w[i] < 0.5 * wmed;
-  }
+  for (int i = 0; i < n; i++) o->scores[i] = w[i];
+  rm__agg_suspects_cc(w, n, cfg->f, o->excluded);
   rm__agg_narrow(v, b->len, b->dt, out);
 out:
   free(v);
@@ -315,9 +287,9 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
   }
   if (st != RM_OK) goto out;
   o->bytes += (size_t)(n - 1) * bb;
-  for (int i = 0; i < n && coord; i++) {
-    o->scores[i] = trim[i] / (double)count;
-    o->excluded[i] = o->scores[i] > (2.0 * cfg->f / n + 1.0) / 2;
+  if (coord) {
+    for (int i = 0; i < n; i++) o->scores[i] = trim[i] / (double)count;
+    rm__agg_suspects_trim(o->scores, n, cfg->f, o->excluded);
   }
 out:
   free(pack);
