@@ -15,10 +15,15 @@ applied:
     plain mean of the ranks' gradients clipped to the spec's clip
     ("secure_dev": the largest deviation over the bound's; the reference
     gathers every rank's gradient with an all-gather, for this test only).
-"n/a" without either in the spec."""
+"n/a" without either in the spec. --slow-rank R --slow-ms T: rank R sleeps
+T ms before each backward (a straggler); the RESULT line then also lists
+each step's contributors (ddp.rm_contributors: None without a straggler
+policy) and a hash of the final parameters' bytes."""
+import hashlib
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,6 +33,8 @@ import ringmaster  # noqa: E402
 import ringmaster.torch  # noqa: E402,F401  (registers the backend)
 
 STEPS = 60
+SLOW_RANK = int(sys.argv[sys.argv.index("--slow-rank") + 1]) if "--slow-rank" in sys.argv else -1
+SLOW_S = float(sys.argv[sys.argv.index("--slow-ms") + 1]) / 1e3 if "--slow-ms" in sys.argv else 0.0
 ATTACKERS = int(sys.argv[sys.argv.index("--attackers") + 1]) if "--attackers" in sys.argv else 1
 # --clip C: the spec's secure_aggregation clip (the reference clips to it)
 DT = torch.float32 if "--f32" in sys.argv else torch.float64
@@ -72,12 +79,15 @@ opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
 agg = ringmaster.aggregation_spec()
 secure = ringmaster.secure()
 exact, secure_dev = "n/a", "n/a"
-buckets = []
+buckets, contributors = [], []
 for step in range(STEPS):
     opt.zero_grad()
     out, reg = ddp(x)
     loss = ((out - y) ** 2).mean() + reg
+    if rank == SLOW_RANK:
+        time.sleep(SLOW_S)
     loss.backward()
+    contributors.append(getattr(ddp, "rm_contributors", None))
     if step in (0, 2) and (agg is not None or secure):  # 2: after DDP rebuilt its buckets
         whole = torch.cat([local[i].reshape(-1) for i in range(len(local))]).contiguous()
         got = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
@@ -98,5 +108,8 @@ with torch.no_grad():
     w = model.l0.weight.t() @ model.l1.weight.t()
 err = float((w - w_star).norm() / w_star.norm())
 print("RESULT " + json.dumps({"rank": rank, "world": world, "rel_err": err, "exact": exact, "buckets": buckets,
-                              "secure_dev": secure_dev, "steps": STEPS}), flush=True)
+                              "secure_dev": secure_dev, "steps": STEPS,
+                              "contributors": contributors,
+                              "param_sha256": hashlib.sha256(b"".join(
+                                  p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()}), flush=True)
 ringmaster.finalize()

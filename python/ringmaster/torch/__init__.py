@@ -307,9 +307,10 @@ if "RINGMASTER" not in dist.Backend._plugins:
 # then only all-reduces. A hook the program registers itself is kept and run
 # in ours (DDP takes one hook only); register_builtin_comm_hook is not.
 #
-# THE STEP'S WHOLE GRADIENT: aggregation and secure aggregation under DDP.
-# In a job whose spec asks for an `aggregation` (any method, with or without
-# clip_norm) or for `secure_aggregation`, the hook does not reduce bucket by
+# THE STEP'S WHOLE GRADIENT: aggregation, secure aggregation and straggler
+# policies under DDP. In a job whose spec asks for an `aggregation` (any
+# method, with or without clip_norm), for `secure_aggregation` or for a
+# straggler_policy (backup, deadline, auto), the hook does not reduce bucket by
 # bucket: it returns, for each bucket, a torch.futures.Future left pending
 # and keeps the bucket; at the reducer's last bucket of the synchronized
 # backward (buckets reach the hook in index order, the last one last) the
@@ -318,7 +319,11 @@ if "RINGMASTER" not in dist.Backend._plugins:
 # both give the same numbers), combined once, by
 #   rm_aggregate with the spec's method (ringmaster.aggregate), or
 #   rm_session_secure_allreduce, averaged (ringmaster.secure_allreduce:
-#   float32 only; masked, so no plaintext bucket ever leaves the worker),
+#   float32 only; masked, so no plaintext bucket ever leaves the worker), or
+#   rm_session_allreduce_step (ringmaster.allreduce_gradients): the
+#   coordinator's step gate decides ONE member set for the step, the same on
+#   every rank and for every bucket; a rank left out contributes zeros and
+#   still takes the step's average over the members (ddp.rm_contributors),
 # written back into the buckets' gradient views, and every pending future is
 # completed with its bucket. torch's reducer waits for the buckets' futures
 # only in finalize_backward, which the autograd engine runs after the last
@@ -332,8 +337,13 @@ if "RINGMASTER" not in dist.Backend._plugins:
 # one per bucket, and the suspects it reports (the ranks it excluded, carried
 # by the step report as byzantine_suspect evidence: worker/session/
 # session_use.c) are judged on the whole gradient, not on a small bucket.
+# A straggler policy decides per step, so its gate is asked once per step.
 # Cost: one copy of the gradient in and one out per step; nothing overlaps
-# with the backward pass, as nothing does on this synchronous backend.
+# with the backward pass, as nothing does on this synchronous backend. A
+# late rank's backward is not interrupted (it arrives late and contributes
+# zeros): the members still wait for it in the step's collective, so under
+# DDP the policies give their semantics (member set, average over members)
+# but not the time a built-in workload's dropped rank saves.
 # The result is what the method gives (it takes the average's place: no
 # division by the world); the ranks excluded by the last step are in
 # ddp.rm_excluded, the last secure sum's figures in ddp.rm_secure_info.
@@ -363,6 +373,8 @@ def _rm_step_combine(ddp):
         flat = torch.cat([g.reshape(-1) for g in gs]) if len(gs) > 1 else gs[0].reshape(-1).clone()
         if ddp._rm_secure:
             info = _rm.secure_allreduce(flat, "avg")
+        elif ddp._rm_agg is None:  # the straggler policy's gated average
+            ddp.rm_contributors = _rm.allreduce_gradients(flat)
         else:
             _, ex = _rm.aggregate(flat, info=True, **ddp._rm_agg)
             excluded.update(ex)
@@ -428,7 +440,13 @@ def _rm_ddp_init(self, module, *a, **k):
         session = _rm.in_session()
         self._rm_agg = _rm.aggregation_spec() if session else None
         self._rm_secure = session and _rm.secure()
-        self._rm_whole = self._rm_agg is not None or self._rm_secure
+        pol = _rm.spec("straggler_policy") if session else None
+        # a straggler policy with an aggregation or secure aggregation: those
+        # are applied, and the coordinator says the policy did not act
+        self._rm_gated = pol not in (None, "", "none") and not (
+            self._rm_agg is not None or self._rm_secure)
+        self._rm_whole = self._rm_agg is not None or self._rm_secure or self._rm_gated
+        self.rm_contributors = None
         self._rm_pending = []
         self.rm_excluded, self.rm_secure_info = [], None
         self._rm_param_order = {id(p): i for i, p in enumerate(
@@ -436,7 +454,8 @@ def _rm_ddp_init(self, module, *a, **k):
         if self._rm_whole and self.process_group is not _rm_default_group():
             raise RuntimeError("ringmaster backend: the job's %s applies to DDP over the "
                                "default process group only"
-                               % ("secure_aggregation" if self._rm_secure else "aggregation"))
+                               % ("secure_aggregation" if self._rm_secure else "aggregation"
+                                  if self._rm_agg is not None else "straggler_policy"))
         if self._rm_secure:
             bad = sorted({str(p.dtype) for p in self.module.parameters()
                           if p.requires_grad and p.dtype != torch.float32})
