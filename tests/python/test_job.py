@@ -34,11 +34,12 @@ coordinator (local launcher), with the one command a user types:
                               is within the quantization bound of the plain
                               mean of the clipped gradients; the job succeeds
                               with all 60 steps reported
-  test_job.py ddp_backup      the regression, 4 workers, straggler_policy
-                              backup with 1 backup worker, rank 3 slow: every
-                              step has exactly 3 contributors on every rank,
-                              the final parameters are bitwise equal on every
-                              rank, no straggler_policy_unused event
+  test_job.py ddp_backup      the regression, 4 workers, rank 3 slow, under
+                              straggler_policy backup (1 backup worker: every
+                              step has exactly 3 contributors on every rank)
+                              and deadline (the same count on every rank at
+                              every step); the final parameters are bitwise
+                              equal on every rank, no straggler_policy_unused
   test_job.py elastic_shrink  4 workers, on_failure shrink, --mode elastic, 400
                               steps (15 ms each), commit every 10 steps; once
                               rank 0 passed step 100 the PROGRAM of launch
@@ -314,29 +315,36 @@ def ddp_secure(c):
 
 def ddp_backup(c):
     """ddp_robust_prog.py, 4 workers, no attacker, rank 3 sleeping 40 ms
-    before each backward, straggler_policy backup with backup_workers 1:
+    before each backward. straggler_policy backup with backup_workers 1:
     the backend asks the step gate once per step and averages the step's
     whole gradient over the member set it decided (the same for every
     bucket and on every rank), so every rank reports 3 contributors at
-    every step, the final parameters are bitwise equal on every rank, the
-    job succeeds with 60 steps and no straggler_policy_unused event."""
+    every step. deadline: the member set is timing's, but one per step, so
+    every rank reports the same count at every step. Both: the final
+    parameters are bitwise equal on every rank, the job succeeds with 60
+    steps and no straggler_policy_unused event."""
     prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_robust_prog.py")
     env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
-    body = {"name": "ddp-backup", "world_size": 4, "workload": "command",
-            "launcher": "local", "env": env, "straggler_policy": "backup",
-            "backup_workers": 1,
-            "command": [rmtest.PY, prog, "--attackers", "0", "--slow-rank", "3",
-                        "--slow-ms", "40"]}
-    j = submit_wait(c, body)
-    assert j["state"] == "succeeded", j
-    assert j["step"] == 60, j
-    res = job_results(c, j, 4)
-    assert all(r["contributors"] == [3] * 60 for r in res), [r["contributors"] for r in res]
-    assert len({r["param_sha256"] for r in res}) == 1, res
-    kinds = [e.get("kind") for e in c.events(j["id"])]
-    assert "straggler_policy_unused" not in kinds, kinds
-    print("ddp backup: 3 contributors at each of 60 steps on every rank, parameters "
-          "bitwise equal; relative error %.3g" % res[0]["rel_err"])
+    for policy, extra in (("backup", {"backup_workers": 1}), ("deadline", {})):
+        body = dict({"name": "ddp-" + policy, "world_size": 4, "workload": "command",
+                     "launcher": "local", "env": env, "straggler_policy": policy,
+                     "command": [rmtest.PY, prog, "--attackers", "0", "--slow-rank", "3",
+                                 "--slow-ms", "40"]}, **extra)
+        j = submit_wait(c, body)
+        assert j["state"] == "succeeded", (policy, j)
+        assert j["step"] == 60, j
+        res = job_results(c, j, 4)
+        counts = [r["contributors"] for r in res]
+        assert all(x == counts[0] for x in counts), (policy, counts)
+        assert all(isinstance(k, int) and 1 <= k <= 4 for k in counts[0]), (policy, counts)
+        if policy == "backup":
+            assert counts[0] == [3] * 60, counts
+        assert len({r["param_sha256"] for r in res}) == 1, res
+        kinds = [e.get("kind") for e in c.events(j["id"])]
+        assert "straggler_policy_unused" not in kinds, kinds
+        print("ddp %s: one member set per step, the same on every rank (contributors "
+              "per step: %s), parameters bitwise equal; relative error %.3g"
+              % (policy, sorted(set(counts[0])), res[0]["rel_err"]))
 
 
 def main():

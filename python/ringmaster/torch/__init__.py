@@ -456,13 +456,16 @@ def _rm_ddp_init(self, module, *a, **k):
                                "default process group only"
                                % ("secure_aggregation" if self._rm_secure else "aggregation"
                                   if self._rm_agg is not None else "straggler_policy"))
-        if self._rm_secure:
-            bad = sorted({str(p.dtype) for p in self.module.parameters()
-                          if p.requires_grad and p.dtype != torch.float32})
-            if bad:
-                raise TypeError("ringmaster backend: the job's secure_aggregation sums "
-                                "float32 gradients; this model has %s parameters"
-                                % ", ".join(bad))
+        dts = sorted({str(p.dtype) for p in self.module.parameters() if p.requires_grad})
+        if self._rm_secure and dts not in ([], ["torch.float32"]):
+            raise TypeError("ringmaster backend: the job's secure_aggregation sums "
+                            "float32 gradients; this model has %s parameters"
+                            % ", ".join(dts))
+        if self._rm_gated and len(dts) > 1:
+            # the gate decides once per step: one gated average per step
+            raise TypeError("ringmaster backend: the job's straggler_policy %s averages the "
+                            "step's gradient in one call, which needs one dtype; this model "
+                            "has %s parameters" % (pol, ", ".join(dts)))
         _ddp_register(self, self, _rm_bucket_hook)
         self._rm_hooked = True
         _rm._auto_step_begin()
