@@ -32,7 +32,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ringmaster  # noqa: E402
 import ringmaster.torch  # noqa: E402,F401  (registers the backend)
 
-STEPS = 60
+STEPS = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 60
+# --step-sleep-ms T: every rank sleeps T ms per step (a test can act mid-run)
+STEP_S = float(sys.argv[sys.argv.index("--step-sleep-ms") + 1]) / 1e3 \
+    if "--step-sleep-ms" in sys.argv else 0.0
 SLOW_RANK = int(sys.argv[sys.argv.index("--slow-rank") + 1]) if "--slow-rank" in sys.argv else -1
 SLOW_S = float(sys.argv[sys.argv.index("--slow-ms") + 1]) / 1e3 if "--slow-ms" in sys.argv else 0.0
 ATTACKERS = int(sys.argv[sys.argv.index("--attackers") + 1]) if "--attackers" in sys.argv else 1
@@ -40,6 +43,7 @@ ATTACKERS = int(sys.argv[sys.argv.index("--attackers") + 1]) if "--attackers" in
 DT = torch.float32 if "--f32" in sys.argv else torch.float64
 dist.init_process_group("ringmaster")
 rank, world = dist.get_rank(), dist.get_world_size()
+print("ddp_robust_prog: pid %d rank %d of %d" % (os.getpid(), rank, world), flush=True)
 torch.manual_seed(0)
 w_star = torch.randn(8, 1, dtype=DT)
 
@@ -86,6 +90,7 @@ for step in range(STEPS):
     loss = ((out - y) ** 2).mean() + reg
     if rank == SLOW_RANK:
         time.sleep(SLOW_S)
+    time.sleep(STEP_S)
     loss.backward()
     contributors.append(getattr(ddp, "rm_contributors", None))
     if step in (0, 2) and (agg is not None or secure):  # 2: after DDP rebuilt its buckets
@@ -104,12 +109,15 @@ for step in range(STEPS):
             secure_dev = max(dev, 0 if secure_dev == "n/a" else secure_dev)
         buckets.append(ddp.rm_buckets)
     opt.step()
+    if STEP_S and rank == 0 and step % 10 == 0:
+        print("ddp_robust_prog: step %d" % step, flush=True)
 with torch.no_grad():
     w = model.l0.weight.t() @ model.l1.weight.t()
 err = float((w - w_star).norm() / w_star.norm())
 print("RESULT " + json.dumps({"rank": rank, "world": world, "rel_err": err, "exact": exact, "buckets": buckets,
                               "secure_dev": secure_dev, "steps": STEPS,
-                              "contributors": contributors,
+                              "contributors": contributors, "pid": os.getpid(),
+                              "rm_world": ringmaster.size(),
                               "param_sha256": hashlib.sha256(b"".join(
                                   p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()}), flush=True)
 ringmaster.finalize()

@@ -40,6 +40,12 @@ coordinator (local launcher), with the one command a user types:
                               and deadline (the same count on every rank at
                               every step); the final parameters are bitwise
                               equal on every rank, no straggler_policy_unused
+  test_job.py ddp_secure_shrink  the float32 regression under
+                              secure_aggregation and on_failure shrink, 4
+                              workers; rank 3's program SIGKILLed mid-run: the
+                              survivors redo the step's secure sum over 3
+                              members in their own processes, the job succeeds
+                              (secure_recovered event, parameters bitwise equal)
   test_job.py elastic_shrink  4 workers, on_failure shrink, --mode elastic, 400
                               steps (15 ms each), commit every 10 steps; once
                               rank 0 passed step 100 the PROGRAM of launch
@@ -313,6 +319,66 @@ def ddp_secure(c):
           "relative error %.3g" % (max(devs), max(r["rel_err"] for r in res)))
 
 
+def log_match(c, job, i, pattern, timeout_s):
+    """The first match of pattern in the log of launch i of job, waiting."""
+    deadline = time.monotonic() + timeout_s
+    path = os.path.join(c.logs, "job-%d" % job, "worker-%d.log" % i)
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            with open(path, errors="replace") as fh:
+                m = re.search(pattern, fh.read(), re.M)
+            if m:
+                return m
+        time.sleep(0.05)
+    raise AssertionError("job %d launch %d: no %r in %d s" % (job, i, pattern, timeout_s))
+
+
+def ddp_secure_shrink(c):
+    """ddp_robust_prog.py --f32, 4 workers, secure_aggregation, on_failure
+    shrink, 120 steps of >= 30 ms; once rank 0 passed step 20 the program of
+    rank 3 is SIGKILLed (by PID, from its banner). The survivors' secure sum
+    of that step fails on every one of them (nothing revealed); the hook
+    re-joins the next generation in the same process and redoes the sum
+    with fresh masks over 3 members (SECURE REDO, ringmaster/torch). The job
+    succeeds, the same 3 PIDs print the RESULT lines with ringmaster's
+    world 3 and bitwise equal parameters near w*, and the job has a
+    secure_recovered event."""
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_robust_prog.py")
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    body = {"name": "ddp-secure-shrink", "world_size": 4, "workload": "command",
+            "launcher": "local", "env": env, "secure_aggregation": {"clip": 1.0},
+            "on_failure": "shrink",
+            "command": [rmtest.PY, prog, "--attackers", "0", "--f32", "--clip", "1.0",
+                        "--steps", "120", "--step-sleep-ms", "30"]}
+    st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+    assert st == 201, (st, job)
+    pids = {}
+    for i in range(4):
+        m = log_match(c, job["id"], i, r"ddp_robust_prog: pid (\d+) rank (\d+)", 90)
+        pids[int(m.group(2))] = (i, int(m.group(1)))
+    launch0 = pids[0][0]
+    log_match(c, job["id"], launch0, r"ddp_robust_prog: step 20$", 120)
+    os.kill(pids[3][1], signal.SIGKILL)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        j = c.get("/api/v1/jobs/%d" % job["id"])
+        if j["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.2)
+    assert j["state"] == "succeeded", j
+    res = job_results(c, j, 3)
+    assert sorted(r["pid"] for r in res) == sorted(pids[r][1] for r in (0, 1, 2)), (res, pids)
+    assert all(r["rm_world"] == 3 for r in res), res
+    assert len({r["param_sha256"] for r in res}) == 1, res
+    assert max(r["rel_err"] for r in res) < 0.05, res
+    ev = c.events(j["id"])
+    rec = [e for e in ev if e.get("kind") == "secure_recovered"]
+    assert rec, [(e.get("kind"), e.get("message")) for e in ev]
+    print("ddp secure, rank 3 SIGKILLed under shrink: %s; survivors kept their PIDs, "
+          "world 3, parameters bitwise equal, relative error %.3g"
+          % (rec[0]["message"], res[0]["rel_err"]))
+
+
 def ddp_backup(c):
     """ddp_robust_prog.py, 4 workers, no attacker, rank 3 sleeping 40 ms
     before each backward. straggler_policy backup with backup_workers 1:
@@ -367,6 +433,8 @@ def main():
                 ddp_secure(c)
             elif what == "ddp_backup":
                 ddp_backup(c)
+            elif what == "ddp_secure_shrink":
+                ddp_secure_shrink(c)
             else:
                 train_job(c, what)
         finally:

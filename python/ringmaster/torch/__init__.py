@@ -344,11 +344,35 @@ if "RINGMASTER" not in dist.Backend._plugins:
 # zeros): the members still wait for it in the step's collective, so under
 # DDP the policies give their semantics (member set, average over members)
 # but not the time a built-in workload's dropped rank saves.
+# SECURE REDO. A member lost before the step's secure sum completed aborts
+# the sum on every survivor (nothing of it is revealed); under on_failure
+# shrink or replace the hook re-joins the next generation in this process
+# (ringmaster.reform) and redoes the sum with fresh masks over the new
+# members, from this rank's own gradient of the step, as the C workloads
+# redo the step (the coordinator's secure_recovered event). A completed sum
+# is final: a loss seen after it is redone at the next step's sum. DDP's
+# process group stays the old generation's: the model trains on as long as
+# nothing else calls it (a collective on it raises Reconfigured; a module
+# with buffers broadcasts them every forward); the data shards are the
+# program's, so the lost rank's shard is no longer seen.
 # The result is what the method gives (it takes the average's place: no
 # division by the world); the ranks excluded by the last step are in
 # ddp.rm_excluded, the last secure sum's figures in ddp.rm_secure_info.
 _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
 _ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
+
+
+def _rm_secure_step(flat):
+    """The step's secure sum, redone over the survivors when a member is lost
+    before it completed (see SECURE REDO above); JobEnded when the job ended
+    instead (on_failure fail, or fewer members than the threshold)."""
+    keep = flat.clone()
+    while True:
+        try:
+            return _rm.secure_allreduce(flat, "avg")
+        except (_errors.PeerLost, _errors.Reconfigured, _errors.Timeout):
+            _rm.reform()
+            flat.copy_(keep)
 
 
 def _rm_step_combine(ddp):
@@ -372,7 +396,7 @@ def _rm_step_combine(ddp):
     for dt, gs in by_dt.items():
         flat = torch.cat([g.reshape(-1) for g in gs]) if len(gs) > 1 else gs[0].reshape(-1).clone()
         if ddp._rm_secure:
-            info = _rm.secure_allreduce(flat, "avg")
+            info = _rm_secure_step(flat)
         elif ddp._rm_agg is None:  # the straggler policy's gated average
             ddp.rm_contributors = _rm.allreduce_gradients(flat)
         else:
