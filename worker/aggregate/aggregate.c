@@ -357,6 +357,8 @@ out:
   if (st == RM_OK) {
     comm->use_agg_calls++;
     comm->use_agg_method = (int)cfg->method;
+    if (!comm->use_excluded) comm->use_excluded = calloc((size_t)n, 1);
+    for (int i = 0; comm->use_excluded && i < n; i++) comm->use_excluded[i] |= o.excluded[i];
   }
   free(o.excluded);
   free(o.scores);

@@ -137,6 +137,7 @@ static void comm_free(rm_comm_t *c)
   free(c->offers);
   free(c->conns);
   free(c->scratch);
+  free(c->use_excluded);
   if (c->wake_fd[0] >= 0) close(c->wake_fd[0]);
   if (c->wake_fd[1] >= 0) close(c->wake_fd[1]);
   pthread_mutex_destroy(&c->err_lock);

@@ -114,6 +114,11 @@ struct rm_comm {
   void *use_ctx;
   uint64_t use_plain_bytes, use_agg_calls;
   int use_agg_method;   /* rm_agg_method_t of the last rm_aggregate */
+  /* world bytes (allocated by the first rm_aggregate): rank r was excluded
+   * by an rm_aggregate since the session's last step report took them
+   * (session_use.c): the step's Byzantine-suspect evidence for programs
+   * that report their steps without naming the excluded ranks */
+  uint8_t *use_excluded;
 };
 
 /* SPEC USE guard words (session/session_use.c fills use_guard with these). */

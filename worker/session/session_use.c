@@ -13,6 +13,12 @@
  * counted nor guarded. Every step report carries the differences since
  * the previous report (use_known = 1): what that step applied.
  *
+ * SUSPECTS. rm_aggregate also marks the ranks it excluded on the
+ * communicator (use_excluded, OR over the step's calls); a report that
+ * names none itself (rm_session_step_end, the DDP backend's steps) carries
+ * them as excluded_ranks, the coordinator's byzantine_suspect evidence
+ * (coordinator/core/suspect.c), and the marks are cleared.
+ *
  * GUARD. In a command job whose spec has secure_aggregation, or a robust
  * aggregation (a method other than mean, or clip_norm > 0), a float
  * SUM/AVG all-reduce of the program's own on the session's communicator
@@ -97,4 +103,15 @@ void rm__session_use_fill(rm_session_t *s, rm__report_t *e)
   s->use0_gated = s->use_gated;
   s->use0_plain = plain;
   s->use0_agg = agg;
+  /* SUSPECTS: a report that names no excluded ranks (rm_session_step_end,
+   * or a program's own report) carries those its step's rm_aggregate calls
+   * excluded, so byzantine_suspect events come for command jobs as for the
+   * built-in workloads (which name them: their report wins) */
+  if (c && c->use_excluded) {
+    uint32_t k = 0;
+    for (int r = 0; e->n_excluded == 0 && r < c->world && k < RM__REPORT_EXCLUDED_MAX; r++)
+      if (c->use_excluded[r]) e->excluded[k++] = (uint32_t)r;
+    if (e->n_excluded == 0) e->n_excluded = k;
+    memset(c->use_excluded, 0, (size_t)c->world);
+  }
 }
