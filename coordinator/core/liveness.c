@@ -58,6 +58,11 @@
  *     "all of them": a hush too.
  *  3. A minority silent while the others are heard: the usual timeout, the
  *     silent ones are lost ("no heartbeat for X ms (timeout T ms)").
+ *     "Heard": at most half of the live workers quiet for more than half a
+ *     timeout (two heartbeat intervals). Otherwise the decision waits: the
+ *     others are either heard again (then case 3) or run out too (case 2).
+ *     Workers beat at different phases, so at a cut one of them always runs
+ *     out first, alone; it is lost only if the others speak after all.
  *  4. A control stream cancelled by its transport (recovery.c detection
  *     source 2) during a hush or within the fresh window after a gap is not
  *     trusted: it may be the workers' side giving up on a coordinator that
@@ -165,6 +170,14 @@ void rm__liveness_job(rm_coord_t *c, rm__job_t *j, int64_t now)
       return;
     }
     if (late == 0) return;
+    /* case 3 needs the others heard: with most of the job quiet for two
+     * heartbeat intervals the coordinator may be what is cut off, the
+     * late one only the first to run out (the workers beat at different
+     * phases, and one that was slow to beat before a cut runs out first) */
+    int quiet = 0;
+    for (size_t i = 0; i < j->nw; i++)
+      if (counted(j, &j->w[i])) quiet += now - silent_from(j, &j->w[i]) > hb / 2;
+    if (2 * quiet > live) return;
   } else { /* case 2: most of them at once */
     int64_t hold = rm__param_silence_hold_ms() * 1000000;
     if (hold <= 0) hold = 5 * hb > HOLD_MIN_NS ? 5 * hb : HOLD_MIN_NS;
