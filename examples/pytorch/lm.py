@@ -44,7 +44,6 @@ N ranks take the steps one process takes on the same global batch, up to
 floating-point summation order (which Adam's normalisation carries on).
 """
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -61,6 +60,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if os.path.isdir(os.path.join(REPO, "python", "ringmaster")):
     sys.path.insert(0, os.path.join(REPO, "python"))
 import ringmaster  # noqa: E402
+from example_common import param_hash, run_steps  # noqa: E402  (beside this file)
 
 CORPUS = "/usr/share/common-licenses/GPL-3"
 
@@ -168,13 +168,6 @@ def windows(ids, offsets, context):
     return x, y
 
 
-def param_hash(model):
-    h = hashlib.sha256()
-    for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def evaluate(model, held, context, n):
     """Mean loss per character over n evenly spaced held-out windows."""
     model.eval()
@@ -266,26 +259,7 @@ def main():
                   flush=True)
 
     t0 = time.time()
-    if args.mode == "elastic":
-        import ringmaster.torch.elastic as elastic
-        state = elastic.TorchState(model, opt, step=0)
-
-        def on_reset(st):
-            banner()
-            print("lm: rank %d: re-formed with %d ranks at step %d"
-                  % (ringmaster.rank(), ringmaster.size(), st.step), flush=True)
-
-        @elastic.run(on_reset=on_reset)
-        def run(state):
-            while state.step < args.steps:
-                one_step(state.step)
-                state.step += 1
-                if state.step % args.commit_every == 0:
-                    state.commit()
-        run(state)
-    else:
-        for s in range(args.steps):
-            one_step(s)
+    run_steps("lm", args, model, opt, one_step, banner)
     elapsed = time.time() - t0
     rank, world = where()
     loss, acc = evaluate(net, held, args.context, args.eval_windows)

@@ -41,7 +41,6 @@ BatchNorm normalizes over each rank's own images (as DDP does without
 SyncBatchNorm), so N ranks are not bitwise 1-process training.
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -56,6 +55,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if os.path.isdir(os.path.join(REPO, "python", "ringmaster")):
     sys.path.insert(0, os.path.join(REPO, "python"))
 import ringmaster  # noqa: E402
+from example_common import param_hash, run_steps  # noqa: E402  (beside this file)
 
 
 def parse():
@@ -168,13 +168,6 @@ def model_of(args, classes):
     return m
 
 
-def param_hash(model):
-    h = hashlib.sha256()
-    for p in model.parameters():
-        h.update(p.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def recalibrate(model, data, train_idx, n, batch):
     """BatchNorm's running statistics, recomputed with the final weights on
     the first n training images (the same on every rank, so every rank
@@ -274,26 +267,7 @@ def main():
             print("resnet: step %d loss %.4f" % (s + 1, st.loss), flush=True)
 
     t0 = time.time()
-    if args.mode == "elastic":
-        import ringmaster.torch.elastic as elastic
-        state = elastic.TorchState(model, opt, step=0)
-
-        def on_reset(st):
-            banner()
-            print("resnet: rank %d: re-formed with %d ranks at step %d"
-                  % (ringmaster.rank(), ringmaster.size(), st.step), flush=True)
-
-        @elastic.run(on_reset=on_reset)
-        def run(state):
-            while state.step < args.steps:
-                one_step(state.step)
-                state.step += 1
-                if state.step % args.commit_every == 0:
-                    state.commit()
-        run(state)
-    else:
-        for s in range(args.steps):
-            one_step(s)
+    run_steps("resnet", args, model, opt, one_step, banner)
     elapsed = time.time() - t0
     rank, world = where()
     recalibrate(net, data, train_idx, 256, 64)
