@@ -16,7 +16,7 @@
  * and the secure sum's phases on rank 0 (mask, reduce, open, unmask). The
  * relay of this benchmark is a TEST DOUBLE: an all-gather over the data
  * plane itself in place of the coordinator's barrier (a loopback round trip
- * either way; the coordinator's is in the README's recovery figures). Its
+ * either way; the coordinator's is in bench/results/2026-12-06-performance-record.md). Its
  * bytes are left out of "bytes", which counts the sum's payload.
  * "keys ms" is rm__secagg_open (KEYS + CONFIRM), once per generation. The
  * threshold is the default, N / 2 + 1 (at least 2), so that many ranks are

@@ -1,7 +1,7 @@
 /*
  * secure.h - secure aggregation for session programs (public; included by
  * ringmaster.h). Issue 13; the protocol and its security argument are at the
- * top of worker/secagg/secagg.c, the user's view in the README.
+ * top of worker/secagg/secagg.c, the user's view in docs/secure-aggregation.md.
  *
  * A job whose spec has "secure_aggregation" sums its gradients so that no
  * worker and not the coordinator sees an individual contribution: each
@@ -19,7 +19,7 @@
  * Cost per call: the bytes of a plain 32-bit all-reduce (64-bit with "bits":
  * 64), two coordinator round trips per generation (keys) and one per call
  * (commit), and ChaCha20 keystream of (neighbours + guards + 1) x the vector
- * on each member; see the README's table. */
+ * on each member; see docs/secure-aggregation.md. */
 #ifndef RINGMASTER_SECURE_H
 #define RINGMASTER_SECURE_H
 
