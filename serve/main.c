@@ -12,6 +12,9 @@
  * (tests and scripts start it with port 0 and read the line).
  */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +36,20 @@
 #include "relay.h"
 #endif
 
+/* A stop signal may be delivered to any thread that does not block it (the
+ * gRPC and HTTP threads were started before the handler and do not), so the
+ * handler wakes the main thread through a pipe rather than relying on the main
+ * thread's own sigsuspend: a SIGTERM taken by another thread just before the
+ * main thread went to sleep was once lost, and `serve` kept running. */
 static volatile sig_atomic_t stop_flag;
-static void on_signal(int sig) { stop_flag = sig; }
+static int stop_pipe[2] = {-1, -1};
+static void on_signal(int sig)
+{
+  int saved = errno;
+  stop_flag = sig;
+  if (stop_pipe[1] >= 0) (void)!write(stop_pipe[1], "x", 1);
+  errno = saved;
+}
 
 static void usage(FILE *f)
 {
@@ -256,16 +271,20 @@ static int serve(int argc, char **argv)
     RM_WARN("--public-reads: anyone who reaches this coordinator beyond loopback reads every "
             "job (commands, hosts, worker logs, events) without a token");
   fflush(stdout);
+  if (pipe(stop_pipe) != 0 || fcntl(stop_pipe[0], F_SETFD, FD_CLOEXEC) != 0 ||
+      fcntl(stop_pipe[1], F_SETFD, FD_CLOEXEC) != 0 ||
+      fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
+    fprintf(stderr, "ringmaster: pipe: %s\n", strerror(errno));
+    stop_flag = SIGTERM;
+  }
   rm__on_stop_signals(on_signal);
   signal(SIGPIPE, SIG_IGN);
-  /* Block the signals, then wait for them atomically: no lost wake-up. */
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
-  sigprocmask(SIG_BLOCK, &block, &old);
-  while (!stop_flag) sigsuspend(&old);
-  sigprocmask(SIG_SETMASK, &old, NULL);
+  /* The flag is checked after every wake-up; a signal that came before the
+   * first poll left a byte in the pipe, so there is no lost wake-up. */
+  while (!stop_flag) {
+    struct pollfd pf = {.fd = stop_pipe[0], .events = POLLIN};
+    (void)poll(&pf, 1, -1);
+  }
   /* ---- REST API (issue 4): stop the HTTP server here, before close. ---- */
 #if RM_HAVE_API
   rm_api_stop(api);
@@ -279,7 +298,7 @@ static int serve(int argc, char **argv)
 #endif
   memset(token, 0, sizeof token);
   memset(rtoken, 0, sizeof rtoken);
-  return 0;
+  return 0; /* the stop pipe stays open: a late signal's handler may still write */
 }
 
 int main(int argc, char **argv)
