@@ -228,11 +228,18 @@ function makeCharts() {
   const tputChart = new Chart($('#tput-chart'), { type: 'line', data: { datasets: [{ label: 'all-reduce GB/s', data: [], borderColor: '#0d9488',
     backgroundColor: 'rgba(13,148,136,.12)', fill: true, pointRadius: 0, borderWidth: 2, tension: 0.2 }] },
     options: { ...common, plugins: { legend: { display: false } }, scales: { ...common.scales, y: { ...common.scales.y, title: { display: true, text: 'GB/s' } } } } });
-  return { stepChart, tputChart };
+  /* What the program reports with its steps (loss, accuracy): loss on the left
+   * axis, accuracy on the right (0..1); the card shows once a step carries one. */
+  const metricsChart = new Chart($('#metrics-chart'), { type: 'line', data: { datasets: [
+    { label: 'loss', data: [], yAxisID: 'y', borderColor: '#2563eb', pointRadius: 0, borderWidth: 2, tension: 0.15 },
+    { label: 'accuracy', data: [], yAxisID: 'y1', borderColor: '#059669', pointRadius: 0, borderWidth: 2, tension: 0.15 }] },
+    options: { ...common, scales: { ...common.scales, y: { ...common.scales.y, title: { display: true, text: 'loss' } },
+      y1: { position: 'right', min: 0, max: 1, title: { display: true, text: 'accuracy' }, grid: { drawOnChartArea: false } } } } });
+  return { stepChart, tputChart, metricsChart };
 }
 
 class JobView {
-  constructor(id) { this.id = id; this.seen = new Set(); this.byStep = new Map(); this.stragglers = new Set(); this.barriers = []; this.offset = 0; this.lastEvent = 0; }
+  constructor(id) { this.id = id; this.seen = new Set(); this.byStep = new Map(); this.metrics = new Map(); this.stragglers = new Set(); this.barriers = []; this.offset = 0; this.lastEvent = 0; }
 
   async start() {
     const app = $('#app');
@@ -488,6 +495,12 @@ class JobView {
       if (prev && s.step > prev.x + 1) ds.data.push({ x: prev.x + 1, y: null }); /* sampled: show a gap */
       ds.data.push({ x: s.step, y: total });
       if (ds.data.length > MAX_POINTS) ds.data.shift();
+      if (typeof s.loss === 'number' || typeof s.accuracy === 'number') {
+        const m = this.metrics.get(s.step) || { loss: 0, nl: 0, acc: 0, na: 0 };
+        if (typeof s.loss === 'number') { m.loss += s.loss; m.nl += 1; }
+        if (typeof s.accuracy === 'number') { m.acc += s.accuracy; m.na += 1; }
+        this.metrics.set(s.step, m);
+      }
       if (s.comm_ms > 0 && s.allreduce_bytes > 0) {
         const agg = this.byStep.get(s.step) || { sum: 0, n: 0 };
         agg.sum += s.allreduce_bytes / (s.comm_ms / 1000) / 1e9; agg.n += 1;
@@ -506,6 +519,25 @@ class JobView {
     tputChart.data.datasets[0].data = pts;
     this.styleDatasets();
     tputChart.update('none');
+    this.drawMetrics();
+  }
+
+  drawMetrics() {
+    if (!this.metrics.size) return;
+    const { metricsChart } = this.charts;
+    const steps = [...this.metrics.keys()].sort((a, b) => a - b).slice(-MAX_POINTS);
+    for (const k of [...this.metrics.keys()]) if (k < steps[0]) this.metrics.delete(k);
+    const loss = [], acc = [];
+    for (const k of steps) {
+      const m = this.metrics.get(k);
+      if (m.nl) loss.push({ x: k, y: m.loss / m.nl });
+      if (m.na) acc.push({ x: k, y: m.acc / m.na });
+    }
+    metricsChart.data.datasets[0].data = loss;
+    metricsChart.data.datasets[1].data = acc;
+    metricsChart.data.datasets[1].hidden = acc.length === 0;
+    $('#metrics-card').hidden = false;
+    metricsChart.update('none');
   }
 
   /* Stragglers stand out: flagged by the coordinator, or a recent median

@@ -24,8 +24,12 @@
  *      and each cell's tooltip is "offers: " + the worker's REST transports;
  *      checked on a finished job, and on a running one after two progress
  *      updates (the rows are redrawn from them)
- *   9. screenshots go to the artifacts folder (job-running.png,
- *      job-lost.png, jobs.png, job-links.png, job-log.png, job-command.png)
+ *   9. the training card: a train job's reported loss and accuracy are
+ *      plotted per step (the last point equals the mean of the ranks' step
+ *      reports); the card stays hidden for a job that reports no loss
+ *  10. screenshots go to the artifacts folder (job-running.png,
+ *      job-lost.png, jobs.png, job-links.png, job-log.png, job-command.png,
+ *      job-training.png)
  * Every wait has a deadline; every process is stopped by PID.
  *
  * usage: node dashboard.test.js --ringmaster PATH --worker PATH --artifacts DIR
@@ -211,6 +215,8 @@ async function main() {
       before, { timeout: 30000 });
     const tput = await page.evaluate(() => Chart.getChart('tput-chart').data.datasets[0].data.length);
     if (tput === 0) throw new Error('all-reduce throughput chart has no points');
+    if (!(await page.evaluate(() => document.querySelector('#metrics-card').hidden)))
+      throw new Error('the training card is shown for a job whose steps report no loss');
     await page.waitForFunction(() => /step [1-9]/.test(document.querySelector('#job-progress').textContent), null, { timeout: 30000 });
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-running.png'), fullPage: true });
 
@@ -291,6 +297,28 @@ async function main() {
       && /succeeded/.test(document.querySelector('#job-state').textContent), null, { timeout: 30000 });
     await page.unroute('**/api/v1/events*', hold);
     if (held < 1) throw new Error('the event stream request was never held: the check above proved nothing');
+
+    // The training card: a train job (local launcher) reports loss and
+    // accuracy with every step; the page plots them per step.
+    const tr = await (await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
+      'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'e2e-train', world_size: 2, steps: 30,
+      workload: 'train', launcher: 'local' }) })).json();
+    await page.goto(`${base}/jobs/${tr.id}`);
+    await waitState(base, tr.id, 'succeeded', 60000);
+    await page.waitForFunction(() => {
+      const c = Chart.getChart('metrics-chart');
+      return c && !document.querySelector('#metrics-card').hidden && c.data.datasets[0].data.length >= 10
+        && c.data.datasets[1].data.length >= 10;
+    }, null, { timeout: 30000 });
+    const curve = await page.evaluate(() => Chart.getChart('metrics-chart').data.datasets.map((d) => d.data));
+    const steps = await (await fetch(`${base}/api/v1/jobs/${tr.id}/steps?limit=1000`, { headers: { Authorization: `Bearer ${TOKEN}` } })).json();
+    const last = curve[0][curve[0].length - 1];
+    const reported = steps.steps.filter((x) => x.step === last.x && typeof x.loss === 'number');
+    const mean = reported.reduce((a, x) => a + x.loss, 0) / reported.length;
+    if (!reported.length || Math.abs(mean - last.y) > 1e-9 * Math.max(1, Math.abs(mean)))
+      throw new Error(`the loss plotted at step ${last.x} is ${last.y}, the steps say ${mean}`);
+    if (curve[1].some((p) => p.y < 0 || p.y > 1)) throw new Error('an accuracy outside 0..1 was plotted');
+    await page.screenshot({ path: path.join(ARTIFACTS, 'job-training.png'), fullPage: true });
 
     // A command job from the form (issue 9): argv one per line.
     await page.goto(`${base}/`);
