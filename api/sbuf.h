@@ -1,7 +1,7 @@
 /*
  * sbuf.h - a growable NUL-terminated string buffer for building HTTP bodies.
  *
- * The coordinator daemon may abort on out-of-memory (STYLE.md 6), so appends
+ * The coordinator daemon may abort on out-of-memory (conventions 6 in docs/architecture.md), so appends
  * use rm__xrealloc and never fail. rm__sbuf_take() hands the heap string to
  * the caller (who frees it) and leaves the buffer empty.
  */

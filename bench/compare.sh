@@ -10,7 +10,7 @@
 #     NPROCS="2 4 8"  SIZES=4096,65536,1048576,16777216,67108864  REPEATS=1
 #     BUILD=<dir with bench/rm_bench>  (default: build-coll, then build)
 #
-# The peer harnesses (../shared/peers, see its README) are copied to a temp
+# The peer harnesses (bench/peers, see its README) are copied to a temp
 # dir and built there (needs openmpi-bin libopenmpi-dev libgloo-dev). Every
 # harness uses the same method: f32 sum in place, per-iteration max over
 # ranks, median over iterations, every element checked. The repeats are
@@ -21,7 +21,7 @@
 # those medians (> 1 means ringmaster is faster). The load average is
 # printed before and after each repeat (the machine is shared).
 #
-# netns: the 4 namespaces of peers/netns_bench.sh (1 Gbit tbf links), one
+# netns: the 4 namespaces of bench/peers/netns_bench.sh (1 Gbit tbf links), one
 # rank per namespace (ip netns exec), N = 4 only; the namespaces are built
 # here and deleted on exit. Each repeat also measures what the network gives
 # the ring's traffic pattern: one TCP stream alone (0 -> 1), then 4 streams
@@ -37,11 +37,7 @@ mode="${1:-loopback}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 SIZES="${SIZES:-4096,65536,1048576,16777216,67108864}"
 REPEATS="${REPEATS:-1}"
-peers_src=""
-for d in /work/shared/peers "$repo/../shared/peers"; do
-  [[ -d "$d" ]] && { peers_src="$d"; break; }
-done
-[[ -n "$peers_src" ]] || { echo "compare.sh: no shared/peers folder" >&2; exit 2; }
+peers_src="$repo/bench/peers"
 bench=""
 for d in "${BUILD:-}" "$repo/build-perf" "$repo/build-coll" "$repo/build"; do
   [[ -n "$d" && -x "$d/bench/rm_bench" ]] && { bench="$d/bench/rm_bench"; break; }

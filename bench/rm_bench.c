@@ -8,7 +8,7 @@
  *            e.g. one per network namespace; only rank 0 prints)
  *
  * Defaults: WORLD 2 (forked on 127.0.0.1), sizes 8 B .. 256 MiB x2, every
- * algorithm and auto, f32 sum. Method (same as ../shared/peers): in place;
+ * algorithm and auto, f32 sum. Method (same as bench/peers): in place;
  * per iteration restore the input from a pristine copy (untimed), barrier,
  * time one rm_allreduce_ex, take the max over ranks (untimed all-reduce),
  * check every element (untimed). Inputs (r+1)*((i%1021)+1) (f32/f64/ints;

@@ -1,5 +1,5 @@
 /*
- * rm_alloc.h - allocation policy per binary (STYLE.md 6).
+ * rm_alloc.h - allocation policy per binary (conventions 6 in docs/architecture.md).
  *
  * The worker library lives inside someone's training process: it uses plain
  * malloc/calloc and returns RM_ERR_NOMEM on failure. The coordinator daemon

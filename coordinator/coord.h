@@ -1,5 +1,5 @@
 /*
- * coord.h - the coordinator's C interface (module tier, STYLE.md 2).
+ * coord.h - the coordinator's C interface (module tier, conventions 2 in docs/architecture.md).
  *
  * The coordinator owns job and membership state: jobs and their state
  * machine, rendezvous (rank assignment + peer lists per generation),

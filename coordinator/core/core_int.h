@@ -1,6 +1,6 @@
 /*
- * core_int.h - the coordinator core's insides (module-private tier, STYLE.md
- * 2): the coordinator struct, the lock and post-commit queue, and the
+ * core_int.h - the coordinator core's insides (module-private tier,
+ * conventions 2 in docs/architecture.md): the coordinator struct, the lock and post-commit queue, and the
  * functions of the job and membership state machine (job.c), barriers,
  * recovery, results, the step gate and command jobs. No SQL (store/store.h
  * is the store's interface) and no protobuf (rpc/ answers parked calls

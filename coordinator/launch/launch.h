@@ -1,7 +1,7 @@
 /*
  * launch.h - how the coordinator starts the workers of a job (module interface).
  *
- * A launcher is a const ops table (STYLE.md 8), chosen by the job spec's
+ * A launcher is a const ops table (conventions 8 in docs/architecture.md), chosen by the job spec's
  * `launcher` field through rm__launcher_find():
  *
  *   local  the workers are child processes of the coordinator on this host:
@@ -160,7 +160,7 @@ rm_status_t rm__launch_validate(const rm__launcher_ops_t *ops,
                                 const rm_launch_spec_t *spec, char *err,
                                 size_t errlen);
 
-/* Wrappers: callers use these, never ops->x() (STYLE.md 8). */
+/* Wrappers: callers use these, never ops->x() (conventions 8 in docs/architecture.md). */
 rm_status_t rm__launch_start(const rm__launcher_ops_t *ops,
                              const rm_launch_spec_t *spec, rm__launch_t **out,
                              char *err, size_t errlen);

@@ -180,7 +180,7 @@ void rm__store_seal(const rm__store_t *c, const char *token, char salt[RM__SALT_
   size_t n = strlen(token);
   if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
     RM_ERROR("getrandom failed for a token salt: %s", strerror(errno));
-    abort(); /* the daemon may abort (STYLE.md 6); no weak salt */
+    abort(); /* the daemon may abort (conventions 6 in docs/architecture.md); no weak salt */
   }
   to_hex(raw, sizeof raw, salt);
   if (n > sizeof p || 2 * n + 1 > sealed_len) n = 0; /* never: tokens are 48 hex */

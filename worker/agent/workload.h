@@ -1,7 +1,7 @@
 /*
  * workload.h - what ringmaster-worker runs once it has a communicator.
  *
- * A workload is a const ops table (STYLE.md 8). The agent creates its state
+ * A workload is a const ops table (conventions 8 in docs/architecture.md). The agent creates its state
  * once per process, then calls run() once per generation with that
  * generation's communicator: run() executes steps until max_steps, an error,
  * or report() asking it to stop (job cancelled, membership changed). State
