@@ -46,6 +46,7 @@ rm_status_t rm_coord_open(const rm_coord_options_t *o, rm_coord_t **out,
   if (c->opt.barrier_timeout_ms <= 0) c->opt.barrier_timeout_ms = 60000;
   if (c->opt.max_message_bytes <= 0) c->opt.max_message_bytes = 4 << 20;
   if (c->opt.step_window <= 0) c->opt.step_window = 4096;
+  c->answer = &rm__rpc_answer_ops; /* the core answers through rpc/ */
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->sub_mu, NULL);
   pthread_condattr_t ca;

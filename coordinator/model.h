@@ -17,7 +17,17 @@
 #include "coord.h"
 
 typedef struct rm__call rm__call_t; /* the RPC adapter's call (rpc/server.c) */
-typedef struct rm__blob rm__blob_t; /* rpc/server.c: shared packed answer bytes */
+/* A packed answer the core keeps for the answer side (a job's Join tail, a
+ * barrier's or a step's answer): its bytes and layout are the answer side's
+ * (rpc/server.c), so a blob carries its own release function as its first
+ * member and the core drops one with rm__blob_release, naming no rpc/
+ * function. */
+typedef struct rm__blob rm__blob_t;
+typedef void (*rm__blob_release_fn)(rm__blob_t *b);
+static inline void rm__blob_release(rm__blob_t *b)
+{
+  if (b) (*(rm__blob_release_fn *)(void *)b)(b);
+}
 
 enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
        RM__PARK_GATE, RM__PARK_SESSION };

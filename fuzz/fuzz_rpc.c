@@ -7,7 +7,7 @@
  * rpc/rpc*.c, rpc/waiters.c, straggler/) and common/ is compiled in
  * unchanged, except rpc/server.c: fuzz_rpc_server.c takes its place (the
  * functions the handlers answer through: rm__reply, rm__reply_tail,
- * rm__stream_send, rm__call_park, rm__blob_*, rm__out_flush). One
+ * rm__stream_send, rm__call_park, rm__blob_*, rm__rpc_out_flush). One
  * coordinator per process, rm_coord_open on SQLite ":memory:" (migrations
  * and all), holds the FIXTURE, built through the same handlers:
  *   job 0  allreduce, world 3, straggler_policy backup (1 backup worker),
@@ -125,7 +125,7 @@ static const ProtobufCMessageDescriptor *const k_resp[RM__M_COUNT] = {
     }                                                                         \
   } while (0)
 
-/* ---- answers (called by fuzz_rpc_server.c's rm__out_flush) ---- */
+/* ---- answers (called by fuzz_rpc_server.c's rm__rpc_out_flush) ---- */
 static int known_code(int code)
 {
   return code == RM__GRPC_OK || code == RM__GRPC_INVALID_ARGUMENT ||

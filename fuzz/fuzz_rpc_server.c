@@ -1,7 +1,7 @@
 /*
  * fuzz_rpc_server.c - the RPC adapter's server half for fuzz_rpc: the
  * functions coordinator/rpc/server.c provides to the handlers and the core
- * (rpc_int.h "server.c: gRPC", core/waiters.h rm__out_flush), with no gRPC.
+ * (rpc_int.h "server.c: gRPC", core/waiters.h rm__rpc_out_flush), with no gRPC.
  * fuzz_rpc links every coordinator source except server.c, and this file
  * instead, so the handlers (rpc*.c, waiters.c) and the core run unchanged.
  *
@@ -18,7 +18,7 @@
  *                    gz_answer.c and inflated here, and must give exactly
  *                    the head + tail bytes (else abort: a finding);
  *   rm__stream_send  one Watch message; sets park.watch_sending;
- *   rm__out_flush    (commit step 1) delivers each queued answer to its
+ *   rm__rpc_out_flush    (commit step 1) delivers each queued answer to its
  *                    call: a final status is recorded (code, details,
  *                    bytes), a stream message counted; the harness checks
  *                    them (fuzz_rpc.c, "Oracle");
@@ -96,6 +96,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 }
 
 struct rm__blob {
+  rm__blob_release_fn release; /* first: rm__blob_release (model.h) */
   uint8_t *buf;
   size_t len;
 };
@@ -103,6 +104,7 @@ struct rm__blob {
 rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
 {
   rm__blob_t *b = rm__xmalloc(sizeof *b);
+  b->release = rm__blob_unref;
   b->buf = pack(m, &b->len);
   return b;
 }
@@ -244,7 +246,7 @@ void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *sh
 
 /* server.c's: a rolled-back section's answers become the storage failure
  * (the fuzzer's store never fails, so this only keeps the port whole). */
-void rm__out_fail(rm_coord_t *c, int full, const char *why)
+void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
 {
   for (size_t i = 0; i < c->nout; i++) {
     rm__out_t *o = &c->out[i];
@@ -258,7 +260,7 @@ void rm__out_fail(rm_coord_t *c, int full, const char *why)
   }
 }
 
-void rm__out_flush(rm_coord_t *c)
+void rm__rpc_out_flush(rm_coord_t *c)
 {
   for (size_t i = 0; i < c->nout; i++) {
     rm__out_t *o = &c->out[i];

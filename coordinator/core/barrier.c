@@ -74,7 +74,7 @@ static void drop_payloads(rm__barrier_t *b)
     free(b->payloads);
     b->payloads = NULL;
   }
-  rm__blob_unref(b->answer);
+  rm__blob_release(b->answer);
   b->answer = NULL;
 }
 

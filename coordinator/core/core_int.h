@@ -83,7 +83,61 @@ struct rm_coord {
   rm__server_t *srv;
   char grpc_addr[160];
   int closing;
+  const rm__answer_ops_t *answer; /* the answer side (waiters.h), set by the
+                                   * wiring before the first call */
 };
+
+/* ---- the answer side, through the table the core holds (waiters.h) ---- */
+static inline void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
+{
+  c->answer->join(c, j, p);
+}
+static inline void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j,
+                                      const rm__barrier_t *b, rm__park_t *p)
+{
+  c->answer->barrier(c, j, b, p);
+}
+static inline void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
+                                   const uint8_t *members, int world, int dropped,
+                                   int arrivals_decide, rm__blob_t **cache)
+{
+  c->answer->gate(c, p, step, members, world, dropped, arrivals_decide, cache);
+}
+static inline void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
+                                 const uint8_t *members, int world, rm__blob_t **cache)
+{
+  c->answer->push_gate(c, p, gen, step, members, world, cache);
+}
+static inline void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
+{
+  c->answer->stale(c, p, why);
+}
+static inline void rm__answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why)
+{
+  c->answer->storage(c, p, full, why);
+}
+static inline void rm__watch_kick(rm_coord_t *c, rm__job_t *j) { c->answer->watch_kick(c, j); }
+static inline void rm__out_fail(rm_coord_t *c, int full, const char *why)
+{
+  c->answer->out_fail(c, full, why);
+}
+static inline void rm__out_flush(rm_coord_t *c) { c->answer->out_flush(c); }
+
+/* ---- records.c: the stored state the RPC adapter reads and writes, through
+ *      the core (it never calls store/). Under lock. ---- */
+/* 1 when token matches the job's stored verifier (constant time). */
+int rm__job_token_ok(const rm_job_info_t *info, const char *token);
+/* A job that is not loaded, from its row. */
+rm_status_t rm__job_info_stored(rm_coord_t *c, uint64_t id, rm_job_info_t *out);
+/* The data-plane key of j's current generation. */
+void rm__job_data_key(rm_coord_t *c, const rm__job_t *j, unsigned char key[RM__DATA_KEY_BYTES]);
+/* w's row: inserted when fresh, else updated. */
+void rm__worker_record(rm_coord_t *c, rm__job_t *j, rm__worker_t *w, int fresh);
+/* worker_id's rank in generation gen of j, -1 when it was not a member. */
+int rm__job_generation_rank(rm_coord_t *c, const rm__job_t *j, uint64_t gen, uint64_t worker_id);
+/* Up to limit events of job_id after seq `after` (rm_coord_events's rows). */
+rm_status_t rm__job_events_after(rm_coord_t *c, uint64_t job_id, uint64_t after, uint32_t limit,
+                                 rm_event_t **out, size_t *n);
 
 /* ---- commit.c: the lock and the post-commit queue (design there) ---- */
 void rm__lock(rm_coord_t *c);

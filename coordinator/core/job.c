@@ -134,7 +134,7 @@ void rm__job_free(rm__job_t *j)
     rm__barrier_free(b);
     b = next;
   }
-  rm__blob_unref(j->join_tail);
+  rm__blob_release(j->join_tail);
   rm__recovery_free(j);
   for (size_t i = 0; i < j->nw; i++) rm__worker_free(&j->w[i]);
   free(j->result);

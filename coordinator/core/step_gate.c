@@ -293,7 +293,7 @@ static void answers_clear(rm__gate_state_t *gs)
 {
   for (int d = 0; d < 2; d++)
     for (int f = 0; f < 2; f++) {
-      rm__blob_unref(gs->answer[d][f]);
+      rm__blob_release(gs->answer[d][f]);
       gs->answer[d][f] = NULL;
     }
 }

@@ -535,7 +535,7 @@ static int cmp_u64(const void *a, const void *b)
  * none of it may go out as it is (a Join answer naming a generation that
  * is not stored, a released barrier, a push). Every lane those entries
  * name gets one entry instead: its end with the storage failure, as a
- * Session whose message was rolled back ends (server.c rm__out_fail), so
+ * Session whose message was rolled back ends (server.c rm__rpc_out_fail), so
  * its worker retries or re-joins as across a coordinator restart. A lane
  * whose end the section had queued keeps that end's entry in c->out (it
  * retires the lane at the flush); a lane given only a message is ended

@@ -100,9 +100,7 @@ static int fail(rm_coord_t *c, rm__call_t *call, int code, const char *fmt, ...)
 /* The presented token against the job's verifier (TOKENS above). */
 static int token_ok(const rm_job_info_t *info, const char *token)
 {
-  char v[RM__VERIFIER_HEX + 1];
-  rm__store_verifier(token ? token : "", v);
-  return info->token_verifier[0] != '\0' && rm__ct_streq(info->token_verifier, v);
+  return rm__job_token_ok(info, token);
 }
 
 /* Finds job and token; 0 ok. */
@@ -112,7 +110,7 @@ static int check_job(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
   rm__job_t *j = rm__job_find(c, job_id);
   rm_job_info_t info;
   if (!j) {
-    if (rm__store_job_get(c->store, job_id, &info) != RM_OK)
+    if (rm__job_info_stored(c, job_id, &info) != RM_OK)
       return fail(c, call, RM__GRPC_NOT_FOUND, "job %llu not found",
                   (unsigned long long)job_id);
     if (!token_ok(&info, token))
@@ -227,7 +225,7 @@ static rm__blob_t *join_tail(rm__job_t *j)
   return j->join_tail;
 }
 
-void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
+void rm__rpc_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
 {
   Ringmaster__V1__JoinResponse r = RINGMASTER__V1__JOIN_RESPONSE__INIT;
   Ringmaster__V1__JobSpec spec;
@@ -247,7 +245,7 @@ void rm__job_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p)
     r.heartbeat_interval_ms = (uint32_t)(hb < 50 ? 50 : hb);
     r.session_gate = 1;
     unsigned char key[RM__DATA_KEY_BYTES];
-    rm__store_data_key(c->store, j->info.id, j->info.generation, key);
+    rm__job_data_key(c, j, key);
     r.data_key.data = key;
     r.data_key.len = sizeof key;
     rm__reply_tail_gz(c, p->call, &r.base, join_tail(j));
@@ -317,7 +315,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   rm__call_accept_gzip(call, q->accept_gzip);
   if (rm_job_state_terminal(j->info.state)) {
     p->worker_id = q->worker_id;
-    rm__job_answer_join(c, j, p);
+    rm__rpc_answer_join(c, j, p);
     return;
   }
   if (q->worker_id) w = rm__job_worker(j, q->worker_id);
@@ -325,7 +323,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   if (w && w->state == RM_WORKER_RUNNING && w->generation == j->info.generation &&
       j->info.state == RM_JOB_RUNNING && q->generation < j->info.generation) {
     p->worker_id = w->id; /* repeated join: answer the current group */
-    rm__job_answer_join(c, j, p);
+    rm__rpc_answer_join(c, j, p);
     return;
   }
   if (w && w->state == RM_WORKER_RUNNING) w = NULL; /* member of an old group */
@@ -342,12 +340,8 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   w->state = RM_WORKER_JOINING;
   w->last_ns = rm__now_ns();
   w->last_wall_ms = rm__wall_ms();
-  if (fresh) {
-    w->joined_ms = w->last_wall_ms;
-    rm__store_worker_insert(c->store, j, w);
-  } else {
-    rm__store_worker_update(c->store, j, w);
-  }
+  if (fresh) w->joined_ms = w->last_wall_ms;
+  rm__worker_record(c, j, w, fresh);
   if (!w->in_group)
     rm__event(c, j, "worker_joined", -1, "worker %llu joined from %s (data %s%s)",
               (unsigned long long)w->id, w->host, rm__worker_data_addr(w),
@@ -365,7 +359,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
   p->deadline_ns = w->last_ns + (int64_t)wait * 1000000;
   rm__park_link(j, p);
   rm__job_try_form(c, j);
-  if (p->next && !wait) rm__job_answer_join(c, j, p);
+  if (p->next && !wait) rm__rpc_answer_join(c, j, p);
 }
 
 /* ---- the others ---- */
@@ -447,7 +441,7 @@ static int late_report(rm_coord_t *c, rm__call_t *call, rm__job_t *j, rm__worker
   int over = q->generation < j->info.generation ||
              (q->generation == j->info.generation && j->info.state != RM_JOB_RUNNING);
   if (rm_job_state_terminal(j->info.state) || !over || q->generation == 0) return 0;
-  int rank = rm__store_generation_rank(c->store, j->info.id, q->generation, w->id);
+  int rank = rm__job_generation_rank(c, j, q->generation, w->id);
   if (rank < 0) return 0; /* not a member then: stale, as before */
   sample_of(&s, q, rank, w->last_wall_ms);
   rm__job_step_late(c, j, &s);
@@ -602,7 +596,7 @@ void rm__watch_next(rm_coord_t *c, rm__park_t *p)
   size_t n = 0;
   rm__job_t *j = rm__job_find(c, p->job_id);
   if (!p->next || p->watch_sending || !j) return;
-  rm__store_events(c->store, p->job_id, p->watch_seq, 1, &ev, &n);
+  rm__job_events_after(c, p->job_id, p->watch_seq, 1, &ev, &n);
   if (n) {
     Ringmaster__V1__Event e = RINGMASTER__V1__EVENT__INIT;
     e.seq = ev->seq;
@@ -622,7 +616,7 @@ void rm__watch_next(rm_coord_t *c, rm__park_t *p)
 
 /* Walks j->watchers only (model.h): an event of a join wave no longer
  * visits the N parked Joins. */
-void rm__watch_kick(rm_coord_t *c, rm__job_t *j)
+void rm__rpc_watch_kick(rm_coord_t *c, rm__job_t *j)
 {
   for (rm__park_t *p = j->watchers.wnext, *n; p != &j->watchers; p = n) {
     n = p->wnext;

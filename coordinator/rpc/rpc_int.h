@@ -2,15 +2,31 @@
  * rpc_int.h - the RPC adapter's insides (module-private tier): the gRPC
  * server (server.c), the Worker and Jobs handlers (rpc*.c), protobuf <->
  * core conversion (rpc_conv.c), and the answers to parked calls
- * (waiters.c, the core's port core/waiters.h). The only layer that knows
- * protobuf and gRPC; it calls down into core/ under the coordinator lock
- * and never the other way round.
+ * (waiters.c, the table the core holds: core/waiters.h). The only layer that
+ * knows protobuf and gRPC; it calls down into core/ under the coordinator
+ * lock, and the core reaches it only through that table.
  */
 #ifndef RM_COORDINATOR_RPC_INT_H
 #define RM_COORDINATOR_RPC_INT_H
 
 #include "core/core_int.h"
 #include "ringmaster/v1/messages.pb-c.h"
+
+/* ---- the answer side the core calls through its table (core/waiters.h:
+ *      each function's contract is beside its slot there) ---- */
+extern const rm__answer_ops_t rm__rpc_answer_ops; /* waiters.c */
+void rm__rpc_answer_join(rm_coord_t *c, rm__job_t *j, rm__park_t *p);           /* rpc.c */
+void rm__rpc_answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
+                            rm__park_t *p);                                      /* waiters.c */
+void rm__rpc_answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step, const uint8_t *members,
+                         int world, int dropped, int arrivals_decide, rm__blob_t **cache);
+void rm__rpc_push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
+                       const uint8_t *members, int world, rm__blob_t **cache);
+void rm__rpc_answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
+void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why);
+void rm__rpc_watch_kick(rm_coord_t *c, rm__job_t *j);                          /* rpc.c */
+void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why);               /* server.c */
+void rm__rpc_out_flush(rm_coord_t *c);                                         /* server.c */
 
 /* ---- server.c: gRPC ---- */
 rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen);

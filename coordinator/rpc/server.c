@@ -22,7 +22,7 @@
  *              RECV_CLOSE_ON_SERVER (T_CLOSE) now, under the same lock.
  *   T_SEND     a reply batch finished (for Watch streams: send the next
  *              event). Answers are queued by rm__reply and started by
- *              rm__out_flush after COMMIT, from whichever thread holds the
+ *              rm__rpc_out_flush after COMMIT, from whichever thread holds the
  *              lock: grpc_call_start_batch is thread-safe, and its completion
  *              lands on the call's queue, which is how other threads wake it.
  *   T_CLOSE    the call is over; cancelled = the client went away: unpark
@@ -55,7 +55,7 @@
  * references. A join wave of N used to be N transactions (about 10 WAL
  * page writes each); a group of G arrivals is one. Why it stays correct
  * after a coordinator SIGKILL: an answer is still queued under the lock
- * and started only by rm__out_flush after the COMMIT that made every row
+ * and started only by rm__rpc_out_flush after the COMMIT that made every row
  * of its group durable, so nothing acknowledged is lost; a SIGKILL before
  * that COMMIT loses the group's rows and no client has been answered for
  * any of them (each retries, as after a SIGKILL before a single-call
@@ -116,7 +116,7 @@
  * CLOSE WITH THE ANSWER (issue 16). A call answered before it was parked
  * (Heartbeat, ReportStep, every error, the last arrival of a barrier) has
  * nothing to unpark, so its RECV_CLOSE_ON_SERVER rides in its final batch
- * (rm__out_flush, close_started = 0): one batch and one completion fewer
+ * (rm__rpc_out_flush, close_started = 0): one batch and one completion fewer
  * per unary call, and no outstanding tag while it is handled. Its on_close
  * would have been a no-op: an answered call is unlinked (rm__reply), so
  * rm__park_drop returns at once, and answered is already 1. A call parked
@@ -167,11 +167,11 @@
  * SessionResponse.gate: a decided step's answer is packed once per step
  * in the stream's form (the ranks out of the step, not a mask: no gzip on
  * a stream) and shared; where the unary
- * call would get FAILED_PRECONDITION (rm__answer_stale) the stream ends
+ * call would get FAILED_PRECONDITION (rm__rpc_answer_stale) the stream ends
  * with it. gRPC allows one message in flight per call, so a stream's
- * batches queue on the call (later[], in the order rm__out_flush saw them,
+ * batches queue on the call (later[], in the order rm__rpc_out_flush saw them,
  * all after their COMMIT) and start one at a time (session_next: from
- * rm__out_flush, and from on_send when the one before completed); the
+ * rm__rpc_out_flush, and from on_send when the one before completed); the
  * final one (rm__reply: a failed check, the job ended, shutdown) is last.
  * When the client ends it
  * (on_session_end), the final OK goes with RECV_CLOSE_ON_SERVER, and the
@@ -197,7 +197,7 @@
  * like a Session (streaming, the same RECV loop and end), but its
  * messages carry many lanes: each lane is an rm__call_t without a
  * grpc_call (`up` its relay), handled by the Session's or Join's own
- * handler. rm__out_flush hands a lane's answers and the relay's own end to
+ * handler. rm__rpc_out_flush hands a lane's answers and the relay's own end to
  * relay.c (rm__relay_out), which batches them into the relay's next
  * message after the flush (rm__relay_kick_all); on_send of a relay
  * continues its batches (rm__relay_on_send).
@@ -258,7 +258,7 @@
  *
  * DURABILITY. Nothing here changes what is durable or when an answer
  * leaves: every answer is still queued under c->mu and started by
- * rm__out_flush after COMMIT (core/commit.c), whatever queue or batch
+ * rm__rpc_out_flush after COMMIT (core/commit.c), whatever queue or batch
  * carries it, so a coordinator SIGKILL loses no acknowledged event.
  *
  * Shutdown (rm__server_stop): answer parked calls UNAVAILABLE,
@@ -467,6 +467,7 @@ void rm__reply(rm_coord_t *c, rm__call_t *k, int code, const char *details,
 }
 
 struct rm__blob {
+  rm__blob_release_fn release; /* first: rm__blob_release (model.h) */
   grpc_slice slice;
   /* GZIP ANSWERS: slice deflated, made by the first gzip answer */
   int gz_state;       /* 0 not yet, 1 made, -1 failed (answers go plain) */
@@ -477,6 +478,7 @@ struct rm__blob {
 rm__blob_t *rm__blob_pack(const ProtobufCMessage *m)
 {
   rm__blob_t *b = rm__xcalloc(1, sizeof *b);
+  b->release = rm__blob_unref;
   b->slice = packed(m);
   return b;
 }
@@ -538,7 +540,7 @@ void rm__reply_tail(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *head,
 
 /* GZIP ANSWERS: the answer as one gzip member (gz_answer.c): the
  * head in a stored block, the shared deflated tail, an 8-byte trailer, sent
- * with grpc-encoding gzip (gzip, rm__out_flush). Plain rm__reply_tail
+ * with grpc-encoding gzip (gzip, rm__rpc_out_flush). Plain rm__reply_tail
  * for a relay lane, when the client did not ask, when its initial
  * metadata is already out (the encoding rides in it), or when the tail
  * cannot be deflated. */
@@ -689,7 +691,7 @@ void rm__start_out(rm__call_t *k, rm__out_t *o)
 /* SESSIONS: a stream carries one batch at a time (gRPC allows one message
  * in flight), in the order they were queued: the next one starts when
  * none is in flight (after COMMIT: every queued one came through
- * rm__out_flush; or from on_send, after the one before it). */
+ * rm__rpc_out_flush; or from on_send, after the one before it). */
 static void session_next(rm__call_t *k)
 {
   rm__gcall_t *g = G(k);
@@ -710,7 +712,7 @@ static void session_next(rm__call_t *k)
  * pending entries when queued: rm__relay_fail ends each lane they name
  * with the same failure (relay.c ROLLED BACK); a lane's entry here (its
  * end's retirement) and a relay's own end stay as they are. */
-void rm__out_fail(rm_coord_t *c, int full, const char *why)
+void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
 {
   size_t k = 0;
   int code = full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE;
@@ -743,7 +745,7 @@ void rm__out_fail(rm_coord_t *c, int full, const char *why)
   rm__relay_fail(c, code, msg);
 }
 
-void rm__out_flush(rm_coord_t *c)
+void rm__rpc_out_flush(rm_coord_t *c)
 {
   for (size_t i = 0; i < c->nout; i++) {
     rm__out_t *o = &c->out[i];

@@ -68,7 +68,7 @@ typedef struct rm__gcall {
 static inline rm__gcall_t *rm__gcall(rm__call_t *k) { return (rm__gcall_t *)k; }
 
 /* Queue an answer or stream message of k (code -1: a message; bb taken).
- * Under c->mu; started by rm__out_flush after COMMIT. */
+ * Under c->mu; started by rm__rpc_out_flush after COMMIT. */
 void rm__out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details,
                   grpc_byte_buffer *bb);
 /* Start one queued batch of k (o's reference becomes the batch's). */
@@ -84,7 +84,7 @@ void rm__relay_end(rm_coord_t *c, rm__call_t *k);
 /* Does this parsed RelayRequest (NULL: malformed) write rows? (A broken
  * lane, a barrier arrival or a gate call may; a relay's end writes none.) */
 int rm__relay_writes(const Ringmaster__V1__RelayRequest *q);
-/* rm__out_flush's part: o is a lane's end (its entry is already pending:
+/* rm__rpc_out_flush's part: o is a lane's end (its entry is already pending:
  * the lane retires here) or a relay's own; the batches of every relay
  * touched start in rm__relay_kick_all, after the flush. */
 void rm__relay_out(rm_coord_t *c, rm__out_t *o);
@@ -95,7 +95,7 @@ void rm__relay_kick_all(rm_coord_t *c);
 void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
                     grpc_byte_buffer *bb);
 /* ROLLED BACK (relay.c): the failed section's pending lane entries become
- * each lane's end with code and details (rm__out_fail's part for lanes). */
+ * each lane's end with code and details (rm__rpc_out_fail's part for lanes). */
 void rm__relay_fail(rm_coord_t *c, int code, const char *details);
 /* Mark call k answered (its park unlinked): 1, or 0 when it already was. */
 int rm__call_claim(rm__call_t *k);

@@ -16,7 +16,7 @@
  * b->answer and shared by the other N-1 (rm__park_answer). b is const in the
  * port (the core's state is not the adapter's to change); the packed bytes
  * are a cache of it, not state, hence the cast. */
-void rm__answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
+void rm__rpc_answer_barrier(rm_coord_t *c, const rm__job_t *j, const rm__barrier_t *b,
                         rm__park_t *p)
 {
   Ringmaster__V1__BarrierResponse r = RINGMASTER__V1__BARRIER_RESPONSE__INIT;
@@ -113,7 +113,7 @@ static rm__blob_t *decided_cached(rm__blob_t **cache, int form, uint64_t step,
  * client that accepts gzip (GZIP ANSWERS, server.c). Form 1, a Session's
  * gate park (server.c SESSIONS): world and the ranks out of the step
  * (StepGateResponse.out), since a stream message is not compressed. */
-void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
+void rm__rpc_answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
                      int arrivals_decide, rm__blob_t **cache)
 {
@@ -135,18 +135,18 @@ void rm__answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
   rm__park_answer(c, p, &r.base, NULL);
 }
 
-void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
+void rm__rpc_push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
                    const uint8_t *members, int world, rm__blob_t **cache)
 {
   rm__session_push(c, p->call, gen, decided_cached(cache, 1, step, members, world, 1));
 }
 
-void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
+void rm__rpc_answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
 {
   rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, why, NULL);
 }
 
-void rm__answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why)
+void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why)
 {
   char msg[256];
   snprintf(msg, sizeof msg, "storage: %s (%s); retry later",
@@ -154,3 +154,15 @@ void rm__answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why)
            why && *why ? why : "write failed");
   rm__reply(c, p->call, full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE, msg, NULL);
 }
+
+const rm__answer_ops_t rm__rpc_answer_ops = {
+    .join = rm__rpc_answer_join,
+    .barrier = rm__rpc_answer_barrier,
+    .gate = rm__rpc_answer_gate,
+    .push_gate = rm__rpc_push_gate,
+    .stale = rm__rpc_answer_stale,
+    .storage = rm__rpc_answer_storage,
+    .watch_kick = rm__rpc_watch_kick,
+    .out_fail = rm__rpc_out_fail,
+    .out_flush = rm__rpc_out_flush,
+};
