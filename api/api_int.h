@@ -161,7 +161,7 @@ typedef struct rm__route {
 
 extern const rm__route_t rm__routes[];
 
-/* ---- helpers (http.c) ---- */
+/* ---- helpers (resp.c) ---- */
 /* Takes ownership of j (decref'd). */
 void rm__resp_json(rm__resp_t *r, unsigned status, json_t *j);
 void rm__resp_text(rm__resp_t *r, unsigned status, const char *ctype, char *heap_body,
@@ -204,6 +204,9 @@ int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t err
  * the descriptor limit allows (less a reserve for the rest of the
  * process); logs the limit. */
 unsigned rm__http_fd_budget(unsigned want);
+/* listen.c: bind host:port (port 0 = free); the fd, api->address filled;
+ * -1 with err. */
+int rm__http_listen(rm_api_t *api, const char *listen_addr, char *err, size_t errlen);
 void rm__http_stop(rm_api_t *api);
 void rm__metrics_render(rm_api_t *api, rm__resp_t *resp);   /* metrics.c */
 int rm__ticker_start(rm_api_t *api);                          /* ticker.c */

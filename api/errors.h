@@ -2,7 +2,7 @@
  * errors.h - every error code the REST API can answer, with the HTTP
  * statuses it comes with: the one list.
  *
- * Every error body is {"error": {"code", "message", "field"}} (http.c
+ * Every error body is {"error": {"code", "message", "field"}} (resp.c
  * rm__resp_error). A client generated from api/openapi.json with strict
  * enums must be able to read every one of them, so:
  *

@@ -1,7 +1,7 @@
 /*
  * http.c - the libmicrohttpd server: listening socket, request lifecycle,
- * request-target decoding, routing, auth, body limit, and the
- * response/error helpers (request flow in api_int.h).
+ * request-target decoding, routing, auth, body limit (request flow in
+ * api_int.h; the response and error helpers are in resp.c).
  *
  * Threading: MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL with
  * MHD_OPTION_THREAD_POOL_SIZE = RINGMASTER_HTTP_THREADS (8) workers. Each
@@ -67,96 +67,12 @@ RM_PARAM(http_threads, "RINGMASTER_HTTP_THREADS", 8)
   (MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |          \
    MHD_USE_ERROR_LOG)
 #define RM__HTTP_THREADS_MAX 64
-/* Descriptors kept for the rest of the process (gRPC, SQLite, workers'
- * logs) when the limit is low: at most this many, at most a quarter. */
-#define RM__FD_RESERVE 1024
 /* Per-connection memory (MHD_OPTION_CONNECTION_MEMORY_LIMIT; MHD's default
  * is 32 KiB): holds the request line and headers, so RM__URI_MAX plus
  * ordinary headers fit with room to spare. */
 #define RM__HTTP_POOL (64 * 1024)
 #define RM__TCP_DEAD_S 30       /* keep-alive idle + probes, and TCP_USER_TIMEOUT */
 #define RM__SSE_RETRY_AFTER_S 5 /* Retry-After of the 503 at the stream limit */
-
-/* ---- responses ---- */
-
-void rm__resp_text(rm__resp_t *r, unsigned status, const char *ctype, char *heap_body,
-                   size_t len)
-{
-  free(r->body);
-  r->status = status;
-  r->content_type = ctype;
-  r->body = heap_body;
-  r->len = len;
-}
-
-void rm__resp_static(rm__resp_t *r, const char *ctype, const void *data, size_t len)
-{
-  free(r->body);
-  r->body = NULL;
-  r->status = 200;
-  r->content_type = ctype;
-  r->persistent = data;
-  r->len = len;
-}
-
-void rm__resp_json(rm__resp_t *r, unsigned status, json_t *j)
-{
-  char *s = json_dumps(j, JSON_COMPACT);
-  json_decref(j);
-  if (s == NULL) s = rm__xstrdup("{}");
-  rm__resp_text(r, status, "application/json", s, strlen(s));
-}
-
-int rm__api_error_known(const char *code, unsigned status)
-{
-#define RM__X(c, s) if (strcmp(code, #c) == 0) return status == (s);
-  RM__API_ERRORS(RM__X)
-#undef RM__X
-  return 0;
-}
-
-void rm__resp_error(rm__resp_t *r, unsigned status, const char *code, const char *field,
-                    const char *fmt, ...)
-{
-  char msg[512];
-  va_list ap;
-  json_t *f;
-
-  /* A client reads only what openapi.json documents (errors.h). */
-  if (!rm__api_error_known(code, status))
-    RM_ERROR("api: error code '%s' with status %u is not in api/errors.h", code, status);
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  f = (field && *field) ? json_string(field) : json_null();
-  if (f == NULL) f = json_null(); /* field was not valid UTF-8 */
-  rm__resp_json(r, status,
-                json_pack("{s:{s:s,s:s,s:o}}", "error", "code", code, "message", msg, "field", f));
-}
-
-const char *rm__req_header(rm__req_t *req, const char *name)
-{
-  return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
-}
-
-int rm__parse_u64(const char *s, uint64_t *out)
-{
-  uint64_t v = 0;
-  if (s == NULL || *s == '\0' || strlen(s) > 19) return -1;
-  for (; *s; s++) {
-    if (*s < '0' || *s > '9') return -1;
-    v = v * 10 + (uint64_t)(*s - '0');
-  }
-  *out = v;
-  return 0;
-}
-
-int rm__parse_id(const char *s, uint64_t *out)
-{
-  /* One spelling per resource: "3", never "03", "+3" or " 3". */
-  if (s == NULL || (s[0] == '0' && s[1] != '\0')) return -1;
-  return rm__parse_u64(s, out);
-}
 
 static void req_free(rm__req_t *req)
 {
@@ -734,90 +650,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
   RM_DEBUG("http: %s", msg);
 }
 
-/* ---- listening socket ---- */
-
-/* Bind host:port (port 0 = free). Returns the fd and fills api->address. */
-static int open_listener(rm_api_t *api, const char *listen_addr, char *err, size_t errlen)
-{
-  char host[128], port_s[8];
-  int port, fd = -1, one = 1, rc;
-  struct addrinfo hints = {0}, *ai = NULL;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-
-  if (rm__addr_split(listen_addr, host, sizeof host, &port) != 0) {
-    snprintf(err, errlen, "bad --http address '%s' (want host:port)", listen_addr);
-    return -1;
-  }
-  snprintf(port_s, sizeof port_s, "%d", port);
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  rc = getaddrinfo(host[0] ? host : NULL, port_s, &hints, &ai);
-  if (rc != 0) {
-    snprintf(err, errlen, "cannot resolve --http host '%s': %s", host, gai_strerror(rc));
-    return -1;
-  }
-  fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 512) != 0 ||
-      getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-    snprintf(err, errlen, "cannot listen on %s: %s", listen_addr, strerror(errno));
-    if (fd >= 0) close(fd);
-    fd = -1;
-    goto exit;
-  }
-  if (ss.ss_family == AF_INET6) {
-    char a[INET6_ADDRSTRLEN];
-    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-    inet_ntop(AF_INET6, &s6->sin6_addr, a, sizeof a);
-    snprintf(api->address, sizeof api->address, "[%s]:%d", a, ntohs(s6->sin6_port));
-  } else {
-    char a[INET_ADDRSTRLEN];
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-    inet_ntop(AF_INET, &s4->sin_addr, a, sizeof a);
-    snprintf(api->address, sizeof api->address, "%s:%d", a, ntohs(s4->sin_port));
-  }
-exit:
-  freeaddrinfo(ai);
-  return fd;
-}
-
-unsigned rm__http_fd_budget(unsigned want)
-{
-  struct rlimit rl;
-  rlim_t was, reserve;
-  unsigned got = want;
-
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
-    RM_WARN("api: cannot read RLIMIT_NOFILE: %s", strerror(errno));
-    return want;
-  }
-  was = rl.rlim_cur;
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
-      RM_WARN("api: cannot raise RLIMIT_NOFILE to %llu: %s", (unsigned long long)rl.rlim_max,
-              strerror(errno));
-      rl.rlim_cur = was;
-    }
-  }
-  reserve = rl.rlim_cur / 4 < RM__FD_RESERVE ? rl.rlim_cur / 4 : RM__FD_RESERVE;
-  if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)want + reserve > rl.rlim_cur) {
-    got = rl.rlim_cur > reserve + 4 ? (unsigned)(rl.rlim_cur - reserve) : 4;
-    RM_WARN("api: file descriptor limit %llu (hard %llu) leaves room for %u HTTP connections, "
-            "not the %u asked (RINGMASTER_HTTP_MAX_CONNECTIONS); raise `ulimit -Hn`",
-            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, got, want);
-  }
-  if (rl.rlim_cur == RLIM_INFINITY)
-    RM_INFO("api: file descriptor limit unlimited");
-  else
-    RM_INFO("api: file descriptor limit %llu (was %llu, hard %llu)",
-            (unsigned long long)rl.rlim_cur, (unsigned long long)was,
-            (unsigned long long)rl.rlim_max);
-  return got;
-}
-
 /* Worker threads (RINGMASTER_HTTP_THREADS, read once). */
 static unsigned http_threads(void)
 {
@@ -832,7 +664,7 @@ static unsigned http_threads(void)
 
 int rm__http_start(rm_api_t *api, const char *listen_addr, char *err, size_t errlen)
 {
-  int fd = open_listener(api, listen_addr, err, errlen);
+  int fd = rm__http_listen(api, listen_addr, err, errlen);
   int tls = api->tls_cert_pem && api->tls_key_pem;
   struct MHD_OptionItem tls_opts[] = {
       {MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key_pem},

@@ -303,8 +303,11 @@ async function main() {
     const tr = await (await fetch(`${base}/api/v1/jobs`, { method: 'POST', headers: { Authorization: `Bearer ${TOKEN}`,
       'Content-Type': 'application/json' }, body: JSON.stringify({ name: 'e2e-train', world_size: 2, steps: 30,
       workload: 'train', launcher: 'local' }) })).json();
+    // The page is opened once the job is over: it then reads every step from
+    // /steps (a live page gets the progress stream's samples, one per rank
+    // and tick, so a 30-step job that runs in a second leaves few points).
+    await waitState(base, tr.id, 'succeeded', 120000);
     await page.goto(`${base}/jobs/${tr.id}`);
-    await waitState(base, tr.id, 'succeeded', 60000);
     await page.waitForFunction(() => {
       const c = Chart.getChart('metrics-chart');
       return c && !document.querySelector('#metrics-card').hidden && c.data.datasets[0].data.length >= 10
