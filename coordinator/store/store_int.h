@@ -7,6 +7,7 @@
 #define RM_COORDINATOR_STORE_INT_H
 
 #include <sqlite3.h>
+#include <string.h>
 
 #include "store/store.h"
 
@@ -96,5 +97,17 @@ struct rm__migration {
 };
 extern const struct rm__migration rm__migrations[];
 extern const int rm__migration_count;
+
+/* Truncating copy of a text column (a job row has ~10 text columns and the
+ * job list reads 100 rows per page: memcpy, not snprintf's format
+ * machinery). */
+static inline void rm__copy_text(char *dst, size_t len, const unsigned char *s)
+{
+  size_t n = s ? strnlen((const char *)s, len - 1) : 0;
+  if (n) memcpy(dst, s, n);
+  dst[n] = '\0';
+}
+/* Add id to the set ids[0..n) (no duplicates), growing it. */
+void rm__store_id_add(uint64_t **ids, size_t *n, size_t *cap, uint64_t id);
 
 #endif

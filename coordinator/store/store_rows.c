@@ -21,11 +21,6 @@ static sqlite3_stmt *prep(rm__store_t *c, const char *sql) { return rm__stmt(c, 
 
 static void step_done(rm__store_t *c, sqlite3_stmt *st) { rm__stmt_run(c, st); }
 
-static void copy_text(char *dst, size_t len, const unsigned char *s)
-{
-  snprintf(dst, len, "%s", s ? (const char *)s : "");
-}
-
 /* ---- workers ---- */
 /* Parameters 2..10 and 12 of both worker statements: rank, host,
  * data_addr, devices, state, generation, last_heartbeat_ms, step,
@@ -89,16 +84,16 @@ rm_status_t rm__store_workers(rm__store_t *c, uint64_t job_id,
     w->id = (uint64_t)sqlite3_column_int64(st, 0);
     w->job_id = job_id;
     w->rank = sqlite3_column_int(st, 1);
-    copy_text(w->host, sizeof w->host, sqlite3_column_text(st, 2));
-    copy_text(w->data_addr, sizeof w->data_addr, sqlite3_column_text(st, 3));
-    copy_text(w->devices, sizeof w->devices, sqlite3_column_text(st, 4));
+    rm__copy_text(w->host, sizeof w->host, sqlite3_column_text(st, 2));
+    rm__copy_text(w->data_addr, sizeof w->data_addr, sqlite3_column_text(st, 3));
+    rm__copy_text(w->devices, sizeof w->devices, sqlite3_column_text(st, 4));
     w->state = (rm_worker_state_t)sqlite3_column_int(st, 5);
     w->generation = (uint64_t)sqlite3_column_int64(st, 6);
     w->last_heartbeat_ms = sqlite3_column_int64(st, 7);
     w->ms_since_heartbeat = now - w->last_heartbeat_ms;
     w->step = (uint64_t)sqlite3_column_int64(st, 8);
     w->launch_index = sqlite3_column_int(st, 9);
-    copy_text(w->transports, sizeof w->transports, sqlite3_column_text(st, 10));
+    rm__copy_text(w->transports, sizeof w->transports, sqlite3_column_text(st, 10));
     w->step_ms = w->compute_ms = w->comm_ms = w->wait_ms = NAN;
   }
   rm__stmt_done(c, st);
@@ -317,10 +312,10 @@ rm_status_t rm__store_events(rm__store_t *c, uint64_t job_id, uint64_t after,
     e->seq = (uint64_t)sqlite3_column_int64(st, 0);
     e->job_id = (uint64_t)sqlite3_column_int64(st, 1);
     e->time_ms = sqlite3_column_int64(st, 2);
-    copy_text(e->kind, sizeof e->kind, sqlite3_column_text(st, 3));
+    rm__copy_text(e->kind, sizeof e->kind, sqlite3_column_text(st, 3));
     e->rank = sqlite3_column_int(st, 4);
     e->generation = (uint64_t)sqlite3_column_int64(st, 5);
-    copy_text(e->message, sizeof e->message, sqlite3_column_text(st, 6));
+    rm__copy_text(e->message, sizeof e->message, sqlite3_column_text(st, 6));
   }
   rm__stmt_done(c, st);
   *out = arr;
