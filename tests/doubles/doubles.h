@@ -12,6 +12,12 @@
  *                           so the library's ordinary NCCL loader takes it
  *                           as it takes libnccl.so.2: RINGMASTER_NCCL_LIB
  *                           names the same shared object (no test hook)
+ *   hooks (hooks.c)         the table of common/rm_testhook.h: the
+ *                           secure-aggregation kill and tamper points
+ *                           (secagg_hook.c) and the TCP tap (tcp_tap.c); a
+ *                           test-hook build loads the object named by
+ *                           RINGMASTER_TEST_HOOKS_LIB and calls its
+ *                           rm_test_hook_ops() (RM__TESTHOOK_ENTRY)
  *
  * Both in one object because the stand-in NCCL reaches the stand-in GPU's
  * memory and streams: dlopen() of one path gives one instance, so the
@@ -21,6 +27,7 @@
 #define RM_TESTS_DOUBLES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ringmaster/ringmaster.h"
 
@@ -34,5 +41,10 @@ int rm__standin_gpu_in_use(void);
 void *rm__standin_xlate(const void *p, size_t n);
 /* A host function run in stream order (cudaLaunchHostFunc). */
 rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg);
+
+/* The hook table's members (hooks.c), with rm_testhook.h's meanings. */
+void rm__double_secagg_die(int rank, const char *round, uint64_t seq);
+int rm__double_secagg_tamper(int rank);
+void rm__double_tap(const void *buf, size_t len);
 
 #endif
