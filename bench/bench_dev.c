@@ -28,8 +28,8 @@ int rm_bench_dev_init(char *why, size_t n)
       h_free(p);
       return 0;
     }
-    snprintf(why, n, "the library's GPU runtime has no device (no GPU; RINGMASTER_TEST_GPU=standin "
-                     "for the stand-in)");
+    snprintf(why, n, "the library's GPU runtime has no device (no GPU; RINGMASTER_TEST_GPU=PATH of "
+                     "the tests' libringmaster_doubles.so for the stand-in)");
     return -1;
   }
   h_alloc = NULL;

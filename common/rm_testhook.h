@@ -18,16 +18,20 @@
  *                               after fsync and before rename) calls the
  *                               function set with rm__testhook_set_ckpt
  *   rm__testhook_secagg_die(rank, round, seq)
- *                               RINGMASTER_TEST_SECAGG_DIE=rank:round:seq[,...]
- *                               SIGKILLs that rank at the start of a secure-
- *                               aggregation round (worker/secagg/secagg_hook.c)
+ *                               the start of a secure-aggregation round
  *   rm__testhook_secagg_tamper(rank)
- *                               RINGMASTER_TEST_SECAGG_TAMPER=rank: 1 on that
- *                               rank (it corrupts a received public key)
- *   rm__testhook_tap(buf, len)  RINGMASTER_TEST_TAP=PREFIX: the TCP transport
- *                               appends every received payload to
- *                               PREFIX.<pid> as [u32 LE length][bytes]
- *                               (worker/transport/tcp/tcp_tap.c)
+ *                               1: corrupt a received public key
+ *   rm__testhook_tap(buf, len)  every payload the TCP transport receives
+ *                               these three are points the library calls
+ *                               and nothing more: what happens there is a
+ *                               test's (tests/doubles/secagg_hook.c kills a
+ *                               rank or tampers, tests/doubles/tcp_tap.c
+ *                               records the payloads), in a shared object
+ *                               the process names with
+ *                               RINGMASTER_TEST_HOOKS_LIB=PATH; the library
+ *                               loads it at the first point reached and
+ *                               calls its rm_test_hook_ops()
+ *                               (RM__TESTHOOK_ENTRY, rm_testhook.c)
  *   rm__testhook_store_step()   RINGMASTER_TEST_STORE_FAIL=N:KIND[:K]
  *                               the coordinator store's Nth write step
  *                               (BEGIN, INSERT, UPDATE, COMMIT; counted
@@ -63,6 +67,18 @@ enum {
   RM__STORE_FAIL_ENOSPC = 6  /* ... ENOSPC */
 };
 
+/* A test's points of the worker library (top of file); a NULL member is
+ * a point the test leaves alone. round: "keys", "confirm", "mask",
+ * "reduce", "open", "unmask" (seq is not counted for keys and confirm). */
+typedef struct rm__testhook_ops {
+  void (*secagg_die)(int rank, const char *round, uint64_t seq);
+  int (*secagg_tamper)(int rank);
+  void (*tap)(const void *buf, size_t len);
+} rm__testhook_ops_t;
+/* What the shared object exports: given sizeof(rm__testhook_ops_t), its
+ * table, or NULL to refuse. */
+#define RM__TESTHOOK_ENTRY "rm_test_hook_ops"
+typedef const rm__testhook_ops_t *(*rm__testhook_entry_t)(size_t table_size);
 #ifdef RINGMASTER_TEST_HOOKS
 #define RM_TESTHOOKS 1
 
@@ -81,13 +97,25 @@ static inline void rm__testhook_ckpt(const char *stage)
   if (rm__ckpt_test_hook != NULL) rm__ckpt_test_hook(stage);
 }
 
-/* round: "keys", "confirm", "mask", "reduce", "open", "unmask" (seq is
- * ignored for keys and confirm). The env is parsed once per process. */
-void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq);
-int rm__testhook_secagg_tamper(int rank);
-/* The env is read at the first message a process receives (again after a
- * fork); no file unless it is set. */
-void rm__testhook_tap(const void *buf, size_t len);
+/* The table of RINGMASTER_TEST_HOOKS_LIB, loaded once per process, or
+ * NULL (none named, or it did not load: one error line). */
+const rm__testhook_ops_t *rm__testhook_ops(void);
+
+static inline void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq)
+{
+  const rm__testhook_ops_t *o = rm__testhook_ops();
+  if (o != NULL && o->secagg_die != NULL) o->secagg_die(rank, round, seq);
+}
+static inline int rm__testhook_secagg_tamper(int rank)
+{
+  const rm__testhook_ops_t *o = rm__testhook_ops();
+  return o != NULL && o->secagg_tamper != NULL && o->secagg_tamper(rank);
+}
+static inline void rm__testhook_tap(const void *buf, size_t len)
+{
+  const rm__testhook_ops_t *o = rm__testhook_ops();
+  if (o != NULL && o->tap != NULL) o->tap(buf, len);
+}
 int rm__testhook_store_step(void);
 void rm__testhook_store_fail(uint64_t nth, int kind, uint64_t count);
 uint64_t rm__testhook_store_steps(void);

@@ -1,7 +1,7 @@
 /*
  * test_device - collectives on device buffers when things go wrong, and the
  * staging pipeline's own promises; real processes, the stand-in GPU (a test
- * double, worker/device/gpu_standin.c) or a real GPU (scripts/gpu-check).
+ * double, tests/doubles/gpu_standin.c) or a real GPU (scripts/gpu-check).
  *
  *   staged   3 ranks, 1 MiB f32 ring all-reduce on device buffers: exact
  *            result; every message moved through staging (the staged byte
@@ -34,7 +34,7 @@
  *   kill     4 ranks loop 4 MiB device all-reduces; rank 2 is SIGKILLed:
  *            every survivor fails RM_ERR_PEER_LOST (or RM_ERR_TIMEOUT)
  *            naming rank 2, and destroys its communicator cleanly
- *   nccl     3 ranks (RINGMASTER_TEST_NCCL=standin: the stand-in NCCL; on a
+ *   nccl     3 ranks (RINGMASTER_NCCL_LIB naming tests/doubles: the stand-in NCCL; on a
  *            GPU machine the real libnccl), the communicator's algorithm
  *            nccl: all-reduce (sum f32, avg f64, max i32), broadcast,
  *            reduce, all-gather, reduce-scatter and all-to-all on device
@@ -385,8 +385,7 @@ static int rank_nccl(rm_test_world_t *w, int r, void *arg)
 {
   const fault_t *f = arg;
   int off = !strcmp(f->mode, "nccl_off");
-  if (off && r == 1) { /* neither the stand-in nor a library */
-    unsetenv("RINGMASTER_TEST_NCCL");
+  if (off && r == 1) { /* no NCCL library: the stand-in's path replaced */
     setenv("RINGMASTER_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
   }
   rm_comm_t *c = open_rank(w, r, 0);

@@ -16,7 +16,12 @@
             doubles; scripts/gpu-check, N = 1 on a one-GPU machine: NCCL
             refuses two ranks on one GPU)
 
-usage: test_session_nccl.py --ringmaster PATH --worker PATH --program PATH [--real N]
+  --doubles PATH  the tests' doubles (tests/doubles: libringmaster_doubles.so),
+            named to the library as its GPU (RINGMASTER_TEST_GPU) and NCCL
+            (RINGMASTER_NCCL_LIB); not with --real
+
+usage: test_session_nccl.py --ringmaster PATH --worker PATH --program PATH
+       (--doubles PATH | --real N)
 """
 import argparse
 import os
@@ -35,10 +40,13 @@ def main():
     ap.add_argument("--worker", required=True)
     ap.add_argument("--program", required=True)
     ap.add_argument("--real", type=int, default=0)
+    ap.add_argument("--doubles")
     ap.add_argument("mode", nargs="?", default="nccl", choices=["nccl", "reform"])
     a = ap.parse_args()
     n = a.real or 3
-    doubles = {} if a.real else {"RINGMASTER_TEST_GPU": "standin", "RINGMASTER_TEST_NCCL": "standin"}
+    if not a.real and not a.doubles:
+        ap.error("--doubles PATH or --real N")
+    doubles = {} if a.real else {"RINGMASTER_TEST_GPU": a.doubles, "RINGMASTER_NCCL_LIB": a.doubles}
     # the local launcher's workers, and so the programs, inherit the
     # coordinator's environment (a job's own env may not set RINGMASTER_*)
     logs = tempfile.mkdtemp(prefix="rm-nccl-logs-")

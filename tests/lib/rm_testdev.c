@@ -27,8 +27,8 @@ int rm_test_gpu_available(char *why, size_t n)
     const rm__gpu_ops_t *g = rm__gpu();
     close(fds[0]);
     if (g == NULL) {
-      snprintf(msg, sizeof msg, "no GPU runtime: no CUDA device, and RINGMASTER_TEST_GPU=standin "
-                                "is not set (or the build has no test hooks)");
+      snprintf(msg, sizeof msg, "no GPU runtime: no CUDA device, and RINGMASTER_TEST_GPU does "
+                                "not name the tests' doubles (or the build has no test hooks)");
     } else {
       snprintf(msg, sizeof msg, "%s", g->name);
     }

@@ -1,8 +1,8 @@
 /*
  * rm_testdev.h - device buffers for tests, through the library's GPU runtime
  * (worker/device/gpu.h): the CUDA runtime on a machine with a GPU, the
- * stand-in GPU (a test double in host memory) when RINGMASTER_TEST_GPU=
- * standin in a test-hook build.
+ * stand-in GPU (a test double in host memory, tests/doubles/) when
+ * RINGMASTER_TEST_GPU names libringmaster_doubles.so in a test-hook build.
  *
  *   rm_test_gpu_available(why, n)   in a forked child (CUDA must not be
  *                                   initialised in a parent that forks

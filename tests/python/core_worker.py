@@ -9,8 +9,8 @@ every expected result is exact. Prints "OK rank R".
 device: the same collectives on DEVICE memory, given to ringmaster as objects
 with __cuda_array_interface__ (the protocol CuPy, Numba and PyTorch CUDA
 tensors speak), allocated through the library's test hooks (the stand-in GPU,
-a test double, or CUDA on a GPU machine); with RINGMASTER_TEST_NCCL=standin
-also algorithm="nccl". A strided device array is a ValueError, host-only
+a test double, or CUDA on a GPU machine); with RINGMASTER_NCCL_LIB set (the
+stand-in NCCL of tests/doubles, or a real libnccl) also algorithm="nccl". A strided device array is a ValueError, host-only
 calls (aggregate) refuse device memory with a TypeError. Prints "OK rank R".
 
 kill: after a barrier prints READY, then all-reduces 256 KiB until the
@@ -185,7 +185,7 @@ class DevArray:
 
 def device(rank, world):
     ops = ["sum", "max", "min", "avg", "prod"]
-    algos = [None, "ring", "hd", "tree"] + (["nccl"] if os.environ.get("RINGMASTER_TEST_NCCL") else [])
+    algos = [None, "ring", "hd", "tree"] + (["nccl"] if os.environ.get("RINGMASTER_NCCL_LIB") else [])
     for dt in NP_TYPES:
         isint = np.issubdtype(dt, np.integer)
         for n in (7, 65537):

@@ -56,7 +56,7 @@ def device(n):
         if c == 0 and ("OK rank %d" % r) in out:
             continue
         if "no device memory" in out:
-            print("SKIP: no GPU runtime (no GPU, and RINGMASTER_TEST_GPU is not standin)")
+            print("SKIP: no GPU runtime (no GPU, and RINGMASTER_TEST_GPU does not name the tests' doubles)")
             sys.exit(77)
         raise AssertionError("rank %d exit %d:\n%s" % (r, c, out[-3000:]))
     print("%d ranks: device checks passed (%s)" % (n, ringmaster.library_path))

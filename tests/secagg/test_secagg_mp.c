@@ -21,7 +21,8 @@
  *      "log" graph (ctest: WORLD 9, still complete, and 10, the circulant
  *      C_10(1..4)).
  *  (b) privacy, as far as a test can show it (BITS 32): with the TCP TAP on
- *      (RINGMASTER_TEST_TAP, every payload a rank receives, tcp_tap.c),
+ *      (RINGMASTER_TEST_TAP, every payload a rank receives,
+ *      tests/doubles/tcp_tap.c, reached through RINGMASTER_TEST_HOOKS_LIB),
  *      inputs with an obvious pattern x_u[i] = 0.01 (1 + u % 3) ((i % 64) -
  *      32); the records of the vectors (>= 4096 bytes: the relay double's
  *      and CONFIRM's small messages are left out) must look uniform:
@@ -435,6 +436,18 @@ static void rm_dir(const char *dir)
   rmdir(dir);
 }
 
+/* The hooks' behaviour is the tests' shared object (common/rm_testhook.h):
+ * without it a test-hook build has points that do nothing, and a check
+ * that then saw no tap records or no death would say nothing true. */
+static int hooks_named(const char *what)
+{
+  const char *p = getenv("RINGMASTER_TEST_HOOKS_LIB");
+  if (p != NULL && p[0] != '\0') return 1;
+  fprintf(stderr, "%s: RINGMASTER_TEST_HOOKS_LIB must name tests/doubles' "
+                  "libringmaster_doubles.so (ctest sets it)\n", what);
+  return 0;
+}
+
 static int test_privacy(int world, const rm_test_opts_t *o)
 {
   char tmpl[] = "/tmp/rm_secagg_tap.XXXXXX", prefix[4200];
@@ -443,6 +456,7 @@ static int test_privacy(int world, const rm_test_opts_t *o)
     printf("privacy (b, c): skipped: built without RINGMASTER_TEST_HOOKS (no tap)\n");
     return 0;
   }
+  if (!hooks_named("privacy (b, c)")) return 1;
   if (g_bits != 32) return 0; /* the statistics read i32 lanes */
   char *dir = mkdtemp(tmpl);
   if (dir == NULL) return 1;
@@ -510,6 +524,7 @@ static int test_hooks(int world, const rm_test_opts_t *o)
     printf("tamper (d), die (g): skipped: built without RINGMASTER_TEST_HOOKS\n");
     return 0;
   }
+  if (!hooks_named("tamper (d), die (g)")) return 1;
   setenv("RINGMASTER_TEST_SECAGG_TAMPER", "1", 1);
   int failed = rm_test_run_opts(world, tamper_rank, NULL, o);
   unsetenv("RINGMASTER_TEST_SECAGG_TAMPER");

@@ -1,8 +1,9 @@
 /*
  * gpu.c - which GPU runtime this process uses (gpu.h), decided once.
  *
- * Order: the test double when the process asks for it (test-hook builds,
- * RINGMASTER_TEST_GPU=standin), else the CUDA runtime when it is built in
+ * Order: a test's GPU when the process names one (test-hook builds,
+ * RINGMASTER_TEST_GPU=PATH of a shared object, gpu.h), else the CUDA
+ * runtime when it is built in
  * and sees at least one device, else none. RINGMASTER_GPU=off turns device
  * support off (every pointer is host memory; a device pointer handed to a
  * collective then faults like any bad pointer, so use it only on a machine
@@ -13,6 +14,7 @@
  * fork(), and probing initialises the driver, so a parent that forks ranks
  * must not ask before it forks (tests/lib forks first).
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -30,6 +32,43 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 const rm__gpu_ops_t *rm__gpu_cuda_probe(void) { return NULL; }
 #endif
 
+#ifdef RINGMASTER_TEST_HOOKS
+/* The GPU table of the shared object RINGMASTER_TEST_GPU names (gpu.h), or
+ * NULL when none is named. A named one that does not load is an error the
+ * test must see, not a silent fall-back to the host path. */
+static const char *test_gpu_path(void)
+{
+  const char *p = rm__env_str("RINGMASTER_TEST_GPU", NULL);
+  return p != NULL && p[0] != '\0' ? p : NULL;
+}
+
+static const rm__gpu_ops_t *test_gpu(void)
+{
+  const char *path = test_gpu_path();
+  const rm__gpu_ops_t *g = NULL;
+  rm__gpu_test_entry_t entry;
+  void *h;
+  if (path == NULL) return NULL;
+  h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    const char *e = dlerror();
+    RM_ERROR("gpu: RINGMASTER_TEST_GPU: dlopen %s: %s", path, e ? e : "failed");
+    return NULL;
+  }
+  *(void **)&entry = dlsym(h, RM__GPU_TEST_ENTRY);
+  if (entry != NULL) g = entry(sizeof(rm__gpu_ops_t));
+  if (g == NULL) {
+    RM_ERROR("gpu: RINGMASTER_TEST_GPU: %s has no %s() or refused this library's table", path,
+             RM__GPU_TEST_ENTRY);
+    dlclose(h);
+  }
+  return g; /* h stays open for the life of the process, as the table does */
+}
+#else
+static const char *test_gpu_path(void) { return NULL; }
+static const rm__gpu_ops_t *test_gpu(void) { return NULL; }
+#endif
+
 static void choose(void)
 {
   const char *want = rm__env_str("RINGMASTER_GPU", "auto");
@@ -38,8 +77,8 @@ static void choose(void)
     RM_INFO("gpu: RINGMASTER_GPU=off: device buffers are not recognised");
     return;
   }
-  g = rm__gpu_standin();
-  if (g == NULL) g = rm__gpu_cuda_probe();
+  g = test_gpu();
+  if (g == NULL && test_gpu_path() == NULL) g = rm__gpu_cuda_probe();
   if (g != NULL) RM_DEBUG("gpu: device memory through the %s runtime", g->name);
   g_ops = g;
 }
@@ -60,9 +99,10 @@ static void choose_gdr(void)
   if (g == NULL) return;
   if (rm__env_int("RINGMASTER_GDR", 1) == 0) {
     why = "off (RINGMASTER_GDR=0)";
-  } else if (strcmp(g->name, "standin") == 0) {
-    g_gdr = rm__gpu_standin_gdr();
-    why = g_gdr ? "on (the stand-in GPU acts as GPUDirect-capable)" : "off (stand-in GPU)";
+  } else if (g->gdr != NULL) {
+    g_gdr = g->gdr();
+    why = g_gdr ? "on (the runtime says its memory is reachable by the NIC)"
+                : "off (the runtime says its memory is not reachable by the NIC)";
   } else if (access("/sys/kernel/mm/memory_peers/nv_mem/version", F_OK) == 0 ||
              access("/sys/module/nvidia_peermem", F_OK) == 0) {
     g_gdr = 1;
@@ -83,7 +123,7 @@ int rm__gpu_gdr(void)
 #ifdef RINGMASTER_TEST_HOOKS
 /* Test machinery (test-hook builds only; not in any header): device
  * memory for tests that reach the library only through its exported
- * symbols (the Python tests), through the runtime in use (the stand-in GPU,
+ * symbols (the Python tests), through the runtime in use (a test's GPU,
  * or CUDA on a GPU machine). Copies are synchronous. */
 RM_EXTERN void *rm_testhook_gpu_alloc(size_t n);
 RM_EXTERN void rm_testhook_gpu_free(void *p);
@@ -122,6 +162,6 @@ int rm__gpu_ipc_offerable(void)
 {
   if (rm__env_int("RINGMASTER_CUDA_IPC", 1) == 0) return 0;
   if (strcmp(rm__env_str("RINGMASTER_GPU", "auto"), "off") == 0) return 0;
-  if (rm__gpu_standin_wanted()) return 1;
+  if (test_gpu_path() != NULL) return 1;
   return RM_HAVE_CUDA && access("/dev/nvidiactl", F_OK) == 0;
 }

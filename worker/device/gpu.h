@@ -2,21 +2,20 @@
  * gpu.h - the one interface between the data plane and a GPU runtime.
  *
  * Everything the library does with device memory goes through one const
- * table of function pointers (STYLE 8), chosen once per process:
+ * table of function pointers, chosen once per process:
  *
  *   "cuda"     gpu_cuda.c: the CUDA runtime (built when the toolkit exists,
  *              RM_HAVE_CUDA; linked statically, so a machine without a
  *              driver starts and simply has no GPU)
- *   "standin"  gpu_standin.c: a TEST DOUBLE of a GPU in host memory, only in
- *              builds with RINGMASTER_TEST_HOOKS and only when the process
- *              sets RINGMASTER_TEST_GPU=standin. Its "device memory" is
- *              mapped PROT_NONE at the address the caller gets (a host
- *              access by the library faults, as a real device pointer does);
- *              its streams are threads that run copies and reductions
- *              asynchronously, in stream order, after an optional random
- *              delay (RINGMASTER_TEST_GPU_DELAY_US), so a missing wait shows
- *              up as wrong data. It is how every device path is tested on a
- *              machine without a GPU.
+ *   a test's   test-hook builds only (RINGMASTER_TEST_HOOKS): the process
+ *              sets RINGMASTER_TEST_GPU to the path of a shared object
+ *              whose exported RM__GPU_TEST_ENTRY function returns a
+ *              table. The library knows no such object by name; the
+ *              tests' stand-in GPU (tests/doubles/gpu_standin.c, a GPU in
+ *              host memory whose device memory faults on host access and
+ *              whose streams run late) is how every device path is tested
+ *              on a machine without a GPU. Builds without test hooks
+ *              ignore the variable.
  *
  * rm__gpu() returns NULL when neither is usable: then no pointer is device
  * memory and every collective is the host path, at the cost of one load.
@@ -83,7 +82,15 @@ typedef struct rm__gpu_ops {
   void (*ipc_close)(void *base);
   /* Words about this thread's last failure. */
   const char *(*err)(void);
+  /* Whether the NIC reaches this runtime's memory directly (GPUDirect
+   * RDMA, rm__gpu_gdr); NULL: decided from the system (nvidia-peermem). */
+  int (*gdr)(void);
 } rm__gpu_ops_t;
+
+/* The function a test's GPU shared object exports (top of file): given
+ * sizeof(rm__gpu_ops_t) of the library, its table, or NULL to refuse. */
+#define RM__GPU_TEST_ENTRY "rm_test_gpu_ops"
+typedef const rm__gpu_ops_t *(*rm__gpu_test_entry_t)(size_t table_size);
 
 /* The runtime of this process (top of file), or NULL. Decided on the first
  * call (thread-safe); a probe that finds no device logs one info line. */
@@ -106,23 +113,13 @@ static inline int rm__gpu_ptr_is_device(const void *p, int *dev)
 int rm__gpu_ipc_offerable(void);
 
 /* Whether the RDMA transport may register device memory directly
- * (GPUDirect RDMA) instead of staging it: RINGMASTER_GDR=0 off; the
- * stand-in with RINGMASTER_TEST_GPU_GDR=1; else the CUDA runtime in use and
+ * (GPUDirect RDMA) instead of staging it: RINGMASTER_GDR=0 off; else the
+ * runtime's own answer when its table has gdr (a test's GPU); else the
+ * CUDA runtime in use and
  * nvidia-peermem loaded (/sys/kernel/mm/memory_peers/nv_mem or
  * /sys/module/nvidia_peermem). Decided once, logged once. */
 int rm__gpu_gdr(void);
 
-/* NULL in builds without test hooks (gpu_standin.c). */
-const rm__gpu_ops_t *rm__gpu_standin(void);
-/* 1 when the stand-in is asked to act as GPUDirect-capable. */
-int rm__gpu_standin_gdr(void);
-/* 1 when the process asks for the stand-in (test-hook builds only). */
-int rm__gpu_standin_wanted(void);
-/* For the stand-in NCCL (nccl_standin.c, also a test double): the host
- * address of stand-in device range [p, p + n) (NULL: illegal), and a host
- * function run in stream order (cudaLaunchHostFunc). */
-void *rm__standin_xlate(const void *p, size_t n);
-rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg);
 /* NULL when the CUDA runtime is not built in or sees no device. */
 const rm__gpu_ops_t *rm__gpu_cuda_probe(void);
 

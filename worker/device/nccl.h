@@ -3,11 +3,13 @@
  * membership (design in nccl.c).
  *
  * NCCL is reached through a table of its entry points (below), filled by
- * dlopen of libnccl.so.2 (nccl_lib.c: the library builds and runs without
- * NCCL) or, in test-hook builds with RINGMASTER_TEST_NCCL=standin, by a
- * TEST DOUBLE (nccl_standin.c: NCCL's semantics over the stand-in GPU and
- * a shared-memory segment, so that the bootstrap, the dispatch, abort and
- * re-formation are exercised on a machine without a GPU).
+ * dlopen of libnccl.so.2 or of the library RINGMASTER_NCCL_LIB names
+ * (nccl_lib.c: the library builds and runs without NCCL). The tests point
+ * RINGMASTER_NCCL_LIB at a test double that exports NCCL's entry points
+ * (tests/doubles/nccl_standin.c: NCCL's semantics over the tests' stand-in
+ * GPU and a shared-memory segment), so that the bootstrap, the dispatch,
+ * abort and re-formation are exercised on a machine without a GPU; the
+ * library does not know it from libnccl.
  *
  * The declarations are NCCL's ABI (nccl.h of NCCL 2.x): ncclUniqueId is 128
  * bytes passed by value, the enums are ints, ncclComm_t an opaque pointer.
@@ -60,7 +62,7 @@ typedef struct rm__nccl_config {
 } rm__nccl_config_t;
 
 typedef struct rm__nccl_lib {
-  const char *name; /* the library's path, or "standin" */
+  const char *name; /* the library's path */
   int (*GetVersion)(int *version);
   int (*GetUniqueId)(rm__nccl_id_t *id);
   int (*CommInitRankConfig)(void **comm, int nranks, rm__nccl_id_t id, int rank,
@@ -85,8 +87,6 @@ typedef struct rm__nccl_lib {
 
 /* The table of this process (decided once), or NULL with the reason. */
 const rm__nccl_lib_t *rm__nccl_lib(char *why, size_t n);
-/* The test double's table (test-hook builds), NULL otherwise. */
-const rm__nccl_lib_t *rm__nccl_standin(void);
 
 /* The unique id of a new NCCL communicator, made by rank 0 of a
  * generation (the session relays it through the coordinator). */

@@ -9,8 +9,7 @@
  * older than 2.14 (no ncclCommInitRankConfig, the non-blocking init the
  * deadline needs) is refused with its version in the reason.
  *
- * The decision is made once per process (thread-safe); the test double
- * (nccl_standin.c) wins when the process asks for it.
+ * The decision is made once per process (thread-safe).
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -61,8 +60,6 @@ static void load(void)
   static char path_kept[200];
   const char *want = rm__env_str("RINGMASTER_NCCL_LIB", NULL);
   const char *tries[] = {want, "libnccl.so.2", "libnccl.so"};
-  g_use = rm__nccl_standin();
-  if (g_use != NULL) return;
   for (size_t i = 0; i < sizeof tries / sizeof tries[0]; i++) {
     if (tries[i] == NULL || (want != NULL && i > 0)) continue;
     void *h = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);

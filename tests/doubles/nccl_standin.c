@@ -1,7 +1,10 @@
 /*
- * nccl_standin.c - TEST DOUBLE of NCCL (nccl.h's table), for test-hook
- * builds, used when the process sets RINGMASTER_TEST_NCCL=standin together
- * with the stand-in GPU (RINGMASTER_TEST_GPU=standin). No GPU exists on the
+ * nccl_standin.c - TEST DOUBLE of NCCL: NCCL's own entry points
+ * (ncclGetVersion, ncclCommInitRankConfig, ...; the ABI of nccl.h in
+ * worker/device/), exported by tests/doubles' shared object (doubles.h).
+ * The library loads it as it loads libnccl.so.2, when RINGMASTER_NCCL_LIB
+ * names that object; it works only together with the stand-in GPU of the
+ * same object (RINGMASTER_TEST_GPU naming it too). No GPU exists on the
  * machines the default tests run on, so neither does a working NCCL; this
  * double keeps the properties ringmaster's NCCL backend (nccl.c) depends on:
  *
@@ -25,9 +28,6 @@
 #define _GNU_SOURCE
 #include "device/nccl.h"
 
-#ifndef RINGMASTER_TEST_HOOKS
-const rm__nccl_lib_t *rm__nccl_standin(void) { return NULL; }
-#else
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,8 +39,8 @@ const rm__nccl_lib_t *rm__nccl_standin(void) { return NULL; }
 #include <unistd.h>
 
 #include "device/gpu.h"
+#include "doubles.h"
 #include "reduce/reduce.h"
-#include "rm_param.h"
 
 #define NS_MAGIC "RMNS"
 #define SLOT ((size_t)1 << 20)
@@ -397,31 +397,73 @@ static int ns_group_end(void)
                  m->a2a_stream);
 }
 
-static const rm__nccl_lib_t standin = {
-    .name = "standin",
-    .GetVersion = ns_version,
-    .GetUniqueId = ns_unique_id,
-    .CommInitRankConfig = ns_init,
-    .CommGetAsyncError = ns_async_error,
-    .CommAbort = ns_abort,
-    .CommDestroy = ns_destroy,
-    .GetErrorString = ns_error_string,
-    .AllReduce = ns_allreduce,
-    .Broadcast = ns_bcast,
-    .Reduce = ns_reduce,
-    .AllGather = ns_allgather,
-    .ReduceScatter = ns_reduce_scatter,
-    .Send = ns_send,
-    .Recv = ns_recv,
-    .GroupStart = ns_group_start,
-    .GroupEnd = ns_group_end,
-};
+/* NCCL's exported names, as libnccl.so.2 has them (nccl_lib.c resolves
+ * them with dlsym). */
+RM_DOUBLE_API int ncclGetVersion(int *v);
+RM_DOUBLE_API int ncclGetUniqueId(rm__nccl_id_t *id);
+RM_DOUBLE_API int ncclCommInitRankConfig(void **comm, int nranks, rm__nccl_id_t id, int rank,
+                                         rm__nccl_config_t *config);
+RM_DOUBLE_API int ncclCommGetAsyncError(void *comm, int *state);
+RM_DOUBLE_API int ncclCommAbort(void *comm);
+RM_DOUBLE_API int ncclCommDestroy(void *comm);
+RM_DOUBLE_API const char *ncclGetErrorString(int result);
+RM_DOUBLE_API int ncclAllReduce(const void *s, void *r, size_t count, int dt, int op, void *comm,
+                                void *stream);
+RM_DOUBLE_API int ncclBroadcast(const void *s, void *r, size_t count, int dt, int root, void *comm,
+                                void *stream);
+RM_DOUBLE_API int ncclReduce(const void *s, void *r, size_t count, int dt, int op, int root,
+                             void *comm, void *stream);
+RM_DOUBLE_API int ncclAllGather(const void *s, void *r, size_t sendcount, int dt, void *comm,
+                                void *stream);
+RM_DOUBLE_API int ncclReduceScatter(const void *s, void *r, size_t recvcount, int dt, int op,
+                                    void *comm, void *stream);
+RM_DOUBLE_API int ncclSend(const void *s, size_t count, int dt, int peer, void *comm, void *stream);
+RM_DOUBLE_API int ncclRecv(void *r, size_t count, int dt, int peer, void *comm, void *stream);
+RM_DOUBLE_API int ncclGroupStart(void);
+RM_DOUBLE_API int ncclGroupEnd(void);
 
-const rm__nccl_lib_t *rm__nccl_standin(void)
+int ncclGetVersion(int *v) { return ns_version(v); }
+int ncclGetUniqueId(rm__nccl_id_t *id) { return ns_unique_id(id); }
+int ncclCommInitRankConfig(void **comm, int nranks, rm__nccl_id_t id, int rank,
+                           rm__nccl_config_t *config)
 {
-  if (strcmp(rm__env_str("RINGMASTER_TEST_NCCL", ""), "standin") != 0) return NULL;
-  if (!rm__gpu_standin_wanted()) return NULL; /* its device memory is the stand-in GPU's */
-  return &standin;
+  /* its device memory is the stand-in GPU's: without it, nothing to reduce */
+  if (!rm__standin_gpu_in_use()) return RM__NCCL_INVALID_USAGE;
+  return ns_init(comm, nranks, id, rank, config);
 }
-
-#endif /* RINGMASTER_TEST_HOOKS */
+int ncclCommGetAsyncError(void *comm, int *state) { return ns_async_error(comm, state); }
+int ncclCommAbort(void *comm) { return ns_abort(comm); }
+int ncclCommDestroy(void *comm) { return ns_destroy(comm); }
+const char *ncclGetErrorString(int result) { return ns_error_string(result); }
+int ncclAllReduce(const void *s, void *r, size_t count, int dt, int op, void *comm, void *stream)
+{
+  return ns_allreduce(s, r, count, dt, op, comm, stream);
+}
+int ncclBroadcast(const void *s, void *r, size_t count, int dt, int root, void *comm, void *stream)
+{
+  return ns_bcast(s, r, count, dt, root, comm, stream);
+}
+int ncclReduce(const void *s, void *r, size_t count, int dt, int op, int root, void *comm,
+               void *stream)
+{
+  return ns_reduce(s, r, count, dt, op, root, comm, stream);
+}
+int ncclAllGather(const void *s, void *r, size_t sendcount, int dt, void *comm, void *stream)
+{
+  return ns_allgather(s, r, sendcount, dt, comm, stream);
+}
+int ncclReduceScatter(const void *s, void *r, size_t recvcount, int dt, int op, void *comm,
+                      void *stream)
+{
+  return ns_reduce_scatter(s, r, recvcount, dt, op, comm, stream);
+}
+int ncclSend(const void *s, size_t count, int dt, int peer, void *comm, void *stream)
+{
+  return ns_send(s, count, dt, peer, comm, stream);
+}
+int ncclRecv(void *r, size_t count, int dt, int peer, void *comm, void *stream)
+{
+  return ns_recv(r, count, dt, peer, comm, stream);
+}
+int ncclGroupStart(void) { return ns_group_start(); }
+int ncclGroupEnd(void) { return ns_group_end(); }

@@ -1,8 +1,9 @@
 /*
- * tcp_tap.c - RINGMASTER_TEST_TAP (common/rm_testhook.h): a wiretap on the
- * receive side of the TCP transport for the secure-aggregation privacy
- * test (tests/secagg/). Compiled in only with RINGMASTER_TEST_HOOKS; the
- * progress engine calls rm__testhook_tap once per completed DATA receive
+ * tcp_tap.c - RINGMASTER_TEST_TAP=PREFIX: a wiretap on the receive side of
+ * the TCP transport for the secure-aggregation privacy test
+ * (tests/secagg/), the tap of the hook table of tests/doubles' shared
+ * object (hooks.c; common/rm_testhook.h). The progress engine of a
+ * test-hook build calls it once per completed DATA receive
  * (tcp_progress.c pop_recv), with the payload exactly as it came off the
  * wire (before any reduction touches it), never the 48-byte header.
  *
@@ -12,7 +13,6 @@
  * [u32 LE length][length bytes], written under a mutex, so records of
  * concurrent communicators in one process never interleave.
  */
-#ifdef RINGMASTER_TEST_HOOKS
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,7 +21,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "rm_testhook.h"
+#include "doubles.h"
 
 /* 0: not looked at yet in this process, 1: off, 2: on (tap_fd open).
  * A forked child starts again from 0 (tap_child). */
@@ -66,7 +66,7 @@ static void tap_write(const void *buf, size_t len)
   }
 }
 
-void rm__testhook_tap(const void *buf, size_t len)
+void rm__double_tap(const void *buf, size_t len)
 {
   /* the common case in test builds: no tap, one atomic load per message */
   if (atomic_load_explicit(&tap_state, memory_order_acquire) == 1) return;
@@ -85,6 +85,3 @@ void rm__testhook_tap(const void *buf, size_t len)
   if (tap_fd >= 0) tap_write(buf, len);
   pthread_mutex_unlock(&tap_mu);
 }
-#else
-typedef int rm__tcp_tap_unused;
-#endif

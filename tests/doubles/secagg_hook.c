@@ -1,7 +1,8 @@
 /*
- * secagg_hook.c - the secure-aggregation fault hooks (common/rm_testhook.h),
- * compiled in only with RINGMASTER_TEST_HOOKS; inert unless the
- * environment names them:
+ * secagg_hook.c - the secure-aggregation fault hooks, in the hook table of
+ * tests/doubles' shared object (hooks.c; common/rm_testhook.h), which
+ * secagg.c of a test-hook build calls; inert unless the environment names
+ * them:
  *
  *   RINGMASTER_TEST_SECAGG_DIE=RANK:ROUND:SEQ[,RANK:ROUND:SEQ...]
  *       the process whose generation-local rank is RANK (* = whatever its
@@ -19,7 +20,6 @@
  * Both are parsed once per process (after a fork the child re-parses only
  * if the parent never did; the test programs set the env before forking).
  */
-#ifdef RINGMASTER_TEST_HOOKS
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rm_testhook.h"
+#include "doubles.h"
 
 #define MAX_DIE 16
 
@@ -66,7 +66,7 @@ static void hook_parse(void)
   if (t && *t) hook.tamper = t[0] == '*' ? -2 : atoi(t);
 }
 
-void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq)
+void rm__double_secagg_die(int rank, const char *round, uint64_t seq)
 {
   int once = !strcmp(round, "keys") || !strcmp(round, "confirm");
   pthread_once(&hook_once, hook_parse);
@@ -81,12 +81,8 @@ void rm__testhook_secagg_die(int rank, const char *round, uint64_t seq)
   }
 }
 
-int rm__testhook_secagg_tamper(int rank)
+int rm__double_secagg_tamper(int rank)
 {
   pthread_once(&hook_once, hook_parse);
   return hook.tamper == -2 || (hook.tamper >= 0 && hook.tamper == rank);
 }
-#else
-/* ISO C wants a translation unit to declare something. */
-typedef int rm__secagg_hook_unused;
-#endif

@@ -1,8 +1,9 @@
 /*
  * gpu_standin.c - TEST DOUBLE: a GPU in host memory behind gpu.h.
  *
- * Compiled in only with RINGMASTER_TEST_HOOKS, used only when the process
- * sets RINGMASTER_TEST_GPU=standin. Nothing real exists to test the device
+ * Built into tests/doubles' shared object (doubles.h), never into the
+ * library; a test-hook build of the library uses it when the process sets
+ * RINGMASTER_TEST_GPU to that object's path. Nothing real exists to test the device
  * paths against on a machine without a GPU; this double keeps the
  * properties those paths depend on, so the same code is exercised:
  *
@@ -49,20 +50,8 @@
  */
 #define _GNU_SOURCE /* memfd_create */
 #include "device/gpu.h"
+#include "doubles.h"
 
-#ifndef RINGMASTER_TEST_HOOKS
-const rm__gpu_ops_t *rm__gpu_standin(void) { return NULL; }
-int rm__gpu_standin_wanted(void) { return 0; }
-int rm__gpu_standin_gdr(void) { return 0; }
-void *rm__standin_xlate(const void *p, size_t n) { (void)n; return (void *)p; }
-rm_status_t rm__standin_host_fn(void *stream, void (*fn)(void *), void *arg)
-{
-  (void)stream;
-  (void)fn;
-  (void)arg;
-  return RM_ERR_UNSUPPORTED;
-}
-#else
 
 #include <errno.h>
 #include <fcntl.h>
@@ -631,6 +620,8 @@ static void sa_ipc_close(void *base)
 
 static const char *sa_err(void) { return t_err; }
 
+static int sa_gdr(void) { return rm__param_standin_gdr() != 0; }
+
 static const rm__gpu_ops_t standin_ops = {
     .name = "standin",
     .ptr_is_device = sa_ptr_is_device,
@@ -655,20 +646,22 @@ static const rm__gpu_ops_t standin_ops = {
     .ipc_open = sa_ipc_open,
     .ipc_close = sa_ipc_close,
     .err = sa_err,
+    .gdr = sa_gdr,
 };
 
-int rm__gpu_standin_wanted(void)
-{
-  return strcmp(rm__env_str("RINGMASTER_TEST_GPU", ""), "standin") == 0;
-}
+static int g_in_use;
 
-int rm__gpu_standin_gdr(void) { return rm__gpu_standin_wanted() && rm__param_standin_gdr(); }
+int rm__standin_gpu_in_use(void) { return __atomic_load_n(&g_in_use, __ATOMIC_ACQUIRE); }
 
-const rm__gpu_ops_t *rm__gpu_standin(void)
+/* The seam's entry (gpu.h, RM__GPU_TEST_ENTRY): the library passes the size
+ * of its table, so a stale shared object from another build is refused
+ * rather than called through a different layout. */
+RM_DOUBLE_API const rm__gpu_ops_t *rm_test_gpu_ops(size_t table_size);
+
+const rm__gpu_ops_t *rm_test_gpu_ops(size_t table_size)
 {
-  if (!rm__gpu_standin_wanted()) return NULL;
+  if (table_size != sizeof(rm__gpu_ops_t)) return NULL;
+  __atomic_store_n(&g_in_use, 1, __ATOMIC_RELEASE);
   RM_INFO("gpu: the stand-in GPU (a test double in host memory) is in use");
   return &standin_ops;
 }
-
-#endif /* RINGMASTER_TEST_HOOKS */
