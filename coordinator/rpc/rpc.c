@@ -163,7 +163,7 @@ static int check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
                         const char *token, uint64_t gen, uint64_t worker_id,
                         rm__job_t **jp, rm__worker_t **wp)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   if (check_job(c, call, job_id, token, &j)) return -1;
   if (!(w = find_worker(c, call, j, worker_id))) return -1;
@@ -282,7 +282,7 @@ static rm__worker_t *join_new(rm_coord_t *c, rm__call_t *call, rm__job_t *j)
 static void on_join(rm_coord_t *c, rm__call_t *call,
                     const Ringmaster__V1__JoinRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w = NULL;
   struct { char host[128], data_addr[160], transports[256], devices[256]; } tmp;
   if (check_job(c, call, q->job_id, q->token, &j)) return;
@@ -366,7 +366,7 @@ static void on_join(rm_coord_t *c, rm__call_t *call,
 static void on_heartbeat(rm_coord_t *c, rm__call_t *call,
                          const Ringmaster__V1__HeartbeatRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   Ringmaster__V1__HeartbeatResponse r = RINGMASTER__V1__HEARTBEAT_RESPONSE__INIT;
   if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
@@ -408,7 +408,7 @@ static void barrier_arrive(rm_coord_t *c, rm__call_t *call, rm__job_t *j, rm__wo
 static void on_barrier(rm_coord_t *c, rm__call_t *call,
                        const Ringmaster__V1__BarrierRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
     return;
@@ -454,7 +454,7 @@ static int late_report(rm_coord_t *c, rm__call_t *call, rm__job_t *j, rm__worker
 static void on_report_step(rm_coord_t *c, rm__call_t *call,
                            const Ringmaster__V1__ReportStepRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   Ringmaster__V1__ReportStepResponse r = RINGMASTER__V1__REPORT_STEP_RESPONSE__INIT;
   if (check_job(c, call, q->job_id, q->token, &j)) return;
@@ -479,7 +479,7 @@ static void on_report_step(rm_coord_t *c, rm__call_t *call,
 static void on_leave(rm_coord_t *c, rm__call_t *call,
                      const Ringmaster__V1__LeaveRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   Ringmaster__V1__LeaveResponse r = RINGMASTER__V1__LEAVE_RESPONSE__INIT;
   if (check_worker(c, call, q->job_id, q->token, q->generation, q->worker_id, &j, &w))
@@ -514,7 +514,7 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
                        const Ringmaster__V1__SessionRequest *q)
 {
   rm__park_t *p = rm__call_park(call);
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   if (p->kind != RM__PARK_SESSION) {
     if (q->barrier || q->gate) {
@@ -578,7 +578,7 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
 static void on_watch(rm_coord_t *c, rm__call_t *call,
                      const Ringmaster__V1__WatchRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   if (check_job(c, call, q->job_id, q->token, &j)) return;
   rm__park_t *p = rm__call_park(call);
   p->kind = RM__PARK_WATCH;

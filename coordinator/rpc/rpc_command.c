@@ -20,7 +20,7 @@ static int not_command(rm_coord_t *c, rm__call_t *call, const rm__job_t *j)
 void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
                     const Ringmaster__V1__AttachRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   Ringmaster__V1__AttachResponse r = RINGMASTER__V1__ATTACH_RESPONSE__INIT;
   Ringmaster__V1__JobSpec spec;
   size_t hl = q->host ? strlen(q->host) : 0;
@@ -48,7 +48,7 @@ void rm__rpc_attach(rm_coord_t *c, rm__call_t *call,
 void rm__rpc_report_exit(rm_coord_t *c, rm__call_t *call,
                          const Ringmaster__V1__ReportExitRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   Ringmaster__V1__ReportExitResponse r = RINGMASTER__V1__REPORT_EXIT_RESPONSE__INIT;
   if (rm__rpc_check_job(c, call, q->job_id, q->token, &j)) return;
   if (q->launch_index < 0 || q->signal < 0 || q->signal > 128) {

@@ -10,7 +10,7 @@
 void rm__rpc_report_failure(rm_coord_t *c, rm__call_t *call,
                             const Ringmaster__V1__ReportFailureRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   Ringmaster__V1__ReportFailureResponse r =
       RINGMASTER__V1__REPORT_FAILURE_RESPONSE__INIT;

@@ -8,7 +8,7 @@
 void rm__rpc_step_gate(rm_coord_t *c, rm__call_t *call,
                        const Ringmaster__V1__StepGateRequest *q)
 {
-  rm__job_t *j;
+  rm__job_t *j = NULL; /* set by check_job when it returns 0 */
   rm__worker_t *w;
   if (rm__rpc_check_worker(c, call, q->job_id, q->token, q->generation,
                            q->worker_id, &j, &w))
