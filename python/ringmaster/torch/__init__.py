@@ -264,7 +264,9 @@ def _create(store, rank, size, timeout):
     global _groups
     import os
     _groups += 1
-    first = _groups == 1
+    # the default group is the session's communicator; also when it is made
+    # again after a re-formation (elastic.TorchState), with the new rank/world
+    first = _rm_default_group() is None
     if first and not _rm.is_initialized():
         env = os.environ
         if env.get("RINGMASTER_COORDINATOR") and env.get("RINGMASTER_JOB"):
@@ -467,6 +469,7 @@ def _rm_default_group():
 
 def _rm_ddp_init(self, module, *a, **k):
     _ddp_init(self, module, *a, **k)
+    self._rm_ddp_args = (a, dict(k))  # elastic.TorchState builds it again with them
     if isinstance(getattr(self, "process_group", None), ProcessGroupRingmaster):
         session = _rm.in_session()
         self._rm_agg = _rm.aggregation_spec() if session else None
