@@ -10,13 +10,16 @@
   libringmaster and returns a Work made from a completed Future
   (``_create_work_from_future``). In a ringmaster job the process group IS the
   session's communicator (its rank must equal ringmaster's rank); elsewhere the
-  data-plane addresses are exchanged through the process group's store.
+  data-plane addresses are exchanged through the process group's store. A
+  program that joins a job after a re-formation gets the session's rank and
+  world without torch's store (A LATE JOINER below).
 * ``DistributedOptimizer(optimizer, named_parameters=...)``: Horovod's manner,
   no ``torch.distributed`` needed: ``step()`` first averages the gradients
   over the ranks (flattened into few large buckets), then steps;
   ``aggregation=`` combines them by rm_aggregate (median, Krum, ...) instead.
 * ``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``.
-* ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``).
+* ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``; a
+  DDP model held by a ``TorchState`` is rebuilt by it after a re-formation).
 """
 import threading
 
@@ -293,6 +296,42 @@ def _create(store, rank, size, timeout):
 
 if "RINGMASTER" not in dist.Backend._plugins:
     dist.Backend.register_backend("ringmaster", _create)
+
+
+# A LATE JOINER's init_process_group. torch's env:// rendezvous is a TCPStore
+# on the first generation's rank 0 (MASTER_ADDR/MASTER_PORT) with RANK and
+# WORLD_SIZE; a program that joins a ringmaster job after a re-formation (a
+# replacement under on_failure replace, or every program after a restart)
+# has the agent's launch index as RANK and a store host that may be gone.
+# The backend needs no store in a session (its group is the session's
+# communicator), so such a program's init_process_group("ringmaster") joins
+# the session first and takes the rank and world it was given, with the
+# store elastic.TorchState uses for the same purpose (_ReformedStore: no
+# rendezvous, the session formed the group). The first generation keeps
+# torch's rendezvous unchanged.
+_dist_init = dist.init_process_group
+
+
+def _rm_init_process_group(*a, **k):
+    import inspect
+    import os
+    b = inspect.signature(_dist_init).bind(*a, **k).arguments
+    if (str(b.get("backend") or "").lower() == "ringmaster" and b.get("store") is None
+            and b.get("init_method") is None and os.environ.get("RINGMASTER_COORDINATOR")
+            and os.environ.get("RINGMASTER_JOB")):
+        if not _rm.is_initialized():
+            _rm.init()
+        if _rm.in_session() and _rm.generation() > 1:
+            from .elastic import _ReformedStore
+            b.update(store=_ReformedStore(_rm.size()), rank=_rm.rank(),
+                     world_size=_rm.size())
+            return _dist_init(**b)
+    return _dist_init(*a, **k)
+
+
+_rm_init_process_group.__doc__ = _dist_init.__doc__
+dist.init_process_group = _rm_init_process_group
+dist.distributed_c10d.init_process_group = _rm_init_process_group
 
 
 # ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------

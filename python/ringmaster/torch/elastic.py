@@ -60,9 +60,12 @@ answers torch's store-based barrier at once, since every member already
 returned from ``rm_session_reform`` into the same generation and DDP's
 first broadcast on the new group is itself a collective of all of them.
 Other process groups (``dist.new_group``) are destroyed with the default
-one; a program that uses them makes them again in an ``on_reset`` hook. A
-DDP over a sub-group cannot be rebuilt (a ValueError when the state is
-made). The data shards are the program's: read ``dist.get_rank()`` and
+one and cannot be made again: a sub-group's communicator rendezvous through
+a store shared by its ranks, and after a re-formation there is none (the
+store's get() says so). A DDP over a sub-group cannot be rebuilt (a
+ValueError when the state is made). A program that joins after a
+re-formation (a replacement) builds its group with the same store through
+its unchanged ``init_process_group`` (A LATE JOINER in ringmaster/torch). The data shards are the program's: read ``dist.get_rank()`` and
 ``dist.get_world_size()`` inside ``train`` (they are the new group's after
 a re-formation). ``JobEnded`` (the coordinator
 failed or ended the job) and every other exception end it.
@@ -243,7 +246,10 @@ class _ReformedStore(dist.Store):
 
     def get(self, key):
         if key not in self._kv:
-            raise KeyError("elastic: no key %r in this process's store" % key)
+            raise RuntimeError("ringmaster: no key %r: after a re-formation there is no "
+                               "store shared between the ranks (dist.new_group and other "
+                               "store rendezvous are not available; the default process "
+                               "group is the session's communicator)" % key)
         return self._kv[key]
 
     def check(self, keys):
@@ -252,9 +258,9 @@ class _ReformedStore(dist.Store):
     def wait(self, keys, timeout=None):
         missing = [k for k in keys if k not in self._kv]
         if missing:
-            raise RuntimeError("elastic: keys %s were never set in this process's store; "
-                               "a store shared between ranks is not available after a "
-                               "re-formation" % missing)
+            raise RuntimeError("ringmaster: keys %s were never set: after a re-formation "
+                               "there is no store shared between the ranks (dist.new_group "
+                               "and other store rendezvous are not available)" % missing)
 
     def delete_key(self, key):
         return self._kv.pop(key, None) is not None
