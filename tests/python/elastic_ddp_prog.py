@@ -76,7 +76,7 @@ dist.init_process_group("ringmaster")
 ddp = torch.nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 state = elastic.TorchState(ddp, opt, step=0)  # the one line that makes it elastic
-worlds = []
+worlds, contributors = [], []
 
 
 @elastic.run
@@ -90,6 +90,7 @@ def train(state):
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(X[i]), Y[i]).backward()
         opt.step()
+        contributors.append(getattr(ddp, "rm_contributors", None))
         time.sleep(SLEEP_S)
         state.step += 1
         if state.step % COMMIT == 0:
@@ -100,6 +101,6 @@ def train(state):
 
 train(state)
 result({"rank": dist.get_rank(), "world": dist.get_world_size(), "rm_world": ringmaster.size(),
-        "worlds": worlds, "resets": state.resets, "generation": ringmaster.generation(),
+        "worlds": worlds, "resets": state.resets, "contributors": contributors, "generation": ringmaster.generation(),
         "ddp_group_is_default": ddp.process_group is dist.distributed_c10d._get_default_group()})
 ringmaster.finalize()

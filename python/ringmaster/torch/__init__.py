@@ -396,6 +396,15 @@ dist.distributed_c10d.init_process_group = _rm_init_process_group
 # nothing else calls it (a collective on it raises Reconfigured; a module
 # with buffers broadcasts them every forward); the data shards are the
 # program's, so the lost rank's shard is no longer seen.
+# The same REDO holds for the step's aggregation (rm_aggregate over the
+# survivors: a robust method decides on the members that are left) and for
+# the straggler policy's gated average (the new generation's gate decides the
+# member set), so an unchanged DDP program in such a job survives a member
+# loss under shrink or replace as a secure one does, with the same limits.
+# A DDP model held by elastic.TorchState does not redo in place: the loss
+# propagates out of backward() so that elastic.run rolls the state back to
+# its commit and rebuilds the process group and DDP for the new world (one
+# recovery, not two).
 # The result is what the method gives (it takes the average's place: no
 # division by the world); the ranks excluded by the last step are in
 # ddp.rm_excluded, the last secure sum's figures in ddp.rm_secure_info.
@@ -403,15 +412,18 @@ _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
 _ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
 
 
-def _rm_secure_step(flat):
-    """The step's secure sum, redone over the survivors when a member is lost
-    before it completed (see SECURE REDO above); JobEnded when the job ended
-    instead (on_failure fail, or fewer members than the threshold)."""
+def _rm_redo_step(ddp, combine, flat):
+    """combine(flat) (the step's secure sum, aggregation or gated average),
+    redone over the survivors when a member is lost before it completed (see
+    SECURE REDO above; not for a model held by elastic.TorchState); JobEnded
+    when the job ended instead (on_failure fail, or too few members)."""
     keep = flat.clone()
     while True:
         try:
-            return _rm.secure_allreduce(flat, "avg")
+            return combine(flat)
         except (_errors.PeerLost, _errors.Reconfigured, _errors.Timeout):
+            if getattr(ddp, "_rm_elastic", False):
+                raise
             _rm.reform()
             flat.copy_(keep)
 
@@ -437,11 +449,12 @@ def _rm_step_combine(ddp):
     for dt, gs in by_dt.items():
         flat = torch.cat([g.reshape(-1) for g in gs]) if len(gs) > 1 else gs[0].reshape(-1).clone()
         if ddp._rm_secure:
-            info = _rm_secure_step(flat)
+            info = _rm_redo_step(ddp, lambda f: _rm.secure_allreduce(f, "avg"), flat)
         elif ddp._rm_agg is None:  # the straggler policy's gated average
-            ddp.rm_contributors = _rm.allreduce_gradients(flat)
+            ddp.rm_contributors = _rm_redo_step(ddp, _rm.allreduce_gradients, flat)
         else:
-            _, ex = _rm.aggregate(flat, info=True, **ddp._rm_agg)
+            _, ex = _rm_redo_step(ddp, lambda f: _rm.aggregate(f, info=True, **ddp._rm_agg),
+                                  flat)
             excluded.update(ex)
         off = 0
         for g in gs:
@@ -486,10 +499,11 @@ def _rm_bucket_hook(state, bucket):
             try:
                 _rm._auto_step_end()
             except _errors.MembershipError:
-                # the report is queued; the job re-formed meanwhile. In a
-                # secure job the next step's sum sees it and is redone over
-                # the new members (SECURE REDO); elsewhere it propagates.
-                if not ddp._rm_secure:
+                # the report is queued; the job re-formed meanwhile. When
+                # the step's whole gradient is combined, the next step's
+                # combination sees it and is redone over the new members
+                # (SECURE REDO); elsewhere (and under elastic) it propagates.
+                if not ddp._rm_whole or getattr(ddp, "_rm_elastic", False):
                     raise
         else:
             def after(f):

@@ -167,6 +167,10 @@ class TorchState(State):
                              "built over a sub-group; after a re-formation only the "
                              "default process group can be made again (build DDP over "
                              "the default group)")
+        if ddp is not None:
+            # a member loss in the step's combination propagates to run()
+            # (rolled back and rebuilt) instead of being redone in place
+            ddp._rm_elastic = True
 
     def _after_reform(self):
         ddp = _ringmaster_ddp(self.model)
@@ -181,6 +185,7 @@ class TorchState(State):
         dist.init_process_group("ringmaster", store=_ReformedStore(_rm.size()),
                                 rank=_rm.rank(), world_size=_rm.size())
         torch.nn.parallel.DistributedDataParallel.__init__(ddp, ddp.module, *a, **k)
+        ddp._rm_elastic = True
 
     def _snapshot(self):
         return (copy.deepcopy(self.model.state_dict()) if self.model is not None else None,
