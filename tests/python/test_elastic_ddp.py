@@ -1,4 +1,5 @@
-"""python.elastic.ddp_*: elastic DDP in one line. elastic_ddp_prog.py is an
+"""python.elastic.ddp_*: elastic DDP in one line, and DDP jobs with a spec
+through a member loss. elastic_ddp_prog.py is an
 ordinary DDP program whose only elastic line is
 ``elastic.TorchState(ddp, opt, step=0)`` (no on_reset hook), run as a
 3-worker command job through the coordinator:
@@ -27,6 +28,15 @@ ordinary DDP program whose only elastic line is
                                members: the 2 survivors (same PIDs, worlds
                                [3, 3]) and the newcomer, parameters bitwise
                                equal on all 3 and within 1e-9 of 1 process.
+  test_elastic_ddp.py spec     the elastic program, 4 workers, under
+                               aggregation median f = 1 and then backup with
+                               1 backup worker, rank 0 lost under shrink: the
+                               rebuilt DDP applies the spec in the new world
+                               (spec_elastic)
+  test_elastic_ddp.py spec_in_place  the unchanged DDP regression (no
+                               elastic), the same specs, rank 3 of 4 lost: the
+                               step is redone over the survivors in place
+                               (spec_in_place)
 """
 import glob
 import os
