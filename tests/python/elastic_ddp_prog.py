@@ -4,7 +4,7 @@ DistributedDataParallel) made elastic by one line,
 command job by test_elastic_ddp.py. No on_reset hook: after a re-formation
 the state rebuilds the process group and the DDP wrapper itself.
 
-A small float64 regression (16 -> 32 -> tanh -> 1, SGD with momentum, so
+A small float64 (--f32: float32) regression (16 -> 32 -> tanh -> 1, SGD with momentum, so
 the optimizer's state matters) on a fixed data set. Step s trains on the
 global batch of rows (12 s .. 12 s + 11) mod 240, split evenly over the
 ranks read from torch.distributed inside train() (12 divides by 1, 2, 3,
@@ -35,13 +35,15 @@ STEPS = opt_arg("--steps", 120, int)
 COMMIT = opt_arg("--commit-every", 10, int)
 SLEEP_S = opt_arg("--step-sleep-ms", 0.0, float) / 1e3
 SINGLE = "--single" in sys.argv
+DT = torch.float32 if "--f32" in sys.argv else torch.float64  # f32: secure aggregation
 BATCH, ROWS = 12, 240
 
 torch.manual_seed(0)
 X = torch.randn(ROWS, 16, dtype=torch.float64)
 Y = torch.sin(X @ torch.randn(16, 1, dtype=torch.float64))
+X, Y = X.to(DT), Y.to(DT)
 net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
-                          torch.nn.Linear(32, 1)).to(torch.float64)
+                          torch.nn.Linear(32, 1)).to(DT)
 
 
 def rows(step, rank, world):

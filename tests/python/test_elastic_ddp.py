@@ -29,14 +29,14 @@ ordinary DDP program whose only elastic line is
                                [3, 3]) and the newcomer, parameters bitwise
                                equal on all 3 and within 1e-9 of 1 process.
   test_elastic_ddp.py spec     the elastic program, 4 workers, under
-                               aggregation median f = 1 and then backup with
-                               1 backup worker, rank 0 lost under shrink: the
-                               rebuilt DDP applies the spec in the new world
-                               (spec_elastic)
+                               aggregation median f = 1, backup with 1 backup
+                               worker, secure_aggregation, rank 0 lost under
+                               shrink: the rebuilt DDP applies the spec in
+                               the new world (spec_elastic)
   test_elastic_ddp.py spec_in_place  the unchanged DDP regression (no
-                               elastic), the same specs, rank 3 of 4 lost: the
-                               step is redone over the survivors in place
-                               (spec_in_place)
+                               elastic) under median f = 1 and backup, rank 3
+                               of 4 lost: the step is redone over the
+                               survivors in place (spec_in_place)
 """
 import glob
 import os
@@ -92,7 +92,7 @@ def wait_terminal(c, job, timeout_s):
     raise AssertionError("job %d not finished in %d s: %s" % (job, timeout_s, j))
 
 
-def elastic_ddp(c, policy, n=3, extra=None):
+def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
     """n workers, rank 0 SIGKILLed after step 40; extra: spec fields (an
     aggregation or a straggler policy: then no 1-process comparison, the
     method is not the mean). Returns the survivors' RESULT lines."""
@@ -103,7 +103,7 @@ def elastic_ddp(c, policy, n=3, extra=None):
     body = {"name": "elastic-ddp", "world_size": n, "workload": "command",
             "launcher": "local", "env": env, "on_failure": policy,
             "command": [rmtest.PY, PROG, "--steps", "120", "--step-sleep-ms", "30",
-                        "--commit-every", "10"]}
+                        "--commit-every", "10"] + list(prog_args)}
     body.update(extra or {})
     if policy == "replace":
         body["max_restarts"] = 1  # one replacement
@@ -164,11 +164,13 @@ def elastic_ddp(c, policy, n=3, extra=None):
 def spec_elastic(c):
     """elastic_ddp_prog.py (TorchState) in 4-worker jobs whose spec asks for
     aggregation median f = 1, then straggler_policy backup with 1 backup
-    worker; rank 0 SIGKILLed under shrink. The rebuilt DDP takes the spec
+    worker, then secure_aggregation (float32); rank 0 SIGKILLed under shrink. The rebuilt DDP takes the spec
     again: the job succeeds (the coordinator judges every step report, so
     every step of the new generation applied the method), parameters are
     bitwise equal on the 3 survivors, and under backup every rank counted 3
-    contributors per step before the loss and 2 after it."""
+    contributors per step before the loss and 2 after it; under secure
+    aggregation the coordinator records the step redone with fresh masks
+    (secure_recovered)."""
     j, res = elastic_ddp(c, "shrink", 4, {"aggregation": {"method": "median", "f": 1}})
     assert j["state"] == "succeeded", j
     print("elastic DDP under median f=1, rank 0 of 4 lost: the 3 survivors rebuilt DDP, "
@@ -184,6 +186,12 @@ def spec_elastic(c):
     assert "straggler_policy_unused" not in kinds, kinds
     print("elastic DDP under backup (1 backup worker), rank 0 of 4 lost: contributors 3 "
           "for %d steps, then 2 for %d steps, the same on every rank" % (cut, len(k) - cut))
+    j, res = elastic_ddp(c, "shrink", 4, {"secure_aggregation": {"clip": 1.0}}, ["--f32"])
+    ev = c.events(j["id"])
+    rec = [e for e in ev if e.get("kind") == "secure_recovered"]
+    assert rec, [(e.get("kind"), e.get("message")) for e in ev]
+    print("elastic DDP under secure_aggregation, rank 0 of 4 lost: rolled back and rebuilt, "
+          "%s; parameters bitwise equal" % rec[0]["message"])
 
 
 def spec_in_place(c):
