@@ -24,10 +24,9 @@ wrapped it in a RuntimeError on the way out of DDP's reducer -- the wrapper
    rank and world),
 3. broadcasts the state from the rank holding the newest commit (the lowest
    such rank; normally rank 0 of the new generation) -- a replacement that
-   just joined starts from it too,
-   Before that, a ``TorchState`` holding a ``DistributedDataParallel`` model
-   on the ``ringmaster`` backend rebuilds it for the new world (ELASTIC DDP
-   below),
+   just joined starts from it too; before that, a ``TorchState`` holding a
+   ``DistributedDataParallel`` model on the ``ringmaster`` backend rebuilds
+   the process group and DDP for the new world (ELASTIC DDP below),
 4. calls the ``on_reset`` hooks (``run(on_reset=fn)`` and
    ``state.register_reset_callbacks([fn])``) so the program can re-shard its
    data for the new world size,
@@ -65,10 +64,15 @@ a store shared by its ranks, and after a re-formation there is none (the
 store's get() says so). A DDP over a sub-group cannot be rebuilt (a
 ValueError when the state is made). A program that joins after a
 re-formation (a replacement) builds its group with the same store through
-its unchanged ``init_process_group`` (A LATE JOINER in ringmaster/torch). The data shards are the program's: read ``dist.get_rank()`` and
+its unchanged ``init_process_group`` (A LATE JOINER in ringmaster/torch).
+The data shards are the program's: read ``dist.get_rank()`` and
 ``dist.get_world_size()`` inside ``train`` (they are the new group's after
-a re-formation). ``JobEnded`` (the coordinator
-failed or ended the job) and every other exception end it.
+a re-formation). While a TorchState holds the DDP model, the backend's step
+hook does not redo a step in place after a loss (SECURE REDO in
+ringmaster/torch): the loss reaches ``run``, which rolls back and rebuilds.
+
+``JobEnded`` (the coordinator failed or ended the job) and every other
+exception end it.
 """
 import copy
 import functools
