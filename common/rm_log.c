@@ -16,7 +16,7 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int level_from_env(void)
 {
   const char *s = getenv("RINGMASTER_LOG_LEVEL");
-  if (s == NULL || *s == '\0') return RM_LOG_INFO;
+  if (s == NULL || *s == '\0') return RM_LOG_WARN;
   if (strcasecmp(s, "error") == 0) return RM_LOG_ERROR;
   if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0) return RM_LOG_WARN;
   if (strcasecmp(s, "debug") == 0) return RM_LOG_DEBUG;
@@ -34,6 +34,12 @@ int rm__log_level(void)
 }
 
 void rm__log_set_level(int level) { __atomic_store_n(&g_level, level, __ATOMIC_RELAXED); }
+
+void rm__log_default(int level)
+{
+  const char *s = getenv("RINGMASTER_LOG_LEVEL");
+  if (s == NULL || *s == '\0') rm__log_set_level(level);
+}
 
 void rm__log_set_tag(const char *tag)
 {

@@ -1,8 +1,12 @@
 /*
  * rm_log.h - leveled logging to stderr, shared by every binary.
  *
- * Level from RINGMASTER_LOG_LEVEL (error|warn|info|debug, default info), read
- * once. Lines look like:
+ * Level from RINGMASTER_LOG_LEVEL (error|warn|info|debug), read once. Without
+ * it: warn, as libringmaster inside a user's program should be quiet (as NCCL
+ * is without NCCL_DEBUG: warnings and errors only, no probe lines on every
+ * rank's stderr); the daemons (ringmaster serve and its CLI, ringmaster-worker)
+ * call rm__log_default(RM_LOG_INFO) first, as their log is their record.
+ * Lines look like:
  *   2026-11-29T18:01:02.123Z W ringmaster[4411] tcp.c:210 peer rank 3 lost
  * rm__log_set_tag() sets a short tag ("rank 2", "coord") printed after the pid.
  */
@@ -15,6 +19,8 @@ enum { RM_LOG_ERROR = 0, RM_LOG_WARN = 1, RM_LOG_INFO = 2, RM_LOG_DEBUG = 3 };
 
 int rm__log_level(void);
 void rm__log_set_level(int level);
+/* the level when RINGMASTER_LOG_LEVEL is unset or empty (a main() calls it) */
+void rm__log_default(int level);
 void rm__log_set_tag(const char *tag);
 void rm__log(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

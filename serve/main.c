@@ -303,6 +303,7 @@ static int serve(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+  rm__log_default(RM_LOG_INFO); /* a daemon's log is its record (rm_log.h) */
   if (argc >= 2 && !strcmp(argv[1], "serve")) return serve(argc - 2, argv + 2);
 #ifdef RM_HAVE_RELAY
   if (argc >= 2 && !strcmp(argv[1], "relay")) return rm_relay_main(argc - 2, argv + 2);

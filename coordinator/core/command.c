@@ -19,7 +19,9 @@
  *        index exists in the job, any state, any generation).
  *
  *   ReportExit(job, token, launch_index, exit_code, signal, stderr_tail,
- *              reason) -> job state. Always an event "program_exited";
+ *              reason) -> job state. Always an event "program_exited" (with
+ *              the last stderr lines unless the program exited 0 after it
+ *              left the job or the job ended);
  *   then, by the worker w with that launch index (the live one if any,
  *   else the newest):
  *
@@ -110,12 +112,18 @@ rm_status_t rm__command_exited(rm_coord_t *c, rm__job_t *j, int index,
   status_words(st, sizeof st, code, sig);
   tail_lines(tail, sizeof tail, stderr_tail);
   if (reason && *reason) snprintf(agent, sizeof agent, "%.300s; ", reason);
+  int failed = code != 0 || sig > 0;
+  /* The event quotes the program's stderr only when the exit is news: a
+   * failure, or an exit 0 that ends a worker that never joined or had not
+   * left. A program that left and exited 0 finished; its stderr is its own
+   * (warnings at most: the library is quiet by default, rm_log.h). */
+  int quote = failed || !w ||
+              (!rm_job_state_terminal(j->info.state) && rm__worker_live(j, w));
   rm__event(c, j, "program_exited", w ? w->rank : -1,
             "worker launch index %d (rank %d): %sprogram %s%s%s", index,
-            w ? w->rank : -1, agent, st, tail[0] ? "; last stderr:\n" : "",
-            tail);
+            w ? w->rank : -1, agent, st, quote && tail[0] ? "; last stderr:\n" : "",
+            quote ? tail : "");
   if (rm_job_state_terminal(j->info.state)) return RM_OK;
-  int failed = code != 0 || sig > 0;
   if (!w || (rm__worker_live(j, w) && !rm__worker_member(j, w) &&
              j->info.generation == 0)) {
     mark_cut(why, sizeof why,

@@ -15,9 +15,10 @@ def param_hash(model):
 
 def run_steps(name, args, model, opt, one_step, banner):
     """one_step(s) for s in 0..args.steps-1. With args.mode "elastic" the
-    steps run under ringmaster.torch.elastic: the model and optimizer are
-    committed every args.commit_every steps, and after a re-formation the
-    survivors go on from the last commit in the new world."""
+    steps run under ringmaster.torch.elastic: the model (a DDP model: the
+    state rebuilds its process group and DDP after a re-formation) and the
+    optimizer are committed every args.commit_every steps, and after a
+    re-formation the survivors go on from the last commit in the new world."""
     if args.mode != "elastic":
         for s in range(args.steps):
             one_step(s)

@@ -29,10 +29,12 @@ Modes:
   ddp      dist.init_process_group("ringmaster") + DistributedDataParallel;
            each step is reported with ringmaster.step() (loss, and the
            next-character accuracy), the total with ringmaster.set_total_steps
-  elastic  ringmaster.torch.DistributedOptimizer inside
-           ringmaster.torch.elastic.run: under on_failure shrink a lost
-           worker rolls the survivors back to the last commit (every
-           --commit-every steps) and they train on in the same processes
+  elastic  the same DDP model held by ringmaster.torch.elastic.TorchState
+           (elastic DDP in one line), the steps inside elastic.run: under
+           on_failure shrink or replace a lost worker rolls the survivors
+           back to the last commit (every --commit-every steps), the state
+           rebuilds the process group and DDP for the new world, and they
+           train on in the same processes
   single   plain torch in one process, no ringmaster (the reference)
 
 Every step takes the same global batch of --batch windows of the training
@@ -204,23 +206,19 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
     dist_mode = args.mode != "single"
-    if args.mode == "ddp":
+    if args.mode in ("ddp", "elastic"):
+        # elastic: the same DDP model; run_steps hands it to
+        # elastic.TorchState, which rebuilds the group and DDP after a loss
         import torch.distributed as dist
         import ringmaster.torch as _rmt  # noqa: F401  (registers the backend)
         dist.init_process_group("ringmaster")
         model = nn.parallel.DistributedDataParallel(model)
-    elif args.mode == "elastic":
-        import ringmaster.torch as rmt
-        ringmaster.init()
-        opt = rmt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-        rmt.broadcast_parameters(model.state_dict(), root_rank=0)
-        rmt.broadcast_optimizer_state(opt, root_rank=0)
     if dist_mode:
         if args.batch < ringmaster.size():
             sys.exit("lm: --batch %d is smaller than the world (%d ranks)"
                      % (args.batch, ringmaster.size()))
         ringmaster.set_total_steps(args.steps)
-    net = model.module if args.mode == "ddp" else model
+    net = model.module if args.mode in ("ddp", "elastic") else model
 
     def where():
         return (ringmaster.rank(), ringmaster.size()) if dist_mode else (0, 1)

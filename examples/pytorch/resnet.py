@@ -29,10 +29,12 @@ Modes:
   ddp      dist.init_process_group("ringmaster") + DistributedDataParallel,
            the program's steps reported with ringmaster.step() (loss) and
            its total with ringmaster.set_total_steps
-  elastic  ringmaster.torch.DistributedOptimizer inside
-           ringmaster.torch.elastic.run: under on_failure shrink a lost
-           worker rolls the survivors back to the last commit (every
-           --commit-every steps) and they train on in the same processes
+  elastic  the same DDP model held by ringmaster.torch.elastic.TorchState
+           (elastic DDP in one line), the steps inside elastic.run: under
+           on_failure shrink or replace a lost worker rolls the survivors
+           back to the last commit (every --commit-every steps), the state
+           rebuilds the process group and DDP for the new world, and they
+           train on in the same processes
   single   plain torch in one process, no ringmaster (the reference)
 
 Every step takes the same global batch of --batch images (a seeded
@@ -214,17 +216,13 @@ def main():
                           weight_decay=5e-4)
 
     dist_mode = args.mode != "single"
-    if args.mode == "ddp":
+    if args.mode in ("ddp", "elastic"):
+        # elastic: the same DDP model; run_steps hands it to
+        # elastic.TorchState, which rebuilds the group and DDP after a loss
         import torch.distributed as dist
         import ringmaster.torch as _rmt  # noqa: F401  (registers the backend)
         dist.init_process_group("ringmaster")
         model = torch.nn.parallel.DistributedDataParallel(model)
-    elif args.mode == "elastic":
-        import ringmaster.torch as rmt
-        ringmaster.init()
-        opt = rmt.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-        rmt.broadcast_parameters(model.state_dict(), root_rank=0)
-        rmt.broadcast_optimizer_state(opt, root_rank=0)
     world = ringmaster.size() if dist_mode else 1
     if args.batch < 2 * world:
         # BatchNorm needs two values per channel (the last block is 1x1 with
@@ -233,7 +231,7 @@ def main():
                  "BatchNorm needs at least 2" % (args.batch, world))
     if dist_mode:
         ringmaster.set_total_steps(args.steps)
-    net = model.module if args.mode == "ddp" else model
+    net = model.module if args.mode in ("ddp", "elastic") else model
 
     def where():
         return (ringmaster.rank(), ringmaster.size()) if dist_mode else (0, 1)

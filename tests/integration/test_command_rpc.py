@@ -17,7 +17,8 @@ of its cases, with the programs played by Join/Leave calls from here.
   (b)         exit 0 without leaving -> lost ("without leaving the job")
   (c)         never joined, agent's reason -> job failed with the reason and
               the stderr lines; a 5000-byte tail keeps the reason < 1024
-  left        a member that left, then exited 0 -> event only, job succeeded
+  left        a member that left, then exited 0 -> event only, job succeeded;
+              the event does not quote its stderr (it finished: no news)
 """
 import threading
 
@@ -172,9 +173,13 @@ def test(env):
     w = res[0]
     W.Leave(m.LeaveRequest(job_id=job.id, token=job.token, worker_id=w.worker_id,
                            generation=w.generation, ok=True, step=0), timeout=10)
-    r = exit_(env, job, 0, 0)
+    r = exit_(env, job, 0, 0, 0, "2026-12-06T22:00:00.000Z I ringmaster[7] probe.c:1 probe\n")
     assert r.job_state == S.JOB_STATE_SUCCEEDED, r
-    assert len(kinds(env, job, "program_exited")) == 1 and not kinds(env, job, "worker_lost")
+    ev = kinds(env, job, "program_exited")
+    assert len(ev) == 1 and not kinds(env, job, "worker_lost")
+    # a program that finished is no news: its stderr is not quoted
+    assert "exited with status 0" in ev[0].message and "stderr" not in ev[0].message \
+        and "probe" not in ev[0].message, ev[0].message
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "rm_log.h"
 #include "rm_param.h"
 
 static void usage(FILE *f)
@@ -49,6 +50,7 @@ static void hints(rm_agent_opts_t *o)
 int main(int argc, char **argv)
 {
   rm_agent_opts_t o;
+  rm__log_default(RM_LOG_INFO); /* a daemon's log is its record; not the program's (rm_log.h) */
   memset(&o, 0, sizeof o);
   o.connect_timeout_ms = (int)rm__env_int("RINGMASTER_COORDINATOR_TIMEOUT_MS", 30000);
   hints(&o);

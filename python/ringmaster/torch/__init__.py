@@ -10,13 +10,16 @@
   libringmaster and returns a Work made from a completed Future
   (``_create_work_from_future``). In a ringmaster job the process group IS the
   session's communicator (its rank must equal ringmaster's rank); elsewhere the
-  data-plane addresses are exchanged through the process group's store.
+  data-plane addresses are exchanged through the process group's store. A
+  program that joins a job after a re-formation gets the session's rank and
+  world without torch's store (A LATE JOINER below).
 * ``DistributedOptimizer(optimizer, named_parameters=...)``: Horovod's manner,
   no ``torch.distributed`` needed: ``step()`` first averages the gradients
   over the ranks (flattened into few large buckets), then steps;
   ``aggregation=`` combines them by rm_aggregate (median, Krum, ...) instead.
 * ``broadcast_parameters``, ``broadcast_optimizer_state``, ``broadcast_object``.
-* ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``).
+* ``ringmaster.torch.elastic``: in-place recovery (``run``, ``TorchState``; a
+  DDP model held by a ``TorchState`` is rebuilt by it after a re-formation).
 """
 import threading
 
@@ -264,7 +267,9 @@ def _create(store, rank, size, timeout):
     global _groups
     import os
     _groups += 1
-    first = _groups == 1
+    # the default group is the session's communicator; also when it is made
+    # again after a re-formation (elastic.TorchState), with the new rank/world
+    first = _rm_default_group() is None
     if first and not _rm.is_initialized():
         env = os.environ
         if env.get("RINGMASTER_COORDINATOR") and env.get("RINGMASTER_JOB"):
@@ -291,6 +296,42 @@ def _create(store, rank, size, timeout):
 
 if "RINGMASTER" not in dist.Backend._plugins:
     dist.Backend.register_backend("ringmaster", _create)
+
+
+# A LATE JOINER's init_process_group. torch's env:// rendezvous is a TCPStore
+# on the first generation's rank 0 (MASTER_ADDR/MASTER_PORT) with RANK and
+# WORLD_SIZE; a program that joins a ringmaster job after a re-formation (a
+# replacement under on_failure replace, or every program after a restart)
+# has the agent's launch index as RANK and a store host that may be gone.
+# The backend needs no store in a session (its group is the session's
+# communicator), so such a program's init_process_group("ringmaster") joins
+# the session first and takes the rank and world it was given, with the
+# store elastic.TorchState uses for the same purpose (_ReformedStore: no
+# rendezvous, the session formed the group). The first generation keeps
+# torch's rendezvous unchanged.
+_dist_init = dist.init_process_group
+
+
+def _rm_init_process_group(*a, **k):
+    import inspect
+    import os
+    b = inspect.signature(_dist_init).bind(*a, **k).arguments
+    if (str(b.get("backend") or "").lower() == "ringmaster" and b.get("store") is None
+            and b.get("init_method") is None and os.environ.get("RINGMASTER_COORDINATOR")
+            and os.environ.get("RINGMASTER_JOB")):
+        if not _rm.is_initialized():
+            _rm.init()
+        if _rm.in_session() and _rm.generation() > 1:
+            from .elastic import _ReformedStore
+            b.update(store=_ReformedStore(_rm.size()), rank=_rm.rank(),
+                     world_size=_rm.size())
+            return _dist_init(**b)
+    return _dist_init(*a, **k)
+
+
+_rm_init_process_group.__doc__ = _dist_init.__doc__
+dist.init_process_group = _rm_init_process_group
+dist.distributed_c10d.init_process_group = _rm_init_process_group
 
 
 # ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------
@@ -355,6 +396,15 @@ if "RINGMASTER" not in dist.Backend._plugins:
 # nothing else calls it (a collective on it raises Reconfigured; a module
 # with buffers broadcasts them every forward); the data shards are the
 # program's, so the lost rank's shard is no longer seen.
+# The same REDO holds for the step's aggregation (rm_aggregate over the
+# survivors: a robust method decides on the members that are left) and for
+# the straggler policy's gated average (the new generation's gate decides the
+# member set), so an unchanged DDP program in such a job survives a member
+# loss under shrink or replace as a secure one does, with the same limits.
+# A DDP model held by elastic.TorchState does not redo in place: the loss
+# propagates out of backward() so that elastic.run rolls the state back to
+# its commit and rebuilds the process group and DDP for the new world (one
+# recovery, not two).
 # The result is what the method gives (it takes the average's place: no
 # division by the world); the ranks excluded by the last step are in
 # ddp.rm_excluded, the last secure sum's figures in ddp.rm_secure_info.
@@ -362,15 +412,18 @@ _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
 _ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
 
 
-def _rm_secure_step(flat):
-    """The step's secure sum, redone over the survivors when a member is lost
-    before it completed (see SECURE REDO above); JobEnded when the job ended
-    instead (on_failure fail, or fewer members than the threshold)."""
+def _rm_redo_step(ddp, combine, flat):
+    """combine(flat) (the step's secure sum, aggregation or gated average),
+    redone over the survivors when a member is lost before it completed (see
+    SECURE REDO above; not for a model held by elastic.TorchState); JobEnded
+    when the job ended instead (on_failure fail, or too few members)."""
     keep = flat.clone()
     while True:
         try:
-            return _rm.secure_allreduce(flat, "avg")
+            return combine(flat)
         except (_errors.PeerLost, _errors.Reconfigured, _errors.Timeout):
+            if getattr(ddp, "_rm_elastic", False):
+                raise
             _rm.reform()
             flat.copy_(keep)
 
@@ -396,11 +449,12 @@ def _rm_step_combine(ddp):
     for dt, gs in by_dt.items():
         flat = torch.cat([g.reshape(-1) for g in gs]) if len(gs) > 1 else gs[0].reshape(-1).clone()
         if ddp._rm_secure:
-            info = _rm_secure_step(flat)
+            info = _rm_redo_step(ddp, lambda f: _rm.secure_allreduce(f, "avg"), flat)
         elif ddp._rm_agg is None:  # the straggler policy's gated average
-            ddp.rm_contributors = _rm.allreduce_gradients(flat)
+            ddp.rm_contributors = _rm_redo_step(ddp, _rm.allreduce_gradients, flat)
         else:
-            _, ex = _rm.aggregate(flat, info=True, **ddp._rm_agg)
+            _, ex = _rm_redo_step(ddp, lambda f: _rm.aggregate(f, info=True, **ddp._rm_agg),
+                                  flat)
             excluded.update(ex)
         off = 0
         for g in gs:
@@ -445,10 +499,11 @@ def _rm_bucket_hook(state, bucket):
             try:
                 _rm._auto_step_end()
             except _errors.MembershipError:
-                # the report is queued; the job re-formed meanwhile. In a
-                # secure job the next step's sum sees it and is redone over
-                # the new members (SECURE REDO); elsewhere it propagates.
-                if not ddp._rm_secure:
+                # the report is queued; the job re-formed meanwhile. When
+                # the step's whole gradient is combined, the next step's
+                # combination sees it and is redone over the new members
+                # (SECURE REDO); elsewhere (and under elastic) it propagates.
+                if not ddp._rm_whole or getattr(ddp, "_rm_elastic", False):
                     raise
         else:
             def after(f):
@@ -467,6 +522,7 @@ def _rm_default_group():
 
 def _rm_ddp_init(self, module, *a, **k):
     _ddp_init(self, module, *a, **k)
+    self._rm_ddp_args = (a, dict(k))  # elastic.TorchState builds it again with them
     if isinstance(getattr(self, "process_group", None), ProcessGroupRingmaster):
         session = _rm.in_session()
         self._rm_agg = _rm.aggregation_spec() if session else None

@@ -24,24 +24,67 @@ wrapped it in a RuntimeError on the way out of DDP's reducer -- the wrapper
    rank and world),
 3. broadcasts the state from the rank holding the newest commit (the lowest
    such rank; normally rank 0 of the new generation) -- a replacement that
-   just joined starts from it too,
+   just joined starts from it too; before that, a ``TorchState`` holding a
+   ``DistributedDataParallel`` model on the ``ringmaster`` backend rebuilds
+   the process group and DDP for the new world (ELASTIC DDP below),
 4. calls the ``on_reset`` hooks (``run(on_reset=fn)`` and
    ``state.register_reset_callbacks([fn])``) so the program can re-shard its
    data for the new world size,
 5. calls ``train(state)`` again.
 
-At most one commit interval of work is lost. ``JobEnded`` (the coordinator
-failed or ended the job) and every other exception end it.
+At most one commit interval of work is lost.
+
+ELASTIC DDP, in one line. An ordinary DDP program becomes elastic by
+handing its DDP model to the state::
+
+    dist.init_process_group("ringmaster")
+    model = DistributedDataParallel(net)
+    state = ringmaster.torch.elastic.TorchState(model, opt, step=0)
+
+After a re-formation the state itself (no ``on_reset`` hook) destroys the
+default process group, makes it again with the new generation's rank and
+world (``init_process_group("ringmaster", rank=, world_size=, store=)``: the
+backend's default group is the session's communicator, now the new
+generation's) and runs ``DistributedDataParallel.__init__`` again on the
+same DDP object with the arguments it was first built with, so the
+program's references to the model stay valid, the optimizer keeps its
+parameters (the same tensors) and DDP's buckets and reducer are new. Then
+the state is broadcast from the newest commit as above (a replacement that
+just joined takes it from a survivor). Why in place and not a new wrapper:
+the program's closure holds ``model``; a new object would leave it training
+the old one. torch's store (the ``MASTER_PORT`` rendezvous of the first
+generation, hosted by a process that may be the lost one) is not used
+again: the store given to ``init_process_group`` (``_ReformedStore``)
+answers torch's store-based barrier at once, since every member already
+returned from ``rm_session_reform`` into the same generation and DDP's
+first broadcast on the new group is itself a collective of all of them.
+Other process groups (``dist.new_group``) are destroyed with the default
+one and cannot be made again: a sub-group's communicator rendezvous through
+a store shared by its ranks, and after a re-formation there is none (the
+store's get() says so). A DDP over a sub-group cannot be rebuilt (a
+ValueError when the state is made). A program that joins after a
+re-formation (a replacement) builds its group with the same store through
+its unchanged ``init_process_group`` (A LATE JOINER in ringmaster/torch).
+The data shards are the program's: read ``dist.get_rank()`` and
+``dist.get_world_size()`` inside ``train`` (they are the new group's after
+a re-formation). While a TorchState holds the DDP model, the backend's step
+hook does not redo a step in place after a loss (SECURE REDO in
+ringmaster/torch): the loss reaches ``run``, which rolls back and rebuilds.
+
+``JobEnded`` (the coordinator failed or ended the job) and every other
+exception end it.
 """
 import copy
 import functools
 import sys
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 import ringmaster as _rm
 from ringmaster import errors as _errors
-from . import broadcast_parameters, broadcast_optimizer_state
+from . import broadcast_parameters, broadcast_optimizer_state, ProcessGroupRingmaster
 
 __all__ = ["TorchState", "State", "run"]
 
@@ -97,6 +140,10 @@ class State:
         if self._saved is not None:
             self._load(self._saved)
 
+    def _after_reform(self):
+        """Called after ringmaster.reform(), before sync(): rebuild what
+        belongs to the old generation."""
+
     def sync(self):
         """Make every rank's state that of the rank with the newest commit
         (lowest rank among equals); then commit it everywhere."""
@@ -118,6 +165,31 @@ class TorchState(State):
         super().__init__(**extra)
         self.model = model
         self.optimizer = optimizer
+        ddp = _ringmaster_ddp(model)
+        if ddp is not None and ddp.process_group is not _default_group():
+            raise ValueError("elastic.TorchState: this DistributedDataParallel model is "
+                             "built over a sub-group; after a re-formation only the "
+                             "default process group can be made again (build DDP over "
+                             "the default group)")
+        if ddp is not None:
+            # a member loss in the step's combination propagates to run()
+            # (rolled back and rebuilt) instead of being redone in place
+            ddp._rm_elastic = True
+
+    def _after_reform(self):
+        ddp = _ringmaster_ddp(self.model)
+        if ddp is None:
+            return
+        a, k = getattr(ddp, "_rm_ddp_args", ((), {}))
+        k = {x: v for x, v in k.items() if x != "process_group"}
+        if len(a) >= 5:  # process_group given by position (module is not in a)
+            a = a[:4] + (None,) + tuple(a[5:])
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("ringmaster", store=_ReformedStore(_rm.size()),
+                                rank=_rm.rank(), world_size=_rm.size())
+        torch.nn.parallel.DistributedDataParallel.__init__(ddp, ddp.module, *a, **k)
+        ddp._rm_elastic = True
 
     def _snapshot(self):
         return (copy.deepcopy(self.model.state_dict()) if self.model is not None else None,
@@ -139,6 +211,74 @@ class TorchState(State):
         if self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root)
         State._broadcast(self, root)
+
+
+def _default_group():
+    try:
+        return dist.distributed_c10d._get_default_group()
+    except RuntimeError:
+        return None
+
+
+def _ringmaster_ddp(model):
+    """model when it is a DDP model on the ringmaster backend, else None."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel) and isinstance(
+            getattr(model, "process_group", None), ProcessGroupRingmaster):
+        return model
+    return None
+
+
+class _ReformedStore(dist.Store):
+    """The store of a default process group made again after a re-formation
+    (see ELASTIC DDP). The ringmaster backend does not use a store in a
+    session; torch's store-based barrier counts the members that reached
+    init_process_group under a "store_based_barrier_key" and waits for the
+    world: every member of the new generation already came out of
+    rm_session_reform into it, so the count is the world at once. Other
+    keys are kept in this process (nothing of torch's reads them back from
+    another rank for this backend)."""
+
+    def __init__(self, world):
+        super().__init__()
+        self._world = world
+        self._kv = {}
+
+    def add(self, key, value):
+        if key.startswith("store_based_barrier_key"):
+            return self._world
+        n = int(self._kv.get(key, b"0")) + int(value)
+        self._kv[key] = str(n).encode()
+        return n
+
+    def set(self, key, value):
+        self._kv[key] = value if isinstance(value, bytes) else str(value).encode()
+
+    def get(self, key):
+        if key not in self._kv:
+            raise RuntimeError("ringmaster: no key %r: after a re-formation there is no "
+                               "store shared between the ranks (dist.new_group and other "
+                               "store rendezvous are not available; the default process "
+                               "group is the session's communicator)" % key)
+        return self._kv[key]
+
+    def check(self, keys):
+        return all(k in self._kv for k in keys)
+
+    def wait(self, keys, timeout=None):
+        missing = [k for k in keys if k not in self._kv]
+        if missing:
+            raise RuntimeError("ringmaster: keys %s were never set: after a re-formation "
+                               "there is no store shared between the ranks (dist.new_group "
+                               "and other store rendezvous are not available)" % missing)
+
+    def delete_key(self, key):
+        return self._kv.pop(key, None) is not None
+
+    def num_keys(self):
+        return len(self._kv)
+
+    def set_timeout(self, timeout):
+        pass
 
 
 def _membership_error(e):
@@ -187,10 +327,13 @@ def run(func=None, *, on_reset=None, max_resets=64, verbose=True):
                         state.restore()
                         try:
                             info = _rm.reform()
+                            state._after_reform()
                             root = state.sync()
                             break
-                        except _errors.MembershipError as e2:  # failed again meanwhile
-                            err = e2
+                        except Exception as e2:  # noqa: BLE001 failed again meanwhile?
+                            err = _membership_error(e2)
+                            if err is None or not _rm.in_session():
+                                raise
                     info["root"] = root
                     state.last_reset = info
                     if verbose:
