@@ -49,7 +49,7 @@ int main(void)
 
 #include "reduce/reduce.h"
 #include "reduce/reduce_cuda.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 #define MAXN ((size_t)(1u << 20) + 3)
 #define AVG_WORLD 3

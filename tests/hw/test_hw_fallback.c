@@ -20,7 +20,7 @@
 #include "core/comm_int.h"
 #include "rm_testlib.h"
 #include "reduce/reduce.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 #include "transport/transport.h"
 
 #define WORLD 3

@@ -1,5 +1,5 @@
 /*
- * test_hw_probe.c - device discovery (worker/transport/devices.h).
+ * test_hw_probe.c - device discovery (worker/transport/probe.h).
  *
  *   test_hw_probe format   always runs: the combined list is consistent with
  *                          the per-kind probes ("none" iff zero devices), and
@@ -19,7 +19,7 @@
 
 #include "device/nccl.h"
 #include "rm_config.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 #define SKIP_CODE 77
 

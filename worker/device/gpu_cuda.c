@@ -4,7 +4,7 @@
  * The library links the static runtime (cudart_static), which loads the
  * driver itself at the first call: on a machine without a driver or a
  * device rm__gpu_cuda_probe() returns NULL after one info line (the same
- * words as transport/devices/cuda_probe.c) and nothing else here runs.
+ * words as transport/probe/cuda_probe.c) and nothing else here runs.
  *
  * Pointers: cudaPointerGetAttributes; device and managed memory count as
  * device memory (reduced on the GPU), registered and unregistered host
@@ -29,7 +29,7 @@
 #include "device/gpu.h"
 #include "reduce/reduce_cuda.h"
 #include "rm_log.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 static __thread char t_err[256];
 

@@ -35,7 +35,7 @@
 #include "rm_log.h"
 #include "rm_param.h"
 #include "session/session_int.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 static void copy(char *dst, size_t n, const char *src)
 {

@@ -1,6 +1,6 @@
 /*
  * cuda_probe.c - CUDA device discovery through the CUDA runtime (built only
- * when RM_HAVE_CUDA). See transport/devices.h.
+ * when RM_HAVE_CUDA). See transport/probe.h.
  *
  * Discovery only: the device data path (staging, GPU reductions, CUDA IPC)
  * is worker/device/, which asks this probe once per process whether the
@@ -23,7 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "rm_log.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 static int logged_none; /* atomic; one info line per process */
 

@@ -1,5 +1,5 @@
 /*
- * devices.h - what accelerator / RDMA hardware this process can see.
+ * probe.h - what accelerator / RDMA hardware this process can see.
  *
  * Discovery only: the data paths are the RDMA transport (transport/rdma/)
  * and the device-memory layer (device/). The agent reports this list to the
@@ -25,8 +25,8 @@
  * and CUDA does not survive fork(): probe in the process that reports, not
  * in a parent that will fork children which use the GPU.
  */
-#ifndef RM_WORKER_TRANSPORT_DEVICES_H
-#define RM_WORKER_TRANSPORT_DEVICES_H
+#ifndef RM_WORKER_TRANSPORT_PROBE_H
+#define RM_WORKER_TRANSPORT_PROBE_H
 
 #include <stddef.h>
 

@@ -1,12 +1,12 @@
 /*
- * devices.c - the device list (devices.h): joins the CUDA probe
+ * devices.c - the device list (transport/probe.h): joins the CUDA probe
  * (cuda_probe.c, built when RM_HAVE_CUDA) and the RDMA probe
  * (rdma_probe.c, built when RM_HAVE_RDMA). For a kind this build left
  * out, the probe here reports "not built" and zero devices.
  *
  * Discovery only: no RDMA or CUDA data path exists; TCP carries all traffic.
  */
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 #include <stdarg.h>
 #include <stdio.h>

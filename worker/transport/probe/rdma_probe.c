@@ -1,6 +1,6 @@
 /*
  * rdma_probe.c - RDMA device discovery through libibverbs (built only when
- * RM_HAVE_RDMA). See transport/devices.h.
+ * RM_HAVE_RDMA). See transport/probe.h.
  *
  * Not the transport (that is worker/transport/rdma/, which loads verbs with
  * dlopen): this file only lists what exists, for the agent's device report,
@@ -21,7 +21,7 @@
 #include <infiniband/verbs.h>
 
 #include "rm_log.h"
-#include "transport/devices.h"
+#include "transport/probe.h"
 
 static int logged_none; /* atomic; one info line per process */
 
