@@ -203,7 +203,7 @@ typedef struct rm__job {
   char (*links)[64];
   uint64_t links_gen, links_sum;  /* generation and member-ids hash of it */
   int links_n;
-  /* recovery.c / gate.c (issue 6) */
+  /* recovery.c / decide.c (issue 6) */
   int reform_target;            /* members wanted by a re-formation; 0 = spec */
   uint64_t ckpt_step;           /* last checkpoint every member completed */
   struct rm_straggler *strag;   /* detector, created on the first report */

@@ -1,7 +1,7 @@
 /*
  * step_gate.c - the StepGate long-poll: per-step participant sets for the
  * straggler policies backup, deadline and coded (issue 6), stale and auto
- * (issue 17), on top of the rm_gate decision machine (straggler/gate.c) and
+ * (issue 17), on top of the rm_gate decision machine (straggler/decide.c) and
  * auto's state machine (straggler/auto.c).
  *
  * One gate per job, rebuilt when the generation changes:
@@ -130,7 +130,7 @@
 
 #include "auto.h"
 #include "core/core_int.h"
-#include "gate.h"
+#include "decide.h"
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"

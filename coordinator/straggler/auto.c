@@ -21,7 +21,7 @@
  *
  * VERDICTS (rm_auto_verdicts), one per rank per decided step. Let t_r be
  * rank r's arrival (its StepGate "ready" call), t_med the median arrival
- * (the ceil(n/2)-th of the n ranks that arrived, as gate.c's DEADLINE) and
+ * (the ceil(n/2)-th of the n ranks that arrived, as decide.c's DEADLINE) and
  *   threshold = max(1 ms, 0.5 x the median over the members of their last
  *               reported compute_ms)                    (rm_auto_threshold)
  *   SYNC       late  iff  t_r > t_med + threshold

@@ -435,7 +435,7 @@ RM_EXTERN rm_status_t rm_session_step_report(rm_session_t *s,
  * refused at submit for command jobs). Average (RM_AVG) over contributors;
  * in place when send == recv. OUT *contributors (may be NULL). Float
  * dtypes. The same step engine as the built-in workloads
- * (worker/session/step_policy.c). */
+ * (worker/session/step_engine.c). */
 RM_EXTERN rm_status_t rm_session_allreduce_step(rm_session_t *s,
                                                 const void *send, void *recv,
                                                 size_t count, rm_dtype_t dt,

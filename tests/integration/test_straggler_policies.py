@@ -1,5 +1,5 @@
 """Issue 17: every straggler policy through the one step engine
-(worker/session/step_policy.c), for every workload that accepts it, with
+(worker/session/step_engine.c), for every workload that accepts it, with
 exact results where the policy promises them.
 
 The workers verify every step themselves (exact sums over the set the

@@ -17,7 +17,7 @@ job otherwise), the accuracy band is reached (>= 0.85 on the held-out
 split).
 
 The jobs add 2 ms of simulated compute per step, which runs the step on
-policy_step.c's path; plain=True leaves it out, so the step runs on
+straggler_step.c's path; plain=True leaves it out, so the step runs on
 trainer.c's plain path (policy none, nothing simulated: what a default job
 runs).
 

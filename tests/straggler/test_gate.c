@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gate.h"
+#include "decide.h"
 
 #include "rm_check.h"
 

@@ -11,7 +11,7 @@
  * dtype represents exactly; the SUM over the contributing ranks C is
  * sum_{r in C} (r + 1) * v(i, s), also exact, so any wrong byte shows.
  *
- * Straggler policies (issue 17, session/step_policy.h): none sums every
+ * Straggler policies (issue 17, session/step_engine.h): none sums every
  * rank (C = all, with the chosen algo); backup, deadline and auto take the
  * member mask of the step from the coordinator and sum exactly those ranks
  * (C = the mask; the others add zeros and still receive the sum). coded and
@@ -32,7 +32,7 @@
 #include "rm_log.h"
 #include "rm_opts.h"
 #include "aggregate/aggregate.h"
-#include "session/step_policy.h"
+#include "session/step_engine.h"
 #include "wl_secure.h"
 #include "workload.h"
 

@@ -55,7 +55,7 @@ typedef struct rm_workload_env {
   const char *straggler_policy; /* "none" (or NULL), "backup", "deadline",
                                    "coded", "stale", "auto" (issue 17: the
                                    workload runs it through the session's
-                                   step engine, session/step_policy.h) */
+                                   step engine, session/step_engine.h) */
   int max_staleness;           /* stale: k */
   int step_quorum;             /* backup: gradients a step needs */
   int coded_s;                 /* coded: tolerated stragglers */

@@ -85,7 +85,7 @@
  * (SessionResponse.gate_pushed, with the generation it was decided in).
  * The stream thread keeps the last one (s->pushed); a gate question that
  * only asks whether this worker was dropped while it computes (not ready,
- * no wait: step_policy.c rm__sp_spend, rm_session_step_dropped) is then
+ * no wait: step_engine.c rm__sp_spend, rm_session_step_dropped) is then
  * answered from it without a call (rm__session_pushed, session_step.c):
  * decided and dropped when it is this generation's and step's, else not
  * decided. Only while a Session is open (pushes come on it); else the

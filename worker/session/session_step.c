@@ -14,7 +14,7 @@
  * rm_session_step_report): a step does not wait for the coordinator.
  *
  * STRAGGLER GATE (backup, deadline, auto; coordinator/core/step_gate.c;
- * the worker side is the step engine, session/step_policy.c). Step s is the
+ * the worker side is the step engine, session/step_engine.c). Step s is the
  * 0-based global step being computed = the steps completed so far. A rank
  * whose gradient is ready calls StepGate(s, ready) and waits (long-poll; the
  * deadline policy polls every 1 ms) for the member mask of step s, the same
@@ -51,7 +51,7 @@
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "session/session_int.h"
-#include "session/step_policy.h"
+#include "session/step_engine.h"
 
 static rm_status_t check(rm_session_t *s)
 {
@@ -536,7 +536,7 @@ static int gate_cb(void *ctx, uint64_t step, int ready, int wait_ms,
   return rm__session_gate(ctx, step, ready, wait_ms, members, dropped);
 }
 
-/* The step engine (step_policy.h) for this generation's policy; a policy a
+/* The step engine (step_engine.h) for this generation's policy; a policy a
  * session program cannot run (coded, stale) is refused at submit, so it is
  * an invalid argument here. */
 static rm_status_t engine(rm_session_t *s, rm__sp_t *sp)

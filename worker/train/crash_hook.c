@@ -26,7 +26,7 @@
  *               (checkpoint/checkpoint.c's "synced" hook), so a partial
  *               checkpoint is left behind for recovery to ignore
  * The points are on both step paths: trainer.c's plain step (policy none,
- * no simulated compute) and policy_step.c's (straggler policies, or
+ * no simulated compute) and straggler_step.c's (straggler policies, or
  * sim_compute_ms/slow_rank set).
  */
 #include <signal.h>

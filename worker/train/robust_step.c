@@ -3,7 +3,7 @@
  * rm_aggregate (clipping, Byzantine-robust methods; issue 12), and the
  * attacks that tests and demonstrations mount against it.
  *
- * Reduce of one step (every rank; policy "none" only, see policy_step.c):
+ * Reduce of one step (every rank; policy "none" only, see straggler_step.c):
  *   1. my contribution v = (my shard's gradient sum) / (my shard's rows):
  *      a per-worker MEAN gradient, the vector a robust method compares
  *      across workers (a rank with no rows contributes zeros);

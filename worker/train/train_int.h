@@ -25,7 +25,7 @@
 #include "rm_opts.h"
 #include "rm_testhook.h"
 #include "train.h"
-#include "session/step_policy.h"
+#include "session/step_engine.h"
 
 /* ---- small helpers (rand.c) ---- */
 
@@ -269,8 +269,8 @@ int rm__slow_any(const rm__slow_t *sl);
 #define RM__SLOW_OPTION_NAMES \
   "slow_rank slow_factor slow_from slow_until stall_rank stall_step stall_ms"
 
-/* ---- a step under a straggler policy (policy_step.c; issues 6, 17) ----
- * The policy itself is the session's step engine (session/step_policy.h),
+/* ---- a step under a straggler policy (straggler_step.c; issues 6, 17) ----
+ * The policy itself is the session's step engine (session/step_engine.h),
  * shared with every workload and session program; this is train's use. */
 typedef struct rm__policy {
   rm__sp_t sp;           /* the step engine, (re)started per generation */

@@ -25,7 +25,7 @@
  *   slow_from, slow_until  0-based steps [from, until) they are slow (a
  *                          transient straggler; until 0 = to the end)
  *   stall_rank, stall_step, stall_ms  one rank stalls once, for stall_ms
- *                          (session/step_policy.h rm__slow_t)
+ *                          (session/step_engine.h rm__slow_t)
  *   attack       none      signflip gaussian alie ipm labelflip nan: the
  *                          last `attackers` ranks send a Byzantine gradient
  *                          (tests, demonstrations; robust_step.c defines
@@ -45,7 +45,7 @@
  *
  * Gradient reduction: each rank sums per-sample gradients of its shard, the
  * f32 sums are all-reduced with RM_SUM, and every rank divides by B (under
- * a straggler policy: policy_step.c). With the job's aggregation other than
+ * a straggler policy: straggler_step.c). With the job's aggregation other than
  * plain mean (a robust method, clip_norm > 0) or an attack, the per-worker
  * mean gradients go through rm_aggregate instead (robust_step.c); that
  * composes with straggler_policy none only (a gated policy is refused:
@@ -276,7 +276,7 @@ static rm_status_t save_checkpoint(train_state_t *s, rm_workload_env_t *env)
   return RM_OK;
 }
 
-/* The step engine for this generation (session/step_policy.h). */
+/* The step engine for this generation (session/step_engine.h). */
 static rm_status_t policy_start(train_state_t *s, rm_workload_env_t *env)
 {
   rm_status_t st = rm__sp_start(&s->pol.sp, env->straggler_policy, env->rank,

@@ -1,7 +1,7 @@
 /*
- * policy_step.c - one training step under a straggler policy (issues 6, 17).
+ * straggler_step.c - one training step under a straggler policy (issues 6, 17).
  * The policy's protocol is the session's step engine
- * (session/step_policy.c); this file is what `train` computes and reduces
+ * (session/step_engine.c); this file is what `train` computes and reduces
  * in each of its phases.
  *
  * Who computes what, for global step s with batch B on world W, rank r:
@@ -18,7 +18,7 @@
  * Step protocol (every rank):
  *   1. compute the local gradient sum (+ loss sum, correct count); the
  *      simulated compute (sim_compute_ms) and the simulated stragglers
- *      (slow_* / stall_* options, session/step_policy.h) are spent by the
+ *      (slow_* / stall_* options, session/step_engine.h) are spent by the
  *      engine, which under a gated policy stops as soon as the gate says
  *      this rank was dropped;
  *   2. gated policies: the member mask M of step s from the engine, the
@@ -115,7 +115,7 @@ static void fill_report(rm__trainer_t *t, rm_step_report_t *rep, int64_t t0,
 }
 
 /* stale: the owed gradient is computed on the parameters of the step it is
- * from, kept in p->owed, and folded in when done (step_policy.c). */
+ * from, kept in p->owed, and folded in when done (step_engine.c). */
 static rm_status_t stale_step(rm__trainer_t *t, rm_comm_t *comm,
                               rm__policy_t *p, rm_step_report_t *rep)
 {

@@ -1,6 +1,6 @@
 /*
- * step_policy.c - the straggler step engine (issue 17): one step loop for
- * every workload and session program. Interface in step_policy.h.
+ * step_engine.c - the straggler step engine (issue 17): one step loop for
+ * every workload and session program. Interface in step_engine.h.
  *
  * A STEP (0-based global step s, rank r of world W), for every policy:
  *   1. compute: the workload's real work, then simulated extra time (the
@@ -78,7 +78,7 @@
 
 #include "rm_clock.h"
 #include "rm_log.h"
-#include "session/step_policy.h"
+#include "session/step_engine.h"
 
 /* ---- the engine ---- */
 static const char *const k_names[] = {"none", "backup", "deadline", "coded",

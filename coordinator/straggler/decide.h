@@ -1,6 +1,6 @@
 /*
- * gate.h - the per-step participant gate of the straggler policies
- * (coordinator module, issue 6). Design and state machine in gate.c.
+ * decide.h - the per-step participant gate of the straggler policies
+ * (coordinator module, issue 6). Design and state machine in decide.c.
  *
  * Under `backup`, `deadline` and `coded` the coordinator fixes which ranks
  * contribute to each step; every rank then runs the masked all-reduce
@@ -19,8 +19,8 @@
  * read here), so the gate is deterministic and testable. Not thread-safe;
  * allocation only in rm_gate_create.
  */
-#ifndef RM_COORDINATOR_GATE_H
-#define RM_COORDINATOR_GATE_H
+#ifndef RM_COORDINATOR_STRAGGLER_DECIDE_H
+#define RM_COORDINATOR_STRAGGLER_DECIDE_H
 
 #include <stdint.h>
 

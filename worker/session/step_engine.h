@@ -1,10 +1,10 @@
 /*
- * step_policy.h - the straggler step engine: the one place where a step of
+ * step_engine.h - the straggler step engine: the one place where a step of
  * any workload or session program meets its job's straggler policy
  * (issue 17). Design, invariants and the stale protocol at the top of
- * step_policy.c.
+ * step_engine.c.
  *
- * Used by the built-in workloads (worker/train/policy_step.c for `train`,
+ * Used by the built-in workloads (worker/train/straggler_step.c for `train`,
  * synthetic_workload.c, agent/wl_allreduce.c) and by the session API's
  * rm_session_allreduce_step (session_step.c), so `none`, `backup`,
  * `deadline`, `coded`, `stale` and `auto` mean the same thing everywhere.
@@ -16,8 +16,8 @@
  *
  * Not thread-safe: one thread drives one rm__sp_t.
  */
-#ifndef RM_SESSION_STEP_POLICY_H
-#define RM_SESSION_STEP_POLICY_H
+#ifndef RM_SESSION_STEP_ENGINE_H
+#define RM_SESSION_STEP_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,7 +52,7 @@ typedef struct rm__sp {
   uint8_t *members;    /* world: the decided mask of the current step */
   int nmembers;
   double wait_ms;      /* parked at the gate during the current step */
-  /* stale: the gradient this rank still owes (see step_policy.c) */
+  /* stale: the gradient this rank still owes (see step_engine.c) */
   int pending;         /* 1 = a gradient of step pending_from is owed */
   uint64_t pending_from;
   double left_ms;      /* simulated compute it still needs */
@@ -101,7 +101,7 @@ rm_status_t rm__sp_decide(rm__sp_t *p, uint64_t step);
 /* After a decided step (not stale): count it in the statistics. */
 void rm__sp_count(rm__sp_t *p, int contributed, int contributors);
 
-/* ---- stale (see the protocol in step_policy.c) ---- */
+/* ---- stale (see the protocol in step_engine.c) ---- */
 /* 1 when this rank owes no gradient: compute a fresh one for `step` now,
  * then call rm__sp_stale_owe with its simulated extra time. */
 int rm__sp_stale_fresh(const rm__sp_t *p);

@@ -1,5 +1,5 @@
 /*
- * gate.c - per-step participant decision for the straggler policies.
+ * decide.c - per-step participant decision for the straggler policies.
  *
  * STATE MACHINE (one step; rm_gate_reset starts the next):
  *
@@ -35,7 +35,7 @@
  * (average over the k contributors for backup/deadline, 0/1 decode sum for
  * coded) is documented in worker/aggregate/aggregate.h and gradcode.c.
  */
-#include "gate.h"
+#include "decide.h"
 
 #include <stdlib.h>
 #include <string.h>
