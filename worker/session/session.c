@@ -21,6 +21,7 @@
  * but never forms the group keeps us waiting (the job's own deadlines
  * decide), one that does not answer for connect_timeout_ms is given up.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,6 +220,7 @@ static rm_status_t form(rm_session_t *s)
   Ringmaster__V1__JoinResponse *r = NULL;
   rm_status_t st = join(s, &r);
   if (st != RM_OK) return st;
+  if (s->rf_t0) s->rf_joined = rm__now_ns();
   rm__session_stream_start(s);
   if (!r->formed) {
     s->ended = 1;
@@ -294,6 +296,14 @@ static rm_status_t form(rm_session_t *s)
     return fail(s, st, "generation %llu: communicator setup failed: %s",
                 (unsigned long long)s->generation, rm_status_string(st));
   s->last_error[0] = 0;
+  if (s->rf_t0) {
+    int64_t now = rm__now_ns();
+    RM_INFO("generation %llu re-formed in %.1f ms: decision %.1f, old communicator "
+            "closed %.1f, Join %.1f, communicator %.1f", (unsigned long long)s->generation,
+            (double)(now - s->rf_t0) / 1e6, (double)(s->rf_decided - s->rf_t0) / 1e6,
+            (double)(s->rf_destroyed - s->rf_decided) / 1e6,
+            (double)(s->rf_joined - s->rf_destroyed) / 1e6, (double)(now - s->rf_joined) / 1e6);
+  }
   rm__session_use_arm(s, comm);
   /* algorithm nccl: the unique id through the coordinator (session_nccl.c) */
   if (cfg.algorithm == RM_ALGO_NCCL && !stale) rm__session_nccl_id(s, comm);
@@ -452,12 +462,26 @@ rm_status_t rm_session_leave(rm_session_t *s, int ok, const char *error,
 static int await_decision(rm_session_t *s)
 {
   int64_t until = rm__now_ns() + (int64_t)s->hb_interval_ms * 8 * 1000000;
-  while (rm__now_ns() < until) {
+  int stale = 0;
+  while (!stale && rm__now_ns() < until) {
     rm__session_heartbeat(s);
-    if (rm__session_is_stale(s)) return 1;
-    sleep_ms(200);
+    /* a heartbeat every 200 ms, but awake at the moment the session is
+     * marked stale (its broadcast): the notice, a refused heartbeat or
+     * ReportFailure */
+    int64_t nap = until - rm__now_ns();
+    if (nap > 200 * 1000000LL) nap = 200 * 1000000LL;
+    if (nap < 0) nap = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
+    int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + nap;
+    ts.tv_sec = (time_t)(wake / 1000000000LL);
+    ts.tv_nsec = (long)(wake % 1000000000LL);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
+    stale = s->stale;
+    pthread_mutex_unlock(&s->mu);
   }
-  return 0;
+  return stale;
 }
 
 rm_status_t rm_session_reform(rm_session_t *s)
@@ -476,6 +500,8 @@ rm_status_t rm_session_reform(rm_session_t *s)
     s->broke_wall_ms = rm__wall_ms();
     s->broke_gen = s->generation;
   }
+  s->rf_t0 = rm__now_ns();
+  RM_INFO("generation %llu broke: %s", (unsigned long long)s->generation, err);
   if (!stale) {
     /* our data plane failed, or a peer told us (RM_ERR_RECONFIGURED /
      * JOB_ENDED in its ABORT frame) that the coordinator moved on: name the
@@ -488,18 +514,24 @@ rm_status_t rm_session_reform(rm_session_t *s)
        * that restarted meanwhile): Leave reporting the failure; one that
        * refuses it as stale is re-forming the job and wants us back */
       fprintf(stderr, "%s: rank %d failed: %s\n", s->log_prefix, s->rank, err);
-      if (leave_call(s, 0, err, NULL) != RM_ERR_RECONFIGURED)
+      if (leave_call(s, 0, err, NULL) != RM_ERR_RECONFIGURED) {
+        s->rf_t0 = 0;
         return fail(s, cst, "%s (the coordinator decided nothing within %d ms)",
                     err, s->hb_interval_ms * 8);
+      }
     }
   }
+  s->rf_decided = rm__now_ns();
   pthread_mutex_lock(&s->mu);
   rm_comm_t *old = s->comm;
   s->comm = NULL;
   pthread_mutex_unlock(&s->mu);
   rm__session_secure_drop(s);
   rm_comm_destroy(old);
-  return form(s);
+  s->rf_destroyed = rm__now_ns();
+  rm_status_t st = form(s);
+  s->rf_t0 = 0;
+  return st;
 }
 
 /* ---- close ---- */
