@@ -8,7 +8,8 @@
  *                     retry with backoff until connect_timeout_ms) ->
  *                     job over?  -> RM_ERR_JOB_ENDED
  *                     heartbeats + session stream on, rm_comm_init(peers)
- *   rm_session_reform (after a failed collective or RM_ERR_RECONFIGURED):
+ *   rm_session_reform (after a failed collective or RM_ERR_RECONFIGURED;
+ *                     its steps and their costs: RE-FORMATION TIMELINE):
  *                     data-plane failure, coordinator not yet moved on ->
  *                       ReportFailure(failed peer) so it can declare the
  *                       peer lost at once, then wait (8 heartbeat
@@ -456,7 +457,51 @@ rm_status_t rm_session_leave(rm_session_t *s, int ok, const char *error,
   return st;
 }
 
-/* ---- re-form ---- */
+/* ---- re-form ----
+ *
+ * RE-FORMATION TIMELINE. One member of a 4-worker `train` job on one host
+ * SIGKILLed (bench/recovery/fault_campaign.py, shrink and replace, shared
+ * memory and TCP; 2-core VM, 2026-12-06; bench/results/2026-12-07-
+ * recovery.md). Times after the kill; each step's cost as this file logs
+ * it ("generation G re-formed in T ms: decision, old communicator closed,
+ * Join, communicator") and the workers' other lines show it:
+ *
+ *   1. the coordinator declares the member lost            +1-3 ms
+ *      (its Session cancelled by its kernel: coordinator/core/recovery.c
+ *      source 2) and, under shrink, forms G+1 in the same section (replace:
+ *      when a standby completes the group; else the launcher's newcomer);
+ *   2. THE NOTICE reaches each survivor's Session stream   +0-1 ms
+ *      (session_live.c): the communicator is aborted with that cause
+ *      (RM_ERR_RECONFIGURED); a collective blocked on the dead peer returns.
+ *      The data plane may be first instead: TCP sees the peer's sockets
+ *      close at once, shared memory its pidfd (transport/shm/shm_int.h
+ *      DEATH WATCH; it polled the pid every 50 ms: +25 ms on average);
+ *      a peer that learned first sends an ABORT frame;
+ *   3. decision                                             0-3 ms
+ *      0 when the notice came first; else ReportFailure naming the peer,
+ *      whose "stale generation" refusal is the decision (it was only
+ *      logged, and the wait below slept 200 ms before its next look:
+ *      that was most of the 205-450 ms survivors spent here before), or
+ *      await_decision, which wakes the moment the session is marked stale;
+ *   4. the old communicator closed                          0-1.5 ms
+ *   5. Join of G+1 (already formed: answered at once)       0.3-1.5 ms
+ *   6. the new communicator (rm_comm_init: shared-memory    0.3-7 ms
+ *      inboxes created and attached, naps of 1-5 ms while a peer's is not
+ *      there yet; TCP connects, keyed handshakes)
+ *   7. the first all-reduce's cost model: rank 0's model of  <1 ms
+ *      an earlier communicator of the job, broadcast (collectives/select.c
+ *      REUSE; calibrating again cost ~10 ms);
+ *   8. the workload's resync (train: an all-reduce of two words; a
+ *      replacement first builds its workload and loads the last complete
+ *      checkpoint, ~10 ms, then the parameters come by broadcast) and the
+ *      first step (2 ms of compute + its all-reduce): the "recovered" line.
+ *
+ * Kill -> first step of G+1, medians of 20 trials: shrink 16 / 8 ms
+ * (shared memory / TCP), replace 18 / 15 ms, from 265 / 215 and 277 /
+ * 235 ms. Nothing in this path sleeps on a timer any more; what is left
+ * is RPC round trips, segment and socket set-up, and the workload's own
+ * work.
+ */
 /* After a data-plane failure: give the coordinator 8 heartbeat intervals to
  * decide (job failed, or a new generation). 1 = it moved on. */
 static int await_decision(rm_session_t *s)
