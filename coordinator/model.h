@@ -47,6 +47,8 @@ typedef struct rm__park {
   uint8_t watch_sending;        /* WATCH: a message is in flight */
   uint8_t gate_push;            /* SESSION: decisions are pushed to it
                                    (SessionRequest.gate_push) */
+  uint8_t moved_on_push;        /* SESSION: told when its generation is over
+                                   (SessionRequest.moved_on_push) */
   uint8_t relayed;              /* SESSION, JOIN: a lane of a Relay stream */
   union {
     struct {                    /* WATCH */

@@ -18,6 +18,8 @@
  *                    gz_answer.c and inflated here, and must give exactly
  *                    the head + tail bytes (else abort: a finding);
  *   rm__stream_send  one Watch message; sets park.watch_sending;
+ *   rm__session_push_msg  one Session message (a moved-on notice), as a
+ *                    stream message;
  *   rm__rpc_out_flush    (commit step 1) delivers each queued answer to its
  *                    call: a final status is recorded (code, details,
  *                    bytes), a stream message counted; the harness checks
@@ -241,6 +243,14 @@ void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *sh
   m.generation = gen;
   uint8_t *buf = pack(&m.base, &len);
   protobuf_c_message_free_unpacked(&g->base, NULL);
+  out_push(c, k, -1, NULL, buf, len);
+}
+
+void rm__session_push_msg(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *m)
+{
+  size_t len;
+  if (k->answered) return;
+  uint8_t *buf = pack(m, &len);
   out_push(c, k, -1, NULL, buf, len);
 }
 

@@ -16,7 +16,12 @@ worker (same host, same clock).
               data plane or the launcher's reaping (200 ms poll) comes first
 
   /usr/bin/python3 bench/recovery/bench_detection.py --coordinator build/coordinator/ringmaster \
-      --worker build/worker/agent/ringmaster-worker --proto proto
+      --worker build/worker/agent/ringmaster-worker --proto proto \
+      [--repeat N] [--kinds heartbeat,stream,"data plane",launcher]
+
+"data plane" is the shared-memory transport's own detection of a dead
+peer (worker/transport/shm/shm_int.h DEATH WATCH) plus one ReportFailure,
+unless RINGMASTER_TRANSPORTS=tcp (then a socket's EOF).
 """
 import os
 import signal
@@ -28,7 +33,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "recovery"))
 import rc  # noqa: E402
 
-REPEAT = 3
+def take(flag, default):
+    if flag in sys.argv:
+        i = sys.argv.index(flag)
+        v = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
+        return v
+    return default
+
+
+REPEAT = int(take("--repeat", "3"))
+KINDS = take("--kinds", "heartbeat,stream,data plane,launcher").split(",")
 
 
 def lost_after(env, job, t0, timeout=30):
@@ -86,7 +101,7 @@ def bench(env):
     print("%-10s %10s %10s  %-24s %s" % ("source", "median ms", "max ms", "declared by",
                                          "first failure_report ms"))
     n = 0
-    for kind in ("heartbeat", "stream", "data plane", "launcher"):
+    for kind in KINDS:
         rs = []
         for _ in range(REPEAT):
             n += 1

@@ -41,6 +41,13 @@ checksums every 5 steps and the job fails if they differ; checkpoint_every
                 coordinator_restarted event)
   recover       kill -> the next generation's "generation" event (coord:
                 restart -> generation 2 formed)
+  resume        kill -> the first step a survivor completed at the next
+                generation (its "recovered ... resume_ms=" log line,
+                worker/session/session_step.c; the earliest survivor's):
+                what the job loses to the failure. fail, shrink, replace
+                and sigstop trials only
+The transport is the workers' default (shared memory between workers on
+one host); RINGMASTER_TRANSPORTS=tcp in the environment makes it TCP.
 
 LINK CUTS (as tests/recovery/test_link_cut.py: needs root and `ip netns`;
 the trial is reported as skipped otherwise). Topology, built once for the
@@ -142,7 +149,9 @@ def exits(ws, timeout=60):
 def worker_trial(env, n, kind, rng):
     policy = {"fail": "fail", "shrink": "shrink", "replace": "replace", "sigstop": "shrink"}[kind]
     job = submit(env, n, policy, hb=1000 if kind == "sigstop" else 2000)
-    first = n * 10
+    # log files are per index and appended to: one range per kind, so a
+    # trial never reads the lines of another kind's trial n
+    first = KINDS.index(kind) * 10000 + n * 10
     ws = rc.start(env, job, WORLD, first=first)
     standby = rc.start(env, job, 1, first=first + WORLD)[0] if kind == "replace" else None
     wait_step(env, job, rng.randint(5, 250))
@@ -162,11 +171,14 @@ def worker_trial(env, n, kind, rng):
     procs[victim].wait(timeout=20)
     evs = env.events(job.id, job.token, timeout=1)
     r = {"hang": j is None, "recovered": False, "wrong": False,
-         "detect": None, "recover": None}
+         "detect": None, "recover": None, "resume": None}
     lost = ev_time(evs, "worker_lost", t_kill - 5) or ev_time(evs, "worker_failed", t_kill - 5)
     r["detect"] = lost - t_kill if lost else None
     gen = ev_time(evs, "generation", t_kill - 5)
     r["recover"] = gen - t_kill if gen else None
+    resumed = [int(x[3]) for i in range(len(procs)) if i != victim
+               for x in rc.recovered(env, first + i) if int(x[3]) >= t_kill]
+    r["resume"] = min(resumed) - t_kill if resumed else None
     if j is None:
         return r
     if kind == "fail":
@@ -319,8 +331,9 @@ def fmt(xs):
 
 def table_row(kind, res):
     d, r = [x["detect"] for x in res], [x["recover"] for x in res]
+    u = [x.get("resume") for x in res]
     return ((kind, len(res), sum(x["recovered"] for x in res), sum(x["hang"] for x in res),
-             sum(x["wrong"] for x in res)) + fmt(d) + fmt(r))
+             sum(x["wrong"] for x in res)) + fmt(d) + fmt(r) + fmt(u))
 
 
 def campaign(env):
@@ -342,10 +355,11 @@ def campaign(env):
         env.kill_coordinator(signal.SIGTERM)
         rows.append(table_row(kind, res))
     print("| trial | trials | recovered | hangs | wrong results | detect median ms | "
-          "detect max ms | recover median ms | recover max ms |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "detect max ms | recover median ms | recover max ms | resume median ms | "
+          "resume max ms |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
-        print("| %s | %d | %d | %d | %d | %s | %s | %s | %s |" % row)
+        print("| %s | %d | %d | %d | %d | %s | %s | %s | %s | %s | %s |" % row)
     if LINKCUT_NOTES:
         print()
         print(LINKCUT_NOTES)

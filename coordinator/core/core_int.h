@@ -108,6 +108,11 @@ static inline void rm__push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uin
 {
   c->answer->push_gate(c, p, gen, step, members, world, cache);
 }
+static inline void rm__push_moved_on(rm_coord_t *c, rm__park_t *p, uint64_t gen,
+                                     rm_job_state_t st, const char *why)
+{
+  c->answer->push_moved_on(c, p, gen, st, why);
+}
 static inline void rm__answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
 {
   c->answer->stale(c, p, why);

@@ -220,6 +220,12 @@ void rm__job_set_state(rm_coord_t *c, rm__job_t *j, rm_job_state_t st,
   rm__event(c, j, "job_state", -1, "%s -> %s%s%s", rm_job_state_name(old),
             rm_job_state_name(st), reason && *reason ? ": " : "",
             reason ? reason : "");
+  /* the generation is over: every open Session that asked hears it now
+   * (recovery.c THE NOTICE), not at its next heartbeat or data-plane error */
+  if (old == RM_JOB_RUNNING)
+    for (rm__park_t *p = j->parked.next; p != &j->parked; p = p->next)
+      if (p->kind == RM__PARK_SESSION && p->moved_on_push)
+        rm__push_moved_on(c, p, j->info.generation, st, j->info.reason);
   if (!rm_job_state_terminal(st)) return;
   /* Worker states follow the job's end: a worker still joining or running
    * is told to stop (its next call learns the job ended; the launcher stops

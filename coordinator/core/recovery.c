@@ -48,11 +48,20 @@
  *              max_restarts is reached, or at the re-formation deadline
  *              (max(barrier timeout, 3 heartbeat timeouts)) with no one.
  *
- * Survivors learn of G+1 (or of FORMING) at their next heartbeat or step
- * report: the agent aborts its communicator (the in-flight collective
- * returns RM_ERR_ABORTED), drops the step, re-joins, builds a communicator
- * from the new peer list on the same data endpoint and resumes after
- * start_step.
+ * THE NOTICE. Survivors learn that G is over (FORMING, or the job's end)
+ * the moment the job leaves RUNNING: job.c rm__job_set_state pushes a
+ * SessionResponse with moved_on (generation G, the new state, the reason:
+ * "rank r (host) lost: ...") on the Session of every worker that asked
+ * for it (SessionRequest.moved_on_push), queued with the transition's
+ * COMMIT like any answer. The agent aborts its communicator with that
+ * cause (the in-flight collective returns RM_ERR_RECONFIGURED), drops the
+ * step, re-joins, builds a communicator from the new peer list on the
+ * same data endpoint and resumes after start_step (worker/session/
+ * session.c, RE-FORMATION TIMELINE). A worker killed by SIGKILL is usually
+ * declared lost through its broken Session (source 2) within a few ms,
+ * before its peers' data plane has failed: the notice is then the first
+ * signal they get. Without it (an older agent, a lost push: it is best
+ * effort) they learn at their next heartbeat or step report, as before.
  *
  * Invariants:
  *  R1 start_step of a new generation = min steps_done over its members that

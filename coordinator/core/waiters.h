@@ -45,6 +45,11 @@ typedef struct rm__answer_ops {
    * far behind. */
   void (*push_gate)(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
                     const uint8_t *members, int world, rm__blob_t **cache);
+  /* Tell session park p, unasked, that generation gen is over: the job is
+   * now in state st because of why (SessionResponse.moved_on; core/
+   * recovery.c THE NOTICE). Best effort, as push_gate. */
+  void (*push_moved_on)(rm_coord_t *c, rm__park_t *p, uint64_t gen, rm_job_state_t st,
+                        const char *why);
   /* The call's generation or job is over: FAILED_PRECONDITION with why. */
   void (*stale)(rm_coord_t *c, rm__park_t *p, const char *why);
   /* The call's state was rolled back (core/commit.c): RESOURCE_EXHAUSTED

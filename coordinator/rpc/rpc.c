@@ -529,6 +529,7 @@ static void on_session(rm_coord_t *c, rm__call_t *call,
     p->job_id = j->info.id;
     p->worker_id = w->id;
     p->gate_push = q->gate_push;
+    p->moved_on_push = q->moved_on_push;
     rm__park_link(j, p);
   } else {
     if (q->job_id != p->job_id || q->worker_id != p->worker_id) {

@@ -22,6 +22,8 @@ void rm__rpc_answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step, const uint
                          int world, int dropped, int arrivals_decide, rm__blob_t **cache);
 void rm__rpc_push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step,
                        const uint8_t *members, int world, rm__blob_t **cache);
+void rm__rpc_push_moved_on(rm_coord_t *c, rm__park_t *p, uint64_t gen, rm_job_state_t st,
+                           const char *why);                             /* waiters.c */
 void rm__rpc_answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
 void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why);
 void rm__rpc_watch_kick(rm_coord_t *c, rm__job_t *j);                          /* rpc.c */
@@ -74,6 +76,9 @@ void rm__park_answer(rm_coord_t *c, rm__park_t *p, const ProtobufCMessage *resp,
  * Best effort: nothing when the stream is over or too far behind. Under
  * lock. */
 void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *shared);
+/* SESSIONS: message m of Session call k, unasked, packed here; best effort
+ * as rm__session_push (the same bound on what is queued). Under lock. */
+void rm__session_push_msg(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *m);
 
 /* ---- rpc.c: handlers (under lock) ---- */
 enum {

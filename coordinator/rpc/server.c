@@ -636,6 +636,13 @@ void rm__session_push(rm_coord_t *c, rm__call_t *k, uint64_t gen, rm__blob_t *sh
   rm__out_push(c, k, -1, NULL, framed(gen, session_gate_field, shared->slice));
 }
 
+void rm__session_push_msg(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *m)
+{
+  if (k->answered || (k->up ? !rm__relay_room(k) : G(k)->nlater >= SESSION_PUSH_BELOW))
+    return;
+  rm__out_push(c, k, -1, NULL, pack(m));
+}
+
 void rm__stream_send(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *msg)
 {
   if (k->answered) return;

@@ -141,6 +141,17 @@ void rm__rpc_push_gate(rm_coord_t *c, rm__park_t *p, uint64_t gen, uint64_t step
   rm__session_push(c, p->call, gen, decided_cached(cache, 1, step, members, world, 1));
 }
 
+void rm__rpc_push_moved_on(rm_coord_t *c, rm__park_t *p, uint64_t gen, rm_job_state_t st,
+                           const char *why)
+{
+  Ringmaster__V1__SessionResponse r = RINGMASTER__V1__SESSION_RESPONSE__INIT;
+  r.moved_on = 1;
+  r.generation = gen;
+  r.job_state = (Ringmaster__V1__JobState)st;
+  r.reason = (char *)(why ? why : "");
+  rm__session_push_msg(c, p->call, &r.base);
+}
+
 void rm__rpc_answer_stale(rm_coord_t *c, rm__park_t *p, const char *why)
 {
   rm__reply(c, p->call, RM__GRPC_FAILED_PRECONDITION, why, NULL);
@@ -160,6 +171,7 @@ const rm__answer_ops_t rm__rpc_answer_ops = {
     .barrier = rm__rpc_answer_barrier,
     .gate = rm__rpc_answer_gate,
     .push_gate = rm__rpc_push_gate,
+    .push_moved_on = rm__rpc_push_moved_on,
     .stale = rm__rpc_answer_stale,
     .storage = rm__rpc_answer_storage,
     .watch_kick = rm__rpc_watch_kick,

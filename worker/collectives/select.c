@@ -46,6 +46,25 @@
  * same algorithm. Before calibration (rm_allreduce_choose on a fresh
  * communicator) the defaults below are used.
  *
+ * REUSE. A calibration costs 25 exchanges each behind a barrier: about
+ * 10 ms on the 2-core VM at 2-4 ranks, half of what a re-formed job spent
+ * between a lost member and its first step (worker/session/session.c
+ * RE-FORMATION TIMELINE). The model's three numbers describe the links and
+ * the reduce kernel, not the world (N enters the formulas above), so a
+ * process keeps the last model it calibrated or received (REUSED below),
+ * with its job and the set of transports of that communicator's pairs. At
+ * its first auto call a communicator broadcasts one word and the three
+ * numbers from rank 0: 1 when rank 0 holds a model of the same job and
+ * the same transport set (a re-formed generation of the job, on the same
+ * kinds of links), and then every rank takes them; else every rank
+ * calibrates as above. Rank 0 alone decides, so the ranks agree even when
+ * some hold no model (a replacement). Cost where nothing is reused: one
+ * 32-byte broadcast (log2 N messages of alpha). A model measured at
+ * another world size (shrink: one rank fewer on the same CPUs) is a
+ * little pessimistic; auto may then pick a slower algorithm at a size near
+ * a crossover, never a different result. RINGMASTER_CALIBRATE_REUSE=0
+ * calibrates every communicator.
+ *
  * Precedence of the algorithm for one call: rm_allreduce_ex's algo, else the
  * communicator's (rm_comm_set_algorithm, else RINGMASTER_ALGO), else auto.
  *
@@ -55,6 +74,7 @@
  * never of timing, and with it the order of every reduction.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +82,9 @@
 #include "rm_check.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_param.h"
+
+RM_PARAM(calibrate_reuse, "RINGMASTER_CALIBRATE_REUSE", 1)
 
 #define DEF_ALPHA_US 25.0
 #define DEF_BETA_US_PER_B (1.0 / 1000.0)  /* 1 GB/s */
@@ -190,10 +213,72 @@ static double gamma_measure(char *a, const char *b)
   return best / CAL_BIG_BYTES;
 }
 
+/* REUSE: the process's last model, its job and transport set. */
+static struct {
+  pthread_mutex_t mu;
+  int have;
+  uint64_t job;
+  unsigned tps;
+  double m[3];
+} g_model = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, {0, 0, 0}};
+
+/* The set of transports c's pairs use, one bit per transport id. */
+static unsigned tp_set(const rm_comm_t *c)
+{
+  unsigned set = 0;
+  for (int p = 0; p < rm_comm_world(c); p++) {
+    const rm__transport_ops_t *t = p == rm_comm_rank(c) ? NULL : rm__conn_type(c, p);
+    if (t) set |= 1u << ((unsigned)t->id & 31u);
+  }
+  return set;
+}
+
+static void model_keep(const rm_comm_t *c, const double m[3])
+{
+  pthread_mutex_lock(&g_model.mu);
+  g_model.have = 1;
+  g_model.job = c->job_id;
+  g_model.tps = tp_set(c);
+  memcpy(g_model.m, m, sizeof g_model.m);
+  pthread_mutex_unlock(&g_model.mu);
+}
+
+/* REUSE: rank 0's word and model to every rank; 1 when they were taken. */
+static rm_status_t model_reused(rm_comm_t *c, int *taken)
+{
+  double h[4] = {0, 0, 0, 0};
+  *taken = 0;
+  if (rm_comm_rank(c) == 0 && rm__param_calibrate_reuse()) {
+    pthread_mutex_lock(&g_model.mu);
+    if (g_model.have && c->job_id && g_model.job == c->job_id && g_model.tps == tp_set(c)) {
+      h[0] = 1;
+      memcpy(h + 1, g_model.m, sizeof g_model.m);
+    }
+    pthread_mutex_unlock(&g_model.mu);
+  }
+  RM_CHECK(rm__tree_bcast(c, h, 4, sizeof(double), 0));
+  if (h[0] != 1) return RM_OK;
+  c->cost.alpha_us = h[1];
+  c->cost.beta_us_per_byte = h[2];
+  c->cost.gamma_us_per_byte = h[3];
+  c->cost.calibrated = 1;
+  model_keep(c, h + 1); /* a replacement holds it from now on */
+  *taken = 1;
+  RM_DEBUG("cost model of an earlier communicator of job %llu reused: alpha %.1f us, "
+           "beta %.3f GB/s, gamma %.3f GB/s", (unsigned long long)c->job_id, h[1],
+           1e-3 / h[2], 1e-3 / h[3]);
+  return RM_OK;
+}
+
 rm_status_t rm__cost_calibrate(rm_comm_t *c)
 {
   rm_status_t st = RM_OK;
   double small_us, big_us, m[3];
+  int taken = 0;
+  if (rm_comm_world(c) > 1) {
+    RM_CHECK(model_reused(c, &taken));
+    if (taken) return RM_OK;
+  }
   char *buf = calloc(2, CAL_BIG_BYTES);
   if (!buf)
     return RM_ERR_NOMEM;
@@ -218,6 +303,7 @@ rm_status_t rm__cost_calibrate(rm_comm_t *c)
   c->cost.beta_us_per_byte = m[1];
   c->cost.gamma_us_per_byte = m[2];
   c->cost.calibrated = 1;
+  model_keep(c, m);
   RM_DEBUG("cost model calibrated: alpha %.1f us, beta %.3f GB/s, gamma %.3f GB/s",
            m[0], 1e-3 / m[1], 1e-3 / m[2]);
 out:

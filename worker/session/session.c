@@ -8,7 +8,8 @@
  *                     retry with backoff until connect_timeout_ms) ->
  *                     job over?  -> RM_ERR_JOB_ENDED
  *                     heartbeats + session stream on, rm_comm_init(peers)
- *   rm_session_reform (after a failed collective or RM_ERR_RECONFIGURED):
+ *   rm_session_reform (after a failed collective or RM_ERR_RECONFIGURED;
+ *                     its steps and their costs: RE-FORMATION TIMELINE):
  *                     data-plane failure, coordinator not yet moved on ->
  *                       ReportFailure(failed peer) so it can declare the
  *                       peer lost at once, then wait (8 heartbeat
@@ -21,6 +22,7 @@
  * but never forms the group keeps us waiting (the job's own deadlines
  * decide), one that does not answer for connect_timeout_ms is given up.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -219,6 +221,7 @@ static rm_status_t form(rm_session_t *s)
   Ringmaster__V1__JoinResponse *r = NULL;
   rm_status_t st = join(s, &r);
   if (st != RM_OK) return st;
+  if (s->rf_t0) s->rf_joined = rm__now_ns();
   rm__session_stream_start(s);
   if (!r->formed) {
     s->ended = 1;
@@ -294,6 +297,14 @@ static rm_status_t form(rm_session_t *s)
     return fail(s, st, "generation %llu: communicator setup failed: %s",
                 (unsigned long long)s->generation, rm_status_string(st));
   s->last_error[0] = 0;
+  if (s->rf_t0) {
+    int64_t now = rm__now_ns();
+    RM_INFO("generation %llu re-formed in %.1f ms: decision %.1f, old communicator "
+            "closed %.1f, Join %.1f, communicator %.1f", (unsigned long long)s->generation,
+            (double)(now - s->rf_t0) / 1e6, (double)(s->rf_decided - s->rf_t0) / 1e6,
+            (double)(s->rf_destroyed - s->rf_decided) / 1e6,
+            (double)(s->rf_joined - s->rf_destroyed) / 1e6, (double)(now - s->rf_joined) / 1e6);
+  }
   rm__session_use_arm(s, comm);
   /* algorithm nccl: the unique id through the coordinator (session_nccl.c) */
   if (cfg.algorithm == RM_ALGO_NCCL && !stale) rm__session_nccl_id(s, comm);
@@ -446,18 +457,76 @@ rm_status_t rm_session_leave(rm_session_t *s, int ok, const char *error,
   return st;
 }
 
-/* ---- re-form ---- */
+/* ---- re-form ----
+ *
+ * RE-FORMATION TIMELINE. One member of a 4-worker `train` job on one host
+ * SIGKILLed (bench/recovery/fault_campaign.py, shrink and replace, shared
+ * memory and TCP; 2-core VM, 2026-12-06; bench/results/2026-12-07-
+ * recovery.md). Times after the kill; each step's cost as this file logs
+ * it ("generation G re-formed in T ms: decision, old communicator closed,
+ * Join, communicator") and the workers' other lines show it:
+ *
+ *   1. the coordinator declares the member lost            +1-3 ms
+ *      (its Session cancelled by its kernel: coordinator/core/recovery.c
+ *      source 2) and, under shrink, forms G+1 in the same section (replace:
+ *      when a standby completes the group; else the launcher's newcomer);
+ *   2. THE NOTICE reaches each survivor's Session stream   +0-1 ms
+ *      (session_live.c): the communicator is aborted with that cause
+ *      (RM_ERR_RECONFIGURED); a collective blocked on the dead peer returns.
+ *      The data plane may be first instead: TCP sees the peer's sockets
+ *      close at once, shared memory its pidfd (transport/shm/shm_int.h
+ *      DEATH WATCH; it polled the pid every 50 ms: +25 ms on average);
+ *      a peer that learned first sends an ABORT frame;
+ *   3. decision                                             0-3 ms
+ *      0 when the notice came first; else ReportFailure naming the peer,
+ *      whose "stale generation" refusal is the decision (it was only
+ *      logged, and the wait below slept 200 ms before its next look:
+ *      that was most of the 205-450 ms survivors spent here before), or
+ *      await_decision, which wakes the moment the session is marked stale;
+ *   4. the old communicator closed                          0-1.5 ms
+ *   5. Join of G+1 (already formed: answered at once)       0.3-1.5 ms
+ *   6. the new communicator (rm_comm_init: shared-memory    0.3-7 ms
+ *      inboxes created and attached, naps of 1-5 ms while a peer's is not
+ *      there yet; TCP connects, keyed handshakes)
+ *   7. the first all-reduce's cost model: rank 0's model of  <1 ms
+ *      an earlier communicator of the job, broadcast (collectives/select.c
+ *      REUSE; calibrating again cost ~10 ms);
+ *   8. the workload's resync (train: an all-reduce of two words; a
+ *      replacement first builds its workload and loads the last complete
+ *      checkpoint, ~10 ms, then the parameters come by broadcast) and the
+ *      first step (2 ms of compute + its all-reduce): the "recovered" line.
+ *
+ * Kill -> first step of G+1, medians of 20 trials: shrink 16 / 8 ms
+ * (shared memory / TCP), replace 18 / 15 ms, from 265 / 215 and 277 /
+ * 235 ms. Nothing in this path sleeps on a timer any more; what is left
+ * is RPC round trips, segment and socket set-up, and the workload's own
+ * work.
+ */
 /* After a data-plane failure: give the coordinator 8 heartbeat intervals to
  * decide (job failed, or a new generation). 1 = it moved on. */
 static int await_decision(rm_session_t *s)
 {
   int64_t until = rm__now_ns() + (int64_t)s->hb_interval_ms * 8 * 1000000;
-  while (rm__now_ns() < until) {
+  int stale = 0;
+  while (!stale && rm__now_ns() < until) {
     rm__session_heartbeat(s);
-    if (rm__session_is_stale(s)) return 1;
-    sleep_ms(200);
+    /* a heartbeat every 200 ms, but awake at the moment the session is
+     * marked stale (its broadcast): the notice, a refused heartbeat or
+     * ReportFailure */
+    int64_t nap = until - rm__now_ns();
+    if (nap > 200 * 1000000LL) nap = 200 * 1000000LL;
+    if (nap < 0) nap = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
+    int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + nap;
+    ts.tv_sec = (time_t)(wake / 1000000000LL);
+    ts.tv_nsec = (long)(wake % 1000000000LL);
+    pthread_mutex_lock(&s->mu);
+    while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
+    stale = s->stale;
+    pthread_mutex_unlock(&s->mu);
   }
-  return 0;
+  return stale;
 }
 
 rm_status_t rm_session_reform(rm_session_t *s)
@@ -476,6 +545,8 @@ rm_status_t rm_session_reform(rm_session_t *s)
     s->broke_wall_ms = rm__wall_ms();
     s->broke_gen = s->generation;
   }
+  s->rf_t0 = rm__now_ns();
+  RM_INFO("generation %llu broke: %s", (unsigned long long)s->generation, err);
   if (!stale) {
     /* our data plane failed, or a peer told us (RM_ERR_RECONFIGURED /
      * JOB_ENDED in its ABORT frame) that the coordinator moved on: name the
@@ -488,18 +559,24 @@ rm_status_t rm_session_reform(rm_session_t *s)
        * that restarted meanwhile): Leave reporting the failure; one that
        * refuses it as stale is re-forming the job and wants us back */
       fprintf(stderr, "%s: rank %d failed: %s\n", s->log_prefix, s->rank, err);
-      if (leave_call(s, 0, err, NULL) != RM_ERR_RECONFIGURED)
+      if (leave_call(s, 0, err, NULL) != RM_ERR_RECONFIGURED) {
+        s->rf_t0 = 0;
         return fail(s, cst, "%s (the coordinator decided nothing within %d ms)",
                     err, s->hb_interval_ms * 8);
+      }
     }
   }
+  s->rf_decided = rm__now_ns();
   pthread_mutex_lock(&s->mu);
   rm_comm_t *old = s->comm;
   s->comm = NULL;
   pthread_mutex_unlock(&s->mu);
   rm__session_secure_drop(s);
   rm_comm_destroy(old);
-  return form(s);
+  s->rf_destroyed = rm__now_ns();
+  rm_status_t st = form(s);
+  s->rf_t0 = 0;
+  return st;
 }
 
 /* ---- close ---- */

@@ -123,6 +123,9 @@ struct rm_session {
   /* recovery timing: first sign of a failure, 0 = none pending */
   int64_t broke_wall_ms;
   uint64_t broke_gen;
+  /* the re-formation under way (session.c RE-FORMATION TIMELINE): its
+   * steps' ends, rm__now_ns; 0 outside rm_session_reform */
+  int64_t rf_t0, rf_decided, rf_destroyed, rf_joined;
 
   /* the step being timed (session_step.c) */
   int in_step;

@@ -93,6 +93,21 @@
  * was decided) costs the compute the worker then spends in vain: it
  * arrives ready and its gate call's answer says it was dropped.
  *
+ * THE NOTICE. The opening message also asks for it (moved_on_push): a
+ * coordinator that sends it (coordinator/core/recovery.c THE NOTICE)
+ * pushes a SessionResponse with moved_on the moment the job leaves
+ * RUNNING at a generation (a member lost, a re-formation, the job's end),
+ * naming that generation, the new state and why. The stream thread marks
+ * the session stale for it (rm__session_mark_stale_gen: ignored when it
+ * names a generation this session already left), which aborts the
+ * communicator with that cause (RM_ERR_RECONFIGURED, or RM_ERR_JOB_ENDED,
+ * "...: notice on the session stream: generation G is over: rank r (host)
+ * lost: ...") and wakes a re-form waiting for the decision. So a survivor
+ * leaves a collective blocked on a dead or stopped peer when the
+ * coordinator knows, whichever of the coordinator and the data plane knew
+ * first; the stream itself goes on (its next heartbeat, of the old
+ * generation, is refused and it re-opens at once: REOPEN).
+ *
  * REOPEN. 500 ms after it ended (the coordinator may be unreachable: no
  * busy loop), but at once after UNIMPLEMENTED (the Watch instead) and
  * after a heartbeat's or the owed request's refusal (it carried them,
@@ -190,6 +205,7 @@ void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *w
   }
   if (!s->stale) RM_INFO("coordinator moved on: %s", why ? why : "");
   s->stale = 1;
+  pthread_cond_broadcast(&s->cv); /* a re-form waiting for the decision */
   if (job_state >= 0) s->job_state = job_state;
   if (why && !s->reason[0]) snprintf(s->reason, sizeof s->reason, "%s", why);
   if (s->comm) {
@@ -423,6 +439,7 @@ static rm__ctl_stream_t *stream_open(rm_session_t *s, int watch, uint64_t *gen,
   RM__SESSION_IDS(w, s);
   h.step = s->steps_done;
   h.gate_push = 1; /* GATE PUSHES */
+  h.moved_on_push = 1; /* THE NOTICE */
   pthread_mutex_unlock(&s->mu);
   *gen = h.generation;
   w.after_seq = UINT64_MAX / 2; /* a session: no events wanted */
@@ -513,6 +530,14 @@ static int session_run(rm_session_t *s, rm__ctl_stream_t *st, int *carried)
       s->pushed_gen = r->generation;
       r->gate = NULL;
       pthread_mutex_unlock(&s->mu);
+      protobuf_c_message_free_unpacked(&r->base, NULL);
+      continue;
+    }
+    if (r->moved_on) { /* THE NOTICE */
+      char why[sizeof s->reason];
+      snprintf(why, sizeof why, "notice on the session stream: generation %llu is over: %s",
+               (unsigned long long)r->generation, r->reason ? r->reason : "");
+      rm__session_mark_stale_gen(s, r->generation, (int)r->job_state, why);
       protobuf_c_message_free_unpacked(&r->base, NULL);
       continue;
     }
@@ -703,11 +728,15 @@ void rm__session_report_failure(rm_session_t *s, rm_status_t st)
   int rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportFailure", &q.base,
                         &ringmaster__v1__report_failure_response__descriptor,
                         (ProtobufCMessage **)&r, 5000, msg, sizeof msg);
+  uint64_t gen;
   if (rc == RM__G_OK) {
     RM_INFO("reported %s naming rank %d: %s", q.status, q.failed_rank,
             r->accepted ? "declared lost" : "not declared lost");
     protobuf_c_message_free_unpacked(&r->base, NULL);
   } else {
     RM_INFO("ReportFailure: status %d: %s", rc, msg);
+    /* the coordinator already moved on: that is the decision the re-form
+     * would wait for (session.c), no heartbeat needs to ask again */
+    if (refused_gen(rc, msg, &gen)) rm__session_mark_stale_gen(s, gen, -1, msg);
   }
 }

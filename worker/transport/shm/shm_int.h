@@ -98,12 +98,34 @@
  * oversubscribed, as TCP; oversubscribed, sched_yield in a loop for
  * RINGMASTER_SHM_YIELD_US, auto 100 us) re-checking, then FUTEX_WAIT on the own bell for
  * at most 50 ms at a time (the seq of bell is read before the check, so a
- * ring between the check and the wait is never lost). Each time a wait
- * slice ends with nothing moved, the peers' pids are checked (at most every
- * 50 ms): a pid gone or a zombie without a BYE fails the communicator with
- * RM_ERR_PEER_LOST naming the rank and pid. A peer that is alive but
- * silent (SIGSTOP) is caught by the deadline logic of transport.c, which
- * reads waits_* through waits_on().
+ * ring between the check and the wait is never lost). A peer whose
+ * process is gone (exited or killed, a zombie included) without a BYE
+ * fails the communicator with RM_ERR_PEER_LOST naming the rank and pid,
+ * seen by the DEATH WATCH where the kernel has pidfds, else by a pid check
+ * each time a wait slice ends with nothing moved (at most every 50 ms). A
+ * peer that is alive but silent (SIGSTOP) is caught by the deadline logic
+ * of transport.c, which reads waits_* through waits_on().
+ *
+ * DEATH WATCH (shm_seg.c). A killed peer closes no socket a shared-memory
+ * rank would see, so its death was found by polling its pid every 50 ms:
+ * 25 ms late on average, 50 ms at worst (measured in the SIGKILL campaign,
+ * 2026-12-06: the data plane noticed 78 ms after the kill). Once every
+ * peer is attached, the rank opens a pidfd for each shared-memory peer
+ * (pidfd_open, Linux 5.3) and one thread per communicator blocks in
+ * poll() on them and a stop pipe. A pidfd becomes readable when its
+ * process exits: the thread sets the pair's `gone`, writes c->wake_fd
+ * and wakes our bell (futex), so a rank sleeping on the futex or parked
+ * in another transport's poll() runs its pass at once and check_peers
+ * fails the pair (after the peer's BYE or ABORT words, which a peer that
+ * closed wrote before it exited). Cost: one sleeping thread and one fd per
+ * peer per communicator, pidfd_open once per peer at set-up (microseconds;
+ * no work per message). Where pidfd_open fails (an older kernel, a
+ * seccomp filter, a pid that is not ours to see) the pid poll stays.
+ * Alternatives not taken: a robust futex owned by each rank (the kernel
+ * wakes its waiters when the owner dies, but a rank would have to wait on
+ * every peer's word and its own bell at once: futex_waitv, Linux 5.16);
+ * a socket pair per peer (needs fd passing over a Unix socket at set-up,
+ * for the same wake-up).
  *
  * Waiting in a mixed communicator (r also has TCP or RDMA pairs; the
  * generic side: transport.c, "Waiting on several transports"). r cannot
@@ -132,6 +154,7 @@
 #ifndef RM_WORKER_SHM_INT_H
 #define RM_WORKER_SHM_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -232,6 +255,9 @@ typedef struct rm__shm_conn {
   uint64_t ipc_clock;
   struct sockaddr_un bell_addr; /* the peer's poll bell (abstract) */
   socklen_t bell_len;
+  int pidfd;               /* DEATH WATCH: the peer's pidfd, -1 none */
+  uint32_t gone;           /* DEATH WATCH: 1 once its process exited
+                            * (written by the watch thread, atomic) */
 } rm__shm_conn_t;
 
 struct rm__shm_state {
@@ -251,6 +277,11 @@ struct rm__shm_state {
   int bell_fd;             /* our bell socket (-1 none): bound when parks,
                             * and what we send peers' bells from */
   int parks;               /* mixed: bell_fd is bound, c->bell_on */
+  int watch_on;            /* DEATH WATCH: it watches (no pid poll); its
+                            * thread clears it (atomic) if its poll fails */
+  int watch_started;       /* the thread exists: join it */
+  int watch_stop[2];       /* its stop pipe */
+  pthread_t watch;
 };
 
 static inline struct rm__shm_state *rm__shm(const rm_comm_t *c)

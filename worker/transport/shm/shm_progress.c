@@ -391,8 +391,10 @@ static rm_status_t check_peers(rm_comm_t *c, struct rm__shm_state *s)
   if (pid_check) s->last_pid_check = now;
   for (int p = 0; p < c->world; p++) {
     rm__shm_conn_t *k = &s->conns[p];
-    uint32_t closed;
+    uint32_t closed, gone;
     if (!k->active || k->phdr == NULL) continue;
+    /* gone before closed: a peer that closed wrote it before it exited */
+    gone = __atomic_load_n(&k->gone, __ATOMIC_ACQUIRE);
     closed = __atomic_load_n(&k->phdr->closed, __ATOMIC_ACQUIRE);
     if (closed == RM__SHM_ABORT)
       return rm__transport_adopt_abort(
@@ -408,7 +410,8 @@ static rm_status_t check_peers(rm_comm_t *c, struct rm__shm_state *s)
                          "peer closed its communicator with a receive pending");
       continue;
     }
-    if (pid_check && rm__shm_pid_gone(k->pid))
+    if (gone || (pid_check && !__atomic_load_n(&s->watch_on, __ATOMIC_ACQUIRE) &&
+                 rm__shm_pid_gone(k->pid)))
       return rm__shm_conn_fail(c, k, RM_ERR_PEER_LOST,
                        "its process is gone without closing its communicator "
                        "(killed?)");
@@ -520,7 +523,7 @@ static rm_status_t shm_park(rm_comm_t *c, int ms, int *ok_ms)
   }
   if (!s->parks) {
     *ok_ms = ms < 1 ? ms : 1; /* no bell: slices, as before */
-  } else {
+  } else if (!__atomic_load_n(&s->watch_on, __ATOMIC_ACQUIRE)) {
     /* back by the next pid check (check_peers ran it or it is not due) */
     int64_t left = s->last_pid_check + PID_CHECK_NS - rm__now_ns();
     int64_t left_ms = (left + 999999) / 1000000;

@@ -14,7 +14,9 @@
  *      1-5 ms), wait for ready, check magic, version, job, generation,
  *      rank, world and that it has the slot we expect; probe CMA on it;
  *      publish cma_ok in our ring for it; attached += 1 on its header;
- *   4. wait until attached == our slot count, then unlink our name.
+ *   4. wait until attached == our slot count, then unlink our name;
+ *   5. the DEATH WATCH (shm_int.h): a pidfd per peer and the thread that
+ *      polls them (none where pidfd_open fails: the 50 ms pid poll).
  * Before step 2 the rank opens its poll-bell socket (shm_int.h, "Waiting in
  * a mixed communicator"), bound to its abstract name when some pair of c
  * is not shared memory (this rank parks), unbound otherwise (it only sends
@@ -28,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -212,6 +215,113 @@ void rm__shm_sweep(void)
 
 static pthread_once_t g_sweep_once = PTHREAD_ONCE_INIT;
 
+/* ---- death watch (shm_int.h) ---- */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* the same number on every architecture */
+#endif
+
+static void *watch_main(void *arg)
+{
+  rm_comm_t *c = arg;
+  struct rm__shm_state *s = rm__shm(c);
+  struct pollfd *fds = calloc((size_t)c->world + 1, sizeof *fds);
+  int *of = calloc((size_t)c->world + 1, sizeof *of); /* fds[i] is peer of[i]'s */
+  int n = 1, left = 0;
+  if (fds == NULL || of == NULL) goto out;
+  fds[0].fd = s->watch_stop[0];
+  fds[0].events = POLLIN;
+  for (int p = 0; p < c->world; p++)
+    if (s->conns[p].pidfd >= 0) {
+      fds[n].fd = s->conns[p].pidfd;
+      fds[n].events = POLLIN;
+      of[n++] = p;
+      left++;
+    }
+  while (left > 0) {
+    if (poll(fds, (nfds_t)n, -1) < 0) {
+      if (errno == EINTR) continue;
+      RM_WARN("rank %d: shm: death watch: poll: %s; the pid poll takes over", c->rank,
+              strerror(errno));
+      __atomic_store_n(&s->watch_on, 0, __ATOMIC_RELEASE);
+      break;
+    }
+    if (fds[0].revents) break; /* stop */
+    int died = 0;
+    for (int i = 1; i < n; i++) {
+      if (fds[i].fd < 0 || !fds[i].revents) continue;
+      __atomic_store_n(&s->conns[of[i]].gone, 1, __ATOMIC_RELEASE);
+      fds[i].fd = -1; /* readable for good: poll it no more */
+      left--;
+      died = 1;
+    }
+    if (!died) continue;
+    /* as an abort wakes the rank: a poll() blocker by wake_fd, a futex
+     * sleeper by its bell */
+    char b = 1;
+    ssize_t w = write(c->wake_fd[1], &b, 1); /* full pipe: already awake */
+    (void)w;
+    __atomic_add_fetch(&s->hdr->bell, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &s->hdr->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+  }
+out:
+  free(fds);
+  free(of);
+  return NULL;
+}
+
+static void watch_stop(rm_comm_t *c, struct rm__shm_state *s)
+{
+  if (s->watch_started) {
+    char b = 1;
+    ssize_t w = write(s->watch_stop[1], &b, 1);
+    (void)w;
+    pthread_join(s->watch, NULL);
+    s->watch_started = 0;
+  }
+  for (int i = 0; i < 2; i++)
+    if (s->watch_stop[i] >= 0) close(s->watch_stop[i]);
+  s->watch_stop[0] = s->watch_stop[1] = -1;
+  for (int p = 0; s->conns != NULL && p < c->world; p++)
+    if (s->conns[p].pidfd >= 0) {
+      close(s->conns[p].pidfd);
+      s->conns[p].pidfd = -1;
+    }
+}
+
+static void watch_start(rm_comm_t *c, struct rm__shm_state *s)
+{
+  int n = 0, err = 0;
+  for (int p = 0; p < c->world && !err; p++) {
+    rm__shm_conn_t *k = &s->conns[p];
+    if (!k->active) continue;
+    k->pidfd = (int)syscall(SYS_pidfd_open, k->pid, 0);
+    if (k->pidfd >= 0) {
+      n++;
+    } else if (errno == ESRCH) {
+      __atomic_store_n(&k->gone, 1, __ATOMIC_RELEASE); /* died already */
+    } else {
+      err = errno;
+    }
+  }
+  if (!err && n > 0 && pipe2(s->watch_stop, O_CLOEXEC) != 0) err = errno;
+  if (!err && n > 0) {
+    sigset_t all, old;
+    sigfillset(&all); /* the process's signals stay with its own threads */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    s->watch_on = 1;
+    err = pthread_create(&s->watch, NULL, watch_main, c);
+    s->watch_started = !err;
+    if (err) s->watch_on = 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  if (err) {
+    RM_DEBUG("rank %d: shm: no death watch (%s): a dead peer is found by its pid, "
+             "polled every 50 ms", c->rank, strerror(err));
+    watch_stop(c, s);
+  }
+}
+
 /* ---- connect ---- */
 
 static rm_status_t create_inbox(rm_comm_t *c, struct rm__shm_state *s)
@@ -361,8 +471,10 @@ rm_status_t rm__shm_connect_all(rm_comm_t *c)
   if (s == NULL) return RM_ERR_NOMEM;
   c->tstate[RM__TP_SHM] = s;
   s->bell_fd = -1;
+  s->watch_stop[0] = s->watch_stop[1] = -1;
   s->conns = calloc((size_t)c->world, sizeof *s->conns);
   if (s->conns == NULL) return RM_ERR_NOMEM;
+  for (int p = 0; p < c->world; p++) s->conns[p].pidfd = -1;
   open_bell(c, s);
   s->ring_bytes = (uint64_t)rm__param_shm_ring();
   if (s->ring_bytes < 65536) s->ring_bytes = 65536;
@@ -422,6 +534,7 @@ rm_status_t rm__shm_connect_all(rm_comm_t *c)
     nap(&backoff);
   }
   unlink_inbox(s);
+  watch_start(c, s);
   return RM_OK;
 }
 
@@ -429,6 +542,7 @@ void rm__shm_state_free(rm_comm_t *c)
 {
   struct rm__shm_state *s = rm__shm(c);
   if (s == NULL) return;
+  watch_stop(c, s); /* before the mappings and wake_fd it uses go */
   unlink_inbox(s);
   for (int p = 0; s->conns != NULL && p < c->world; p++) {
     rm__shm_ipc_unmap_all(&s->conns[p]);
