@@ -357,8 +357,8 @@ static int net_pairs(int n, int *pi, int *pj)
  * Order of work per tile: NaN -> +inf; the network on a copy; L counts;
  * per row (in order) the median's selection, then keep / trimmed, the
  * row's kept values left in x; the trimmed mean's row-order sum last. */
-#define COORD_VEC(T, TI, NAME)                                                       \
-  static void NAME##_tile(T *restrict x, T *restrict srt, int n, size_t c,           \
+#define COORD_VEC(T, TI, NAME, ATTR)                                                 \
+  ATTR static void NAME##_tile(T *restrict x, T *restrict srt, int n, size_t c,           \
                           const int *pi, const int *pj, int npairs,                  \
                           rm_agg_method_t m, int f, double *res, uint32_t *trimmed)  \
   {                                                                                  \
@@ -437,8 +437,33 @@ static int net_pairs(int n, int *pi, int *pj)
     }                                                                                \
     for (size_t k = 0; k < c; k++) res[k] /= (double)(n - 2 * f);                    \
   }
-COORD_VEC(float, int32_t, cv32)
-COORD_VEC(double, int64_t, cv64)
+/* an SSE2 build and an AVX2 one (picked by CPUID, as the reduction kernels
+ * are): the same operations in the same order, so the same bits; AVX2
+ * doubles the lanes and has the 64-bit compares the f64 kernel needs */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define AGG_HAVE_AVX2 1
+#define AGG_AVX2 __attribute__((target("avx2")))
+COORD_VEC(float, int32_t, cv32_avx2, AGG_AVX2)
+COORD_VEC(double, int64_t, cv64_avx2, AGG_AVX2)
+#endif
+COORD_VEC(float, int32_t, cv32, )
+COORD_VEC(double, int64_t, cv64, )
+
+static int g_agg_sse2_only; /* rm__agg_sse2_only: tests and benchmarks */
+
+void rm__agg_sse2_only(int on) { g_agg_sse2_only = on; }
+
+static int agg_avx2(void)
+{
+#ifdef AGG_HAVE_AVX2
+  static int avx2 = -1;
+  if (avx2 < 0) /* racing threads store the same value */
+    avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+  return avx2 && !g_agg_sse2_only;
+#else
+  return 0;
+#endif
+}
 
 static void widen32(const void *row, size_t j0, size_t c, rm_dtype_t dt, float *dst)
 {
@@ -499,11 +524,21 @@ static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
     double *x = (double *)w->x;
     for (int i = 0; i < n; i++)
       memcpy(x + (size_t)i * TILE, (const double *)row_ptr(b, i) + j0, c * sizeof *x);
-    cv64_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2())
+      cv64_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+    else
+#endif
+      cv64_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
   } else {
     float *x = (float *)w->x;
     for (int i = 0; i < n; i++) widen32(row_ptr(b, i), j0, c, b->dt, x + (size_t)i * TILE);
-    cv32_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2())
+      cv32_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+    else
+#endif
+      cv32_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
   }
 }
 
@@ -541,7 +576,7 @@ static double sumsq_diff(const double *x, const double *y, size_t c)
   return (a0 + a1) + (a2 + a3);
 }
 
-rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
+rm_status_t rm__agg_pair_dist_ref(const rm__agg_block_t *b, double *d)
 {
   int n = b->n;
   scratch_t s;
@@ -562,6 +597,162 @@ rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
   }
   scratch_put(&s);
   return RM_OK;
+}
+
+/* ---- Krum family, vectorised distances ----
+ * rm__agg_pair_dist computes what rm__agg_pair_dist_ref does, in f32 for
+ * every float type but f64 (which goes to the reference), several times
+ * faster (bench/aggregate/rm_bench_coord):
+ *   - one pass over the slice in tiles of TILE columns; a tile's n rows
+ *     (f32 in place, f16/bf16 widened to f32, exact) stay in L1 while all
+ *     n(n-1)/2 pairs of the tile are computed from them;
+ *   - a pair's tile: e = x - y and e*e in f32, summed in 32 fixed lanes
+ *     (column k into lane k mod 32, 8 terms per lane), the lanes added
+ *     pairwise (4 lane groups in f32, then 8 values in double), and the
+ *     tile's sum added to the pair's double total; the < 32 last columns
+ *     of a slice in double. GCC vector types written for 8 lanes: one AVX2
+ *     vector or two SSE2 ones, the same additions in the same order, so
+ *     the AVX2 build (picked by CPUID) gives the SSE2 build's bits.
+ *   - error: each e and e*e is rounded once to f32 and a lane sums 8
+ *     terms, so a pair's distance is within about 1e-6 (relative) of the
+ *     reference's (all terms are >= 0, nothing cancels); exact when the
+ *     values are small dyadic numbers. The same inputs give the same bits
+ *     in either argument order ((x-y)^2 == (y-x)^2), so equal rows have
+ *     equal distances and Krum's ties stay ties.
+ *   - where f32 would lose what double keeps, the double sum is taken
+ *     instead: a tile whose f32 sum overflowed while its two rows are
+ *     finite (|e| > ~1.8e19), and a pair whose slice total is below 2^-90
+ *     (its e*e underflowed to f32 subnormals or zero; also a pair of
+ *     equal rows, which costs that pair one more pass).
+ *   - non-finite values: x*0 summed per row in f32 lanes is NaN iff the
+ *     row's tile holds one; only then are they counted (the diagonal). */
+typedef float agg_v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+#define PD_TILE(NAME, ATTR)                                                          \
+  ATTR static void NAME(const float *const *x, int n, size_t c32, double *s, float *z) \
+  {                                                                                  \
+    for (int i = 0; i < n; i++) {                                                    \
+      const float *a = x[i];                                                         \
+      agg_v8f q = {0};                                                               \
+      for (size_t k = 0; k < c32; k += 8) q += *(const agg_v8f *)(a + k) * 0.0f;      \
+      z[i] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));       \
+      for (int j = i + 1; j < n; j++) {                                              \
+        const float *b = x[j];                                                       \
+        agg_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                              \
+        for (size_t k = 0; k < c32; k += 32) {                                       \
+          agg_v8f e0 = *(const agg_v8f *)(a + k) - *(const agg_v8f *)(b + k);         \
+          agg_v8f e1 = *(const agg_v8f *)(a + k + 8) - *(const agg_v8f *)(b + k + 8); \
+          agg_v8f e2 = *(const agg_v8f *)(a + k + 16) - *(const agg_v8f *)(b + k + 16); \
+          agg_v8f e3 = *(const agg_v8f *)(a + k + 24) - *(const agg_v8f *)(b + k + 24); \
+          a0 += e0 * e0;                                                             \
+          a1 += e1 * e1;                                                             \
+          a2 += e2 * e2;                                                             \
+          a3 += e3 * e3;                                                             \
+        }                                                                            \
+        agg_v8f t = (a0 + a1) + (a2 + a3);                                           \
+        s[(size_t)i * n + j] = (((double)t[0] + (double)t[1]) + ((double)t[2] + (double)t[3])) + \
+                               (((double)t[4] + (double)t[5]) + ((double)t[6] + (double)t[7])); \
+      }                                                                              \
+    }                                                                                \
+  }
+
+#ifdef AGG_HAVE_AVX2
+PD_TILE(pd_tile_avx2, AGG_AVX2)
+#endif
+PD_TILE(pd_tile_base, )
+
+typedef void (*pd_tile_fn)(const float *const *, int, size_t, double *, float *);
+
+static pd_tile_fn pd_tile_pick(void)
+{
+#ifdef AGG_HAVE_AVX2
+  if (agg_avx2()) return pd_tile_avx2;
+#endif
+  return pd_tile_base;
+}
+
+/* sum (x - y)^2 in double over c f32 values, in order */
+static double sumsq_diff_f(const float *x, const float *y, size_t c)
+{
+  double s = 0;
+  for (size_t k = 0; k < c; k++) {
+    double e = (double)x[k] - (double)y[k];
+    s += e * e;
+  }
+  return s;
+}
+
+/* the rows of tile j0 as f32: pointers into the block (f32) or widened
+ * into buf (n x TILE) */
+static void f32_rows(const rm__agg_block_t *b, const int *sel, int k, size_t j0, size_t c,
+                     float *buf, const float **x)
+{
+  for (int i = 0; i < k; i++) {
+    const void *row = row_ptr(b, sel ? sel[i] : i);
+    if (b->dt == RM_F32) {
+      x[i] = (const float *)row + j0;
+    } else {
+      widen32(row, j0, c, b->dt, buf + (size_t)i * TILE);
+      x[i] = buf + (size_t)i * TILE;
+    }
+  }
+}
+
+rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
+{
+  int n = b->n;
+  if (b->dt == RM_F64 || n < 2) return rm__agg_pair_dist_ref(b, d);
+  size_t nn = (size_t)n * n;
+  float *buf = malloc((size_t)n * TILE * sizeof *buf), *z = malloc((size_t)n * sizeof *z);
+  const float **x = malloc((size_t)n * sizeof *x);
+  double *s = malloc(nn * sizeof *s), *acc = calloc(nn, sizeof *acc);
+  uint8_t *bad = calloc((size_t)n, 1);
+  rm_status_t st = RM_ERR_NOMEM;
+  if (!buf || !z || !x || !s || !acc || !bad) goto out;
+  pd_tile_fn tile = pd_tile_pick();
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE, c32 = c & ~(size_t)31;
+    f32_rows(b, NULL, n, j0, c, buf, x);
+    tile(x, n, c32, s, z);
+    for (int i = 0; i < n; i++) { /* non-finite values of the tile: counted when present */
+      size_t cnt = 0;
+      if (z[i] != 0)
+        for (size_t k = 0; k < c32; k++) cnt += !isfinite(x[i][k]);
+      for (size_t k = c32; k < c; k++) cnt += !isfinite(x[i][k]);
+      d[(size_t)i * n + i] += (double)cnt;
+      bad[i] = cnt > 0;
+    }
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n; j++) {
+        double v = s[(size_t)i * n + j];
+        if (!(v < INFINITY) && !bad[i] && !bad[j]) /* f32 overflow of finite values */
+          v = sumsq_diff_f(x[i], x[j], c32);
+        acc[(size_t)i * n + j] += v + sumsq_diff_f(x[i] + c32, x[j] + c32, c - c32);
+      }
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      double v = acc[(size_t)i * n + j];
+      if (v < 0x1p-90) { /* what f32 squares could have lost: the pair in double */
+        v = 0;
+        for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+          size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+          int ij[2] = {i, j};
+          f32_rows(b, ij, 2, j0, c, buf, x);
+          v += sumsq_diff_f(x[0], x[1], c);
+        }
+      }
+      d[(size_t)i * n + j] += v;
+    }
+  st = RM_OK;
+out:
+  free(buf);
+  free(z);
+  free(x);
+  free(s);
+  free(acc);
+  free(bad);
+  return st;
 }
 
 static int row_bad(const double *d, int n, int i) { return d[(size_t)i * n + i] != 0; }
@@ -611,6 +802,42 @@ int rm__agg_krum_best(const double *d, int n, const uint8_t *alive,
   return best;
 }
 
+int rm__agg_krum_select(const double *d, int n, rm_agg_method_t method, int f, int m,
+                        double *scores, int *sel)
+{
+  int want, nsel = 0;
+  double *score = malloc((size_t)n * sizeof *score), *work = malloc((size_t)n * sizeof *work);
+  uint8_t *alive = malloc((size_t)n);
+  if (!score || !work || !alive) {
+    nsel = -1;
+    goto out;
+  }
+  memset(alive, 1, (size_t)n);
+  rm__agg_krum_scores(d, n, alive, n - f - 2, scores, work);
+  want = method == RM_AGG_KRUM ? 1 : method == RM_AGG_MULTI_KRUM ? (m ? m : n - f) : n - 2 * f;
+  for (int t = 0; t < want; t++) {
+    int left = n - t, k = left - f - 2;
+    if (method == RM_AGG_BULYAN) { /* rescored on the rows left */
+      k = k < 1 ? 1 : k;
+      rm__agg_krum_scores(d, n, alive, k, score, work);
+    } else {
+      for (int i = 0; i < n; i++) score[i] = alive[i] ? scores[i] : NAN;
+    }
+    int best = rm__agg_krum_best(d, n, alive, score);
+    if (best < 0 || (nsel > 0 && d[(size_t)best * n + best] != 0)) break; /* finite only */
+    nsel++;
+    alive[best] = 0;
+  }
+  /* in rank order: the mean sums in rank order */
+  for (int i = 0, p = 0; i < n; i++)
+    if (!alive[i]) sel[p++] = i;
+out:
+  free(score);
+  free(work);
+  free(alive);
+  return nsel;
+}
+
 rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
                               void *out)
 {
@@ -650,8 +877,8 @@ static double nearest_mean(const double *v, int k, int beta, double med)
   return sum / (double)beta;
 }
 
-rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
-                                 int k, int beta, void *out)
+rm_status_t rm__agg_bulyan_coord_ref(const rm__agg_block_t *b, const int *sel,
+                                     int k, int beta, void *out)
 {
   double res[TILE];
   scratch_t s;
@@ -666,6 +893,120 @@ rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
     narrow(res, c, b->dt, out, j0);
   }
   scratch_put(&s);
+  return RM_OK;
+}
+
+/* ---- Bulyan's second phase, vectorised ----
+ * The same bits as rm__agg_bulyan_coord_ref: the k chosen rows of a tile
+ * widened to double as the reference widens them (NaN -> +inf), sorted by
+ * the merge-exchange network of the coordinate-wise kernel, which gives the
+ * reference's sorted values (+0 and -0 may trade places, which changes no
+ * result below: they only meet comparisons and sums that start at +0).
+ * Then per column, in double as the reference: the median, the insertion
+ * point (#{v < med}), the reference's window growth replayed step by step
+ * (beta steps; the values beside the window are picked from the sorted
+ * rows by index compares and bit masks, no gathers), and the sum of the
+ * window in ascending order (values outside it add +0, which changes
+ * nothing). All lanes are 64-bit (values, masks, indices), which AVX2
+ * compares and selects in 4 lanes; the SSE2 build (no 64-bit integer
+ * compares) vectorises only the network and the median, so the AVX2 build
+ * is picked by CPUID as for the distances. */
+typedef uint64_t agg_u64a __attribute__((may_alias));
+
+#define BULYAN_TILE(NAME, ATTR)                                                      \
+  ATTR static void NAME(double *restrict srt, int k, size_t c, const int *pi,          \
+                        const int *pj, int npairs, int beta, double *res)             \
+  {                                                                                  \
+    double med[TILE];                                                                \
+    int64_t lo[TILE], hi[TILE];                                                      \
+    uint64_t vl[TILE], vh[TILE];                                                     \
+    for (int i = 0; i < k; i++) {                                                    \
+      double *restrict a = srt + (size_t)i * TILE;                                   \
+      for (size_t q = 0; q < c; q++) a[q] = a[q] != a[q] ? (double)INFINITY : a[q];  \
+    }                                                                                \
+    for (int p = 0; p < npairs; p++) {                                               \
+      double *restrict u = srt + (size_t)pi[p] * TILE, *restrict v = srt + (size_t)pj[p] * TILE; \
+      for (size_t q = 0; q < c; q++) {                                               \
+        double l = u[q] < v[q] ? u[q] : v[q], h = u[q] < v[q] ? v[q] : u[q];         \
+        u[q] = l;                                                                    \
+        v[q] = h;                                                                    \
+      }                                                                              \
+    }                                                                                \
+    const double *sm = srt + (size_t)(k / 2) * TILE, *sl = k % 2 ? sm : sm - TILE;    \
+    for (size_t q = 0; q < c; q++) {                                                 \
+      med[q] = k % 2 ? sm[q] : 0.5 * sl[q] + 0.5 * sm[q];                            \
+      lo[q] = 0;                                                                     \
+    }                                                                                \
+    for (int p = 0; p < k; p++) {                                                    \
+      const double *restrict a = srt + (size_t)p * TILE;                             \
+      for (size_t q = 0; q < c; q++) lo[q] += a[q] < med[q];                         \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) hi[q] = lo[q];                                    \
+    for (int step = 0; step < beta; step++) {                                        \
+      for (size_t q = 0; q < c; q++) vl[q] = vh[q] = 0;                              \
+      for (int p = 0; p < k; p++) {                                                  \
+        const agg_u64a *restrict a = (const agg_u64a *)(srt + (size_t)p * TILE);     \
+        int64_t p1 = p + 1, p0 = p;                                                  \
+        for (size_t q = 0; q < c; q++) {                                             \
+          vl[q] |= a[q] & -(uint64_t)(lo[q] == p1);                                  \
+          vh[q] |= a[q] & -(uint64_t)(hi[q] == p0);                                  \
+        }                                                                            \
+      }                                                                              \
+      for (size_t q = 0; q < c; q++) {                                               \
+        double l, h;                                                                 \
+        memcpy(&l, &vl[q], sizeof l);                                                \
+        memcpy(&h, &vh[q], sizeof h);                                                \
+        int64_t left = (lo[q] > 0) & ((hi[q] == k) | (med[q] - l <= h - med[q]));    \
+        lo[q] -= left;                                                               \
+        hi[q] += 1 - left;                                                           \
+      }                                                                              \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) res[q] = 0;                                       \
+    for (int p = 0; p < k; p++) {                                                    \
+      const agg_u64a *restrict a = (const agg_u64a *)(srt + (size_t)p * TILE);       \
+      int64_t p0 = p;                                                                \
+      for (size_t q = 0; q < c; q++) {                                               \
+        uint64_t m = a[q] & -(uint64_t)((lo[q] <= p0) & (p0 < hi[q]));               \
+        double x;                                                                    \
+        memcpy(&x, &m, sizeof x);                                                    \
+        res[q] += x;                                                                 \
+      }                                                                              \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) res[q] /= (double)beta;                           \
+  }
+
+#ifdef AGG_HAVE_AVX2
+BULYAN_TILE(bu_tile_avx2, AGG_AVX2)
+#endif
+BULYAN_TILE(bu_tile_base, )
+
+typedef void (*bu_tile_fn)(double *, int, size_t, const int *, const int *, int, int, double *);
+
+static bu_tile_fn bu_tile_pick(void)
+{
+#ifdef AGG_HAVE_AVX2
+  if (agg_avx2()) return bu_tile_avx2;
+#endif
+  return bu_tile_base;
+}
+
+rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
+                                 int k, int beta, void *out)
+{
+  double res[TILE];
+  net_t w;
+  if (k > NET_MAX || k < 1 || beta < 1 || beta > k)
+    return rm__agg_bulyan_coord_ref(b, sel, k, beta, out);
+  if (net_get(&w, k, RM_F64) != RM_OK) return RM_ERR_NOMEM;
+  bu_tile_fn tile = bu_tile_pick();
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    double *x = (double *)w.x;
+    for (int i = 0; i < k; i++) widen(row_ptr(b, sel[i]), j0, c, b->dt, x + (size_t)i * TILE);
+    tile(x, k, c, w.pi, w.pj, w.npairs, beta, res);
+    narrow(res, c, b->dt, out, j0);
+  }
+  net_put(&w);
   return RM_OK;
 }
 
