@@ -11,7 +11,9 @@
  *     in particular the same Krum index when rows tie (duplicated rows);
  *   rm__agg_bulyan_coord (sorting network) vs rm__agg_bulyan_coord_ref
  *     (insertion sort per column): bit for bit, every beta from 1 to k;
- *   the SSE2 builds of both (rm__agg_sse2_only) give the AVX2 builds' bits.
+ *   rm__agg_mean_rows (f32 rows read in place) vs the mean computed here in
+ *     double, row by row: bit for bit (any NaN for a NaN);
+ *   the SSE2 builds (rm__agg_sse2_only) give the AVX2 builds' bits.
  * n = 1..17 and 33 (and 70 for Bulyan's reference path), lengths that are
  * not multiples of the tile or of the 32 lanes, f32 / f64 / f16 / bf16.
  * Inputs (seeded): Gaussian-like rows with some rows duplicated; small
@@ -195,6 +197,53 @@ static void check_bulyan(const char *dn, rm_dtype_t dt, int n, size_t len)
   free(o2);
 }
 
+static double load(const void *rows, size_t idx, rm_dtype_t dt)
+{
+  switch (dt) {
+  case RM_F32: return ((const float *)rows)[idx];
+  case RM_F64: return ((const double *)rows)[idx];
+  case RM_F16: return rm__h2f(((const uint16_t *)rows)[idx]);
+  default: return rm__b2f(((const uint16_t *)rows)[idx]);
+  }
+}
+
+/* the mean of the chosen rows (Krum, Multi-Krum): the rows summed in double
+ * in the order given, divided by k when k > 1, narrowed once; bit for bit */
+static void check_mean(const char *dn, rm_dtype_t dt, int n, size_t len)
+{
+  size_t stride = len + 3, esz = rm_dtype_size(dt);
+  char *rows = malloc((size_t)n * stride * esz), *o1 = malloc(len * esz), *o2 = malloc(len * esz);
+  int sel[64];
+  if (!rows || !o1 || !o2) exit(1);
+  for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dt, pick());
+  for (int i = 0; i < n; i++) sel[i] = n - 1 - i;
+  for (int k = 1; k <= n; k++)
+    for (int sse2 = 0; sse2 < 2; sse2++) {
+      for (size_t q = 0; q < len; q++) {
+        double sum = load(rows, (size_t)sel[0] * stride + q, dt);
+        for (int i = 1; i < k; i++) sum += load(rows, (size_t)sel[i] * stride + q, dt);
+        store(o2, q, dt, k > 1 ? sum / (double)k : sum);
+      }
+      rm__agg_block_t b = {rows, stride, len, n, dt};
+      memset(o1, 0x5a, len * esz);
+      rm__agg_sse2_only(sse2);
+      CHECK(rm__agg_mean_rows(&b, sel, k, o1) == RM_OK);
+      rm__agg_sse2_only(0);
+      /* bit for bit, except that a NaN's sign and payload are the compiler's
+       * (it may swap the operands of an addition); NaN matches NaN */
+      size_t at = 0;
+      while (at < len && (memcmp(o1 + at * esz, o2 + at * esz, esz) == 0 ||
+                          (isnan(load(o1, at, dt)) && isnan(load(o2, at, dt)))))
+        at++;
+      CHECKF(at == len, "%s n=%d len=%zu k=%d sse2=%d: mean of rows differs at %zu: %.9g, here %.9g",
+             dn, n, len, k, sse2, at, at < len ? load(o1, at, dt) : 0.0,
+             at < len ? load(o2, at, dt) : 0.0);
+    }
+  free(rows);
+  free(o1);
+  free(o2);
+}
+
 int main(void)
 {
   static const rm_dtype_t dts[] = {RM_F32, RM_F64, RM_F16, RM_BF16};
@@ -208,6 +257,7 @@ int main(void)
       for (int l = 0; l < 5; l++) {
         for (int kind = 0; kind < NKINDS; kind++) check_dist(dtn[d], dts[d], ns[a], lens[l], kind);
         if (lens[l] < 1000) check_bulyan(dtn[d], dts[d], ns[a], lens[l]);
+        check_mean(dtn[d], dts[d], ns[a], lens[l]);
       }
   check_bulyan("f32", RM_F32, 70, 300);
   printf("test_krum_vec: %d selections and %d Bulyan phases compared\n", g_sel_cases,
