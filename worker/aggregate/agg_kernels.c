@@ -108,6 +108,32 @@ static void load_tile(const rm__agg_block_t *b, const int *sel, int k, size_t j0
     widen(row_ptr(b, sel ? sel[i] : i), j0, c, b->dt, tile + (size_t)i * TILE);
 }
 
+/* ---- builds ----
+ * The vectorised kernels come in an SSE2 build (the x86-64 baseline) and an
+ * AVX2 one (target attribute, no FMA, so no contraction), picked once by
+ * CPUID as the reduction kernels are; both do the same operations in the
+ * same order and give the same bits (the tests compare them). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define AGG_HAVE_AVX2 1
+#define AGG_AVX2 __attribute__((target("avx2")))
+#endif
+
+static int g_agg_sse2_only; /* rm__agg_sse2_only: tests and benchmarks */
+
+void rm__agg_sse2_only(int on) { g_agg_sse2_only = on; }
+
+static int agg_avx2(void)
+{
+#ifdef AGG_HAVE_AVX2
+  static int avx2 = -1;
+  if (avx2 < 0) /* racing threads store the same value */
+    avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+  return avx2 && !g_agg_sse2_only;
+#else
+  return 0;
+#endif
+}
+
 /* ---- vector helpers ---- */
 static double sumsq(const double *t, size_t c, double scale)
 {
@@ -440,30 +466,12 @@ static int net_pairs(int n, int *pi, int *pj)
 /* an SSE2 build and an AVX2 one (picked by CPUID, as the reduction kernels
  * are): the same operations in the same order, so the same bits; AVX2
  * doubles the lanes and has the 64-bit compares the f64 kernel needs */
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define AGG_HAVE_AVX2 1
-#define AGG_AVX2 __attribute__((target("avx2")))
+#ifdef AGG_HAVE_AVX2
 COORD_VEC(float, int32_t, cv32_avx2, AGG_AVX2)
 COORD_VEC(double, int64_t, cv64_avx2, AGG_AVX2)
 #endif
 COORD_VEC(float, int32_t, cv32, )
 COORD_VEC(double, int64_t, cv64, )
-
-static int g_agg_sse2_only; /* rm__agg_sse2_only: tests and benchmarks */
-
-void rm__agg_sse2_only(int on) { g_agg_sse2_only = on; }
-
-static int agg_avx2(void)
-{
-#ifdef AGG_HAVE_AVX2
-  static int avx2 = -1;
-  if (avx2 < 0) /* racing threads store the same value */
-    avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
-  return avx2 && !g_agg_sse2_only;
-#else
-  return 0;
-#endif
-}
 
 static void widen32(const void *row, size_t j0, size_t c, rm_dtype_t dt, float *dst)
 {
@@ -973,6 +981,15 @@ typedef uint64_t agg_u64a __attribute__((may_alias));
         u[q] = l;                                                                    \
         v[q] = h;                                                                    \
       }                                                                              \
+    }                                                                                \
+    if (beta == k) { /* f = 0: the window is every value, summed ascending */        \
+      for (size_t q = 0; q < c; q++) res[q] = 0; /* +0 first, as the reference */     \
+      for (int p = 0; p < k; p++) {                                                  \
+        const double *restrict a = srt + (size_t)p * TILE;                           \
+        for (size_t q = 0; q < c; q++) res[q] += a[q];                               \
+      }                                                                              \
+      for (size_t q = 0; q < c; q++) res[q] /= (double)beta;                         \
+      return;                                                                        \
     }                                                                                \
     const double *sm = srt + (size_t)(k / 2) * TILE, *sl = k % 2 ? sm : sm - TILE;    \
     for (size_t q = 0; q < c; q++) {                                                 \
