@@ -13,6 +13,8 @@
  *     (insertion sort per column): bit for bit, every beta from 1 to k;
  *   rm__agg_mean_rows (f32 rows read in place) vs the mean computed here in
  *     double, row by row: bit for bit (any NaN for a NaN);
+ *   rm__agg_norm of f32 (read in place, four tiles at a time) vs the same
+ *     values as f64 (the widening path f32 took before): bit for bit;
  *   the SSE2 builds (rm__agg_sse2_only) give the AVX2 builds' bits.
  * n = 1..17 and 33 (and 70 for Bulyan's reference path), lengths that are
  * not multiples of the tile or of the 32 lanes, f32 / f64 / f16 / bf16.
@@ -244,6 +246,31 @@ static void check_mean(const char *dn, rm_dtype_t dt, int n, size_t len)
   free(o2);
 }
 
+/* the norm every method starts with (clipping, info->norm): f32 read in
+ * place, four tiles at a time, must give the bits of the same values
+ * widened to f64 (the double path, which f32 took before) */
+static void check_norm(size_t len, int specials)
+{
+  float *x = malloc(len * sizeof *x);
+  double *y = malloc(len * sizeof *y);
+  if (!x || !y) exit(1);
+  for (size_t q = 0; q < len; q++) {
+    x[q] = specials ? (float)pick() : (float)((unif() - 0.5) * 1e3);
+    y[q] = x[q];
+  }
+  double want = rm__agg_norm(y, len, RM_F64);
+  for (int sse2 = 0; sse2 < 2; sse2++) {
+    rm__agg_sse2_only(sse2);
+    double got = rm__agg_norm(x, len, RM_F32);
+    rm__agg_sse2_only(0);
+    CHECKF(memcmp(&got, &want, sizeof got) == 0 || (isnan(got) && isnan(want)),
+           "norm len=%zu specials=%d sse2=%d: %.17g, the double path %.17g", len, specials, sse2,
+           got, want);
+  }
+  free(x);
+  free(y);
+}
+
 int main(void)
 {
   static const rm_dtype_t dts[] = {RM_F32, RM_F64, RM_F16, RM_BF16};
@@ -260,6 +287,10 @@ int main(void)
         check_mean(dtn[d], dts[d], ns[a], lens[l]);
       }
   check_bulyan("f32", RM_F32, 70, 300);
+  static const size_t nlens[] = {1, 3, 255, 256, 1023, 1024, 1031, 4096, 5000, 70001};
+  for (int l = 0; l < 10; l++)
+    for (int sp = 0; sp < 2; sp++)
+      for (int rep = 0; rep < 5; rep++) check_norm(nlens[l], sp && rep < 2);
   printf("test_krum_vec: %d selections and %d Bulyan phases compared\n", g_sel_cases,
          g_bulyan_cases);
   return rm_check_exit("test_krum_vec");

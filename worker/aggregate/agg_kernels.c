@@ -5,10 +5,20 @@
  * of the tile are widened to double once (f16/bf16 through reduce/half.h,
  * exactly as the reduction kernels widen them), the statistic is computed in
  * double and narrowed once (f16/bf16 via f32, round to nearest even). The
- * exception is the coordinate-wise order statistics (median, trimmed mean,
- * centered clipping's start): a sorting network over the rows in f32 for
- * every float type but f64, which gives the same bits (see "coordinate-wise,
- * vectorised" below); their arithmetic is still in double.
+ * exceptions, each with the scalar kernel it replaced kept as its reference
+ * (the `_ref` functions, tests/aggregate/test_coord_vec.c and
+ * test_krum_vec.c):
+ *   - the coordinate-wise order statistics (median, trimmed mean, centered
+ *     clipping's start) and Bulyan's second phase: a sorting network over
+ *     the rows, in f32 for every float type but f64 (Bulyan: in double),
+ *     which gives the reference's bits; their arithmetic is in double;
+ *   - the Krum family's squared distances: f32 lanes summed in double per
+ *     tile, within ~1e-6 of the double reference (not bitwise; the
+ *     selection made from them is the reference's, see "Krum family,
+ *     vectorised distances");
+ *   - the mean of the chosen rows: f32 rows read in place, the same
+ *     double arithmetic.
+ * Each comes in an SSE2 and an AVX2 build with the same bits ("builds").
  *
  * Determinism: a coordinate is computed by one rank only (its slice owner),
  * so bitwise agreement needs only a fixed order of operations, which every
@@ -135,6 +145,58 @@ static int agg_avx2(void)
 }
 
 /* ---- vector helpers ---- */
+typedef float agg_v4f __attribute__((vector_size(16)));
+typedef double agg_v4d __attribute__((vector_size(32)));
+
+/* four f32 values widened (a full 16-byte load, then one conversion) */
+#define AGG_CVT4(p) ({                                                               \
+    agg_v4f v_;                                                                      \
+    memcpy(&v_, (p), sizeof v_);                                                     \
+    __builtin_convertvector(v_, agg_v4d);                                            \
+  })
+
+/* the sum of squares of f32 values as sumsq computes it after widening
+ * (per tile of TILE: four lanes k mod 4 in double, (l0 + l1) + (l2 + l3),
+ * added to the total tile by tile), the same bits, with four tiles in
+ * flight so that four addition chains overlap instead of one */
+#define NORM_F32(NAME, ATTR)                                                         \
+  ATTR static double NAME(const float *p, size_t count)                              \
+  {                                                                                  \
+    double ss = 0;                                                                   \
+    size_t j0 = 0;                                                                   \
+    for (; j0 + 4 * TILE <= count; j0 += 4 * TILE) {                                 \
+      agg_v4d a = {0, 0, 0, 0}, b = a, c = a, d = a;                                 \
+      const float *pa = p + j0, *pb = pa + TILE, *pc = pb + TILE, *pd = pc + TILE;    \
+      for (size_t k = 0; k < TILE; k += 4) {                                         \
+        agg_v4d x = AGG_CVT4(pa + k), y = AGG_CVT4(pb + k);                          \
+        agg_v4d z = AGG_CVT4(pc + k), w = AGG_CVT4(pd + k);                          \
+        a += x * x;                                                                  \
+        b += y * y;                                                                  \
+        c += z * z;                                                                  \
+        d += w * w;                                                                  \
+      }                                                                              \
+      ss += (a[0] + a[1]) + (a[2] + a[3]);                                           \
+      ss += (b[0] + b[1]) + (b[2] + b[3]);                                           \
+      ss += (c[0] + c[1]) + (c[2] + c[3]);                                           \
+      ss += (d[0] + d[1]) + (d[2] + d[3]);                                           \
+    }                                                                                \
+    for (; j0 < count; j0 += TILE) {                                                 \
+      size_t n = count - j0 < TILE ? count - j0 : TILE, k = 0;                       \
+      agg_v4d a = {0, 0, 0, 0};                                                      \
+      for (; k + 4 <= n; k += 4) {                                                   \
+        agg_v4d x = AGG_CVT4(p + j0 + k);                                            \
+        a += x * x;                                                                  \
+      }                                                                              \
+      for (; k < n; k++) a[0] += (double)p[j0 + k] * (double)p[j0 + k];              \
+      ss += (a[0] + a[1]) + (a[2] + a[3]);                                           \
+    }                                                                                \
+    return ss;                                                                       \
+  }
+#ifdef AGG_HAVE_AVX2
+NORM_F32(norm_f32_avx2, AGG_AVX2)
+#endif
+NORM_F32(norm_f32_base, )
+
 static double sumsq(const double *t, size_t c, double scale)
 {
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -154,10 +216,18 @@ static double sumsq(const double *t, size_t c, double scale)
 double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt)
 {
   double t[TILE], ss = 0, amax = 0;
-  for (size_t j0 = 0; j0 < count; j0 += TILE) {
-    size_t c = count - j0 < TILE ? count - j0 : TILE;
-    widen(buf, j0, c, dt, t);
-    ss += sumsq(t, c, 1.0);
+  if (dt == RM_F32) {
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2()) ss = norm_f32_avx2(buf, count);
+    else
+#endif
+      ss = norm_f32_base(buf, count);
+  } else {
+    for (size_t j0 = 0; j0 < count; j0 += TILE) {
+      size_t c = count - j0 < TILE ? count - j0 : TILE;
+      widen(buf, j0, c, dt, t);
+      ss += sumsq(t, c, 1.0);
+    }
   }
   if (!isinf(ss)) return sqrt(ss);
   /* inf: a non-finite value, or finite values whose squares overflow */
