@@ -8,7 +8,9 @@
  * f16 / bf16; and centered clipping's starting
  * median (rm__agg_cc_start), which uses the same kernel. Inputs (seeded) mix ordinary values
  * with NaN, +-inf, +0 and -0, values repeated across rows (ties, also at the
- * trimming boundaries), huge and subnormal values; one case is all ties.
+ * trimming boundaries), huge and subnormal values; one case is all ties,
+ * one has no ties (the kernel's path for tiles without ties at the ranks it
+ * reads).
  * Both are exact (order statistics and a fixed-order sum), so any
  * difference is a bug.
  */
@@ -38,6 +40,8 @@ static double pick(int ties)
   static const double special[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e30,
                                    -1e30, 1e-40, 3.0, -3.0};
   uint64_t r = next_u64();
+  if (ties == 2) /* continuous values only: no ties, the kernel's fast path */
+    return ((double)(r >> 11) / 9007199254740992.0 - 0.5) * 8.0;
   switch (r % 8) {
   case 0: return special[(r >> 8) % 10];
   case 1:
@@ -70,7 +74,7 @@ int main(void)
   for (int d = 0; d < 4; d++)
     for (int a = 0; a < nn; a++)
       for (int l = 0; l < 4; l++)
-        for (int ties = 0; ties < 2; ties++) {
+        for (int ties = 0; ties < 3; ties++) {
           int n = ns[a];
           size_t len = lens[l], stride = len + 3, esz = rm_dtype_size(dts[d]);
           char *rows = malloc((size_t)n * stride * esz);
