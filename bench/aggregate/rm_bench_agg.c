@@ -13,6 +13,16 @@
  * the call (info.bytes_sent), and the ratio of the time to the all-reduce's.
  * Inputs: honest Gaussian-like values; no attacker (the cost does not depend
  * on the values).
+ *
+ * cpu(ms): the CPU time the call took, summed over the ranks (each process's
+ * CLOCK_PROCESS_CPUTIME_ID), median over iterations, and "x cpu" its ratio
+ * to the all-reduce's. On a host with fewer cores than ranks (every rank of
+ * a shared-memory run competing for them) and other load, wall time mostly
+ * measures the scheduler; the CPU time is the work itself, and where the
+ * ranks are CPU-bound on C cores the wall time is about cpu / C, so the
+ * "x cpu" ratio is what "x allred" would read on an otherwise idle host.
+ * Waiting ranks yield or sleep (oversubscribed shared memory), so waiting
+ * adds little CPU time.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -35,6 +45,13 @@ static double now_us(void)
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+static double cpu_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
@@ -46,12 +63,13 @@ typedef struct opts {
   int nsizes, iters;
 } opts_t;
 
-/* method -1 = plain all-reduce. OUT *med_us, *bytes. */
+/* method -1 = plain all-reduce. OUT *med_us, *cpu (median of the CPU time
+ * summed over ranks), *bytes. */
 static int time_cell(rm_comm_t *c, int method, float *buf, const float *pristine,
-                     size_t count, int iters, double *med_us, size_t *bytes)
+                     size_t count, int iters, double *med_us, double *cpu, size_t *bytes)
 {
   int n = rm_comm_world(c);
-  double t[64];
+  double t[64], u[64];
   rm_agg_config_t cfg;
   rm_agg_config_init(&cfg);
   if (method >= 0) {
@@ -63,7 +81,7 @@ static int time_cell(rm_comm_t *c, int method, float *buf, const float *pristine
   for (int k = -1; k < iters; k++) {
     memcpy(buf, pristine, count * sizeof *buf);
     if (rm_barrier(c) != RM_OK) return -1;
-    double t0 = now_us();
+    double t0 = now_us(), c0 = cpu_us();
     rm_status_t st;
     if (method == -2) { /* the bare exchange: all-to-all + all-gather */
       static float *tmp;
@@ -81,12 +99,18 @@ static int time_cell(rm_comm_t *c, int method, float *buf, const float *pristine
       *bytes = ai.bytes_sent;
     }
     if (st != RM_OK) return -1;
-    double dt = now_us() - t0;
+    double dt = now_us() - t0, du = cpu_us() - c0;
     if (rm_allreduce(c, &dt, &dt, 1, RM_F64, RM_MAX) != RM_OK) return -1;
-    if (k >= 0) t[k] = dt;
+    if (rm_allreduce(c, &du, &du, 1, RM_F64, RM_SUM) != RM_OK) return -1;
+    if (k >= 0) {
+      t[k] = dt;
+      u[k] = du;
+    }
   }
   qsort(t, (size_t)iters, sizeof t[0], cmp_d);
+  qsort(u, (size_t)iters, sizeof u[0], cmp_d);
   *med_us = t[iters / 2];
+  *cpu = u[iters / 2];
   return 0;
 }
 
@@ -102,24 +126,25 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
     pristine[i] = (float)(0.001 * (double)((i * 2654435761u + (size_t)r * 40503u) % 2001) - 1.0);
   if (r == 0)
     printf("# rm_bench_agg: world %d, f32, in place, time = median over %d iterations of the max over ranks\n"
-           "# %-13s %2s %2s %10s %11s %9s %12s %8s\n", n, o->iters, "method", "n", "f",
-           "size(B)", "time(ms)", "algbw", "sent/rank(B)", "x allred");
+           "# %-13s %2s %2s %10s %11s %9s %12s %8s %9s %6s\n", n, o->iters, "method", "n", "f",
+           "size(B)", "time(ms)", "algbw", "sent/rank(B)", "x allred", "cpu(ms)", "x cpu");
   for (int s = 0; s < o->nsizes; s++) {
     size_t count = o->mib[s] * 262144, bytes = 0;
-    double base = 0, t = 0;
+    double base = 0, t = 0, cbase = 0, cu = 0;
     int iters = o->mib[s] >= 64 ? (o->iters > 3 ? 3 : o->iters) : o->iters;
-    if (time_cell(c, -1, buf, pristine, count, iters, &base, &bytes) != 0) return 1;
+    if (time_cell(c, -1, buf, pristine, count, iters, &base, &cbase, &bytes) != 0) return 1;
     if (r == 0)
-      printf("  %-13s %2d %2s %10zu %11.2f %9.3f %12zu %8.2f\n", "allreduce", n, "-",
-             count * 4, base / 1e3, count * 4.0 / base / 1e3, bytes, 1.0);
+      printf("  %-13s %2d %2s %10zu %11.2f %9.3f %12zu %8.2f %9.2f %6.2f\n", "allreduce", n, "-",
+             count * 4, base / 1e3, count * 4.0 / base / 1e3, bytes, 1.0, cbase / 1e3, 1.0);
     if (getenv("RM_BENCH_AGG_EXCHANGE")) {
-      if (time_cell(c, -2, buf, pristine, count, iters, &t, &bytes) != 0) return 1;
+      if (time_cell(c, -2, buf, pristine, count, iters, &t, &cu, &bytes) != 0) return 1;
       if (r == 0)
-        printf("  %-13s %2d %2s %10zu %11.2f %9.3f %12s %8.2f\n", "a2a+allgather", n, "-",
-               count * 4, t / 1e3, count * 4.0 / t / 1e3, "-", t / base);
+        printf("  %-13s %2d %2s %10zu %11.2f %9.3f %12s %8.2f %9.2f %6.2f\n", "a2a+allgather", n,
+               "-", count * 4, t / 1e3, count * 4.0 / t / 1e3, "-", t / base, cu / 1e3,
+               cu / cbase);
     }
     for (int m = 0; m < RM_AGG_COUNT; m++) {
-      int rc = time_cell(c, m, buf, pristine, count, iters, &t, &bytes);
+      int rc = time_cell(c, m, buf, pristine, count, iters, &t, &cu, &bytes);
       if (rc < 0) return 1;
       if (rc > 0) continue;
       rm_agg_config_t cfg;
@@ -128,9 +153,9 @@ static int bench_rank(rm_comm_t *c, const opts_t *o)
       cfg.f = 1;
       int f = rm_agg_check(&cfg, n, NULL, 0) == RM_OK ? 1 : 0;
       if (r == 0)
-        printf("  %-13s %2d %2d %10zu %11.2f %9.3f %12zu %8.2f\n",
+        printf("  %-13s %2d %2d %10zu %11.2f %9.3f %12zu %8.2f %9.2f %6.2f\n",
                rm_agg_method_name((rm_agg_method_t)m), n, f, count * 4, t / 1e3,
-               count * 4.0 / t / 1e3, bytes, t / base);
+               count * 4.0 / t / 1e3, bytes, t / base, cu / 1e3, cu / cbase);
       fflush(stdout);
     }
   }

@@ -2,12 +2,15 @@
  * test_coord_vec.c - the vectorised coordinate-wise kernel (rm__agg_coord,
  * worker/aggregate/agg_kernels.c: a sorting network over the rows) against
  * the rank-per-coordinate reference it replaced (rm__agg_coord_ref), bit
- * for bit: output bytes and trimmed counts, median and trimmed mean, every
- * f the rule allows, n = 1..17 and 33, lengths that are not multiples of
- * the tile, f32 / f64 / f16 / bf16; and centered clipping's starting
+ * for bit, in its AVX2 and its SSE2 build (rm__agg_sse2_only): output bytes
+ * and trimmed counts, median and trimmed mean, every f the rule allows,
+ * n = 1..17 and 33, lengths that are not multiples of the tile, f32 / f64 /
+ * f16 / bf16; and centered clipping's starting
  * median (rm__agg_cc_start), which uses the same kernel. Inputs (seeded) mix ordinary values
  * with NaN, +-inf, +0 and -0, values repeated across rows (ties, also at the
- * trimming boundaries), huge and subnormal values; one case is all ties.
+ * trimming boundaries), huge and subnormal values; one case is all ties,
+ * one has no ties (the kernel's path for tiles without ties at the ranks it
+ * reads).
  * Both are exact (order statistics and a fixed-order sum), so any
  * difference is a bug.
  */
@@ -37,6 +40,8 @@ static double pick(int ties)
   static const double special[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e30,
                                    -1e30, 1e-40, 3.0, -3.0};
   uint64_t r = next_u64();
+  if (ties == 2) /* continuous values only: no ties, the kernel's fast path */
+    return ((double)(r >> 11) / 9007199254740992.0 - 0.5) * 8.0;
   switch (r % 8) {
   case 0: return special[(r >> 8) % 10];
   case 1:
@@ -69,7 +74,7 @@ int main(void)
   for (int d = 0; d < 4; d++)
     for (int a = 0; a < nn; a++)
       for (int l = 0; l < 4; l++)
-        for (int ties = 0; ties < 2; ties++) {
+        for (int ties = 0; ties < 3; ties++) {
           int n = ns[a];
           size_t len = lens[l], stride = len + 3, esz = rm_dtype_size(dts[d]);
           char *rows = malloc((size_t)n * stride * esz);
@@ -80,15 +85,19 @@ int main(void)
           for (int m = 0; m < 2; m++)
             for (int f = 0; 2 * f < n; f++) {
               rm_agg_method_t meth = m ? RM_AGG_TRIMMED_MEAN : RM_AGG_MEDIAN;
-              uint32_t t1[64] = {0}, t2[64] = {0};
-              memset(o1, 0x5a, len * esz);
-              memset(o2, 0xa5, len * esz);
-              CHECK(rm__agg_coord(&b, meth, f, o1, t1) == RM_OK);
-              CHECK(rm__agg_coord_ref(&b, meth, f, o2, t2) == RM_OK);
-              CHECKF(memcmp(o1, o2, len * esz) == 0 && memcmp(t1, t2, sizeof t1) == 0,
-                     "%s n=%d len=%zu ties=%d %s f=%d: differs from the reference", dtn[d], n,
-                     len, ties, m ? "trimmed_mean" : "median", f);
-              cases++;
+              for (int sse2 = 0; sse2 < 2; sse2++) { /* the AVX2 build, then the SSE2 one */
+                uint32_t t1[64] = {0}, t2[64] = {0};
+                memset(o1, 0x5a, len * esz);
+                memset(o2, 0xa5, len * esz);
+                rm__agg_sse2_only(sse2);
+                CHECK(rm__agg_coord(&b, meth, f, o1, t1) == RM_OK);
+                rm__agg_sse2_only(0);
+                CHECK(rm__agg_coord_ref(&b, meth, f, o2, t2) == RM_OK);
+                CHECKF(memcmp(o1, o2, len * esz) == 0 && memcmp(t1, t2, sizeof t1) == 0,
+                       "%s n=%d len=%zu ties=%d %s f=%d sse2=%d: differs from the reference",
+                       dtn[d], n, len, ties, m ? "trimmed_mean" : "median", f, sse2);
+                cases++;
+              }
             }
           /* centered clipping starts from the same median (narrowed here) */
           double *v = malloc((len ? len : 1) * sizeof *v), part[64];

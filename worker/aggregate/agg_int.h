@@ -59,6 +59,11 @@ double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt);
 /* buf[i] = round_dt(buf[i] * factor), the product in double. */
 void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor);
 
+/* The vectorised kernels below run an AVX2 build where the CPU has it, else
+ * an SSE2 one, with the same bits. on != 0: the SSE2 build only (tests
+ * compare the two; benchmarks time both). Not thread-safe; set it before. */
+void rm__agg_sse2_only(int on);
+
 /* ---- coordinate-wise (NaN read as +inf) ----
  * out[len] (dt) = per coordinate median (n odd: middle value; even:
  * 0.5*lo + 0.5*hi) or trimmed mean (the values of sorted positions
@@ -77,6 +82,10 @@ rm_status_t rm__agg_coord_ref(const rm__agg_block_t *b, rm_agg_method_t m, int f
  * sum of (x_i - x_j)^2, d[i*n+i] the count of non-finite values of row i.
  * All-reduced (SUM) it is the whole vector's matrix. */
 rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d);
+/* the same in double, one pair at a time (what the f32 rm__agg_pair_dist
+ * replaced; its path for f64, and the tests' reference): d's diagonal is
+ * the same, the distances within ~1e-6 relative */
+rm_status_t rm__agg_pair_dist_ref(const rm__agg_block_t *b, double *d);
 /* Krum scores over the rows with alive[i] != 0: score[i] = the sum of the k
  * smallest distances to the other alive rows (fewer when fewer exist);
  * a pair involving a row with non-finite values is +inf. NaN for rows not
@@ -88,6 +97,13 @@ void rm__agg_krum_scores(const double *d, int n, const uint8_t *alive, int k,
 int rm__agg_krum_best(const double *d, int n, const uint8_t *alive,
                       const double *score);
 /* out[len] = mean of rows sel[0..k-1] (summed in the order given). */
+/* The selection on the (all-reduced) matrix: scores[n] = Krum scores over
+ * all rows (k = n - f - 2); sel[0..return) = the chosen rows in rank order:
+ * krum the best, multi_krum the m best (n - f when m = 0), bulyan n - 2f
+ * by Krum repeatedly on the rows left (k = max(1, left - f - 2)); finite
+ * rows only once one is chosen. -1 when out of memory. */
+int rm__agg_krum_select(const double *d, int n, rm_agg_method_t method, int f, int m,
+                        double *scores, int *sel);
 rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
                               void *out);
 /* Bulyan's second phase over rows sel[0..k-1]: per coordinate the mean of
@@ -95,6 +111,10 @@ rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
  * lower value), summed in ascending order. */
 rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
                                  int k, int beta, void *out);
+/* the same one column at a time (insertion sort; the vectorised one must
+ * match it bit for bit; also its path for k > 64) */
+rm_status_t rm__agg_bulyan_coord_ref(const rm__agg_block_t *b, const int *sel,
+                                     int k, int beta, void *out);
 
 /* ---- centered clipping ----
  * start: v[len] = coordinate-wise median, part[i] = sum (x_i - v)^2.

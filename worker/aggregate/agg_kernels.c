@@ -5,10 +5,20 @@
  * of the tile are widened to double once (f16/bf16 through reduce/half.h,
  * exactly as the reduction kernels widen them), the statistic is computed in
  * double and narrowed once (f16/bf16 via f32, round to nearest even). The
- * exception is the coordinate-wise order statistics (median, trimmed mean,
- * centered clipping's start): a sorting network over the rows in f32 for
- * every float type but f64, which gives the same bits (see "coordinate-wise,
- * vectorised" below); their arithmetic is still in double.
+ * exceptions, each with the scalar kernel it replaced kept as its reference
+ * (the `_ref` functions, tests/aggregate/test_coord_vec.c and
+ * test_krum_vec.c):
+ *   - the coordinate-wise order statistics (median, trimmed mean, centered
+ *     clipping's start) and Bulyan's second phase: a sorting network over
+ *     the rows, in f32 for every float type but f64 (Bulyan: in double),
+ *     which gives the reference's bits; their arithmetic is in double;
+ *   - the Krum family's squared distances: f32 lanes summed in double per
+ *     tile, within ~1e-6 of the double reference (not bitwise; the
+ *     selection made from them is the reference's, see "Krum family,
+ *     vectorised distances");
+ *   - the mean of the chosen rows: f32 rows read in place, the same
+ *     double arithmetic.
+ * Each comes in an SSE2 and an AVX2 build with the same bits ("builds").
  *
  * Determinism: a coordinate is computed by one rank only (its slice owner),
  * so bitwise agreement needs only a fixed order of operations, which every
@@ -108,7 +118,85 @@ static void load_tile(const rm__agg_block_t *b, const int *sel, int k, size_t j0
     widen(row_ptr(b, sel ? sel[i] : i), j0, c, b->dt, tile + (size_t)i * TILE);
 }
 
+/* ---- builds ----
+ * The vectorised kernels come in an SSE2 build (the x86-64 baseline) and an
+ * AVX2 one (target attribute, no FMA, so no contraction), picked once by
+ * CPUID as the reduction kernels are; both do the same operations in the
+ * same order and give the same bits (the tests compare them). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define AGG_HAVE_AVX2 1
+#define AGG_AVX2 __attribute__((target("avx2")))
+#endif
+
+static int g_agg_sse2_only; /* rm__agg_sse2_only: tests and benchmarks */
+
+void rm__agg_sse2_only(int on) { g_agg_sse2_only = on; }
+
+static int agg_avx2(void)
+{
+#ifdef AGG_HAVE_AVX2
+  static int avx2 = -1;
+  if (avx2 < 0) /* racing threads store the same value */
+    avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+  return avx2 && !g_agg_sse2_only;
+#else
+  return 0;
+#endif
+}
+
 /* ---- vector helpers ---- */
+typedef float agg_v4f __attribute__((vector_size(16)));
+typedef double agg_v4d __attribute__((vector_size(32)));
+
+/* four f32 values widened (a full 16-byte load, then one conversion) */
+#define AGG_CVT4(p) ({                                                               \
+    agg_v4f v_;                                                                      \
+    memcpy(&v_, (p), sizeof v_);                                                     \
+    __builtin_convertvector(v_, agg_v4d);                                            \
+  })
+
+/* the sum of squares of f32 values as sumsq computes it after widening
+ * (per tile of TILE: four lanes k mod 4 in double, (l0 + l1) + (l2 + l3),
+ * added to the total tile by tile), the same bits, with four tiles in
+ * flight so that four addition chains overlap instead of one */
+#define NORM_F32(NAME, ATTR)                                                         \
+  ATTR static double NAME(const float *p, size_t count)                              \
+  {                                                                                  \
+    double ss = 0;                                                                   \
+    size_t j0 = 0;                                                                   \
+    for (; j0 + 4 * TILE <= count; j0 += 4 * TILE) {                                 \
+      agg_v4d a = {0, 0, 0, 0}, b = a, c = a, d = a;                                 \
+      const float *pa = p + j0, *pb = pa + TILE, *pc = pb + TILE, *pd = pc + TILE;    \
+      for (size_t k = 0; k < TILE; k += 4) {                                         \
+        agg_v4d x = AGG_CVT4(pa + k), y = AGG_CVT4(pb + k);                          \
+        agg_v4d z = AGG_CVT4(pc + k), w = AGG_CVT4(pd + k);                          \
+        a += x * x;                                                                  \
+        b += y * y;                                                                  \
+        c += z * z;                                                                  \
+        d += w * w;                                                                  \
+      }                                                                              \
+      ss += (a[0] + a[1]) + (a[2] + a[3]);                                           \
+      ss += (b[0] + b[1]) + (b[2] + b[3]);                                           \
+      ss += (c[0] + c[1]) + (c[2] + c[3]);                                           \
+      ss += (d[0] + d[1]) + (d[2] + d[3]);                                           \
+    }                                                                                \
+    for (; j0 < count; j0 += TILE) {                                                 \
+      size_t n = count - j0 < TILE ? count - j0 : TILE, k = 0;                       \
+      agg_v4d a = {0, 0, 0, 0};                                                      \
+      for (; k + 4 <= n; k += 4) {                                                   \
+        agg_v4d x = AGG_CVT4(p + j0 + k);                                            \
+        a += x * x;                                                                  \
+      }                                                                              \
+      for (; k < n; k++) a[0] += (double)p[j0 + k] * (double)p[j0 + k];              \
+      ss += (a[0] + a[1]) + (a[2] + a[3]);                                           \
+    }                                                                                \
+    return ss;                                                                       \
+  }
+#ifdef AGG_HAVE_AVX2
+NORM_F32(norm_f32_avx2, AGG_AVX2)
+#endif
+NORM_F32(norm_f32_base, )
+
 static double sumsq(const double *t, size_t c, double scale)
 {
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -128,10 +216,18 @@ static double sumsq(const double *t, size_t c, double scale)
 double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt)
 {
   double t[TILE], ss = 0, amax = 0;
-  for (size_t j0 = 0; j0 < count; j0 += TILE) {
-    size_t c = count - j0 < TILE ? count - j0 : TILE;
-    widen(buf, j0, c, dt, t);
-    ss += sumsq(t, c, 1.0);
+  if (dt == RM_F32) {
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2()) ss = norm_f32_avx2(buf, count);
+    else
+#endif
+      ss = norm_f32_base(buf, count);
+  } else {
+    for (size_t j0 = 0; j0 < count; j0 += TILE) {
+      size_t c = count - j0 < TILE ? count - j0 : TILE;
+      widen(buf, j0, c, dt, t);
+      ss += sumsq(t, c, 1.0);
+    }
   }
   if (!isinf(ss)) return sqrt(ss);
   /* inf: a non-finite value, or finite values whose squares overflow */
@@ -357,8 +453,8 @@ static int net_pairs(int n, int *pi, int *pj)
  * Order of work per tile: NaN -> +inf; the network on a copy; L counts;
  * per row (in order) the median's selection, then keep / trimmed, the
  * row's kept values left in x; the trimmed mean's row-order sum last. */
-#define COORD_VEC(T, TI, NAME)                                                       \
-  static void NAME##_tile(T *restrict x, T *restrict srt, int n, size_t c,           \
+#define COORD_VEC(T, TI, NAME, ATTR)                                                 \
+  ATTR static void NAME##_tile(T *restrict x, T *restrict srt, int n, size_t c,           \
                           const int *pi, const int *pj, int npairs,                  \
                           rm_agg_method_t m, int f, double *res, uint32_t *trimmed)  \
   {                                                                                  \
@@ -379,6 +475,44 @@ static int net_pairs(int n, int *pi, int *pj)
     TI phi = n / 2, plo = n % 2 ? phi : phi - 1, kf = f, kl = n - f - 1;              \
     const T *slo = srt + (size_t)plo * TILE, *shi = srt + (size_t)phi * TILE;         \
     const T *sf = srt + (size_t)kf * TILE, *sl = srt + (size_t)kl * TILE;             \
+    /* fast path: where no column of the tile has a tie across the trimming      \
+     * boundaries (rank f-1 / f, n-f-1 / n-f) nor a zero median, a row's rank    \
+     * follows from its value alone (rank >= f iff x >= sf, rank <= n-f-1 iff    \
+     * x <= sl) and the median's value is its bits (equal nonzero values have    \
+     * equal bits; only +0 and -0 differ), so the L counts and the equal-row     \
+     * bookkeeping below are not needed; the results are the same */            \
+    TI tie = 0;                                                                      \
+    if (trim && f > 0) {                                                             \
+      const T *sf1 = srt + (size_t)(kf - 1) * TILE, *sl1 = srt + (size_t)(kl + 1) * TILE; \
+      for (size_t k = 0; k < c; k++) tie |= (sf1[k] == sf[k]) | (sl[k] == sl1[k]);    \
+    }                                                                                \
+    if (med)                                                                         \
+      for (size_t k = 0; k < c; k++) tie |= (slo[k] == 0) | (shi[k] == 0);            \
+    if (!tie) {                                                                      \
+      for (int i = 0; i < n && trim; i++) {                                          \
+        T *restrict a = x + (size_t)i * TILE;                                        \
+        TI tr = 0;                                                                   \
+        for (size_t k = 0; k < c; k++) {                                             \
+          T y = a[k];                                                                \
+          TI keep = (y >= sf[k]) & (y <= sl[k]);                                     \
+          a[k] = keep ? y : (T)0;                                                    \
+          tr += 1 - keep;                                                            \
+        }                                                                            \
+        if (f > 0) trimmed[i] += (uint32_t)tr;                                       \
+      }                                                                              \
+      if (med) {                                                                     \
+        for (size_t k = 0; k < c; k++)                                               \
+          res[k] = plo == phi ? (double)slo[k] : 0.5 * (double)slo[k] + 0.5 * (double)shi[k]; \
+        return;                                                                      \
+      }                                                                              \
+      for (size_t k = 0; k < c; k++) res[k] = 0;                                     \
+      for (int i = 0; i < n; i++) {                                                  \
+        const T *restrict a = x + (size_t)i * TILE;                                  \
+        for (size_t k = 0; k < c; k++) res[k] += (double)a[k];                       \
+      }                                                                              \
+      for (size_t k = 0; k < c; k++) res[k] /= (double)(n - 2 * f);                  \
+      return;                                                                        \
+    }                                                                                \
     TI llo[TILE], lhi[TILE], lf[TILE], ll[TILE], elo[TILE], ehi[TILE], ef[TILE], el[TILE]; \
     T vlo[TILE], vhi[TILE];                                                          \
     for (size_t k = 0; k < c; k++) {                                                 \
@@ -437,8 +571,15 @@ static int net_pairs(int n, int *pi, int *pj)
     }                                                                                \
     for (size_t k = 0; k < c; k++) res[k] /= (double)(n - 2 * f);                    \
   }
-COORD_VEC(float, int32_t, cv32)
-COORD_VEC(double, int64_t, cv64)
+/* an SSE2 build and an AVX2 one (picked by CPUID, as the reduction kernels
+ * are): the same operations in the same order, so the same bits; AVX2
+ * doubles the lanes and has the 64-bit compares the f64 kernel needs */
+#ifdef AGG_HAVE_AVX2
+COORD_VEC(float, int32_t, cv32_avx2, AGG_AVX2)
+COORD_VEC(double, int64_t, cv64_avx2, AGG_AVX2)
+#endif
+COORD_VEC(float, int32_t, cv32, )
+COORD_VEC(double, int64_t, cv64, )
 
 static void widen32(const void *row, size_t j0, size_t c, rm_dtype_t dt, float *dst)
 {
@@ -499,11 +640,21 @@ static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
     double *x = (double *)w->x;
     for (int i = 0; i < n; i++)
       memcpy(x + (size_t)i * TILE, (const double *)row_ptr(b, i) + j0, c * sizeof *x);
-    cv64_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2())
+      cv64_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+    else
+#endif
+      cv64_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
   } else {
     float *x = (float *)w->x;
     for (int i = 0; i < n; i++) widen32(row_ptr(b, i), j0, c, b->dt, x + (size_t)i * TILE);
-    cv32_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+#ifdef AGG_HAVE_AVX2
+    if (agg_avx2())
+      cv32_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
+    else
+#endif
+      cv32_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
   }
 }
 
@@ -541,7 +692,7 @@ static double sumsq_diff(const double *x, const double *y, size_t c)
   return (a0 + a1) + (a2 + a3);
 }
 
-rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
+rm_status_t rm__agg_pair_dist_ref(const rm__agg_block_t *b, double *d)
 {
   int n = b->n;
   scratch_t s;
@@ -562,6 +713,162 @@ rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
   }
   scratch_put(&s);
   return RM_OK;
+}
+
+/* ---- Krum family, vectorised distances ----
+ * rm__agg_pair_dist computes what rm__agg_pair_dist_ref does, in f32 for
+ * every float type but f64 (which goes to the reference), several times
+ * faster (bench/aggregate/rm_bench_coord):
+ *   - one pass over the slice in tiles of TILE columns; a tile's n rows
+ *     (f32 in place, f16/bf16 widened to f32, exact) stay in L1 while all
+ *     n(n-1)/2 pairs of the tile are computed from them;
+ *   - a pair's tile: e = x - y and e*e in f32, summed in 32 fixed lanes
+ *     (column k into lane k mod 32, 8 terms per lane), the lanes added
+ *     pairwise (4 lane groups in f32, then 8 values in double), and the
+ *     tile's sum added to the pair's double total; the < 32 last columns
+ *     of a slice in double. GCC vector types written for 8 lanes: one AVX2
+ *     vector or two SSE2 ones, the same additions in the same order, so
+ *     the AVX2 build (picked by CPUID) gives the SSE2 build's bits.
+ *   - error: each e and e*e is rounded once to f32 and a lane sums 8
+ *     terms, so a pair's distance is within about 1e-6 (relative) of the
+ *     reference's (all terms are >= 0, nothing cancels); exact when the
+ *     values are small dyadic numbers. The same inputs give the same bits
+ *     in either argument order ((x-y)^2 == (y-x)^2), so equal rows have
+ *     equal distances and Krum's ties stay ties.
+ *   - where f32 would lose what double keeps, the double sum is taken
+ *     instead: a tile whose f32 sum overflowed while its two rows are
+ *     finite (|e| > ~1.8e19), and a pair whose slice total is below 2^-90
+ *     (its e*e underflowed to f32 subnormals or zero; also a pair of
+ *     equal rows, which costs that pair one more pass).
+ *   - non-finite values: x*0 summed per row in f32 lanes is NaN iff the
+ *     row's tile holds one; only then are they counted (the diagonal). */
+typedef float agg_v8f __attribute__((vector_size(32), aligned(4), may_alias));
+
+#define PD_TILE(NAME, ATTR)                                                          \
+  ATTR static void NAME(const float *const *x, int n, size_t c32, double *s, float *z) \
+  {                                                                                  \
+    for (int i = 0; i < n; i++) {                                                    \
+      const float *a = x[i];                                                         \
+      agg_v8f q = {0};                                                               \
+      for (size_t k = 0; k < c32; k += 8) q += *(const agg_v8f *)(a + k) * 0.0f;      \
+      z[i] = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));       \
+      for (int j = i + 1; j < n; j++) {                                              \
+        const float *b = x[j];                                                       \
+        agg_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};                              \
+        for (size_t k = 0; k < c32; k += 32) {                                       \
+          agg_v8f e0 = *(const agg_v8f *)(a + k) - *(const agg_v8f *)(b + k);         \
+          agg_v8f e1 = *(const agg_v8f *)(a + k + 8) - *(const agg_v8f *)(b + k + 8); \
+          agg_v8f e2 = *(const agg_v8f *)(a + k + 16) - *(const agg_v8f *)(b + k + 16); \
+          agg_v8f e3 = *(const agg_v8f *)(a + k + 24) - *(const agg_v8f *)(b + k + 24); \
+          a0 += e0 * e0;                                                             \
+          a1 += e1 * e1;                                                             \
+          a2 += e2 * e2;                                                             \
+          a3 += e3 * e3;                                                             \
+        }                                                                            \
+        agg_v8f t = (a0 + a1) + (a2 + a3);                                           \
+        s[(size_t)i * n + j] = (((double)t[0] + (double)t[1]) + ((double)t[2] + (double)t[3])) + \
+                               (((double)t[4] + (double)t[5]) + ((double)t[6] + (double)t[7])); \
+      }                                                                              \
+    }                                                                                \
+  }
+
+#ifdef AGG_HAVE_AVX2
+PD_TILE(pd_tile_avx2, AGG_AVX2)
+#endif
+PD_TILE(pd_tile_base, )
+
+typedef void (*pd_tile_fn)(const float *const *, int, size_t, double *, float *);
+
+static pd_tile_fn pd_tile_pick(void)
+{
+#ifdef AGG_HAVE_AVX2
+  if (agg_avx2()) return pd_tile_avx2;
+#endif
+  return pd_tile_base;
+}
+
+/* sum (x - y)^2 in double over c f32 values, in order */
+static double sumsq_diff_f(const float *x, const float *y, size_t c)
+{
+  double s = 0;
+  for (size_t k = 0; k < c; k++) {
+    double e = (double)x[k] - (double)y[k];
+    s += e * e;
+  }
+  return s;
+}
+
+/* the rows of tile j0 as f32: pointers into the block (f32) or widened
+ * into buf (n x TILE) */
+static void f32_rows(const rm__agg_block_t *b, const int *sel, int k, size_t j0, size_t c,
+                     float *buf, const float **x)
+{
+  for (int i = 0; i < k; i++) {
+    const void *row = row_ptr(b, sel ? sel[i] : i);
+    if (b->dt == RM_F32) {
+      x[i] = (const float *)row + j0;
+    } else {
+      widen32(row, j0, c, b->dt, buf + (size_t)i * TILE);
+      x[i] = buf + (size_t)i * TILE;
+    }
+  }
+}
+
+rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
+{
+  int n = b->n;
+  if (b->dt == RM_F64 || n < 2) return rm__agg_pair_dist_ref(b, d);
+  size_t nn = (size_t)n * n;
+  float *buf = malloc((size_t)n * TILE * sizeof *buf), *z = malloc((size_t)n * sizeof *z);
+  const float **x = malloc((size_t)n * sizeof *x);
+  double *s = malloc(nn * sizeof *s), *acc = calloc(nn, sizeof *acc);
+  uint8_t *bad = calloc((size_t)n, 1);
+  rm_status_t st = RM_ERR_NOMEM;
+  if (!buf || !z || !x || !s || !acc || !bad) goto out;
+  pd_tile_fn tile = pd_tile_pick();
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE, c32 = c & ~(size_t)31;
+    f32_rows(b, NULL, n, j0, c, buf, x);
+    tile(x, n, c32, s, z);
+    for (int i = 0; i < n; i++) { /* non-finite values of the tile: counted when present */
+      size_t cnt = 0;
+      if (z[i] != 0)
+        for (size_t k = 0; k < c32; k++) cnt += !isfinite(x[i][k]);
+      for (size_t k = c32; k < c; k++) cnt += !isfinite(x[i][k]);
+      d[(size_t)i * n + i] += (double)cnt;
+      bad[i] = cnt > 0;
+    }
+    for (int i = 0; i < n; i++)
+      for (int j = i + 1; j < n; j++) {
+        double v = s[(size_t)i * n + j];
+        if (!(v < INFINITY) && !bad[i] && !bad[j]) /* f32 overflow of finite values */
+          v = sumsq_diff_f(x[i], x[j], c32);
+        acc[(size_t)i * n + j] += v + sumsq_diff_f(x[i] + c32, x[j] + c32, c - c32);
+      }
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      double v = acc[(size_t)i * n + j];
+      if (v < 0x1p-90) { /* what f32 squares could have lost: the pair in double */
+        v = 0;
+        for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+          size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+          int ij[2] = {i, j};
+          f32_rows(b, ij, 2, j0, c, buf, x);
+          v += sumsq_diff_f(x[0], x[1], c);
+        }
+      }
+      d[(size_t)i * n + j] += v;
+    }
+  st = RM_OK;
+out:
+  free(buf);
+  free(z);
+  free(x);
+  free(s);
+  free(acc);
+  free(bad);
+  return st;
 }
 
 static int row_bad(const double *d, int n, int i) { return d[(size_t)i * n + i] != 0; }
@@ -611,23 +918,101 @@ int rm__agg_krum_best(const double *d, int n, const uint8_t *alive,
   return best;
 }
 
+int rm__agg_krum_select(const double *d, int n, rm_agg_method_t method, int f, int m,
+                        double *scores, int *sel)
+{
+  int want, nsel = 0;
+  double *score = malloc((size_t)n * sizeof *score), *work = malloc((size_t)n * sizeof *work);
+  uint8_t *alive = malloc((size_t)n);
+  if (!score || !work || !alive) {
+    nsel = -1;
+    goto out;
+  }
+  memset(alive, 1, (size_t)n);
+  rm__agg_krum_scores(d, n, alive, n - f - 2, scores, work);
+  want = method == RM_AGG_KRUM ? 1 : method == RM_AGG_MULTI_KRUM ? (m ? m : n - f) : n - 2 * f;
+  for (int t = 0; t < want; t++) {
+    int left = n - t, k = left - f - 2;
+    if (method == RM_AGG_BULYAN) { /* rescored on the rows left */
+      k = k < 1 ? 1 : k;
+      rm__agg_krum_scores(d, n, alive, k, score, work);
+    } else {
+      for (int i = 0; i < n; i++) score[i] = alive[i] ? scores[i] : NAN;
+    }
+    int best = rm__agg_krum_best(d, n, alive, score);
+    if (best < 0 || (nsel > 0 && d[(size_t)best * n + best] != 0)) break; /* finite only */
+    nsel++;
+    alive[best] = 0;
+  }
+  /* in rank order: the mean sums in rank order */
+  for (int i = 0, p = 0; i < n; i++)
+    if (!alive[i]) sel[p++] = i;
+out:
+  free(score);
+  free(work);
+  free(alive);
+  return nsel;
+}
+
+/* the mean of k f32 rows of a tile, summed in double in row order: the
+ * rows read in place (no widened copy), the conversions and additions
+ * vectorised; an AVX2 build and an SSE2 one (the same operations) */
+#define MEAN_TILE(NAME, ATTR)                                                        \
+  ATTR static void NAME(const float *const *x, int k, size_t c, double *res)          \
+  {                                                                                  \
+    const float *a = x[0];                                                           \
+    for (size_t q = 0; q < c; q++) res[q] = (double)a[q];                            \
+    for (int i = 1; i < k; i++) {                                                    \
+      const float *restrict b = x[i];                                                \
+      for (size_t q = 0; q < c; q++) res[q] += (double)b[q];                         \
+    }                                                                                \
+    if (k > 1)                                                                       \
+      for (size_t q = 0; q < c; q++) res[q] /= (double)k;                            \
+  }
+#ifdef AGG_HAVE_AVX2
+MEAN_TILE(mean_tile_avx2, AGG_AVX2)
+#endif
+MEAN_TILE(mean_tile_base, )
+
 rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
                               void *out)
 {
   double res[TILE];
-  scratch_t s;
-  if (scratch_get(&s, k) != RM_OK) return RM_ERR_NOMEM;
+  if (b->dt == RM_F64 || k < 1) {
+    scratch_t s;
+    if (scratch_get(&s, k > 0 ? k : 1) != RM_OK) return RM_ERR_NOMEM;
+    for (size_t j0 = 0; j0 < b->len && k > 0; j0 += TILE) {
+      size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+      load_tile(b, sel, k, j0, c, s.tile);
+      for (size_t q = 0; q < c; q++) res[q] = s.tile[q];
+      for (int i = 1; i < k; i++)
+        for (size_t q = 0; q < c; q++) res[q] += s.tile[(size_t)i * TILE + q];
+      if (k > 1)
+        for (size_t q = 0; q < c; q++) res[q] /= (double)k;
+      narrow(res, c, b->dt, out, j0);
+    }
+    scratch_put(&s);
+    return RM_OK;
+  }
+  float *buf = b->dt == RM_F32 ? NULL : malloc((size_t)k * TILE * sizeof *buf);
+  const float **x = malloc((size_t)k * sizeof *x);
+  if (!x || (b->dt != RM_F32 && !buf)) {
+    free(buf);
+    free(x);
+    return RM_ERR_NOMEM;
+  }
+  void (*tile)(const float *const *, int, size_t, double *) = mean_tile_base;
+#ifdef AGG_HAVE_AVX2
+  if (agg_avx2()) tile = mean_tile_avx2;
+#endif
   for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
-    load_tile(b, sel, k, j0, c, s.tile);
-    for (size_t q = 0; q < c; q++) res[q] = s.tile[q];
-    for (int i = 1; i < k; i++)
-      for (size_t q = 0; q < c; q++) res[q] += s.tile[(size_t)i * TILE + q];
-    if (k > 1)
-      for (size_t q = 0; q < c; q++) res[q] /= (double)k;
+    f32_rows(b, sel, k, j0, c, buf, x);
+    tile(x, k, c, res);
     narrow(res, c, b->dt, out, j0);
   }
-  scratch_put(&s);
+  free(buf);
+  free(x);
   return RM_OK;
 }
 
@@ -650,8 +1035,8 @@ static double nearest_mean(const double *v, int k, int beta, double med)
   return sum / (double)beta;
 }
 
-rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
-                                 int k, int beta, void *out)
+rm_status_t rm__agg_bulyan_coord_ref(const rm__agg_block_t *b, const int *sel,
+                                     int k, int beta, void *out)
 {
   double res[TILE];
   scratch_t s;
@@ -666,6 +1051,129 @@ rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
     narrow(res, c, b->dt, out, j0);
   }
   scratch_put(&s);
+  return RM_OK;
+}
+
+/* ---- Bulyan's second phase, vectorised ----
+ * The same bits as rm__agg_bulyan_coord_ref: the k chosen rows of a tile
+ * widened to double as the reference widens them (NaN -> +inf), sorted by
+ * the merge-exchange network of the coordinate-wise kernel, which gives the
+ * reference's sorted values (+0 and -0 may trade places, which changes no
+ * result below: they only meet comparisons and sums that start at +0).
+ * Then per column, in double as the reference: the median, the insertion
+ * point (#{v < med}), the reference's window growth replayed step by step
+ * (beta steps; the values beside the window are picked from the sorted
+ * rows by index compares and bit masks, no gathers), and the sum of the
+ * window in ascending order (values outside it add +0, which changes
+ * nothing). All lanes are 64-bit (values, masks, indices), which AVX2
+ * compares and selects in 4 lanes; the SSE2 build (no 64-bit integer
+ * compares) vectorises only the network and the median, so the AVX2 build
+ * is picked by CPUID as for the distances. */
+typedef uint64_t agg_u64a __attribute__((may_alias));
+
+#define BULYAN_TILE(NAME, ATTR)                                                      \
+  ATTR static void NAME(double *restrict srt, int k, size_t c, const int *pi,          \
+                        const int *pj, int npairs, int beta, double *res)             \
+  {                                                                                  \
+    double med[TILE];                                                                \
+    int64_t lo[TILE], hi[TILE];                                                      \
+    uint64_t vl[TILE], vh[TILE];                                                     \
+    for (int i = 0; i < k; i++) {                                                    \
+      double *restrict a = srt + (size_t)i * TILE;                                   \
+      for (size_t q = 0; q < c; q++) a[q] = a[q] != a[q] ? (double)INFINITY : a[q];  \
+    }                                                                                \
+    for (int p = 0; p < npairs; p++) {                                               \
+      double *restrict u = srt + (size_t)pi[p] * TILE, *restrict v = srt + (size_t)pj[p] * TILE; \
+      for (size_t q = 0; q < c; q++) {                                               \
+        double l = u[q] < v[q] ? u[q] : v[q], h = u[q] < v[q] ? v[q] : u[q];         \
+        u[q] = l;                                                                    \
+        v[q] = h;                                                                    \
+      }                                                                              \
+    }                                                                                \
+    if (beta == k) { /* f = 0: the window is every value, summed ascending */        \
+      for (size_t q = 0; q < c; q++) res[q] = 0; /* +0 first, as the reference */     \
+      for (int p = 0; p < k; p++) {                                                  \
+        const double *restrict a = srt + (size_t)p * TILE;                           \
+        for (size_t q = 0; q < c; q++) res[q] += a[q];                               \
+      }                                                                              \
+      for (size_t q = 0; q < c; q++) res[q] /= (double)beta;                         \
+      return;                                                                        \
+    }                                                                                \
+    const double *sm = srt + (size_t)(k / 2) * TILE, *sl = k % 2 ? sm : sm - TILE;    \
+    for (size_t q = 0; q < c; q++) {                                                 \
+      med[q] = k % 2 ? sm[q] : 0.5 * sl[q] + 0.5 * sm[q];                            \
+      lo[q] = 0;                                                                     \
+    }                                                                                \
+    for (int p = 0; p < k; p++) {                                                    \
+      const double *restrict a = srt + (size_t)p * TILE;                             \
+      for (size_t q = 0; q < c; q++) lo[q] += a[q] < med[q];                         \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) hi[q] = lo[q];                                    \
+    for (int step = 0; step < beta; step++) {                                        \
+      for (size_t q = 0; q < c; q++) vl[q] = vh[q] = 0;                              \
+      for (int p = 0; p < k; p++) {                                                  \
+        const agg_u64a *restrict a = (const agg_u64a *)(srt + (size_t)p * TILE);     \
+        int64_t p1 = p + 1, p0 = p;                                                  \
+        for (size_t q = 0; q < c; q++) {                                             \
+          vl[q] |= a[q] & -(uint64_t)(lo[q] == p1);                                  \
+          vh[q] |= a[q] & -(uint64_t)(hi[q] == p0);                                  \
+        }                                                                            \
+      }                                                                              \
+      for (size_t q = 0; q < c; q++) {                                               \
+        double l, h;                                                                 \
+        memcpy(&l, &vl[q], sizeof l);                                                \
+        memcpy(&h, &vh[q], sizeof h);                                                \
+        int64_t left = (lo[q] > 0) & ((hi[q] == k) | (med[q] - l <= h - med[q]));    \
+        lo[q] -= left;                                                               \
+        hi[q] += 1 - left;                                                           \
+      }                                                                              \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) res[q] = 0;                                       \
+    for (int p = 0; p < k; p++) {                                                    \
+      const agg_u64a *restrict a = (const agg_u64a *)(srt + (size_t)p * TILE);       \
+      int64_t p0 = p;                                                                \
+      for (size_t q = 0; q < c; q++) {                                               \
+        uint64_t m = a[q] & -(uint64_t)((lo[q] <= p0) & (p0 < hi[q]));               \
+        double x;                                                                    \
+        memcpy(&x, &m, sizeof x);                                                    \
+        res[q] += x;                                                                 \
+      }                                                                              \
+    }                                                                                \
+    for (size_t q = 0; q < c; q++) res[q] /= (double)beta;                           \
+  }
+
+#ifdef AGG_HAVE_AVX2
+BULYAN_TILE(bu_tile_avx2, AGG_AVX2)
+#endif
+BULYAN_TILE(bu_tile_base, )
+
+typedef void (*bu_tile_fn)(double *, int, size_t, const int *, const int *, int, int, double *);
+
+static bu_tile_fn bu_tile_pick(void)
+{
+#ifdef AGG_HAVE_AVX2
+  if (agg_avx2()) return bu_tile_avx2;
+#endif
+  return bu_tile_base;
+}
+
+rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
+                                 int k, int beta, void *out)
+{
+  double res[TILE];
+  net_t w;
+  if (k > NET_MAX || k < 1 || beta < 1 || beta > k)
+    return rm__agg_bulyan_coord_ref(b, sel, k, beta, out);
+  if (net_get(&w, k, RM_F64) != RM_OK) return RM_ERR_NOMEM;
+  bu_tile_fn tile = bu_tile_pick();
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+    size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
+    double *x = (double *)w.x;
+    for (int i = 0; i < k; i++) widen(row_ptr(b, sel[i]), j0, c, b->dt, x + (size_t)i * TILE);
+    tile(x, k, c, w.pi, w.pj, w.npairs, beta, res);
+    narrow(res, c, b->dt, out, j0);
+  }
+  net_put(&w);
   return RM_OK;
 }
 

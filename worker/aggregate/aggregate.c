@@ -149,36 +149,18 @@ static rm_status_t run_mean(rm_comm_t *c, const void *send, void *recv, size_t c
 static rm_status_t run_krum(rm_comm_t *c, const rm__agg_block_t *b,
                             const rm_agg_config_t *cfg, void *out, agg_out_t *o)
 {
-  int n = b->n, f = cfg->f, want, nsel = 0;
+  int n = b->n, f = cfg->f, nsel;
   rm_status_t st = RM_ERR_NOMEM;
-  double *d = calloc((size_t)n * n, sizeof *d), *score = malloc((size_t)n * sizeof *score);
-  double *work = malloc((size_t)n * sizeof *work);
-  uint8_t *alive = malloc((size_t)n);
+  double *d = calloc((size_t)n * n, sizeof *d);
   int *sel = malloc((size_t)n * sizeof *sel);
-  if (!d || !score || !work || !alive || !sel) goto out;
+  if (!d || !sel) goto out;
   if ((st = rm__agg_pair_dist(b, d)) != RM_OK) goto out;
   if ((st = allreduce_f64(c, d, (size_t)n * n, o)) != RM_OK) goto out;
-  memset(alive, 1, (size_t)n);
-  rm__agg_krum_scores(d, n, alive, n - f - 2, o->scores, work);
-  want = cfg->method == RM_AGG_KRUM ? 1
-         : cfg->method == RM_AGG_MULTI_KRUM ? (cfg->m ? cfg->m : n - f)
-                                            : n - 2 * f;
-  for (int t = 0; t < want; t++) {
-    int left = n - t, k = left - f - 2;
-    if (cfg->method == RM_AGG_BULYAN) { /* rescored on the rows left */
-      k = k < 1 ? 1 : k;
-      rm__agg_krum_scores(d, n, alive, k, score, work);
-    } else {
-      for (int i = 0; i < n; i++) score[i] = alive[i] ? o->scores[i] : NAN;
-    }
-    int best = rm__agg_krum_best(d, n, alive, score);
-    if (best < 0 || (nsel > 0 && d[(size_t)best * n + best] != 0)) break; /* finite only */
-    sel[nsel++] = best;
-    alive[best] = 0;
+  nsel = rm__agg_krum_select(d, n, cfg->method, f, cfg->m, o->scores, sel);
+  if (nsel < 0) {
+    st = RM_ERR_NOMEM;
+    goto out;
   }
-  /* the mean sums in rank order */
-  for (int i = 0, p = 0; i < n; i++)
-    if (!alive[i]) sel[p++] = i;
   rm__agg_suspects_dist(o->scores, n, f, o->excluded);
   if (cfg->method == RM_AGG_BULYAN) {
     int beta = nsel - 2 * f;
@@ -188,9 +170,6 @@ static rm_status_t run_krum(rm_comm_t *c, const rm__agg_block_t *b,
   }
 out:
   free(d);
-  free(score);
-  free(work);
-  free(alive);
   free(sel);
   return st;
 }
