@@ -17,7 +17,7 @@
  *      or nothing moves; close_all (destroying) then frees it.
  *
  * rm__comm_fail and rm_comm_status are defined below (first failure wins,
- * as in worker/core/comm.c), so only tcp_progress.c, tcp_frame.c and the
+ * as in worker/comm/comm.c), so only tcp_progress.c, tcp_frame.c and the
  * common helpers are linked; rm__tcp_connect_all is never called here.
  *
  * Input: byte 0 = flags (bits 0-1: receives to post, 0..3; bit 2: post them
@@ -68,7 +68,7 @@
     }                                                                        \
   } while (0)
 
-/* ---- the communicator's sticky error, as worker/core/comm.c ---- */
+/* ---- the communicator's sticky error, as worker/comm/comm.c ---- */
 rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer, const char *fmt, ...)
 {
   if (c->status == RM_OK) {

@@ -23,7 +23,7 @@
 #include "aggregate/agg_int.h"
 #include "reduce/half.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static uint64_t g_rng = 0x636f6f7264766563ULL;
 static uint64_t next_u64(void)

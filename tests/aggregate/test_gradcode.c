@@ -14,7 +14,7 @@
 
 #include "aggregate/gradcode.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 #define D 7     /* gradient dimension */
 #define MAXN 16

@@ -33,7 +33,7 @@
 #include "aggregate/agg_int.h"
 #include "reduce/half.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static uint64_t g_rng = 0x6b72756d76656331ULL;
 static uint64_t next_u64(void)

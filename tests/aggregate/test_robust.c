@@ -11,7 +11,7 @@
 #include "aggregate/aggregate.h"
 #include "reduce/reduce.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static void test_median(void)
 {

@@ -25,7 +25,7 @@
 
 #include "aggregate/agg_int.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 enum { N = 10, D = 1024, STEPS = 30, WIN_M = 10, WIN_W = 20, NOISY = 5 };
 

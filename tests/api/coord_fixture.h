@@ -1,7 +1,7 @@
 /*
  * coord_fixture.h - the in-process coordinator the api unit tests open on a
  * SQLite file (gRPC on a free loopback port). Header-only; needs
- * rm_check.h (a failed open counts as a failed check and returns NULL).
+ * rm_testcheck.h (a failed open counts as a failed check and returns NULL).
  */
 #ifndef RM_TESTS_API_COORD_FIXTURE_H
 #define RM_TESTS_API_COORD_FIXTURE_H
@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "coord.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static rm_coord_t *open_coord(const char *db)
 {

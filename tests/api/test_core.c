@@ -22,7 +22,7 @@
 #include "prom.h"
 
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static void expect_refused(const char *body, const char *code, const char *field)
 {

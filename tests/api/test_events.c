@@ -19,7 +19,7 @@
 #include "coord.h"
 
 #include "coord_fixture.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 #define MAX_EVENTS 512
 

@@ -25,7 +25,7 @@
 #include "core/core_int.h"
 
 #include "coord_fixture.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static int jansson_object(const char *s)
 {

@@ -22,7 +22,7 @@
 #include "coord.h"
 
 #include "coord_fixture.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 /* Walk every page of one filter (pages of 7): ids strictly decreasing, all
  * in the filtered state; returns how many, checks total on each page. */

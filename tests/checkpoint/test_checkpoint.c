@@ -20,7 +20,7 @@
 #include "checkpoint/checkpoint.h"
 #include "rm_testhook.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static char dir[256];
 

@@ -23,7 +23,7 @@
 
 #include "rm_testlib.h"
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/transport.h"
 
 static int one_generation(rm_test_world_t *h, int rank, uint64_t gen)

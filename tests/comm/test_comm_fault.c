@@ -44,7 +44,7 @@
 
 #include "rm_testlib.h"
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/shm/shm_int.h"
 #include "transport/transport.h"
 

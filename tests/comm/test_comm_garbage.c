@@ -36,7 +36,7 @@
 #include "rm_testlib.h"
 
 #include "addr.h"
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/tcp/tcp_int.h"
 #include "transport/transport.h"
 

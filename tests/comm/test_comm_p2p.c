@@ -19,7 +19,7 @@
 
 #include "rm_testlib.h"
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/transport.h"
 
 static unsigned char pat(int src, int dst, uint64_t seq, size_t i)

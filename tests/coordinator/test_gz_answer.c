@@ -19,7 +19,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 #include "rpc/gz_answer.h"
 
 /* The member for head + t, as server.c sends it (one buffer here). */

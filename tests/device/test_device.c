@@ -82,7 +82,7 @@
 #include "rm_testlib.h"
 
 #include "aggregate/aggregate.h"
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/dev.h"
 #include "device/nccl.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_testlib.h"
 #include "reduce/reduce.h"
 #include "transport/probe.h"

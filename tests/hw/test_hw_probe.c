@@ -24,7 +24,7 @@
 #define SKIP_CODE 77
 
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 /* entries are "; "-separated; every one must start with prefix */
 static int count_entries(const char *list, const char *prefix)

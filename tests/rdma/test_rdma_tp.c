@@ -30,7 +30,7 @@
 
 #include "rm_testlib.h"
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/mr.h"
 #include "transport/transport.h"
 

@@ -6,7 +6,7 @@
  * and the RTR/RTS transitions. Everything goes through the verbs table
  * (worker/transport/rdma/ibvwrap.h), never libibverbs directly.
  *
- * Header-only and test-only; CHECK (tests/lib/rm_check.h) counts failures
+ * Header-only and test-only; CHECK (tests/lib/rm_testcheck.h) counts failures
  * in the calling file (the counter is static: test_rdma_emu_err.c reports
  * its own through err_check_failures()).
  */
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 #include "transport/rdma/ibvwrap.h"
 
 #define NQ 2

@@ -25,7 +25,7 @@
 
 #include <sodium.h>
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 #include "secagg/secagg.h"
 #include "secagg/secagg_int.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "launch.h"
-#include "rm_check.h" /* CHECK, rm_check_failures, rm_check_exit */
+#include "rm_testcheck.h" /* CHECK, rm_check_failures, rm_check_exit */
 
 /* A launch spec for job `job_id` of `world` fake workers (worker, extra
  * arguments), token "tok", coordinator 127.0.0.1:7070, logs in dir/sub

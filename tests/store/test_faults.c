@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 #include "rm_testhook.h"
 
 #include "../api/coord_fixture.h"

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "coord.h"
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 #include "../api/coord_fixture.h"
 

@@ -11,7 +11,7 @@
 
 #include "auto.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 /* One step in which only `slow` is late (-1: nobody). */
 static rm_auto_event_t step(rm_auto_t *a, int world, int slow)

@@ -7,7 +7,7 @@
 
 #include "decide.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static rm_gate_state_t arrive(rm_gate_t *g, int rank, double t)
 {

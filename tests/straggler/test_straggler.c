@@ -12,7 +12,7 @@
 
 #include "straggler.h"
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 static uint64_t rng_next(uint64_t *s)
 {

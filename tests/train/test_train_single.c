@@ -22,7 +22,7 @@
 #endif
 
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 
 /* Create a train workload or fail the test. */
 static void *make_train(const char *opts)

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "rm_check.h"
+#include "rm_testcheck.h"
 #include "rm_transports.h"
 
 static int valid(const char *offer)

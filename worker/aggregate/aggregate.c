@@ -102,7 +102,7 @@
 #include <string.h>
 
 #include "aggregate/agg_int.h"
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/gpu.h"
 #include "rm_log.h"
 
@@ -300,7 +300,7 @@ rm_status_t rm_aggregate(rm_comm_t *comm, const void *send, void *recv, size_t c
   }
   rm_status_t st = rm_comm_status(comm);
   if (st != RM_OK) return st;
-  /* SPEC USE (core/comm_int.h): the method's own all-reduces are the
+  /* SPEC USE (comm/comm_int.h): the method's own all-reduces are the
    * library's, not the program's plain sums */
   comm->use_internal++;
   agg_out_t o = {0, calloc((size_t)n, 1), malloc((size_t)n * sizeof(double))};

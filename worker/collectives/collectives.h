@@ -14,7 +14,7 @@
 
 #include <stddef.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/dev.h"
 #include "reduce/reduce.h"
 

@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/gpu.h"
 #include "reduce/reduce.h"
 

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 
 #define RM__NCCL_ID_BYTES 128
 typedef struct rm__nccl_id {

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 
 /* Take over a posted request whose buffer is device memory (post() filled
  * its generic fields). */

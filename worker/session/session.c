@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"

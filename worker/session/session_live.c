@@ -174,7 +174,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "rm_param.h"

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/gpu.h"
 #include "rm_clock.h"
 #include "rm_log.h"

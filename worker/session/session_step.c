@@ -2,7 +2,7 @@
  * session_step.c - steps, the straggler gate and named barriers of a session.
  *
  * STEP TIMING. rm_session_step_begin notes the wall clock and the
- * communicator's cumulative all-reduce time and bytes (core/comm_int.h);
+ * communicator's cumulative all-reduce time and bytes (comm/comm_int.h);
  * rm_session_step_end reports
  *   comm    = all-reduce time during the step
  *   wait    = time parked in the straggler gate (rm_session_allreduce_step)
@@ -47,7 +47,7 @@
 #include <time.h>
 
 #include "aggregate/aggregate.h"
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
 #include "session/session_int.h"

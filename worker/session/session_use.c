@@ -5,7 +5,7 @@
  * so that a spec the server accepted is never silently ignored.
  *
  * COUNTING. The library counts at its public entry points, on the
- * generation's communicator (core/comm_int.h, use_*): the program's own
+ * generation's communicator (comm/comm_int.h, use_*): the program's own
  * float SUM/AVG rm_allreduce calls (use_plain_bytes), rm_aggregate calls
  * and their method, and here on the session rm_session_secure_allreduce
  * and gated rm_session_allreduce_step calls. The library's collectives
@@ -36,7 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_log.h"
 #include "session/session_int.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/transport.h"
 
 rm_status_t rm__transport_adopt_abort(rm_comm_t *c, int peer, rm_status_t st,

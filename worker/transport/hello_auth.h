@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 
 #define RM__AUTH_NONCE 32 /* bytes of a fresh nonce, per side, per attempt */
 #define RM__AUTH_MAC 32   /* HMAC-SHA-256 */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_log.h"
 #include "rm_param.h"
 #include "transport/mr.h"

@@ -62,7 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "device/stage.h"
 #include "rm_check.h"
 #include "rm_clock.h"

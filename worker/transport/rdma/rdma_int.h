@@ -107,7 +107,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/mr.h"
 #include "transport/rdma/ibvwrap.h"
 

@@ -160,7 +160,7 @@
 #include <sys/types.h>
 #include <sys/un.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 
 #define RM__SHM_MAGIC 0x48534d52u   /* "RMSH" */
 #define RM__SHM_MSG_MAGIC 0x4d534d52u /* "RMSM" */

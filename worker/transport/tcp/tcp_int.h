@@ -82,7 +82,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "transport/hello_auth.h"
 
 #define RM__TCP_HDR 48

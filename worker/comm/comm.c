@@ -29,7 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/comm_int.h"
+#include "comm/comm_int.h"
 #include "rm_check.h"
 #include "rm_log.h"
 #include "rm_param.h"

@@ -1,5 +1,5 @@
 /*
- * rm_check.h - the checks of the single-process test programs.
+ * rm_testcheck.h - the checks of the single-process test programs.
  *
  *   CHECK(cond)             on failure print "file:line: CHECK failed: cond"
  *   CHECKF(cond, fmt, ...)  same, followed by a printf-style explanation
