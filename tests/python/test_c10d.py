@@ -1,0 +1,93 @@
+"""python.c10d.*: the "ringmaster" torch.distributed backend's API, N real
+processes with real torch (torchrun-style environment, no coordinator); the
+per-rank work is tests/python/c10d_worker.py.
+
+  test_c10d.py MODE N
+
+  timeout        init_process_group(timeout=5 s); after one good all-reduce
+                 rank 1 sleeps 13 s: every other rank's all_reduce raises
+                 within 10 s (torch's timeout, not libringmaster's 15-30 s),
+                 naming the call and its number in the group ("all_reduce
+                 #2"), a status, and on at least one rank the stalled peer
+  timeout_group  the same through new_group(timeout=5 s) while the default
+                 group keeps torch's default (30 min)
+  reinit         init / all-reduce / destroy, three times
+  reinit_sub     the same with new_group([0, 1]) in between (rank 2 of 3 is
+                 no member)
+  dtypes         int8 uint8 bool complex64 complex128 x every op torch
+                 defines for them x all_reduce, reduce, reduce_scatter, and
+                 broadcast, all_gather, all_to_all_single, gather, scatter,
+                 against references computed in Python numbers
+  alltoall       all_to_all_single and all_to_all with uneven splits (some
+                 empty); disagreeing splits raise on every rank
+  mbarrier       ringmaster.torch.monitored_barrier names the late rank (the
+                 first; all of them with wait_all_ranks)
+  p2p            send is refused with a reason
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rmtest  # noqa: E402
+
+WORKER = os.path.join(rmtest.HERE, "c10d_worker.py")
+STATUSES = ("RM_ERR_TIMEOUT", "RM_ERR_ABORTED", "RM_ERR_PEER_LOST")
+
+
+def run(mode, n, timeout_s=200):
+    outs = rmtest.run_group("c10d-" + mode, n, lambda r: [rmtest.PY, WORKER, mode],
+                            timeout_s=timeout_s)
+    res = [rmtest.results(o) for o in outs]
+    for r, x in enumerate(res):
+        assert len(x) == 1, "rank %d printed %d results:\n%s" % (r, len(x), outs[r][-3000:])
+    return [x[0] for x in res], outs
+
+
+def check_timeout(mode, n):
+    res, outs = run(mode, n)
+    named = False
+    for r, x in enumerate(res):
+        if r == 1:
+            continue
+        assert x["raised"], "rank %d's all_reduce did not fail: %s" % (r, x)
+        m = x["message"]
+        assert x["elapsed"] < 10.0, "rank %d raised after %.1f s (timeout 5 s): %s" % (
+            r, x["elapsed"], m)
+        assert "allreduce #2 of the" in m and x["sequence"] == 2, m
+        assert any(s in m for s in STATUSES), m
+        if "RM_ERR_TIMEOUT" in m and "waiting for peer rank 1" in m:
+            named = True
+        print("rank %d after %.1f s: %s" % (r, x["elapsed"], m[:300]))
+    assert named, "no rank named the stalled rank 1 in a timeout: %s" % res
+
+
+def check_mbarrier(n):
+    res, _ = run("mbarrier", n)
+    late = res[0]["late"]
+    for x in res:
+        first, every = x["errors"]["False"], x["errors"]["True"]
+        assert first and every, "a monitored_barrier with late ranks passed: %s" % x
+        assert "rank %d did not reach" % late[0] in first, first
+        if len(late) > 1:
+            assert "ranks %s did not reach" % ", ".join(map(str, late)) in every, every
+        else:
+            assert "rank %d did not reach" % late[0] in every, every
+    print("rank 0: %s | %s" % (res[0]["errors"]["False"], res[0]["errors"]["True"]))
+
+
+def main():
+    rmtest.require(torch=True)
+    mode, n = sys.argv[1], int(sys.argv[2])
+    if mode in ("timeout", "timeout_group"):
+        check_timeout(mode, n)
+    elif mode == "mbarrier":
+        check_mbarrier(n)
+    else:
+        res, _ = run(mode, n)
+        assert all(x.get("ok") for x in res), res
+        print("%s N=%d: %s" % (mode, n, res[0]))
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
