@@ -298,6 +298,27 @@ def mode_mbarrier():
     result(late=late, errors=got)
 
 
+def mode_job_mbarrier():
+    """In a ringmaster command job: the default group is the session's
+    communicator and monitored_barrier is the coordinator's barrier."""
+    dist.init_process_group("ringmaster", timeout=timedelta(seconds=40))
+    pg = dist.distributed_c10d._get_default_group()
+    check(pg._comm.session, "the default group is not the session's communicator")
+    rmt.monitored_barrier(timeout=timedelta(seconds=30))
+    late = WORLD - 1
+    if RANK == late:
+        time.sleep(6)
+    try:
+        rmt.monitored_barrier(timeout=timedelta(seconds=3))
+        err = None
+    except Exception as e:
+        err = str(e)
+    rmt.monitored_barrier(timeout=timedelta(seconds=30))  # the group goes on
+    allreduce_check(None, range(WORLD), 3)
+    dist.destroy_process_group()
+    result(late=late, error=err)
+
+
 # ---- point-to-point: refused with a reason -----------------------------------------
 def mode_p2p():
     dist.init_process_group("ringmaster")
@@ -316,4 +337,4 @@ if __name__ == "__main__":
     {"timeout": mode_timeout, "timeout_group": mode_timeout_group,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
-     "p2p": mode_p2p}[m]()
+     "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier}[m]()

@@ -23,9 +23,20 @@ per-rank work is tests/python/c10d_worker.py.
   mbarrier       ringmaster.torch.monitored_barrier names the late rank (the
                  first; all of them with wait_all_ranks)
   p2p            send is refused with a reason
+
+  test_c10d.py job_mbarrier 3 --coordinator BIN --worker BIN
+                 a 3-worker command job through a real coordinator: the
+                 default group is the session's communicator, and
+                 monitored_barrier is the coordinator's named barrier; rank
+                 2 arrives 3 s past a 3 s deadline: every rank raises naming
+                 rank 2 (the late one is answered with the broken outcome),
+                 the next barrier and all-reduce work, the job succeeds and
+                 has a barrier_broken event
 """
+import glob
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rmtest  # noqa: E402
@@ -75,10 +86,49 @@ def check_mbarrier(n):
     print("rank 0: %s | %s" % (res[0]["errors"]["False"], res[0]["errors"]["True"]))
 
 
+def job_mbarrier(n):
+    rm_bin = sys.argv[sys.argv.index("--coordinator") + 1]
+    worker = sys.argv[sys.argv.index("--worker") + 1]
+    c = rmtest.Coordinator(rm_bin, worker)
+    try:
+        env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+        body = {"name": "c10d-mbarrier", "world_size": n, "workload": "command",
+                "launcher": "local", "env": env,
+                "command": [rmtest.PY, WORKER, "job_mbarrier"]}
+        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+        assert st == 201, (st, job)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            j = c.get("/api/v1/jobs/%d" % job["id"])
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.2)
+        logs = sorted(glob.glob(os.path.join(c.logs, "job-%d" % job["id"], "worker-*.log")))
+        texts = []
+        for f in logs:
+            with open(f, errors="replace") as fh:
+                texts.append(fh.read())
+        assert j["state"] == "succeeded", (j, [t[-2000:] for t in texts])
+        res = [x for t in texts for x in rmtest.results(t)]
+        assert len(res) == n, res
+        late = res[0]["late"]
+        for x in res:
+            e = x["error"]
+            assert e and "monitored_barrier #2" in e and "RM_ERR_TIMEOUT" in e, x
+            assert ("rank %d" % late) in e.split("failed:", 1)[1], x
+        kinds = [ev.get("kind") for ev in c.events(job["id"])]
+        assert "barrier_broken" in kinds, kinds
+        print("rank %d: %s" % (res[0]["rank"], res[0]["error"][:400]))
+    finally:
+        c.stop()
+
+
 def main():
     rmtest.require(torch=True)
     mode, n = sys.argv[1], int(sys.argv[2])
-    if mode in ("timeout", "timeout_group"):
+    if mode == "job_mbarrier":
+        job_mbarrier(n)
+    elif mode in ("timeout", "timeout_group"):
         check_timeout(mode, n)
     elif mode == "mbarrier":
         check_mbarrier(n)

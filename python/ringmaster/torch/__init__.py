@@ -542,6 +542,8 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         t = getattr(opts, "timeout", None) if opts is not None else None
+        if t is not None and t.total_seconds() <= 0:  # torch's "unset"
+            t = None
         monitored_barrier(self, t, wait_all_ranks)
         return _done([])
 
@@ -573,7 +575,6 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     MONITORED BARRIER). group: a ringmaster process group, None = the
     default one; timeout: a timedelta (None = torch's default, 30 min)."""
     import time
-    from datetime import timedelta
     pg = group if group is not None else _rm_default_group()
     if not isinstance(pg, ProcessGroupRingmaster):
         raise ValueError("ringmaster.torch.monitored_barrier: %r is not a ringmaster "
