@@ -76,6 +76,15 @@ def mode_timeout_group():
     stall_test(g, 5)
 
 
+def mode_timeout_set():
+    # a communicator built with one deadline takes another later
+    # (rm_comm_set_timeout: what a session's communicator gets from the
+    # default group's timeout)
+    dist.init_process_group("ringmaster")
+    dist.distributed_c10d._get_default_group()._comm.set_timeout(5000)
+    stall_test(None, 5)
+
+
 # ---- destroy, then init again -------------------------------------------------
 def allreduce_check(group, ranks, k):
     t = torch.full((257,), float(RANK + k))
@@ -335,6 +344,7 @@ def mode_p2p():
 if __name__ == "__main__":
     m = sys.argv[1]
     {"timeout": mode_timeout, "timeout_group": mode_timeout_group,
+     "timeout_set": mode_timeout_set,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
      "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier}[m]()

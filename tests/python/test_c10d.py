@@ -11,6 +11,10 @@ per-rank work is tests/python/c10d_worker.py.
                  #2"), a status, and on at least one rank the stalled peer
   timeout_group  the same through new_group(timeout=5 s) while the default
                  group keeps torch's default (30 min)
+  timeout_set    the same with the default group's communicator, built
+                 with torch's 30 min, set to 5 s afterwards
+                 (Communicator.set_timeout, rm_comm_set_timeout: the path
+                 of a ringmaster job's session communicator)
   reinit         init / all-reduce / destroy, three times
   reinit_sub     the same with new_group([0, 1]) in between (rank 2 of 3 is
                  no member)
@@ -128,7 +132,7 @@ def main():
     mode, n = sys.argv[1], int(sys.argv[2])
     if mode == "job_mbarrier":
         job_mbarrier(n)
-    elif mode in ("timeout", "timeout_group"):
+    elif mode in ("timeout", "timeout_group", "timeout_set"):
         check_timeout(mode, n)
     elif mode == "mbarrier":
         check_mbarrier(n)
