@@ -336,6 +336,15 @@ def mode_p2p():
         check(False, "send did not raise")
     except RuntimeError as e:
         check("point-to-point" in str(e), str(e))
+    # the way round the docs give: a gloo group beside the ringmaster one
+    g = dist.new_group(backend="gloo")
+    t = torch.full((5,), float(RANK))
+    if RANK == 0:
+        dist.send(t, 1, group=g)
+    elif RANK == 1:
+        dist.recv(t, 0, group=g)
+        check(torch.all(t == 0).item(), "gloo recv %s" % t)
+    allreduce_check(None, range(WORLD), 2)
     dist.barrier()  # rank 0 serves the store: no one leaves before the rest
     dist.destroy_process_group()
     result(ok=True)

@@ -26,7 +26,8 @@ per-rank work is tests/python/c10d_worker.py.
                  empty); disagreeing splits raise on every rank
   mbarrier       ringmaster.torch.monitored_barrier names the late rank (the
                  first; all of them with wait_all_ranks)
-  p2p            send is refused with a reason
+  p2p            send is refused with a reason; a gloo group beside the
+                 ringmaster one carries it
 
   test_c10d.py job_mbarrier 3 --coordinator BIN --worker BIN
                  a 3-worker command job through a real coordinator: the

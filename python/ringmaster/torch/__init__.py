@@ -547,14 +547,19 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         monitored_barrier(self, t, wait_all_ranks)
         return _done([])
 
-    # libringmaster has no tagged point-to-point transfer (its transports
-    # carry the collectives' own schedules only); emulating send/recv with
-    # collectives would need every rank of the group in the call, which is
-    # not what send/recv mean.
+    # libringmaster's public API has no point-to-point transfer. Its
+    # transports move messages for the collectives only: matched in posting
+    # order per pair of ranks and stamped with the communicator's collective
+    # sequence number (a send and its receive must sit between the same two
+    # collectives), not matched by tag or from any source, and progressing
+    # only while the caller waits. torch's send/recv need all of that
+    # (worker/transport work); emulating them with collectives would need
+    # every rank of the group in each call, which is not what they mean.
     def _no_p2p(self, *a, **k):
         raise RuntimeError("ringmaster backend: point-to-point (send, recv, isend, irecv, "
                            "batch_isend_irecv) is not available: libringmaster has no "
-                           "tagged point-to-point transfer yet; use gloo for those calls")
+                           "public tagged point-to-point transfer yet; use a gloo group "
+                           "(dist.new_group(backend=\"gloo\")) for those calls")
 
     send = recv = recv_anysource = _no_p2p
 
