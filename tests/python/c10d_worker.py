@@ -36,23 +36,24 @@ def check(cond, what):
 
 
 # ---- timeouts -----------------------------------------------------------------
-def stall_test(group, timeout_s):
+def stall_test(group, timeout_s, allreduce=None):
     """One good all-reduce, then every rank but STALL all-reduces again
     while STALL sleeps past the timeout."""
+    allreduce = allreduce or (lambda t: dist.all_reduce(t, group=group))
     t = torch.ones(1000)
-    dist.all_reduce(t, group=group)
+    allreduce(t)
     check(t[0].item() == WORLD, "first all_reduce %s" % t[0].item())
     if RANK == STALL:
         time.sleep(timeout_s + 8)
         try:
-            dist.all_reduce(t, group=group)
+            allreduce(t)
             result(raised=False)
         except Exception as e:  # the others are gone: any failure is right
             result(raised=True, message=str(e), late=True)
         os._exit(0)
     t0 = time.monotonic()
     try:
-        dist.all_reduce(t, group=group)
+        allreduce(t)
         result(raised=False)
     except Exception as e:
         result(raised=True, message=str(e), type=type(e).__name__,
@@ -83,6 +84,18 @@ def mode_timeout_set():
     dist.init_process_group("ringmaster")
     dist.distributed_c10d._get_default_group()._comm.set_timeout(5000)
     stall_test(None, 5)
+
+
+def mode_timeout_opt():
+    # the group keeps torch's default; the call's own option bounds it
+    dist.init_process_group("ringmaster")
+    pg = dist.distributed_c10d._get_default_group()
+
+    def allreduce(t):
+        opts = dist.AllreduceOptions()
+        opts.timeout = timedelta(seconds=5)
+        pg.allreduce([t], opts).wait()
+    stall_test(None, 5, allreduce)
 
 
 # ---- destroy, then init again -------------------------------------------------
@@ -353,7 +366,7 @@ def mode_p2p():
 if __name__ == "__main__":
     m = sys.argv[1]
     {"timeout": mode_timeout, "timeout_group": mode_timeout_group,
-     "timeout_set": mode_timeout_set,
+     "timeout_set": mode_timeout_set, "timeout_opt": mode_timeout_opt,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
      "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier}[m]()

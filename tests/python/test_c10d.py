@@ -15,6 +15,8 @@ per-rank work is tests/python/c10d_worker.py.
                  with torch's 30 min, set to 5 s afterwards
                  (Communicator.set_timeout, rm_comm_set_timeout: the path
                  of a ringmaster job's session communicator)
+  timeout_opt    the same with the default group at torch's 30 min and the
+                 call's own option (AllreduceOptions.timeout = 5 s)
   reinit         init / all-reduce / destroy, three times
   reinit_sub     the same with new_group([0, 1]) in between (rank 2 of 3 is
                  no member)
@@ -133,7 +135,7 @@ def main():
     mode, n = sys.argv[1], int(sys.argv[2])
     if mode == "job_mbarrier":
         job_mbarrier(n)
-    elif mode in ("timeout", "timeout_group", "timeout_set"):
+    elif mode.startswith("timeout"):
         check_timeout(mode, n)
     elif mode == "mbarrier":
         check_mbarrier(n)
