@@ -297,6 +297,26 @@ def mode_alltoall():
         check("split" in str(e), "mismatch error: %s" % e)
         msg = str(e)
     allreduce_check(None, range(WORLD), 7)
+    # arguments only rank 0 sees are wrong (its splits do not sum to its
+    # rows): it raises why, the others raise naming it; none hangs
+    bad_ins = list(ins)
+    if RANK == 0:
+        bad_ins[0] += 1
+    try:
+        dist.all_to_all_single(y, x, outs, bad_ins)
+        check(False, "rank 0's bad splits did not raise")
+    except ValueError as e:
+        want = "summing to its" if RANK == 0 else "rank 0's arguments are invalid"
+        check(want in str(e), "bad-argument error: %s" % e)
+    # rows of another size on one rank
+    cols2 = cols + (1 if RANK == WORLD - 1 else 0)
+    try:
+        dist.all_to_all_single(torch.zeros((sum(outs), cols2), dtype=torch.int64),
+                               torch.zeros((sum(ins), cols2), dtype=torch.int64), outs, ins)
+        check(WORLD == 1, "rows of different sizes did not raise")
+    except ValueError as e:
+        check("rows differ in size" in str(e), "row-size error: %s" % e)
+    allreduce_check(None, range(WORLD), 8)
     dist.destroy_process_group()
     result(ok=True, rows_in=ins, rows_out=outs, mismatch=msg)
 

@@ -25,7 +25,9 @@ per-rank work is tests/python/c10d_worker.py.
                  broadcast, all_gather, all_to_all_single, gather, scatter,
                  against references computed in Python numbers
   alltoall       all_to_all_single and all_to_all with uneven splits (some
-                 empty); disagreeing splits raise on every rank
+                 empty); disagreeing splits, splits wrong on one rank only,
+                 rows of another size on one rank: each raises on every
+                 rank, and the group goes on
   mbarrier       ringmaster.torch.monitored_barrier names the late rank (the
                  first; all of them with wait_all_ranks)
   p2p            send is refused with a reason; a gloo group beside the

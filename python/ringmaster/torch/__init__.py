@@ -392,16 +392,33 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
     # raises naming the first disagreeing pair; then the padded all-to-all.
     # The wire carries world x largest split per rank instead of the exact
     # bytes: honest but not optimal for very skewed routing.
-    def _alltoallv_rows(self, c, out2d, in2d, out_splits, in_splits, call):
-        """out2d / in2d: contiguous (rows, row_bytes) uint8; splits in rows."""
+    def _alltoallv_rows(self, c, out2d, in2d, out_splits, in_splits, call, local_err=None,
+                        row_bytes=0):
+        """out2d / in2d: contiguous (rows, row_bytes) uint8; splits in rows.
+        local_err: this rank's arguments are wrong (a ValueError): it still
+        takes part in the agreement, so that every rank raises."""
         w = c.world
         counts = torch.tensor(in_splits, dtype=torch.int64)
         got = torch.empty(w, dtype=torch.int64)
         c.alltoall_into(got, counts)
-        bad = [r for r in range(w) if int(got[r]) != int(out_splits[r])]
-        agree = torch.tensor([max(in_splits) if in_splits else 0,
-                              bad[0] + 1 if bad else 0], dtype=torch.int64)
+        bad = [] if local_err else [r for r in range(w) if int(got[r]) != int(out_splits[r])]
+        rb = -1 if local_err else row_bytes
+        # MAX of [largest split, first disagreeing sender + 1, a rank with
+        # bad arguments + 1, row bytes, -row bytes]: equal row sizes on all
+        # ranks <=> max == -max(-row bytes)
+        agree = torch.tensor([max(in_splits) if in_splits else 0, bad[0] + 1 if bad else 0,
+                              c.rank + 1 if local_err else 0, rb, -rb], dtype=torch.int64)
         c.allreduce(agree, "max")
+        if local_err is not None:
+            raise local_err
+        if int(agree[2]):
+            raise ValueError("ringmaster backend: %s: rank %d's arguments are invalid (its "
+                             "exception says why); nothing was moved"
+                             % (call, int(agree[2]) - 1))
+        if int(agree[3]) != -int(agree[4]):
+            raise ValueError("ringmaster backend: %s: the ranks' rows differ in size (%d to %d "
+                             "bytes; this rank's %d)" % (call, -int(agree[4]), int(agree[3]),
+                                                         row_bytes))
         if int(agree[1]):
             raise ValueError(
                 "ringmaster backend: %s: output_split_sizes disagree with the senders' "
@@ -410,7 +427,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                                                     c.rank, out_splits[bad[0]], bad[0],
                                                     int(got[bad[0]]))) if bad else
                                          " on another rank"))
-        m, rb = int(agree[0]), in2d.shape[1]
+        m, rb = int(agree[0]), row_bytes
         if m == 0 or rb == 0:
             return
         send = torch.zeros((w, m, rb), dtype=torch.uint8)
@@ -427,9 +444,6 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         w = self.size()
-        if output.dtype != input.dtype:
-            raise ValueError("ringmaster backend: all_to_all_single: output is %s, input %s"
-                             % (output.dtype, input.dtype))
         even = not output_split_sizes and not input_split_sizes
 
         def splits(given, t, which):
@@ -446,13 +460,24 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                                  % (which, given, w, t.shape[0]))
             return given
 
-        ins, outs = splits(input_split_sizes, input, "input"), splits(
-            output_split_sizes, output, "output")
-        if input.dim() and output.dim() and input[0:0].shape[1:] != output[0:0].shape[1:]:
-            raise ValueError("ringmaster backend: all_to_all_single: rows differ: input %s, "
-                             "output %s" % (tuple(input.shape), tuple(output.shape)))
+        err = None
+        try:
+            if output.dtype != input.dtype:
+                raise ValueError("ringmaster backend: all_to_all_single: output is %s, input %s"
+                                 % (output.dtype, input.dtype))
+            ins, outs = splits(input_split_sizes, input, "input"), splits(
+                output_split_sizes, output, "output")
+            if input.dim() and output.dim() and input[0:0].shape[1:] != output[0:0].shape[1:]:
+                raise ValueError("ringmaster backend: all_to_all_single: rows differ: input "
+                                 "%s, output %s" % (tuple(input.shape), tuple(output.shape)))
+        except ValueError as e:
+            if even:  # no agreement step to carry it: raised here alone
+                raise
+            err, ins, outs = e, [0] * w, [0] * w
 
         def go(c):
+            if err is not None:
+                self._alltoallv_rows(c, None, None, outs, ins, "all_to_all_single", err)
             res = output if output.is_contiguous() else torch.empty_like(
                 output, memory_format=torch.contiguous_format)
             x = input.contiguous()
@@ -463,7 +488,9 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                     torch.empty((x.shape[0], 0), dtype=torch.uint8)
                 rows_out = res.reshape(res.shape[0], -1).view(torch.uint8) if res.numel() \
                     else torch.empty((res.shape[0], 0), dtype=torch.uint8)
-                self._alltoallv_rows(c, rows_out, rows_in, outs, ins, "all_to_all_single")
+                rb = x.element_size() * x.shape[1:].numel() if x.dim() else 0
+                self._alltoallv_rows(c, rows_out, rows_in, outs, ins, "all_to_all_single",
+                                     row_bytes=rb)
             if res is not output:
                 output.copy_(res)
         self._run("all_to_all_single", go, opts)
@@ -486,7 +513,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 c.alltoall_into(res, flat)
             else:
                 self._alltoallv_rows(c, res.view(-1, 1), flat.view(-1, 1), out_b, in_b,
-                                     "all_to_all")
+                                     "all_to_all", row_bytes=1)
             off = 0
             for o, k in zip(output_tensors, out_b):
                 o.copy_(res[off:off + k].view(o.dtype).view_as(o))
