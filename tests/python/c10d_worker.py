@@ -107,7 +107,11 @@ def allreduce_check(group, ranks, k):
           % (k, ranks, t[0].item(), want))
 
 
-def mode_reinit(sub):
+def mode_job_reinit():
+    mode_reinit(True, job=True)
+
+
+def mode_reinit(sub, job=False):
     # one store for the program, a fresh prefix per round: torch's own
     # init_process_group counts arrivals under keys that start over after
     # destroy_process_group, so on one unprefixed store (or env:// with the
@@ -118,6 +122,10 @@ def mode_reinit(sub):
         dist.init_process_group("ringmaster", store=dist.PrefixStore("round%d" % k, base),
                                 rank=RANK, world_size=WORLD)
         allreduce_check(None, range(WORLD), k)
+        if job:
+            pg = dist.distributed_c10d._get_default_group()
+            check(pg._comm.session and pg._comm is rmt._rm.default_communicator(),
+                  "round %d: the default group is not the session's communicator" % k)
         if sub:
             g = dist.new_group([0, 1])
             if RANK in (0, 1):
@@ -389,4 +397,5 @@ if __name__ == "__main__":
      "timeout_set": mode_timeout_set, "timeout_opt": mode_timeout_opt,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
-     "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier}[m]()
+     "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier,
+     "job_reinit": mode_job_reinit}[m]()

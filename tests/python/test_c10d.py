@@ -41,6 +41,10 @@ per-rank work is tests/python/c10d_worker.py.
                  rank 2 (the late one is answered with the broken outcome),
                  the next barrier and all-reduce work, the job succeeds and
                  has a barrier_broken event
+  test_c10d.py job_reinit 3 --coordinator BIN --worker BIN
+                 reinit_sub's rounds in a command job: the default group
+                 is the session's communicator each round (not closed by
+                 destroy), the sub-group's is new each round
 """
 import glob
 import os
@@ -95,39 +99,55 @@ def check_mbarrier(n):
     print("rank 0: %s | %s" % (res[0]["errors"]["False"], res[0]["errors"]["True"]))
 
 
-def job_mbarrier(n):
+def run_job(mode, n):
+    """mode of c10d_worker.py as an n-worker command job through a real
+    coordinator; returns (coordinator, job, RESULT dicts); the caller
+    stops the coordinator."""
     rm_bin = sys.argv[sys.argv.index("--coordinator") + 1]
     worker = sys.argv[sys.argv.index("--worker") + 1]
     c = rmtest.Coordinator(rm_bin, worker)
+    env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
+    body = {"name": "c10d-" + mode, "world_size": n, "workload": "command",
+            "launcher": "local", "env": env, "command": [rmtest.PY, WORKER, mode]}
+    st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
+    assert st == 201, (st, job)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        j = c.get("/api/v1/jobs/%d" % job["id"])
+        if j["state"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.2)
+    logs = sorted(glob.glob(os.path.join(c.logs, "job-%d" % job["id"], "worker-*.log")))
+    texts = []
+    for f in logs:
+        with open(f, errors="replace") as fh:
+            texts.append(fh.read())
+    assert j["state"] == "succeeded", (j, [t[-2000:] for t in texts])
+    res = [x for t in texts for x in rmtest.results(t)]
+    assert len(res) == n, res
+    return c, j, res
+
+
+def job_mbarrier(n):
+    c, j, res = run_job("job_mbarrier", n)
     try:
-        env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
-        body = {"name": "c10d-mbarrier", "world_size": n, "workload": "command",
-                "launcher": "local", "env": env,
-                "command": [rmtest.PY, WORKER, "job_mbarrier"]}
-        st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
-        assert st == 201, (st, job)
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
-            j = c.get("/api/v1/jobs/%d" % job["id"])
-            if j["state"] in ("succeeded", "failed", "cancelled"):
-                break
-            time.sleep(0.2)
-        logs = sorted(glob.glob(os.path.join(c.logs, "job-%d" % job["id"], "worker-*.log")))
-        texts = []
-        for f in logs:
-            with open(f, errors="replace") as fh:
-                texts.append(fh.read())
-        assert j["state"] == "succeeded", (j, [t[-2000:] for t in texts])
-        res = [x for t in texts for x in rmtest.results(t)]
-        assert len(res) == n, res
         late = res[0]["late"]
         for x in res:
             e = x["error"]
             assert e and "monitored_barrier #2" in e and "RM_ERR_TIMEOUT" in e, x
             assert ("rank %d" % late) in e.split("failed:", 1)[1], x
-        kinds = [ev.get("kind") for ev in c.events(job["id"])]
+        kinds = [ev.get("kind") for ev in c.events(j["id"])]
         assert "barrier_broken" in kinds, kinds
         print("rank %d: %s" % (res[0]["rank"], res[0]["error"][:400]))
+    finally:
+        c.stop()
+
+
+def job_reinit(n):
+    c, j, res = run_job("job_reinit", n)
+    try:
+        assert all(x.get("ok") for x in res), res
+        print("job_reinit: %s" % res[0])
     finally:
         c.stop()
 
@@ -137,6 +157,8 @@ def main():
     mode, n = sys.argv[1], int(sys.argv[2])
     if mode == "job_mbarrier":
         job_mbarrier(n)
+    elif mode == "job_reinit":
+        job_reinit(n)
     elif mode.startswith("timeout"):
         check_timeout(mode, n)
     elif mode == "mbarrier":
