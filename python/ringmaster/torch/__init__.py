@@ -240,6 +240,10 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         err = type(e)(e.status, e.message, e.peer, e.code, e.call)
         err.args = (text,)
         err.operation, err.sequence = call, seq
+        # what torch wraps when DDP's reducer (C++) runs the call is this
+        # text: ringmaster.torch.elastic finds the failure by the last
+        # exception's words in it
+        _rm.last_exception = err
         return err
 
     def _reduce_one(self, c, t, op, call, root=None):
