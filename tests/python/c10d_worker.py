@@ -56,9 +56,12 @@ def stall_test(group, timeout_s, allreduce=None):
         allreduce(t)
         result(raised=False)
     except Exception as e:
+        # elastic recovery finds a failure that torch wrapped (DDP's
+        # reducer) by the words of ringmaster's last exception: this one
         result(raised=True, message=str(e), type=type(e).__name__,
                elapsed=time.monotonic() - t0, peer=getattr(e, "peer", None),
-               sequence=getattr(e, "sequence", None))
+               sequence=getattr(e, "sequence", None),
+               found=rmt._rm.last_exception is e)
     os._exit(0)  # no clean destroy of a failed group
 
 

@@ -78,6 +78,7 @@ def check_timeout(mode, n):
         assert x["elapsed"] < 10.0, "rank %d raised after %.1f s (timeout 5 s): %s" % (
             r, x["elapsed"], m)
         assert "allreduce #2 of the" in m and x["sequence"] == 2, m
+        assert x["found"], "rank %d: ringmaster.last_exception is not the raised one" % r
         assert any(s in m for s in STATUSES), m
         if "RM_ERR_TIMEOUT" in m and "waiting for peer rank 1" in m:
             named = True
