@@ -153,6 +153,11 @@ RM_EXTERN const char *rm_comm_last_error(const rm_comm_t *comm);
 /* Rank of the peer named by the sticky error, or -1. */
 RM_EXTERN int rm_comm_failed_peer(const rm_comm_t *comm);
 RM_EXTERN rm_status_t rm_comm_set_algorithm(rm_comm_t *comm, rm_algo_t a);
+/* The deadline of every later blocking wait (timeout_ms of the config),
+ * for a communicator built by another (a session's): a framework whose
+ * groups carry their own timeout (torch.distributed) sets it. Not while a
+ * collective runs on comm. RM_ERR_INVALID_ARG: NULL or ms <= 0. */
+RM_EXTERN rm_status_t rm_comm_set_timeout(rm_comm_t *comm, int timeout_ms);
 
 /* ---- device (GPU) memory ----
  * Every collective takes host or device memory. In a build with CUDA on a

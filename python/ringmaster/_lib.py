@@ -182,6 +182,7 @@ _SESSION = {
     # device memory (issue 15)
     "rm_comm_set_stream": (c_int, [c_void_p, c_void_p]),
     "rm_comm_set_memory": (c_int, [c_void_p, c_int]),
+    "rm_comm_set_timeout": (c_int, [c_void_p, c_int]),
     # test machinery of test-hook builds (device buffers for the tests)
     "rm_testhook_gpu_alloc": (c_void_p, [c_size_t]),
     "rm_testhook_gpu_free": (None, [c_void_p]),

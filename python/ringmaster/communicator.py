@@ -228,6 +228,17 @@ class Communicator:
         if st:
             raise self.error(st, "rm_barrier")
 
+    def set_timeout(self, timeout_ms):
+        """The deadline of every later blocking wait on this communicator
+        (rm_comm_set_timeout): the timeout of a torch.distributed group."""
+        self._need()
+        f = _lib.session_fn("rm_comm_set_timeout")
+        if f is None:
+            raise errors.unsupported("%s has no rm_comm_set_timeout" % _lib.path)
+        st = f(self.ptr, int(timeout_ms))
+        if st:
+            raise self.error(st, "rm_comm_set_timeout")
+
     def status(self):
         return _lib.rm_comm_status(self.ptr) if self.ptr else 0
 

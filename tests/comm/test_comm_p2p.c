@@ -5,7 +5,8 @@
  * Per rank: all-pairs exchange at sizes {0, 1, 7, 1000, 2^20+3} bytes (every
  * byte checked), 16 messages in flight per pair (FIFO matching by tag), a
  * ring shift of a large buffer (checked; MB/s printed, not asserted), and
- * the sticky-status accessors of a healthy communicator.
+ * the sticky-status accessors of a healthy communicator and its deadline
+ * setter (rm_comm_set_timeout).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -127,6 +128,17 @@ static int rank_main(rm_test_world_t *h, int rank, void *arg)
       rm_comm_generation(c) != 1 || rm_comm_status(c) != RM_OK ||
       rm_comm_failed_peer(c) != -1 || rm_comm_last_error(c)[0] != '\0')
     res->bad++;
+  /* rm_comm_set_timeout: bad deadlines refused, a good one is what the wait
+   * loop reads next (then the configured one back for the traffic below) */
+  {
+    int was = c->timeout_ms;
+    if (rm_comm_set_timeout(NULL, 1000) != RM_ERR_INVALID_ARG ||
+        rm_comm_set_timeout(c, 0) != RM_ERR_INVALID_ARG ||
+        rm_comm_set_timeout(c, -5) != RM_ERR_INVALID_ARG || c->timeout_ms != was ||
+        rm_comm_set_timeout(c, 1234) != RM_OK || c->timeout_ms != 1234 ||
+        rm_comm_set_timeout(c, was) != RM_OK)
+      res->bad++;
+  }
   if (h->world > 1) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
       res->bad += all_pairs(c, sizes[i]);

@@ -262,6 +262,14 @@ rm_status_t rm_comm_set_algorithm(rm_comm_t *c, rm_algo_t a)
   return RM_OK;
 }
 
+rm_status_t rm_comm_set_timeout(rm_comm_t *c, int timeout_ms)
+{
+  if (c == NULL || timeout_ms <= 0) return RM_ERR_INVALID_ARG;
+  /* the wait loop (worker/transport/transport.c) reads it at each wait */
+  c->timeout_ms = timeout_ms;
+  return RM_OK;
+}
+
 rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,
                           const char *fmt, ...)
 {

@@ -31,24 +31,100 @@ import ringmaster as _rm
 from ringmaster import errors as _errors
 
 __all__ = ["ProcessGroupRingmaster", "DistributedOptimizer", "broadcast_parameters",
-           "broadcast_optimizer_state", "broadcast_object", "allreduce_tensors"]
+           "broadcast_optimizer_state", "broadcast_object", "allreduce_tensors",
+           "monitored_barrier"]
 
 _RED = dist.ReduceOp.RedOpType
-_OPMAP = {_RED.SUM: _rm.SUM, _RED.AVG: _rm.AVG, _RED.PRODUCT: _rm.PROD,
-          _RED.MIN: _rm.MIN, _RED.MAX: _rm.MAX}
+_OPNAME = {_RED.SUM: "SUM", _RED.AVG: "AVG", _RED.PRODUCT: "PRODUCT", _RED.MIN: "MIN",
+           _RED.MAX: "MAX", _RED.BAND: "BAND", _RED.BOR: "BOR", _RED.BXOR: "BXOR",
+           _RED.PREMUL_SUM: "PREMUL_SUM"}
+_RMOP = {"SUM": _rm.SUM, "AVG": _rm.AVG, "PRODUCT": _rm.PROD, "MIN": _rm.MIN, "MAX": _rm.MAX}
 
 
 def _op_of(opts):
+    """The torch reduce op of opts (or of a ReduceOp / RedOpType) by name."""
     op = getattr(opts, "reduceOp", opts)
     if op is None:
-        return _rm.SUM
+        return "SUM"
     if isinstance(op, dist.ReduceOp):
         op = op.op
-    o = _OPMAP.get(op)
-    if o is None:
-        raise ValueError("ringmaster backend: reduce op %s is not supported "
-                         "(SUM, AVG, PRODUCT, MIN, MAX)" % (op,))
-    return o
+    name = _OPNAME.get(op)
+    if name is None or name == "PREMUL_SUM":
+        raise ValueError("ringmaster backend: reduce op %s is not supported (SUM, AVG, "
+                         "PRODUCT, MIN, MAX, BAND, BOR, BXOR)" % (op,))
+    return name
+
+
+# ---- REDUCTIONS BY DTYPE ------------------------------------------------------
+# libringmaster reduces f32 f64 f16 bf16 i32 i64 u8 with SUM PROD MIN MAX AVG.
+# Every other (dtype, op) torch defines is lowered onto those, so that the
+# result is what torch computes locally over the ranks' tensors:
+#   native  the tensor itself (or a view of it) goes to the C call:
+#           complex SUM/AVG on the real view (view_as_real: re and im are
+#           summed apart); bool on its uint8 view, where SUM/MAX/BOR are a
+#           logical or (MAX of 0/1) and PRODUCT/MIN/BAND a logical and (MIN);
+#   widen   int8 / int16 SUM AVG MIN MAX reduce in an int32 copy and are cast
+#           back: the cast wraps modulo 2^8 / 2^16, the same bits as adding in
+#           the narrow type (two's complement);
+#   fold    what the C library has no operator for (bitwise BAND/BOR/BXOR on
+#           integers, bool BXOR, int8/int16 and complex PRODUCT) is an
+#           all-gather of the ranks' tensors then torch's own fold over them,
+#           in rank order: exact, at world times the bytes.
+# Anything else (MIN of complex numbers, bitwise ops on floats, AVG of bools)
+# is a ValueError before anything moves, on every rank alike.
+_NATIVE = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+           torch.int64, torch.uint8)
+_FOLD = {"SUM": lambda a, b: a + b, "PRODUCT": lambda a, b: a * b,
+         "BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
+
+
+def _plan(dtype, op, call):
+    """(kind, rm op, view) of a reduction; see REDUCTIONS BY DTYPE."""
+    def bad(why):
+        return ValueError("ringmaster backend: %s: reduce op %s on %s: %s"
+                          % (call, op, str(dtype).replace("torch.", ""), why))
+    bitwise = op in ("BAND", "BOR", "BXOR")
+    if dtype in _NATIVE:
+        if bitwise:
+            if dtype.is_floating_point:
+                raise bad("bitwise ops need an integer or bool tensor")
+            return "fold", None, None
+        return "native", _RMOP[op], None
+    if dtype == torch.bool:
+        if op == "AVG":
+            raise bad("AVG is not defined for bool (SUM/MAX/BOR is or, PRODUCT/MIN/BAND "
+                      "is and, BXOR is xor)")
+        if op == "BXOR":
+            return "fold", None, None
+        rm_op = _rm.MAX if op in ("SUM", "MAX", "BOR") else _rm.MIN
+        return "native", rm_op, lambda t: t.view(torch.uint8)
+    if dtype in (torch.int8, torch.int16):
+        if bitwise or op == "PRODUCT":
+            return "fold", None, None
+        return "widen", _RMOP[op], None
+    if dtype.is_complex:
+        if op in ("SUM", "AVG"):
+            return "native", _RMOP[op], torch.view_as_real
+        if op == "PRODUCT":
+            return "fold", None, None
+        raise bad("complex numbers have no order and no bitwise ops (SUM, AVG, PRODUCT)")
+    raise bad("unsupported dtype (float32/64, float16, bfloat16, int8/16/32/64, uint8, "
+              "bool, complex64/128)")
+
+
+def _gathered(c, t):
+    """(world,) + t.shape: every rank's t, by rank (bytes: any dtype)."""
+    buf = torch.empty((c.world,) + tuple(t.shape), dtype=t.dtype)
+    c.allgather_into(buf, t.contiguous())
+    return buf
+
+
+def _fold(op, g):
+    f = _FOLD[op if op in _FOLD else "SUM"]
+    acc = g[0].clone()
+    for r in range(1, g.shape[0]):
+        acc = f(acc, g[r])
+    return acc
 
 
 def _done(result):
@@ -61,24 +137,57 @@ def _as_list(t):
     return [t] if isinstance(t, torch.Tensor) else list(t)
 
 
-def _inplace(comm, t, fn):
-    """Run fn(buffer) on t in place; a non-contiguous t goes through a copy."""
-    if t.is_contiguous():
-        fn(t)
-    else:
-        c = t.contiguous()
-        fn(c)
-        t.copy_(c)
+def _timeout_ms(td):
+    """torch's timedelta as libringmaster's int milliseconds (at least 1)."""
+    ms = int(td.total_seconds() * 1000) if td is not None else 0
+    return min(max(ms, 1), 2 ** 31 - 1)
 
 
+# ---- THE PROCESS GROUP ----------------------------------------------------------
+# Calls run synchronously, in the caller's thread, one at a time (the lock:
+# the C library takes one thread at a time per communicator), and return a
+# Work made from an already completed Future.
+#
+# Timeouts: the timeout of init_process_group / new_group (torch's default,
+# 30 min, when none is given) is the communicator's deadline: a wait that
+# sees no progress from the peer it needs for that long fails with
+# RM_ERR_TIMEOUT; the failure is sticky and closes the links with ABORT
+# frames, so the other ranks of the group fail at once (RM_ERR_ABORTED /
+# RM_ERR_PEER_LOST) or on their own deadline. An option's own timeout (torch
+# passes one in opts.timeout where the caller gave one) bounds that call only.
+# Every call has a sequence number in its group (1, 2, ...: the same on every
+# rank, since all call the same collectives in the same order) and a failure
+# is re-raised as the same ringmaster error class (elastic code catches
+# MembershipError) with words naming the call, its number, the group, the
+# peer the library names and the status.
 class ProcessGroupRingmaster(dist.ProcessGroup):
     """torch.distributed process group over one ringmaster Communicator."""
 
-    def __init__(self, rank, size, comm):
+    def __init__(self, rank, size, comm, timeout=None, store=None, label="default group",
+                 owned=False):
         super().__init__(rank, size)
         self._comm = comm
         self._generation = comm.generation
+        self._ptr = comm.ptr
         self._lock = threading.Lock()
+        self._timeout_ms = _timeout_ms(timeout if timeout is not None
+                                       else dist.default_pg_timeout)
+        self._store = store
+        self._label = label
+        self._owned = owned
+        self._seq = 0
+        self._mb_seq = 0
+        self._epoch = _epoch
+        comm.set_timeout(self._timeout_ms)
+
+    def __del__(self):
+        # a sub-group's communicator goes with its group (the default group's
+        # is the module's, ringmaster.finalize closes it)
+        if getattr(self, "_owned", False) and self._comm.ptr == self._ptr:
+            try:
+                self._comm.destroy()
+            except Exception:
+                pass
 
     # torch 1.13 asks the trampoline for getBackendName
     def getBackendName(self):
@@ -89,144 +198,359 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
     def _c(self):
         c = self._comm
-        if c.generation != self._generation or not c.ptr:
+        if c.generation != self._generation or (not c.ptr and c.session):
             raise _errors.Reconfigured(
                 "RM_ERR_RECONFIGURED", "this process group was built for generation %d; "
                 "the session is at %d: destroy and re-create the process group"
                 % (self._generation, c.generation))
+        if c.ptr != self._ptr:
+            raise _errors.Aborted(
+                "RM_ERR_ABORTED", "this process group was destroyed "
+                "(dist.destroy_process_group) and its communicator closed")
         return c
 
-    def allreduce(self, tensors, opts=None):
-        c, o = self._c(), _op_of(opts)
+    def _run(self, call, fn, opts=None):
+        """fn(comm) as this group's next numbered call, under the lock; a
+        ringmaster failure comes back naming the call (THE PROCESS GROUP)."""
+        c = self._c()
         with self._lock:
-            for t in _as_list(tensors):
-                _inplace(c, t, lambda b: c.allreduce(b, o))
-        return _done(_as_list(tensors))
+            self._seq += 1
+            seq = self._seq
+            t = getattr(opts, "timeout", None)
+            ms = _timeout_ms(t) if t is not None and t.total_seconds() > 0 else 0
+            if ms and ms != self._timeout_ms:
+                c.set_timeout(ms)
+            try:
+                return fn(c)
+            except _errors.RingmasterError as e:
+                raise self._failed(e, call, seq, ms or self._timeout_ms) from None
+            finally:
+                if ms and ms != self._timeout_ms and c.ptr:
+                    c.set_timeout(self._timeout_ms)
+
+    def _failed(self, e, call, seq, ms):
+        words = e.message or "(no words from the library)"
+        if words.startswith(e.status + ": "):
+            words = words[len(e.status) + 2:]
+        peer = ("waiting for peer rank %d" % e.peer) if e.peer is not None \
+            else "peer not known"
+        text = ("ringmaster backend: %s #%d of the %s (rank %d of %d, timeout %g s) failed: "
+                "%s, %s: %s" % (call, seq, self._label, self.rank(), self.size(), ms / 1000.0,
+                                e.status, peer, words))
+        err = type(e)(e.status, e.message, e.peer, e.code, e.call)
+        err.args = (text,)
+        err.operation, err.sequence = call, seq
+        # what torch wraps when DDP's reducer (C++) runs the call is this
+        # text: ringmaster.torch.elastic finds the failure by the last
+        # exception's words in it
+        _rm.last_exception = err
+        return err
+
+    def _reduce_one(self, c, t, op, call, root=None):
+        """All-reduce (root None) or reduce to root of one tensor in place."""
+        kind, rm_op, view = _plan(t.dtype, op, call)
+        buf = t if t.is_contiguous() else t.contiguous()
+        if kind == "native":
+            v = view(buf) if view is not None else buf
+            if root is None:
+                c.allreduce(v, rm_op)
+            else:
+                c.reduce(v, rm_op, root)
+        elif kind == "widen":
+            w = buf.to(torch.int32)
+            if root is None:
+                c.allreduce(w, rm_op)
+            else:
+                c.reduce(w, rm_op, root)
+            if root is None or c.rank == root:
+                buf.copy_(w)
+        else:
+            g = _gathered(c, buf)
+            if root is None or c.rank == root:
+                buf.copy_(_fold(op, g))
+        if buf is not t:
+            t.copy_(buf)
+
+    def allreduce(self, tensors, opts=None):
+        op, ts = _op_of(opts), _as_list(tensors)
+
+        def go(c):
+            for t in ts:
+                self._reduce_one(c, t, op, "allreduce")
+        self._run("allreduce", go, opts)
+        return _done(ts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors = _as_list(tensors)
-        c, o = self._c(), _op_of(opts)
-        flat = torch._utils._flatten_dense_tensors(tensors)
-        with self._lock:
-            c.allreduce(flat, o)
-        for t, s in zip(tensors, torch._utils._unflatten_dense_tensors(flat, tensors)):
-            t.copy_(s)
+        op = _op_of(opts)
+        if len({t.dtype for t in tensors}) > 1:
+            raise ValueError("ringmaster backend: allreduce_coalesced: the tensors must "
+                             "have one dtype, got %s" % sorted({str(t.dtype) for t in tensors}))
+
+        def go(c):
+            flat = torch._utils._flatten_dense_tensors(tensors)
+            self._reduce_one(c, flat, op, "allreduce_coalesced")
+            for t, s in zip(tensors, torch._utils._unflatten_dense_tensors(flat, tensors)):
+                t.copy_(s)
+        self._run("allreduce_coalesced", go, opts)
         return _done(tensors)
 
+    def _root(self, opts, call):
+        root = opts if isinstance(opts, int) else (
+            getattr(opts, "rootRank", 0) if opts is not None else 0)
+        if not 0 <= root < self.size():
+            raise ValueError("ringmaster backend: %s: root rank %d is out of range "
+                             "(group of %d)" % (call, root, self.size()))
+        return root
+
     def broadcast(self, tensors, opts=None):
-        c = self._c()
-        root = getattr(opts, "rootRank", 0) if opts is not None else 0
-        if isinstance(opts, int):
-            root = opts
-        with self._lock:
-            for t in _as_list(tensors):
-                _inplace(c, t, lambda b: c.broadcast(b, root))
-        return _done(_as_list(tensors))
+        root, ts = self._root(opts, "broadcast"), _as_list(tensors)
+
+        def go(c):
+            for t in ts:
+                buf = t if t.is_contiguous() else t.contiguous()
+                c.broadcast(buf, root)
+                if buf is not t:
+                    t.copy_(buf)
+        self._run("broadcast", go, opts)
+        return _done(ts)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        c = self._c()
         outs = [output_tensors] if isinstance(output_tensors[0], torch.Tensor) \
             else output_tensors
         ins = _as_list(input_tensors)
-        with self._lock:
+
+        def go(c):
             for out_list, x in zip(outs, ins):
-                x = x.contiguous()
-                buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype)
-                c.allgather_into(buf, x)
+                buf = _gathered(c, x)
                 for r, o in enumerate(out_list):
                     o.copy_(buf[r].view_as(o) if o.shape != buf[r].shape else buf[r])
+        self._run("allgather", go, opts)
         return _done(outs)
 
     def _allgather_base(self, output, input, opts=None):
-        c = self._c()
-        with self._lock:
+        def go(c):
             if output.is_contiguous():
                 c.allgather_into(output, input.contiguous())
             else:
                 tmp = torch.empty_like(output, memory_format=torch.contiguous_format)
                 c.allgather_into(tmp, input.contiguous())
                 output.copy_(tmp)
+        self._run("allgather", go, opts)
         return _done([output])
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self.allgather(output_lists, input_list, opts)
 
+    def _reduce_scatter_flat(self, c, out, flat, op, call):
+        """out (contiguous, m elements) = block `rank` of flat (world * m),
+        reduced over the ranks."""
+        kind, rm_op, view = _plan(out.dtype, op, call)
+        if kind == "native":
+            if view is None:
+                c.reduce_scatter_into(out, flat, rm_op)
+            else:
+                c.reduce_scatter_into(view(out), view(flat), rm_op)
+        elif kind == "widen":
+            w = torch.empty(out.shape, dtype=torch.int32)
+            c.reduce_scatter_into(w, flat.to(torch.int32), rm_op)
+            out.copy_(w)
+        else:
+            g = _gathered(c, flat)
+            out.copy_(_fold(op, g).view(c.world, -1)[c.rank].view_as(out))
+
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
-        c, o = self._c(), _op_of(opts)
+        op = _op_of(opts)
         outs = _as_list(output_tensors)
         lists = [input_lists] if isinstance(input_lists[0], torch.Tensor) else input_lists
-        with self._lock:
+
+        def go(c):
             for out, ins in zip(outs, lists):
                 flat = torch.cat([t.reshape(-1) for t in ins])
                 res = torch.empty(out.numel(), dtype=out.dtype)
-                c.reduce_scatter_into(res, flat, o)
+                self._reduce_scatter_flat(c, res, flat, op, "reduce_scatter")
                 out.copy_(res.view_as(out))
+        self._run("reduce_scatter", go, opts)
         return _done(outs)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        c, o = self._c(), _op_of(opts)
-        with self._lock:
+        op = _op_of(opts)
+
+        def go(c):
             res = output if output.is_contiguous() else torch.empty_like(
                 output, memory_format=torch.contiguous_format)
-            c.reduce_scatter_into(res, input.contiguous(), o)
+            self._reduce_scatter_flat(c, res.view(-1), input.contiguous().view(-1), op,
+                                      "reduce_scatter")
             if res is not output:
                 output.copy_(res)
+        self._run("reduce_scatter", go, opts)
         return _done([output])
 
+    # ALL-TO-ALL WITH SPLITS: libringmaster's rm_alltoall moves equal blocks.
+    # Uneven splits (rows along dim 0 for all_to_all_single, whole tensors
+    # for all_to_all) go as equal blocks padded to the largest split any rank
+    # sends to any other: first a small all-to-all of the row counts (each
+    # rank learns what every rank will send it and checks that against its
+    # output splits) and one all-reduce (MAX) of [largest split, any
+    # mismatch], so every rank agrees on the block size, or every rank
+    # raises naming the first disagreeing pair; then the padded all-to-all.
+    # The wire carries world x largest split per rank instead of the exact
+    # bytes: honest but not optimal for very skewed routing.
+    def _alltoallv_rows(self, c, out2d, in2d, out_splits, in_splits, call, local_err=None,
+                        row_bytes=0):
+        """out2d / in2d: contiguous (rows, row_bytes) uint8; splits in rows.
+        local_err: this rank's arguments are wrong (a ValueError): it still
+        takes part in the agreement, so that every rank raises."""
+        w = c.world
+        counts = torch.tensor(in_splits, dtype=torch.int64)
+        got = torch.empty(w, dtype=torch.int64)
+        c.alltoall_into(got, counts)
+        bad = [] if local_err else [r for r in range(w) if int(got[r]) != int(out_splits[r])]
+        rb = -1 if local_err else row_bytes
+        # MAX of [largest split, first disagreeing sender + 1, a rank with
+        # bad arguments + 1, row bytes, -row bytes]: equal row sizes on all
+        # ranks <=> max == -max(-row bytes)
+        agree = torch.tensor([max(in_splits) if in_splits else 0, bad[0] + 1 if bad else 0,
+                              c.rank + 1 if local_err else 0, rb, -rb], dtype=torch.int64)
+        c.allreduce(agree, "max")
+        if local_err is not None:
+            raise local_err
+        if int(agree[2]):
+            raise ValueError("ringmaster backend: %s: rank %d's arguments are invalid (its "
+                             "exception says why); nothing was moved"
+                             % (call, int(agree[2]) - 1))
+        if int(agree[3]) != -int(agree[4]):
+            raise ValueError("ringmaster backend: %s: the ranks' rows differ in size (%d to %d "
+                             "bytes; this rank's %d)" % (call, -int(agree[4]), int(agree[3]),
+                                                         row_bytes))
+        if int(agree[1]):
+            raise ValueError(
+                "ringmaster backend: %s: output_split_sizes disagree with the senders' "
+                "input_split_sizes%s" % (call, (" (rank %d expects %d rows from rank %d, "
+                                                "which sends %d)" % (
+                                                    c.rank, out_splits[bad[0]], bad[0],
+                                                    int(got[bad[0]]))) if bad else
+                                         " on another rank"))
+        m, rb = int(agree[0]), row_bytes
+        if m == 0 or rb == 0:
+            return
+        send = torch.zeros((w, m, rb), dtype=torch.uint8)
+        off = 0
+        for r, k in enumerate(in_splits):
+            send[r, :k] = in2d[off:off + k]
+            off += k
+        recv = torch.empty_like(send)
+        c.alltoall_into(recv, send)
+        off = 0
+        for r, k in enumerate(out_splits):
+            out2d[off:off + k] = recv[r, :k]
+            off += k
+
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        c = self._c()
-        if output_split_sizes or input_split_sizes:
-            n = input.shape[0]
-            even = [n // c.world] * c.world
-            if list(output_split_sizes or even) != even or list(input_split_sizes or even) != even:
-                raise ValueError("ringmaster backend: alltoall supports equal splits only")
-        with self._lock:
+        w = self.size()
+        even = not output_split_sizes and not input_split_sizes
+
+        def splits(given, t, which):
+            if not given:
+                if t.dim() == 0 or t.shape[0] % w:
+                    raise ValueError("ringmaster backend: all_to_all_single: %s has %s rows, "
+                                     "not a multiple of the group's %d ranks; pass %s_split_"
+                                     "sizes" % (which, t.shape[0] if t.dim() else 0, w, which))
+                return [t.shape[0] // w] * w
+            given = [int(s) for s in given]
+            if len(given) != w or min(given) < 0 or sum(given) != t.shape[0]:
+                raise ValueError("ringmaster backend: all_to_all_single: %s_split_sizes %s "
+                                 "must be %d counts >= 0 summing to its %d rows"
+                                 % (which, given, w, t.shape[0]))
+            return given
+
+        err = None
+        try:
+            if output.dtype != input.dtype:
+                raise ValueError("ringmaster backend: all_to_all_single: output is %s, input %s"
+                                 % (output.dtype, input.dtype))
+            ins, outs = splits(input_split_sizes, input, "input"), splits(
+                output_split_sizes, output, "output")
+            if input.dim() and output.dim() and input[0:0].shape[1:] != output[0:0].shape[1:]:
+                raise ValueError("ringmaster backend: all_to_all_single: rows differ: input "
+                                 "%s, output %s" % (tuple(input.shape), tuple(output.shape)))
+        except ValueError as e:
+            if even:  # no agreement step to carry it: raised here alone
+                raise
+            err, ins, outs = e, [0] * w, [0] * w
+
+        def go(c):
+            if err is not None:
+                self._alltoallv_rows(c, None, None, outs, ins, "all_to_all_single", err)
             res = output if output.is_contiguous() else torch.empty_like(
                 output, memory_format=torch.contiguous_format)
-            c.alltoall_into(res, input.contiguous())
+            x = input.contiguous()
+            if even and ins == outs:
+                c.alltoall_into(res, x)
+            else:
+                rows_in = x.reshape(x.shape[0], -1).view(torch.uint8) if x.numel() else \
+                    torch.empty((x.shape[0], 0), dtype=torch.uint8)
+                rows_out = res.reshape(res.shape[0], -1).view(torch.uint8) if res.numel() \
+                    else torch.empty((res.shape[0], 0), dtype=torch.uint8)
+                rb = x.element_size() * x.shape[1:].numel() if x.dim() else 0
+                self._alltoallv_rows(c, rows_out, rows_in, outs, ins, "all_to_all_single",
+                                     row_bytes=rb)
             if res is not output:
                 output.copy_(res)
+        self._run("all_to_all_single", go, opts)
         return _done([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        c = self._c()
+        w = self.size()
+        if len(input_tensors) != w or len(output_tensors) != w:
+            raise ValueError("ringmaster backend: all_to_all needs %d input and %d output "
+                             "tensors, got %d and %d" % (w, w, len(input_tensors),
+                                                         len(output_tensors)))
         ins = [t.contiguous() for t in input_tensors]
-        if len({t.numel() * t.element_size() for t in ins}) != 1 or len(ins) != c.world:
-            raise ValueError("ringmaster backend: alltoall needs world tensors of one size")
-        with self._lock:
+        in_b = [t.numel() * t.element_size() for t in ins]
+        out_b = [t.numel() * t.element_size() for t in output_tensors]
+
+        def go(c):
             flat = torch.cat([t.reshape(-1).view(torch.uint8) for t in ins])
-            res = torch.empty_like(flat)
-            c.alltoall_into(res, flat)
-        for r, o in enumerate(output_tensors):
-            piece = res.view(c.world, -1)[r]
-            o.copy_(piece.view(o.dtype).view_as(o))
+            res = torch.empty(sum(out_b), dtype=torch.uint8)
+            if len(set(in_b)) == 1 and in_b == out_b:
+                c.alltoall_into(res, flat)
+            else:
+                self._alltoallv_rows(c, res.view(-1, 1), flat.view(-1, 1), out_b, in_b,
+                                     "all_to_all", row_bytes=1)
+            off = 0
+            for o, k in zip(output_tensors, out_b):
+                o.copy_(res[off:off + k].view(o.dtype).view_as(o))
+                off += k
+        self._run("all_to_all", go, opts)
         return _done(list(output_tensors))
 
     def reduce(self, tensors, opts=None):
-        c, o = self._c(), _op_of(opts)
-        root = getattr(opts, "rootRank", 0)
-        with self._lock:
-            for t in _as_list(tensors):
-                _inplace(c, t, lambda b: c.reduce(b, o, root))
-        return _done(_as_list(tensors))
+        op, ts = _op_of(opts), _as_list(tensors)
+        root = self._root(opts, "reduce")
+
+        def go(c):
+            for t in ts:
+                self._reduce_one(c, t, op, "reduce", root)
+        self._run("reduce", go, opts)
+        return _done(ts)
 
     def gather(self, output_lists, input_tensors, opts=None):
-        c = self._c()
-        root = getattr(opts, "rootRank", 0)
-        with self._lock:
+        root = self._root(opts, "gather")
+
+        def go(c):
             for i, x in enumerate(_as_list(input_tensors)):
-                x = x.contiguous()
-                buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype)
-                c.allgather_into(buf, x)
+                buf = _gathered(c, x)
                 if c.rank == root:
                     for r, o in enumerate(output_lists[i]):
                         o.copy_(buf[r])
+        self._run("gather", go, opts)
         return _done(_as_list(input_tensors))
 
     def scatter(self, output_tensors, input_lists, opts=None):
-        c = self._c()
-        root = getattr(opts, "rootRank", 0)
-        with self._lock:
+        root = self._root(opts, "scatter")
+
+        def go(c):
             for i, out in enumerate(_as_list(output_tensors)):
                 for r in range(c.world):
                     piece = (input_lists[i][r].contiguous().clone() if c.rank == root
@@ -234,52 +558,161 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                     c.broadcast(piece, root)
                     if r == c.rank:
                         out.copy_(piece)
+        self._run("scatter", go, opts)
         return _done(_as_list(output_tensors))
 
     def barrier(self, opts=None):
-        c = self._c()
-        with self._lock:
+        def go(c):
             # the data plane's barrier: torch's barrier is a collective of
             # this group; ringmaster.barrier(name) is the coordinator's.
             st = _rm._c_barrier(c.ptr)
             if st:
                 raise c.error(st, "rm_barrier")
+        self._run("barrier", go, opts)
         return _done([])
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
-        return self.barrier(opts)
+        t = getattr(opts, "timeout", None) if opts is not None else None
+        if t is not None and t.total_seconds() <= 0:  # torch's "unset"
+            t = None
+        monitored_barrier(self, t, wait_all_ranks)
+        return _done([])
 
-    def send(self, *a, **k):
-        raise RuntimeError("ringmaster backend: point-to-point send is not supported")
+    # libringmaster's public API has no point-to-point transfer. Its
+    # transports move messages for the collectives only: matched in posting
+    # order per pair of ranks and stamped with the communicator's collective
+    # sequence number (a send and its receive must sit between the same two
+    # collectives), not matched by tag or from any source, and progressing
+    # only while the caller waits. torch's send/recv need all of that
+    # (worker/transport work); emulating them with collectives would need
+    # every rank of the group in each call, which is not what they mean.
+    def _no_p2p(self, *a, **k):
+        raise RuntimeError("ringmaster backend: point-to-point (send, recv, isend, irecv, "
+                           "batch_isend_irecv) is not available: libringmaster has no "
+                           "public tagged point-to-point transfer yet; use a gloo group "
+                           "(dist.new_group(backend=\"gloo\")) for those calls")
 
-    def recv(self, *a, **k):
-        raise RuntimeError("ringmaster backend: point-to-point recv is not supported")
-
-    def recv_anysource(self, *a, **k):
-        raise RuntimeError("ringmaster backend: point-to-point recv is not supported")
+    send = recv = recv_anysource = _no_p2p
 
 
-_groups = 0
+# ---- MONITORED BARRIER ------------------------------------------------------
+# torch 1.13's dist.monitored_barrier serves gloo only. This one:
+#  * the default group of a ringmaster job: the coordinator's named barrier
+#    (rm_session_barrier, deadline = timeout); its error names the ranks
+#    that did not arrive, with what each last reported;
+#  * any other group: over the group's store (torch's TCPStore): each rank
+#    writes its arrival key, rank 0 waits for them until the deadline, then
+#    writes a verdict key that every rank waits for (deadline: timeout plus
+#    a grace for rank 0's own lateness). A verdict naming missing ranks (the
+#    first, or all of them with wait_all_ranks) is raised on every rank that
+#    reads it; a rank that never sees one raises naming rank 0.
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """A barrier whose failure says which ranks did not arrive (see
+    MONITORED BARRIER). group: a ringmaster process group, None = the
+    default one; timeout: a timedelta (None = torch's default, 30 min)."""
+    import time
+    pg = group if group is not None else _rm_default_group()
+    if not isinstance(pg, ProcessGroupRingmaster):
+        raise ValueError("ringmaster.torch.monitored_barrier: %r is not a ringmaster "
+                         "process group (dist.init_process_group(\"ringmaster\"))" % (pg,))
+    ms = _timeout_ms(timeout if timeout is not None else dist.default_pg_timeout)
+    c = pg._c()
+    pg._mb_seq += 1
+    seq = pg._mb_seq
+    if c.session and c is _rm.default_communicator():
+        try:
+            c.barrier("torch-monitored-barrier-%d" % seq, ms)
+        except _errors.RingmasterError as e:
+            raise pg._failed(e, "monitored_barrier", seq, ms) from None
+        return
+    store = pg._store
+    if store is None:
+        raise ValueError("ringmaster.torch.monitored_barrier: this process group has no "
+                         "store to meet through")
+    key = "ringmaster/e%d/mb/%d" % (pg._epoch, seq)
+    # store.add, not check/get: torch 1.13's PrefixStore has no check, and
+    # get blocks for the store's whole timeout
+    store.add("%s/arrived/%d" % (key, pg.rank()), 1)
+    n = pg.size()
+    if pg.rank() == 0:
+        deadline = time.monotonic() + ms / 1000.0
+        missing = list(range(n))
+        while True:
+            missing = [r for r in missing if not store.add("%s/arrived/%d" % (key, r), 0)]
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+        if missing:
+            shown = missing if wait_all_ranks else missing[:1]
+            verdict = ("rank%s %s did not reach monitored_barrier #%d of the %s within "
+                       "%g s" % ("s" if len(shown) > 1 else "", ", ".join(map(str, shown)), seq,
+                                 pg._label, ms / 1000.0))
+        else:
+            verdict = ""
+        store.set(key + "/verdict", verdict or "ok")
+        store.add(key + "/verdict-set", 1)
+    else:
+        deadline = time.monotonic() + ms / 1000.0 + 10.0
+        while not store.add(key + "/verdict-set", 0):
+            if time.monotonic() >= deadline:
+                raise _errors.Timeout(
+                    "RM_ERR_TIMEOUT", "rank 0 gave no verdict on monitored_barrier #%d within "
+                    "%g s" % (seq, ms / 1000.0 + 10.0), 0,
+                    _errors.CODES.get("RM_ERR_TIMEOUT"), "monitored_barrier")
+            time.sleep(0.01)
+        v = store.get(key + "/verdict")
+        verdict = (v.decode() if isinstance(v, bytes) else str(v))
+        verdict = "" if verdict == "ok" else verdict
+    if verdict:
+        err = _errors.Timeout("RM_ERR_TIMEOUT", verdict, None,
+                              _errors.CODES.get("RM_ERR_TIMEOUT"), "monitored_barrier")
+        err.args = ("ringmaster backend: %s (RM_ERR_TIMEOUT)" % verdict,)
+        raise err
+
+
+# ---- CREATING GROUPS --------------------------------------------------------
+# torch calls the creator on the members of a group only (dist.new_group's
+# non-members return before it), so nothing here may count per call and
+# expect the same count on every rank. What IS the same on every rank is the
+# number of default groups made (every rank calls init_process_group), the
+# epoch: the data-plane addresses go under ringmaster/e<epoch>/ in the
+# group's store (torch's prefix store already tells apart the groups of one
+# epoch; the epoch tells apart the epochs when a store outlives
+# destroy_process_group, whose group names start over). The creator knows
+# the default group by torch's default group, unset while it is made.
+# A default group built here from the store owns the module's communicator:
+# at the next init_process_group (after destroy_process_group) that one is
+# destroyed and a new one built; a session's communicator (ringmaster job)
+# or one the program made with ringmaster.init() is used as it is.
+_epoch = 0
+_built = None  # the rm_comm_t* of the default communicator built here
 
 
 def _create(store, rank, size, timeout):
     """torch.distributed backend creator (registered as "ringmaster")."""
-    global _groups
+    global _epoch, _built
     import os
-    _groups += 1
+    env = os.environ
+    prefix = "ringmaster/e%d" % (_epoch + 1)
     # the default group is the session's communicator; also when it is made
     # again after a re-formation (elastic.TorchState), with the new rank/world
-    first = _rm_default_group() is None
-    if first and not _rm.is_initialized():
-        env = os.environ
-        if env.get("RINGMASTER_COORDINATOR") and env.get("RINGMASTER_JOB"):
-            _rm.init()  # join the job: the session's communicator
-        else:  # rendezvous through torch's store
-            c = _rm.comm_from_store(store, rank, size, env.get("MASTER_ADDR", "127.0.0.1"))
-            _rm._adopt(c)
-            _rm._initialized, _rm._finalized = True, False
-            _rm._install_exit_hooks()
-    if first:
+    if _rm_default_group() is None:
+        _epoch += 1
+        d = _rm.default_communicator()
+        if _built is not None and d.ptr == _built and not d.session:
+            d.destroy()  # the previous default group's, gone with it
+            _built = None
+        if not d.ptr:
+            if env.get("RINGMASTER_COORDINATOR") and env.get("RINGMASTER_JOB"):
+                _rm._initialized = False
+                _rm.init()  # join the job: the session's communicator
+            else:  # rendezvous through torch's store
+                c = _rm.comm_from_store(store, rank, size, env.get("MASTER_ADDR", "127.0.0.1"),
+                                        prefix=prefix, timeout_ms=_timeout_ms(timeout))
+                _rm._adopt(c)
+                _built = c.ptr
+                _rm._initialized, _rm._finalized = True, False
+                _rm._install_exit_hooks()
         comm = _rm.default_communicator()
         if comm.rank != rank or comm.world != size:
             raise RuntimeError(
@@ -288,10 +721,12 @@ def _create(store, rank, size, timeout):
                 "stand (do not pass rank=/world_size= by hand), or call "
                 "dist.init_process_group before changing them"
                 % (rank, size, comm.rank, comm.world))
-    else:  # a sub-group (dist.new_group): its own communicator
-        comm = _rm.comm_from_store(store, rank, size, os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                                   prefix="ringmaster-%d" % _groups)
-    return ProcessGroupRingmaster(rank, size, comm)
+        return ProcessGroupRingmaster(rank, size, comm, timeout, store, "default group")
+    # a sub-group (dist.new_group): its own communicator
+    comm = _rm.comm_from_store(store, rank, size, env.get("MASTER_ADDR", "127.0.0.1"),
+                               prefix=prefix, timeout_ms=_timeout_ms(timeout))
+    return ProcessGroupRingmaster(rank, size, comm, timeout, store,
+                                  "sub-group of %d ranks" % size, owned=True)
 
 
 if "RINGMASTER" not in dist.Backend._plugins:

@@ -1,0 +1,404 @@
+"""One rank of tests/python/test_c10d.py: the "ringmaster" torch.distributed
+backend with real torch, torchrun-style environment (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT), no coordinator.
+
+  c10d_worker.py MODE
+
+Prints RESULT {...} lines (json) that the test reads; exits non-zero on a
+failed check. References are computed here from every rank's input, which
+each rank can rebuild (inputs are functions of the rank), with plain Python
+integers and complex128 arithmetic, not through any collective.
+"""
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import ringmaster.torch as rmt
+
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+STALL = 1  # the rank that stalls in the timeout modes
+
+
+def result(**kw):
+    kw.setdefault("rank", RANK)
+    print("RESULT " + json.dumps(kw), flush=True)
+
+
+def check(cond, what):
+    if not cond:
+        print("CHECK FAILED rank %d: %s" % (RANK, what), flush=True)
+        sys.exit(3)
+
+
+# ---- timeouts -----------------------------------------------------------------
+def stall_test(group, timeout_s, allreduce=None):
+    """One good all-reduce, then every rank but STALL all-reduces again
+    while STALL sleeps past the timeout."""
+    allreduce = allreduce or (lambda t: dist.all_reduce(t, group=group))
+    t = torch.ones(1000)
+    allreduce(t)
+    check(t[0].item() == WORLD, "first all_reduce %s" % t[0].item())
+    if RANK == STALL:
+        time.sleep(timeout_s + 8)
+        try:
+            allreduce(t)
+            result(raised=False)
+        except Exception as e:  # the others are gone: any failure is right
+            result(raised=True, message=str(e), late=True)
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        allreduce(t)
+        result(raised=False)
+    except Exception as e:
+        # elastic recovery finds a failure that torch wrapped (DDP's
+        # reducer) by the words of ringmaster's last exception: this one
+        result(raised=True, message=str(e), type=type(e).__name__,
+               elapsed=time.monotonic() - t0, peer=getattr(e, "peer", None),
+               sequence=getattr(e, "sequence", None),
+               found=rmt._rm.last_exception is e)
+    os._exit(0)  # no clean destroy of a failed group
+
+
+def mode_timeout():
+    dist.init_process_group("ringmaster", timeout=timedelta(seconds=5))
+    stall_test(None, 5)
+
+
+def mode_timeout_group():
+    # the default group keeps torch's default (30 min); the sub-group's
+    # own timeout bounds its calls
+    dist.init_process_group("ringmaster")
+    check(dist.distributed_c10d._get_default_group()._timeout_ms == 30 * 60 * 1000,
+          "default group timeout is not torch's default")
+    g = dist.new_group(list(range(WORLD)), timeout=timedelta(seconds=5))
+    stall_test(g, 5)
+
+
+def mode_timeout_set():
+    # a communicator built with one deadline takes another later
+    # (rm_comm_set_timeout: what a session's communicator gets from the
+    # default group's timeout)
+    dist.init_process_group("ringmaster")
+    dist.distributed_c10d._get_default_group()._comm.set_timeout(5000)
+    stall_test(None, 5)
+
+
+def mode_timeout_opt():
+    # the group keeps torch's default; the call's own option bounds it
+    dist.init_process_group("ringmaster")
+    pg = dist.distributed_c10d._get_default_group()
+
+    def allreduce(t):
+        opts = dist.AllreduceOptions()
+        opts.timeout = timedelta(seconds=5)
+        pg.allreduce([t], opts).wait()
+    stall_test(None, 5, allreduce)
+
+
+# ---- destroy, then init again -------------------------------------------------
+def allreduce_check(group, ranks, k):
+    t = torch.full((257,), float(RANK + k))
+    dist.all_reduce(t, group=group)
+    want = sum(r + k for r in ranks)
+    check(torch.all(t == want).item(), "round %d: all_reduce over %s gave %s, want %s"
+          % (k, ranks, t[0].item(), want))
+
+
+def mode_job_reinit():
+    mode_reinit(True, job=True)
+
+
+def mode_reinit(sub, job=False):
+    # one store for the program, a fresh prefix per round: torch's own
+    # init_process_group counts arrivals under keys that start over after
+    # destroy_process_group, so on one unprefixed store (or env:// with the
+    # same port) it hangs with gloo as well
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), WORLD,
+                         RANK == 0, timedelta(seconds=60))
+    for k in range(3):
+        dist.init_process_group("ringmaster", store=dist.PrefixStore("round%d" % k, base),
+                                rank=RANK, world_size=WORLD)
+        allreduce_check(None, range(WORLD), k)
+        if job:
+            pg = dist.distributed_c10d._get_default_group()
+            check(pg._comm.session and pg._comm is rmt._rm.default_communicator(),
+                  "round %d: the default group is not the session's communicator" % k)
+        if sub:
+            g = dist.new_group([0, 1])
+            if RANK in (0, 1):
+                allreduce_check(g, [0, 1], k)
+            allreduce_check(None, range(WORLD), k + 10)
+        dist.barrier()
+        dist.destroy_process_group()
+    result(ok=True, rounds=3)
+
+
+# ---- dtypes -----------------------------------------------------------------------
+def make(dtype, rank, n):
+    """Rank rank's input: deterministic, covers wrap-around and signs."""
+    g = torch.Generator().manual_seed(1000 + 17 * rank + n)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    if dtype == torch.int8:
+        return torch.randint(-128, 128, (n,), generator=g).to(torch.int8)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, (n,), generator=g).to(torch.uint8)
+    re = torch.randn(n, generator=g, dtype=torch.float64)
+    im = torch.randn(n, generator=g, dtype=torch.float64)
+    return torch.complex(re, im).to(dtype)
+
+
+def ref_reduce(dtype, op, xs):
+    """Element-wise reduction of xs (list of tensors) in Python numbers."""
+    cols = list(zip(*[x.tolist() for x in xs]))
+    out = []
+    for col in cols:
+        if dtype == torch.bool:
+            v = {"SUM": any(col), "MAX": any(col), "BOR": any(col), "PRODUCT": all(col),
+                 "MIN": all(col), "BAND": all(col), "BXOR": sum(col) % 2 == 1}[op]
+        elif dtype.is_complex:
+            v = 0j if op in ("SUM", "AVG") else 1 + 0j
+            for z in col:
+                v = v + z if op in ("SUM", "AVG") else v * z
+            if op == "AVG":
+                v = v / len(col)
+        else:
+            if op in ("SUM", "AVG"):
+                v = sum(col)
+            elif op == "PRODUCT":
+                v = 1
+                for a in col:
+                    v *= a
+            elif op == "MIN":
+                v = min(col)
+            elif op == "MAX":
+                v = max(col)
+            else:
+                v = col[0]
+                for a in col[1:]:
+                    v = {"BAND": v & a, "BOR": v | a, "BXOR": v ^ a}[op]
+            if op == "AVG":
+                v = int(v / len(col))  # truncating, as libringmaster's integer AVG
+            if dtype == torch.int8:
+                v = (v + 128) % 256 - 128
+            elif dtype == torch.uint8:
+                v %= 256
+        out.append(v)
+    return torch.tensor(out, dtype=dtype)
+
+
+def same(a, b, dtype):
+    if dtype.is_complex:
+        return torch.allclose(a.to(torch.complex128), b.to(torch.complex128),
+                              rtol=1e-4 if dtype == torch.complex64 else 1e-10, atol=1e-5)
+    return torch.equal(a, b)
+
+
+OPS = {torch.int8: ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"],
+       torch.uint8: ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"],
+       torch.bool: ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"],
+       torch.complex64: ["SUM", "AVG"],  # what torch's all_reduce allows on complex
+       torch.complex128: ["SUM", "AVG"]}
+RED = {"SUM": dist.ReduceOp.SUM, "AVG": dist.ReduceOp.AVG, "PRODUCT": dist.ReduceOp.PRODUCT,
+       "MIN": dist.ReduceOp.MIN, "MAX": dist.ReduceOp.MAX, "BAND": dist.ReduceOp.BAND,
+       "BOR": dist.ReduceOp.BOR, "BXOR": dist.ReduceOp.BXOR}
+
+
+def mode_dtypes():
+    dist.init_process_group("ringmaster")
+    n = 6 * WORLD + 1
+    checked = 0
+    for dtype, ops in OPS.items():
+        xs = [make(dtype, r, n) for r in range(WORLD)]
+        for op in ops:
+            want = ref_reduce(dtype, op, xs)
+            t = xs[RANK].clone()
+            dist.all_reduce(t, RED[op])
+            check(same(t, want, dtype), "all_reduce %s %s: %s vs %s" % (dtype, op, t, want))
+            root = (checked + 1) % WORLD
+            t = xs[RANK].clone()
+            dist.reduce(t, root, RED[op])
+            if RANK == root:
+                check(same(t, want, dtype), "reduce %s %s" % (dtype, op))
+            m = n - 1  # world blocks of m // world
+            out = torch.empty(m // WORLD, dtype=dtype)
+            dist.reduce_scatter(out, list(xs[RANK][:m].chunk(WORLD)), RED[op])
+            wblk = ref_reduce(dtype, op, [x[:m] for x in xs]).chunk(WORLD)[RANK]
+            check(same(out, wblk, dtype), "reduce_scatter %s %s" % (dtype, op))
+            checked += 3
+        # data movement, any dtype
+        root = WORLD - 1
+        t = xs[RANK].clone()
+        dist.broadcast(t, root)
+        check(torch.equal(t, xs[root]), "broadcast %s" % dtype)
+        outs = [torch.empty(n, dtype=dtype) for _ in range(WORLD)]
+        dist.all_gather(outs, xs[RANK])
+        check(all(torch.equal(o, x) for o, x in zip(outs, xs)), "all_gather %s" % dtype)
+        k = 3
+        src = torch.cat([xs[RANK][:k]] * WORLD)
+        out = torch.empty(k * WORLD, dtype=dtype)
+        dist.all_to_all_single(out, src)
+        check(all(torch.equal(out[r * k:(r + 1) * k], xs[r][:k]) for r in range(WORLD)),
+              "all_to_all_single %s" % dtype)
+        gl = [torch.empty(n, dtype=dtype) for _ in range(WORLD)] if RANK == 0 else None
+        dist.gather(xs[RANK], gl, 0)
+        if RANK == 0:
+            check(all(torch.equal(o, x) for o, x in zip(gl, xs)), "gather %s" % dtype)
+        out = torch.empty(n, dtype=dtype)
+        dist.scatter(out, [xs[r] for r in range(WORLD)] if RANK == 0 else None, 0)
+        check(torch.equal(out, xs[RANK]), "scatter %s" % dtype)
+        checked += 5
+    # what torch does not define is refused on every rank before anything moves
+    for dtype, op in ((torch.bool, "AVG"), (torch.float32, "BAND"), (torch.float64, "BXOR")):
+        try:
+            dist.all_reduce(torch.zeros(4, dtype=dtype), RED[op])
+            check(False, "%s %s did not raise" % (dtype, op))
+        except ValueError as e:
+            check(op in str(e), "refusal names no op: %s" % e)
+    allreduce_check(None, range(WORLD), 5)  # still usable
+    dist.destroy_process_group()
+    result(ok=True, checked=checked)
+
+
+# ---- uneven all-to-all ----------------------------------------------------------
+def rows(src, dst):
+    return (3 * src + 2 * dst + 1) % 5  # 0..4, some pairs send nothing
+
+
+def mode_alltoall():
+    dist.init_process_group("ringmaster")
+    cols = 3
+    ins = [rows(RANK, j) for j in range(WORLD)]
+    outs = [rows(i, RANK) for i in range(WORLD)]
+    x = torch.cat([torch.tensor([[RANK * 1000 + j * 100 + k * 10 + c for c in range(cols)]
+                                 for k in range(ins[j])], dtype=torch.int64).reshape(-1, cols)
+                   for j in range(WORLD)])
+    y = torch.full((sum(outs), cols), -1, dtype=torch.int64)
+    dist.all_to_all_single(y, x, outs, ins)
+    off = 0
+    for i in range(WORLD):
+        for k in range(outs[i]):
+            want = [i * 1000 + RANK * 100 + k * 10 + c for c in range(cols)]
+            check(y[off].tolist() == want, "row %d from rank %d: %s want %s"
+                  % (k, i, y[off].tolist(), want))
+            off += 1
+    # the list form: tensors of any size (and dtype) per destination
+    send = [torch.arange(rows(RANK, j) * 2, dtype=torch.float64) + RANK * 100 + j
+            for j in range(WORLD)]
+    recv = [torch.empty(rows(i, RANK) * 2, dtype=torch.float64) for i in range(WORLD)]
+    dist.all_to_all(recv, send)
+    for i in range(WORLD):
+        want = torch.arange(rows(i, RANK) * 2, dtype=torch.float64) + i * 100 + RANK
+        check(torch.equal(recv[i], want), "all_to_all from %d: %s" % (i, recv[i]))
+    # disagreeing splits: every rank raises, and the group goes on
+    bad_outs = list(outs)
+    if RANK == 0:
+        bad_outs[WORLD - 1] += 1
+    yb = torch.empty((sum(bad_outs), cols), dtype=torch.int64)
+    try:
+        dist.all_to_all_single(yb, x, bad_outs, ins)
+        check(False, "mismatched splits did not raise")
+    except ValueError as e:
+        check("split" in str(e), "mismatch error: %s" % e)
+        msg = str(e)
+    allreduce_check(None, range(WORLD), 7)
+    # arguments only rank 0 sees are wrong (its splits do not sum to its
+    # rows): it raises why, the others raise naming it; none hangs
+    bad_ins = list(ins)
+    if RANK == 0:
+        bad_ins[0] += 1
+    try:
+        dist.all_to_all_single(y, x, outs, bad_ins)
+        check(False, "rank 0's bad splits did not raise")
+    except ValueError as e:
+        want = "summing to its" if RANK == 0 else "rank 0's arguments are invalid"
+        check(want in str(e), "bad-argument error: %s" % e)
+    # rows of another size on one rank
+    cols2 = cols + (1 if RANK == WORLD - 1 else 0)
+    try:
+        dist.all_to_all_single(torch.zeros((sum(outs), cols2), dtype=torch.int64),
+                               torch.zeros((sum(ins), cols2), dtype=torch.int64), outs, ins)
+        check(WORLD == 1, "rows of different sizes did not raise")
+    except ValueError as e:
+        check("rows differ in size" in str(e), "row-size error: %s" % e)
+    allreduce_check(None, range(WORLD), 8)
+    dist.destroy_process_group()
+    result(ok=True, rows_in=ins, rows_out=outs, mismatch=msg)
+
+
+# ---- monitored barrier ------------------------------------------------------------
+def mode_mbarrier():
+    dist.init_process_group("ringmaster")
+    rmt.monitored_barrier(timeout=timedelta(seconds=20))
+    late = list(range(1, WORLD))[-2:]  # one or two late ranks
+    got = {}
+    for wait_all in (False, True):
+        if RANK in late:
+            time.sleep(6)
+        try:
+            rmt.monitored_barrier(timeout=timedelta(seconds=3), wait_all_ranks=wait_all)
+            got[str(wait_all)] = None
+        except Exception as e:
+            got[str(wait_all)] = str(e)
+        dist.barrier()  # everyone caught up
+    dist.destroy_process_group()
+    result(late=late, errors=got)
+
+
+def mode_job_mbarrier():
+    """In a ringmaster command job: the default group is the session's
+    communicator and monitored_barrier is the coordinator's barrier."""
+    dist.init_process_group("ringmaster", timeout=timedelta(seconds=40))
+    pg = dist.distributed_c10d._get_default_group()
+    check(pg._comm.session, "the default group is not the session's communicator")
+    rmt.monitored_barrier(timeout=timedelta(seconds=30))
+    late = WORLD - 1
+    if RANK == late:
+        time.sleep(6)
+    try:
+        rmt.monitored_barrier(timeout=timedelta(seconds=3))
+        err = None
+    except Exception as e:
+        err = str(e)
+    rmt.monitored_barrier(timeout=timedelta(seconds=30))  # the group goes on
+    allreduce_check(None, range(WORLD), 3)
+    dist.destroy_process_group()
+    result(late=late, error=err)
+
+
+# ---- point-to-point: refused with a reason -----------------------------------------
+def mode_p2p():
+    dist.init_process_group("ringmaster")
+    try:
+        dist.send(torch.zeros(2), (RANK + 1) % WORLD)
+        check(False, "send did not raise")
+    except RuntimeError as e:
+        check("point-to-point" in str(e), str(e))
+    # the way round the docs give: a gloo group beside the ringmaster one
+    g = dist.new_group(backend="gloo")
+    t = torch.full((5,), float(RANK))
+    if RANK == 0:
+        dist.send(t, 1, group=g)
+    elif RANK == 1:
+        dist.recv(t, 0, group=g)
+        check(torch.all(t == 0).item(), "gloo recv %s" % t)
+    allreduce_check(None, range(WORLD), 2)
+    dist.barrier()  # rank 0 serves the store: no one leaves before the rest
+    dist.destroy_process_group()
+    result(ok=True)
+
+
+if __name__ == "__main__":
+    m = sys.argv[1]
+    {"timeout": mode_timeout, "timeout_group": mode_timeout_group,
+     "timeout_set": mode_timeout_set, "timeout_opt": mode_timeout_opt,
+     "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
+     "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
+     "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier,
+     "job_reinit": mode_job_reinit}[m]()
