@@ -118,7 +118,7 @@ static const field_t k_fields[] = {
     {"secure_aggregation", K_SECAGG, 0, 0, 0, 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
-/* The members of "aggregation" (issue 12), keys as the API names them; the
+/* The members of "aggregation", keys as the API names them; the
  * key in errors is "aggregation.<key>". The rules (method names, n against
  * f, m <= n - f, clip_norm >= 0, ...) are the coordinator's
  * (rm_job_spec_validate with rm_agg_check). */
@@ -131,7 +131,7 @@ static const field_t k_agg_fields[] = {
     {"iterations", INT(aggregation_iterations), 0, NULL},
     {NULL, 0, 0, 0, 0, 0, NULL}};
 
-/* The members of "secure_aggregation" (issue 13); errors name
+/* The members of "secure_aggregation"; errors name
  * "secure_aggregation.<key>". The object's presence turns it on (bits 32
  * unless given); the rules and the other defaults are the coordinator's
  * (core/spec.c check_secure). */

@@ -36,7 +36,7 @@
  *   env                    object of strings  workload command: {"K": "V"};
  *                                             <= 64, 4096 bytes as K=V
  *   workdir                string             workload command; <= 255
- *   aggregation            object             issue 12, every member optional:
+ *   aggregation            object             every member optional:
  *     .method              name               mean|median|trimmed_mean|krum|
  *                                             multi_krum|bulyan|centered_clip
  *     .f                   integer            0..65536 tolerated Byzantine
@@ -45,11 +45,11 @@
  *     .tau                 number             centered_clip radius
  *     .iterations          integer            0..10^6 centered_clip rounds
  *                                             (errors name "aggregation.f")
- *   deterministic          boolean            bitwise reproducible (issue 11;
- *                                             coord.h says what it promises)
+ *   deterministic          boolean            bitwise reproducible
+ *                                             (coord.h says what it promises)
  *   max_staleness          integer            0..64; 1..64 with, and only
  *                                             with, straggler_policy stale
- *   secure_aggregation     object             issue 13, present = on, every
+ *   secure_aggregation     object             present = on, every
  *                                             member optional:
  *     .bits                integer            32 (default) or 64
  *     .clip                number             > 0; 0/omitted = clip_norm
@@ -61,7 +61,7 @@
  *     .neighbours          name               all (default) | log
  *                                             (rules: core/spec.c)
  *
- * The rules (issue 11; api/openapi.json states the same, and
+ * The rules (api/openapi.json states the same, and
  * tests/api/test_strict_spec.py holds the server to the document):
  *   - A name field takes exactly the spellings above, case-sensitive
  *     ("RING", "F32" are refused); an alias is accepted and stored as the

@@ -68,7 +68,7 @@ static void kv_num(rm__sbuf_t *b, const char *k, double v)
 }
 
 /* "aggregation": {"method": "krum", "f": 1, "m": 0, "clip_norm": 0,
- * "tau": 0, "iterations": 0} (issue 12; the spec's names as the API takes
+ * "tau": 0, "iterations": 0} (the spec's names as the API takes
  * them). */
 static void write_aggregation(rm__sbuf_t *b, const rm_job_spec_t *s)
 {
@@ -84,7 +84,7 @@ static void write_aggregation(rm__sbuf_t *b, const rm_job_spec_t *s)
 }
 
 /* "secure_aggregation": {"bits": 32, "clip": 1, "scale": 0, "threshold":
- * 3, "neighbours": "all"} (issue 13), only when it is on (the object's
+ * 3, "neighbours": "all"}, only when it is on (the object's
  * presence is what turns it on in a spec). */
 static void write_secagg(rm__sbuf_t *b, const rm_job_spec_t *s)
 {
@@ -99,7 +99,7 @@ static void write_secagg(rm__sbuf_t *b, const rm_job_spec_t *s)
   rm__sbuf_append(b, "}", 1);
 }
 
-/* "command": [...], "env": {...}, "workdir": "..." (issue 9): [] / {} / ""
+/* "command": [...], "env": {...}, "workdir": "...": [] / {} / ""
  * for the built-in workloads. env shows its keys, each value "***": the
  * values are the user's secrets (docs/security.md). env entries are "KEY=VALUE" (the coordinator
  * checked the '=' and the key's characters, so the key needs no escaping

@@ -21,7 +21,7 @@
  *   ringmaster_workers_lost_total                  counter
  *   ringmaster_stragglers                          gauge, flagged now
  *   ringmaster_byzantine_suspects                  gauge, live workers named
- *                                                  suspect now (issue 12)
+ *                                                  suspect now
  *   ringmaster_events_total, ringmaster_generations_total   counters
  *   ringmaster_store_commits_failed_total          counter, sections rolled
  *                                                  back by a failed write

@@ -25,7 +25,7 @@
  * So an id names a position in the event log: ids of one hub increase in
  * publish order (but for an event whose callback arrives late), and a
  * restarted server's ids continue above the old ones. Ids of the old scheme
- * (wall-clock ms * 1000, before issue 11) decode to a seq from the future
+ * (wall-clock ms * 1000, before event ids became positions) decode to a seq from the future
  * and get `reset`.
  *
  * Resume (Last-Event-ID header or ?last_event_id=; I = the id, S = I / SCALE,

@@ -113,7 +113,7 @@ typedef struct rm_coord_error {
 /* ---- job spec ---- */
 #define RM_COORD_NAME_MAX 64
 #define RM_COORD_OPTS_MAX 512
-/* Command jobs (workload "command", issue 9): argv and environment are
+/* Command jobs (workload "command"): argv and environment are
  * packed as NUL-terminated strings back to back, with a count (empty
  * strings are legal argv entries, so the count, not a double NUL, ends the
  * list). Iterate with rm_job_spec_next(). */
@@ -146,7 +146,7 @@ typedef struct rm_job_spec {
   char on_failure[16];           /* "fail" (default), "shrink", "replace" */
   int max_restarts;              /* for "replace"; >= 0 */
   char straggler_policy[16];     /* "none" (default), "backup", "deadline",
-                                    "coded", "stale", "auto" (issue 17) */
+                                    "coded", "stale", "auto" */
   int backup_workers;            /* for "backup", "coded", "auto"; >= 0 */
   uint64_t checkpoint_every;     /* steps between checkpoints; 0 = never */
   /* workload "command" only (required exactly then): the program every
@@ -158,7 +158,7 @@ typedef struct rm_job_spec {
   int env_count;
   char env[RM_COORD_ENV_BYTES];
   char workdir[RM_COORD_WORKDIR_MAX];
-  /* Aggregation (issue 12): how each step's gradient is combined by
+  /* Aggregation: how each step's gradient is combined by
    * rm_aggregate (include/ringmaster/aggregation.h holds the methods and
    * their rules). aggregation: rm_agg_method_name names, "" = "mean";
    * aggregation_f: tolerated Byzantine workers; aggregation_m: multi_krum
@@ -174,7 +174,7 @@ typedef struct rm_job_spec {
   double clip_norm;
   double aggregation_tau;
   int aggregation_iterations;
-  /* Bitwise reproducibility (issue 11): 1 = every all-reduce of the job
+  /* Bitwise reproducibility: 1 = every all-reduce of the job
    * uses an algorithm that is a function of the message size and the world
    * size only (the communicator's `auto` takes the fixed cost model, never
    * the one calibrated from timing), with the segmenting of the workers'
@@ -184,13 +184,13 @@ typedef struct rm_job_spec {
    * across a worker replaced (on_failure replace) or a coordinator restart;
    * a shrink changes the world and so the grouping of the sums. */
   int deterministic;
-  /* Bounded staleness (issue 17): straggler_policy "stale" only, 1..64 (0
+  /* Bounded staleness: straggler_policy "stale" only, 1..64 (0
    * otherwise). A worker left out of step s by the deadline keeps its
    * gradient and folds it into a later step, at most max_staleness steps
    * late (the worker does the folding; the coordinator's gate is the
    * deadline gate). */
   int max_staleness;
-  /* Secure aggregation (issue 13): the REST object "secure_aggregation"
+  /* Secure aggregation: the REST object "secure_aggregation"
    * flattened. secagg_bits 0 = off; 32 (default when the object is given)
    * or 64: the masked sum is taken in Z_{2^bits}. secagg_clip: the L2 clip
    * before quantizing (default aggregation.clip_norm when > 0, else 1).
@@ -288,7 +288,7 @@ rm_status_t rm_job_spec_validate(rm_job_spec_t *s, rm_coord_error_t *err);
 /* ---- job state machine (diagram in coordinator/job.c) ----
  *   pending -> forming -> running -> succeeded | failed | cancelled
  *   running -> forming (membership change: a member lost under shrink or
- *   replace, or a coordinator restart; issue 6) */
+ *   replace, or a coordinator restart) */
 typedef enum {
   RM_JOB_PENDING = 0,   /* submitted, no worker joined yet */
   RM_JOB_FORMING = 1,   /* workers joining; ranks not yet assigned */
@@ -307,7 +307,7 @@ static inline int rm_job_state_terminal(rm_job_state_t s)
   return s >= RM_JOB_SUCCEEDED;
 }
 
-/* Straggler mitigation of a job under straggler_policy auto (issue 17). */
+/* Straggler mitigation of a job under straggler_policy auto. */
 typedef enum {
   RM_MITIGATION_OFF = 0,      /* synchronous steps */
   RM_MITIGATION_BACKUP = 1,   /* a step takes the first world - b workers */
@@ -333,7 +333,7 @@ typedef struct rm_job_info {
   int workers_alive;        /* ... of which not lost/left */
   uint64_t step;            /* steps every member has completed (min) */
   int restarts;             /* re-formations so far */
-  /* Secure aggregation (issue 13): generations re-formed after a loss (each
+  /* Secure aggregation: generations re-formed after a loss (each
    * redoes its first step with fresh masks over the survivors) and the
    * members those re-formations lost, in all. Stored with the job. */
   int secure_recovered_steps;
@@ -342,7 +342,7 @@ typedef struct rm_job_info {
   int64_t started_ms;       /* first generation formed; 0 if never */
   int64_t finished_ms;      /* terminal; 0 if not */
   int64_t updated_ms;       /* last state change */
-  /* straggler_policy auto (issue 17): what the steps do about late workers
+  /* straggler_policy auto: what the steps do about late workers
    * now, and the 0-based step from which (0 when off). Memory only: "off"
    * for any other policy, for a job read back from the store, after a
    * restart and in a new generation (core/step_gate.c). */
@@ -446,14 +446,14 @@ typedef struct rm_worker_info {
   uint64_t step;          /* last step reported */
   double step_ms;         /* duration of that step (compute+comm+wait) */
   double compute_ms, comm_ms, wait_ms; /* its phases */
-  int straggler;          /* flagged by straggler detection (issue 6) */
+  int straggler;          /* flagged by straggler detection */
   /* The launcher's index of the process (RINGMASTER_LAUNCH_INDEX of the
    * local launcher, SLURM_PROCID, Kubernetes' completion index), -1 when the
    * worker was started by hand. Its log is worker-<launch_index>.log. Equal
    * to the rank only in the first generation: after a shrink or a
    * replacement (a relaunched worker gets the next index) they differ. */
   int launch_index;
-  /* Byzantine suspect (issue 12; core/suspect.c): excluded by the job's
+  /* Byzantine suspect (core/suspect.c): excluded by the job's
    * robust aggregation in >= M of its last W steps. Stays set on a worker
    * that left or was lost while suspected (the evidence stays visible). */
   int suspect;
@@ -568,7 +568,7 @@ typedef struct rm_coord_counters {
   uint64_t workers_lost_total;
   uint64_t stragglers_flagged;    /* gauge */
   uint64_t byzantine_suspects;    /* gauge: live workers of active jobs
-                                     flagged suspect (issue 12) */
+                                     flagged suspect */
   uint64_t events_total;
   uint64_t generations_total;
   uint64_t store_commits_failed;  /* sections rolled back by a failed write */
@@ -593,7 +593,7 @@ int rm_coord_store_state(rm_coord_t *c, char *why, size_t len);
  * write left (what a refused request is answered with). */
 int rm_coord_store_state_last(rm_coord_t *c, char *why, size_t len);
 
-/* ---- launcher hook (coordinator/launch/, issue 5) ----
+/* ---- launcher hook (coordinator/launch/) ----
  * A launcher starts the workers of a submitted job. start() runs with no
  * coordinator lock held, right after the job is stored, and must not block
  * for long (spawn and return); a failure message makes the job failed.
@@ -629,7 +629,7 @@ rm_status_t rm_coord_register_launcher(rm_coord_t *c,
 rm_status_t rm_coord_worker_exited(rm_coord_t *c, uint64_t id, int index,
                                    const char *what);
 
-/* ---- command jobs (issue 9; coordinator/command.c) ----
+/* ---- command jobs (coordinator/command.c) ----
  * What the agent of launch index `index` tells the coordinator when its
  * program ended (the ReportExit RPC calls this). exit_code: its status
  * (-1 when killed), sig: the signal (0 when it exited), stderr_tail: its

@@ -32,7 +32,7 @@ static inline void rm__blob_release(rm__blob_t *b)
 enum { RM__PARK_NONE = 0, RM__PARK_JOIN, RM__PARK_BARRIER, RM__PARK_WATCH,
        RM__PARK_GATE, RM__PARK_SESSION };
 
-/* A waiting call. What only one kind uses shares a union (issue 16: a
+/* A waiting call. What only one kind uses shares a union (a
  * Session holds three parks, a relay lane's are most of its bytes): a
  * park keeps its kind for its call's life, and fields of another kind's
  * are never read. */
@@ -67,7 +67,7 @@ typedef struct rm__park {
 } rm__park_t;
 
 /* What few workers ever have, out of the record every worker holds
- * (issue 16): made at its first write (rm__worker_cold), freed with the
+ * made at its first write (rm__worker_cold), freed with the
  * record, read through rm__worker_cold_get (zeros and no result when it
  * was never made). */
 typedef struct rm__worker_cold {
@@ -95,12 +95,12 @@ typedef struct rm__worker {
   double acc_step, acc_max, acc_compute, acc_comm, acc_wait, acc_loss, acc_acc;
   double step_ms, compute_ms, comm_ms, wait_ms; /* its last step's; NAN none */
   uint64_t ckpt_step;           /* newest checkpoint it reported (recovery.c) */
-  /* suspect.c (issue 12): exclusions by the robust aggregation over its
+  /* suspect.c: exclusions by the robust aggregation over its
    * last W steps (bit 0 = newest); excl_seen: steps in that window (every
    * job's steps update them) */
   uint64_t excl_mask;
   /* Its Join's strings, in one heap block that `host` starts
-   * (rm__worker_strs; issue 16: 800 bytes of fixed arrays a worker were
+   * (rm__worker_strs; 800 bytes of fixed arrays a worker were
    * most of its record), the others at their offsets in it
    * (rm__worker_data_addr, _transports, _devices): never NULL, "" when
    * unset. host <= 127 bytes, data_addr <= 159, transports <= 255 (its
@@ -205,7 +205,7 @@ typedef struct rm__job {
   char (*links)[64];
   uint64_t links_gen, links_sum;  /* generation and member-ids hash of it */
   int links_n;
-  /* recovery.c / decide.c (issue 6) */
+  /* recovery.c / decide.c */
   int reform_target;            /* members wanted by a re-formation; 0 = spec */
   uint64_t ckpt_step;           /* last checkpoint every member completed */
   struct rm_straggler *strag;   /* detector, created on the first report */
@@ -214,12 +214,12 @@ typedef struct rm__job {
   uint64_t stored_step;         /* step in the jobs row (public.c persists a
                                    step a reader is shown: never backwards
                                    after a restart) */
-  /* suspect.c (issue 12): the last step whose excluded_ranks were counted */
+  /* suspect.c: the last step whose excluded_ranks were counted */
   uint64_t susp_gen, susp_step;
   /* result.c: the job's result, chosen when it succeeds */
   char *result;                 /* heap JSON object text, NULL = none */
   int result_rank;              /* rank whose result it is, -1 */
-  /* command.c (issue 9): the torchrun rendezvous of the first generation,
+  /* command.c: the torchrun rendezvous of the first generation,
    * launch index 0's host and the free port its agent found; memory only
    * ("" / 0 until it attached; a restarted coordinator learns it again) */
   char master_addr[128];

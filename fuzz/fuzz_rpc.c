@@ -1,7 +1,7 @@
 /*
  * fuzz_rpc.c - libFuzzer target for the coordinator's gRPC request
  * handlers: each protobuf request through the real handler on an
- * in-memory coordinator (issue 11).
+ * in-memory coordinator.
  *
  * WHAT RUNS. Every coordinator source (coord.c, model.c, core/, store/,
  * rpc/rpc*.c, rpc/waiters.c, straggler/) and common/ is compiled in

@@ -272,7 +272,7 @@ RPCS = [
     ("malformed-varint", call(M_JOIN, b"\x08\xff\xff")),
     ("malformed-wiretype", call(M_HEARTBEAT, b"\x0f\x01")),
     ("malformed-len", call(M_SUBMIT, b"\x0a\x7f\x0a")),
-    # secure aggregation (issue 13): the spec's secagg_* fields and barrier
+    # secure aggregation: the spec's secagg_* fields and barrier
     # payloads (8 in BarrierRequest): one arrival, a replay with other
     # bytes, another length, one over the 1024-byte limit
     ("submit-secure", call(M_SUBMIT, pb((1, spec(

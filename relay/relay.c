@@ -1,5 +1,5 @@
 /*
- * relay.c - `ringmaster relay`: a host's relay (issue 16). The workers of a
+ * relay.c - `ringmaster relay`: a host's relay. The workers of a
  * host open their Session (service.proto) here instead of at the
  * coordinator (RINGMASTER_RELAY in their environment, worker/session/
  * session_live.c); the relay carries them all as the lanes of one Relay

@@ -227,7 +227,7 @@ static int serve(int argc, char **argv)
   (void)log_dir; (void)worker; (void)advertise; (void)slurm_partition; (void)k8s_image;
   (void)slurm_relay;
 #endif
-  /* ---- REST API (issue 4): start the HTTP server on `http` here and print
+  /* ---- REST API: start the HTTP server on `http` here and print
    *      "ringmaster: http listening on HOST:PORT". ---- */
 #if RM_HAVE_API
   rm_api_t *api = NULL;
@@ -285,7 +285,7 @@ static int serve(int argc, char **argv)
     struct pollfd pf = {.fd = stop_pipe[0], .events = POLLIN};
     (void)poll(&pf, 1, -1);
   }
-  /* ---- REST API (issue 4): stop the HTTP server here, before close. ---- */
+  /* ---- REST API: stop the HTTP server here, before close. ---- */
 #if RM_HAVE_API
   rm_api_stop(api);
 #endif

@@ -143,7 +143,7 @@ async function viewJobs() {
   await load();
 }
 
-/* Command jobs (issue 9): one argument per line (blank lines inside the
+/* Command jobs: one argument per line (blank lines inside the
  * list are kept as empty arguments; trailing ones are dropped), env one
  * KEY=VALUE per line. */
 function commandFields(form) {
@@ -163,7 +163,7 @@ function commandFields(form) {
   return out;
 }
 
-/* Aggregation (issue 12): sent only when it is not the default (mean, no
+/* Aggregation: sent only when it is not the default (mean, no
  * clipping); the coordinator checks the method's rule against the world
  * size and names the field ("aggregation.f") when it cannot hold. */
 function aggregationFields(form) {
@@ -303,7 +303,7 @@ class JobView {
     this.renderResult(j);
   }
 
-  /* Straggler policy (issues 6, 17): "straggler deadline", "straggler stale
+  /* Straggler policy: "straggler deadline", "straggler stale
    * (max_staleness 3)"; under auto the mode the coordinator is in now,
    * "auto: mitigating (deadline) since step 42" or "auto: synchronous"
    * (each switch is a straggler_auto event, and refetches the job). Nothing
@@ -322,7 +322,7 @@ class JobView {
     }));
   }
 
-  /* Aggregation (issue 12): "aggregation krum · f 1 · clip_norm 5" next to
+  /* Aggregation: "aggregation krum · f 1 · clip_norm 5" next to
    * the job's meta line; nothing for the default (mean, no clipping). */
   renderAggregation(s) {
     const a = s.aggregation || { method: 'mean' };
@@ -331,7 +331,7 @@ class JobView {
     $('#job-meta').append(' · aggregation ', el('b', { id: 'job-aggregation', text: a.method }), parts.join(''));
   }
 
-  /* Secure aggregation (issue 13): "secure aggregation · 32-bit · clip 1 ·
+  /* Secure aggregation: "secure aggregation · 32-bit · clip 1 ·
    * threshold 3 · neighbours all", and once a loss was recovered "2 steps
    * redone (3 dropouts)" (secure_recovered events refetch the job). Nothing
    * for a plain job (the spec shows the object only when it is on). */

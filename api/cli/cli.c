@@ -293,7 +293,7 @@ static void print_result(json_t *r)
   printf("%s\n", n ? "" : " (see --json)");
 }
 
-/* "  aggregation krum  f 1  clip_norm 5" (issue 12): the method, and
+/* "  aggregation krum  f 1  clip_norm 5": the method, and
  * only the parameters that are set; "mean" alone for the default. */
 static void print_aggregation(json_t *spec)
 {

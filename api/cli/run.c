@@ -1,5 +1,5 @@
 /*
- * run.c - `ringmaster run` and `ringmaster logs` (issue 9), over the same
+ * run.c - `ringmaster run` and `ringmaster logs`, over the same
  * REST API as the rest of the CLI.
  *
  * run -n N [options] -- PROG ARGS...

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""sse_idle.py - a measurement, not a test (issue 11): what 10,000 idle event
+"""sse_idle.py - a measurement, not a test: what 10,000 idle event
 streams cost the HTTP layer.
 
 For each mode asked (--threads: RINGMASTER_HTTP_THREADS values; 8 = the

@@ -43,7 +43,7 @@
  * is unpacked and compared entry by entry (slow path; n_fast counts the fast
  * ones).  Each answer is freed as soon as it is checked.
  *
- * GZIP (issue 16).  Unless --plain, every Join asks for a gzip answer
+ * GZIP.  Unless --plain, every Join asks for a gzip answer
  * (JoinRequest.accept_gzip) and the channels leave messages compressed
  * (GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION 0: no O(N^2) inflating on
  * these 2 cores), so a formed answer arrives as the coordinator's gzip
@@ -69,7 +69,7 @@
  * rank is 0 in the mask) is checked either way.  n_gzip counts the
  * compressed answers of both.
  *
- * SESSIONS (issue 16, --session 1).  After the Join wave (OPEN) every worker
+ * SESSIONS (--session 1).  After the Join wave (OPEN) every worker
  * holds one Session stream (service.proto) on its channel, as the worker
  * library does for its whole life, through the barrier, gate and heartbeat
  * phases: created on the client's completion queue with no deadline, its

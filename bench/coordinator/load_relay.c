@@ -1,5 +1,5 @@
 /*
- * load_relay.c - RELAYS (issue 16, --relay K with --session 1): a client
+ * load_relay.c - RELAYS (--relay K with --session 1): a client
  * process's workers talk to the coordinator as the lanes of relay streams
  * (service.proto Relay; coordinator/rpc/relay.c), K workers a relay, as a
  * relay process on each host would carry them (relay/relay.c): their Join

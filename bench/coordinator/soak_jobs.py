@@ -1,5 +1,5 @@
 """soak_jobs.py - coordinator memory under many short jobs (benchmark, not a
-test; issue 11, bounded memory).
+test; bounded memory).
 
 Starts `ringmaster serve` (temp db, free ports, RINGMASTER_JOB_RETENTION_MS
 as given), then submits and at once cancels N jobs over one keep-alive REST

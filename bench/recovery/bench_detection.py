@@ -1,4 +1,4 @@
-"""bench_detection.py - issue 6 benchmark (not a test): how long the
+"""bench_detection.py - benchmark (not a test): how long the
 coordinator takes to declare a worker lost, per detection source
 (coordinator/recovery.c), median and max over REPEAT runs. Time = the
 "worker_lost" event's wall clock minus the moment the test signalled the

@@ -1,4 +1,4 @@
-"""bench_recovery.py - issue 6 benchmark (not a test).
+"""bench_recovery.py - benchmark (not a test).
 
 1. Step time of a 4-worker `train` job (simulated compute sim_compute_ms per
    step on every rank) with rank 2 made 2x and 4x slower, under each

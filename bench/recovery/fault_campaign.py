@@ -1,4 +1,4 @@
-"""fault_campaign.py - issue 11 benchmark (not a test): random faults against
+"""fault_campaign.py - benchmark (not a test): random faults against
 running training jobs, one table.
 
 Every trial is one `train` job on the digits MLP (4 workers, 300 steps, 2 ms

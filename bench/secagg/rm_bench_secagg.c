@@ -1,7 +1,7 @@
 /*
  * rm_bench_secagg - secure aggregation (worker/secagg/) against plain
  * rm_allreduce of the same f32 vector, nccl-tests style, one forked process
- * per rank on 127.0.0.1, in the same run. Issue 13.
+ * per rank on 127.0.0.1, in the same run.
  *
  *   rm_bench_secagg [-n WORLD,WORLD...] [-c COUNT,COUNT...] [-i ITERS]
  *                   [-k MAXN]

@@ -16,7 +16,7 @@
  * generation is answered at once with that outcome; a name that was RELEASED
  * opens a new instance (names may be reused round after round).
  *
- * PAYLOADS (issue 13: the relay of secure aggregation's public keys and
+ * PAYLOADS (the relay of secure aggregation's public keys and
  * self-mask seed material; the coordinator only passes them on). An arrival
  * may carry up to RM__BARRIER_PAYLOAD_MAX (1024) bytes. The contract:
  *   P1 one length per instance: the first arrival fixes it (0 = none);

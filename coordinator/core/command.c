@@ -1,5 +1,5 @@
 /*
- * command.c - the coordinator's side of command jobs (issue 9): what the
+ * command.c - the coordinator's side of command jobs: what the
  * agent's Attach and ReportExit calls (proto/ringmaster/v1/messages.proto;
  * the handlers are rpc/rpc_command.c) do to the job.
  *

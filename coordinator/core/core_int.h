@@ -173,7 +173,7 @@ void rm__event_callbacks(rm_coord_t *c, const char *q, size_t len);
 void rm__event(rm_coord_t *c, rm__job_t *j, const char *kind, int rank,
                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* ---- spec.c ---- */
-/* The aggregation config of a spec (issue 12); RM_ERR_INVALID_ARG for an
+/* The aggregation config of a spec; RM_ERR_INVALID_ARG for an
  * unknown method. */
 rm_status_t rm__spec_agg_config(const rm_job_spec_t *s, rm_agg_config_t *cfg);
 
@@ -235,7 +235,7 @@ void rm__liveness_job(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
  * not to be trusted (a hush, or the fresh window after a gap). */
 int rm__liveness_doubt(rm_coord_t *c, rm__job_t *j, int64_t now_ns);
 
-/* ---- recovery.c (issue 6): loss policies, failure reports, checkpoints,
+/* ---- recovery.c: loss policies, failure reports, checkpoints,
  * straggler flags ---- */
 /* A member of the current generation is gone: apply on_failure. */
 void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
@@ -254,10 +254,10 @@ void rm__recovery_forget(rm_coord_t *c, rm__job_t *j, rm__worker_t *w);
 void rm__recovery_free(rm__job_t *j);
 /* Queue a launcher relaunch() of one worker for j (run after COMMIT). */
 void rm__recovery_queue_relaunch(rm_coord_t *c, rm__job_t *j);
-/* Does the job's aggregation rule (issue 12) hold for n members? 1, or 0
+/* Does the job's aggregation rule hold for n members? 1, or 0
  * with rm_agg_check's words in why. */
 int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len);
-/* Secure aggregation (issue 13): may a generation of n members form? 1 (or
+/* Secure aggregation: may a generation of n members form? 1 (or
  * not a secure job), or 0 with "secure aggregation: n members left,
  * threshold t: ..." in why. */
 int rm__recovery_secure_holds(const rm__job_t *j, int n, char *why, size_t len);
@@ -273,7 +273,7 @@ void rm__recovery_load(rm_coord_t *c, rm__job_t *j);
 int rm__recovery_failure_report(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                                 int fr, const char *status, const char *err,
                                 uint64_t step);
-/* ---- suspect.c (issue 12): Byzantine suspects ---- */
+/* ---- suspect.c: Byzantine suspects ---- */
 /* A step report's excluded_ranks (ranks of the current generation): the
  * first report of each step feeds every member's window; flags / clears
  * with events "byzantine_suspect" / "byzantine_cleared". Under lock. */
@@ -282,7 +282,7 @@ void rm__suspect_step(rm_coord_t *c, rm__job_t *j, uint64_t step,
 /* M and W (RINGMASTER_SUSPECT_M / _W, read once). Either may be NULL. */
 void rm__suspect_config(int *m, int *w);
 
-/* ---- step_gate.c (issue 6): the per-step participant gate ---- */
+/* ---- step_gate.c: the per-step participant gate ---- */
 /* A StepGate request of member w about 0-based `step`: counts its arrival
  * when ready, answers p at once (decided, older step, or wait_ms 0) or
  * parks it until the step is decided or wait_ms passes. p->call is set. */
@@ -300,7 +300,7 @@ void rm__gate_release(rm_coord_t *c, rm__job_t *j);
 /* Fill a JoinResponse's step_quorum / coded_s for the job's policy. */
 void rm__gate_join_fields(const rm__job_t *j, uint32_t *quorum, uint32_t *s);
 
-/* ---- command.c (issue 9): command jobs' agents ---- */
+/* ---- command.c: command jobs' agents ---- */
 /* Attach: record launch index 0's rendezvous address (first come); returns
  * 1 when a worker with this launch index has joined the job. */
 int rm__command_attach(rm__job_t *j, int launch_index, const char *host,

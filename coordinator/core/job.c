@@ -27,7 +27,7 @@
  *     rm__job_worker() is a binary search.
  *  3. A terminal job answers every parked call (joins: not formed + state;
  *     barriers: broken; watchers: end of stream after the last event).
- *  4. Counters instead of scans (issue 16; model.h): j->n_joining ==
+ *  4. Counters instead of scans (model.h): j->n_joining ==
  *     #{w : in_group && state == JOINING} (changed beside every worker
  *     transition here and in rpc.c on_join, recounted by every
  *     rm__job_info_refresh, after recovery and in rm__job_resume, so it is
@@ -388,7 +388,7 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
         idx[n++] = (int)i;
   if (form_ready(j, n, target)) {
     char rule[160], why[320];
-    /* issue 12: a shrinking re-formation that lost more members while
+    /* A shrinking re-formation that lost more members while
      * forming can fall below the aggregation rule */
     if (!rm__recovery_secure_holds(j, n, why, sizeof why)) {
       rm__event(c, j, "secure_threshold", -1, "re-formation: %s", why);
@@ -408,7 +408,7 @@ void rm__job_try_form(rm_coord_t *c, rm__job_t *j)
 /* ---- loss and departure ---- */
 /* Policy hook: a member of the current generation is gone (lost or failed).
  * on_failure "fail" (the only policy this build accepts) fails the job.
- * Issue 6: "shrink" re-forms with the survivors (>= min_workers) at the next
+ * "shrink" re-forms with the survivors (>= min_workers) at the next
  * generation; "replace" waits for a standby/relaunched worker (max_restarts). */
 static void on_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                            const char *reason)

@@ -1,5 +1,5 @@
 /*
- * recovery.c - what the coordinator does when a member is lost (issue 6):
+ * recovery.c - what the coordinator does when a member is lost:
  * the on_failure policies, data-plane failure reports from survivors,
  * checkpoint bookkeeping and straggler flags.
  *
@@ -35,7 +35,7 @@
  *              RUNNING -> FORMING -> RUNNING at G+1 with the survivors,
  *              formed at once (all survivors are known), ranks compacted in
  *              their previous order; else FAILED. Also FAILED when the
- *              survivors cannot hold the job's aggregation rule (issue 12:
+ *              survivors cannot hold the job's aggregation rule (e.g.
  *              krum with f = 1 needs n > 4, so 5 -> 4 fails; the reason
  *              quotes rm_agg_check's rule).
  *   replace  restarts < max_restarts:
@@ -92,13 +92,13 @@
  * was dropped (tcp_progress.c on_abort_frame now reports a timeout naming
  * nobody in that case).
  *
- * STALLS (issue 17). The straggler detector flags a worker slow in M of W
+ * STALLS. The straggler detector flags a worker slow in M of W
  * steps; a worker that stops once for seconds is not that. A step report
  * whose compute_ms exceeds max(RINGMASTER_STALL_MS (default 1000), 10 x
  * the median of the other members' last compute_ms) is a "stall" event in
  * words (rank, host, step, both times): one per report, so one per stall.
  *
- * SECURE AGGREGATION (issue 13). A secure job's sum is revealed only over
+ * SECURE AGGREGATION. A secure job's sum is revealed only over
  * its whole membership (the pairwise masks cancel there and nowhere else),
  * so a member lost at any point of a step aborts that step on every
  * survivor: nothing of it is revealed. The job then re-forms as any other
@@ -229,7 +229,7 @@ void rm__recovery_member_down(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   }
 }
 
-/* Issue 12: does the job's aggregation rule hold for n members? why gets
+/* Does the job's aggregation rule hold for n members? why gets
  * rm_agg_check's words when not. */
 int rm__recovery_agg_holds(const rm__job_t *j, int n, char *why, size_t len)
 {

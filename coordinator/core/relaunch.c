@@ -1,5 +1,5 @@
 /*
- * relaunch.c - the launcher's part in recovery (issue 6): worker
+ * relaunch.c - the launcher's part in recovery: worker
  * process exits as a detection source, and relaunching one worker for
  * on_failure replace.
  *

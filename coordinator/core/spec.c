@@ -5,14 +5,14 @@
  * {"error": {"field": ...}}). Policies that later issues implement are known
  * words; every policy named here is implemented (recovery.c, step_gate.c).
  *
- * Command jobs (issue 9). workload "command" runs the user's program under
+ * Command jobs. workload "command" runs the user's program under
  * each worker's agent: `command` (packed argv, count + NUL-terminated
  * strings) is required exactly then; `env` and `workdir` belong to it and
  * are refused for the built-in workloads (they would be ignored silently).
  * Env keys are [A-Za-z_][A-Za-z0-9_]*, not RINGMASTER_* (the agent sets
  * those: a job could otherwise point its program at another job).
  *
- * Straggler policy x workload (issues 6 and 17). Checked at submit
+ * Straggler policy x workload. Checked at submit
  * (check_policy_workload, k_policy_refused): a refusal is a 400 naming
  * straggler_policy with the reason in the words below.
  *
@@ -43,7 +43,7 @@
  * world (>= 1: it mitigates with backup, 0: with a deadline);
  * max_staleness is refused (must be 0) under every policy but stale.
  *
- * Secure aggregation (issue 13; check_secure). On when secagg_bits != 0
+ * Secure aggregation (check_secure). On when secagg_bits != 0
  * (REST: the "secure_aggregation" object is present). Defaults: bits 32,
  * clip aggregation.clip_norm when > 0 else 1, scale 0 (the worker picks the
  * largest power of two with N*(clip*scale+1) <= 2^(bits-2)), threshold
@@ -75,7 +75,7 @@
  * With secagg_bits 0 every other secagg_* must be 0 / "" (a gRPC client
  * that set a threshold meant secure aggregation on).
  *
- * Strictness (issue 11). These rules hold for every way in (REST after
+ * Strictness. These rules hold for every way in (REST after
  * api/jobspec.c, gRPC Jobs.SubmitJob after rpc_conv.c), so they live here:
  *   - Names (algorithm, dtype, workload, launcher, on_failure,
  *     straggler_policy, aggregation method) are compared exactly,
@@ -211,7 +211,7 @@ static rm_status_t check_dataset(const rm_job_spec_t *s, rm_coord_error_t *err)
   if (!s->f[0]) snprintf(s->f, sizeof s->f, "%s", v)
 #define TERMINATED(f) (memchr(s->f, 0, sizeof s->f) != NULL)
 
-/* The names a job spec may use: one list each (issue 11). */
+/* The names a job spec may use: one list each. */
 static const char *const k_workloads[] = {"allreduce", "train", "synthetic", "command", NULL};
 static const char *const k_launchers[] = {"local", "slurm", "k8s", "none", NULL};
 static const char *const k_on_failure[] = {"fail", "shrink", "replace", NULL};
@@ -293,7 +293,7 @@ static rm_status_t check_policy_workload(const rm_job_spec_t *s, rm_coord_error_
   return RM_OK;
 }
 
-/* The range of every integer field (issue 11), in the order of the spec.
+/* The range of every integer field, in the order of the spec.
  * zero: 0 is accepted besides lo..hi (it means the default). why: the
  * message when it is not the generated one. */
 #define RM__SAFE_INT ((long long)1 << 53) /* exact in a double: JSON clients */
@@ -352,7 +352,7 @@ static rm_status_t check_ranges(const rm_job_spec_t *s, rm_coord_error_t *err)
   return RM_OK;
 }
 
-/* Straggler policies (issues 6, 17): backup_workers is b for "backup" (N +
+/* Straggler policies: backup_workers is b for "backup" (N +
  * b workers, a step takes the first N) and for "auto" (the same when it
  * mitigates; 0 = mitigate with a deadline), s for "coded" (s tolerated
  * stragglers; (s+1) must divide the world size); "stale" folds late
@@ -416,7 +416,7 @@ static rm_status_t check_env(const rm_job_spec_t *s, rm_coord_error_t *err)
   return RM_OK;
 }
 
-/* Issue 9: command, env and workdir (the workload name: check_names). */
+/* Command, env and workdir (the workload name: check_names). */
 static rm_status_t check_command(const rm_job_spec_t *s, rm_coord_error_t *err)
 {
   int cmd = !strcmp(s->workload, "command");

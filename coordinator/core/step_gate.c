@@ -1,7 +1,7 @@
 /*
  * step_gate.c - the StepGate long-poll: per-step participant sets for the
- * straggler policies backup, deadline and coded (issue 6), stale and auto
- * (issue 17), on top of the rm_gate decision machine (straggler/decide.c) and
+ * straggler policies backup, deadline and coded, stale and auto
+ * on top of the rm_gate decision machine (straggler/decide.c) and
  * auto's state machine (straggler/auto.c).
  *
  * One gate per job, rebuilt when the generation changes:
@@ -32,7 +32,7 @@
  *             RM_GATE_FIRST_K with k = world - backup_workers (b >= 1) or
  *             RM_GATE_DEADLINE with deadline's slack (b = 0)
  *
- * AUTO (issue 17). The gate records each member's ready arrival (ms) for
+ * AUTO. The gate records each member's ready arrival (ms) for
  * the step under way. When the next step starts, the previous one is
  * surely decided and every member has arrived (a step's all-reduce needs
  * every rank, a dropped one too), so its verdicts are fed then
@@ -67,7 +67,7 @@
  * from rm__job_set_state): the agent treats it as "stale, re-join", so no
  * survivor waits out its wait_ms in a gate that will never decide.
  *
- * TIMED DEADLINES (issue 16). A deadline of tens of ms needs finer time
+ * TIMED DEADLINES. A deadline of tens of ms needs finer time
  * than the 100 ms tick. Every poll of an undecided gate (each call, each
  * tick) asks rm_gate_poll when a poll could decide it (the deadline, once
  * the median arrival is known) and keeps that as gs->wake_ns; the earliest
@@ -88,7 +88,7 @@
  * coordinator lock; nothing is written to SQLite (a step's participant set
  * is not state a restart needs: a restart re-forms the group anyway).
  *
- * PUSHES (issue 16). A worker that computes asked "was I dropped?" every 2
+ * PUSHES. A worker that computes asked "was I dropped?" every 2
  * ms, about 400 calls per worker-second. Now, when a step becomes decided,
  * the walk that answers its parked calls (PARKED WALKS: it visits every
  * park then anyway) also sends each member out of the step whose Session
@@ -100,7 +100,7 @@
  * push that is lost costs that worker's wasted compute, not a wrong step
  * (its ready call is answered as always).
  *
- * PARKED WALKS (issue 16). Answering parked calls walks j->parked, which
+ * PARKED WALKS. Answering parked calls walks j->parked, which
  * also holds every member's Watch stream: doing it on every StepGate call
  * made a step O(N^2) (16,384 workers: 268M visits a step). A walk is now
  * made only when it can answer something: the gate is new (gate_for), its
@@ -112,7 +112,7 @@
  * answerable exactly when one of those happened (decided, another step,
  * its own deadline).
  *
- * SHARED ANSWERS (issue 16). A decided answer is the same for every member
+ * SHARED ANSWERS. A decided answer is the same for every member
  * of the step (step, the world-byte mask) and for every dropped worker:
  * rpc/waiters.c packs each kind (and wire form: a StepGate call's mask,
  * a Session message's ranks out) once per step into gs->answer[][] (freed at

@@ -1,5 +1,5 @@
 /*
- * suspect.c - Byzantine suspects from the aggregator's exclusions (issue 12).
+ * suspect.c - Byzantine suspects from the aggregator's exclusions.
  *
  * A robust aggregation (krum, multi_krum, bulyan, trimmed_mean, ...; see
  * include/ringmaster/aggregation.h) excludes or down-weights some ranks at

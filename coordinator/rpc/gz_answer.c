@@ -1,6 +1,6 @@
 /*
  * gz_answer.c - one gzip member (RFC 1952) per answer, built from a
- * per-call head and a tail deflated ONCE and shared (issue 16): the Join
+ * per-call head and a tail deflated ONCE and shared: the Join
  * answers of a generation, the decided StepGate answers of a step (their
  * head is empty).
  *

@@ -1,5 +1,5 @@
 /*
- * relay.c - RELAYS (issue 16): many workers' Sessions on one stream.
+ * relay.c - RELAYS: many workers' Sessions on one stream.
  *
  * Why. Each worker's Session is a gRPC stream at the coordinator: about
  * 12 KiB of gRPC's state, one outstanding tag on the completion queue
@@ -299,7 +299,7 @@ static void out_commit(struct rm__relay *r)
 /* The batch being written (relay_batch): small pieces are copied into
  * one flat run, and a part of REF_MIN bytes or more (a Join answer's peer
  * list, a large barrier payload) is referenced where it lies, so a batch
- * is one slice, or a few around its large parts. Issue 16: a slice a
+ * is one slice, or a few around its large parts. A slice a
  * piece made gRPC grow each batch's slice array (about 6 KiB a batch of 64
  * lanes at a fan-out) and cost a malloc and a refcount a piece. */
 #define REF_MIN 1024
@@ -441,7 +441,7 @@ static grpc_byte_buffer *relay_batch(struct rm__relay *r)
   free(w.sl);
   free(shared);
   r->nout = 0;
-  free(r->out); /* its room goes with it (issue 16: RSS) */
+  free(r->out); /* its room goes with it (RSS) */
   r->out = NULL;
   r->capout = 0;
   return bb;
@@ -503,7 +503,7 @@ static void lane_retire(struct rm__relay *r, rm__call_t *l)
  * into its relay's pending entries as it is pushed (under c->mu), merged
  * there with identical ones, not through c->out: a fan-out's message to
  * each lane costs a lane number in a merged entry, not an outbox entry and
- * a held copy of its slices (issue 16: RSS). They join a batch only in
+ * a held copy of its slices (RSS). They join a batch only in
  * rm__relay_kick_all, after the COMMIT of the section that made them;
  * relay_kick between (a batch's send finished) sends only committed
  * entries. A lane's end also leaves an entry in c->out (rm__out_push),

@@ -28,7 +28,7 @@
  *   T_CLOSE    the call is over; cancelled = the client went away: unpark
  *              (a Join cancelled while forming frees its slot).
  *
- * REGISTERED METHODS (issue 16). Every method of rm__methods is registered
+ * REGISTERED METHODS. Every method of rm__methods is registered
  * with GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER (all take one request
  * message, Watch included), each with REQUESTS_PER_METHOD requests posted
  * per queue: a call costs one completion and one pass through our thread
@@ -40,7 +40,7 @@
  * completion is taken from the queue, before the group is handled, so a
  * burst of calls keeps completing while the group is gathered.
  *
- * GROUP COMMIT (issue 16). A thread takes the completion it waited for and,
+ * GROUP COMMIT. A thread takes the completion it waited for and,
  * when it is busy, every completion already queued (zero deadline), up to
  * group_max (RINGMASTER_COORD_GROUP, default 128, read once), and handles
  * them as one section. Busy: the wait for the first one took under 50 us
@@ -66,7 +66,7 @@
  * handlers, ~1 ms), and the lock is held that long (REST callers wait at
  * most as long).
  *
- * GZIP ANSWERS (issue 16). A formed JoinResponse carries all N peers,
+ * GZIP ANSWERS. A formed JoinResponse carries all N peers,
  * so a join wave sends O(N^2) bytes (16,384 workers: 9.4 GB, most of the
  * wave); a decided StepGateResponse carries N member bytes, so every step
  * of a gated job sends O(N^2) bytes too (16,384: 268 MB a step). A client
@@ -91,7 +91,7 @@
  * ms); 65,536 such peers: 83 ms. A StepGate answer of 16,384 members
  * (N - 1 ones) deflates to about 50 bytes.
  *
- * NAPS (issue 16). When heartbeats arrive at a rate that brings NAP_CALLS
+ * NAPS. When heartbeats arrive at a rate that brings NAP_CALLS
  * (4) or more per nap_us (8,000 a second at the default nap: the heartbeats
  * of the last NAP_WINDOW_NS, 20 ms, over its length; two that happen to
  * come close together do not count), after a group smaller than NAP_BELOW
@@ -113,7 +113,7 @@
  * added 8-14 ms to its p50 at 1,024 workers); a heartbeat waits at most
  * nap_us more, far inside any heartbeat deadline.
  *
- * CLOSE WITH THE ANSWER (issue 16). A call answered before it was parked
+ * CLOSE WITH THE ANSWER. A call answered before it was parked
  * (Heartbeat, ReportStep, every error, the last arrival of a barrier) has
  * nothing to unpark, so its RECV_CLOSE_ON_SERVER rides in its final batch
  * (rm__rpc_out_flush, close_started = 0): one batch and one completion fewer
@@ -142,7 +142,7 @@
  * keep their T_CLOSE: their cancellation frees a slot or declares a
  * worker lost (recovery.c detection source 2).
  *
- * SESSIONS (issue 16). Session (service.proto) is the one bidirectional
+ * SESSIONS. Session (service.proto) is the one bidirectional
  * stream: each agent keeps one open for its life in the job, and its
  * heartbeats are messages on it, not calls: no call set up, answered and
  * torn down per heartbeat (measured: a unary heartbeat ~19-23 us of
@@ -193,7 +193,7 @@
  * futex wake-up per completion polled on the other thread), 26 -> 30 KB
  * of RSS per worker, and no shorter barrier rounds.
  *
- * RELAYS (issue 16; relay.c, the design there). A Relay call is a stream
+ * RELAYS (relay.c, the design there). A Relay call is a stream
  * like a Session (streaming, the same RECV loop and end), but its
  * messages carry many lanes: each lane is an rm__call_t without a
  * grpc_call (`up` its relay), handled by the Session's or Join's own
@@ -209,7 +209,7 @@
  * DEADLINES, core/step_gate.c); the
  * other threads only wait for events (with a 1 s deadline, re-armed).
  *
- * SHARDS (issue 16). The distribution's libgrpc is built without NDEBUG:
+ * SHARDS. The distribution's libgrpc is built without NDEBUG:
  * every completion walks its queue's list of outstanding tags
  * (cq_check_tag), and each parked call kept one (its RECV_CLOSE), so with
  * one queue a barrier round of N calls cost O(N^2). K queues
@@ -779,7 +779,7 @@ void rm__rpc_out_flush(rm_coord_t *c)
     session_next(k);
   }
   c->nout = 0;
-  if (c->capout > OUTBOX_KEEP) { /* a fan-out's room goes with it (issue 16: RSS) */
+  if (c->capout > OUTBOX_KEEP) { /* a fan-out's room goes with it (RSS) */
     free(c->out);
     c->out = NULL;
     c->capout = 0;

@@ -13,7 +13,7 @@
 #define SESSION_QUEUE 8 /* SESSIONS: answers queued behind one in flight */
 
 /* What every call has, a gRPC call's and a relay lane's (RELAYS: a lane
- * is this record alone, no gRPC state: issue 16, a lane's bytes are a
+ * is this record alone, no gRPC state: a lane's bytes are a
  * worker's). */
 struct rm__call {
   rm_coord_t *c;
@@ -31,7 +31,7 @@ struct rm__call {
    * time (its kind says which); under c->mu. Made at the Session's first
    * such wait and kept until the call is freed (rm__call_wpark_make): a
    * Join lane never has one, so the lane every worker holds while its job
-   * forms is 144 bytes, not 224 (issue 16). */
+   * forms is 144 bytes, not 224. */
   rm__park_t *wpark;
   struct rm__relay *mux;
   rm__call_t *up;

@@ -1,5 +1,5 @@
 /*
- * auto.c - straggler_policy "auto" (issue 17): synchronous steps until a
+ * auto.c - straggler_policy "auto": synchronous steps until a
  * worker is persistently late, then backup or deadline until every worker
  * is on time again.
  *

@@ -1,6 +1,6 @@
 /*
- * auto.h - the state machine of straggler_policy "auto" (coordinator module,
- * issue 17). Design, verdict rules and the state diagram in auto.c.
+ * auto.h - the state machine of straggler_policy "auto" (coordinator module).
+ * Design, verdict rules and the state diagram in auto.c.
  *
  * A job under `auto` runs plain synchronous steps until some worker is late
  * in M of its last W steps; the coordinator then mitigates (backup when the

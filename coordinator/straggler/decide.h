@@ -1,6 +1,6 @@
 /*
  * decide.h - the per-step participant gate of the straggler policies
- * (coordinator module, issue 6). Design and state machine in decide.c.
+ * (coordinator module). Design and state machine in decide.c.
  *
  * Under `backup`, `deadline` and `coded` the coordinator fixes which ranks
  * contribute to each step; every rank then runs the masked all-reduce

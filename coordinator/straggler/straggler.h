@@ -1,6 +1,6 @@
 /*
  * straggler.h - per-job straggler detection from step reports (coordinator
- * module, issue 6). Algorithm, invariants and defaults at the top of
+ * module). Algorithm, invariants and defaults at the top of
  * straggler.c.
  *
  * One detector per job. The coordinator feeds every step report it accepts

@@ -368,7 +368,7 @@ RM_EXTERN uint64_t rm_session_step(const rm_session_t *s);
  * asked for bitwise reproducibility: the session's communicator then picks
  * algorithms from the fixed cost model, never from timing), "max_staleness"
  * (straggler_policy stale: how many steps late a gradient may be folded
- * in, 1..64; 0 otherwise), "secagg_bits" (secure aggregation, issue 13:
+ * in, 1..64; 0 otherwise), "secagg_bits" (secure aggregation:
  * 32 or 64, 0 = off), "secagg_threshold" (the fewest members a sum is
  * revealed over); 0 for an unknown name. */
 RM_EXTERN const char *rm_session_spec_string(const rm_session_t *s,

@@ -1,6 +1,6 @@
 /*
  * secure.h - secure aggregation for session programs (public; included by
- * ringmaster.h). Issue 13; the protocol and its security argument are at the
+ * ringmaster.h). The protocol and its security argument are at the
  * top of worker/secagg/secagg.c, the user's view in docs/secure-aggregation.md.
  *
  * A job whose spec has "secure_aggregation" sums its gradients so that no

@@ -179,7 +179,7 @@ _CORE = {
 
 _SESSION = {
     "rm_comm_config_size": (c_size_t, []),
-    # device memory (issue 15)
+    # device memory
     "rm_comm_set_stream": (c_int, [c_void_p, c_void_p]),
     "rm_comm_set_memory": (c_int, [c_void_p, c_int]),
     "rm_comm_set_timeout": (c_int, [c_void_p, c_int]),
@@ -203,7 +203,7 @@ _SESSION = {
     "rm_session_spec_string": (c_char_p, [c_void_p, c_char_p]),
     "rm_session_spec_uint": (c_uint64, [c_void_p, c_char_p]),
     "rm_session_spec_double": (c_double, [c_void_p, c_char_p]),
-    # aggregation (issue 12): looked up lazily too, so an older library
+    # aggregation: looked up lazily too, so an older library
     # still imports; ringmaster.aggregate then raises Unsupported
     "rm_aggregate": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                              ctypes.POINTER(AggConfig), ctypes.POINTER(AggInfo)]),
@@ -219,7 +219,7 @@ _SESSION = {
                                           ctypes.POINTER(c_int)]),
     "rm_session_step_dropped": (c_int, [c_void_p]),
     "rm_session_set_total_steps": (None, [c_void_p, ctypes.c_uint64]),
-    # secure aggregation (issue 13)
+    # secure aggregation
     "rm_session_secure_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                             ctypes.POINTER(SecureInfo)]),
     "rm_session_secure": (c_int, [c_void_p]),

@@ -1,4 +1,4 @@
-"""test_aggregation_spec.py - the job spec's "aggregation" field (issue 12)
+"""test_aggregation_spec.py - the job spec's "aggregation" field
 through REST and the CLI, against a real `ringmaster serve`:
 
   validation   every rule of include/ringmaster/aggregation.h violated at

@@ -1,4 +1,4 @@
-"""test_command_spec.py - command jobs (issue 9) through REST and the CLI,
+"""test_command_spec.py - command jobs through REST and the CLI,
 against a real `ringmaster serve`:
 
   validation   400 naming the field: command required both ways, wrong JSON

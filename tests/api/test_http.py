@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """test_http.py - the REST API against a real `ringmaster serve` process.
 
-Covers every endpoint and error case of issue 4: submit/list/get/cancel
+Covers every endpoint and error case of submit/list/get/cancel
 (POST /cancel and DELETE), workers/events/barriers/steps, health, readiness,
 static files; 400 (malformed JSON, wrong type, unknown field, bad query) with
 the field named, 401 changing nothing, 404, 405 + Allow, 409, 413;

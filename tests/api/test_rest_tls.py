@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_rest_tls.py - the REST API and dashboard over HTTPS (issue 11):
+"""test_rest_tls.py - the REST API and dashboard over HTTPS:
 `serve --http-tls-cert PEM --http-tls-key PEM` (libmicrohttpd with GnuTLS).
 
 A self-signed certificate for 127.0.0.1 (openssl req -x509 in a temp dir):

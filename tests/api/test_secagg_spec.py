@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_secagg_spec.py - the job spec's "secure_aggregation" object at submit
-(issue 13), against a real `ringmaster serve`:
+against a real `ringmaster serve`:
 
   defaults   the object's presence turns it on: {} is shown back as bits 32,
              clip 1 (or aggregation.clip_norm when > 0), scale 0, threshold

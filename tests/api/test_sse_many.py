@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_sse_many.py - many idle event streams do not take the HTTP layer
-down (issue 11, "An HTTP layer that holds"), against a real `ringmaster serve`.
+down ("An HTTP layer that holds"), against a real `ringmaster serve`.
 
   - N idle streams (2,000, fewer when the descriptor limit is lower) open at
     once, from one non-blocking client (raw sockets, epoll);

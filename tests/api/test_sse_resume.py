@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """test_sse_resume.py - Last-Event-ID resume across a coordinator restart
-(issue 11, "Hardening"), against a real `ringmaster serve`.
+("Hardening"), against a real `ringmaster serve`.
 
 A stream sees events with ids (event id = seq * 10^6, api/sse.h); the server
 is SIGKILLed and restarted on the same db file and ports; more events are

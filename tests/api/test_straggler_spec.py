@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_straggler_spec.py - straggler policies at submit (issues 6, 17),
+"""test_straggler_spec.py - straggler policies at submit,
 against a real `ringmaster serve`:
 
   table      every straggler_policy x workload cell of the table at the top

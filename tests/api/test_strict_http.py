@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_strict_http.py - the HTTP layer's hardening (issue 11) against a real
+"""test_strict_http.py - the HTTP layer's hardening against a real
 `ringmaster serve`, over raw sockets (http.client cannot send a raw %00, a
 control character or a bad Content-Length).
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""test_strict_spec.py - job specs are strict (issue 11, item 4) and the CLI's
+"""test_strict_spec.py - job specs are strict (item 4) and the CLI's
 usage errors and --help (item 6), against a real `ringmaster serve`.
 
   document   api/openapi.json's JobSpec against the server: for every enum

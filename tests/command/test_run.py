@@ -1,4 +1,4 @@
-"""test_run.py - `ringmaster run` with the real agent (issue 9).
+"""test_run.py - `ringmaster run` with the real agent.
 
   succeeds     run -n 3 -- session_allreduce --steps 20: exit 0, the job id
                first on stdout, each rank's output prefixed [0] [1] [2], the

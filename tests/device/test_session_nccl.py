@@ -1,4 +1,4 @@
-"""test_session_nccl.py - a command job with "algorithm": "nccl" (issue 15).
+"""test_session_nccl.py - a command job with "algorithm": "nccl".
 
   nccl   ringmaster run -n 3 --algorithm nccl -- session_nccl, with the stand-in
          GPU and the stand-in NCCL (test doubles) in the workers' environment:

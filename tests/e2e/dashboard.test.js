@@ -17,7 +17,7 @@
  *   7. submit a command job in the form (workload "command", one argument
  *      per line, env, workdir; launcher "none"): the POST carries the argv
  *      and the job page shows the command line, env and workdir
- *   8. the Links column (issue 14): a 3-worker job whose offers are set
+ *   8. the Links column: a 3-worker job whose offers are set
  *      by RINGMASTER_TRANSPORTS / RINGMASTER_HOST_ID (two "shm,tcp" on one
  *      host id, one "tcp"): the two shm workers' cells say "shm 1, tcp 1",
  *      the TCP-only one "tcp 2" (the pair rule of common/rm_transports.h),
@@ -323,7 +323,7 @@ async function main() {
     if (curve[1].some((p) => p.y < 0 || p.y > 1)) throw new Error('an accuracy outside 0..1 was plotted');
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-training.png'), fullPage: true });
 
-    // A command job from the form (issue 9): argv one per line.
+    // A command job from the form: argv one per line.
     await page.goto(`${base}/`);
     await page.waitForSelector('#submit-form');
     if (await page.isVisible('textarea[name=command]')) throw new Error('command field shown for allreduce');

@@ -18,7 +18,7 @@
  *                                copy (cudaMemcpyAsync, 2 x bytes: one load,
  *                                one store) measured the same way: the
  *                                ratio is the kernel's share of what the
- *                                memory can move (issue 15 aims at >= 90%
+ *                                memory can move (aims at >= 90%
  *                                for large sums).
  *
  * Inputs: 16-bit types are raw random bit patterns (every class: normals,

@@ -1,4 +1,4 @@
-"""Byzantine-robust aggregation in the coordinator (issue 12), over real
+"""Byzantine-robust aggregation in the coordinator, over real
 gRPC and REST against a real `ringmaster serve`, with scripted workers
 (Python stubs from proto/):
 

@@ -1,4 +1,4 @@
-"""test_command_rpc.py - the agent's calls of a command job (issue 9) over
+"""test_command_rpc.py - the agent's calls of a command job over
 real gRPC: Attach (spec, torchrun rendezvous, joined) and ReportExit in each
 of its cases, with the programs played by Join/Leave calls from here.
 

@@ -1,4 +1,4 @@
-"""Bitwise reproducible jobs (issue 11, item 11): "deterministic": true.
+"""Bitwise reproducible jobs (item 11): "deterministic": true.
 
 Three runs of one `train` spec (3 workers, the local launcher) end on the
 same parameter checksum, and so does a run in which a worker is SIGKILLed

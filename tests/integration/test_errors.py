@@ -78,7 +78,7 @@ def test(env):
     cases.append(("cancel with the read token", lambda: reader.CancelJob(
         m.CancelJobRequest(job_id=job.id), timeout=5), g.StatusCode.UNAUTHENTICATED))
     lower = env.s.JobsStub(env.authed(env.raw_channel))
-    # the spec rules over gRPC (issue 11): an alias is stored canonical, a
+    # the spec rules over gRPC: an alias is stored canonical, a
     # value beyond int range is refused naming the field and its range
     alias = env.submit(name="alias", world_size=1, algorithm="halving_doubling")
     assert alias.spec.algorithm == "hd", alias.spec

@@ -1,5 +1,5 @@
 """test_gate_gzip.py - gzip StepGate answers (StepGateRequest field 8
-`accept_gzip`, issue 16; coordinator/rpc/waiters.c rm__answer_gate, the
+`accept_gzip`, coordinator/rpc/waiters.c rm__answer_gate, the
 shared blob deflated once per step by server.c) against a real coordinator,
 with Python's grpcio as the standard client. A job of 4 members under
 straggler_policy backup with one backup worker: the first 3 ready arrivals

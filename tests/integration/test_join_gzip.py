@@ -1,5 +1,5 @@
 """test_join_gzip.py - gzip Join answers (JoinRequest field 13 `accept_gzip`,
-issue 16; coordinator/rpc/gz_answer.c) against a real coordinator, with
+coordinator/rpc/gz_answer.c) against a real coordinator, with
 Python's grpcio as the standard client:
 
   encoding    a worker that asks gets its formed answer as one gzip member:

@@ -1,5 +1,5 @@
 """test_join_transports.py - the data-plane offer of Join (JoinRequest field
-12 `transports`, issue 14) over real gRPC and REST, against a real
+12 `transports`) over real gRPC and REST, against a real
 coordinator:
 
   refused     an offer of 256 bytes (and of 10,000), a newline, a tab, ';',

@@ -1,4 +1,4 @@
-"""Step reports while the coordinator is away (issue 11, "Hardening"):
+"""Step reports while the coordinator is away ("Hardening"):
 "step reports sent while the coordinator is down are buffered by the agent
 and delivered after it returns".
 

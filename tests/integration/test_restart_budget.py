@@ -1,5 +1,5 @@
-"""A coordinator restart is not a restart of the job's budget (issue 11,
-item 8): a `replace` job with max_restarts 1 survives one coordinator restart
+"""A coordinator restart is not a restart of the job's budget:
+a `replace` job with max_restarts 1 survives one coordinator restart
 (SIGKILL, restarted on the same file) and then one worker loss, which its
 standby replaces; the job runs on at generation 3 and the recovery event
 says "restart 1". Before the fix the restart used the budget up and the loss

@@ -1,4 +1,4 @@
-"""Progress survives a coordinator restart (issue 11, item 9): the step a
+"""Progress survives a coordinator restart (item 9): the step a
 client was shown never goes backwards (not while the job re-forms, not after),
 and the job's recent steps (REST /steps, the dashboard's chart) are there
 again after the restart, from the stored step summaries (plus the

@@ -1,5 +1,5 @@
 """Finished jobs leave the coordinator's memory after their retention and
-are served from SQLite (issue 11, bounded memory): with
+are served from SQLite (bounded memory): with
 RINGMASTER_JOB_RETENTION_MS=300, a finished job's record, result, workers,
 events and recent steps read the same before and after it is unloaded, and
 a job cancelled at once is unloaded too. Runs against a real `ringmaster

@@ -1,4 +1,4 @@
-"""Issue 17: every straggler policy through the one step engine
+"""Every straggler policy through the one step engine
 (worker/session/step_engine.c), for every workload that accepts it, with
 exact results where the policy promises them.
 
@@ -15,7 +15,7 @@ checks the job succeeded and reads each worker's final result line
   auto          switched on and, for a transient straggler, off again
                 (events "straggler_auto"), and the job is exact throughout
 A worker that stalls once for seconds raises a "stall" event naming it.
-The workers' gate calls ride their Session streams (issue 16): /metrics
+The workers' gate calls ride their Session streams: /metrics
 counts more of them as Session messages than as unary StepGate calls (a
 call goes unary only while no stream is open, e.g. before the first one);
 and a computing worker learns that it was dropped from the decision the

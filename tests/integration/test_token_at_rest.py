@@ -1,4 +1,4 @@
-"""Worker tokens at rest (issue 11, "Worker tokens are stored as hashes and
+"""Worker tokens at rest ("Worker tokens are stored as hashes and
 compared in constant time"; coordinator/store/store_key.c).
 
 (1) A running job's token appears nowhere in the SQLite file or its -wal;

@@ -5,7 +5,7 @@
  *   render_k8s JOB_ID WORLD COORDINATOR TOKEN [IMAGE [NAMESPACE]] | node validate.mjs -
  *
  * RENDER_COMMAND="ARG ARG ..." (space-separated) renders a command job
- * (issue 9) instead of a train job: same manifests, the agent learns the
+ * instead of a train job: same manifests, the agent learns the
  * command through Attach.
  */
 #include <stdio.h>

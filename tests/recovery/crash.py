@@ -1,4 +1,4 @@
-"""crash.py - the deterministic kill-point matrix (issue 6): one coordinator
+"""crash.py - the deterministic kill-point matrix: one coordinator
 with the local launcher whose workers inherit
 RINGMASTER_TEST_CRASH_AT=WHERE:STEP@1 (worker/train/crash_hook.c), so the
 worker with launch index 1 SIGKILLs itself at WHERE of step STEP. Three jobs

@@ -1,5 +1,5 @@
-"""A job that asks for checkpoints gets them or a clear failure (issue 11,
-item 10): a ckpt_dir whose parents do not exist is created (the checkpoints
+"""A job that asks for checkpoints gets them or a clear failure:
+a ckpt_dir whose parents do not exist is created (the checkpoints
 are there after the job); a ckpt_dir that cannot be a folder (its parent is
 a regular file) fails the job at the first checkpoint with a reason and a
 worker_failed event that name the step, the folder and the system's words,

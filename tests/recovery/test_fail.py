@@ -1,6 +1,6 @@
 """on_failure fail: a SIGKILLed worker fails the job with a reason naming
 its rank; every survivor exits non-zero within its deadlines (no hang); and
-the worker states tell the truth afterwards (issue 11 item 7): the lost one
+the worker states tell the truth afterwards (item 7): the lost one
 is lost, the survivors stopped, none still running, in the SQLite file."""
 import signal
 import sqlite3

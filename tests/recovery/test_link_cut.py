@@ -1,5 +1,5 @@
 """A worker whose network link is cut (`ip link set eth0 down` in its network
-namespace) is handled like a lost worker (issue 6's optional test).
+namespace) is handled like a lost worker (the optional test).
 
 Topology (tests/recovery/netns.py), built here and removed at the end
 (needs root and `ip netns`; skips with 77 otherwise):

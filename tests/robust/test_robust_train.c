@@ -1,5 +1,5 @@
 /*
- * test_robust_train.c - Byzantine-robust training (issue 12): the `train`
+ * test_robust_train.c - Byzantine-robust training: the `train`
  * workload on N real processes (127.0.0.1, tests/lib/rm_testlib.h, no
  * coordinator), the last K ranks attacking, aggregated by rm_aggregate.
  *

@@ -1,4 +1,4 @@
-"""Issue 13: secure aggregation through the real coordinator, real workers
+"""Secure aggregation through the real coordinator, real workers
 and the real data plane.
 
   exactness   the `allreduce` workload with verify=exact: every step the

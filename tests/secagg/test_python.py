@@ -1,4 +1,4 @@
-"""Issue 13 from Python: a command job of 3 workers whose program
+"""From Python: a command job of 3 workers whose program
 (secure_prog.py) sums numpy vectors with ringmaster.secure_allreduce and
 trains a step with ringmaster.torch.DistributedOptimizer, both through the
 real coordinator's relay; every rank checks its sums, all ranks end with the

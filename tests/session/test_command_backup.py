@@ -5,7 +5,7 @@ backup worker the coordinator lets the first 3 gradients of a step in, the
 straggler stops computing when it learns it was dropped
 (rm_session_step_dropped) and still receives the average: every element is
 checked exactly on every rank, some steps ran with 3 contributors, and the
-job succeeds. The same under deadline, and under auto (issue 17), which
+job succeeds. The same under deadline, and under auto, which
 starts synchronous and handles the straggler once it was late in 6 of 10
 steps."""
 import re

@@ -16,7 +16,7 @@
 #      node, the 4 workers join through it -> succeeded, a lane for each Join and Session
 #   4. sbatch refuses (SBATCH_PARTITION=nosuchpartition in the coordinator's
 #      environment) -> the job is failed with sbatch's message
-#   5. a command job (issue 9) with launcher "slurm": every Slurm task's agent starts
+#   5. a command job with launcher "slurm": every Slurm task's agent starts
 #      examples/c/session_allreduce, which joins through the session API and verifies
 #      every all-reduce -> succeeded at step 50, each task logs its program's exit 0
 #      (run when EXAMPLE, the 5th argument, is given)

@@ -11,14 +11,14 @@
  * dtype represents exactly; the SUM over the contributing ranks C is
  * sum_{r in C} (r + 1) * v(i, s), also exact, so any wrong byte shows.
  *
- * Straggler policies (issue 17, session/step_engine.h): none sums every
+ * Straggler policies (session/step_engine.h): none sums every
  * rank (C = all, with the chosen algo); backup, deadline and auto take the
  * member mask of the step from the coordinator and sum exactly those ranks
  * (C = the mask; the others add zeros and still receive the sum). coded and
  * stale are refused at submit: this workload has no batch to partition and
  * no compute to finish late.
  *
- * Secure aggregation (issue 13; the spec's secure_aggregation, f32 only,
+ * Secure aggregation (the spec's secure_aggregation, f32 only,
  * straggler policy none): each step is one secure sum of inputs every rank
  * can predict, checked as wl_secure.c says; verify=exact adds the bit-exact
  * integer check (which reveals the quantized inputs: tests only).

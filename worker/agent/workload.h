@@ -28,7 +28,7 @@
 /* A finished step: rm_step_report_t of ringmaster.h (the session reports
  * it; the agent sets struct_size). */
 
-/* Straggler policies (issue 6): the per-step participant gate. The agent
+/* Straggler policies: the per-step participant gate. The agent
  * asks the coordinator (StepGate) whether the member set of global step
  * `step` (0-based) is decided. ready: my gradient is ready (an arrival);
  * wait_ms: how long the coordinator may hold the answer. Returns 1 decided
@@ -48,19 +48,19 @@ typedef struct rm_workload_env {
   /* After each step; return nonzero to stop run() with RM_OK. */
   int (*report)(void *ctx, const rm_step_report_t *r);
   void *report_ctx;
-  /* Recovery and stragglers (issue 6); zero when not used. */
+  /* Recovery and stragglers; zero when not used. */
   uint64_t job_id, generation;
   uint64_t checkpoint_every;   /* write a checkpoint every K steps; 0 never */
   uint64_t checkpoint_step;    /* last checkpoint every member completed */
   const char *straggler_policy; /* "none" (or NULL), "backup", "deadline",
-                                   "coded", "stale", "auto" (issue 17: the
+                                   "coded", "stale", "auto" (the
                                    workload runs it through the session's
                                    step engine, session/step_engine.h) */
   int max_staleness;           /* stale: k */
   int step_quorum;             /* backup: gradients a step needs */
   int coded_s;                 /* coded: tolerated stragglers */
   rm_step_gate_fn gate;        /* with report_ctx; NULL under "none" */
-  /* Aggregation of the step's gradient (issue 12; the job spec's
+  /* Aggregation of the step's gradient (the job spec's
    * "aggregation"): method name as rm_agg_method_parse takes it ("mean",
    * "median", "krum", ...; NULL or "" = "mean") and its parameters (0 =
    * the method's default, see rm_agg_config_t). Mean with clip_norm 0 is
@@ -68,7 +68,7 @@ typedef struct rm_workload_env {
   const char *aggregation;
   int agg_f, agg_m, agg_iterations;
   double clip_norm, agg_tau;
-  /* The worker's session (borrowed): secure aggregation (issue 13) needs
+  /* The worker's session (borrowed): secure aggregation needs
    * it, for the coordinator's relay rounds; secure = the job's spec has
    * secure_aggregation (rm_session_secure). */
   rm_session_t *session;

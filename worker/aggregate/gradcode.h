@@ -1,7 +1,7 @@
 /*
  * gradcode.h - gradient coding, fractional repetition scheme (module tier).
  *
- * Straggler policy `coded` (issue 6): N workers, s tolerated stragglers,
+ * Straggler policy `coded`: N workers, s tolerated stragglers,
  * (s+1) | N. The data of a step is cut into N partitions; workers form
  * N/(s+1) groups of s+1 consecutive ranks; every worker of group g computes
  * the gradients of the same s+1 partitions (group g's block) and sends their

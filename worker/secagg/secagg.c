@@ -1,6 +1,6 @@
 /*
  * secagg.c - secure aggregation (secagg.h): a pairwise-masked all-reduce of
- * clipped fixed-point gradients. Issue 13. The arithmetic (capacity rule,
+ * clipped fixed-point gradients. The arithmetic (capacity rule,
  * rounding, PRG, KDF, graph) is secagg_math.c.
  *
  * PARTIES. Members: the N ranks of one generation's communicator. The RELAY:

@@ -1,7 +1,7 @@
 /*
  * secagg.h - secure aggregation: pairwise-masked all-reduce of clipped,
  * fixed-point gradients, so that no worker and not the coordinator ever sees
- * an individual gradient (module tier; internal rm__ names). Issue 13.
+ * an individual gradient (module tier; internal rm__ names).
  *
  * The protocol, its rounds, invariants and the security argument are written
  * at the top of secagg.c. In short, per generation (membership) of a job:

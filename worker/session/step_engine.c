@@ -1,5 +1,5 @@
 /*
- * step_engine.c - the straggler step engine (issue 17): one step loop for
+ * step_engine.c - the straggler step engine: one step loop for
  * every workload and session program. Interface in step_engine.h.
  *
  * A STEP (0-based global step s, rank r of world W), for every policy:

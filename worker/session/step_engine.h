@@ -1,7 +1,7 @@
 /*
  * step_engine.h - the straggler step engine: the one place where a step of
  * any workload or session program meets its job's straggler policy
- * (issue 17). Design, invariants and the stale protocol at the top of
+ * . Design, invariants and the stale protocol at the top of
  * step_engine.c.
  *
  * Used by the built-in workloads (worker/train/straggler_step.c for `train`,

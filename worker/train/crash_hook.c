@@ -1,7 +1,7 @@
 /*
  * crash_hook.c - RINGMASTER_TEST_CRASH_AT, the training step's kill points.
  *
- * Deterministic kill points (issue 6 fault tests). Compiled only into test
+ * Deterministic kill points (fault tests). Compiled only into test
  * builds (RINGMASTER_TEST_HOOKS=ON; common/rm_testhook.h has the no-op
  * versions for the others), inert unless the environment says
  *

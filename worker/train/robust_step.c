@@ -1,6 +1,6 @@
 /*
  * robust_step.c - the `train` workload's gradient reduce through
- * rm_aggregate (clipping, Byzantine-robust methods; issue 12), and the
+ * rm_aggregate (clipping, Byzantine-robust methods), and the
  * attacks that tests and demonstrations mount against it.
  *
  * Reduce of one step (every rank; policy "none" only, see straggler_step.c):

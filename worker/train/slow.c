@@ -1,6 +1,6 @@
 /*
  * slow.c - simulated stragglers for the train and synthetic workloads
- * (issue 17): which ranks are slow at which steps, and by how much.
+ * which ranks are slow at which steps, and by how much.
  * Interface in train_int.h (rm__slow_t).
  *
  * A slowed rank's compute at step s takes factor x its honest time while

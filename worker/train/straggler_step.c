@@ -1,5 +1,5 @@
 /*
- * straggler_step.c - one training step under a straggler policy (issues 6, 17).
+ * straggler_step.c - one training step under a straggler policy.
  * The policy's protocol is the session's step engine
  * (session/step_engine.c); this file is what `train` computes and reduces
  * in each of its phases.
@@ -26,7 +26,7 @@
  *   3. reduce:
  *        none      all-reduce SUM;                     rows = B
  *                  or, with a robust aggregation,
- *                  clipping or an attack (issue 12):
+ *                  clipping or an attack:
  *                  robust_step.c (rm_aggregate of the
  *                  per-worker mean gradients)          rows = 1
  *        backup,   masked SUM over M (late ranks add   rows = sum of the

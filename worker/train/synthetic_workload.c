@@ -29,7 +29,7 @@
  * from which step, is compared exactly. The step number in the pattern
  * catches a stale buffer.
  *
- * Straggler policies (issue 17; the engine is session/step_engine.c), and
+ * Straggler policies (the engine is session/step_engine.c), and
  * what "exact" means under each:
  *   none                 the sum over every rank
  *   backup, deadline,    the sum over exactly the member set the gate

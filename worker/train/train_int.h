@@ -153,7 +153,7 @@ uint64_t rm__trainer_steps_per_epoch(const rm__trainer_t *t);
 rm_status_t rm__trainer_step(rm__trainer_t *t, rm_comm_t *comm,
                              rm_step_report_t *rep);
 /* The two halves of a step, for schemes that choose who computes which rows
- * (backup workers, deadlines, gradient coding; issue 6):
+ * (backup workers, deadlines, gradient coding):
  * shard_grad: sum of per-sample gradients of rows [lo, hi) of global batch
  * `step` into grad (nparams + 2 floats: then loss sum, correct count;
  * zeroed first). apply: grad holds such sums over `rows` samples in total;
@@ -184,7 +184,7 @@ rm_status_t rm__trainer_load_step(rm__trainer_t *t, const char *dir,
                                   uint64_t job_id, int max_rank, uint64_t step,
                                   char *err, size_t errlen);
 
-/* ---- robust aggregation and attacks (robust_step.c, issue 12) ---- */
+/* ---- robust aggregation and attacks (robust_step.c) ---- */
 enum {
   RM__ATK_NONE = 0,
   RM__ATK_SIGNFLIP,  /* sends -g */
@@ -205,7 +205,7 @@ typedef struct rm__robust {
   int attackers;        /* the last `attackers` ranks of the world attack */
   double attack_scale;  /* < 0: the attack's default (see robust_step.c) */
   int rank, world;      /* of the current generation */
-  /* Secure aggregation (issue 13): the session whose secure sum replaces
+  /* Secure aggregation: the session whose secure sum replaces
    * the method (the spec refuses robust methods with it); NULL = off. */
   rm_session_t *secure;
   /* scratch, owned, grown on demand */
@@ -269,7 +269,7 @@ int rm__slow_any(const rm__slow_t *sl);
 #define RM__SLOW_OPTION_NAMES \
   "slow_rank slow_factor slow_from slow_until stall_rank stall_step stall_ms"
 
-/* ---- a step under a straggler policy (straggler_step.c; issues 6, 17) ----
+/* ---- a step under a straggler policy (straggler_step.c) ----
  * The policy itself is the session's step engine (session/step_engine.h),
  * shared with every workload and session program; this is train's use. */
 typedef struct rm__policy {

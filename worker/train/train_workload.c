@@ -50,12 +50,12 @@
  * mean gradients go through rm_aggregate instead (robust_step.c); that
  * composes with straggler_policy none only (a gated policy is refused:
  * RM_ERR_INVALID_ARG with words in env->error). With secure_aggregation
- * (issue 13) the per-worker mean gradients are summed by the session's
+ * the per-worker mean gradients are summed by the session's
  * secure sum instead (ringmaster/secure.h: clipped, masked, only the sum
  * revealed) and divided by the members; the step's [loss, correct, rows]
  * stay on a plain all-reduce (three numbers of metrics, not gradients).
  *
- * Recovery (issue 6): every checkpoint_every steps (job spec) each rank
+ * Recovery: every checkpoint_every steps (job spec) each rank
  * writes its state atomically (checkpoint/checkpoint.h) and reports the step;
  * a worker that joins a running job (replacement) first loads the
  * checkpoint the coordinator names (the last one every member completed),

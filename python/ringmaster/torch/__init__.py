@@ -1143,7 +1143,7 @@ class _DistributedOptimizer:
                             aggregation.get("m", 0), aggregation.get("clip_norm", 0.0),
                             aggregation.get("tau", 0.0), aggregation.get("iterations", 0))
         self._rm_agg = aggregation
-        # secure aggregation (issue 13): the job's spec decides; the whole
+        # secure aggregation: the job's spec decides; the whole
         # flattened gradient is one secure sum (its clip sees all of it)
         self._rm_secure = _rm.secure()
         if self._rm_secure and (aggregation is not None or straggler_policy or op != "avg"):
