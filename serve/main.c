@@ -193,6 +193,18 @@ static int serve(int argc, char **argv)
   o.admin_token = token;
   o.read_token = rtoken;
   o.public_reads = public_reads;
+  /* The stop signals are caught before anything starts: a SIGTERM that comes
+   * while the ports open (a test reads the listening line and may stop the
+   * coordinator at once; stdout may be flushed before this point) ends the
+   * run cleanly after start-up instead of killing it half-way. */
+  if (pipe(stop_pipe) != 0 || fcntl(stop_pipe[0], F_SETFD, FD_CLOEXEC) != 0 ||
+      fcntl(stop_pipe[1], F_SETFD, FD_CLOEXEC) != 0 ||
+      fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
+    fprintf(stderr, "ringmaster: pipe: %s\n", strerror(errno));
+    return 1;
+  }
+  rm__on_stop_signals(on_signal);
+  signal(SIGPIPE, SIG_IGN);
   if (rm_coord_open(&o, &c, err, sizeof err) != RM_OK) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return 1;
@@ -271,14 +283,6 @@ static int serve(int argc, char **argv)
     RM_WARN("--public-reads: anyone who reaches this coordinator beyond loopback reads every "
             "job (commands, hosts, worker logs, events) without a token");
   fflush(stdout);
-  if (pipe(stop_pipe) != 0 || fcntl(stop_pipe[0], F_SETFD, FD_CLOEXEC) != 0 ||
-      fcntl(stop_pipe[1], F_SETFD, FD_CLOEXEC) != 0 ||
-      fcntl(stop_pipe[1], F_SETFL, O_NONBLOCK) != 0) {
-    fprintf(stderr, "ringmaster: pipe: %s\n", strerror(errno));
-    stop_flag = SIGTERM;
-  }
-  rm__on_stop_signals(on_signal);
-  signal(SIGPIPE, SIG_IGN);
   /* The flag is checked after every wake-up; a signal that came before the
    * first poll left a byte in the pipe, so there is no lost wake-up. */
   while (!stop_flag) {
