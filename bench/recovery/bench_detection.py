@@ -31,19 +31,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "recovery"))
+from benchargs import take_flag  # noqa: E402
 import rc  # noqa: E402
 
-def take(flag, default):
-    if flag in sys.argv:
-        i = sys.argv.index(flag)
-        v = sys.argv[i + 1]
-        del sys.argv[i:i + 2]
-        return v
-    return default
-
-
-REPEAT = int(take("--repeat", "3"))
-KINDS = take("--kinds", "heartbeat,stream,data plane,launcher").split(",")
+REPEAT = int(take_flag("--repeat", "3"))
+KINDS = take_flag("--kinds", "heartbeat,stream,data plane,launcher").split(",")
 
 
 def lost_after(env, job, t0, timeout=30):

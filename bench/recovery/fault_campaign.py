@@ -84,23 +84,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "recovery"))
+from benchargs import take_flag  # noqa: E402
 
 
-def take(flag, default):
-    if flag in sys.argv:
-        i = sys.argv.index(flag)
-        v = sys.argv[i + 1]
-        del sys.argv[i:i + 2]
-        return v
-    return default
-
-
-TRIALS = int(take("--trials", "100"))
-COORD_TRIALS = int(take("--coord-trials", "20"))
-KINDS = take("--kinds", "fail,shrink,replace,sigstop,linkcut,coord").split(",")
+TRIALS = int(take_flag("--trials", "100"))
+COORD_TRIALS = int(take_flag("--coord-trials", "20"))
+KINDS = take_flag("--kinds", "fail,shrink,replace,sigstop,linkcut,coord").split(",")
 LINK_DATA_TIMEOUT_MS = 2000
 LINKCUT_NOTES = ""
-SEED = int(take("--seed", "1"))
+SEED = int(take_flag("--seed", "1"))
 import netns  # noqa: E402
 import rc  # noqa: E402
 
