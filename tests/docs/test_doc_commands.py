@@ -8,7 +8,7 @@
    and only options that program's --help lists; every REST path a `curl`
    line uses is a path of api/openapi.json.
 2. The README's "A job" section runs as written, in a temporary folder, with
-   free ports in place of 7070 and 8080 and this build in place of build/:
+   ports serve picks (port 0) in place of 7070 and 8080 and this build in place of build/:
    the coordinator starts from the documented command, the documented JSON
    is the job.json that the documented `submit`, `jobs`, `job 1`, `cancel 1`
    and `curl` lines use, and each exits 0 (the job is submitted, listed,
@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -179,14 +178,6 @@ def check_static(build, problems):
     return checked
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def section(text, title):
     m = re.search(r"^## " + re.escape(title) + r"\n(.*?)(?=^## )", text, re.S | re.M)
     return m.group(1) if m else None
@@ -199,14 +190,17 @@ def run_readme_job(build, problems):
         problems.append("README.md: no '## A job' section")
         return
     tmp = tempfile.mkdtemp(prefix="rm-doc-")
-    grpc, http = free_port(), free_port()
+    # the documented ports become port 0 for serve (it picks free ones and
+    # prints them); later commands get the HTTP address it printed
+    bound = {"127.0.0.1:7070": "127.0.0.1:0", "127.0.0.1:8080": "127.0.0.1:0"}
 
     def local(cmd):
-        cmd = cmd.replace("127.0.0.1:7070", "127.0.0.1:%d" % grpc).replace("127.0.0.1:8080", "127.0.0.1:%d" % http)
+        for doc, here in bound.items():
+            cmd = cmd.replace(doc, here)
         return re.sub(r"(^|\s)build/", r"\1" + build + "/", cmd)
     spec = re.search(r"```json\n(.*?)```", sec, re.S)
     cmds = [c for _, c in blocks_of_text(sec)]
-    env = dict(os.environ, RINGMASTER_SERVER="http://127.0.0.1:%d" % http)
+    env = dict(os.environ)
     for k in ("RINGMASTER_API_TOKEN", "RINGMASTER_READ_TOKEN", "RINGMASTER_API_TOKEN_FILE"):
         env.pop(k, None)
     serve = None
@@ -235,6 +229,8 @@ def run_readme_job(build, problems):
                     if not line:
                         break
                     if "http listening on" in line:
+                        bound["127.0.0.1:8080"] = line.rsplit(" ", 1)[1].strip()
+                        env["RINGMASTER_SERVER"] = "http://" + bound["127.0.0.1:8080"]
                         ok = True
                         break
                 if not ok:
