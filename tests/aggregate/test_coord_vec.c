@@ -24,15 +24,10 @@
 #include "reduce/half.h"
 
 #include "rm_testcheck.h"
+#include "rm_testrng.h"
 
 static uint64_t g_rng = 0x636f6f7264766563ULL;
-static uint64_t next_u64(void)
-{
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+static uint64_t next_u64(void) { return rm_test_splitmix(&g_rng); }
 
 /* a value from a small pool (so rows tie) or a special one */
 static double pick(int ties)

@@ -26,6 +26,7 @@
 #include "aggregate/agg_int.h"
 
 #include "rm_testcheck.h"
+#include "rm_testrng.h"
 
 enum { N = 10, D = 1024, STEPS = 30, WIN_M = 10, WIN_W = 20, NOISY = 5 };
 
@@ -34,10 +35,7 @@ static double gauss(void)
 {
   double u[2];
   for (int k = 0; k < 2; k++) {
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    u[k] = (((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0;
+    u[k] = ((rm_test_splitmix(&g_rng) >> 11) + 0.5) / 9007199254740992.0;
   }
   return sqrt(-2 * log(u[0])) * cos(6.283185307179586 * u[1]);
 }
