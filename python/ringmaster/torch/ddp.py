@@ -10,6 +10,7 @@ import ringmaster as _rm
 from ringmaster import errors as _errors
 
 from . import ProcessGroupRingmaster, _rm_default_group
+from .optimizer import _unflatten
 
 # ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------
 # An unchanged DistributedDataParallel model on this backend reports its steps
@@ -133,11 +134,7 @@ def _rm_step_combine(ddp):
             _, ex = _rm_redo_step(ddp, lambda f: _rm.aggregate(f, info=True, **ddp._rm_agg),
                                   flat)
             excluded.update(ex)
-        off = 0
-        for g in gs:
-            k = g.numel()
-            g.copy_(flat[off:off + k].view_as(g))
-            off += k
+        _unflatten(flat, gs)
     ddp.rm_excluded = sorted(excluded)
     if info is not None:
         ddp.rm_secure_info = info

@@ -34,6 +34,15 @@ def _grouped(tensors, bucket_bytes):
     return buckets
 
 
+def _flatten_into(flat, tensors):
+    """Copy tensors, in order, into the consecutive pieces of flat."""
+    off = 0
+    for t in tensors:
+        k = t.numel()
+        flat[off:off + k].copy_(t.reshape(-1))
+        off += k
+
+
 def _unflatten(flat, tensors):
     """Copy the consecutive pieces of flat back into tensors."""
     off = 0
@@ -193,17 +202,9 @@ class _DistributedOptimizer:
                 if count == 1 and bucket[0].is_contiguous():
                     _rm.allreduce(bucket[0], op)
                     continue
-                off = 0
-                for g in bucket:
-                    k = g.numel()
-                    flat[off:off + k].copy_(g.reshape(-1))
-                    off += k
+                _flatten_into(flat, bucket)
                 _rm.allreduce(flat, op)
-                off = 0
-                for g in bucket:
-                    k = g.numel()
-                    g.copy_(flat[off:off + k].view_as(g))
-                    off += k
+                _unflatten(flat, bucket)
         self._rm_synced = True
 
     def _rm_aggregate(self, grads):
@@ -219,18 +220,10 @@ class _DistributedOptimizer:
             flat = flats.get(dt)
             if flat is None or flat.numel() != n:
                 flat = flats[dt] = torch.empty(n, dtype=dt)
-            off = 0
-            for g in gs:
-                k = g.numel()
-                flat[off:off + k].copy_(g.reshape(-1))
-                off += k
+            _flatten_into(flat, gs)
             _, ex = _rm.aggregate(flat, info=True, **self._rm_agg)
             excluded.update(ex)
-            off = 0
-            for g in gs:
-                k = g.numel()
-                g.copy_(flat[off:off + k].view_as(g))
-                off += k
+            _unflatten(flat, gs)
         self._rm_agg_flat = flats
         self.excluded_ranks = sorted(excluded)
 
