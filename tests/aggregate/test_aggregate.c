@@ -383,6 +383,7 @@ static int run_case(rm_comm_t *c, const case_t *k, size_t count, rm_dtype_t dt,
   cfg.iterations = k->iterations;
   const char *name = rm_agg_method_name(k->method);
   /* every rank's row as the library sees it (dtype-rounded, clipped) */
+  double my_norm = 0;
   for (int i = 0; i < n; i++) {
     double *x = g_rows + (size_t)i * count, ss = 0;
     for (size_t j = 0; j < count; j++) {
@@ -390,6 +391,7 @@ static int run_case(rm_comm_t *c, const case_t *k, size_t count, rm_dtype_t dt,
       ss += x[j] * x[j];
     }
     double nrm = sqrt(ss);
+    if (i == r) my_norm = nrm;
     if (k->clip > 0 && !(nrm <= k->clip))
       for (size_t j = 0; j < count; j++)
         x[j] = isfinite(nrm) ? round_dt(x[j] * (k->clip / nrm), dt)
@@ -417,6 +419,13 @@ static int run_case(rm_comm_t *c, const case_t *k, size_t count, rm_dtype_t dt,
         rm_status_name(st));
   if (st != RM_OK) return g_fails;
   CHECK(info.contributors == n, "contributors %d", info.contributors);
+  /* this rank's norm before clipping, whichever way the method took it
+   * (up front, or summed from the slices: aggregate.c, NORM FUSED) */
+  CHECK(isnan(my_norm) ? isnan(info.norm)
+                       : isinf(my_norm) ? info.norm == my_norm
+                                        : fabs(info.norm - my_norm) <= 1e-12 * (1 + my_norm),
+        "%s f=%d n=%d count=%zu dt=%s: norm %.17g want %.17g", name, k->f, n, count,
+        rm_dtype_name(dt), info.norm, my_norm);
   ref_aggregate(&cfg, g_rows, n, count, g_out, rexcl, rscores);
   double tr = tol_rel(dt);
   int bad = 0;

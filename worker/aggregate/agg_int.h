@@ -63,6 +63,8 @@ void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor);
  * an SSE2 one, with the same bits. on != 0: the SSE2 build only (tests
  * compare the two; benchmarks time both). Not thread-safe; set it before. */
 void rm__agg_sse2_only(int on);
+/* 1 where the AVX2 builds run (CPUID, unless rm__agg_sse2_only) */
+int rm__agg_avx2(void);
 
 /* ---- coordinate-wise (NaN read as +inf) ----
  * out[len] (dt) = per coordinate median (n odd: middle value; even:
@@ -71,6 +73,20 @@ void rm__agg_sse2_only(int on);
  * row i sorted (by value, then row) among the f lowest or f highest. */
 rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
                           void *out, uint32_t *trimmed);
+/* rm__agg_coord's register kernel (agg_coord_small.c), for blocks where
+ * rm__agg_coord_small_ok: columns [j0, j0 + c) (c <= 256) of the slice,
+ * eight at a time; writes out (f32) for the strips it takes, adds to
+ * kept[i] (f > 0) the columns of row i it kept there, and returns a bit per
+ * strip of 8 columns it left for the tile kernel (ties at the trimming
+ * boundaries, a zero median, a partial strip). */
+int rm__agg_coord_small_ok(const rm__agg_block_t *b);
+uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f, size_t j0,
+                             size_t c, void *out, int64_t *kept, double *sq);
+/* rm__agg_coord, and when sq is not NULL also sq[i] += the sum of squares
+ * of row i over the slice, in double (the order of the additions is the
+ * kernel's, not rm__agg_norm's: not the same bits) */
+rm_status_t rm__agg_coord_sq(const rm__agg_block_t *b, rm_agg_method_t m, int f,
+                             void *out, uint32_t *trimmed, double *sq);
 /* the same, one rank computation per coordinate in double (the reference
  * the vectorised rm__agg_coord must match bit for bit; also its path for
  * n > 64) */
@@ -82,6 +98,9 @@ rm_status_t rm__agg_coord_ref(const rm__agg_block_t *b, rm_agg_method_t m, int f
  * sum of (x_i - x_j)^2, d[i*n+i] the count of non-finite values of row i.
  * All-reduced (SUM) it is the whole vector's matrix. */
 rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d);
+/* the same, and when sq is not NULL sq[i] += the sum of squares of row i
+ * over the slice in double (summed per tile: not rm__agg_norm's bits) */
+rm_status_t rm__agg_pair_dist_sq(const rm__agg_block_t *b, double *d, double *sq);
 /* the same in double, one pair at a time (what the f32 rm__agg_pair_dist
  * replaced; its path for f64, and the tests' reference): d's diagonal is
  * the same, the distances within ~1e-6 relative */

@@ -132,7 +132,7 @@ static int g_agg_sse2_only; /* rm__agg_sse2_only: tests and benchmarks */
 
 void rm__agg_sse2_only(int on) { g_agg_sse2_only = on; }
 
-static int agg_avx2(void)
+int rm__agg_avx2(void)
 {
 #ifdef AGG_HAVE_AVX2
   static int avx2 = -1;
@@ -218,7 +218,7 @@ double rm__agg_norm(const void *buf, size_t count, rm_dtype_t dt)
   double t[TILE], ss = 0, amax = 0;
   if (dt == RM_F32) {
 #ifdef AGG_HAVE_AVX2
-    if (agg_avx2()) ss = norm_f32_avx2(buf, count);
+    if (rm__agg_avx2()) ss = norm_f32_avx2(buf, count);
     else
 #endif
       ss = norm_f32_base(buf, count);
@@ -641,7 +641,7 @@ static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
     for (int i = 0; i < n; i++)
       memcpy(x + (size_t)i * TILE, (const double *)row_ptr(b, i) + j0, c * sizeof *x);
 #ifdef AGG_HAVE_AVX2
-    if (agg_avx2())
+    if (rm__agg_avx2())
       cv64_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
     else
 #endif
@@ -650,7 +650,7 @@ static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
     float *x = (float *)w->x;
     for (int i = 0; i < n; i++) widen32(row_ptr(b, i), j0, c, b->dt, x + (size_t)i * TILE);
 #ifdef AGG_HAVE_AVX2
-    if (agg_avx2())
+    if (rm__agg_avx2())
       cv32_avx2_tile(x, x + (size_t)n * TILE, n, c, w->pi, w->pj, w->npairs, m, f, res, trimmed);
     else
 #endif
@@ -658,18 +658,66 @@ static void net_tile(net_t *w, const rm__agg_block_t *b, size_t j0, size_t c,
   }
 }
 
+/* f32 rows and 2 <= n <= 8 go to the register kernel (agg_coord_small.c)
+ * eight columns at a time; the strips it leaves (ties, zero medians, a
+ * partial last strip) come here, in runs of adjacent strips */
+/* sq[i] += sum of squares of row i, columns [j0, j0 + c), in double */
+static void rows_sumsq(const rm__agg_block_t *b, size_t j0, size_t c, double *sq)
+{
+  double t[TILE];
+  for (int i = 0; i < b->n; i++) {
+    widen(row_ptr(b, i), j0, c, b->dt, t);
+    sq[i] += sumsq(t, c, 1.0);
+  }
+}
+
 rm_status_t rm__agg_coord(const rm__agg_block_t *b, rm_agg_method_t m, int f,
                           void *out, uint32_t *trimmed)
 {
+  return rm__agg_coord_sq(b, m, f, out, trimmed, NULL);
+}
+
+rm_status_t rm__agg_coord_sq(const rm__agg_block_t *b, rm_agg_method_t m, int f,
+                             void *out, uint32_t *trimmed, double *sq)
+{
   double res[TILE];
+  int64_t kept[8] = {0};
+  size_t taken = 0;
   net_t w;
-  if (b->n > NET_MAX || b->n < 1) return rm__agg_coord_ref(b, m, f, out, trimmed);
+  int small = rm__agg_coord_small_ok(b) && TILE == 32 * 8;
+  if (b->n > NET_MAX || b->n < 1) {
+    if (sq)
+      for (size_t j0 = 0; j0 < b->len; j0 += TILE)
+        rows_sumsq(b, j0, b->len - j0 < TILE ? b->len - j0 : TILE, sq);
+    return rm__agg_coord_ref(b, m, f, out, trimmed);
+  }
   if (net_get(&w, b->n, b->dt) != RM_OK) return RM_ERR_NOMEM;
   for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
-    net_tile(&w, b, j0, c, m, f, res, trimmed);
-    narrow(res, c, b->dt, out, j0);
+    if (!small) {
+      if (sq) rows_sumsq(b, j0, c, sq);
+      net_tile(&w, b, j0, c, m, f, res, trimmed);
+      narrow(res, c, b->dt, out, j0);
+      continue;
+    }
+    uint32_t left = rm__agg_coord_small(b, m, f, j0, c, out, kept, sq);
+    size_t done = c;
+    for (size_t s = 0; s * 8 < c; s++) {
+      if (!(left >> s & 1u)) continue;
+      size_t e = s; /* a run of strips left: s .. e */
+      while ((e + 1) * 8 < c && (left >> (e + 1) & 1u)) e++;
+      size_t a = s * 8, z = (e + 1) * 8 < c ? (e + 1) * 8 : c;
+      if (sq) rows_sumsq(b, j0 + a, z - a, sq);
+      net_tile(&w, b, j0 + a, z - a, m, f, res, trimmed);
+      narrow(res, z - a, b->dt, out, j0 + a);
+      done -= z - a;
+      s = e;
+    }
+    taken += done;
   }
+  /* the register kernel counts kept columns; trimmed = taken - kept */
+  if (small && f > 0)
+    for (int i = 0; i < b->n; i++) trimmed[i] += (uint32_t)((int64_t)taken - kept[i]);
   net_put(&w);
   return RM_OK;
 }
@@ -782,7 +830,7 @@ typedef void (*pd_tile_fn)(const float *const *, int, size_t, double *, float *)
 static pd_tile_fn pd_tile_pick(void)
 {
 #ifdef AGG_HAVE_AVX2
-  if (agg_avx2()) return pd_tile_avx2;
+  if (rm__agg_avx2()) return pd_tile_avx2;
 #endif
   return pd_tile_base;
 }
@@ -816,8 +864,27 @@ static void f32_rows(const rm__agg_block_t *b, const int *sel, int k, size_t j0,
 
 rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
 {
+  return rm__agg_pair_dist_sq(b, d, NULL);
+}
+
+/* sum of squares of c f32 values in double (the norm's kernel) */
+static double sumsq_f32(const float *p, size_t c)
+{
+#ifdef AGG_HAVE_AVX2
+  if (rm__agg_avx2()) return norm_f32_avx2(p, c);
+#endif
+  return norm_f32_base(p, c);
+}
+
+rm_status_t rm__agg_pair_dist_sq(const rm__agg_block_t *b, double *d, double *sq)
+{
   int n = b->n;
-  if (b->dt == RM_F64 || n < 2) return rm__agg_pair_dist_ref(b, d);
+  if (b->dt == RM_F64 || n < 2) {
+    if (sq)
+      for (size_t j0 = 0; j0 < b->len; j0 += TILE)
+        rows_sumsq(b, j0, b->len - j0 < TILE ? b->len - j0 : TILE, sq);
+    return rm__agg_pair_dist_ref(b, d);
+  }
   size_t nn = (size_t)n * n;
   float *buf = malloc((size_t)n * TILE * sizeof *buf), *z = malloc((size_t)n * sizeof *z);
   const float **x = malloc((size_t)n * sizeof *x);
@@ -830,6 +897,8 @@ rm_status_t rm__agg_pair_dist(const rm__agg_block_t *b, double *d)
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE, c32 = c & ~(size_t)31;
     f32_rows(b, NULL, n, j0, c, buf, x);
     tile(x, n, c32, s, z);
+    if (sq) /* the rows are in L1 now: the norm's sums for free */
+      for (int i = 0; i < n; i++) sq[i] += sumsq_f32(x[i], c);
     for (int i = 0; i < n; i++) { /* non-finite values of the tile: counted when present */
       size_t cnt = 0;
       if (z[i] != 0)
@@ -1003,7 +1072,7 @@ rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
   }
   void (*tile)(const float *const *, int, size_t, double *) = mean_tile_base;
 #ifdef AGG_HAVE_AVX2
-  if (agg_avx2()) tile = mean_tile_avx2;
+  if (rm__agg_avx2()) tile = mean_tile_avx2;
 #endif
   for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
@@ -1152,7 +1221,7 @@ typedef void (*bu_tile_fn)(double *, int, size_t, const int *, const int *, int,
 static bu_tile_fn bu_tile_pick(void)
 {
 #ifdef AGG_HAVE_AVX2
-  if (agg_avx2()) return bu_tile_avx2;
+  if (rm__agg_avx2()) return bu_tile_avx2;
 #endif
   return bu_tile_base;
 }
