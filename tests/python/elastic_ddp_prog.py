@@ -32,7 +32,9 @@ def opt_arg(name, default, conv):
 
 
 STEPS = opt_arg("--steps", 120, int)
-COMMIT = opt_arg("--commit-every", 10, int)
+COMMIT = opt_arg("--commit-every", 10, int)  # 0: never (PER-STEP recovery)
+DIE = opt_arg("--die", None, str)  # rank 0 of generation 1 SIGKILLs itself at step DIE_STEP
+DIE_STEP = 41
 SLEEP_S = opt_arg("--step-sleep-ms", 0.0, float) / 1e3
 SINGLE = "--single" in sys.argv
 DT = torch.float32 if "--f32" in sys.argv else torch.float64  # f32: secure aggregation
@@ -79,6 +81,33 @@ ddp = torch.nn.parallel.DistributedDataParallel(net)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 state = elastic.TorchState(ddp, opt, step=0)  # the one line that makes it elastic
 worlds, contributors = [], []
+started = [0]  # steps this process began (redone ones included)
+
+
+def victim(phase):
+    """--die PHASE: this is the process to lose, and now is the moment"""
+    return (DIE == phase and state.step == DIE_STEP and ringmaster.generation() == 1
+            and dist.get_rank() == 0)
+
+
+def die():
+    import signal
+    print("elastic_ddp_prog: dying at step %d (%s)" % (state.step, DIE), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if DIE == "backward":  # while backward runs: before this rank's gradient is all-reduced
+    net[0].weight.register_hook(lambda g: die() if victim("backward") else None)
+if DIE == "allreduce" and dist.get_rank() == 0:  # a random moment inside the all-reduce
+    import random
+    import threading
+
+    def hook(_, bucket):
+        if victim("allreduce"):
+            threading.Timer(random.uniform(0.0, 0.0003), die).start()
+        fut = dist.all_reduce(bucket.buffer() / dist.get_world_size(), async_op=True)
+        return fut.get_future().then(lambda f: f.value()[0])
+    ddp.register_comm_hook(None, hook)
 
 
 @elastic.run
@@ -90,12 +119,19 @@ def train(state):
     while state.step < STEPS:
         i = rows(state.step, rank, world)
         opt.zero_grad()
+        started[0] += 1
+        if victim("forward"):
+            die()
         torch.nn.functional.mse_loss(ddp(X[i]), Y[i]).backward()
+        if victim("optimizer"):  # the all-reduce done here, the step not applied
+            die()
         opt.step()
+        if victim("after"):  # applied here, the step's counter not advanced
+            die()
         contributors.append(getattr(ddp, "rm_contributors", None))
         time.sleep(SLEEP_S)
         state.step += 1
-        if state.step % COMMIT == 0:
+        if COMMIT and state.step % COMMIT == 0:
             state.commit()
         if state.step % 10 == 0:
             print("elastic_ddp_prog: step %d" % state.step, flush=True)
@@ -103,6 +139,6 @@ def train(state):
 
 train(state)
 result({"rank": dist.get_rank(), "world": dist.get_world_size(), "rm_world": ringmaster.size(),
-        "worlds": worlds, "resets": state.resets, "contributors": contributors, "generation": ringmaster.generation(),
+        "worlds": worlds, "resets": state.resets, "started": started[0], "contributors": contributors, "generation": ringmaster.generation(),
         "ddp_group_is_default": ddp.process_group is dist.distributed_c10d._get_default_group()})
 ringmaster.finalize()

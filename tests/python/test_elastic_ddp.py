@@ -28,6 +28,18 @@ ordinary DDP program whose only elastic line is
                                members: the 2 survivors (same PIDs, worlds
                                [3, 3]) and the newcomer, parameters bitwise
                                equal on all 3 and within 1e-9 of 1 process.
+  test_elastic_ddp.py perstep_shrink / perstep_replace   PER-STEP recovery:
+                               the same program with no commit() at all;
+                               rank 0 SIGKILLs itself in step 41: before its
+                               forward, during its backward (before its
+                               gradient is sent), at a random moment inside
+                               the all-reduce, after the all-reduce before
+                               the optimizer step, and after the optimizer
+                               step; each a job. The survivors end bitwise
+                               equal and within 1e-9 of the 1-process run:
+                               every step applied exactly once, whichever
+                               survivors had applied step 41 (none rolled
+                               back to a commit; the log says so).
   test_elastic_ddp.py spec     the elastic program, 4 workers, under
                                aggregation median f = 1, backup with 1 backup
                                worker, secure_aggregation, rank 0 lost under
@@ -92,10 +104,12 @@ def wait_terminal(c, job, timeout_s):
     raise AssertionError("job %d not finished in %d s: %s" % (job, timeout_s, j))
 
 
-def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
+def elastic_ddp(c, policy, n=3, extra=None, prog_args=(), die=None):
     """n workers, rank 0 SIGKILLed after step 40; extra: spec fields (an
     aggregation or a straggler policy: then no 1-process comparison, the
-    method is not the mean). Returns the survivors' RESULT lines."""
+    method is not the mean). die: the program never commits and rank 0
+    SIGKILLs itself in that phase of step 41 (PER-STEP recovery). Returns
+    the survivors' RESULT lines."""
     ref = rmtest.run_group("elastic-ddp-single", 1, lambda r: [rmtest.PY, PROG, "--single"],
                            torchrun=False)
     ref = rmtest.results(ref[0])[0]["params"]
@@ -103,7 +117,8 @@ def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
     body = {"name": "elastic-ddp", "world_size": n, "workload": "command",
             "launcher": "local", "env": env, "on_failure": policy,
             "command": [rmtest.PY, PROG, "--steps", "120", "--step-sleep-ms", "30",
-                        "--commit-every", "10"] + list(prog_args)}
+                        "--commit-every", "0" if die else "10"] + list(prog_args)
+            + (["--die", die] if die else [])}
     body.update(extra or {})
     if policy == "replace":
         body["max_restarts"] = 1  # one replacement
@@ -114,9 +129,12 @@ def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
                         % n, 90)
     pid_of = {i: int(m.group(1)) for i, m in banners.items()}
     rank_of = {i: int(m.group(2)) for i, m in banners.items()}
-    wait_logs(c, jid, n, r"^elastic_ddp_prog: step 40$", 120)
     victim = [i for i in range(n) if rank_of[i] == 0][0]
-    os.kill(pid_of[victim], signal.SIGKILL)
+    if die:
+        wait_logs(c, jid, 1, r"^elastic_ddp_prog: dying at step 41 \(%s\)$" % die, 120)
+    else:
+        wait_logs(c, jid, n, r"^elastic_ddp_prog: step 40$", 120)
+        os.kill(pid_of[victim], signal.SIGKILL)
     j = wait_terminal(c, jid, 180)
     logs = {i: log_text(c, jid, i) for i in range(n)}
     assert j["state"] == "succeeded", (j, {i: t[-1500:] for i, t in logs.items()})
@@ -136,6 +154,13 @@ def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
                        logs[i])
         assert len(b) >= 2 and all(int(x[0]) == pid_of[i] for x in b), b
     assert not rmtest.results(logs[victim]), logs[victim][-1500:]
+    for i in survivors:  # PER-STEP: nothing rolled back to a commit
+        if die:
+            assert "optimizer steps applied here" in logs[i] and \
+                "rolling back to commit" not in logs[i], logs[i][-1500:]
+            # at most the step in flight is computed again
+            r = rmtest.results(logs[i])
+            assert r and r[0]["started"] <= 121, ("steps begun", r and r[0]["started"])
     if policy == "replace":  # the newcomer: launch index n, a new process
         more = sorted(glob.glob(os.path.join(c.logs, "job-%d" % jid, "worker-*.log")))
         assert len(more) == n + 1, more
@@ -155,9 +180,11 @@ def elastic_ddp(c, policy, n=3, extra=None, prog_args=()):
     scale = max(abs(x) for x in ref)
     dev = max(abs(a - b) for a, b in zip(got, ref)) / scale
     assert len(got) == len(ref) and dev <= 1e-9, ("parameters differ from 1 process", dev)
-    print("elastic DDP, rank 0 of 3 SIGKILLed at step >= 40 under %s: survivors kept "
+    print("elastic DDP, rank 0 of 3 SIGKILLed %s under %s: survivors kept "
           "PIDs %s, worlds [3, %d], parameters bitwise equal on %d ranks, %.2g (relative) "
-          "from the 1-process run" % (policy, sorted(pid_of[i] for i in survivors), world,
+          "from the 1-process run" % ("in the %s phase of step 41, no commit" % die if die
+                                      else "at step >= 40", policy,
+                                      sorted(pid_of[i] for i in survivors), world,
                                       len(res), dev))
 
 
@@ -248,6 +275,15 @@ def main():
         try:
             if what in ("shrink", "replace"):
                 elastic_ddp(c, what)
+            elif what.startswith("perstep_"):  # PER-STEP: every phase of the step
+                policy = what[len("perstep_"):]
+                # the all-reduce phase kills at a random moment: where one
+                # survivor's all-reduce completed and the other's did not
+                # the state must come from the first; more tries under shrink
+                more = ("allreduce", "allreduce") if policy == "shrink" else ()
+                for phase in ("forward", "backward", "allreduce") + more + ("optimizer",
+                                                                           "after"):
+                    elastic_ddp(c, policy, die=phase)
             elif what == "spec":
                 spec_elastic(c)
             elif what == "spec_in_place":

@@ -7,23 +7,40 @@ without restarting the surviving processes.
     def train(state):
         while state.step < STEPS:
             ...one step on this rank's shard (ringmaster.rank(), ringmaster.size())...
+            opt.step()
             state.step += 1
-            if state.step % 10 == 0:
-                state.commit()
 
     train(state)
 
-``commit()`` keeps a deep copy of the model's and optimizer's state dicts and
+PER-STEP recovery (a program that never calls ``commit()``; the state holds
+its optimizer): a failure loses at most the step in flight, and nothing is
+copied while training. The state counts the optimizer steps that returned on
+this rank (it wraps ``opt.step``). In a synchronous data-parallel program a
+rank can begin step s + 1's collective only after every rank began step s's,
+so when a member is lost the survivors' counts differ by at most one: those
+whose step-s all-reduce completed (they hold the complete sum: a collective
+returns only when every contribution arrived) applied step s, the others
+did not. After the re-formation every rank takes the state (model,
+optimizer, extras such as ``step``) of the rank that applied the most steps
+(the lowest such rank): they all applied the same averaged gradients, so
+any of them is the group's state, and step s is applied once, not redone.
+Cost without a failure: one integer increment per step. The extras must
+follow the optimizer step (advance ``state.step`` right after ``opt.step()``
+with no collective in between), as above. What is lost: the gradient work of
+the step in flight on the ranks that had not finished it.
+
+COMMIT-STYLE recovery, for programs that want checkpoint-like intervals
+(or hold no optimizer): ``commit()`` keeps a deep copy of the model's and optimizer's state dicts and
 of the extras (``step``, ``epoch``, anything passed as a keyword) in memory.
 When ``PeerLost``, ``Timeout``, ``Reconfigured`` (or ``Aborted`` /
 ``StaleGeneration``) is raised anywhere inside ``train`` -- also when torch
 wrapped it in a RuntimeError on the way out of DDP's reducer -- the wrapper
 
-1. rolls the state back to the last commit,
+1. rolls the state back to the last commit (COMMIT-STYLE; PER-STEP keeps it),
 2. ``ringmaster.reform()``: joins the next generation in this process (new
    rank and world),
-3. broadcasts the state from the rank holding the newest commit (the lowest
-   such rank; normally rank 0 of the new generation) -- a replacement that
+3. broadcasts the state from the rank holding the newest commit (PER-STEP:
+   the most optimizer steps; the lowest such rank) -- a replacement that
    just joined starts from it too; before that, a ``TorchState`` holding a
    ``DistributedDataParallel`` model on the ``ringmaster`` backend rebuilds
    the process group and DDP for the new world (ELASTIC DDP below),
@@ -32,7 +49,8 @@ wrapped it in a RuntimeError on the way out of DDP's reducer -- the wrapper
    data for the new world size,
 5. calls ``train(state)`` again.
 
-At most one commit interval of work is lost.
+At most one commit interval of work is lost (PER-STEP: the step in flight).
+The mode is the group's: PER-STEP until any rank has committed.
 
 ELASTIC DDP, in one line. An ordinary DDP program becomes elastic by
 handing its DDP model to the state::
@@ -98,6 +116,8 @@ class State:
         object.__setattr__(self, "_extra", dict(extra))
         object.__setattr__(self, "_saved", None)
         object.__setattr__(self, "_callbacks", [])
+        object.__setattr__(self, "_user_commits", 0)
+        object.__setattr__(self, "_applied", 0)
         self.commits = 0
         self.resets = 0
         self.last_reset = None
@@ -131,9 +151,23 @@ class State:
 
     # -- public
     def commit(self):
-        """Remember the current state (in memory) as the rollback point."""
+        """Remember the current state (in memory) as the rollback point.
+        A program that never calls it gets PER-STEP recovery instead (see
+        the module doc)."""
+        self._user_commits += 1
+        self._commit()
+
+    def _commit(self):
         self._saved = self._snapshot()
         self.commits += 1
+
+    def _per_step(self):
+        """PER-STEP mode: the program never committed and the state counts
+        the optimizer's steps."""
+        return self._user_commits == 0 and self._counts_steps()
+
+    def _counts_steps(self):
+        return False
 
     def restore(self):
         """Go back to the last commit."""
@@ -146,14 +180,20 @@ class State:
 
     def sync(self):
         """Make every rank's state that of the rank with the newest commit
-        (lowest rank among equals); then commit it everywhere."""
-        mine = np.array([self.commits], np.int64)
-        counts = _rm.allgather(mine).reshape(-1)
-        root = int(np.argmax(counts))  # first maximum: lowest rank
+        (lowest rank among equals); then commit it everywhere. In PER-STEP
+        mode: that of the rank that applied the most optimizer steps, and
+        nothing is copied."""
+        # the mode is the group's: a rank that just joined (no commits, no
+        # steps) follows the others
+        mine = np.array([self._user_commits, self._applied, self.commits], np.int64)
+        every = _rm.allgather(mine).reshape(-1, 3)
+        per_step = self._counts_steps() and int(every[:, 0].max()) == 0
+        root = int(np.argmax(every[:, 1] if per_step else every[:, 2]))  # lowest rank of the max
         self._broadcast(root)
-        n = int(counts[root])
-        self.commit()
-        self.commits = n
+        self._user_commits, self._applied = int(every[root, 0]), int(every[root, 1])
+        if not per_step:
+            self._commit()
+            self.commits = int(every[root, 2])
         return root
 
 
@@ -165,6 +205,8 @@ class TorchState(State):
         super().__init__(**extra)
         self.model = model
         self.optimizer = optimizer
+        if optimizer is not None:
+            _count_steps(optimizer, self)
         ddp = _ringmaster_ddp(model)
         if ddp is not None and ddp.process_group is not _default_group():
             raise ValueError("elastic.TorchState: this DistributedDataParallel model is "
@@ -175,6 +217,9 @@ class TorchState(State):
             # a member loss in the step's combination propagates to run()
             # (rolled back and rebuilt) instead of being redone in place
             ddp._rm_elastic = True
+
+    def _counts_steps(self):
+        return self.optimizer is not None
 
     def _after_reform(self):
         ddp = _ringmaster_ddp(self.model)
@@ -188,7 +233,16 @@ class TorchState(State):
             dist.destroy_process_group()
         dist.init_process_group("ringmaster", store=_ReformedStore(_rm.size()),
                                 rank=_rm.rank(), world_size=_rm.size())
+        # DDP's constructor broadcasts its rank 0's parameters and buffers
+        # (a collective a replacement joins from its own constructor, so it
+        # stays first); under PER-STEP rank 0 may not have applied the last
+        # step while another rank did: each rank keeps its own until sync()
+        # broadcasts the state from the right one (a copy at recovery only)
+        keep = [t.detach().clone() for t in ddp.module.state_dict().values()]
         torch.nn.parallel.DistributedDataParallel.__init__(ddp, ddp.module, *a, **k)
+        with torch.no_grad():
+            for t, v in zip(ddp.module.state_dict().values(), keep):
+                t.copy_(v)
         ddp._rm_elastic = True
 
     def _snapshot(self):
@@ -211,6 +265,23 @@ class TorchState(State):
         if self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root)
         State._broadcast(self, root)
+
+
+def _count_steps(optimizer, state):
+    """Wrap optimizer.step (on this instance) so that each step that
+    returned counts as applied (PER-STEP). A step that raised (its
+    collective failed) does not count."""
+    inner = optimizer.step
+    if getattr(inner, "_rm_counted", None) is not None:
+        inner = inner._rm_counted
+
+    @functools.wraps(inner)
+    def step(*a, **k):
+        out = inner(*a, **k)
+        state._applied += 1
+        return out
+    step._rm_counted = inner
+    optimizer.step = step
 
 
 def _default_group():
@@ -319,12 +390,16 @@ def run(func=None, *, on_reset=None, max_resets=64, verbose=True):
                         state.resets += 1
                         if state.resets > max_resets:
                             raise
+                        per_step = state._per_step()
                         if verbose:
-                            print("ringmaster.elastic: rank %d generation %d: %s; rolling "
-                                  "back to commit %d and re-forming"
-                                  % (_rm.rank(), _rm.generation(), err, state.commits),
+                            print("ringmaster.elastic: rank %d generation %d: %s; %s and "
+                                  "re-forming" % (_rm.rank(), _rm.generation(), err,
+                                                  "%d optimizer steps applied here"
+                                                  % state._applied if per_step else
+                                                  "rolling back to commit %d" % state.commits),
                                   file=sys.stderr, flush=True)
-                        state.restore()
+                        if not per_step:
+                            state.restore()
                         try:
                             info = _rm.reform()
                             state._after_reform()
