@@ -74,7 +74,7 @@
 
 #define RELAY_LANES_MAX 65535u
 #define MERGE_SCAN 8     /* entries an identical one may merge into */
-#define PARTS_MAX 2      /* slices of one message (server.c head_then: 1 or 2) */
+#define PARTS_MAX 2      /* slices of one message (server_out.c head_then: 1 or 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
 #define OUT_FIRST 4      /* an outbox's first room: a barrier's or a step's
@@ -218,7 +218,7 @@ static void out_free(rl_out_t *e)
 }
 
 /* bb's slices into part (referenced; flattened into one when there are
- * more than PARTS_MAX, never: server.c makes 1 or 2); bb is destroyed. */
+ * more than PARTS_MAX, never: server_out.c makes 1 or 2); bb is destroyed. */
 static int take_parts(grpc_byte_buffer *bb, grpc_slice part[PARTS_MAX])
 {
   grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
@@ -535,7 +535,7 @@ static int cmp_u64(const void *a, const void *b)
  * none of it may go out as it is (a Join answer naming a generation that
  * is not stored, a released barrier, a push). Every lane those entries
  * name gets one entry instead: its end with the storage failure, as a
- * Session whose message was rolled back ends (server.c rm__rpc_out_fail), so
+ * Session whose message was rolled back ends (server_out.c rm__rpc_out_fail), so
  * its worker retries or re-joins as across a coordinator restart. A lane
  * whose end the section had queued keeps that end's entry in c->out (it
  * retires the lane at the flush); a lane given only a message is ended
