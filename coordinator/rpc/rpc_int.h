@@ -30,6 +30,30 @@ void rm__rpc_watch_kick(rm_coord_t *c, rm__job_t *j);                          /
 void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why);           /* server_out.c */
 void rm__rpc_out_flush(rm_coord_t *c);                                     /* server_out.c */
 
+/* ---- the RPC layer's state (the core holds it opaque: c->rpc) ---- */
+typedef struct rm__server rm__server_t;
+typedef struct rm__out {
+  rm__call_t *call;
+  int code;                     /* grpc_status_code; -1 = stream message */
+  char *details;
+  void *bb;                     /* grpc_byte_buffer *, may be NULL (always
+                                 * for a relay lane: relay.c PENDING) */
+} rm__out_t;
+struct rm__rpc {
+  rm__out_t *out;               /* replies waiting for COMMIT (server_out.c) */
+  size_t nout, capout;
+  /* RELAYS (relay.c): the Relay calls not yet ended, and those whose
+   * batches rm__rpc_out_flush must start */
+  rm__call_t *relays;
+  rm__call_t **relay_kick;
+  size_t nrelay_kick, caprelay_kick;
+  rm__server_t *srv;            /* server.c; NULL when not started */
+};
+/* Made by the wiring (coord.c) before the first call and freed after the
+ * last commit (waiters.c). */
+rm__rpc_t *rm__rpc_open(void);
+void rm__rpc_close(rm__rpc_t *r);
+
 /* ---- server.c: the gRPC server's lifecycle ---- */
 rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen);
 void rm__server_stop(rm_coord_t *c);

@@ -216,7 +216,7 @@ static void post_request(rm_coord_t *c, int cq, int method)
 {
   rm__gcall_t *g = rm__xcalloc(1, sizeof *g);
   rm__call_t *k = &g->k;
-  rm__server_t *s = c->srv;
+  rm__server_t *s = c->rpc->srv;
   grpc_completion_queue *q = s->sh[cq].cq;
   grpc_call_error rc;
   k->c = c;
@@ -246,7 +246,7 @@ static void post_requests(rm_coord_t *c, int cq)
 {
   post_request(c, cq, -1);
   for (int m = 0; m < RM__M_COUNT; m++)
-    for (int i = 0; c->srv->reg[m] && i < REQUESTS_PER_METHOD; i++) post_request(c, cq, m);
+    for (int i = 0; c->rpc->srv->reg[m] && i < REQUESTS_PER_METHOD; i++) post_request(c, cq, m);
 }
 
 static void tick(rm_coord_t *c)
@@ -280,7 +280,7 @@ static void on_shutdown_tag(rm__server_t *s)
  * while this group is still being gathered. */
 static int gather(rm_coord_t *c, const grpc_event *e, ev_t *ev, int *n)
 {
-  rm__server_t *s = c->srv;
+  rm__server_t *s = c->rpc->srv;
   if (e->tag == &shutdown_tag) {
     on_shutdown_tag(s);
     return 1;
@@ -304,7 +304,7 @@ static void *cq_thread(void *arg)
 {
   rm__shard_t *sh = arg;
   rm_coord_t *c = sh->c;
-  rm__server_t *s = c->srv;
+  rm__server_t *s = c->rpc->srv;
   int ticks = sh->index == 0, done = 0;
   int64_t next_tick = rm__now_ns() + (ticks ? TICK_NS : 10 * TICK_NS);
   ev_t *ev = rm__xcalloc((size_t)s->group_max, sizeof *ev);
@@ -415,7 +415,7 @@ rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)
     s->sh[i].cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->sh[i].cq, NULL);
   }
-  c->srv = s;
+  c->rpc->srv = s;
   int bound = creds ? grpc_server_add_http2_port(s->server, c->opt.grpc_addr, creds) : 0;
   if (creds) grpc_server_credentials_release(creds);
   if (bound <= 0) {
@@ -472,7 +472,7 @@ static void shards_stop(rm__server_t *s)
 
 void rm__server_stop(rm_coord_t *c)
 {
-  rm__server_t *s = c->srv;
+  rm__server_t *s = c->rpc->srv;
   if (!s) return;
   if (s->server) {
     rm__lock(c);
@@ -496,6 +496,6 @@ void rm__server_stop(rm_coord_t *c)
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
-  c->srv = NULL;
+  c->rpc->srv = NULL;
   grpc_shutdown();
 }

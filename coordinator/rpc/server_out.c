@@ -110,11 +110,11 @@ void rm__out_push(rm_coord_t *c, rm__call_t *k, int code,
     if (code < 0) return;
     details = NULL, bb = NULL; /* an end: its entry here retires the lane at the flush */
   }
-  if (c->nout == c->capout) {
-    c->capout = c->capout ? 2 * c->capout : 16;
-    c->out = rm__xrealloc(c->out, c->capout * sizeof *c->out);
+  if (c->rpc->nout == c->rpc->capout) {
+    c->rpc->capout = c->rpc->capout ? 2 * c->rpc->capout : 16;
+    c->rpc->out = rm__xrealloc(c->rpc->out, c->rpc->capout * sizeof *c->rpc->out);
   }
-  rm__out_t *o = &c->out[c->nout++];
+  rm__out_t *o = &c->rpc->out[c->rpc->nout++];
   o->call = k;
   o->code = code;
   o->details = details ? rm__xstrdup(details) : NULL;
@@ -414,11 +414,11 @@ void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
   snprintf(msg, sizeof msg, "storage: %s (%s); nothing of this call was stored, retry later",
            full ? "the coordinator's disk is full" : "the coordinator cannot write its database",
            why && *why ? why : "write failed");
-  for (size_t i = 0; i < c->nout; i++) {
-    rm__out_t o = c->out[i];
+  for (size_t i = 0; i < c->rpc->nout; i++) {
+    rm__out_t o = c->rpc->out[i];
     rm__call_t *call = o.call;
     if (call->up || call->method == RM__M_RELAY) {
-      c->out[k++] = o;
+      c->rpc->out[k++] = o;
       continue;
     }
     if (o.code < 0 && !claim_answer(call)) { /* its final is queued: drop the message */
@@ -433,16 +433,16 @@ void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
     o.code = code;
     o.details = rm__xstrdup(msg);
     c->ctr.grpc_errors_total++;
-    c->out[k++] = o;
+    c->rpc->out[k++] = o;
   }
-  c->nout = k;
+  c->rpc->nout = k;
   rm__relay_fail(c, code, msg);
 }
 
 void rm__rpc_out_flush(rm_coord_t *c)
 {
-  for (size_t i = 0; i < c->nout; i++) {
-    rm__out_t *o = &c->out[i];
+  for (size_t i = 0; i < c->rpc->nout; i++) {
+    rm__out_t *o = &c->rpc->out[i];
     rm__call_t *k = o->call;
     if (k->up || k->method == RM__M_RELAY) { /* RELAYS: a lane's, a relay's own */
       rm__relay_out(c, o);
@@ -465,11 +465,11 @@ void rm__rpc_out_flush(rm_coord_t *c)
     G(k)->later[G(k)->nlater++] = *o; /* with the outbox's reference */
     rm__session_next(k);
   }
-  c->nout = 0;
-  if (c->capout > OUTBOX_KEEP) { /* a fan-out's room goes with it (RSS) */
-    free(c->out);
-    c->out = NULL;
-    c->capout = 0;
+  c->rpc->nout = 0;
+  if (c->rpc->capout > OUTBOX_KEEP) { /* a fan-out's room goes with it (RSS) */
+    free(c->rpc->out);
+    c->rpc->out = NULL;
+    c->rpc->capout = 0;
   }
   rm__relay_kick_all(c);
 }

@@ -166,6 +166,16 @@ void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *
   rm__reply(c, p->call, full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE, msg, NULL);
 }
 
+rm__rpc_t *rm__rpc_open(void) { return rm__xcalloc(1, sizeof(rm__rpc_t)); }
+
+void rm__rpc_close(rm__rpc_t *r)
+{
+  if (!r) return;
+  free(r->out);
+  free(r->relay_kick);
+  free(r);
+}
+
 const rm__answer_ops_t rm__rpc_answer_ops = {
     .join = rm__rpc_answer_join,
     .barrier = rm__rpc_answer_barrier,
