@@ -178,6 +178,37 @@ static void stream_verdict(const char *name, const phase_t *p, int n, const char
   }
 }
 
+/* K rounds of command kind (BARRIER or GATE, arg k = 0 .. K-1), each
+ * started in every client at once: their latencies appended to acc's
+ * buffer (acc->n_lat) and their gzip answers counted (acc->n_gzip), their
+ * bounds in *t0 and *t1 and the sum of the rounds' lengths in *sum_ms. A
+ * round's failures count in out (a gate step must drop exactly one worker)
+ * and end the rounds. 0, or -1 when a client failed (the run ends). */
+static int run_rounds(int kind, int rounds, int wait_s, size_t per, const char *what,
+                      phase_t *acc, result_t *out, int64_t *t0, int64_t *t1, double *sum_ms)
+{
+  for (int k = 0; k < rounds; k++) {
+    phase_t one = *acc;
+    one.t_first = one.t_last = 0;
+    if (run_phase((load_cmd_t){kind, k}, wait_s, per, &one)) return -1;
+    *sum_ms += (double)(one.t_last - one.t_first) / 1e6;
+    if (!k) *t0 = one.t_first;
+    *t1 = one.t_last;
+    out->failures += phase_failures(what, &one);
+    if (kind == LOAD_CMD_GATE) {
+      if (!out->failures && one.n_dropped != 1) {
+        fprintf(stderr, "rm-coord-load: step %d: %d workers dropped, want 1\n", k, one.n_dropped);
+        out->failures++;
+      }
+      out->gate_dropped += one.n_dropped;
+    }
+    acc->n_lat = one.n_lat;
+    acc->n_gzip = one.n_gzip;
+    if (out->failures) break;
+  }
+  return 0;
+}
+
 static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
 {
   phase_t ph;
@@ -246,18 +277,10 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   pb.ranks = ph.ranks;
   double round_sum = 0;
   int64_t bar_t0 = 0, bar_t1 = 0;
-  for (int k = 0; k < o->rounds; k++) {
-    phase_t one = pb;
-    one.t_first = one.t_last = 0;
-    cmd = (load_cmd_t){LOAD_CMD_BARRIER, k};
-    if (run_phase(cmd, wait_s, per, &one)) goto out;
-    round_sum += (double)(one.t_last - one.t_first) / 1e6;
-    if (!k) bar_t0 = one.t_first;
-    bar_t1 = one.t_last;
-    out->failures += phase_failures("barrier", &one);
-    pb.n_lat = one.n_lat;
-    if (out->failures) goto done;
-  }
+  if (run_rounds(LOAD_CMD_BARRIER, o->rounds, wait_s, per, "barrier", &pb, out, &bar_t0,
+                 &bar_t1, &round_sum))
+    goto out;
+  if (out->failures) goto done;
   usage_t ub = coord_usage(load_g.coord);
   out->cpu_bar = ub.cpu_s - u1.cpu_s;
   out->cli_bar = clients_cpu() - k1;
@@ -280,24 +303,12 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     usage_t g0 = coord_usage(load_g.coord);
     double gk0 = clients_cpu();
     int64_t gt0 = 0, gt1 = 0;
-    for (int k = 0; k < o->gate; k++) {
-      phase_t one = pg;
-      one.t_first = one.t_last = 0;
-      cmd = (load_cmd_t){LOAD_CMD_GATE, k};
-      if (run_phase(cmd, wait_s, per, &one)) goto out;
-      if (!k) gt0 = one.t_first;
-      gt1 = one.t_last;
-      out->failures += phase_failures("step gate", &one);
-      if (!out->failures && one.n_dropped != 1) {
-        fprintf(stderr, "rm-coord-load: step %d: %d workers dropped, want 1\n", k, one.n_dropped);
-        out->failures++;
-      }
-      pg.n_lat = one.n_lat;
-      pg.n_gzip = one.n_gzip;
-      out->gate_dropped += one.n_dropped;
-      out->gate_gzip = pg.n_gzip;
-      if (out->failures) goto done;
-    }
+    double steps_ms = 0;
+    int rc_gate = run_rounds(LOAD_CMD_GATE, o->gate, wait_s, per, "step gate", &pg, out, &gt0,
+                             &gt1, &steps_ms);
+    out->gate_gzip = pg.n_gzip;
+    if (rc_gate) goto out;
+    if (out->failures) goto done;
     out->cpu_gate = coord_usage(load_g.coord).cpu_s - g0.cpu_s;
     out->cli_gate = clients_cpu() - gk0;
     mark("gate", gt0, gt1);
