@@ -154,6 +154,21 @@ void call_finish(op_t *o)
   o->recv = NULL;
 }
 
+void recv_start(grpc_call *call, int first, grpc_metadata_array *md1, grpc_byte_buffer **recv,
+                void *tag)
+{
+  grpc_op ops[2];
+  size_t k = 0;
+  memset(ops, 0, sizeof ops);
+  if (first) {
+    ops[k].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[k++].data.recv_initial_metadata.recv_initial_metadata = md1;
+  }
+  ops[k].op = GRPC_OP_RECV_MESSAGE;
+  ops[k++].data.recv_message.recv_message = recv;
+  if (grpc_call_start_batch(call, ops, k, tag, NULL) != GRPC_CALL_OK) abort();
+}
+
 /* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
 grpc_event cq_wait(client_t *c, int64_t deadline_ns)
 {
@@ -199,6 +214,16 @@ void cancel_all(client_t *c, int nops)
     call_finish(&c->ops[i]);
     busy--;
   }
+}
+
+int next_answer(client_t *c, int64_t deadline_ns, int left, const char *what, load_res_t *res)
+{
+  int i = next_done(c, deadline_ns);
+  if (i >= 0) return i;
+  note(res, "%d %s calls unanswered past the deadline", left, what);
+  res->n_err += left;
+  cancel_all(c, c->n);
+  return -1;
 }
 
 void note(load_res_t *r, const char *fmt, ...)

@@ -127,11 +127,21 @@ grpc_slice answer_bytes(grpc_byte_buffer *bb);
 void call_start(client_t *c, int i, int ch, const char *method, const ProtobufCMessage *req,
                 int deadline_s, int auth);
 void call_finish(op_t *o);
+/* A stream's RECV_MESSAGE batch into *recv (first: with its
+ * RECV_INITIAL_METADATA into *md1), tagged tag (SESS_TAG); a batch that
+ * cannot start aborts the client, as every stream batch does. */
+void recv_start(grpc_call *call, int first, grpc_metadata_array *md1, grpc_byte_buffer **recv,
+                void *tag);
 /* Next completion of an op, or -1 when none came by deadline_ns.  SESSIONS:
  * stream events that come meanwhile are handled (sess_event). */
 int next_done(client_t *c, int64_t deadline_ns);
 /* Cancel every busy call and wait for their completions (bounded). */
 void cancel_all(client_t *c, int nops);
+/* The next answered op of a phase of one call a worker, `left` of them
+ * unanswered, or -1 when none came by deadline_ns: then those `left`
+ * count as errors (noted: "<left> <what> calls unanswered past the
+ * deadline") and every busy call is cancelled. */
+int next_answer(client_t *c, int64_t deadline_ns, int left, const char *what, load_res_t *res);
 /* A call ended with a non-OK status: count it, note the first. */
 void rpc_error(load_res_t *r, const op_t *o, const char *what, int g);
 

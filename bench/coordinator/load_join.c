@@ -461,13 +461,8 @@ void phase_join(client_t *c, load_res_t *res)
   }
   int left = c->n;
   while (left > 0) {
-    int i = next_done(c, dl + 60 * 1000000000LL);
-    if (i < 0) {
-      note(res, "%d Join calls unanswered past the deadline", left);
-      res->n_err += left;
-      cancel_all(c, c->n);
-      break;
-    }
+    int i = next_answer(c, dl + 60 * 1000000000LL, left, "Join", res);
+    if (i < 0) break;
     op_t *o = &c->ops[i];
     if (o->st != GRPC_STATUS_OK) {
       rpc_error(res, o, "Join", c->cfg->lo + i);

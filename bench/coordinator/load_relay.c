@@ -109,17 +109,8 @@ static void rl_batch(struct relay *r, int i, const grpc_op *ops, size_t n, int k
 
 static void rl_recv(struct relay *r, int i, int first)
 {
-  grpc_op ops[2];
-  size_t k = 0;
-  memset(ops, 0, sizeof ops);
-  if (first) {
-    ops[k].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[k++].data.recv_initial_metadata.recv_initial_metadata = &r->md1;
-  }
-  ops[k].op = GRPC_OP_RECV_MESSAGE;
-  ops[k++].data.recv_message.recv_message = &r->recv;
   r->recving = 1;
-  rl_batch(r, i, ops, k, SK_RECV);
+  recv_start(r->call, first, &r->md1, &r->recv, SESS_TAG(i, SK_RECV));
 }
 
 /* One RelayRequest of the lanes in `lanes` (local indices; NULL: all),

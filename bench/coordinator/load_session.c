@@ -144,17 +144,8 @@ static void sess_batch(sess_t *s, const grpc_op *ops, size_t n, int w, int kind)
 /* RECV_MESSAGE (with RECV_INITIAL_METADATA the first time). */
 static void sess_recv(sess_t *s, int w, int first)
 {
-  grpc_op ops[2];
-  size_t k = 0;
-  memset(ops, 0, sizeof ops);
-  if (first) {
-    ops[k].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[k++].data.recv_initial_metadata.recv_initial_metadata = &s->md1;
-  }
-  ops[k].op = GRPC_OP_RECV_MESSAGE;
-  ops[k++].data.recv_message.recv_message = &s->recv;
   s->recving = 1;
-  sess_batch(s, ops, k, w, SK_RECV);
+  recv_start(s->call, first, &s->md1, &s->recv, SESS_TAG(w, SK_RECV));
 }
 
 /* One message of local worker w (first: with the initial metadata; bar:

@@ -55,13 +55,8 @@ void phase_barrier(client_t *c, int k, load_res_t *res)
   }
   int64_t dl = rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL;
   for (int left = c->n; left > 0; left--) {
-    int i = next_done(c, dl);
-    if (i < 0) {
-      note(res, "%d Barrier calls unanswered past the deadline", left);
-      res->n_err += left;
-      cancel_all(c, c->n);
-      break;
-    }
+    int i = next_answer(c, dl, left, "Barrier", res);
+    if (i < 0) break;
     op_t *o = &c->ops[i];
     if (o->st != GRPC_STATUS_OK) {
       rpc_error(res, o, "Barrier", c->cfg->lo + i);
@@ -151,13 +146,8 @@ void phase_gate(client_t *c, int step, load_res_t *res)
   }
   int64_t dl = rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL;
   for (int left = c->n; left > 0; left--) {
-    int i = next_done(c, dl);
-    if (i < 0) {
-      note(res, "%d StepGate calls unanswered past the deadline", left);
-      res->n_err += left;
-      cancel_all(c, c->n);
-      break;
-    }
+    int i = next_answer(c, dl, left, "StepGate", res);
+    if (i < 0) break;
     op_t *o = &c->ops[i];
     if (o->st != GRPC_STATUS_OK) {
       rpc_error(res, o, "StepGate", c->cfg->lo + i);
