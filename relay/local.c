@@ -47,11 +47,7 @@ void rm__lc_unref(relay_t *r, lc_t *l)
 
 static void lc_batch(lc_t *l, const grpc_op *ops, size_t n, int kind)
 {
-  l->refs++;
-  if (grpc_call_start_batch(l->call, ops, n, rm__relay_tag(l, kind), NULL) != GRPC_CALL_OK) {
-    RM_ERROR("relay: a batch on a worker's Session could not start");
-    l->refs--;
-  }
+  rm__relay_batch(l->call, l, &l->refs, ops, n, kind, "a worker's Session");
 }
 
 static void lc_recv(lc_t *l)

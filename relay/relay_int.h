@@ -11,6 +11,8 @@
 #include <grpc/grpc.h>
 #include <stdint.h>
 
+#include "rm_log.h"
+
 #define LANES_MAX 65535u
 #define BEAT_MS 100      /* a heartbeat waits at most this to travel with others */
 #define TICK_MS 100      /* the loop's longest wait */
@@ -83,6 +85,19 @@ typedef struct {
 /* A completion's tag: a record's address with the event kind in the low
  * 3 bits. */
 static inline void *rm__relay_tag(void *p, int kind) { return (char *)p + kind; }
+
+/* Start a batch on call, tagged rec with kind, holding one of rec's
+ * references (*refs) until it completes; `what` names the call when the
+ * batch cannot start (then it holds none). */
+static inline void rm__relay_batch(grpc_call *call, void *rec, int *refs, const grpc_op *ops,
+                                   size_t n, int kind, const char *what)
+{
+  (*refs)++;
+  if (grpc_call_start_batch(call, ops, n, rm__relay_tag(rec, kind), NULL) != GRPC_CALL_OK) {
+    RM_ERROR("relay: a batch on %s could not start", what);
+    (*refs)--;
+  }
+}
 
 /* A received message's bytes as one slice (empty when none). */
 static inline grpc_slice rm__relay_bb_slice(grpc_byte_buffer *bb)

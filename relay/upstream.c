@@ -55,11 +55,7 @@ void rm__up_unref(relay_t *r, up_t *u)
 
 static void up_batch(up_t *u, const grpc_op *ops, size_t n, int kind)
 {
-  u->refs++;
-  if (grpc_call_start_batch(u->call, ops, n, rm__relay_tag(u, kind), NULL) != GRPC_CALL_OK) {
-    RM_ERROR("relay: a batch on the coordinator stream could not start");
-    u->refs--;
-  }
+  rm__relay_batch(u->call, u, &u->refs, ops, n, kind, "the coordinator stream");
 }
 
 static void up_recv(up_t *u, int first)

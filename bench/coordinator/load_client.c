@@ -179,16 +179,34 @@ grpc_event cq_wait(client_t *c, int64_t deadline_ns)
   return grpc_completion_queue_next(c->cq, dl, NULL);
 }
 
+/* A stream's batch completed (tag < 0): a relay stream's (RELAYS) or a
+ * worker's own Session or Watch (SESSIONS). */
+static void stream_event(client_t *c, intptr_t tag, int success)
+{
+  if (c->rl) relay_event(c, tag, success);
+  else sess_event(c, tag, success);
+}
+
+int stream_wait(client_t *c, int want, int64_t deadline_ns)
+{
+  while (c->s_done < want) {
+    grpc_event ev = cq_wait(c, deadline_ns);
+    if (ev.type != GRPC_OP_COMPLETE) return -1;
+    if ((intptr_t)ev.tag < 0) stream_event(c, (intptr_t)ev.tag, ev.success);
+    /* else an op left by an earlier phase's bounded cancel_all: ignored */
+  }
+  return 0;
+}
+
 /* Next completion of an op, or -1 when none came by deadline_ns.  SESSIONS:
- * stream events that come meanwhile are handled (sess_event). */
+ * stream events that come meanwhile are handled (stream_event). */
 int next_done(client_t *c, int64_t deadline_ns)
 {
   for (;;) {
     grpc_event ev = cq_wait(c, deadline_ns);
     if (ev.type != GRPC_OP_COMPLETE) return -1;
     if ((intptr_t)ev.tag < 0) {
-      if (c->rl) relay_event(c, (intptr_t)ev.tag, ev.success); /* RELAYS */
-      else sess_event(c, (intptr_t)ev.tag, ev.success);
+      stream_event(c, (intptr_t)ev.tag, ev.success);
       continue;
     }
     int i = (int)(intptr_t)ev.tag;

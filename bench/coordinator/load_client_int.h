@@ -165,6 +165,9 @@ void join_req(client_t *c, int i, uint64_t worker_id, int64_t deadline_ns,
 ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
 /* Next event of the queue, or type GRPC_QUEUE_TIMEOUT at deadline_ns. */
 grpc_event cq_wait(client_t *c, int64_t deadline_ns);
+/* Handle stream events (sess_event, or relay_event with --relay) until
+ * c->s_done reaches want; -1 at the deadline. */
+int stream_wait(client_t *c, int want, int64_t deadline_ns);
 /* The first failure's words, kept in r->msg. */
 void note(load_res_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A stream failure, counted in the stream phase under way or the next

@@ -420,18 +420,6 @@ void sess_event(client_t *c, intptr_t tag, int success)
   sess_release(c, s);
 }
 
-/* Handle events until s_done reaches want; -1 at the deadline. */
-static int sess_wait(client_t *c, int want, int64_t deadline_ns)
-{
-  while (c->s_done < want) {
-    grpc_event ev = cq_wait(c, deadline_ns);
-    if (ev.type != GRPC_OP_COMPLETE) return -1;
-    if ((intptr_t)ev.tag < 0) sess_event(c, (intptr_t)ev.tag, ev.success);
-    /* else an op left by an earlier phase's bounded cancel_all: ignored */
-  }
-  return 0;
-}
-
 /* Cancel every open stream and wait (bounded) until each is released. */
 void sess_teardown(client_t *c)
 {
@@ -469,7 +457,7 @@ void phase_open(client_t *c, load_res_t *res)
   c->s_done = 0;
   res->t_first = rm__now_ns();
   for (int w = 0; w < c->n; w++) sess_open(c, w);
-  if (sess_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
+  if (stream_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
     note(res, "%d %s opens not sent past the deadline", c->n - c->s_done, SESS_WHAT(c));
     res->n_err += c->n - c->s_done;
   }
@@ -510,7 +498,7 @@ void phase_owed_sess(client_t *c, int kind, int k, load_res_t *res)
       sess_bar_send(c, w);
     }
   }
-  if (sess_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
+  if (stream_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
     int left = c->n - c->s_done;
     note(res, "%d %s answers not received on the Sessions past the deadline", left,
          c->s_phase == LOAD_CMD_GATE ? "gate" : "barrier");
@@ -610,7 +598,7 @@ void phase_close(client_t *c, load_res_t *res)
     sess_batch(s, &op, 1, w, SK_CLOSE);
     want++;
   }
-  if (sess_wait(c, want, rm__now_ns() + (int64_t)(HEARTBEAT_DEADLINE_S + 20) * 1000000000LL)) {
+  if (stream_wait(c, want, rm__now_ns() + (int64_t)(HEARTBEAT_DEADLINE_S + 20) * 1000000000LL)) {
     note(res, "%d %s without a status %d s after the close", want - c->s_done, SESS_WHATS(c),
          HEARTBEAT_DEADLINE_S + 20);
     res->n_err += want - c->s_done;
