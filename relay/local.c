@@ -20,7 +20,6 @@
  *   SEND     one message in flight; what the coordinator sends the lane is
  *            queued behind it (SessionResponse bytes, then the lane's end
  *            with its status), started in order.
- *
  */
 #include <grpc/grpc.h>
 #include <stdlib.h>

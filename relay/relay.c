@@ -43,7 +43,6 @@
  * SIGINT / SIGTERM end it: every lane ends UNAVAILABLE, every stream is
  * cancelled, and the queue is drained before exit.
  */
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -58,10 +57,8 @@
 #include "relay.h"
 #include "relay_int.h"
 #include "rm_channel.h"
-#include "ringmaster/v1/messages.pb-c.h"
 #include "rm_clock.h"
 #include "rm_log.h"
-#include "rm_pbwire.h"
 #include "rm_signal.h"
 
 static volatile sig_atomic_t stop_flag;

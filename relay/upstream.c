@@ -1,6 +1,6 @@
 /*
  * upstream.c - the relay's client side: the Relay streams to the
- * coordinator and what comes back on them. Owns an up_t from up_open to
+ * coordinator and what comes back on them. Owns an up_t from rm__up_open to
  * its last reference (batches outstanding + lanes naming it). Invariants:
  * one RelayRequest in flight per stream, carrying everything queued
  * meanwhile; lane numbers are never reused on a stream.
@@ -8,7 +8,7 @@
  * UPSTREAM (up_t), one Relay stream: created when a Session arrives and
  * there is none, or the newest ended, or its 65,535 lane numbers are used
  * (lane numbers are never reused on a stream; one that is no longer the
- * newest is half-closed once its last lane ended: up_maybe_close). Its
+ * newest is half-closed once its last lane ended: rm__up_maybe_close). Its
  * RelayRequests carry the
  * queued RelayIns, hand-framed (the workers' SessionRequest bytes as they
  * came), one message in flight: everything queued while one is in flight
@@ -21,7 +21,6 @@
  * coordinator ended: ..."): the workers re-open their Sessions (here, on
  * a new stream; or, if the relay is gone, at the coordinator), and the
  * coordinator declares none of them lost for it.
- *
  */
 #include <grpc/grpc.h>
 #include <stdio.h>

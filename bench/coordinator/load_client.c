@@ -35,13 +35,8 @@
  *              N and exactly one rank out, dropped exactly when it is the
  *              worker's own.
  *
- * Checking N answers of N peers each is O(N^2) bytes (65,536 workers: ~170
- * GB), so the first formed answer is unpacked and verified in full (the
- * reference), and every later one is scanned field by field at the top level
- * only: when its repeated-peers bytes are byte-identical to the reference's,
- * the peer list is the verified one (a memcmp).  An answer whose bytes differ
- * is unpacked and compared entry by entry (slow path; n_fast counts the fast
- * ones).  Each answer is freed as soon as it is checked.
+ * Checking every Join answer in full would cost O(N^2) bytes: how the
+ * checks avoid that is in load_join.c.
  *
  * The client is four files sharing load_client_int.h: this one (the
  * calls, the process and its command loop, the pipes), load_join.c (the

@@ -32,8 +32,8 @@ typedef struct {
   int ok;                              /* its step-wide facts hold (gate_step_ok) */
 } gate_kept_t;
 
-/* SESSIONS: one worker's Session stream, or (WATCHES) its Watch call (see
- * the file comment). */
+/* SESSIONS: one worker's Session stream, or (WATCHES) its Watch call
+ * (load_session.c). */
 typedef struct {
   grpc_call *call;             /* NULL: not open, or released */
   grpc_byte_buffer *send;      /* the message of the send in flight */

@@ -3,6 +3,14 @@
  * calls Join until formed, and every answer is checked (load_client.c
  * Checks), the first in full, the rest against it.
  *
+ * Checking N answers of N peers each is O(N^2) bytes (65,536 workers: ~170
+ * GB), so the first formed answer is unpacked and verified in full (the
+ * reference), and every later one is scanned field by field at the top level
+ * only: when its repeated-peers bytes are byte-identical to the reference's,
+ * the peer list is the verified one (a memcmp).  An answer whose bytes differ
+ * is unpacked and compared entry by entry (slow path; n_fast counts the fast
+ * ones).  Each answer is freed as soon as it is checked.
+ *
  * GZIP.  Unless --plain, every Join asks for a gzip answer
  * (JoinRequest.accept_gzip) and the channels leave messages compressed
  * (GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION 0: no O(N^2) inflating on
