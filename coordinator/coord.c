@@ -47,6 +47,7 @@ rm_status_t rm_coord_open(const rm_coord_options_t *o, rm_coord_t **out,
   if (c->opt.max_message_bytes <= 0) c->opt.max_message_bytes = 4 << 20;
   if (c->opt.step_window <= 0) c->opt.step_window = 4096;
   c->answer = &rm__rpc_answer_ops; /* the core answers through rpc/ */
+  c->rpc = rm__rpc_open();         /* and rpc/ keeps its own state there */
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->sub_mu, NULL);
   pthread_condattr_t ca;
@@ -65,7 +66,6 @@ rm_status_t rm_coord_open(const rm_coord_options_t *o, rm_coord_t **out,
   *out = c;
   return RM_OK;
 fail:
-  c->srv = NULL;
   rm_coord_close(c);
   return st;
 }
@@ -79,7 +79,7 @@ void rm_coord_close(rm_coord_t *c)
   c->closing = 1;
   pthread_cond_broadcast(&c->ev_cond);
   rm__commit(c);
-  if (c->srv) rm__server_stop(c);
+  rm__server_stop(c);
   rm__lock(c);
   for (size_t i = 0; i < c->njobs; i++) {
     rm__job_t *j = c->jobs[i];
@@ -89,6 +89,7 @@ void rm_coord_close(rm_coord_t *c)
   for (size_t i = 0; i < c->njobs; i++) rm__job_free(c->jobs[i]);
   free(c->jobs);
   rm__after_commit_free(c);
+  rm__rpc_close(c->rpc);
   rm__store_close(c->store);
   free((void *)c->opt.db_path);
   free((void *)c->opt.grpc_addr);

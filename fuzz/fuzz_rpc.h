@@ -16,7 +16,7 @@ struct rm__call {
   rm__park_t wpark;     /* rm__call_wpark: a Session's barrier or step-gate wait */
   int method;           /* RM__M_* */
   int answered;         /* final status queued (server.c's meaning) */
-  int queued;           /* answers in c->out not yet delivered */
+  int queued;           /* answers in c->rpc->out not yet delivered */
   int tail_used;        /* answered by rm__reply_tail / rm__reply_tail_gz */
   int gzip_ok;          /* rm__call_accept_gzip */
   /* delivered (rm__out_flush): */

@@ -9,7 +9,7 @@
  * the core rely on):
  *   rm__reply        first answer wins (k->answered), unparks the call,
  *                    counts grpc_errors_total, packs resp only when OK;
- *                    queued in c->out and delivered after COMMIT;
+ *                    queued in c->rpc->out and delivered after COMMIT;
  *   rm__reply_tail   the same with the answer = head's encoding + the
  *                    blob's bytes (copied now: server.c takes a slice
  *                    reference, so a blob freed later must not matter);
@@ -24,7 +24,7 @@
  *                    call: a final status is recorded (code, details,
  *                    bytes), a stream message counted; the harness checks
  *                    them (fuzz_rpc.c, "Oracle");
- *   rm__server_start/stop: no listener; c->srv stays NULL.
+ *   rm__server_start/stop: no listener; c->rpc->srv stays NULL.
  * Not reproduced: byte buffers, metadata, the completion queue thread and
  * the reference counts of a call (the harness owns each call and frees it
  * only once it is answered and unlinked).
@@ -56,7 +56,7 @@ static uint8_t *pack(const ProtobufCMessage *m, size_t *len)
   return buf;
 }
 
-/* One queued answer. c->out's bb field carries a struct fz_bytes *. */
+/* One queued answer. c->rpc->out's bb field carries a struct fz_bytes *. */
 struct fz_bytes {
   uint8_t *buf;
   size_t len;
@@ -66,16 +66,16 @@ static void out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details
                      uint8_t *buf, size_t len)
 {
   struct fz_bytes *b = NULL;
-  if (c->nout == c->capout) {
-    c->capout = c->capout ? 2 * c->capout : 16;
-    c->out = rm__xrealloc(c->out, c->capout * sizeof *c->out);
+  if (c->rpc->nout == c->rpc->capout) {
+    c->rpc->capout = c->rpc->capout ? 2 * c->rpc->capout : 16;
+    c->rpc->out = rm__xrealloc(c->rpc->out, c->rpc->capout * sizeof *c->rpc->out);
   }
   if (buf) {
     b = rm__xmalloc(sizeof *b);
     b->buf = buf;
     b->len = len;
   }
-  rm__out_t *o = &c->out[c->nout++];
+  rm__out_t *o = &c->rpc->out[c->rpc->nout++];
   o->call = k;
   o->code = code;
   o->details = details ? rm__xstrdup(details) : NULL;
@@ -258,8 +258,8 @@ void rm__session_push_msg(rm_coord_t *c, rm__call_t *k, const ProtobufCMessage *
  * (the fuzzer's store never fails, so this only keeps the port whole). */
 void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
 {
-  for (size_t i = 0; i < c->nout; i++) {
-    rm__out_t *o = &c->out[i];
+  for (size_t i = 0; i < c->rpc->nout; i++) {
+    rm__out_t *o = &c->rpc->out[i];
     struct fz_bytes *b = o->bb;
     if (b) free(b->buf);
     free(b);
@@ -272,8 +272,8 @@ void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why)
 
 void rm__rpc_out_flush(rm_coord_t *c)
 {
-  for (size_t i = 0; i < c->nout; i++) {
-    rm__out_t *o = &c->out[i];
+  for (size_t i = 0; i < c->rpc->nout; i++) {
+    rm__out_t *o = &c->rpc->out[i];
     struct fz_bytes *b = o->bb;
     fz_deliver(o->call, o->code, o->details, b ? b->buf : NULL, b ? b->len : 0);
     o->call->queued--;
@@ -281,7 +281,7 @@ void rm__rpc_out_flush(rm_coord_t *c)
     free(b);
     free(o->details);
   }
-  c->nout = 0;
+  c->rpc->nout = 0;
 }
 
 rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen)

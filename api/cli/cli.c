@@ -514,8 +514,7 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
       {"cacert", required_argument, 0, OPT_CACERT},
       {"connect-timeout", required_argument, 0, OPT_CONNECT_TIMEOUT}, {0, 0, 0, 0}};
   const char *token = NULL, *token_file = NULL;
-  char err[256];
-  int ch, gen;
+  int ch;
   long long x;
 
   optind = 1;
@@ -554,9 +553,15 @@ int rm__cli_parse_args(cli_t *c, int argc, char **argv)
   }
   if (c->timeout_ms <= 0) c->timeout_ms = 10000;
   if (rm__cli_check_cacert(c) != 0) return -1;
-  if ((token || token_file || getenv("RINGMASTER_API_TOKEN") ||
-       getenv("RINGMASTER_API_TOKEN_FILE")) &&
-      (rm__auth_resolve(token, token_file, c->token, sizeof c->token, &gen, err, sizeof err) != 0)) {
+  return rm__cli_resolve_token(c, token, token_file);
+}
+
+int rm__cli_resolve_token(cli_t *c, const char *token, const char *file)
+{
+  char err[256];
+  int gen;
+  if ((token || file || getenv("RINGMASTER_API_TOKEN") || getenv("RINGMASTER_API_TOKEN_FILE")) &&
+      rm__auth_resolve(token, file, c->token, sizeof c->token, &gen, err, sizeof err) != 0) {
     fprintf(stderr, "ringmaster: %s\n", err);
     return -1;
   }

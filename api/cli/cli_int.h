@@ -32,6 +32,10 @@ typedef struct {
 rm__http_opts_t rm__cli_http_opts(const cli_t *c, int timeout_ms);
 /* 0 when c->cacert is unset or readable; else prints why and returns -1. */
 int rm__cli_check_cacert(const cli_t *c);
+/* c->token from --token / --token-file (token, file: NULL when not given)
+ * or the environment, else the read-only token if one is configured; 0,
+ * or -1 after printing why. */
+int rm__cli_resolve_token(cli_t *c, const char *token, const char *file);
 /* One request; on an HTTP error prints the server's error message. Returns
  * the exit code (RM_CLI_EXIT_*) and, on 2xx, the reply in *r (free
  * r->body). */

@@ -582,24 +582,6 @@ static char *spec_json(const run_args_t *a)
   return text;
 }
 
-static int resolve_token(cli_t *c, const char *token, const char *file)
-{
-  char err[256];
-  int gen;
-  if ((token || file || getenv("RINGMASTER_API_TOKEN") || getenv("RINGMASTER_API_TOKEN_FILE")) &&
-      rm__auth_resolve(token, file, c->token, sizeof c->token, &gen, err, sizeof err) != 0) {
-    fprintf(stderr, "ringmaster: %s\n", err);
-    return -1;
-  }
-  /* no API token: the read-only one, so that `logs` reads (cli.c does the same) */
-  if (!c->token[0] &&
-      rm__read_token_resolve(NULL, NULL, c->token, sizeof c->token, err, sizeof err) != 0) {
-    fprintf(stderr, "ringmaster: %s\n", err);
-    return -1;
-  }
-  return 0;
-}
-
 static int outcome(json_t *job, const char *id)
 {
   const char *st = rm__cli_jstr(job, "state"), *why = rm__cli_jstr(job, "reason");
@@ -629,7 +611,7 @@ int rm__cli_run(cli_t *c, int argc, char **argv)
   c->connect_timeout_ms = a.connect_timeout_ms;
   if (a.cacert) c->cacert = a.cacert;
   c->signals = &g_interrupts;
-  if (rm__cli_check_cacert(c) || resolve_token(c, a.token, a.token_file)) {
+  if (rm__cli_check_cacert(c) || rm__cli_resolve_token(c, a.token, a.token_file)) {
     code = RM_CLI_EXIT_USAGE;
     goto exit;
   }
@@ -727,7 +709,7 @@ int rm__cli_logs(cli_t *c, int argc, char **argv)
     return RM_CLI_EXIT_USAGE;
   }
   if (c->timeout_ms <= 0) c->timeout_ms = 10000;
-  if (rm__cli_check_cacert(c) || resolve_token(c, token, token_file)) return RM_CLI_EXIT_USAGE;
+  if (rm__cli_check_cacert(c) || rm__cli_resolve_token(c, token, token_file)) return RM_CLI_EXIT_USAGE;
   c->signals = &g_interrupts;
   follow_t *f = calloc(1, sizeof *f);
   json_t *job = NULL;

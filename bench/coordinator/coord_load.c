@@ -20,7 +20,7 @@
  *      StepGate(step k, ready) at once for k < K: p50 / p99 / max over the
  *      N*K calls; each step must drop exactly one worker.  With --session
  *      1 the calls are messages on the Sessions, answered on them (the
- *      ranks out of the step, not a mask: load_client.c SESSION BARRIERS
+ *      ranks out of the step, not a mask: load_session.c SESSION BARRIERS
  *      AND GATES).
  *   4. Heartbeats: every worker at 1 Hz for S s (spread over each second);
  *      the coordinator's CPU during the phase as % of one core.
@@ -31,14 +31,14 @@
  * heartbeats too (latency: send start -> send completion, nothing is
  * answered), instead of unary Barrier and Heartbeat calls; at the
  * end every worker half-closes it and each must end with status OK and no
- * message but its barrier answers (load_client.c SESSIONS).  --session 0:
+ * message but its barrier answers (load_session.c SESSIONS).  --session 0:
  * unary barriers and heartbeats, no streams.  --session 2 (the worker
  * library before the Session RPC): right after the Join wave every worker
  * opens a Watch call (its request asks for no event) and holds it through
  * phases 2-4, barriers and heartbeats are the unary calls of --session 0,
  * and at the end every worker cancels its Watch; each must
  * end CANCELLED (or OK: the coordinator fails the job at the first
- * cancelled Watch and ends the rest) with no message (load_client.c
+ * cancelled Watch and ends the rest) with no message (load_session.c
  * WATCHES).
  * --relay K (with --session 1; default 0 = none): the workers' Join calls
  * and Sessions are the lanes of relay streams, K workers a relay, as a
@@ -54,7 +54,7 @@
  * coordinator as lanes, as rack relays would. The relays' peak RSS and CPU
  * are reported beside the coordinator's.
  * --gzip 0: the workers do not ask for gzip Join or StepGate answers (an
- * older worker; load_client.c GZIP).  The clients' CPU per phase is
+ * older worker; load_join.c GZIP).  The clients' CPU per phase is
  * reported beside the coordinator's (all share the machine's cores).
  * Coordinator CPU is utime+stime from /proc/PID/stat, RSS from
  * /proc/PID/status: the base (VmRSS with the job submitted, before any Join)
@@ -69,6 +69,10 @@
  * and make the exit status 1.  Cleanup: the coordinator and every client are
  * killed by PID on every exit path (and get SIGKILL if this process dies:
  * PR_SET_PDEATHSIG), the temp dir is removed file by file.
+ *
+ * The parent is two files sharing load_parent_int.h: this one (options,
+ * the phases of one world size, the report) and load_procs.c (the
+ * processes it starts and the parent's end of the pipes).
  */
 #define _GNU_SOURCE /* F_SETPIPE_SZ */
 #include <errno.h>
@@ -85,475 +89,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "load_int.h"
+#include "load_parent_int.h"
 #include "rm_clock.h"
-
-#define MAX_SIZES 8
-#define WORKERS_PER_PROC 2048
-#define MAX_PROCS 256
-#define MAX_RELAYS 64
-
-typedef struct {
-  const char *bin;
-  int counts[MAX_SIZES], nc, rounds, procs, channels, heartbeat_s, timeout_s, gzip, gate;
-  int relay;   /* > 0: Sessions are lanes of relay streams of this many */
-  int real_relays; /* > 0: this many `ringmaster relay` processes carry them */
-  int session; /* 1: Session streams carry the barrier arrivals and answers and the
-                * heartbeats (load_client.c SESSIONS, SESSION BARRIERS);
-                * 2: a Watch per worker, unary heartbeats (load_client.c WATCHES) */
-} opts_t;
-
-typedef struct {
-  pid_t pid;
-  int cmd_fd, res_fd, lo, hi;
-} proc_t;
-
-/* Everything to undo, reachable from the signal handler. */
-static struct {
-  volatile pid_t coord;
-  volatile int nprocs;
-  proc_t procs[MAX_PROCS];
-  char dir[64];
-  int max_fd;
-  volatile int nrelays;
-  pid_t relays[MAX_RELAYS];      /* --real-relays */
-  char relay_addr[MAX_RELAYS][112];
-} g;
-
-/* What `serve --db DIR/db` creates, for the signal path; the normal path
- * lists the directory. */
-static const char *const dir_files[] = {"db",         "db-wal", "db-shm",
-                                        "db-journal", "db.key", "serve.log"};
-
-static void note_fd(int fd)
-{
-  if (fd > g.max_fd) g.max_fd = fd;
-}
-
-/* Async-signal-safe: kill by PID, unlink the known files, rmdir. */
-static void cleanup_now(void)
-{
-  char path[96];
-  for (int i = 0; i < g.nprocs; i++)
-    if (g.procs[i].pid > 0) kill(g.procs[i].pid, SIGKILL);
-  if (g.coord > 0) kill(g.coord, SIGKILL);
-  for (int i = 0; i < g.nrelays; i++)
-    if (g.relays[i] > 0) kill(g.relays[i], SIGKILL);
-  if (g.dir[0]) {
-    for (int i = 0; i < g.nrelays; i++) /* rNN.sock, rNN.log */
-      for (int k = 0; k < 2; k++) {
-        size_t n = strlen(g.dir);
-        memcpy(path, g.dir, n);
-        memcpy(path + n, "/r", 2);
-        n += 2;
-        path[n++] = (char)('0' + i / 10);
-        path[n++] = (char)('0' + i % 10);
-        memcpy(path + n, k ? ".log" : ".sock", k ? 5 : 6);
-        unlink(path);
-      }
-    for (size_t i = 0; i < sizeof dir_files / sizeof *dir_files; i++) {
-      size_t n = strlen(g.dir);
-      memcpy(path, g.dir, n);
-      path[n] = '/';
-      memcpy(path + n + 1, dir_files[i], strlen(dir_files[i]) + 1);
-      unlink(path);
-    }
-    rmdir(g.dir);
-  }
-}
-
-/* Not async-signal-safe: every file in the temp dir, then the dir. */
-static void remove_dir(void)
-{
-  char path[400];
-  DIR *d = g.dir[0] ? opendir(g.dir) : NULL;
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-      snprintf(path, sizeof path, "%s/%s", g.dir, e->d_name);
-      unlink(path);
-    }
-  if (d) closedir(d);
-  cleanup_now();
-  if (g.dir[0] && !access(g.dir, F_OK)) fprintf(stderr, "rm-coord-load: cannot remove %s\n", g.dir);
-}
-
-static void on_signal(int sig)
-{
-  cleanup_now();
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-/* waitpid with a deadline; SIGKILL (and reap) when it passes. */
-static void reap(pid_t pid, int grace_ms)
-{
-  int64_t dl = rm__now_ns() + (int64_t)grace_ms * 1000000;
-  while (waitpid(pid, NULL, WNOHANG) == 0) {
-    if (rm__now_ns() > dl) {
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      return;
-    }
-    usleep(10000);
-  }
-}
-
-/* ---- the coordinator ---- */
-
-typedef struct {
-  double cpu_s;
-  long rss_kb, hwm_kb;
-} usage_t;
-
-static usage_t coord_usage(pid_t pid)
-{
-  char path[64], buf[4096];
-  usage_t u = {0, 0, 0};
-  unsigned long ut = 0, st = 0;
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f && fgets(buf, sizeof buf, f)) {
-    char *p = strrchr(buf, ')');
-    if (p) sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
-  }
-  if (f) fclose(f);
-  u.cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  f = fopen(path, "r");
-  while (f && fgets(buf, sizeof buf, f)) {
-    if (!strncmp(buf, "VmHWM:", 6)) u.hwm_kb = atol(buf + 6);
-    if (!strncmp(buf, "VmRSS:", 6)) u.rss_kb = atol(buf + 6);
-  }
-  if (f) fclose(f);
-  return u;
-}
-
-/* ANONYMOUS: the coordinator's RssAnon and RssFile (kB), read with
- * open/read; 0 when it cannot be read. */
-static void coord_anon(pid_t pid, long *anon_kb, long *file_kb)
-{
-  char path[64], buf[4096];
-  *anon_kb = *file_kb = 0;
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ssize_t len = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (len <= 0) return;
-  buf[len] = 0;
-  const char *p = strstr(buf, "RssAnon:"), *q = strstr(buf, "RssFile:");
-  if (p) *anon_kb = atol(p + 8);
-  if (q) *file_kb = atol(q + 8);
-}
-
-static struct {
-  pthread_t th;
-  int started;
-  volatile int stop;
-  long anon_peak_kb, file_peak_kb;
-} sampler;
-
-static void *sample_anon(void *arg)
-{
-  pid_t pid = *(pid_t *)arg;
-  while (!sampler.stop) {
-    long a, f;
-    coord_anon(pid, &a, &f);
-    if (a > sampler.anon_peak_kb) sampler.anon_peak_kb = a;
-    if (f > sampler.file_peak_kb) sampler.file_peak_kb = f;
-    usleep(5000);
-  }
-  return NULL;
-}
-
-static void sampler_stop(void)
-{
-  if (!sampler.started) return;
-  sampler.stop = 1;
-  pthread_join(sampler.th, NULL);
-  sampler.started = 0;
-}
-
-/* CPU seconds of every client process so far. */
-static double clients_cpu(void)
-{
-  double t = 0;
-  for (int k = 0; k < g.nprocs; k++)
-    if (g.procs[k].pid > 0) t += coord_usage(g.procs[k].pid).cpu_s;
-  return t;
-}
-
-/* Start argv (argv[0] the binary) with its stdout on a pipe (*out_fd: the
- * read end, kept open so it never gets EPIPE) and its stderr in log, killed
- * if this process dies; its pid, or -1. */
-static pid_t spawn(char *const argv[], const char *log, int *out_fd)
-{
-  int fds[2];
-  if (pipe(fds)) return -1;
-  note_fd(fds[0]);
-  note_fd(fds[1]);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    dup2(fds[1], 1);
-    if (lf >= 0) dup2(lf, 2);
-    for (int fd = 3; fd <= g.max_fd + 1; fd++) close(fd);
-    execv(argv[0], argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  *out_fd = fds[0];
-  return pid;
-}
-
-/* Read fd line by line (a byte at a time: the rest stays in the pipe) for
- * at most 30 s until a line starts with prefix; the rest of that line in
- * rest. 0 when found. */
-static int await_line(int fd, const char *prefix, char *rest, size_t restlen)
-{
-  char line[256];
-  int64_t dl = rm__now_ns() + 30 * 1000000000LL;
-  size_t n = 0, pl = strlen(prefix);
-  while (n + 1 < sizeof line && !load_read_full(fd, line + n, 1, dl)) {
-    if (line[n] != '\n') {
-      n++;
-      continue;
-    }
-    line[n] = 0;
-    if (!strncmp(line, prefix, pl)) {
-      snprintf(rest, restlen, "%s", line + pl);
-      return 0;
-    }
-    n = 0;
-  }
-  return -1;
-}
-
-/* Starts `ringmaster serve`; fills addr from its "listening" line. */
-static int start_coord(const char *bin, char *addr, size_t addrlen, int *out_fd)
-{
-  char db[96], log[96];
-  snprintf(db, sizeof db, "%s/db", g.dir);
-  snprintf(log, sizeof log, "%s/serve.log", g.dir);
-  char *argv[] = {(char *)bin, "serve", "--db", db, "--grpc", "127.0.0.1:0", "--api-token",
-                  LOAD_API_TOKEN, NULL};
-  pid_t pid = spawn(argv, log, out_fd);
-  if (pid < 0) return -1;
-  g.coord = pid;
-  fcntl(*out_fd, F_SETPIPE_SZ, 1 << 20);
-  if (!await_line(*out_fd, "ringmaster: grpc listening on ", addr, addrlen) && addr[0])
-    return 0;
-  fprintf(stderr, "rm-coord-load: coordinator did not report its address (see %s)\n", log);
-  return -1;
-}
-
-/* --real-relays: R `ringmaster relay` processes for the coordinator at
- * addr, on unix:DIR/rNN.sock (logs in DIR/rNN.log); each is ready once it
- * printed its "listening" line (at most 30 s). Their stdout pipes stay
- * open until the end (fds[i]). */
-static int start_relays(const char *bin, const char *addr, int r, int *fds)
-{
-  for (int i = 0; i < r; i++) {
-    char sock[96], log[96], rest[160];
-    snprintf(sock, sizeof sock, "%s/r%02d.sock", g.dir, i);
-    snprintf(log, sizeof log, "%s/r%02d.log", g.dir, i);
-    snprintf(g.relay_addr[i], sizeof g.relay_addr[i], "unix:%s", sock);
-    char *argv[] = {(char *)bin, "relay", "--coordinator", (char *)addr, "--listen",
-                    g.relay_addr[i], NULL};
-    pid_t pid = spawn(argv, log, &fds[i]);
-    if (pid < 0) return -1;
-    g.relays[i] = pid;
-    g.nrelays = i + 1;
-    if (await_line(fds[i], "ringmaster: relay listening on", rest, sizeof rest)) {
-      fprintf(stderr, "rm-coord-load: relay %d did not report listening (see %s)\n", i, log);
-      return -1;
-    }
-  }
-  return 0;
-}
-
-/* The submit helper process: job id and token of a job of world n. */
-static int submit(const char *addr, int n, int timeout_s, int gate, uint64_t *job,
-                  char *tok, size_t toklen)
-{
-  int fds[2];
-  char buf[160];
-  if (pipe(fds)) return -1;
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    close(fds[0]);
-    _exit(load_submit_main(addr, n, timeout_s, gate, fds[1]));
-  }
-  close(fds[1]);
-  int64_t dl = rm__now_ns() + (int64_t)(timeout_s + 10) * 1000000000LL;
-  size_t len = 0;
-  while (len + 1 < sizeof buf && !load_read_full(fds[0], buf + len, 1, dl) &&
-         buf[len] != '\n')
-    len++;
-  buf[len] = 0;
-  close(fds[0]);
-  reap(pid, 5000);
-  unsigned long long id;
-  char fmt[32];
-  snprintf(fmt, sizeof fmt, "%%llu %%%zus", toklen - 1);
-  if (sscanf(buf, fmt, &id, tok) != 2) {
-    fprintf(stderr, "rm-coord-load: SubmitJob failed\n");
-    return -1;
-  }
-  *job = id;
-  return 0;
-}
-
-/* ---- client processes ---- */
-
-static int fork_clients(const opts_t *o, load_client_cfg_t *base, int n, int procs)
-{
-  for (int k = 0; k < procs; k++) {
-    int cmd[2], res[2];
-    if (pipe(cmd) || pipe(res)) return -1;
-    note_fd(cmd[0]);
-    note_fd(cmd[1]);
-    note_fd(res[0]);
-    note_fd(res[1]);
-    proc_t *p = &g.procs[k];
-    p->lo = (int)((int64_t)n * k / procs);
-    p->hi = (int)((int64_t)n * (k + 1) / procs);
-    p->cmd_fd = cmd[1];
-    p->res_fd = res[0];
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      for (int fd = 3; fd <= g.max_fd; fd++)
-        if (fd != cmd[0] && fd != res[1]) close(fd);
-      load_client_cfg_t cfg = *base;
-      if (g.nrelays) cfg.addr = g.relay_addr[k % g.nrelays]; /* --real-relays */
-      cfg.lo = p->lo;
-      cfg.hi = p->hi;
-      cfg.channels = o->channels ? o->channels : procs == 1 ? 8 : 4;
-      if (cfg.channels > cfg.hi - cfg.lo) cfg.channels = cfg.hi - cfg.lo > 0 ? cfg.hi - cfg.lo : 1;
-      cfg.cmd_fd = cmd[0];
-      cfg.res_fd = res[1];
-      _exit(load_client_main(&cfg));
-    }
-    p->pid = pid;
-    g.nprocs = k + 1;
-    close(cmd[0]);
-    close(res[1]);
-  }
-  return 0;
-}
-
-typedef struct {
-  int64_t t_first, t_last;
-  int n_ok, n_err, n_bad, n_fast, n_rejoin, n_gzip, n_dropped, n_late, n_ended;
-  int64_t *lat;     /* all clients' latencies */
-  size_t n_lat;
-  uint32_t *ranks;  /* JOIN */
-  size_t n_ranks;
-  int mixed;        /* JOIN: generation / peer digest differ between clients */
-  int64_t client_hwm_kb;
-  char msg[LOAD_MSG_MAX + 64];
-} phase_t;
-
-static void client_gone(int k, const char *why, int kind)
-{
-  proc_t *p = &g.procs[k];
-  int st = 0;
-  pid_t w = p->pid > 0 ? waitpid(p->pid, &st, WNOHANG) : 0;
-  fprintf(stderr, "rm-coord-load: client %d (pid %d, workers %d..%d) %s in phase %d\n", k,
-          (int)p->pid, p->lo, p->hi - 1,
-          w == p->pid && WIFSIGNALED(st) ? "was killed by a signal"
-          : w == p->pid                  ? "exited"
-                                         : why,
-          kind);
-  if (w == p->pid) p->pid = 0;
-}
-
-/* Client k's result, readable now: appended to ph (cap = the most
- * latencies one client may send). */
-static int read_result(int k, int kind, size_t cap, int64_t dl, phase_t *ph, load_res_t *r)
-{
-  proc_t *p = &g.procs[k];
-  if (load_read_full(p->res_fd, r, sizeof *r, dl) || r->kind != kind || r->n_lat < 0 ||
-      (size_t)r->n_lat > cap || r->n_ranks < 0 || r->n_ranks > p->hi - p->lo ||
-      load_read_full(p->res_fd, ph->lat + ph->n_lat, (size_t)r->n_lat * sizeof *ph->lat, dl) ||
-      load_read_full(p->res_fd, ph->ranks + ph->n_ranks,
-                     (size_t)r->n_ranks * sizeof *ph->ranks, dl)) {
-    client_gone(k, errno == ETIMEDOUT ? "stopped answering (timeout)" : "broke the protocol",
-                kind);
-    return -1;
-  }
-  ph->n_lat += (size_t)r->n_lat;
-  ph->n_ranks += (size_t)r->n_ranks;
-  ph->n_ok += r->n_ok;
-  ph->n_err += r->n_err;
-  ph->n_bad += r->n_bad;
-  ph->n_fast += r->n_fast;
-  ph->n_gzip += r->n_gzip;
-  ph->n_dropped += r->n_dropped;
-  ph->n_late += r->n_late;
-  ph->n_ended += r->n_ended;
-  ph->n_rejoin += r->n_rejoin;
-  ph->client_hwm_kb += r->hwm_kb;
-  if (r->t_first && r->t_first < ph->t_first) ph->t_first = r->t_first;
-  if (r->t_last > ph->t_last) ph->t_last = r->t_last;
-  if (r->msg[0] && !ph->msg[0])
-    snprintf(ph->msg, sizeof ph->msg, "client %d: %.*s", k, LOAD_MSG_MAX, r->msg);
-  return 0;
-}
-
-/* Broadcast cmd (the start signal), then collect every client's result,
- * in whatever order they come: a client that dies (EOF) is reported at
- * once, not after the others' deadlines; none may take past wait_s. */
-static int run_phase(load_cmd_t cmd, int wait_s, size_t cap, phase_t *ph)
-{
-  struct pollfd pf[MAX_PROCS];
-  int idx[MAX_PROCS], left = g.nprocs, have_gen = 0;
-  uint64_t gen = 0, digest = 0;
-  char done[MAX_PROCS] = {0};
-  for (int k = 0; k < g.nprocs; k++)
-    if (load_write_full(g.procs[k].cmd_fd, &cmd, sizeof cmd)) {
-      client_gone(k, "is gone", cmd.kind);
-      return -1;
-    }
-  int64_t dl = rm__now_ns() + (int64_t)wait_s * 1000000000LL;
-  ph->t_first = INT64_MAX;
-  while (left > 0) {
-    int n = 0;
-    for (int k = 0; k < g.nprocs; k++)
-      if (!done[k]) {
-        pf[n] = (struct pollfd){.fd = g.procs[k].res_fd, .events = POLLIN};
-        idx[n++] = k;
-      }
-    int r = poll(pf, (nfds_t)n, rm__ms_left(dl));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      for (int i = 0; i < n; i++) client_gone(idx[i], "stopped answering (timeout)", cmd.kind);
-      return -1;
-    }
-    for (int i = 0; i < n; i++) {
-      if (!pf[i].revents) continue;
-      load_res_t res;
-      int k = idx[i];
-      if (read_result(k, cmd.kind, cap, dl, ph, &res)) return -1;
-      done[k] = 1;
-      left--;
-      if (cmd.kind == LOAD_CMD_JOIN && res.generation) {
-        if (have_gen && (gen != res.generation || digest != res.peers_digest)) ph->mixed = 1;
-        have_gen = 1;
-        gen = res.generation;
-        digest = res.peers_digest;
-      }
-    }
-  }
-  return 0;
-}
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -641,6 +178,37 @@ static void stream_verdict(const char *name, const phase_t *p, int n, const char
   }
 }
 
+/* K rounds of command kind (BARRIER or GATE, arg k = 0 .. K-1), each
+ * started in every client at once: their latencies appended to acc's
+ * buffer (acc->n_lat) and their gzip answers counted (acc->n_gzip), their
+ * bounds in *t0 and *t1 and the sum of the rounds' lengths in *sum_ms. A
+ * round's failures count in out (a gate step must drop exactly one worker)
+ * and end the rounds. 0, or -1 when a client failed (the run ends). */
+static int run_rounds(int kind, int rounds, int wait_s, size_t per, const char *what,
+                      phase_t *acc, result_t *out, int64_t *t0, int64_t *t1, double *sum_ms)
+{
+  for (int k = 0; k < rounds; k++) {
+    phase_t one = *acc;
+    one.t_first = one.t_last = 0;
+    if (run_phase((load_cmd_t){kind, k}, wait_s, per, &one)) return -1;
+    *sum_ms += (double)(one.t_last - one.t_first) / 1e6;
+    if (!k) *t0 = one.t_first;
+    *t1 = one.t_last;
+    out->failures += phase_failures(what, &one);
+    if (kind == LOAD_CMD_GATE) {
+      if (!out->failures && one.n_dropped != 1) {
+        fprintf(stderr, "rm-coord-load: step %d: %d workers dropped, want 1\n", k, one.n_dropped);
+        out->failures++;
+      }
+      out->gate_dropped += one.n_dropped;
+    }
+    acc->n_lat = one.n_lat;
+    acc->n_gzip = one.n_gzip;
+    if (out->failures) break;
+  }
+  return 0;
+}
+
 static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
 {
   phase_t ph;
@@ -654,10 +222,10 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   ph.lat = calloc(cap + (size_t)n, sizeof *ph.lat);
   ph.ranks = calloc((size_t)n, sizeof *ph.ranks);
   if (!ph.lat || !ph.ranks) goto out;
-  usage_t u0 = coord_usage(g.coord);
+  usage_t u0 = coord_usage(load_g.coord);
   double k0 = clients_cpu();
   if (run_phase(cmd, wait_s, per, &ph)) goto out;
-  usage_t u1 = coord_usage(g.coord);
+  usage_t u1 = coord_usage(load_g.coord);
   double k1 = clients_cpu();
   out->join_s = (double)(ph.t_last - ph.t_first) / 1e9;
   out->cpu_join = u1.cpu_s - u0.cpu_s;
@@ -685,12 +253,12 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   if (o->session) {
     phase_t po;
     char ph_name[32];
-    usage_t s0 = coord_usage(g.coord);
+    usage_t s0 = coord_usage(load_g.coord);
     if (stream_phase(LOAD_CMD_OPEN, wait_s, per, &ph, what, "open", &po, ph_name,
                      sizeof ph_name))
       goto out;
     out->open_ms = (double)(po.t_last - po.t_first) / 1e6;
-    usage_t s1 = coord_usage(g.coord);
+    usage_t s1 = coord_usage(load_g.coord);
     fprintf(stderr, "rm-coord-load: %s: %d opened (%s sent) in %.1f ms; "
             "coordinator cpu %.2f s; rss %.1f MiB (peak %.1f)\n",
             o->session == 2 ? "watches" : "sessions", po.n_ok,
@@ -698,7 +266,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
             s1.cpu_s - s0.cpu_s, (double)s1.rss_kb / 1024, (double)s1.hwm_kb / 1024);
     stream_verdict(ph_name, &po, n, "sent", out);
     if (out->failures) goto done;
-    u1 = coord_usage(g.coord); /* the barrier phase's CPU starts here */
+    u1 = coord_usage(load_g.coord); /* the barrier phase's CPU starts here */
     k1 = clients_cpu();
   }
   /* barriers */
@@ -709,19 +277,11 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   pb.ranks = ph.ranks;
   double round_sum = 0;
   int64_t bar_t0 = 0, bar_t1 = 0;
-  for (int k = 0; k < o->rounds; k++) {
-    phase_t one = pb;
-    one.t_first = one.t_last = 0;
-    cmd = (load_cmd_t){LOAD_CMD_BARRIER, k};
-    if (run_phase(cmd, wait_s, per, &one)) goto out;
-    round_sum += (double)(one.t_last - one.t_first) / 1e6;
-    if (!k) bar_t0 = one.t_first;
-    bar_t1 = one.t_last;
-    out->failures += phase_failures("barrier", &one);
-    pb.n_lat = one.n_lat;
-    if (out->failures) goto done;
-  }
-  usage_t ub = coord_usage(g.coord);
+  if (run_rounds(LOAD_CMD_BARRIER, o->rounds, wait_s, per, "barrier", &pb, out, &bar_t0,
+                 &bar_t1, &round_sum))
+    goto out;
+  if (out->failures) goto done;
+  usage_t ub = coord_usage(load_g.coord);
   out->cpu_bar = ub.cpu_s - u1.cpu_s;
   out->cli_bar = clients_cpu() - k1;
   mark("barriers", bar_t0, bar_t1);
@@ -740,28 +300,16 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     memset(&pg, 0, sizeof pg);
     pg.lat = bar;
     pg.ranks = ph.ranks;
-    usage_t g0 = coord_usage(g.coord);
+    usage_t g0 = coord_usage(load_g.coord);
     double gk0 = clients_cpu();
     int64_t gt0 = 0, gt1 = 0;
-    for (int k = 0; k < o->gate; k++) {
-      phase_t one = pg;
-      one.t_first = one.t_last = 0;
-      cmd = (load_cmd_t){LOAD_CMD_GATE, k};
-      if (run_phase(cmd, wait_s, per, &one)) goto out;
-      if (!k) gt0 = one.t_first;
-      gt1 = one.t_last;
-      out->failures += phase_failures("step gate", &one);
-      if (!out->failures && one.n_dropped != 1) {
-        fprintf(stderr, "rm-coord-load: step %d: %d workers dropped, want 1\n", k, one.n_dropped);
-        out->failures++;
-      }
-      pg.n_lat = one.n_lat;
-      pg.n_gzip = one.n_gzip;
-      out->gate_dropped += one.n_dropped;
-      out->gate_gzip = pg.n_gzip;
-      if (out->failures) goto done;
-    }
-    out->cpu_gate = coord_usage(g.coord).cpu_s - g0.cpu_s;
+    double steps_ms = 0;
+    int rc_gate = run_rounds(LOAD_CMD_GATE, o->gate, wait_s, per, "step gate", &pg, out, &gt0,
+                             &gt1, &steps_ms);
+    out->gate_gzip = pg.n_gzip;
+    if (rc_gate) goto out;
+    if (out->failures) goto done;
+    out->cpu_gate = coord_usage(load_g.coord).cpu_s - g0.cpu_s;
     out->cli_gate = clients_cpu() - gk0;
     mark("gate", gt0, gt1);
     qsort(bar, pg.n_lat, sizeof *bar, cmp_i64);
@@ -778,14 +326,14 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
     memset(&hb, 0, sizeof hb);
     hb.lat = ph.lat;
     hb.ranks = ph.ranks;
-    usage_t h0 = coord_usage(g.coord);
+    usage_t h0 = coord_usage(load_g.coord);
     double hk0 = clients_cpu();
     int64_t w0 = rm__now_ns();
     cmd = (load_cmd_t){LOAD_CMD_HEARTBEAT, o->heartbeat_s};
     if (run_phase(cmd, o->heartbeat_s + 60, hb_cap, &hb)) goto out;
     double wall = (double)(rm__now_ns() - w0) / 1e9;
     mark("heartbeats", w0, rm__now_ns());
-    double hb_cpu = coord_usage(g.coord).cpu_s - h0.cpu_s;
+    double hb_cpu = coord_usage(load_g.coord).cpu_s - h0.cpu_s;
     out->hb_pct = 100.0 * hb_cpu / wall;
     /* per answered heartbeat (session: per message sent): when the clients
      * fall behind, fewer than N a second reach the coordinator and hb_pct
@@ -806,7 +354,7 @@ static int run_phases(const opts_t *o, int n, size_t per, result_t *out)
   if (o->session && !out->failures) {
     phase_t pc;
     char ph_name[32];
-    usage_t before = coord_usage(g.coord);
+    usage_t before = coord_usage(load_g.coord);
     if (stream_phase(LOAD_CMD_CLOSE, 60, per, &ph, what, "close", &pc, ph_name,
                      sizeof ph_name))
       goto out;
@@ -835,23 +383,6 @@ out:
   return rc;
 }
 
-/* graceful: QUIT and a grace period each; else (a failure) SIGKILL now. */
-static void quit_clients(int graceful)
-{
-  load_cmd_t q = {LOAD_CMD_QUIT, 0};
-  for (int k = 0; k < g.nprocs; k++) {
-    if (graceful) load_write_full(g.procs[k].cmd_fd, &q, sizeof q);
-    else if (g.procs[k].pid > 0) kill(g.procs[k].pid, SIGKILL);
-    close(g.procs[k].cmd_fd);
-  }
-  for (int k = 0; k < g.nprocs; k++) {
-    if (g.procs[k].pid > 0) reap(g.procs[k].pid, 10000);
-    g.procs[k].pid = 0;
-    close(g.procs[k].res_fd);
-  }
-  g.nprocs = 0;
-}
-
 static int run_size(const opts_t *o, int n, result_t *out)
 {
   char addr[64], token[96];
@@ -862,9 +393,9 @@ static int run_size(const opts_t *o, int n, result_t *out)
   if (procs > n) procs = n;
   if (procs > MAX_PROCS) procs = MAX_PROCS;
   memset(out, 0, sizeof *out);
-  snprintf(g.dir, sizeof g.dir, "/tmp/rm-coord-load-XXXXXX");
-  if (!mkdtemp(g.dir)) {
-    g.dir[0] = 0;
+  snprintf(load_g.dir, sizeof load_g.dir, "/tmp/rm-coord-load-XXXXXX");
+  if (!mkdtemp(load_g.dir)) {
+    load_g.dir[0] = 0;
     return -1;
   }
   int relay_fds[MAX_RELAYS];
@@ -872,37 +403,35 @@ static int run_size(const opts_t *o, int n, result_t *out)
   if (start_coord(o->bin, addr, sizeof addr, &out_fd)) goto out;
   if (o->real_relays && start_relays(o->bin, addr, o->real_relays, relay_fds)) goto out;
   fprintf(stderr, "rm-coord-load: %d workers, %d procs: coordinator pid %d at %s\n", n, procs,
-          (int)g.coord, addr);
+          (int)load_g.coord, addr);
   if (submit(addr, n, o->timeout_s, o->gate > 0, &job, token, sizeof token)) goto out;
   usleep(200000); /* let the submit settle before the base RSS */
-  usage_t base = coord_usage(g.coord);
+  usage_t base = coord_usage(load_g.coord);
   load_client_cfg_t cfg = {.addr = addr, .job_id = job, .token = token, .world = n,
                            .timeout_s = o->timeout_s, .gzip = o->gzip,
                            .session = o->session, .relay = o->relay};
   if (getloadavg(&out->load0, 1) != 1) out->load0 = -1;
   long anon0 = 0, file0 = 0;
-  coord_anon(g.coord, &anon0, &file0);
+  coord_anon(load_g.coord, &anon0, &file0);
   if (fork_clients(o, &cfg, n, procs)) goto out;
-  static pid_t sampled;
-  sampled = g.coord;
-  sampler.anon_peak_kb = anon0;
-  sampler.file_peak_kb = file0;
-  sampler.started = pthread_create(&sampler.th, NULL, sample_anon, &sampled) == 0;
+  sampler_start(load_g.coord, anon0, file0);
   size_t per = 0;
   for (int k = 0; k < procs; k++)
-    if ((size_t)(g.procs[k].hi - g.procs[k].lo) > per) per = (size_t)(g.procs[k].hi - g.procs[k].lo);
+    if ((size_t)(load_g.procs[k].hi - load_g.procs[k].lo) > per) per = (size_t)(load_g.procs[k].hi - load_g.procs[k].lo);
   if (run_phases(o, n, per, out)) goto out;
-  usage_t end = coord_usage(g.coord);
-  for (int i = 0; i < g.nrelays; i++) {
-    usage_t ru = coord_usage(g.relays[i]);
+  usage_t end = coord_usage(load_g.coord);
+  for (int i = 0; i < load_g.nrelays; i++) {
+    usage_t ru = coord_usage(load_g.relays[i]);
     out->relay_mib += (double)ru.hwm_kb / 1024;
     out->relay_cpu_s += ru.cpu_s;
   }
   sampler_stop();
+  long anon_peak, file_peak;
+  sampler_peaks(&anon_peak, &file_peak);
   out->anon_base_mib = (double)anon0 / 1024;
-  out->anon_peak_mib = (double)sampler.anon_peak_kb / 1024;
-  out->anon_per_worker_b = (double)(sampler.anon_peak_kb - anon0) * 1024 / n;
-  out->file_growth_mib = (double)(sampler.file_peak_kb - file0) / 1024;
+  out->anon_peak_mib = (double)anon_peak / 1024;
+  out->anon_per_worker_b = (double)(anon_peak - anon0) * 1024 / n;
+  out->file_growth_mib = (double)(file_peak - file0) / 1024;
   out->cpu_s = end.cpu_s;
   out->hwm_mib = (double)end.hwm_kb / 1024;
   out->base_mib = (double)base.rss_kb / 1024;
@@ -952,21 +481,21 @@ static int run_size(const opts_t *o, int n, result_t *out)
 out:
   sampler_stop(); /* a failed run */
   quit_clients(rc == 0);
-  for (int i = 0; i < g.nrelays; i++) { /* before the coordinator: nobody is lost */
-    kill(g.relays[i], SIGTERM);
-    reap(g.relays[i], 10000);
-    g.relays[i] = 0;
+  for (int i = 0; i < load_g.nrelays; i++) { /* before the coordinator: nobody is lost */
+    kill(load_g.relays[i], SIGTERM);
+    reap(load_g.relays[i], 10000);
+    load_g.relays[i] = 0;
     if (relay_fds[i] >= 0) close(relay_fds[i]);
   }
-  g.nrelays = 0;
-  if (g.coord > 0) {
-    kill(g.coord, SIGTERM);
-    reap(g.coord, 10000);
-    g.coord = 0;
+  load_g.nrelays = 0;
+  if (load_g.coord > 0) {
+    kill(load_g.coord, SIGTERM);
+    reap(load_g.coord, 10000);
+    load_g.coord = 0;
   }
   if (out_fd >= 0) close(out_fd);
   remove_dir();
-  g.dir[0] = 0;
+  load_g.dir[0] = 0;
   return rc;
 }
 

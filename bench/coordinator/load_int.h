@@ -88,12 +88,12 @@ typedef struct {
   int channels;
   int timeout_s;        /* deadline of a Join wave / a barrier call */
   int gzip;             /* Join and StepGate ask for gzip answers (accept_gzip;
-                         * load_client.c GZIP) */
+                         * load_join.c GZIP) */
   int session;          /* 1: barrier arrivals and answers and heartbeats are
                          * messages on each worker's Session stream
-                         * (load_client.c SESSIONS, SESSION BARRIERS); 0: unary calls;
+                         * (load_session.c SESSIONS, SESSION BARRIERS); 0: unary calls;
                          * 2: unary calls, and each worker holds a Watch
-                         * (load_client.c WATCHES) */
+                         * (load_session.c WATCHES) */
   int relay;            /* > 0 (with session 1): each worker's Session is a lane
                          * of a relay stream carrying this many (load_relay.c) */
   int cmd_fd, res_fd;   /* pipes to the parent */

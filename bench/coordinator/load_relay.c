@@ -109,17 +109,8 @@ static void rl_batch(struct relay *r, int i, const grpc_op *ops, size_t n, int k
 
 static void rl_recv(struct relay *r, int i, int first)
 {
-  grpc_op ops[2];
-  size_t k = 0;
-  memset(ops, 0, sizeof ops);
-  if (first) {
-    ops[k].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[k++].data.recv_initial_metadata.recv_initial_metadata = &r->md1;
-  }
-  ops[k].op = GRPC_OP_RECV_MESSAGE;
-  ops[k++].data.recv_message.recv_message = &r->recv;
   r->recving = 1;
-  rl_batch(r, i, ops, k, SK_RECV);
+  recv_start(r->call, first, &r->md1, &r->recv, SESS_TAG(i, SK_RECV));
 }
 
 /* One RelayRequest of the lanes in `lanes` (local indices; NULL: all),
@@ -493,18 +484,6 @@ void relay_event(client_t *c, intptr_t tag, int success)
   }
 }
 
-/* Handle events until s_done reaches want (HEARTBEAT: also sends beats as
- * they fall due); -1 at the deadline. */
-static int rl_wait(client_t *c, int want, int64_t deadline_ns)
-{
-  while (c->s_done < want) {
-    grpc_event ev = cq_wait(c, deadline_ns);
-    if (ev.type != GRPC_OP_COMPLETE) return -1;
-    if ((intptr_t)ev.tag < 0) relay_event(c, (intptr_t)ev.tag, ev.success);
-  }
-  return 0;
-}
-
 /* Wait (bounded) until no relay has a send in flight. */
 static void rl_quiesce(client_t *c)
 {
@@ -580,7 +559,7 @@ void relay_phase_join(client_t *c, load_res_t *res)
     c->rl[i].nfly = c->rl[i].n;
     rl_send(c, i, SEND_JOIN, NULL, 0);
   }
-  if (rl_wait(c, c->n, c->join_dl + 60 * 1000000000LL)) {
+  if (stream_wait(c, c->n, c->join_dl + 60 * 1000000000LL)) {
     note(res, "%d Join answers not received on the relays past the deadline", c->n - c->s_done);
     res->n_err += c->n - c->s_done;
   }
@@ -604,7 +583,7 @@ void relay_phase_open(client_t *c, load_res_t *res)
     }
     rl_send(c, i, SEND_OPEN, NULL, 0);
   }
-  if (rl_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
+  if (stream_wait(c, c->n, rm__now_ns() + (int64_t)(c->cfg->timeout_s + 30) * 1000000000LL)) {
     note(res, "%d lanes' opening not sent past the deadline", c->n - c->s_done);
     res->n_err += c->n - c->s_done;
   }
@@ -627,7 +606,7 @@ void relay_phase_owed(client_t *c, int kind, int k, load_res_t *res)
       rl_owed_send(c, i);
     }
   }
-  if (rl_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
+  if (stream_wait(c, c->n, res->t_first + (int64_t)(c->cfg->timeout_s + 10) * 1000000000LL)) {
     note(res, "%d answers not received on the relays past the deadline", c->n - c->s_done);
     res->n_err += c->n - c->s_done;
     memset(c->lane_st, BS_NONE, (size_t)c->n);
@@ -707,7 +686,7 @@ void relay_phase_close(client_t *c, load_res_t *res)
     rl_send(c, i, SEND_CLOSE, NULL, 0);
     want += r->lanes_open + 1; /* each lane's end, then the stream's status */
   }
-  if (rl_wait(c, want, rm__now_ns() + 30 * 1000000000LL)) {
+  if (stream_wait(c, want, rm__now_ns() + 30 * 1000000000LL)) {
     note(res, "%d lane ends or relay statuses missing 30 s after the close", want - c->s_done);
     res->n_err += want - c->s_done;
   }

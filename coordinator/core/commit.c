@@ -100,11 +100,8 @@ void rm__after_commit(rm_coord_t *c, rm__job_t *j, rm__after_kind_t kind)
 void rm__after_commit_free(rm_coord_t *c)
 {
   free(c->after);
-  free(c->out);
-  free(c->relay_kick);
   free(c->cbq);
   c->after = NULL;
-  c->out = NULL;
   c->cbq = NULL;
 }
 

@@ -29,7 +29,10 @@
 #include "model.h"
 #include "store/store.h"
 
-typedef struct rm__server rm__server_t;
+/* The RPC layer's own state (rpc/rpc_int.h: its outbox, relays and
+ * server), opaque to the core: the core holds it only so that one
+ * rm_coord_t carries everything, and never looks inside. */
+typedef struct rm__rpc rm__rpc_t;
 
 /* The post-commit queue's launcher work (commit.c). */
 typedef enum { RM__AFTER_START, RM__AFTER_STOP, RM__AFTER_RELAUNCH } rm__after_kind_t;
@@ -39,27 +42,12 @@ typedef struct rm__after {
   rm_job_info_t job;            /* the job when queued */
 } rm__after_t;
 
-typedef struct rm__out {
-  rm__call_t *call;
-  int code;                     /* grpc_status_code; -1 = stream message */
-  char *details;
-  void *bb;                     /* grpc_byte_buffer *, may be NULL (always
-                                 * for a relay lane: rpc/relay.c PENDING) */
-} rm__out_t;
-
 struct rm_coord {
   rm_coord_options_t opt;       /* strings owned (strdup) */
   pthread_mutex_t mu;
   rm__store_t *store;           /* store/: the SQLite file */
   rm__job_t **jobs;             /* loaded jobs (all active + recent) */
   size_t njobs, capjobs;
-  rm__out_t *out;               /* replies waiting for COMMIT */
-  size_t nout, capout;
-  /* RELAYS (rpc/relay.c): the Relay calls not yet ended, and those whose
-   * batches rm__out_flush must start */
-  rm__call_t *relays;
-  rm__call_t **relay_kick;
-  size_t nrelay_kick, caprelay_kick;
   uint64_t last_seq;
   pthread_cond_t ev_cond;
   char *cbq;                    /* events waiting for callbacks, packed
@@ -80,7 +68,7 @@ struct rm_coord {
                                  * thread (rpc/server.c) */
   int64_t live_ns;              /* core/liveness.c: when the coordinator was
                                  * last seen running (monotonic ns), under mu */
-  rm__server_t *srv;
+  rm__rpc_t *rpc;               /* rpc/'s (rm__rpc_open/close, by the wiring) */
   char grpc_addr[160];
   int closing;
   const rm__answer_ops_t *answer; /* the answer side (waiters.h), set by the

@@ -7,7 +7,7 @@
  *   1. heartbeats: no call or Session message from a member for
  *      heartbeat_timeout_ms (job.c);
  *   2. the control stream: a member's long-lived call cancelled by its
- *      client's transport (server.c drops the park; rm__park_drop): the
+ *      client's transport (rpc/server_group.c drops the park; rm__park_drop): the
  *      agent's session stream (a Session carrying its heartbeats, open for
  *      its whole life; a Watch carrying its worker id from an agent that
  *      talks to an older coordinator), a StepGate long-poll, a Join

@@ -84,7 +84,7 @@
  * the gate, and a restart re-forms the group anyway.
  *
  * Cost: one call per worker per step (a StepGate, or a gate call on the
- * worker's Session: rpc/server.c SESSIONS), answered from memory under the
+ * worker's Session: rpc/server_group.c SESSIONS), answered from memory under the
  * coordinator lock; nothing is written to SQLite (a step's participant set
  * is not state a restart needs: a restart re-forms the group anyway).
  *

@@ -2,7 +2,7 @@
  * waiters.h - the port through which the core answers the calls it keeps
  * parked (long-polls: Join waiting for the group, Barrier, StepGate,
  * Watch). The core decides when and with what state; the RPC adapter
- * implements the table below (rpc/waiters.c, rpc/rpc.c, rpc/server.c) and
+ * implements the table below (rpc/waiters.c, rpc/rpc.c, rpc/server_out.c) and
  * formats the protobuf answers. Declared here, in the core, so the include
  * graph and the link both point one way (rpc -> core); the core never
  * includes rpc/ and never names an rpc/ function.

@@ -74,7 +74,7 @@
 
 #define RELAY_LANES_MAX 65535u
 #define MERGE_SCAN 8     /* entries an identical one may merge into */
-#define PARTS_MAX 2      /* slices of one message (server.c head_then: 1 or 2) */
+#define PARTS_MAX 2      /* slices of one message (server_out.c head_then: 1 or 2) */
 #define ROOM_PER_LANE 4  /* pushes stop when the outbox holds this many a lane */
 #define SHARED_MIN 256   /* a Join answer's tail this long goes once a batch */
 #define OUT_FIRST 4      /* an outbox's first room: a barrier's or a step's
@@ -118,7 +118,7 @@ struct rm__relay {
   rm__out_t final;            /* the stream's own end, after every entry */
   int has_final, final_started;
   int kick_listed;
-  rm__call_t *prev, *next;    /* in c->relays until it ends */
+  rm__call_t *prev, *next;    /* in c->rpc->relays until it ends */
 };
 
 /* ---- the lane table ----
@@ -218,7 +218,7 @@ static void out_free(rl_out_t *e)
 }
 
 /* bb's slices into part (referenced; flattened into one when there are
- * more than PARTS_MAX, never: server.c makes 1 or 2); bb is destroyed. */
+ * more than PARTS_MAX, never: server_out.c makes 1 or 2); bb is destroyed. */
 static int take_parts(grpc_byte_buffer *bb, grpc_slice part[PARTS_MAX])
 {
   grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
@@ -469,24 +469,24 @@ static void kick_later(rm_coord_t *c, rm__call_t *k)
 {
   if (k->mux->kick_listed) return;
   k->mux->kick_listed = 1;
-  if (c->nrelay_kick == c->caprelay_kick) {
-    c->caprelay_kick = c->caprelay_kick ? 2 * c->caprelay_kick : 8;
-    c->relay_kick = rm__xrealloc(c->relay_kick, c->caprelay_kick * sizeof *c->relay_kick);
+  if (c->rpc->nrelay_kick == c->rpc->caprelay_kick) {
+    c->rpc->caprelay_kick = c->rpc->caprelay_kick ? 2 * c->rpc->caprelay_kick : 8;
+    c->rpc->relay_kick = rm__xrealloc(c->rpc->relay_kick, c->rpc->caprelay_kick * sizeof *c->rpc->relay_kick);
   }
-  c->relay_kick[c->nrelay_kick++] = k;
+  c->rpc->relay_kick[c->rpc->nrelay_kick++] = k;
   __atomic_add_fetch(&k->refs, 1, __ATOMIC_ACQ_REL); /* the list's */
 }
 
 void rm__relay_kick_all(rm_coord_t *c)
 {
-  for (size_t i = 0; i < c->nrelay_kick; i++) {
-    rm__call_t *k = c->relay_kick[i];
+  for (size_t i = 0; i < c->rpc->nrelay_kick; i++) {
+    rm__call_t *k = c->rpc->relay_kick[i];
     k->mux->kick_listed = 0;
     out_commit(k->mux);
     relay_kick(k);
     rm__call_unref(k);
   }
-  c->nrelay_kick = 0;
+  c->rpc->nrelay_kick = 0;
 }
 
 /* The lane's slot is ENDED; the table's reference goes. */
@@ -501,12 +501,12 @@ static void lane_retire(struct rm__relay *r, rm__call_t *l)
 
 /* PENDING: what is queued for a lane (a message, its end, or both) goes
  * into its relay's pending entries as it is pushed (under c->mu), merged
- * there with identical ones, not through c->out: a fan-out's message to
+ * there with identical ones, not through c->rpc->out: a fan-out's message to
  * each lane costs a lane number in a merged entry, not an outbox entry and
  * a held copy of its slices (RSS). They join a batch only in
  * rm__relay_kick_all, after the COMMIT of the section that made them;
  * relay_kick between (a batch's send finished) sends only committed
- * entries. A lane's end also leaves an entry in c->out (rm__out_push),
+ * entries. A lane's end also leaves an entry in c->rpc->out (rm__out_push),
  * which retires the lane at the flush (rm__relay_out): the lane's
  * reference must outlive the section that answered it. */
 void rm__relay_push(rm_coord_t *c, rm__call_t *l, int code, const char *details,
@@ -535,16 +535,16 @@ static int cmp_u64(const void *a, const void *b)
  * none of it may go out as it is (a Join answer naming a generation that
  * is not stored, a released barrier, a push). Every lane those entries
  * name gets one entry instead: its end with the storage failure, as a
- * Session whose message was rolled back ends (server.c rm__rpc_out_fail), so
+ * Session whose message was rolled back ends (server_out.c rm__rpc_out_fail), so
  * its worker retries or re-joins as across a coordinator restart. A lane
- * whose end the section had queued keeps that end's entry in c->out (it
+ * whose end the section had queued keeps that end's entry in c->rpc->out (it
  * retires the lane at the flush); a lane given only a message is ended
  * now, through rm__out_push like any answer. The relays with pending
- * entries are exactly those on c->relay_kick (rm__relay_push). */
+ * entries are exactly those on c->rpc->relay_kick (rm__relay_push). */
 void rm__relay_fail(rm_coord_t *c, int code, const char *details)
 {
-  for (size_t i = 0; i < c->nrelay_kick; i++) {
-    struct rm__relay *r = c->relay_kick[i]->mux;
+  for (size_t i = 0; i < c->rpc->nrelay_kick; i++) {
+    struct rm__relay *r = c->rpc->relay_kick[i]->mux;
     rl_out_t *pend = r->pend;
     int npend = r->npend;
     size_t n = 0, cap = 0;
@@ -648,7 +648,7 @@ static void relay_unlist(rm_coord_t *c, rm__call_t *k)
 {
   struct rm__relay *r = k->mux;
   if (r->prev) r->prev->mux->next = r->next;
-  else if (c->relays == k) c->relays = r->next;
+  else if (c->rpc->relays == k) c->rpc->relays = r->next;
   if (r->next) r->next->mux->prev = r->prev;
   r->prev = r->next = NULL;
 }
@@ -688,16 +688,16 @@ int rm__relay_writes(const Ringmaster__V1__RelayRequest *q)
 }
 
 /* The relay's record, made at its first message or end; listed in
- * c->relays until it ends. */
+ * c->rpc->relays until it ends. */
 static struct rm__relay *relay_of(rm_coord_t *c, rm__call_t *k)
 {
   if (!k->mux) {
     c->ctr.grpc_calls_total++;
     k->mux = rm__xcalloc(1, sizeof *k->mux);
     k->mux->base = 1; /* lane numbers start at 1 (LANE TABLE) */
-    k->mux->next = c->relays;
-    if (c->relays) c->relays->mux->prev = k;
-    c->relays = k;
+    k->mux->next = c->rpc->relays;
+    if (c->rpc->relays) c->rpc->relays->mux->prev = k;
+    c->rpc->relays = k;
   }
   return k->mux;
 }
@@ -775,7 +775,7 @@ void rm__relay_on_send(rm_coord_t *c, rm__call_t *k)
 
 void rm__relay_stop_all(rm_coord_t *c)
 {
-  while (c->relays) relay_close(c, c->relays, GRPC_STATUS_UNAVAILABLE,
+  while (c->rpc->relays) relay_close(c, c->rpc->relays, GRPC_STATUS_UNAVAILABLE,
                                 "coordinator shutting down");
 }
 

@@ -78,7 +78,7 @@ const rm__method_t rm__methods[RM__M_COUNT] = {
     [RM__M_STEP_GATE] = {"/ringmaster.v1.Worker/StepGate", &ringmaster__v1__step_gate_request__descriptor, 0},
     [RM__M_ATTACH] = {"/ringmaster.v1.Worker/Attach", &ringmaster__v1__attach_request__descriptor, 0},
     [RM__M_REPORT_EXIT] = {"/ringmaster.v1.Worker/ReportExit", &ringmaster__v1__report_exit_request__descriptor, 0},
-    /* a stream of them (service.proto; server.c SESSIONS) */
+    /* a stream of them (service.proto; server_group.c SESSIONS) */
     [RM__M_SESSION] = {"/ringmaster.v1.Worker/Session", &ringmaster__v1__session_request__descriptor, 0},
     /* a stream of lanes, each a Session (server_int.h, relay.c RELAYS) */
     [RM__M_RELAY] = {"/ringmaster.v1.Worker/Relay", &ringmaster__v1__relay_request__descriptor, 0},
@@ -192,7 +192,7 @@ int rm__rpc_check_worker(rm_coord_t *c, rm__call_t *call, uint64_t job_id,
  * ...) followed by the generation's peer list and spec, packed once per
  * generation and shared: N answers cost O(N) memory, not O(N^2). A client
  * that set accept_gzip gets the same bytes as one gzip member whose
- * peer-list part is deflated once per generation (server.c GZIP
+ * peer-list part is deflated once per generation (server_out.c GZIP
  * ANSWERS): O(N^2) bytes on the wire, but 2 to 6 times fewer. */
 static rm__blob_t *join_tail(rm__job_t *j)
 {
@@ -494,7 +494,7 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
 }
 
 /* ---- Session: the agent's stream of heartbeats (service.proto) ----
- * One message of it (server.c SESSIONS delivers them in order). The first
+ * One message of it (server_group.c SESSIONS delivers them in order). The first
  * opens it: the job, its token and the worker are checked (not the
  * generation: the agent opens it at its first Join answer), and the call
  * is linked as the worker's SESSION park, so its cancellation by the
@@ -504,7 +504,7 @@ static void on_leave(rm_coord_t *c, rm__call_t *call,
  * is told in the final message, then status OK. A heartbeat may carry a
  * barrier arrival: on_barrier's after the heartbeat's checks, waiting in
  * the call's barrier park instead of a parked call, and answered by a
- * message of the stream (waiters.c, server.c SESSIONS); or a step-gate
+ * message of the stream (waiters.c, server_group.c SESSIONS); or a step-gate
  * call, the same way in its gate park (rpc_gate.c's after its checks).
  * One of the two at a time: a gate's stale answer ends the stream
  * (rm__reply unlinks all three parks) from inside the gate's walk of

@@ -1,8 +1,8 @@
 /*
  * rpc_int.h - the RPC adapter's insides (module-private tier): the gRPC
- * server (server.c), the Worker and Jobs handlers (rpc*.c), protobuf <->
- * core conversion (rpc_conv.c), and the answers to parked calls
- * (waiters.c, the table the core holds: core/waiters.h). The only layer that
+ * server (server.c, server_group.c, server_out.c), the Worker and Jobs
+ * handlers (rpc*.c), protobuf <-> core conversion (rpc_conv.c), and the
+ * answers to parked calls (waiters.c, the table the core holds: core/waiters.h). The only layer that
  * knows protobuf and gRPC; it calls down into core/ under the coordinator
  * lock, and the core reaches it only through that table.
  */
@@ -27,12 +27,38 @@ void rm__rpc_push_moved_on(rm_coord_t *c, rm__park_t *p, uint64_t gen, rm_job_st
 void rm__rpc_answer_stale(rm_coord_t *c, rm__park_t *p, const char *why);
 void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *why);
 void rm__rpc_watch_kick(rm_coord_t *c, rm__job_t *j);                          /* rpc.c */
-void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why);               /* server.c */
-void rm__rpc_out_flush(rm_coord_t *c);                                         /* server.c */
+void rm__rpc_out_fail(rm_coord_t *c, int full, const char *why);           /* server_out.c */
+void rm__rpc_out_flush(rm_coord_t *c);                                     /* server_out.c */
 
-/* ---- server.c: gRPC ---- */
+/* ---- the RPC layer's state (the core holds it opaque: c->rpc) ---- */
+typedef struct rm__server rm__server_t;
+typedef struct rm__out {
+  rm__call_t *call;
+  int code;                     /* grpc_status_code; -1 = stream message */
+  char *details;
+  void *bb;                     /* grpc_byte_buffer *, may be NULL (always
+                                 * for a relay lane: relay.c PENDING) */
+} rm__out_t;
+struct rm__rpc {
+  rm__out_t *out;               /* replies waiting for COMMIT (server_out.c) */
+  size_t nout, capout;
+  /* RELAYS (relay.c): the Relay calls not yet ended, and those whose
+   * batches rm__rpc_out_flush must start */
+  rm__call_t *relays;
+  rm__call_t **relay_kick;
+  size_t nrelay_kick, caprelay_kick;
+  rm__server_t *srv;            /* server.c; NULL when not started */
+};
+/* Made by the wiring (coord.c) before the first call and freed after the
+ * last commit (waiters.c). */
+rm__rpc_t *rm__rpc_open(void);
+void rm__rpc_close(rm__rpc_t *r);
+
+/* ---- server.c: the gRPC server's lifecycle ---- */
 rm_status_t rm__server_start(rm_coord_t *c, char *err, size_t errlen);
 void rm__server_stop(rm_coord_t *c);
+
+/* ---- server_out.c: answers, queued under the lock, sent after COMMIT ---- */
 /* Queue the final answer of a call (code = grpc_status_code; resp may be
  * NULL on error). Unparks it. Sent after COMMIT. Under lock. */
 void rm__reply(rm_coord_t *c, rm__call_t *call, int code, const char *details,
@@ -46,7 +72,7 @@ void rm__blob_unref(rm__blob_t *b);
  * (an empty head: tail's bytes alone, shared, not copied). */
 void rm__reply_tail(rm_coord_t *c, rm__call_t *call,
                     const ProtobufCMessage *head, rm__blob_t *tail);
-/* GZIP ANSWERS (server.c): the call's client decodes grpc-encoding
+/* GZIP ANSWERS (server_out.c): the call's client decodes grpc-encoding
  * gzip (JoinRequest / StepGateRequest.accept_gzip); rm__reply_tail_gz then
  * sends head + tail as
  * one gzip member whose tail part is deflated once per blob (gz_answer.c),
@@ -58,7 +84,7 @@ void rm__reply_tail_gz(rm_coord_t *c, rm__call_t *call, const ProtobufCMessage *
 void rm__stream_send(rm_coord_t *c, rm__call_t *call,
                      const ProtobufCMessage *msg);
 rm__park_t *rm__call_park(rm__call_t *call);
-/* SESSIONS (server.c): a Session call's second park, where its barrier
+/* SESSIONS (server_group.c): a Session call's second park, where its barrier
  * arrival or its step-gate call waits (one at a time: rpc.c on_session;
  * the park's kind says which): NULL until its first such wait; made then
  * (kept until the call is freed); is p that park? */

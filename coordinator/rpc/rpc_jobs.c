@@ -3,7 +3,7 @@
  * CancelJob), mirrors of coord.h's job functions. When the coordinator has an
  * admin token (`ringmaster serve` always has one: common/rm_token.h), the
  * mutations SubmitJob and CancelJob need metadata "authorization: Bearer
- * <token>" (admin_ok in server.c, constant time); the reads GetJob and
+ * <token>" (admin_ok in server_group.c, constant time); the reads GetJob and
  * ListJobs need that token or the read token (--read-token), as the REST
  * API's GETs do, unless --public-reads opened them (docs/security.md).
  * Worker.Watch is a worker call: its job's worker token guards it.

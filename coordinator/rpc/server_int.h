@@ -1,6 +1,9 @@
 /*
- * server_int.h - what server.c shares with relay.c (RELAYS): a call's
- * record and the outbox. Module-private to rpc/.
+ * server_int.h - what the gRPC server's files share (server.c: lifecycle
+ * and queues; server_group.c: a group of completions; server_out.c: the
+ * outbox) and what they share with relay.c (RELAYS): a call's record, the
+ * completion tags, a group's entries and the outbox. Module-private to
+ * rpc/.
  */
 #ifndef RM_COORDINATOR_RPC_SERVER_INT_H
 #define RM_COORDINATOR_RPC_SERVER_INT_H
@@ -67,6 +70,37 @@ typedef struct rm__gcall {
 
 static inline rm__gcall_t *rm__gcall(rm__call_t *k) { return (rm__gcall_t *)k; }
 
+/* A completion's tag: the call's address with the op kind in the low 2
+ * bits (server.c "Call lifecycle"). */
+enum { T_REQUEST = 0, T_RECV = 1, T_CLOSE = 2, T_SEND = 3 };
+static inline void *rm__tag(rm__call_t *k, int kind) { return (char *)k + kind; }
+
+/* ---- server_group.c (GROUP COMMIT) ----
+ * Each completion is handled in three steps: before the lock (repost a
+ * request, parse a payload), under the group's one rm__lock ... rm__commit
+ * (the handler), and after COMMIT (free the request, drop references: a
+ * call's memory outlives every completion of the group that names it).
+ * server.c's thread fills k, kind (T_*), ok and msg = NULL per completion. */
+typedef struct {
+  rm__call_t *k;
+  int kind;                 /* T_*, or EV_* below */
+  int ok;
+  ProtobufCMessage *msg;    /* EV_DISPATCH: the parsed request, or NULL */
+  int unrefs;               /* references to drop after COMMIT */
+} ev_t;
+
+enum { EV_SKIP = 8, EV_DISPATCH, EV_UNKNOWN, EV_SESSION, EV_SESSION_END };
+
+/* Handle n gathered completions as one section. Returns the group's
+ * heartbeats (NAPS); *others |= it had other new calls. */
+int rm__group_run(rm_coord_t *c, ev_t *ev, int n, int *others);
+
+/* ---- server_out.c (the outbox) ---- */
+/* The gzip metadata and SessionResponse's field numbers, once, after
+ * grpc_init (rm__server_start). */
+void rm__out_init(void);
+/* SESSIONS: start k's next queued batch when none is in flight. */
+void rm__session_next(rm__call_t *k);
 /* Queue an answer or stream message of k (code -1: a message; bb taken).
  * Under c->mu; started by rm__rpc_out_flush after COMMIT. */
 void rm__out_push(rm_coord_t *c, rm__call_t *k, int code, const char *details,

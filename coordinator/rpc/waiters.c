@@ -110,8 +110,8 @@ static rm__blob_t *decided_cached(rm__blob_t **cache, int form, uint64_t step,
  * cache[form] and shared by every waiter with the same (step, dropped)
  * and form: O(world) bytes packed once per step, not per waiter. Form 0, a
  * StepGate call: the world-byte mask, deflated once per step too for a
- * client that accepts gzip (GZIP ANSWERS, server.c). Form 1, a Session's
- * gate park (server.c SESSIONS): world and the ranks out of the step
+ * client that accepts gzip (GZIP ANSWERS, server_out.c). Form 1, a Session's
+ * gate park (server_group.c SESSIONS): world and the ranks out of the step
  * (StepGateResponse.out), since a stream message is not compressed. */
 void rm__rpc_answer_gate(rm_coord_t *c, rm__park_t *p, uint64_t step,
                      const uint8_t *members, int world, int dropped,
@@ -164,6 +164,16 @@ void rm__rpc_answer_storage(rm_coord_t *c, rm__park_t *p, int full, const char *
            full ? "the coordinator's disk is full" : "the coordinator cannot write its database",
            why && *why ? why : "write failed");
   rm__reply(c, p->call, full ? RM__GRPC_RESOURCE_EXHAUSTED : RM__GRPC_UNAVAILABLE, msg, NULL);
+}
+
+rm__rpc_t *rm__rpc_open(void) { return rm__xcalloc(1, sizeof(rm__rpc_t)); }
+
+void rm__rpc_close(rm__rpc_t *r)
+{
+  if (!r) return;
+  free(r->out);
+  free(r->relay_kick);
+  free(r);
 }
 
 const rm__answer_ops_t rm__rpc_answer_ops = {
