@@ -229,16 +229,26 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
   rm__agg_slices_init(&s, n, count);
   int coord = cfg->method == RM_AGG_MEDIAN || cfg->method == RM_AGG_TRIMMED_MEAN;
   int even = s.rem == 0, scale = clipped && factor > 0;
-  size_t bb = s.blk * esz;
+  size_t bb = s.blk * esz, nb = (size_t)n * bb;
   rm_status_t st = RM_ERR_NOMEM;
-  char *pack = NULL, *all = NULL, *rows = malloc((size_t)n * bb), *mine = malloc(bb);
+  /* working memory, the communicator's (kept between calls): rows (n
+   * blocks), mine (one), then pack and all (n blocks each) when needed */
+  int need_pack = !even || scale;
+  char *work = NULL, *pack = NULL, *all = NULL, *rows = NULL, *mine = NULL;
   /* trimmed counts, then (norm fused) the rows' partial sums of squares */
   double *trim = calloc(2 * (size_t)n, sizeof *trim), *sq = trim + n;
   uint32_t *mytrim = calloc((size_t)n, sizeof *mytrim);
   const char *src = send;
-  if (!rows || !mine || !trim || !mytrim) goto out;
-  if (!even || scale) {
-    if (!(pack = malloc((size_t)n * bb))) goto out;
+  if (!trim || !mytrim) goto out;
+  if ((st = rm__agg_scratch(c, nb + bb + (need_pack ? nb : 0) + (even ? 0 : nb),
+                            (void **)&work)) != RM_OK)
+    goto out;
+  st = RM_ERR_NOMEM;
+  rows = work;
+  mine = rows + nb;
+  if (need_pack) pack = mine + bb;
+  if (!even) all = mine + bb + (need_pack ? nb : 0);
+  if (need_pack) {
     for (int j = 0; j < n; j++) {
       size_t len = rm__agg_len(&s, j);
       memcpy(pack + (size_t)j * bb, (const char *)send + rm__agg_off(&s, j) * esz, len * esz);
@@ -249,10 +259,8 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
   }
   if ((st = rm_alltoall(c, src, rows, bb, RM_U8)) != RM_OK) goto out;
   o->bytes += (size_t)(n - 1) * bb;
-  free(pack);
-  pack = NULL;
   rm__agg_block_t b = {rows, s.blk, rm__agg_len(&s, rank), n, dt};
-  memset(mine, 0, bb);
+  memset(mine + rm__agg_len(&s, rank) * esz, 0, bb - rm__agg_len(&s, rank) * esz); /* padding */
   switch (cfg->method) {
   case RM_AGG_MEDIAN:
   case RM_AGG_TRIMMED_MEAN:
@@ -279,8 +287,6 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
   }
   if (even) {
     st = rm_allgather(c, mine, recv, bb, RM_U8);
-  } else if (!(all = malloc((size_t)n * bb))) {
-    st = RM_ERR_NOMEM;
   } else if ((st = rm_allgather(c, mine, all, bb, RM_U8)) == RM_OK) {
     for (int r = 0; r < n; r++)
       memcpy((char *)recv + rm__agg_off(&s, r) * esz, all + (size_t)r * bb,
@@ -293,10 +299,6 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
     rm__agg_suspects_trim(o->scores, n, cfg->f, o->excluded);
   }
 out:
-  free(pack);
-  free(rows);
-  free(mine);
-  free(all);
   free(trim);
   free(mytrim);
   return st;

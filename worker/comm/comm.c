@@ -137,6 +137,7 @@ static void comm_free(rm_comm_t *c)
   free(c->offers);
   free(c->conns);
   free(c->scratch);
+  free(c->agg_scratch);
   free(c->use_excluded);
   if (c->wake_fd[0] >= 0) close(c->wake_fd[0]);
   if (c->wake_fd[1] >= 0) close(c->wake_fd[1]);
@@ -316,6 +317,18 @@ rm_status_t rm_comm_set_stream(rm_comm_t *c, void *stream)
 {
   if (c == NULL) return RM_ERR_INVALID_ARG;
   c->user_stream = stream;
+  return RM_OK;
+}
+
+rm_status_t rm__agg_scratch(rm_comm_t *c, size_t n, void **out)
+{
+  if (n > c->agg_scratch_size) {
+    free(c->agg_scratch); /* contents need not survive */
+    c->agg_scratch = malloc(n);
+    c->agg_scratch_size = c->agg_scratch ? n : 0;
+    if (c->agg_scratch == NULL) return RM_ERR_NOMEM;
+  }
+  *out = c->agg_scratch;
   return RM_OK;
 }
 

@@ -94,6 +94,11 @@ struct rm_comm {
   /* scratch memory reused across collectives (grown on demand) */
   void *scratch;
   size_t scratch_size;
+  /* rm_aggregate's own working memory (it calls collectives, which use
+   * scratch): kept between calls, since a fresh allocation of a gradient's
+   * size is a fresh mmap whose pages fault in on every call */
+  void *agg_scratch;
+  size_t agg_scratch_size;
 
   int destroying;         /* set by rm_comm_destroy: close_all may free */
   size_t bytes_sent;     /* by this rank, cumulative */
@@ -157,5 +162,7 @@ rm_status_t rm__coll_begin(rm_comm_t *c);
 /* Scratch buffer of at least n bytes (RM_ERR_NOMEM on failure). Valid until
  * the next rm__scratch call or destroy. */
 rm_status_t rm__scratch(rm_comm_t *c, size_t n, void **out);
+/* rm_aggregate's working memory, likewise (agg_scratch). */
+rm_status_t rm__agg_scratch(rm_comm_t *c, size_t n, void **out);
 
 #endif
