@@ -57,7 +57,8 @@ from .optimizer import _unflatten
 # by the step report as byzantine_suspect evidence: worker/session/
 # session_use.c) are judged on the whole gradient, not on a small bucket.
 # A straggler policy decides per step, so its gate is asked once per step.
-# Cost: one copy of the gradient in and one out per step; nothing overlaps
+# Cost: one copy of the gradient in and one out per step (into a flat
+# vector kept on the model between steps); nothing overlaps
 # with the backward pass, as nothing does on this synchronous backend. A
 # late rank's backward is not interrupted (it arrives late and contributes
 # zeros): the members still wait for it in the step's collective, so under
@@ -90,12 +91,13 @@ _ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
 _ddp_register = torch.nn.parallel.DistributedDataParallel.register_comm_hook
 
 
-def _rm_redo_step(ddp, combine, flat):
+def _rm_redo_step(ddp, combine, flat, gather):
     """combine(flat) (the step's secure sum, aggregation or gated average),
     redone over the survivors when a member is lost before it completed (see
     SECURE REDO above; not for a model held by elastic.TorchState); JobEnded
-    when the job ended instead (on_failure fail, or too few members)."""
-    keep = flat.clone()
+    when the job ended instead (on_failure fail, or too few members).
+    gather() fills flat again from the step's gradients, which the combine
+    does not touch (no copy kept per step for a redo that rarely comes)."""
     while True:
         try:
             return combine(flat)
@@ -103,7 +105,7 @@ def _rm_redo_step(ddp, combine, flat):
             if getattr(ddp, "_rm_elastic", False):
                 raise
             _rm.reform()
-            flat.copy_(keep)
+            gather()
 
 
 def _rm_step_combine(ddp):
@@ -124,15 +126,28 @@ def _rm_step_combine(ddp):
     for _, _, g in pieces:
         by_dt.setdefault(g.dtype, []).append(g)
     excluded, info = set(), None
+    # the flat vector of each dtype is kept on the model between steps: a
+    # new one of a large model's size is a fresh mapping whose pages fault
+    # in on every step
+    bufs = getattr(ddp, "_rm_flat", None)
+    if bufs is None:
+        bufs = ddp._rm_flat = {}
     for dt, gs in by_dt.items():
-        flat = torch.cat([g.reshape(-1) for g in gs]) if len(gs) > 1 else gs[0].reshape(-1).clone()
+        n = sum(g.numel() for g in gs)
+        flat = bufs.get(dt)
+        if flat is None or flat.numel() != n:
+            flat = bufs[dt] = torch.empty(n, dtype=dt)
+
+        def gather(flat=flat, gs=gs):
+            torch.cat([g.reshape(-1) for g in gs], out=flat)
+        gather()
         if ddp._rm_secure:
-            info = _rm_redo_step(ddp, lambda f: _rm.secure_allreduce(f, "avg"), flat)
+            info = _rm_redo_step(ddp, lambda f: _rm.secure_allreduce(f, "avg"), flat, gather)
         elif ddp._rm_agg is None:  # the straggler policy's gated average
-            ddp.rm_contributors = _rm_redo_step(ddp, _rm.allreduce_gradients, flat)
+            ddp.rm_contributors = _rm_redo_step(ddp, _rm.allreduce_gradients, flat, gather)
         else:
             _, ex = _rm_redo_step(ddp, lambda f: _rm.aggregate(f, info=True, **ddp._rm_agg),
-                                  flat)
+                                  flat, gather)
             excluded.update(ex)
         _unflatten(flat, gs)
     ddp.rm_excluded = sorted(excluded)
