@@ -413,6 +413,14 @@ RM_EXTERN rm_status_t rm_session_step_end(rm_session_t *s, double loss,
  * "steps" is the program's only if it reads it). */
 RM_EXTERN void rm_session_set_total_steps(rm_session_t *s, uint64_t total);
 
+/* The program resumes after `done` steps (it rolled back to a commit, or
+ * took a peer's state after a re-formation): rm_session_step is `done` and
+ * the next rm_session_step_begin starts step done + 1, so the step reports
+ * and the job's progress count the program's steps, not its attempts.
+ * rm_session_reform sets it to the coordinator's start_step (the fewest
+ * steps any member reported); a program that knows better says so after. */
+RM_EXTERN void rm_session_set_step(rm_session_t *s, uint64_t done);
+
 /* A finished step with explicit figures (the built-in workloads). */
 typedef struct rm_step_report {
   size_t struct_size;        /* sizeof(rm_step_report_t) */

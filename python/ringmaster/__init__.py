@@ -530,6 +530,17 @@ def set_total_steps(total):
         _sfn("rm_session_set_total_steps")(d.session, int(total))
 
 
+def set_step(done):
+    """The program resumes after ``done`` steps (rolled back to a commit, or
+    took a peer's state): the next step reported is done + 1
+    (rm_session_set_step). ringmaster.torch.elastic calls it after a
+    recovery with the state's ``step``. No-op outside a session."""
+    d = _default
+    d.step = int(done)
+    if d.session:
+        _sfn("rm_session_set_step")(d.session, int(done))
+
+
 def current_step():
     return _default.step
 

@@ -219,6 +219,7 @@ _SESSION = {
                                           ctypes.POINTER(c_int)]),
     "rm_session_step_dropped": (c_int, [c_void_p]),
     "rm_session_set_total_steps": (None, [c_void_p, ctypes.c_uint64]),
+    "rm_session_set_step": (None, [c_void_p, ctypes.c_uint64]),
     # secure aggregation
     "rm_session_secure_allreduce": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                             ctypes.POINTER(SecureInfo)]),

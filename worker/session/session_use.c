@@ -85,6 +85,11 @@ void rm_session_set_total_steps(rm_session_t *s, uint64_t total)
   if (s) s->total_steps = total;
 }
 
+void rm_session_set_step(rm_session_t *s, uint64_t done)
+{
+  if (s) s->steps_done = done;
+}
+
 void rm__session_use_fill(rm_session_t *s, rm__report_t *e)
 {
   e->total_steps = s->total_steps;

@@ -44,10 +44,12 @@ wrapped it in a RuntimeError on the way out of DDP's reducer -- the wrapper
    just joined starts from it too; before that, a ``TorchState`` holding a
    ``DistributedDataParallel`` model on the ``ringmaster`` backend rebuilds
    the process group and DDP for the new world (ELASTIC DDP below),
-4. calls the ``on_reset`` hooks (``run(on_reset=fn)`` and
+4. tells the session the state's ``step`` (``ringmaster.set_step``), so
+   that the job's progress and step reports count the program's steps,
+5. calls the ``on_reset`` hooks (``run(on_reset=fn)`` and
    ``state.register_reset_callbacks([fn])``) so the program can re-shard its
    data for the new world size,
-5. calls ``train(state)`` again.
+6. calls ``train(state)`` again.
 
 At most one commit interval of work is lost (PER-STEP: the step in flight).
 The mode is the group's: PER-STEP until any rank has committed.
@@ -411,6 +413,12 @@ def run(func=None, *, on_reset=None, max_resets=64, verbose=True):
                                 raise
                     info["root"] = root
                     state.last_reset = info
+                    # the step reports count the program's steps: the next
+                    # one is the state's, not the attempt's (the session
+                    # took the fewest steps any member reported)
+                    step = state._extra.get("step")
+                    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+                        _rm.set_step(step)
                     if verbose:
                         print("ringmaster.elastic: re-formed: rank %d of %d, generation %d, "
                               "state from rank %d" % (info["rank"], info["world"],
