@@ -1,6 +1,6 @@
 /*
  * test_krum_vec.c - the vectorised Krum-family kernels
- * (worker/aggregate/agg_kernels.c) against the scalar ones they replaced,
+ * (worker/aggregate/agg_krum.c, agg_bulyan_cc.c) against the scalar ones they replaced,
  * which stay as the reference:
  *   rm__agg_pair_dist (f32 lanes, double per tile) vs rm__agg_pair_dist_ref
  *     (double): the diagonal (non-finite counts) equal, every distance of
@@ -32,6 +32,7 @@
 
 #include "aggregate/agg_int.h"
 #include "reduce/half.h"
+#include "agg_test.h"
 
 #include "rm_testcheck.h"
 #include "rm_testrng.h"
@@ -39,16 +40,6 @@
 static uint64_t g_rng = 0x6b72756d76656331ULL;
 static uint64_t next_u64(void) { return rm_test_splitmix(&g_rng); }
 static double unif(void) { return (double)(next_u64() >> 11) / 9007199254740992.0; }
-
-static void store(void *rows, size_t idx, rm_dtype_t dt, double v)
-{
-  switch (dt) {
-  case RM_F32: ((float *)rows)[idx] = (float)v; break;
-  case RM_F64: ((double *)rows)[idx] = v; break;
-  case RM_F16: ((uint16_t *)rows)[idx] = rm__f2h((float)v); break;
-  default: ((uint16_t *)rows)[idx] = rm__f2b((float)v); break;
-  }
-}
 
 /* the coordinate test's mix: specials, ties, ordinary values */
 static double pick(void)
@@ -86,11 +77,11 @@ static void fill(char *rows, int n, size_t len, size_t stride, rm_dtype_t dt, in
       case TINY: v = (unif() - 0.5) * spread * 1e-30; break;
       default: v = (unif() - 0.5) * spread; break;
       }
-      store(rows, (size_t)i * stride + q, dt, v);
+      agg_test_store(rows, (size_t)i * stride + q, dt, v);
     }
     if (kind == NONFINITE && copy < 0 && next_u64() % 3 == 0) {
       static const double bad[] = {NAN, INFINITY, -INFINITY};
-      store(rows, (size_t)i * stride + next_u64() % len, dt, bad[next_u64() % 3]);
+      agg_test_store(rows, (size_t)i * stride + next_u64() % len, dt, bad[next_u64() % 3]);
     }
   }
 }
@@ -166,7 +157,7 @@ static void check_bulyan(const char *dn, rm_dtype_t dt, int n, size_t len)
   char *rows = malloc((size_t)n * stride * esz), *o1 = malloc(len * esz), *o2 = malloc(len * esz);
   int sel[80];
   if (!rows || !o1 || !o2) exit(1);
-  for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dt, pick());
+  for (size_t i = 0; i < (size_t)n * stride; i++) agg_test_store(rows, i, dt, pick());
   rm__agg_block_t b = {rows, stride, len, n, dt};
   /* k of the n rows in a shuffled order */
   for (int i = 0; i < n; i++) sel[i] = i;
@@ -212,14 +203,14 @@ static void check_mean(const char *dn, rm_dtype_t dt, int n, size_t len)
   char *rows = malloc((size_t)n * stride * esz), *o1 = malloc(len * esz), *o2 = malloc(len * esz);
   int sel[64];
   if (!rows || !o1 || !o2) exit(1);
-  for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dt, pick());
+  for (size_t i = 0; i < (size_t)n * stride; i++) agg_test_store(rows, i, dt, pick());
   for (int i = 0; i < n; i++) sel[i] = n - 1 - i;
   for (int k = 1; k <= n; k++)
     for (int sse2 = 0; sse2 < 2; sse2++) {
       for (size_t q = 0; q < len; q++) {
         double sum = load(rows, (size_t)sel[0] * stride + q, dt);
         for (int i = 1; i < k; i++) sum += load(rows, (size_t)sel[i] * stride + q, dt);
-        store(o2, q, dt, k > 1 ? sum / (double)k : sum);
+        agg_test_store(o2, q, dt, k > 1 ? sum / (double)k : sum);
       }
       rm__agg_block_t b = {rows, stride, len, n, dt};
       memset(o1, 0x5a, len * esz);
