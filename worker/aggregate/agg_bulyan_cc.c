@@ -131,14 +131,7 @@ typedef uint64_t agg_u64a __attribute__((may_alias));
       double *restrict a = srt + (size_t)i * TILE;                                   \
       for (size_t q = 0; q < c; q++) a[q] = a[q] != a[q] ? (double)INFINITY : a[q];  \
     }                                                                                \
-    for (int p = 0; p < npairs; p++) {                                               \
-      double *restrict u = srt + (size_t)pi[p] * TILE, *restrict v = srt + (size_t)pj[p] * TILE; \
-      for (size_t q = 0; q < c; q++) {                                               \
-        double l = u[q] < v[q] ? u[q] : v[q], h = u[q] < v[q] ? v[q] : u[q];         \
-        u[q] = l;                                                                    \
-        v[q] = h;                                                                    \
-      }                                                                              \
-    }                                                                                \
+    AGG_NET_SORT(double, srt, pi, pj, npairs, c);                                    \
     if (beta == k) { /* f = 0: the window is every value, summed ascending */        \
       for (size_t q = 0; q < c; q++) res[q] = 0; /* +0 first, as the reference */     \
       for (int p = 0; p < k; p++) {                                                  \

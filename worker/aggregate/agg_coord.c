@@ -183,14 +183,7 @@ static int net_pairs(int n, int *pi, int *pj)
       T *restrict a = x + (size_t)i * TILE, *restrict o = srt + (size_t)i * TILE;     \
       for (size_t k = 0; k < c; k++) o[k] = a[k] = a[k] != a[k] ? (T)INFINITY : a[k]; \
     }                                                                                \
-    for (int q = 0; q < npairs; q++) {                                               \
-      T *restrict u = srt + (size_t)pi[q] * TILE, *restrict v = srt + (size_t)pj[q] * TILE; \
-      for (size_t k = 0; k < c; k++) {                                               \
-        T lo = u[k] < v[k] ? u[k] : v[k], hi = u[k] < v[k] ? v[k] : u[k];             \
-        u[k] = lo;                                                                   \
-        v[k] = hi;                                                                   \
-      }                                                                              \
-    }                                                                                \
+    AGG_NET_SORT(T, srt, pi, pj, npairs, c);                                         \
     /* ranks wanted: the median's lo/hi, the kept range [f, n - f - 1] */            \
     TI phi = n / 2, plo = n % 2 ? phi : phi - 1, kf = f, kl = n - f - 1;              \
     const T *slo = srt + (size_t)plo * TILE, *shi = srt + (size_t)phi * TILE;         \

@@ -65,6 +65,23 @@ void rm__agg_narrow(const double *v, size_t len, rm_dtype_t dt, void *out)
 }
 
 /* ---- widening and narrowing (agg_kernels_int.h) ---- */
+/* the cases rm__agg_widen and rm__agg_widen32 share (dst double or f32,
+ * both exact): f16 and bf16 through reduce/half.h, NaN for a dtype that is
+ * no float type */
+#define WIDEN_HALF_AND_DEFAULT                                                       \
+  case RM_F16: {                                                                     \
+    const uint16_t *p = (const uint16_t *)row + j0;                                  \
+    for (size_t k = 0; k < c; k++) dst[k] = rm__h2f(p[k]);                           \
+    break;                                                                           \
+  }                                                                                  \
+  case RM_BF16: {                                                                    \
+    const uint16_t *p = (const uint16_t *)row + j0;                                  \
+    for (size_t k = 0; k < c; k++) dst[k] = rm__b2f(p[k]);                           \
+    break;                                                                           \
+  }                                                                                  \
+  default:                                                                           \
+    for (size_t k = 0; k < c; k++) dst[k] = NAN;
+
 void rm__agg_widen(const void *row, size_t j0, size_t c, rm_dtype_t dt, double *dst)
 {
   switch (dt) {
@@ -76,18 +93,7 @@ void rm__agg_widen(const void *row, size_t j0, size_t c, rm_dtype_t dt, double *
   case RM_F64:
     memcpy(dst, (const double *)row + j0, c * sizeof *dst);
     break;
-  case RM_F16: {
-    const uint16_t *p = (const uint16_t *)row + j0;
-    for (size_t k = 0; k < c; k++) dst[k] = rm__h2f(p[k]);
-    break;
-  }
-  case RM_BF16: {
-    const uint16_t *p = (const uint16_t *)row + j0;
-    for (size_t k = 0; k < c; k++) dst[k] = rm__b2f(p[k]);
-    break;
-  }
-  default:
-    for (size_t k = 0; k < c; k++) dst[k] = NAN;
+  WIDEN_HALF_AND_DEFAULT
   }
 }
 
@@ -123,18 +129,7 @@ void rm__agg_widen32(const void *row, size_t j0, size_t c, rm_dtype_t dt, float 
   case RM_F32:
     memcpy(dst, (const float *)row + j0, c * sizeof *dst);
     break;
-  case RM_F16: {
-    const uint16_t *p = (const uint16_t *)row + j0;
-    for (size_t k = 0; k < c; k++) dst[k] = rm__h2f(p[k]);
-    break;
-  }
-  case RM_BF16: {
-    const uint16_t *p = (const uint16_t *)row + j0;
-    for (size_t k = 0; k < c; k++) dst[k] = rm__b2f(p[k]);
-    break;
-  }
-  default:
-    for (size_t k = 0; k < c; k++) dst[k] = NAN;
+  WIDEN_HALF_AND_DEFAULT
   }
 }
 

@@ -79,6 +79,20 @@ typedef struct rm__agg_net {
   int *pi, *pj, npairs;
   char *x;
 } rm__agg_net_t;
+/* the network run on a tile of n rows of T (srt, TILE apart): per
+ * comparator (pi[p], pj[p]), per column, the lower value to row pi[p] and
+ * the higher to row pj[p], branch-free (NaN made +inf before, so every
+ * value compares); the rows end sorted, column by column, ascending */
+#define AGG_NET_SORT(T, srt, pi, pj, npairs, c)                                      \
+  for (int p_ = 0; p_ < (npairs); p_++) {                                            \
+    T *restrict u_ = (srt) + (size_t)(pi)[p_] * TILE;                                \
+    T *restrict v_ = (srt) + (size_t)(pj)[p_] * TILE;                                \
+    for (size_t k_ = 0; k_ < (c); k_++) {                                            \
+      T lo_ = u_[k_] < v_[k_] ? u_[k_] : v_[k_], hi_ = u_[k_] < v_[k_] ? v_[k_] : u_[k_]; \
+      u_[k_] = lo_;                                                                  \
+      v_[k_] = hi_;                                                                  \
+    }                                                                                \
+  }
 rm_status_t rm__agg_net_get(rm__agg_net_t *w, int n, rm_dtype_t dt);
 void rm__agg_net_put(rm__agg_net_t *w);
 /* res[0..c) (double) = the coordinate-wise statistic of columns
