@@ -1,7 +1,7 @@
 /*
  * rm_bench_coord - the robust statistics' kernels alone, one process: each
- * vectorised kernel (worker/aggregate/agg_kernels.c), in its SSE2 and its
- * AVX2 build, against the scalar reference it replaced, on the slice one
+ * vectorised kernel (worker/aggregate/agg_kernels.c lists their files), in
+ * its SSE2 and its AVX2 build, against the scalar reference it replaced, on the slice one
  * rank computes in rm_aggregate, no communication. Separates the
  * statistics' cost from the exchange's, which rm_bench_agg measures
  * together.

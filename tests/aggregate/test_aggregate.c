@@ -54,6 +54,7 @@
 #include <string.h>
 
 #include "reduce/half.h"
+#include "agg_test.h"
 #include "rm_testlib.h"
 
 #define MAXW 9
@@ -90,16 +91,6 @@ static double unif(uint64_t a, uint64_t b, uint64_t c)
 /* ---- dtype rounding ---- */
 static size_t esz(rm_dtype_t dt) { return rm_dtype_size(dt); }
 
-static void put(void *p, size_t i, rm_dtype_t dt, double v)
-{
-  switch (dt) {
-  case RM_F32: ((float *)p)[i] = (float)v; break;
-  case RM_F64: ((double *)p)[i] = v; break;
-  case RM_F16: ((uint16_t *)p)[i] = rm__f2h((float)v); break;
-  default: ((uint16_t *)p)[i] = rm__f2b((float)v); break;
-  }
-}
-
 static double get(const void *p, size_t i, rm_dtype_t dt)
 {
   switch (dt) {
@@ -113,7 +104,7 @@ static double get(const void *p, size_t i, rm_dtype_t dt)
 static double round_dt(double v, rm_dtype_t dt)
 {
   unsigned char b[8];
-  put(b, 0, dt, v);
+  agg_test_store(b, 0, dt, v);
   return get(b, 0, dt);
 }
 
@@ -397,7 +388,7 @@ static int run_case(rm_comm_t *c, const case_t *k, size_t count, rm_dtype_t dt,
         x[j] = isfinite(nrm) ? round_dt(x[j] * (k->clip / nrm), dt)
                              : (k->method == RM_AGG_MEAN ? 0 : x[j]);
   }
-  for (size_t j = 0; j < count; j++) put(g_mine, j, dt, input(seed, r, n, attackers, j));
+  for (size_t j = 0; j < count; j++) agg_test_store(g_mine, j, dt, input(seed, r, n, attackers, j));
   uint8_t excl[MAXW], rexcl[MAXW];
   double scores[MAXW], rscores[MAXW];
   memset(excl, 0xAA, sizeof excl);

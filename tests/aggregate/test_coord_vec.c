@@ -1,6 +1,6 @@
 /*
  * test_coord_vec.c - the vectorised coordinate-wise kernel (rm__agg_coord,
- * worker/aggregate/agg_kernels.c: a sorting network over the rows) against
+ * worker/aggregate/agg_coord.c: a sorting network over the rows) against
  * the rank-per-coordinate reference it replaced (rm__agg_coord_ref), bit
  * for bit, in its AVX2 and its SSE2 build (rm__agg_sse2_only): output bytes
  * and trimmed counts, median and trimmed mean, every f the rule allows,
@@ -22,6 +22,7 @@
 
 #include "aggregate/agg_int.h"
 #include "reduce/half.h"
+#include "agg_test.h"
 
 #include "rm_testcheck.h"
 #include "rm_testrng.h"
@@ -47,16 +48,6 @@ static double pick(int ties)
   }
 }
 
-static void store(void *rows, size_t idx, rm_dtype_t dt, double v)
-{
-  switch (dt) {
-  case RM_F32: ((float *)rows)[idx] = (float)v; break;
-  case RM_F64: ((double *)rows)[idx] = v; break;
-  case RM_F16: ((uint16_t *)rows)[idx] = rm__f2h((float)v); break;
-  default: ((uint16_t *)rows)[idx] = rm__f2b((float)v); break;
-  }
-}
-
 int main(void)
 {
   static const rm_dtype_t dts[] = {RM_F32, RM_F64, RM_F16, RM_BF16};
@@ -75,7 +66,7 @@ int main(void)
           char *rows = malloc((size_t)n * stride * esz);
           char *o1 = malloc(len * esz), *o2 = malloc(len * esz);
           if (!rows || !o1 || !o2) return 1;
-          for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dts[d], pick(ties));
+          for (size_t i = 0; i < (size_t)n * stride; i++) agg_test_store(rows, i, dts[d], pick(ties));
           rm__agg_block_t b = {rows, stride, len, n, dts[d]};
           for (int m = 0; m < 2; m++)
             for (int f = 0; 2 * f < n; f++) {

@@ -1,6 +1,6 @@
 /*
  * test_krum_vec.c - the vectorised Krum-family kernels
- * (worker/aggregate/agg_kernels.c) against the scalar ones they replaced,
+ * (worker/aggregate/agg_krum.c, agg_bulyan_cc.c) against the scalar ones they replaced,
  * which stay as the reference:
  *   rm__agg_pair_dist (f32 lanes, double per tile) vs rm__agg_pair_dist_ref
  *     (double): the diagonal (non-finite counts) equal, every distance of
@@ -32,6 +32,7 @@
 
 #include "aggregate/agg_int.h"
 #include "reduce/half.h"
+#include "agg_test.h"
 
 #include "rm_testcheck.h"
 #include "rm_testrng.h"
@@ -39,16 +40,6 @@
 static uint64_t g_rng = 0x6b72756d76656331ULL;
 static uint64_t next_u64(void) { return rm_test_splitmix(&g_rng); }
 static double unif(void) { return (double)(next_u64() >> 11) / 9007199254740992.0; }
-
-static void store(void *rows, size_t idx, rm_dtype_t dt, double v)
-{
-  switch (dt) {
-  case RM_F32: ((float *)rows)[idx] = (float)v; break;
-  case RM_F64: ((double *)rows)[idx] = v; break;
-  case RM_F16: ((uint16_t *)rows)[idx] = rm__f2h((float)v); break;
-  default: ((uint16_t *)rows)[idx] = rm__f2b((float)v); break;
-  }
-}
 
 /* the coordinate test's mix: specials, ties, ordinary values */
 static double pick(void)
@@ -86,11 +77,11 @@ static void fill(char *rows, int n, size_t len, size_t stride, rm_dtype_t dt, in
       case TINY: v = (unif() - 0.5) * spread * 1e-30; break;
       default: v = (unif() - 0.5) * spread; break;
       }
-      store(rows, (size_t)i * stride + q, dt, v);
+      agg_test_store(rows, (size_t)i * stride + q, dt, v);
     }
     if (kind == NONFINITE && copy < 0 && next_u64() % 3 == 0) {
       static const double bad[] = {NAN, INFINITY, -INFINITY};
-      store(rows, (size_t)i * stride + next_u64() % len, dt, bad[next_u64() % 3]);
+      agg_test_store(rows, (size_t)i * stride + next_u64() % len, dt, bad[next_u64() % 3]);
     }
   }
 }
@@ -162,12 +153,10 @@ static int g_bulyan_cases;
 
 static void check_bulyan(const char *dn, rm_dtype_t dt, int n, size_t len)
 {
-  size_t stride = len + 3, esz = rm_dtype_size(dt);
-  char *rows = malloc((size_t)n * stride * esz), *o1 = malloc(len * esz), *o2 = malloc(len * esz);
+  agg_test_bufs_t bf;
   int sel[80];
-  if (!rows || !o1 || !o2) exit(1);
-  for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dt, pick());
-  rm__agg_block_t b = {rows, stride, len, n, dt};
+  agg_test_bufs_get(&bf, n, len, dt, pick);
+  rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt};
   /* k of the n rows in a shuffled order */
   for (int i = 0; i < n; i++) sel[i] = i;
   for (int i = n - 1; i > 0; i--) {
@@ -178,20 +167,18 @@ static void check_bulyan(const char *dn, rm_dtype_t dt, int n, size_t len)
   for (int k = 1; k <= n; k += (n > 20 ? 7 : 1))
     for (int beta = 1; beta <= k; beta++)
       for (int sse2 = 0; sse2 < 2; sse2++) { /* the AVX2 build, then the SSE2 one */
-        memset(o1, 0x5a, len * esz);
-        memset(o2, 0xa5, len * esz);
+        memset(bf.o1, 0x5a, len * bf.esz);
+        memset(bf.o2, 0xa5, len * bf.esz);
         rm__agg_sse2_only(sse2);
-        CHECK(rm__agg_bulyan_coord(&b, sel, k, beta, o1) == RM_OK);
+        CHECK(rm__agg_bulyan_coord(&b, sel, k, beta, bf.o1) == RM_OK);
         rm__agg_sse2_only(0);
-        CHECK(rm__agg_bulyan_coord_ref(&b, sel, k, beta, o2) == RM_OK);
-        CHECKF(memcmp(o1, o2, len * esz) == 0,
+        CHECK(rm__agg_bulyan_coord_ref(&b, sel, k, beta, bf.o2) == RM_OK);
+        CHECKF(memcmp(bf.o1, bf.o2, len * bf.esz) == 0,
                "%s n=%d len=%zu k=%d beta=%d sse2=%d: Bulyan's phase two differs from the "
                "reference", dn, n, len, k, beta, sse2);
         g_bulyan_cases++;
       }
-  free(rows);
-  free(o1);
-  free(o2);
+  agg_test_bufs_put(&bf);
 }
 
 static double load(const void *rows, size_t idx, rm_dtype_t dt)
@@ -208,37 +195,33 @@ static double load(const void *rows, size_t idx, rm_dtype_t dt)
  * in the order given, divided by k when k > 1, narrowed once; bit for bit */
 static void check_mean(const char *dn, rm_dtype_t dt, int n, size_t len)
 {
-  size_t stride = len + 3, esz = rm_dtype_size(dt);
-  char *rows = malloc((size_t)n * stride * esz), *o1 = malloc(len * esz), *o2 = malloc(len * esz);
+  agg_test_bufs_t bf;
   int sel[64];
-  if (!rows || !o1 || !o2) exit(1);
-  for (size_t i = 0; i < (size_t)n * stride; i++) store(rows, i, dt, pick());
+  agg_test_bufs_get(&bf, n, len, dt, pick);
   for (int i = 0; i < n; i++) sel[i] = n - 1 - i;
   for (int k = 1; k <= n; k++)
     for (int sse2 = 0; sse2 < 2; sse2++) {
       for (size_t q = 0; q < len; q++) {
-        double sum = load(rows, (size_t)sel[0] * stride + q, dt);
-        for (int i = 1; i < k; i++) sum += load(rows, (size_t)sel[i] * stride + q, dt);
-        store(o2, q, dt, k > 1 ? sum / (double)k : sum);
+        double sum = load(bf.rows, (size_t)sel[0] * bf.stride + q, dt);
+        for (int i = 1; i < k; i++) sum += load(bf.rows, (size_t)sel[i] * bf.stride + q, dt);
+        agg_test_store(bf.o2, q, dt, k > 1 ? sum / (double)k : sum);
       }
-      rm__agg_block_t b = {rows, stride, len, n, dt};
-      memset(o1, 0x5a, len * esz);
+      rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt};
+      memset(bf.o1, 0x5a, len * bf.esz);
       rm__agg_sse2_only(sse2);
-      CHECK(rm__agg_mean_rows(&b, sel, k, o1) == RM_OK);
+      CHECK(rm__agg_mean_rows(&b, sel, k, bf.o1) == RM_OK);
       rm__agg_sse2_only(0);
       /* bit for bit, except that a NaN's sign and payload are the compiler's
        * (it may swap the operands of an addition); NaN matches NaN */
       size_t at = 0;
-      while (at < len && (memcmp(o1 + at * esz, o2 + at * esz, esz) == 0 ||
-                          (isnan(load(o1, at, dt)) && isnan(load(o2, at, dt)))))
+      while (at < len && (memcmp(bf.o1 + at * bf.esz, bf.o2 + at * bf.esz, bf.esz) == 0 ||
+                          (isnan(load(bf.o1, at, dt)) && isnan(load(bf.o2, at, dt)))))
         at++;
       CHECKF(at == len, "%s n=%d len=%zu k=%d sse2=%d: mean of rows differs at %zu: %.9g, here %.9g",
-             dn, n, len, k, sse2, at, at < len ? load(o1, at, dt) : 0.0,
-             at < len ? load(o2, at, dt) : 0.0);
+             dn, n, len, k, sse2, at, at < len ? load(bf.o1, at, dt) : 0.0,
+             at < len ? load(bf.o2, at, dt) : 0.0);
     }
-  free(rows);
-  free(o1);
-  free(o2);
+  agg_test_bufs_put(&bf);
 }
 
 /* the norm every method starts with (clipping, info->norm): f32 read in

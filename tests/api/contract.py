@@ -181,6 +181,17 @@ class Contract:
 _CONTRACT = None
 
 
+def resolve(doc, schema):
+    """schema with its $ref followed through doc (the OpenAPI document)
+    until it is a schema of its own."""
+    while "$ref" in schema:
+        node = doc
+        for part in schema["$ref"].lstrip("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
 def check_answer(method, target, status, headers, body, library=False):
     """The module's one Contract (the document is read once)."""
     global _CONTRACT

@@ -6,6 +6,7 @@ SQLite file; the bound ports are read from its stdout lines
 HOST:PORT" (with a deadline). stop() sends SIGTERM to that PID, waits, and
 SIGKILLs it if it does not exit in time.
 """
+import argparse
 import http.client
 import json
 import os
@@ -28,6 +29,50 @@ READ_TOKEN = "test-read-token"
 os.environ.setdefault("RINGMASTER_READ_TOKEN", READ_TOKEN)
 
 
+def read_addresses(proc, seconds=20):
+    """(http, grpc): the addresses a `ringmaster serve` process prints on its
+    stdout, None for one not printed within seconds or before it exited."""
+    http = grpc = None
+    deadline = time.monotonic() + seconds
+    buf = b""
+    fd = proc.stdout.fileno()
+    while (http is None or grpc is None) and time.monotonic() < deadline:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if not r:
+            if proc.poll() is not None:
+                break
+            continue
+        data = os.read(fd, 4096)  # raw reads: no hidden buffering behind select()
+        if not data:
+            break
+        buf += data
+        for line in buf.decode(errors="replace").splitlines():
+            if line.startswith("ringmaster: http listening on "):
+                http = line.rsplit(" ", 1)[1].strip()
+            if line.startswith("ringmaster: grpc listening on "):
+                grpc = line.rsplit(" ", 1)[1].strip()
+    return http, grpc
+
+
+def terminate(proc, seconds=15):
+    """SIGTERM, up to seconds to exit, then SIGKILL; its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return proc.wait(timeout=10)
+
+
+def stop_serve(proc):
+    """terminate() a `ringmaster serve`, then close its stdout; its exit
+    status."""
+    rc = terminate(proc)
+    proc.stdout.close()
+    return rc
+
+
 class Server:
     def __init__(self, binary, token="test-token", env=None, extra=(), db=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="rm-api-")
@@ -43,25 +88,7 @@ class Server:
             [binary, "serve", "--db", db or os.path.join(self.tmp.name, "rm.db"), "--grpc", "127.0.0.1:0",
              "--http", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=self.log, env=e)
-        self.http = self.grpc = None
-        deadline = time.monotonic() + 20
-        buf = b""
-        fd = self.proc.stdout.fileno()
-        while (self.http is None or self.grpc is None) and time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.5)
-            if not r:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            data = os.read(fd, 4096)  # raw reads: no hidden buffering behind select()
-            if not data:
-                break
-            buf += data
-            for line in buf.decode(errors="replace").splitlines():
-                if line.startswith("ringmaster: http listening on "):
-                    self.http = line.rsplit(" ", 1)[1].strip()
-                if line.startswith("ringmaster: grpc listening on "):
-                    self.grpc = line.rsplit(" ", 1)[1].strip()
+        self.http, self.grpc = read_addresses(self.proc)
         if self.http is None:
             self.stop()
             raise RuntimeError("ringmaster serve did not print its http address")
@@ -100,14 +127,7 @@ class Server:
         return j
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc.stdout.close()
+        stop_serve(self.proc)
         self.log.close()
         self.tmp.cleanup()
         return self.proc.returncode
@@ -123,6 +143,16 @@ def check(cond, what):
         FAILS.append(what)
         print("FAIL:", what, file=sys.stderr)
     return cond
+
+
+def verdict(ok_line):
+    """A test's exit status: 1 when a check() failed (their count on
+    stderr), else 0 after printing ok_line."""
+    if FAILS:
+        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
+        return 1
+    print(ok_line)
+    return 0
 
 
 def spec_post(srv, body):
@@ -154,13 +184,17 @@ def spec_accepted(srv, body):
     return g if check(st == 200, f"GET job {j['id']}: {st}") else None
 
 
+def args():
+    """The HTTP tests' command line: --ringmaster BINARY, parsed."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ringmaster", required=True)
+    return ap.parse_args()
+
+
 def spec_main(label, tests, restart):
     """The job-spec tests' main: each of tests(srv) against one server,
     then restart(binary) with its own; exit status 1 on any failed check."""
-    import argparse
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = args()
     srv = Server(a.ringmaster)
     try:
         for t in tests:
@@ -169,11 +203,7 @@ def spec_main(label, tests, restart):
         rc = srv.stop()
     check(rc == 0, f"server exit status {rc} after SIGTERM")
     restart(a.ringmaster)
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print(f"api {label}: all checks passed")
-    return 0
+    return verdict(f"api {label}: all checks passed")
 
 
 def run_cli(binary, url, *args, token=None, timeout=60):

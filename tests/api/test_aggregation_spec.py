@@ -11,7 +11,6 @@ through REST and the CLI, against a real `ringmaster serve`:
                restarted server on the same database still has it;
                `ringmaster job ID` prints it; the dashboard's form has it
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rmserver import args as rmserver_args  # noqa: E402
 from rmserver import Server  # noqa: E402
 
 
@@ -113,9 +113,7 @@ def check_stored(srv, ids):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    a = p.parse_args()
+    a = rmserver_args()
     tmp = tempfile.mkdtemp(prefix="rm-agg-")
     db = os.path.join(tmp, "rm.db")
     srv = Server(a.ringmaster, extra=("--db", db))

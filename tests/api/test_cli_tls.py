@@ -34,6 +34,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import free_port  # noqa: E402
+
 FAILS = []
 TOKEN = "tls-test-token"
 
@@ -127,14 +130,6 @@ def cli(binary, *args, env=None, timeout=30):
     t = time.monotonic()
     p = subprocess.run([binary, *args], env=e, capture_output=True, text=True, timeout=timeout)
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main():

@@ -15,7 +15,6 @@ against a real `ringmaster serve`:
                with a fake agent that sleeps, SIGINT cancels the job and the
                run exits 130; `ringmaster logs ID` prints every worker's lines
 """
-import argparse
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rmserver import args as rmserver_args  # noqa: E402
 from rmserver import Server  # noqa: E402
 
 BASE = {"name": "c", "world_size": 2, "workload": "command", "launcher": "none"}
@@ -202,9 +202,7 @@ def cli(binary):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    a = p.parse_args()
+    a = rmserver_args()
     round_trip(a.ringmaster)
     cli(a.ringmaster)
     print("PASS")

@@ -11,17 +11,17 @@ codes. Every wait has a deadline.
 
 usage: test_http.py --ringmaster PATH
 """
-import argparse
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import READ_TOKEN, Server, FAILS, check, run_cli  # noqa: E402
+import contract  # noqa: E402
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import READ_TOKEN, Server, check, run_cli, verdict  # noqa: E402
 
 
 
@@ -279,15 +279,6 @@ def test_sse(srv):
     k.close()
 
 
-def resolve(doc, schema):
-    while "$ref" in schema:
-        node = doc
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            node = node[part]
-        schema = node
-    return schema
-
-
 def test_openapi(srv, job):
     st, _, doc = srv.request("GET", "/api/v1/openapi.json")
     check(st == 200 and doc.get("openapi", "").startswith("3."), "OpenAPI 3 document served")
@@ -310,10 +301,10 @@ def test_openapi(srv, job):
                 body = {"name": "oa-submit", "world_size": 1, "launcher": "none"}
             st, h, ans = srv.request(method.upper(), real, body, token=srv.token)
             check(str(st) in op["responses"], f"{method} {path}: {st} not documented")
-            resp = resolve(doc, op["responses"].get(str(st), {}))
+            resp = contract.resolve(doc, op["responses"].get(str(st), {}))
             content = resp.get("content", {})
             if "application/json" in content and isinstance(ans, dict):
-                schema = resolve(doc, content["application/json"]["schema"])
+                schema = contract.resolve(doc, content["application/json"]["schema"])
                 missing = [k for k in schema.get("required", []) if k not in ans]
                 check(not missing, f"{method} {path}: missing documented fields {missing}")
             checked += 1
@@ -376,9 +367,7 @@ def test_cli(srv, binary):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = rmserver_args()
     srv = Server(a.ringmaster, env={"RINGMASTER_SSE_KEEPALIVE_MS": "300"})
     try:
         job = test_jobs(srv)
@@ -393,11 +382,7 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, f"server exit status {rc} after SIGTERM")
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("api http: all checks passed")
-    return 0
+    return verdict("api http: all checks passed")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ folder) is refused, never followed. Every wait has a deadline.
 
 usage: test_logs.py --ringmaster PATH
 """
-import argparse
 import os
 import stat
 import sys
@@ -22,7 +21,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check  # noqa: E402
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import Server, check, verdict  # noqa: E402
 
 LINES = 300
 
@@ -130,9 +130,7 @@ def test_logs(srv, logdir):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = rmserver_args()
     tmp = tempfile.TemporaryDirectory(prefix="rm-logs-")
     logdir = os.path.join(tmp.name, "logs")
     fake = os.path.join(tmp.name, "fake-worker")
@@ -148,11 +146,7 @@ def main():
         rc = srv.stop()
         tmp.cleanup()
     check(rc == 0, f"server exit status {rc} after SIGTERM")
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("api logs: all checks passed")
-    return 0
+    return verdict("api logs: all checks passed")
 
 
 if __name__ == "__main__":

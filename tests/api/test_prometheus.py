@@ -10,12 +10,9 @@ Skips (exit 0 with a message) when promtool/prometheus are not installed.
 
 usage: test_prometheus.py --ringmaster PATH
 """
-import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,15 +21,10 @@ import urllib.parse
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import Server, terminate  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import free_port  # noqa: E402
 
 
 def query(port, q):
@@ -42,9 +34,7 @@ def query(port, q):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = rmserver_args()
     promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
     if not promtool or not prometheus:
         print("SKIP: Debian's prometheus package (promtool, prometheus) is not installed")
@@ -102,13 +92,8 @@ def main():
             print(f"FAIL: Prometheus never answered 3 pending jobs; last {last}\n{tail}",
                   file=sys.stderr)
     finally:
-        if prom is not None and prom.poll() is None:
-            prom.send_signal(signal.SIGTERM)
-            try:
-                prom.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                prom.kill()
-                prom.wait(timeout=10)
+        if prom is not None:
+            terminate(prom, 20)
         srv.stop()
         tmp.cleanup()
     if ok:

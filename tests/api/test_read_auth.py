@@ -15,13 +15,13 @@ against a real `ringmaster serve`:
                  still 401, and the coordinator warns when it listens beyond
                  loopback
 """
-import argparse
 import http.client
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rmserver import args as rmserver_args  # noqa: E402
 from rmserver import READ_TOKEN, Server, FAILS, check  # noqa: E402
 
 
@@ -146,9 +146,7 @@ def public_reads(binary):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    a = p.parse_args()
+    a = rmserver_args()
     try:
         import grpc  # noqa: F401
     except ImportError:

@@ -13,10 +13,8 @@ malformed id gets 400. Every wait has a deadline.
 
 usage: test_sse_resume.py --ringmaster PATH
 """
-import argparse
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -24,7 +22,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check  # noqa: E402
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import Server, FAILS, check, read_addresses, stop_serve, verdict  # noqa: E402
 from test_http import Sse  # noqa: E402
 
 SCALE = 1000000
@@ -39,24 +38,7 @@ class Serve:
                    RINGMASTER_SSE_KEEPALIVE_MS="300")
         self.proc = subprocess.Popen([binary, "serve", "--db", db, "--grpc", grpc, "--http", http],
                                      stdout=subprocess.PIPE, stderr=log, env=env)
-        self.http = self.grpc = None
-        buf, deadline = b"", time.monotonic() + 20
-        fd = self.proc.stdout.fileno()
-        while (self.http is None or self.grpc is None) and time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.5)
-            if not r:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            data = os.read(fd, 4096)
-            if not data:
-                break
-            buf += data
-            for line in buf.decode(errors="replace").splitlines():
-                if line.startswith("ringmaster: http listening on "):
-                    self.http = line.rsplit(" ", 1)[1].strip()
-                if line.startswith("ringmaster: grpc listening on "):
-                    self.grpc = line.rsplit(" ", 1)[1].strip()
+        self.http, self.grpc = read_addresses(self.proc)
         if self.http is None or self.grpc is None:
             self.kill()
             raise RuntimeError("ringmaster serve did not print its addresses")
@@ -88,15 +70,7 @@ class Serve:
         self.proc.stdout.close()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait(timeout=10)
-        self.proc.stdout.close()
-        return self.proc.returncode
+        return stop_serve(self.proc)
 
 
 def collect(stream, until, timeout=10):
@@ -127,9 +101,7 @@ def check_ids(got, what):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = rmserver_args()
     tmp = tempfile.TemporaryDirectory(prefix="rm-sse-resume-")
     db = os.path.join(tmp.name, "rm.db")
     log = open(os.path.join(tmp.name, "server.log"), "w")
@@ -215,11 +187,7 @@ def main():
                 sys.stderr.write(lf.read()[-3000:])
         tmp.cleanup()
     check(rc == 0, f"server exit status {rc} after SIGTERM")
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("api sse_resume: all checks passed")
-    return 0
+    return verdict("api sse_resume: all checks passed")
 
 
 if __name__ == "__main__":

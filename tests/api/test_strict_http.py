@@ -27,7 +27,6 @@ No timing thresholds; every wait has a deadline.
 
 usage: test_strict_http.py --ringmaster PATH
 """
-import argparse
 import json
 import os
 import socket
@@ -35,7 +34,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import Server, FAILS, check, run_cli, sse_slots  # noqa: E402
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import Server, check, run_cli, sse_slots, verdict  # noqa: E402
 import contract  # noqa: E402
 
 
@@ -364,9 +364,7 @@ def test_stream_limit(binary):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    args = ap.parse_args()
+    args = rmserver_args()
     srv = Server(args.ringmaster)
     try:
         test_targets(srv)
@@ -379,11 +377,7 @@ def main():
         rc = srv.stop()
         check(rc == 0, f"serve exit code {rc}")
     test_stream_limit(args.ringmaster)
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("ok")
-    return 0
+    return verdict("ok")
 
 
 if __name__ == "__main__":

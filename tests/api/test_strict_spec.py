@@ -32,7 +32,6 @@ Every wait has a deadline; no timing thresholds.
 
 usage: test_strict_spec.py --ringmaster PATH
 """
-import argparse
 import json
 import os
 import subprocess
@@ -40,9 +39,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rmserver import READ_TOKEN, Server  # noqa: E402
+import contract  # noqa: E402
+from rmserver import args as rmserver_args  # noqa: E402
+from rmserver import READ_TOKEN, Server, verdict  # noqa: E402
+from rmserver import check as record  # noqa: E402
 
-FAILS = []
 COUNT = {"checks": 0, "accepted": 0, "refused": 0}
 MESSAGES = []
 SEQ = [0]
@@ -52,9 +53,7 @@ ALIASES = {"algorithm": {"halving_doubling": "hd", "halving-doubling": "hd",
 
 def check(cond, what):
     COUNT["checks"] += 1
-    if not cond:
-        FAILS.append(what)
-        print("FAIL:", what, file=sys.stderr)
+    record(cond, what)
 
 
 def name():
@@ -104,23 +103,14 @@ def refused(srv, extra, field, what, words=(), code="invalid_value", raw=None):
     return e
 
 
-def resolve(doc, schema):
-    while "$ref" in schema:
-        node = doc
-        for part in schema["$ref"].lstrip("#/").split("/"):
-            node = node[part]
-        schema = node
-    return schema
-
-
 def fields(doc):
     """(dotted field name, schema) for JobSpec's properties and aggregation's."""
-    js = resolve(doc, doc["components"]["schemas"]["JobSpec"])
+    js = contract.resolve(doc, doc["components"]["schemas"]["JobSpec"])
     for k, p in js["properties"].items():
-        p = resolve(doc, p)
+        p = contract.resolve(doc, p)
         if k == "aggregation":
             for m, q in p["properties"].items():
-                yield "aggregation." + m, resolve(doc, q)
+                yield "aggregation." + m, contract.resolve(doc, q)
         else:
             yield k, p
 
@@ -260,9 +250,7 @@ def test_cli(srv, binary):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ringmaster", required=True)
-    a = ap.parse_args()
+    a = rmserver_args()
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../api/openapi.json")) as f:
         doc = json.load(f)
     logs = tempfile.TemporaryDirectory(prefix="rm-strict-logs-")
@@ -281,11 +269,7 @@ def main():
     check(rc == 0, f"server exit status {rc} after SIGTERM")
     print(f"strict spec: {enums} enum fields, {ints} integer fields, {COUNT['accepted']} specs "
           f"accepted, {COUNT['refused']} refused as wanted, {COUNT['checks']} checks")
-    if FAILS:
-        print(f"{len(FAILS)} check(s) failed", file=sys.stderr)
-        return 1
-    print("api strict_spec: all checks passed")
-    return 0
+    return verdict("api strict_spec: all checks passed")
 
 
 if __name__ == "__main__":

@@ -83,31 +83,12 @@ static int real_rank0(rm_test_world_t *h, int rank, void *arg)
   return 0;
 }
 
-static int dial(const char *addr)
-{
-  char host[64];
-  int port, fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa;
-  memset(&sa, 0, sizeof sa);
-  rm__addr_split(addr, host, sizeof host, &port);
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) RM_TEST_FAIL("connect");
-  return fd;
-}
-
 static void frame(unsigned char *out, int type, uint64_t job, uint64_t gen,
                   uint64_t seq, uint64_t tag, uint64_t len)
 {
   rm__frame_t f = {RM__TCP_MAGIC, RM__TCP_VERSION, (uint16_t)type, job, gen,
                    seq, tag, len};
   rm__frame_encode(&f, out);
-}
-
-static void put(int fd, const void *p, size_t n)
-{
-  if (write(fd, p, n) != (ssize_t)n) RM_TEST_FAIL("write");
 }
 
 /* Stray connections, then the real handshake; returns the data fd. */
@@ -117,20 +98,20 @@ static int fake_connect(rm_test_world_t *h)
   const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxx";
   int fd;
 
-  fd = dial(h->addr[0]);
-  put(fd, http, RM__TCP_HDR);
+  fd = rm_test_dial(h->addr[0], 0);
+  rm_test_put(fd, http, RM__TCP_HDR);
   close(fd);
-  fd = dial(h->addr[0]);
-  put(fd, "RMFR", 4);
+  fd = rm_test_dial(h->addr[0], 0);
+  rm_test_put(fd, "RMFR", 4);
   close(fd);
-  fd = dial(h->addr[0]);
+  fd = rm_test_dial(h->addr[0], 0);
   frame(hdr, RM__FRAME_HELLO, 7, 1, 1, 2, 0); /* another job */
-  put(fd, hdr, sizeof hdr);
+  rm_test_put(fd, hdr, sizeof hdr);
   close(fd);
 
-  fd = dial(h->addr[0]);
+  fd = rm_test_dial(h->addr[0], 0);
   frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
-  put(fd, hdr, sizeof hdr);
+  rm_test_put(fd, hdr, sizeof hdr);
   if (read(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no HELLO reply");
   rm__frame_t f;
   rm__frame_decode(hdr, &f);
@@ -150,8 +131,8 @@ static void fake_send(int fd, int cs)
   case C_GEN: frame(hdr, RM__FRAME_DATA, 42, 9, 1, 0, 1000); break;
   case C_SEQ: frame(hdr, RM__FRAME_DATA, 42, 1, 5, 0, 1000); break;
   }
-  put(fd, hdr, sizeof hdr);
-  put(fd, data, cs == C_TRUNC ? 100 : sizeof data);
+  rm_test_put(fd, hdr, sizeof hdr);
+  rm_test_put(fd, data, cs == C_TRUNC ? 100 : sizeof data);
   if (cs == C_TRUNC) shutdown(fd, SHUT_WR);
 }
 
@@ -162,9 +143,7 @@ static int run_case(int cs)
   char buf[256];
   if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
   h.peers[1] = g_fake_addr;
-  h.world = 1; /* fork only rank 0; rank 1 is us */
-  rm_test_start(&h, real_rank0, NULL);
-  h.world = 2;
+  rm_test_start_rank0(&h, real_rank0, NULL); /* fork only rank 0; rank 1 is us */
   h.pid[1] = -1;
   fd = fake_connect(&h);
   fake_send(fd, cs);
@@ -174,9 +153,7 @@ static int run_case(int cs)
   while (read(fd, buf, sizeof buf) > 0) {
   }
   close(fd);
-  h.world = 1;
-  bad = rm_test_wait(&h, 30000, -1);
-  h.world = 2;
+  bad = rm_test_wait_rank0(&h, 30000);
   rm_test_result_t *r = &h.res[0];
   printf("%-7s rank 0: %s peer %d: %s\n", names[cs], rm_status_name(r->status),
          r->failed_peer, r->msg);
@@ -223,17 +200,15 @@ static int run_stash(void)
   int bad, early, now;
   if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
   h.peers[1] = g_fake_addr;
-  h.world = 1;
-  rm_test_start(&h, real_rank0_two_gens, NULL);
-  h.world = 2;
-  early = dial(h.addr[0]);
+  rm_test_start_rank0(&h, real_rank0_two_gens, NULL);
+  early = rm_test_dial(h.addr[0], 0);
   setsockopt(early, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   frame(hdr, RM__FRAME_HELLO, 42, 2, 1, 2, 0);
-  put(early, hdr, sizeof hdr);
+  rm_test_put(early, hdr, sizeof hdr);
   usleep(100 * 1000); /* rank 0 reads it during generation 1's init */
-  now = dial(h.addr[0]);
+  now = rm_test_dial(h.addr[0], 0);
   frame(hdr, RM__FRAME_HELLO, 42, 1, 1, 2, 0);
-  put(now, hdr, sizeof hdr);
+  rm_test_put(now, hdr, sizeof hdr);
   if (read(now, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no gen-1 reply");
   if (read(early, hdr, sizeof hdr) != (ssize_t)sizeof hdr) RM_TEST_FAIL("no gen-2 reply");
   rm__frame_decode(hdr, &f);
@@ -242,12 +217,10 @@ static int run_stash(void)
     unsigned char data[1000];
     for (int i = 0; i < (int)sizeof data; i++) data[i] = (unsigned char)(i * 3);
     frame(hdr, RM__FRAME_DATA, 42, 2, 1, 0, 1000);
-    put(early, hdr, sizeof hdr);
-    put(early, data, sizeof data);
+    rm_test_put(early, hdr, sizeof hdr);
+    rm_test_put(early, data, sizeof data);
   }
-  h.world = 1;
-  bad = rm_test_wait(&h, 30000, -1);
-  h.world = 2;
+  bad = rm_test_wait_rank0(&h, 30000);
   printf("stash   rank 0: %s: %s\n", rm_status_name(h.res[0].status), h.res[0].msg);
   if (!h.res[0].done || h.res[0].status != RM_OK || h.res[0].bad) bad++;
   close(early);

@@ -62,26 +62,6 @@ static int nokey(void)
   return v && v[0] == '1';
 }
 
-static int dial(const char *addr)
-{
-  char host[64];
-  int port, fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa;
-  struct timeval tv = {15, 0};
-  memset(&sa, 0, sizeof sa);
-  rm__addr_split(addr, host, sizeof host, &port);
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons((uint16_t)port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) RM_TEST_FAIL("connect");
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-static void put(int fd, const void *p, size_t n)
-{
-  if (write(fd, p, n) != (ssize_t)n) RM_TEST_FAIL("write");
-}
 
 /* Read exactly n bytes; n, or what came before EOF / error / timeout. */
 static int get(int fd, void *p, int n)
@@ -170,27 +150,27 @@ static int run_impostor(void)
   rm_test_start(&h, real_rank, &a);
 
   /* 1: a correct HELLO for rank 1 and nothing else */
-  bare = dial(h.addr[0]);
+  bare = rm_test_dial(h.addr[0], 15);
   hello(m, 1, 1, 0);
-  put(bare, m, RM__TCP_HDR);
+  rm_test_put(bare, m, RM__TCP_HDR);
   /* before keys, rank 0 answered and held rank 1's place from here on */
   int bare_refused = closed_by_peer(bare);
   printf("impostor: HELLO without proof %s\n",
          bare_refused ? "refused" : "ACCEPTED as rank 1");
 
   /* 2: a keyed-looking HELLO, then a wrong answer to the challenge */
-  wrong = dial(h.addr[0]);
+  wrong = rm_test_dial(h.addr[0], 15);
   hello(m, 1, 1, RM__AUTH_NONCE);
   memset(nonce, 7, sizeof nonce);
   memcpy(m + RM__TCP_HDR, nonce, sizeof nonce);
-  put(wrong, m, RM__TCP_HDR + RM__AUTH_NONCE);
+  rm_test_put(wrong, m, RM__TCP_HDR + RM__AUTH_NONCE);
   int wrong_refused = 0;
   if (get(wrong, m, RM__TCP_HDR + 64) == RM__TCP_HDR + 64) {
     rm__frame_t f = {RM__TCP_MAGIC, RM__TCP_VERSION, RM__FRAME_AUTH, 42, 1, 1, 2,
                      RM__AUTH_MAC};
     rm__frame_encode(&f, m);
     memset(m + RM__TCP_HDR, 0x5a, RM__AUTH_MAC);
-    put(wrong, m, RM__TCP_HDR + RM__AUTH_MAC);
+    rm_test_put(wrong, m, RM__TCP_HDR + RM__AUTH_MAC);
     wrong_refused = closed_by_peer(wrong);
   } else {
     wrong_refused = 1; /* refused at its HELLO (unkeyed rank 0) */
@@ -199,10 +179,10 @@ static int run_impostor(void)
          wrong_refused ? "refused" : "ACCEPTED");
 
   /* 3: a keyed-looking HELLO that never answers: holds no place */
-  silent = dial(h.addr[0]);
+  silent = rm_test_dial(h.addr[0], 15);
   hello(m, 1, 1, RM__AUTH_NONCE);
   memcpy(m + RM__TCP_HDR, nonce, sizeof nonce);
-  put(silent, m, RM__TCP_HDR + RM__AUTH_NONCE);
+  rm_test_put(silent, m, RM__TCP_HDR + RM__AUTH_NONCE);
 
   *(volatile double *)&h.res[1].value = 1.0; /* go, the real rank 1 */
   bad += rm_test_wait(&h, 60000, -1);
@@ -252,10 +232,10 @@ static int challenge(const char *addr, const rm_comm_t *k, const unsigned char *
                      rm__auth_ctx_t *x)
 {
   unsigned char m[RM__TCP_HDR + 64];
-  int fd = dial(addr);
+  int fd = rm_test_dial(addr, 15);
   hello(m, 1, 1, RM__AUTH_NONCE);
   memcpy(m + RM__TCP_HDR, nonce_d, RM__AUTH_NONCE);
-  put(fd, m, RM__TCP_HDR + RM__AUTH_NONCE);
+  rm_test_put(fd, m, RM__TCP_HDR + RM__AUTH_NONCE);
   if (get(fd, m, sizeof m) != (int)sizeof m) RM_TEST_FAIL("no keyed HELLO reply");
   x->dialer = 1;
   x->listener = 0;
@@ -273,7 +253,7 @@ static void send_auth(int fd, const unsigned char *mac)
                    RM__AUTH_MAC};
   rm__frame_encode(&f, m);
   memcpy(m + RM__TCP_HDR, mac, RM__AUTH_MAC);
-  put(fd, m, sizeof m);
+  rm_test_put(fd, m, sizeof m);
 }
 
 static int run_replay(void)
@@ -286,9 +266,7 @@ static int run_replay(void)
 
   if (rm_test_world_open(&h, 2) != 0) RM_TEST_FAIL("rm_test_world_open");
   h.peers[1] = "127.0.0.1:1"; /* never dialled by rank 0 */
-  h.world = 1;
-  rm_test_start(&h, real_rank0_recv, NULL);
-  h.world = 2;
+  rm_test_start_rank0(&h, real_rank0_recv, NULL);
   rm__auth_nonce(nonce);
   fa = challenge(h.addr[0], k, nonce, &xa);
   rm__auth_mac(k, &xa, RM__AUTH_DIALER, mac_a);
@@ -306,12 +284,10 @@ static int run_replay(void)
     rm__frame_t f = {RM__TCP_MAGIC, RM__TCP_VERSION, RM__FRAME_DATA, 42, 1, 1, 0, 1000};
     for (int i = 0; i < (int)sizeof data; i++) data[i] = (unsigned char)(i * 3);
     rm__frame_encode(&f, m);
-    put(fa, m, sizeof m);
-    put(fa, data, sizeof data);
+    rm_test_put(fa, m, sizeof m);
+    rm_test_put(fa, data, sizeof data);
   }
-  h.world = 1;
-  bad = rm_test_wait(&h, 30000, -1);
-  h.world = 2;
+  bad = rm_test_wait_rank0(&h, 30000);
   printf("replay: rank 0: %s: %s\n", rm_status_name(h.res[0].status), h.res[0].msg);
   if (!fresh || !replay_refused || !h.res[0].done || h.res[0].status != RM_OK ||
       h.res[0].bad)
@@ -388,7 +364,7 @@ static int run_fakelisten(void)
   /* answer with a nonce and a MAC made without the key */
   hello(m, 1, 0, 64);
   memset(m + RM__TCP_HDR, 0x33, 64);
-  put(fd, m, RM__TCP_HDR + 64);
+  rm_test_put(fd, m, RM__TCP_HDR + 64);
   /* rank 1 must not prove itself to us: it closes (EOF) without an AUTH */
   int n = get(fd, m, RM__TCP_HDR);
   if (n == RM__TCP_HDR) {
@@ -433,7 +409,7 @@ static int run_rdma_impostor(void)
                  h.offer[1]);
   snprintf(boot, sizeof boot, "%.*s", (int)strcspn(t + 1, " "), t + 1);
   rm_test_start(&h, real_rank, &a);
-  fd = dial(boot);
+  fd = rm_test_dial(boot, 15);
   memset(m, 0, sizeof m);
   memcpy(m, "RMRH", 4);
   m[4] = 1; /* version */
@@ -444,7 +420,7 @@ static int run_rdma_impostor(void)
   m[32] = 7; /* a QP number */
   m[58] = 3; /* mtu 1024 */
   m[60] = 64; /* CTS slots */
-  put(fd, m, sizeof m);
+  rm_test_put(fd, m, sizeof m);
   int refused = closed_by_peer(fd);
   printf("rdma impostor: HELLO without proof %s\n", refused ? "refused" : "ANSWERED");
   /* a keyed HELLO, then a wrong answer to the challenge */
@@ -454,8 +430,8 @@ static int run_rdma_impostor(void)
     memcpy(k, m, sizeof m);
     k[7] = 1;
     memset(k + 96, 9, 64);
-    wfd = dial(boot);
-    put(wfd, k, sizeof k);
+    wfd = rm_test_dial(boot, 15);
+    rm_test_put(wfd, k, sizeof k);
     if (get(wfd, reply, sizeof reply) != (int)sizeof reply) RM_TEST_FAIL("no keyed reply");
     memset(proof, 0x5a, sizeof proof);
     memcpy(proof, "RMRC", 4);
@@ -464,7 +440,7 @@ static int run_rdma_impostor(void)
     memset(proof + 8, 0, 16);
     memset(proof + 24, 0, 8);
     proof[24] = 1; /* generation */
-    put(wfd, proof, sizeof proof);
+    rm_test_put(wfd, proof, sizeof proof);
     wrong_refused = closed_by_peer(wfd);
     printf("rdma impostor: wrong proof %s\n", wrong_refused ? "refused" : "ACCEPTED");
   }

@@ -5,7 +5,6 @@ run by the local launcher leaves: the database, its -wal and -shm 0600,
 the log folder and the job's folder 0700, the worker's log 0600. A restart
 over a database and a log made wider (0644 / 0755) warns, naming them.
 """
-import argparse
 import os
 import shutil
 import stat
@@ -16,17 +15,15 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 from rmserver import Server  # noqa: E402
 
+import cmdtest  # noqa: E402
+
 
 def mode(p):
     return stat.S_IMODE(os.stat(p).st_mode)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    p.add_argument("--worker", required=True)
-    p.add_argument("--example", required=True)
-    a = p.parse_args()
+    a = cmdtest.args()
     os.umask(0o022)
     tmp = tempfile.mkdtemp(prefix="rm-owner-")
     db, logs = os.path.join(tmp, "rm.db"), os.path.join(tmp, "logs")

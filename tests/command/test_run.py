@@ -13,7 +13,6 @@
                ./ringmaster-run/, and stops it by PID at the end
   Ctrl-C       SIGINT while the example runs: the job is cancelled, exit 130
 """
-import argparse
 import os
 import shutil
 import signal
@@ -25,6 +24,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 from rmserver import Server  # noqa: E402
+
+import cmdtest  # noqa: E402
 
 
 def run(a, args, timeout=180, cwd=None, env=None):
@@ -120,11 +121,7 @@ def private_check(r, cwd):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    p.add_argument("--worker", required=True)
-    p.add_argument("--example", required=True)
-    a = p.parse_args()
+    a = cmdtest.args()
     a.ringmaster, a.worker, a.example = map(os.path.abspath, (a.ringmaster, a.worker, a.example))
     with_server(a)
     private(a)

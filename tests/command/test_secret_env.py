@@ -21,7 +21,6 @@ logs`; and a database written before sealing (the env column in plaintext, no
 seal columns filled) is converted on the next start: the value leaves the
 file and its WAL, and the job still reads back with its keys.
 """
-import argparse
 import hashlib
 import http.client
 import os
@@ -35,6 +34,10 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 from rmserver import Server  # noqa: E402
 
+import cmdtest  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import wait_until  # noqa: E402
+
 SECRET = "hf_SUPERSECRET_%d_x9Q" % os.getpid()
 
 
@@ -42,16 +45,6 @@ def no_secret(where, data):
     if isinstance(data, str):
         data = data.encode("utf-8", "replace")
     assert SECRET.encode() not in data, "the secret env value leaked into %s" % where
-
-
-def wait(pred, what, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def sse_replay(srv, job_id, seconds=3):
@@ -112,7 +105,7 @@ def running(a, tmp):
         def done():
             st, _, g = srv.request("GET", "/api/v1/jobs/%d" % jid, token=srv.token)
             return g if g["state"] in ("succeeded", "failed", "cancelled") else None
-        g = wait(done, "the job to end")
+        g = wait_until(done, "the job to end", 90)
         want = hashlib.sha256(SECRET.encode()).hexdigest()
         with open(out) as f:
             assert f.read().strip() == want, "the program did not receive the secret"
@@ -158,7 +151,7 @@ def logs_masked(a, tmp):
         def done():
             st, _, g = srv.request("GET", "/api/v1/jobs/%d" % jid)
             return g["state"] in ("succeeded", "failed", "cancelled")
-        wait(done, "the printing job to end")
+        wait_until(done, "the printing job to end", 90)
         path = "/api/v1/jobs/%d/workers/0/log" % jid
         raw = open(os.path.join(logs, "job-%d" % jid, "worker-0.log"), "rb").read()
         assert SECRET.encode() in raw, "the program did not print the secret"
@@ -214,11 +207,7 @@ def migrated(a, tmp):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--ringmaster", required=True)
-    p.add_argument("--worker", required=True)
-    p.add_argument("--example", required=True)
-    a = p.parse_args()
+    a = cmdtest.args()
     tmp = tempfile.mkdtemp(prefix="rm-secret-")
     try:
         running(a, tmp)

@@ -20,24 +20,15 @@ import re
 import signal
 import sqlite3
 import sys
-import time
 import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rmdemo  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import wait_until  # noqa: E402
 
 WORLD = 3
-
-
-def wait(what, fn, timeout_s=90):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def log_file(c, job, i):
@@ -71,13 +62,13 @@ def test(opts):
                         "steps": 300, "on_failure": "replace", "max_restarts": 1,
                         "checkpoint_every": 10, "heartbeat_timeout_ms": 5000,
                         "workload_options": "batch=64,verify=5,sim_compute_ms=2,ckpt_dir=" + ckpt})["id"]
-        victim = wait("worker-1's pid line", lambda: pid_of(log_file(c, job, 1)))
-        wait("step 30", lambda: c.get("/api/v1/jobs/%d" % job)["step"] >= 30)
+        victim = wait_until(lambda: pid_of(log_file(c, job, 1)), "worker-1's pid line", 90, 0.05)
+        wait_until(lambda: c.get("/api/v1/jobs/%d" % job)["step"] >= 30, "step 30", 90, 0.05)
         os.kill(victim, signal.SIGKILL)
         info = c.wait_state(job, 120)
         assert info["state"] == "succeeded", (info, c.get("/api/v1/jobs/%d/events" % job))
         # the logs are compared byte for byte: wait until no worker writes any more
-        wait("the workers to exit", lambda: not c.children(), 30)
+        wait_until(lambda: not c.children(), "the workers to exit", 30, 0.05)
         workers = c.get("/api/v1/jobs/%d/workers" % job)["workers"]
         by_index = {w["launch_index"]: w for w in workers}
         assert sorted(by_index) == [0, 1, 2, 3], (workers, c.get("/api/v1/jobs/%d/events" % job))

@@ -327,6 +327,18 @@ def wait_exit(p, timeout):
         raise AssertionError("process %d did not exit within %d s" % (p.pid, timeout))
 
 
+def fill_disk(path):
+    """Create path and write zeros to it until the file system refuses: every
+    free byte taken (the disk-full tests)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(fd, b"\0" * 4096) > 0:
+            pass
+    except OSError:
+        pass
+    os.close(fd)
+
+
 def main(test):
     env = Env(args())
     ok = False

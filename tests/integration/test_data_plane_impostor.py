@@ -17,17 +17,13 @@ and refused the real B as a duplicate: generation 1 never formed.
 import os
 import socket
 import struct
+import sys
 import time
 
 import rmtest
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import free_port  # noqa: E402
 
 
 def test(env):

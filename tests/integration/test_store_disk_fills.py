@@ -36,13 +36,7 @@ def test(env):
         ws = [env.start_worker(job, i) for i in range(4)]
         env.wait_job(job.id, lambda j: j.state == env.m.JOB_STATE_RUNNING and j.step >= 20, 60)
         filler = os.path.join(mnt, "filler")
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:  # every free byte
-            while os.write(fd, b"\0" * 4096) > 0:
-                pass
-        except OSError:
-            pass
-        os.close(fd)
+        rmtest.fill_disk(filler)
         time.sleep(3)
         r = sh("mount", "-o", "remount,size=64m", mnt)
         assert r.returncode == 0, r.stderr

@@ -3,12 +3,17 @@
 #include "rm_testlib.h"
 
 #include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "addr.h"
 
 #define RES_BYTES (sizeof(rm_test_result_t) * RM_TEST_MAX_WORLD)
 
@@ -234,6 +239,47 @@ int rm_test_wait(rm_test_world_t *w, int timeout_ms, int expect_killed)
     usleep(2000);
   }
   return bad;
+}
+
+int rm_test_start_rank0(rm_test_world_t *w, rm_test_rank_fn fn, void *arg)
+{
+  int world = w->world, rc;
+  w->world = 1;
+  rc = rm_test_start(w, fn, arg);
+  w->world = world;
+  return rc;
+}
+
+int rm_test_wait_rank0(rm_test_world_t *w, int timeout_ms)
+{
+  int world = w->world, bad;
+  w->world = 1;
+  bad = rm_test_wait(w, timeout_ms, -1);
+  w->world = world;
+  return bad;
+}
+
+int rm_test_dial(const char *addr, int rcv_timeout_s)
+{
+  char host[64];
+  int port, fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  rm__addr_split(addr, host, sizeof host, &port);
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons((uint16_t)port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) RM_TEST_FAIL("connect");
+  if (rcv_timeout_s > 0) {
+    struct timeval tv = {rcv_timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  return fd;
+}
+
+void rm_test_put(int fd, const void *p, size_t n)
+{
+  if (write(fd, p, n) != (ssize_t)n) RM_TEST_FAIL("write");
 }
 
 /* ---- high level ---- */

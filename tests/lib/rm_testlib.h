@@ -94,6 +94,16 @@ int rm_test_start(rm_test_world_t *w, rm_test_rank_fn fn, void *arg);
  * number of ranks that did not exit 0; rank `expect_killed` (the victim of a
  * fault test, -1 for none) is not counted whatever its end. */
 int rm_test_wait(rm_test_world_t *w, int timeout_ms, int expect_killed);
+/* The same for a world of 2 whose rank 1 the test plays itself (a fake or
+ * hostile peer): only rank 0 is forked, and only rank 0 is reaped. */
+int rm_test_start_rank0(rm_test_world_t *w, rm_test_rank_fn fn, void *arg);
+int rm_test_wait_rank0(rm_test_world_t *w, int timeout_ms);
+/* A TCP connection to addr's port on 127.0.0.1 (the world's endpoints are
+ * loopback), reads timing out after rcv_timeout_s seconds (0: never), or
+ * fail the test. */
+int rm_test_dial(const char *addr, int rcv_timeout_s);
+/* Write all n bytes of p to fd, or fail the test. */
+void rm_test_put(int fd, const void *p, size_t n);
 
 /* ---- helpers ---- */
 /* Record how a rank's communicator ended in res (status st, the peer it

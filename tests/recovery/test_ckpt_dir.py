@@ -55,13 +55,7 @@ def test(env):
         print("SKIP (full disk part): cannot mount a tmpfs here:", r.stderr.strip())
         return
     try:
-        fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT, 0o600)
-        try:  # every free byte
-            while os.write(fd, b"\0" * 4096) > 0:
-                pass
-        except OSError:
-            pass
-        os.close(fd)
+        rc.rmtest.fill_disk(os.path.join(mnt, "filler"))
         job, j, codes = run(env, "full", os.path.join(mnt, "ckpt"))
         assert j.state == env.m.JOB_STATE_FAILED, j
         assert "checkpoint of step 5 not written" in j.reason, j.reason

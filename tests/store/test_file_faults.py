@@ -28,10 +28,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "api"))
 from rmserver import Server, check, FAILS  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rmtestutil import poll  # noqa: E402
 
 RAN = []
 
@@ -186,13 +187,9 @@ def events(srv, job, kind):
 
 
 def wait_for(what, fn, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.2)
-    return None
+    """fn()'s first true value within timeout s, else None (what: the
+    reader's name for it)."""
+    return poll(fn, timeout)
 
 
 def log_folder_readonly(binary, worker):

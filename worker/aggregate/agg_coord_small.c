@@ -1,7 +1,7 @@
 /*
  * agg_coord_small.c - the coordinate-wise statistics (median, trimmed mean)
  * of f32 rows for the n of data-parallel training (2 <= n <= 8), in
- * registers: the common case of rm__agg_coord (agg_kernels.c), which keeps
+ * registers: the common case of rm__agg_coord (agg_coord.c), which keeps
  * its tile kernel for everything else.
  *
  * Why a second kernel: the tile kernel is general (any n up to 64, any

@@ -1,9 +1,10 @@
 /*
  * agg_int.h - module-private pieces of rm_aggregate (aggregate.c): the
- * slice layout and the per-slice kernels (agg_kernels.c). Nothing here
- * talks to the network; every kernel is deterministic (fixed summation
- * order, ties broken by row index = rank), so one slice computed by its
- * owner is the same bytes whoever computes it.
+ * slice layout and the per-slice kernels (agg_kernels.c and the files it
+ * lists). Nothing here talks to the network; every kernel is
+ * deterministic (fixed summation order, ties broken by row index = rank),
+ * so one slice computed by its owner is the same bytes whoever computes
+ * it.
  *
  * Slice layout of a vector of `count` elements over n ranks:
  *   base = count / n, rem = count % n, len(r) = base + (r < rem),

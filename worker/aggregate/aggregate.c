@@ -1,7 +1,7 @@
 /*
  * aggregate.c - rm_aggregate (ringmaster.h, aggregation.h): clipping, then
  * mean or a Byzantine-robust method, over the public collectives only. The
- * per-slice math is agg_kernels.c.
+ * per-slice math is agg_kernels.c and the files it lists.
  *
  * Notation: n ranks, a vector of D bytes per rank (count elements of the
  * dtype), slices as in agg_int.h (slice r of every vector is owned by rank
@@ -35,7 +35,7 @@
  *    r now holds slice r of every rank's vector (the block, agg_int.h).
  *    Sent per rank: (N-1) * blk * esz ~ (N-1)/N * D.
  * 4. STATISTIC on the slice:
- *    median, trimmed_mean  coordinate-wise (agg_kernels.c); each rank counts
+ *    median, trimmed_mean  coordinate-wise (agg_coord.c); each rank counts
  *        per row how many of its coordinates sorted among the f lowest or f
  *        highest ("trimmed"); one small all-reduce sums the N counts.
  *    krum, multi_krum, bulyan  partial squared distances of all row pairs on
