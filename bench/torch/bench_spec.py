@@ -62,12 +62,7 @@ def run_job(c, model, n, steps, spec, extra):
     st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
     if st != 201:
         raise SystemExit("submit: %s %s" % (st, job))
-    deadline = time.monotonic() + 1800
-    while time.monotonic() < deadline:
-        j = c.get("/api/v1/jobs/%d" % job["id"])
-        if j["state"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.5)
+    j = c.wait_job(job["id"], 1800, 0.5)
     if j["state"] != "succeeded":
         raise SystemExit("job %d: %s" % (job["id"], j))
     return c.get("/api/v1/jobs/%d/steps?limit=100000" % job["id"])["steps"]

@@ -197,6 +197,18 @@ class Coordinator(Server):
     def events(self, job):
         return self.get("/api/v1/jobs/%d/events" % job)["events"]
 
+    def wait_job(self, job, timeout_s, poll_s=0.2):
+        """The job once it is terminal (succeeded, failed, cancelled);
+        AssertionError after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            j = self.get("/api/v1/jobs/%d" % job)
+            if j["state"] in ("succeeded", "failed", "cancelled"):
+                return j
+            if time.monotonic() >= deadline:
+                raise AssertionError("job %d not finished in %d s: %s" % (job, timeout_s, j))
+            time.sleep(poll_s)
+
 
 def descendants(pid):
     """PIDs of every descendant of pid (from /proc)."""

@@ -94,14 +94,6 @@ def wait_logs(c, job, n, pattern, timeout_s):
     return got
 
 
-def wait_terminal(c, job, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        j = c.get("/api/v1/jobs/%d" % job)
-        if j["state"] in ("succeeded", "failed", "cancelled"):
-            return j
-        time.sleep(0.2)
-    raise AssertionError("job %d not finished in %d s: %s" % (job, timeout_s, j))
 
 
 def elastic_ddp(c, policy, n=3, extra=None, prog_args=(), die=None):
@@ -135,7 +127,7 @@ def elastic_ddp(c, policy, n=3, extra=None, prog_args=(), die=None):
     else:
         wait_logs(c, jid, n, r"^elastic_ddp_prog: step 40$", 120)
         os.kill(pid_of[victim], signal.SIGKILL)
-    j = wait_terminal(c, jid, 180)
+    j = c.wait_job(jid, 180)
     logs = {i: log_text(c, jid, i) for i in range(n)}
     assert j["state"] == "succeeded", (j, {i: t[-1500:] for i, t in logs.items()})
     # the progress counts the program's steps, not its attempts (elastic
@@ -251,7 +243,7 @@ def spec_in_place(c):
             assert time.monotonic() < deadline, log_text(c, jid, pids[0][0])[-2000:]
             time.sleep(0.05)
         os.kill(pids[3][1], signal.SIGKILL)
-        j = wait_terminal(c, jid, 180)
+        j = c.wait_job(jid, 180)
         logs = {i: log_text(c, jid, i) for i in range(4)}
         assert j["state"] == "succeeded", (extra, j, logs[pids[0][0]][-2000:])
         res = [r for i in range(4) for r in rmtest.results(logs[i])]

@@ -187,13 +187,7 @@ def submit_wait(c, body, timeout_s=150):
     """POST a job, wait until it is terminal; returns the job."""
     st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
     assert st == 201, (st, job)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        j = c.get("/api/v1/jobs/%d" % job["id"])
-        if j["state"] in ("succeeded", "failed", "cancelled"):
-            return j
-        time.sleep(0.2)
-    raise AssertionError("job %d not finished in %d s: %s" % (job["id"], timeout_s, j))
+    return c.wait_job(job["id"], timeout_s)
 
 
 def job_results(c, job, n):
@@ -363,12 +357,7 @@ def ddp_secure_shrink(c):
     launch0 = pids[0][0]
     log_match(c, job["id"], launch0, r"ddp_robust_prog: step 20$", 120)
     os.kill(pids[3][1], signal.SIGKILL)
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
-        j = c.get("/api/v1/jobs/%d" % job["id"])
-        if j["state"] in ("succeeded", "failed", "cancelled"):
-            break
-        time.sleep(0.2)
+    j = c.wait_job(job["id"], 150)
     assert j["state"] == "succeeded", j
     res = job_results(c, j, 3)
     assert sorted(r["pid"] for r in res) == sorted(pids[r][1] for r in (0, 1, 2)), (res, pids)
