@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "coord.h"
+#include "coord_types.h"
 
 typedef struct rm__call rm__call_t; /* the RPC adapter's call (rpc/server.c) */
 /* A packed answer the core keeps for the answer side (a job's Join tail, a
