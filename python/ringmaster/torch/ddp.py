@@ -157,6 +157,10 @@ def _rm_step_combine(ddp):
         fut.set_result(buf)
 
 
+def _first(f):
+    return f.value()[0]
+
+
 def _rm_bucket_hook(state, bucket):
     ddp = state
     user = getattr(ddp, "_rm_user_hook", None)
@@ -177,9 +181,10 @@ def _rm_bucket_hook(state, bucket):
     else:
         t = bucket.buffer()
         t.div_(ddp.process_group.size())
-        ddp.process_group.allreduce([t])  # synchronous: the Work is already done
-        fut = torch.futures.Future()
-        fut.set_result(t)
+        # queued on the group's worker thread: the hook returns at once and
+        # backward goes on; the reducer waits for the Future in
+        # finalize_backward (OVERLAP below)
+        fut = ddp.process_group.allreduce([t]).get_future().then(_first)
     ddp._rm_nb = getattr(ddp, "_rm_nb", 0) + 1
     if bucket.is_last():
         # buckets of the last synchronized backward (tests read it)
