@@ -405,7 +405,8 @@ def mode_async():
     sizes; results against references computed here; completion order =
     call order; wait(), get_future().then(), is_completed(), exception();
     argument errors still raise at the call; the synchronous form of a
-    call waits for the async ones queued before it."""
+    call waits for the async ones queued before it; wait(timeout) raises
+    when the timeout passes first, and the call completes after."""
     dist.init_process_group("ringmaster")
     sizes = [1, 1000, 1 << 20, 7, 1 << 16, 3]
     done_order, works, tensors = [], [], []
@@ -455,6 +456,24 @@ def mode_async():
     for k, t in enumerate(ts):
         check(torch.equal(t, sum(ramp(r, 200 + k, 5000) for r in range(WORLD))),
               "queued call %d" % k)
+    # wait(timeout): rank 0's wait ends first, raising, and the call goes on:
+    # the other ranks make their call only after rank 0 has seen that
+    store = dist.distributed_c10d._get_default_store()
+    t = ramp(RANK, 300, 64)
+    if RANK == 0:
+        w = dist.all_reduce(t, async_op=True)
+        try:
+            w.wait(timedelta(seconds=0.2))
+            check(False, "wait(timeout) returned with the other ranks not called yet")
+        except RuntimeError as e:
+            check("timed out" in str(e) and "allreduce #" in str(e), str(e))
+        check(not w.is_completed(), "completed without the other ranks")
+        store.set("async/go", "1")
+        check(w.wait(timedelta(seconds=60)) is True, "wait(60 s)")
+    else:
+        store.get("async/go")
+        dist.all_reduce(t)
+    check(torch.equal(t, sum(ramp(r, 300, 64) for r in range(WORLD))), "after wait(timeout)")
     # the work ran on the group's own thread
     w = dist.all_reduce(torch.ones(2), async_op=True)
     w.wait()

@@ -36,8 +36,10 @@ per-rank work is tests/python/c10d_worker.py.
                  at once complete in call order with the references' values
                  (wait, get_future().then, is_completed, exception); an
                  argument error still raises at the call; a synchronous
-                 call waits for the ones queued before it; destroy stops
-                 the group's thread
+                 call waits for the ones queued before it; wait(timeout)
+                 raises while the other ranks have not called yet (they
+                 call after it did: no timing) and the call completes
+                 after; destroy stops the group's thread
   async_fail     rank 1 is SIGKILLed; the other ranks' four queued
                  all-reduces all fail: wait() raises the ringmaster error
                  naming its call (allreduce #3 first), exception() is it,

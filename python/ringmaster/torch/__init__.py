@@ -6,9 +6,12 @@
   sets) and an unchanged ``DistributedDataParallel(model)`` train on it. It is
   a Python subclass of ``torch.distributed.ProcessGroup`` (torch 1.13's
   ``c10d::PyProcessGroup`` trampoline dispatches the C++ calls DDP's reducer
-  makes to the Python methods); every collective runs synchronously in
-  libringmaster and returns a Work made from a completed Future
-  (``_create_work_from_future``). In a ringmaster job the process group IS the
+  makes to the Python methods). It is asynchronous, as gloo and NCCL: each
+  group's collectives run in order on its own worker thread, the caller
+  gets a Work at once (arguments are checked before: a ValueError raises
+  at the call), and DDP's bucket all-reduces overlap its backward pass
+  (THE PROCESS GROUP; ``RINGMASTER_TORCH_SYNC=1`` keeps the synchronous
+  path). In a ringmaster job the process group IS the
   session's communicator (its rank must equal ringmaster's rank); elsewhere the
   data-plane addresses are exchanged through the process group's store. A
   program that joins a job after a re-formation gets the session's rank and
@@ -215,10 +218,14 @@ def _timeout_ms(td):
 # stopped the same way, before ringmaster's own exit hook closes the
 # communicator.
 #
-# RINGMASTER_TORCH_SYNC=1 (read at import) keeps the former synchronous
-# path: each call runs in the caller under a lock and returns a completed
-# Work (bench/torch/bench_torch.py compares the two).
-_SYNC = os.environ.get("RINGMASTER_TORCH_SYNC", "").strip() not in ("", "0")
+# RINGMASTER_TORCH_SYNC=1 (read when a group is made) keeps the former
+# synchronous path for that group: each call runs in the caller under a
+# lock and returns a completed Work (bench/torch/bench_torch.py compares the
+# two; tests/python show that DDP then does not overlap).
+def _sync_env():
+    return os.environ.get("RINGMASTER_TORCH_SYNC", "").strip() not in ("", "0")
+
+
 # callers whose Work comes back to Python (WHICH WORK)
 _ASYNC_CALLERS = ("torch.distributed.distributed_c10d", "ringmaster.torch.ddp")
 _workers = weakref.WeakSet()  # live workers, stopped at exit
@@ -410,6 +417,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._epoch = _epoch
         comm.set_timeout(self._timeout_ms)
         self._worker = _Worker(label)
+        self._sync = _sync_env()
         self._closed = False
 
     def __del__(self):
@@ -472,7 +480,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._c()
         t = getattr(opts, "timeout", None)
         ms = _timeout_ms(t) if t is not None and t.total_seconds() > 0 else 0
-        if _SYNC or self._worker.in_worker():
+        if self._sync or self._worker.in_worker():
             # the synchronous path; or a call made by a Future's callback,
             # which the worker runs: queued, it would wait on itself
             with self._lock:
@@ -894,7 +902,7 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     with pg._lock:
         pg._mb_seq += 1
         seq = pg._mb_seq
-    if _SYNC or pg._worker.in_worker():
+    if pg._sync or pg._worker.in_worker():
         return _monitored_barrier(pg, c, seq, ms, wait_all_ranks)
     # in the group's worker, after the calls queued before it (the session's
     # barrier is a call on the communicator, which one thread at a time
