@@ -249,7 +249,6 @@ class _Work(_C_Work):
         self._call, self._seq, self._label = call, seq, label
         self._fut = torch.futures.Future()
         self._done_ev = threading.Event()
-        self._started = threading.Event()  # the worker began it (tests read it)
         self._value = self._exc = None
 
     def _finish(self, value, exc):
@@ -314,7 +313,6 @@ class _Worker:
         self._cv = threading.Condition()
         self._thread = None
         self._stopping = False
-        self._running = None  # the _Work being run
 
     def submit(self, work, body):
         """Queue body (run in the worker; its return value completes work,
@@ -342,15 +340,11 @@ class _Worker:
                 if not self._q:
                     return
                 work, body = self._q.popleft()
-                self._running = work
-            work._ran_on = threading.current_thread().name
-            work._started.set()
+            work._ran_on = threading.current_thread().name  # tests read it
             try:
                 value, exc = body(), None
             except BaseException as e:  # the Work carries it to the caller
                 value, exc = None, e
-            with self._cv:
-                self._running = None
             work._finish(value, exc)
             del work, body, value, exc  # the tensors go with the call
 
