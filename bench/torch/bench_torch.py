@@ -27,7 +27,7 @@ addresses travel through torch's store), then measures, rank 0 reporting:
    interleaved repeats each, medians; overhead = Python - C per call. The same
    for N = 1 (the call returns without communicating: the bare binding cost).
 
-    /usr/bin/python3 bench/torch/bench_torch.py --async [--worlds 2] [--quick]
+    /usr/bin/python3 bench/torch/bench_torch.py --async [--worlds 2] [--reps 7] [--quick]
 
 4. (only this section) the asynchronous backend against its synchronous path
    (RINGMASTER_TORCH_SYNC=1, read when a group is made: two ringmaster
@@ -42,6 +42,7 @@ addresses travel through torch's store), then measures, rank 0 reporting:
       random inputs (3x32x32, 10 classes, global batch 32), one DDP copy per
       group (gloo, ringmaster async, ringmaster sync), steps interleaved in
       batches of S, the order of the three rotating; median per-step time.
+   --reps sets the number of repeats (one more warms up).
 """
 import argparse
 import json
@@ -191,7 +192,7 @@ def async_worker(args):
     del os.environ["RINGMASTER_TORCH_SYNC"]
     names = ["rm-async", "rm-sync", "gloo"]
     out = {"ret": [], "ddp": []}
-    reps = 3 if args.quick else 7
+    reps = 3 if args.quick else args.reps
     for size, k in ((4 << 10, 200), (64 << 20, 3)):
         t = torch.ones(size // 4)
         ret = {b: [] for b in names}
@@ -360,6 +361,7 @@ def main():
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--async", dest="async_", action="store_true")
     ap.add_argument("--async-worker", action="store_true")
+    ap.add_argument("--reps", type=int, default=7, help="section 4's repeats")
     ap.add_argument("--py-loop", action="store_true")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--peers")
@@ -377,8 +379,8 @@ def main():
     if args.async_:
         for n in [int(x) for x in args.worlds.split(",")]:
             print("# load before world %d: %s" % (n, os.getloadavg()))
-            outs = launch(n, lambda r: [PY, __file__, "--async-worker"] + (
-                ["--quick"] if args.quick else []))
+            outs = launch(n, lambda r: [PY, __file__, "--async-worker", "--reps",
+                                        str(args.reps)] + (["--quick"] if args.quick else []))
             res = json.loads(outs[0].split("BENCH ", 1)[1].splitlines()[0])
             async_table(n, res)
             print("# load after: %s" % (os.getloadavg(),))
