@@ -28,6 +28,7 @@ Modules: this file is the backend (the process group, monitored_barrier,
 group creation); ``ddp.py`` what DDP on it gets without code; ``optimizer.py``
 the Horovod-style API; ``elastic.py`` recovery in place.
 """
+import _thread
 import collections
 import os
 import sys
@@ -229,6 +230,7 @@ def _sync_env():
 # callers whose Work comes back to Python (WHICH WORK)
 _ASYNC_CALLERS = ("torch.distributed.distributed_c10d", "ringmaster.torch.ddp")
 _workers = weakref.WeakSet()  # live workers, stopped at exit
+_fut_lock = threading.Lock()  # a _Work's Future against its completion
 
 
 def _python_caller():
@@ -242,34 +244,46 @@ def _python_caller():
 
 
 class _Work(_C_Work):
-    """The Work of a queued collective (see THE PROCESS GROUP)."""
+    """The Work of a queued collective (see THE PROCESS GROUP). Cheap to
+    make, as the caller pays for it: a bare lock, held until the worker
+    finishes the call, is the completion event, and the Future is made when
+    asked for (get_future), completed then if the call is done already."""
 
     def __init__(self, call, seq, label):
         super().__init__()
         self._call, self._seq, self._label = call, seq, label
-        self._fut = torch.futures.Future()
-        self._done_ev = threading.Event()
+        self._fut = None
+        self._done = False
         self._value = self._exc = None
+        self._gate = _thread.allocate_lock()
+        self._gate.acquire()  # released when done
 
     def _finish(self, value, exc):
-        self._value, self._exc = value, exc
-        # the Future first: its callbacks (a DDP hook's then()) run here, in
-        # the worker, before the next queued call
+        with _fut_lock:
+            self._value, self._exc, self._done = value, exc, True
+            fut = self._fut
         try:
-            if exc is None:
-                self._fut.set_result(value)
-            else:
-                self._fut.set_exception(exc)
+            # the Future first: its callbacks (a DDP hook's then()) run here,
+            # in the worker, before wait() returns and the next call runs
+            if fut is not None:
+                self._complete(fut)
         finally:
-            self._done_ev.set()
+            self._gate.release()
+
+    def _complete(self, fut):
+        if self._exc is None:
+            fut.set_result(self._value)
+        else:
+            fut.set_exception(self._exc)
 
     def _wait_done(self, timeout_s=None):
         """True when done by timeout_s (None: until done, which the worker's
         own deadlines bound: THE PROCESS GROUP, Timeouts)."""
-        if timeout_s is not None:
-            return self._done_ev.wait(timeout_s)
-        while not self._done_ev.wait(1.0):
-            pass
+        if self._done and not self._gate.locked():
+            return True
+        if not self._gate.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return False
+        self._gate.release()  # for the next waiter
         return True
 
     def wait(self, timeout=None):
@@ -283,10 +297,10 @@ class _Work(_C_Work):
         return True
 
     def is_completed(self):
-        return self._done_ev.is_set()
+        return self._done
 
     def is_success(self):
-        return self._done_ev.is_set() and self._exc is None
+        return self._done and self._exc is None
 
     def exception(self):
         return self._exc
@@ -296,7 +310,14 @@ class _Work(_C_Work):
         return self._value
 
     def get_future(self):
-        return self._fut
+        with _fut_lock:
+            fut, fill = self._fut, False
+            if fut is None:
+                fut = self._fut = torch.futures.Future()
+                fill = self._done  # _finish saw no Future: complete it here
+        if fill:
+            self._complete(fut)
+        return fut
 
     def synchronize(self):
         pass  # CPU tensors: nothing to order against a stream
