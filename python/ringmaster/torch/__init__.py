@@ -193,8 +193,10 @@ def _timeout_ms(td):
 # Failures: the worker re-raises a libringmaster failure as the same
 # ringmaster error class (elastic code catches MembershipError) with words
 # naming the call, its number, the group, the peer the library names and the
-# status, sets ringmaster.last_exception to it (elastic finds a failure that
-# DDP's reducer wrapped by its words) and fails the Work's Future with it.
+# status, sets ringmaster.last_exception to it if it is the group's first
+# failure since its last success (elastic finds a failure that DDP's reducer
+# wrapped by its words; DDP raises its first bucket's) and fails the Work's
+# Future with it.
 # A failure is sticky in the C library and closes the links with ABORT
 # frames: the calls queued behind it fail at once too, never hang, and the
 # other ranks fail at once (RM_ERR_ABORTED / RM_ERR_PEER_LOST) or on their
@@ -210,14 +212,16 @@ def _timeout_ms(td):
 # same order). So every wait on a Work ends: the worker's C calls have these
 # deadlines.
 #
-# Stopping: dist.destroy_process_group (patched below), the next default
-# group and the group's __del__ stop its worker: calls queued and not
-# started fail with RM_ERR_ABORTED, the running one is given the group's
-# timeout to end, then the communicator is aborted (rm_comm_abort, which
-# ends its waits) and the thread joined with a deadline; a sub-group's
-# communicator is destroyed after. At interpreter exit the live workers are
-# stopped the same way, before ringmaster's own exit hook closes the
-# communicator.
+# Stopping: dist.destroy_process_group (patched below; also what
+# elastic.TorchState calls before it re-creates the groups) and the group's
+# __del__ stop its worker: calls queued and not started fail with
+# RM_ERR_ABORTED, the running one is given the group's timeout to end, then
+# the communicator is aborted (rm_comm_abort, which ends its waits) and the
+# thread joined with a deadline; a sub-group's communicator is destroyed
+# after. At interpreter exit the live workers are stopped too (5 s for a
+# running call), before ringmaster's own exit hook closes the communicator
+# (a daemon thread still inside torch's C++ when Python finalizes aborts
+# the process).
 #
 # RINGMASTER_TORCH_SYNC=1 (read when a group is made) keeps the former
 # synchronous path for that group: each call runs in the caller under a
@@ -254,6 +258,7 @@ class _Work(_C_Work):
         self._call, self._seq, self._label = call, seq, label
         self._fut = None
         self._done = False
+        self._ran_on = None  # the worker thread's name (tests read it)
         self._value = self._exc = None
         self._gate = _thread.allocate_lock()
         self._gate.acquire()  # released when done
@@ -361,7 +366,7 @@ class _Worker:
                 if not self._q:
                     return
                 work, body = self._q.popleft()
-            work._ran_on = threading.current_thread().name  # tests read it
+            work._ran_on = threading.current_thread().name
             try:
                 value, exc = body(), None
             except BaseException as e:  # the Work carries it to the caller
@@ -432,6 +437,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._epoch = _epoch
         comm.set_timeout(self._timeout_ms)
         self._worker = _Worker(label)
+        self._failing = None  # the first failure since the last success (_failed)
         self._sync = _sync_env()
         self._closed = False
 
@@ -488,6 +494,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                     c.set_timeout(self._timeout_ms)
         except _errors.RingmasterError as e:
             raise self._failed(e, call, seq, ms or self._timeout_ms) from None
+        self._failing = None
 
     def _submit(self, call, fn, opts, result):
         """Queue fn(comm) as the group's next numbered call; its Work (WHICH
@@ -533,8 +540,14 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         err.operation, err.sequence = call, seq
         # what torch wraps when DDP's reducer (C++) runs the call is this
         # text: ringmaster.torch.elastic finds the failure by the last
-        # exception's words in it
-        _rm.last_exception = err
+        # exception's words in it. The calls queued behind a failure fail
+        # too (sticky), but the one a waiter sees first is the first: DDP
+        # waits for its buckets in order. So the first failure since the
+        # group's last success stays the last exception; its consequences
+        # (which the communicator set as the last one) do not replace it.
+        if self._failing is None:
+            self._failing = err
+        _rm.last_exception = self._failing
         return err
 
     def _reduce_one(self, c, t, op, call, root=None):
