@@ -34,7 +34,9 @@ addresses travel through torch's store), then measures, rank 0 reporting:
    groups over the same ranks, one of each) and gloo:
    a. the time dist.all_reduce(t, group=g, async_op=True) takes to RETURN
       (the caller's cost; the sync path returns when the call is done) and
-      the time until wait() returns, float32 4 KiB (k = 200 calls a batch)
+      the calling thread's CPU time in the call (time.thread_time: what
+      the call costs the caller, whatever the scheduler does meanwhile),
+      and the time until wait() returns, float32 4 KiB (k = 200 calls a batch)
       and 64 MiB (k = 3), each call timed alone and waited before the next;
       batches interleaved over the repeats; medians over all the calls;
    b. DDP step time (forward + backward + SGD step, DDP's 25 MB buckets) of
@@ -196,23 +198,28 @@ def async_worker(args):
     for size, k in ((4 << 10, 200), (64 << 20, 3)):
         t = torch.ones(size // 4)
         ret = {b: [] for b in names}
+        cpu = {b: [] for b in names}
         tot = {b: [] for b in names}
         for rep in range(reps + 1):
             order = names[rep % 3:] + names[:rep % 3]
             for b in order:
                 dist.barrier()
                 for _ in range(k):
+                    c0 = time.thread_time()
                     t0 = time.perf_counter()
                     w = dist.all_reduce(t, group=groups[b], async_op=True)
                     t1 = time.perf_counter()
+                    c1 = time.thread_time()
                     w.wait()
                     t2 = time.perf_counter()
                     if rep:  # the first repeat warms up
                         ret[b].append(t1 - t0)
+                        cpu[b].append(c1 - c0)
                         tot[b].append(t2 - t0)
             t.fill_(1.0)
         out["ret"].append({"bytes": size, "calls": len(ret["gloo"]),
                            "ret": {b: statistics.median(ret[b]) for b in names},
+                           "cpu": {b: statistics.median(cpu[b]) for b in names},
                            "total": {b: statistics.median(tot[b]) for b in names}})
 
     def mlp(sizes_):
@@ -265,14 +272,17 @@ def async_worker(args):
 def async_table(n, res):
     print("\n# world %d: dist.all_reduce(t, async_op=True), float32 sum; median us over "
           "all calls" % n)
-    print("# %10s %6s | %12s %12s %12s | %12s %12s %12s" % (
-        "size(B)", "calls", "ret async", "ret sync", "ret gloo", "done async", "done sync",
-        "done gloo"))
+    print("# ret: wall time until the call returns; cpu: the calling thread's CPU time in "
+          "it (time.thread_time); done: until wait() returns")
+    print("# %10s %6s | %10s %10s %10s | %10s %10s %10s | %10s %10s %10s" % (
+        "size(B)", "calls", "ret async", "ret sync", "ret gloo", "cpu async", "cpu sync",
+        "cpu gloo", "done async", "done sync", "done gloo"))
     for r in res["ret"]:
-        a, t = r["ret"], r["total"]
-        print("  %10d %6d | %12.1f %12.1f %12.1f | %12.1f %12.1f %12.1f" % (
-            r["bytes"], r["calls"], a["rm-async"] * 1e6, a["rm-sync"] * 1e6, a["gloo"] * 1e6,
-            t["rm-async"] * 1e6, t["rm-sync"] * 1e6, t["gloo"] * 1e6))
+        a, c, t = r["ret"], r["cpu"], r["total"]
+        print("  %10d %6d | %10.1f %10.1f %10.1f | %10.1f %10.1f %10.1f | %10.1f %10.1f %10.1f"
+              % (r["bytes"], r["calls"], a["rm-async"] * 1e6, a["rm-sync"] * 1e6,
+                 a["gloo"] * 1e6, c["rm-async"] * 1e6, c["rm-sync"] * 1e6, c["gloo"] * 1e6,
+                 t["rm-async"] * 1e6, t["rm-sync"] * 1e6, t["gloo"] * 1e6))
     print("\n# world %d, DDP step time (forward+backward+SGD), median ms" % n)
     print("# %-12s %10s %6s | %10s %10s %10s | %10s" % (
         "model", "params", "batch", "rm async", "rm sync", "gloo", "sync/async"))
