@@ -195,7 +195,7 @@ def _rm_bucket_hook(state, bucket):
         t.div_(ddp.process_group.size())
         # queued on the group's worker thread: the hook returns at once and
         # backward goes on; the reducer waits for the Future in
-        # finalize_backward (OVERLAP below)
+        # finalize_backward (OVERLAP above)
         fut = ddp.process_group.allreduce([t]).get_future().then(_first)
     ddp._rm_nb = getattr(ddp, "_rm_nb", 0) + 1
     if bucket.is_last():
