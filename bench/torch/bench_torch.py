@@ -26,6 +26,25 @@ addresses travel through torch's store), then measures, rank 0 reporting:
    rm_allreduce directly, built here with cc against the library) - three
    interleaved repeats each, medians; overhead = Python - C per call. The same
    for N = 1 (the call returns without communicating: the bare binding cost).
+
+    /usr/bin/python3 bench/torch/bench_torch.py --async [--worlds 2] [--reps 7] [--quick]
+
+4. (only this section) the asynchronous backend against its synchronous path
+   (RINGMASTER_TORCH_SYNC=1, read when a group is made: two ringmaster
+   groups over the same ranks, one of each) and gloo:
+   a. the time dist.all_reduce(t, group=g, async_op=True) takes to RETURN
+      (the caller's cost; the sync path returns when the call is done) and
+      the calling thread's CPU time in the call (time.thread_time: what
+      the call costs the caller, whatever the scheduler does meanwhile),
+      and the time until wait() returns, float32 4 KiB (k = 200 calls a batch)
+      and 64 MiB (k = 3), each call timed alone and waited before the next;
+      batches interleaved over the repeats; medians over all the calls;
+   b. DDP step time (forward + backward + SGD step, DDP's 25 MB buckets) of
+      section 2's two MLPs and of torchvision's ResNet-18 on CIFAR-size
+      random inputs (3x32x32, 10 classes, global batch 32), one DDP copy per
+      group (gloo, ringmaster async, ringmaster sync), steps interleaved in
+      batches of S, the order of the three rotating; median per-step time.
+   --reps sets the number of repeats (one more warms up).
 """
 import argparse
 import json
@@ -162,6 +181,118 @@ def worker(args):
     ringmaster.finalize()
 
 
+def async_worker(args):
+    import torch
+    import torch.distributed as dist
+    import ringmaster.torch  # noqa: F401  (registers the backend)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    groups = {"gloo": None, "rm-async": dist.new_group(backend="ringmaster")}
+    os.environ["RINGMASTER_TORCH_SYNC"] = "1"  # read when the group is made
+    groups["rm-sync"] = dist.new_group(backend="ringmaster")
+    del os.environ["RINGMASTER_TORCH_SYNC"]
+    names = ["rm-async", "rm-sync", "gloo"]
+    out = {"ret": [], "ddp": []}
+    reps = 3 if args.quick else args.reps
+    for size, k in ((4 << 10, 200), (64 << 20, 3)):
+        t = torch.ones(size // 4)
+        ret = {b: [] for b in names}
+        cpu = {b: [] for b in names}
+        tot = {b: [] for b in names}
+        for rep in range(reps + 1):
+            order = names[rep % 3:] + names[:rep % 3]
+            for b in order:
+                dist.barrier()
+                for _ in range(k):
+                    c0 = time.thread_time()
+                    t0 = time.perf_counter()
+                    w = dist.all_reduce(t, group=groups[b], async_op=True)
+                    t1 = time.perf_counter()
+                    c1 = time.thread_time()
+                    w.wait()
+                    t2 = time.perf_counter()
+                    if rep:  # the first repeat warms up
+                        ret[b].append(t1 - t0)
+                        cpu[b].append(c1 - c0)
+                        tot[b].append(t2 - t0)
+            t.fill_(1.0)
+        out["ret"].append({"bytes": size, "calls": len(ret["gloo"]),
+                           "ret": {b: statistics.median(ret[b]) for b in names},
+                           "cpu": {b: statistics.median(cpu[b]) for b in names},
+                           "total": {b: statistics.median(tot[b]) for b in names}})
+
+    def mlp(sizes_):
+        layers = []
+        for a, b in zip(sizes_, sizes_[1:]):
+            layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+        return torch.nn.Sequential(*layers[:-1])
+
+    def resnet():
+        import torchvision
+        return torchvision.models.resnet18(num_classes=10)
+    models_ = [("digits MLP", lambda: mlp([64, 64, 10]), (64,), 10, 64, 20),
+               ("24 MiB MLP", lambda: mlp([1024, 2048, 1536, 512]), (1024,), 512, 32, 3),
+               ("ResNet-18", resnet, (3, 32, 32), 10, 32, 2)]
+    for name, make, shape, nout, batch, steps in models_:
+        torch.manual_seed(0)
+        base = make()
+        nparam = sum(p.numel() for p in base.parameters())
+        models, opts = {}, {}
+        for b in names:
+            m = make()
+            m.load_state_dict(base.state_dict())
+            models[b] = torch.nn.parallel.DistributedDataParallel(m, process_group=groups[b])
+            opts[b] = torch.optim.SGD(models[b].parameters(), lr=0.01)
+        x = torch.randn((max(1, batch // n),) + shape)
+        y = torch.randn(max(1, batch // n), nout)
+        times = {b: [] for b in names}
+        for rep in range(reps + 1):
+            order = names[rep % 3:] + names[:rep % 3]
+            for b in order:
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    loss = torch.nn.functional.mse_loss(models[b](x), y)
+                    opts[b].zero_grad()
+                    loss.backward()
+                    opts[b].step()
+                dt = (time.perf_counter() - t0) / steps
+                if rep:
+                    times[b].append(dt)
+        out["ddp"].append({"model": name, "params": nparam, "batch": batch,
+                           "t": {b: statistics.median(times[b]) for b in names}})
+    if rank == 0:
+        print("BENCH " + json.dumps(out), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    ringmaster.finalize()
+
+
+def async_table(n, res):
+    print("\n# world %d: dist.all_reduce(t, async_op=True), float32 sum; median us over "
+          "all calls" % n)
+    print("# ret: wall time until the call returns; cpu: the calling thread's CPU time in "
+          "it (time.thread_time); done: until wait() returns")
+    print("# %10s %6s | %10s %10s %10s | %10s %10s %10s | %10s %10s %10s" % (
+        "size(B)", "calls", "ret async", "ret sync", "ret gloo", "cpu async", "cpu sync",
+        "cpu gloo", "done async", "done sync", "done gloo"))
+    for r in res["ret"]:
+        a, c, t = r["ret"], r["cpu"], r["total"]
+        print("  %10d %6d | %10.1f %10.1f %10.1f | %10.1f %10.1f %10.1f | %10.1f %10.1f %10.1f"
+              % (r["bytes"], r["calls"], a["rm-async"] * 1e6, a["rm-sync"] * 1e6,
+                 a["gloo"] * 1e6, c["rm-async"] * 1e6, c["rm-sync"] * 1e6, c["gloo"] * 1e6,
+                 t["rm-async"] * 1e6, t["rm-sync"] * 1e6, t["gloo"] * 1e6))
+    print("\n# world %d, DDP step time (forward+backward+SGD), median ms" % n)
+    print("# %-12s %10s %6s | %10s %10s %10s | %10s" % (
+        "model", "params", "batch", "rm async", "rm sync", "gloo", "sync/async"))
+    for r in res["ddp"]:
+        t = r["t"]
+        print("  %-12s %10d %6d | %10.2f %10.2f %10.2f | %9.2fx" % (
+            r["model"], r["params"], r["batch"], t["rm-async"] * 1e3, t["rm-sync"] * 1e3,
+            t["gloo"] * 1e3, t["rm-sync"] / t["rm-async"]))
+
+
 def py_loop(args):
     import numpy as np
     import ringmaster as rm
@@ -238,6 +369,9 @@ def main():
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--worker", action="store_true")
+    ap.add_argument("--async", dest="async_", action="store_true")
+    ap.add_argument("--async-worker", action="store_true")
+    ap.add_argument("--reps", type=int, default=7, help="section 4's repeats")
     ap.add_argument("--py-loop", action="store_true")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--peers")
@@ -247,9 +381,21 @@ def main():
         return worker(args)
     if args.py_loop:
         return py_loop(args)
+    if args.async_worker:
+        return async_worker(args)
     import ringmaster
     print("# ringmaster bench_torch: library %s, %d CPUs" % (ringmaster.library_path,
                                                             os.cpu_count()))
+    if args.async_:
+        for n in [int(x) for x in args.worlds.split(",")]:
+            print("# load before world %d: %s" % (n, os.getloadavg()))
+            outs = launch(n, lambda r: [PY, __file__, "--async-worker", "--reps",
+                                        str(args.reps)] + (["--quick"] if args.quick else []))
+            res = json.loads(outs[0].split("BENCH ", 1)[1].splitlines()[0])
+            async_table(n, res)
+            print("# load after: %s" % (os.getloadavg(),))
+            sys.stdout.flush()
+        return
     d = tempfile.mkdtemp(prefix="rm-bench-torch-")
     exe = build_c_loop(d)
     ov1 = overhead(1, exe)

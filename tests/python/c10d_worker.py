@@ -394,6 +394,199 @@ def mode_p2p():
     result(ok=True)
 
 
+# ---- asynchronous collectives ------------------------------------------------------
+def ramp(r, k, n):
+    """Rank r's input of call k: exact in float64 sums."""
+    return torch.arange(n, dtype=torch.float64) * (k + 1) + 1000.0 * r + k
+
+
+def mode_async():
+    """Several async_op=True calls in flight at once, of several kinds and
+    sizes; results against references computed here; completion order =
+    call order; wait(), get_future().then(), is_completed(), exception();
+    argument errors still raise at the call; the synchronous form of a
+    call waits for the async ones queued before it; wait(timeout) raises
+    when the timeout passes first, and the call completes after."""
+    dist.init_process_group("ringmaster")
+    sizes = [1, 1000, 1 << 20, 7, 1 << 16, 3]
+    done_order, works, tensors = [], [], []
+    for k, n in enumerate(sizes):
+        t = ramp(RANK, k, n)
+        tensors.append(t)
+        if k % 3 == 2:  # a broadcast from rank k % WORLD among the reductions
+            w = dist.broadcast(t, k % WORLD, async_op=True)
+        else:
+            w = dist.all_reduce(t, async_op=True)
+        w.get_future().add_done_callback(lambda f, k=k: done_order.append(k))
+        works.append(w)
+    # a then() chain on one more, whose value is the sum of the result
+    x = ramp(RANK, 99, 4096)
+    wx = dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True)
+    total = wx.get_future().then(lambda f: float(f.value()[0].sum()))
+    # all_gather in flight too
+    gl = [torch.empty(5, dtype=torch.int64) for _ in range(WORLD)]
+    wg = dist.all_gather(gl, torch.full((5,), RANK * 7, dtype=torch.int64), async_op=True)
+    # an argument error raises here, at the call, with work in flight
+    try:
+        dist.all_reduce(torch.zeros(3), op=dist.ReduceOp.BAND, async_op=True)
+        check(False, "BAND on float did not raise at the call")
+    except ValueError as e:
+        check("BAND" in str(e), str(e))
+    for k, w in enumerate(works):
+        check(w.wait() is True, "wait %d" % k)
+        check(w.is_completed() and w.is_success() and w.exception() is None, "state %d" % k)
+        n = sizes[k]
+        if k % 3 == 2:
+            ref = ramp(k % WORLD, k, n)
+        else:
+            ref = sum(ramp(r, k, n) for r in range(WORLD))
+        check(torch.equal(tensors[k], ref), "call %d (%d elements) differs" % (k, n))
+        check(torch.equal(w.get_future().value()[0], ref), "future value %d" % k)
+    check(done_order == list(range(len(sizes))), "completion order %s" % done_order)
+    ref_max = ramp(WORLD - 1, 99, 4096)
+    check(total.wait() == float(ref_max.sum()), "then(): %s" % total.wait())
+    wg.wait()
+    check(all(torch.equal(gl[r], torch.full((5,), r * 7, dtype=torch.int64))
+              for r in range(WORLD)), "all_gather %s" % gl)
+    # a synchronous call after async ones: queued behind them
+    ts = [ramp(RANK, 200 + k, 5000) for k in range(4)]
+    for t in ts[:-1]:
+        dist.all_reduce(t, async_op=True)
+    dist.all_reduce(ts[-1])  # returns when it, and so the ones before, are done
+    for k, t in enumerate(ts):
+        check(torch.equal(t, sum(ramp(r, 200 + k, 5000) for r in range(WORLD))),
+              "queued call %d" % k)
+    # wait(timeout): rank 0's wait ends first, raising, and the call goes on:
+    # the other ranks make their call only after rank 0 has seen that
+    store = dist.distributed_c10d._get_default_store()
+    t = ramp(RANK, 300, 64)
+    if RANK == 0:
+        w = dist.all_reduce(t, async_op=True)
+        try:
+            w.wait(timedelta(seconds=0.2))
+            check(False, "wait(timeout) returned with the other ranks not called yet")
+        except RuntimeError as e:
+            check("timed out" in str(e) and "allreduce #" in str(e), str(e))
+        check(not w.is_completed(), "completed without the other ranks")
+        store.set("async/go", "1")
+        check(w.wait(timedelta(seconds=60)) is True, "wait(60 s)")
+    else:
+        store.get("async/go")
+        dist.all_reduce(t)
+    check(torch.equal(t, sum(ramp(r, 300, 64) for r in range(WORLD))), "after wait(timeout)")
+    # the work ran on the group's own thread
+    w = dist.all_reduce(torch.ones(2), async_op=True)
+    w.wait()
+    check(getattr(w, "_ran_on", "").startswith("ringmaster-pg"), "ran on %r"
+          % getattr(w, "_ran_on", None))
+    dist.destroy_process_group()
+    alive = [t.name for t in __import__("threading").enumerate()
+             if t.name.startswith("ringmaster-pg")]
+    check(not alive, "worker threads alive after destroy: %s" % alive)
+    result(ok=True, calls=len(sizes) + 7)
+
+
+def mode_async_fail():
+    """Rank 1 is killed (SIGKILL) with calls queued on the others: every
+    Work on them fails (wait raises naming its call; exception() is set),
+    the ones queued behind the first failure too, none hangs."""
+    import signal
+    dist.init_process_group("ringmaster", timeout=timedelta(seconds=20))
+    t = torch.ones(100)
+    dist.all_reduce(t)
+    check(t[0].item() == WORLD, "first all_reduce")
+    dist.barrier()
+    if RANK == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # rank 1 is gone (or going)
+    works = [dist.all_reduce(torch.ones(1 << 18), async_op=True) for _ in range(4)]
+    got = []
+    for k, w in enumerate(works):
+        t0 = time.monotonic()
+        try:
+            w.wait()
+            got.append({"raised": False})
+        except Exception as e:
+            got.append({"raised": True, "message": str(e)[:400], "type": type(e).__name__,
+                        "sequence": getattr(e, "sequence", None),
+                        "exception_set": w.exception() is e, "completed": w.is_completed(),
+                        "elapsed": time.monotonic() - t0})
+    result(works=got, last=str(rmt._rm.last_exception)[:400])
+    os._exit(0)  # no clean destroy of a failed group
+
+
+def mode_overlap():
+    """DDP over the ringmaster backend: the first bucket's all-reduce starts,
+    on another thread than backward's, before backward has ended. The end
+    of backward is the gradient hook of the model's input (the first layer
+    computes it last); it waits (deadline 30 s) for the first all-reduce to
+    start, so that the order is decided without timing. With
+    RINGMASTER_TORCH_SYNC=1 the all-reduce runs inside the hook, on
+    backward's own thread, and the check says so (overlap False)."""
+    import threading
+    dist.init_process_group("ringmaster")
+    torch.manual_seed(0)
+    # 1 MiB layers: DDP's first backward all-reduces one bucket (torch 1.13
+    # buckets by the real order of the gradients from the second on); then
+    # the first bucket holds 1 MiB (torch's _DEFAULT_FIRST_BUCKET_BYTES),
+    # the others bucket_cap_mb: the last layer's gradient is a bucket of
+    # its own, all-reduced while the layers before it compute theirs
+    layers = [torch.nn.Linear(512, 512) for _ in range(4)]
+    model = torch.nn.Sequential(*layers)
+    ref_model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])
+    ref_model.load_state_dict(model.state_dict())
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.02)
+    pg = dist.distributed_c10d._get_default_group()
+
+    def data(r):
+        g = torch.Generator().manual_seed(100 + r)
+        return torch.randn(8, 512, generator=g)
+    ddp(data(RANK)).pow(2).sum().backward()  # the first backward: one bucket
+    model.zero_grad()
+    events, lock = [], threading.Lock()
+    first_start = threading.Event()
+    orig = pg._comm.allreduce
+
+    def traced(x, op="sum", algorithm=None):
+        with lock:
+            events.append(("allreduce", threading.current_thread().name))
+        first_start.set()
+        return orig(x, op, algorithm)
+    pg._comm.allreduce = traced
+
+    def end_of_backward(g):
+        first_start.wait(30.0)
+        with lock:
+            events.append(("backward_end", threading.current_thread().name))
+        return g
+
+    x = data(RANK).requires_grad_()
+    x.register_hook(end_of_backward)
+    backward_thread = threading.current_thread().name
+    ddp(x).pow(2).sum().backward()
+    with lock:
+        ev = list(events)
+    pg._comm.allreduce = orig
+    # the reference: the mean over the ranks of each rank's own gradient
+    ref = [torch.zeros_like(p) for p in ref_model.parameters()]
+    for r in range(WORLD):
+        ref_model.zero_grad()
+        ref_model(data(r)).pow(2).sum().backward()
+        for a, p in zip(ref, ref_model.parameters()):
+            a.add_(p.grad / WORLD)
+    close = all(torch.allclose(p.grad, a, rtol=1e-5, atol=1e-6)
+                for p, a in zip(model.parameters(), ref))
+    check(close, "DDP gradients differ from the reference")
+    kinds = [k for k, _ in ev]
+    check("allreduce" in kinds and "backward_end" in kinds, "events %s" % ev)
+    first = kinds.index("allreduce")
+    overlap = first < kinds.index("backward_end") and ev[first][1] != backward_thread
+    dist.barrier()
+    dist.destroy_process_group()
+    result(ok=True, overlap=overlap, events=ev, buckets=kinds.count("allreduce"),
+           backward_thread=backward_thread)
+
+
 if __name__ == "__main__":
     m = sys.argv[1]
     {"timeout": mode_timeout, "timeout_group": mode_timeout_group,
@@ -401,4 +594,5 @@ if __name__ == "__main__":
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
      "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier,
-     "job_reinit": mode_job_reinit}[m]()
+     "job_reinit": mode_job_reinit, "async": mode_async, "async_fail": mode_async_fail,
+     "overlap": mode_overlap}[m]()

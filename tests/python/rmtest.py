@@ -146,9 +146,10 @@ def results(text):
     return [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", text)]
 
 
-def run_group(name, n, argv_of, timeout_s=180, extra_env=None, torchrun=True):
+def run_group(name, n, argv_of, timeout_s=180, extra_env=None, torchrun=True, codes_of=None):
     """Start n processes (argv_of(rank)), torchrun-style environment; wait;
-    assert all exit 0; return their outputs."""
+    assert all exit 0 (or codes_of[rank], e.g. -9 for a rank that SIGKILLs
+    itself); return their outputs."""
     d = tmpdir(name)
     mport = free_ports(1)[0]
     procs = []
@@ -161,7 +162,8 @@ def run_group(name, n, argv_of, timeout_s=180, extra_env=None, torchrun=True):
     codes = wait_all(procs, timeout_s)
     outs = [p.output() for p in procs]
     for r, (c, o) in enumerate(zip(codes, outs)):
-        assert c == 0, "%s rank %d exited %d:\n%s" % (name, r, c, o[-3000:])
+        want = (codes_of or {}).get(r, 0)
+        assert c == want, "%s rank %d exited %d (not %d):\n%s" % (name, r, c, want, o[-3000:])
     return outs
 
 

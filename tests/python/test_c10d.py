@@ -32,6 +32,23 @@ per-rank work is tests/python/c10d_worker.py.
                  first; all of them with wait_all_ranks)
   p2p            send is refused with a reason; a gloo group beside the
                  ringmaster one carries it
+  async          async_op=True: several calls of several kinds in flight
+                 at once complete in call order with the references' values
+                 (wait, get_future().then, is_completed, exception); an
+                 argument error still raises at the call; a synchronous
+                 call waits for the ones queued before it; wait(timeout)
+                 raises while the other ranks have not called yet (they
+                 call after it did: no timing) and the call completes
+                 after; destroy stops the group's thread
+  async_fail     rank 1 is SIGKILLed; the other ranks' four queued
+                 all-reduces all fail: wait() raises the ringmaster error
+                 naming its call (allreduce #3 first), exception() is it,
+                 ringmaster.last_exception is set; none hangs
+  overlap        DDP's first bucket all-reduce starts on the group's thread
+                 before backward ends (the end waits for it: no timing),
+                 with the right gradients; then again with
+                 RINGMASTER_TORCH_SYNC=1, where the same check must say
+                 "no overlap" (so the check can fail)
 
   test_c10d.py job_mbarrier 3 --coordinator BIN --worker BIN
                  a 3-worker command job through a real coordinator: the
@@ -58,13 +75,16 @@ WORKER = os.path.join(rmtest.HERE, "c10d_worker.py")
 STATUSES = ("RM_ERR_TIMEOUT", "RM_ERR_ABORTED", "RM_ERR_PEER_LOST")
 
 
-def run(mode, n, timeout_s=200):
+def run(mode, n, timeout_s=200, extra_env=None, killed=()):
     outs = rmtest.run_group("c10d-" + mode, n, lambda r: [rmtest.PY, WORKER, mode],
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s, extra_env=extra_env,
+                            codes_of={r: -9 for r in killed})
     res = [rmtest.results(o) for o in outs]
     for r, x in enumerate(res):
+        if r in killed:
+            continue
         assert len(x) == 1, "rank %d printed %d results:\n%s" % (r, len(x), outs[r][-3000:])
-    return [x[0] for x in res], outs
+    return [x[0] if x else None for x in res], outs
 
 
 def check_timeout(mode, n):
@@ -98,6 +118,38 @@ def check_mbarrier(n):
         else:
             assert "rank %d did not reach" % late[0] in every, every
     print("rank 0: %s | %s" % (res[0]["errors"]["False"], res[0]["errors"]["True"]))
+
+
+def check_async_fail(n):
+    res, _ = run("async_fail", n, killed=(1,))
+    for r, x in enumerate(res):
+        if r == 1:
+            continue
+        ws = x["works"]
+        assert len(ws) == 4 and all(w["raised"] for w in ws), "rank %d: %s" % (r, ws)
+        # barrier #2 went before: the first queued all-reduce is call #3
+        assert "allreduce #3 of the default group" in ws[0]["message"], ws[0]
+        assert ws[0]["sequence"] == 3, ws[0]
+        for k, w in enumerate(ws):
+            assert w["exception_set"] and w["completed"], (k, w)
+            assert "allreduce #%d" % (3 + k) in w["message"], (k, w)
+            assert any(s in w["message"] for s in STATUSES), (k, w)
+        assert "allreduce #" in x["last"], x["last"]
+        print("rank %d: %s" % (r, ws[0]["message"][:300]))
+
+
+def check_overlap(n):
+    res, _ = run("overlap", n)
+    for r, x in enumerate(res):
+        assert x["ok"] and x["buckets"] > 1, x
+        assert x["overlap"], "rank %d: no overlap: %s" % (r, x)
+    print("async: rank 0's events %s" % res[0]["events"])
+    # the check can fail: the synchronous path runs the all-reduce inside
+    # the bucket's hook, on backward's thread
+    res, _ = run("overlap", n, extra_env={"RINGMASTER_TORCH_SYNC": "1"})
+    for r, x in enumerate(res):
+        assert x["ok"] and not x["overlap"], "rank %d: overlap with the sync path: %s" % (r, x)
+    print("RINGMASTER_TORCH_SYNC=1: rank 0's events %s" % res[0]["events"])
 
 
 def run_job(mode, n):
@@ -164,6 +216,10 @@ def main():
         check_timeout(mode, n)
     elif mode == "mbarrier":
         check_mbarrier(n)
+    elif mode == "async_fail":
+        check_async_fail(n)
+    elif mode == "overlap":
+        check_overlap(n)
     else:
         res, _ = run(mode, n)
         assert all(x.get("ok") for x in res), res

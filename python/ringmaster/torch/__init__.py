@@ -6,9 +6,12 @@
   sets) and an unchanged ``DistributedDataParallel(model)`` train on it. It is
   a Python subclass of ``torch.distributed.ProcessGroup`` (torch 1.13's
   ``c10d::PyProcessGroup`` trampoline dispatches the C++ calls DDP's reducer
-  makes to the Python methods); every collective runs synchronously in
-  libringmaster and returns a Work made from a completed Future
-  (``_create_work_from_future``). In a ringmaster job the process group IS the
+  makes to the Python methods). It is asynchronous, as gloo and NCCL: each
+  group's collectives run in order on its own worker thread, the caller
+  gets a Work at once (arguments are checked before: a ValueError raises
+  at the call), and DDP's bucket all-reduces overlap its backward pass
+  (THE PROCESS GROUP; ``RINGMASTER_TORCH_SYNC=1`` keeps the synchronous
+  path). In a ringmaster job the process group IS the
   session's communicator (its rank must equal ringmaster's rank); elsewhere the
   data-plane addresses are exchanged through the process group's store. A
   program that joins a job after a re-formation gets the session's rank and
@@ -25,11 +28,16 @@ Modules: this file is the backend (the process group, monitored_barrier,
 group creation); ``ddp.py`` what DDP on it gets without code; ``optimizer.py``
 the Horovod-style API; ``elastic.py`` recovery in place.
 """
+import _thread
+import collections
+import os
+import sys
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
+from torch._C._distributed_c10d import Work as _C_Work, _create_work_from_future
 
 import ringmaster as _rm
 from ringmaster import errors as _errors
@@ -148,22 +156,267 @@ def _timeout_ms(td):
 
 
 # ---- THE PROCESS GROUP ----------------------------------------------------------
-# Calls run synchronously, in the caller's thread, one at a time (the lock:
-# the C library takes one thread at a time per communicator), and return a
-# Work made from an already completed Future.
+# Asynchronous, as gloo's and NCCL's: every group has ONE worker thread
+# (started at its first collective, a daemon named "ringmaster-pg <label>")
+# that owns the group's communicator (libringmaster takes one thread at a
+# time per communicator) and a FIFO queue of closures.
+#
+# A collective, in the caller's thread: checks its arguments (a ValueError
+# raises there, at once, on every rank alike, before anything moves: bad
+# ops, dtypes, roots, splits), checks the group is alive (Reconfigured,
+# Aborted), takes its sequence number and enqueues, under one lock, so that
+# numbers follow the queue; it returns a Work at once. The worker runs the
+# closures in call order (so every rank runs the same collectives in the same
+# order, as the C library needs) and completes each Work's Future with its
+# tensors (set_result) or fails it (set_exception). ctypes drops the GIL
+# during the C calls, so the caller (DDP's backward, autograd) runs on
+# meanwhile. TENSOR OWNERSHIP: the queued closure holds the caller's tensors
+# (and any staging copies) until it has run; the caller must not touch them
+# before the Work completes (torch's rule for async_op=True).
+#
+# WHICH WORK. torch 1.13 has no trampoline for a Python Work: C++ that waits
+# on a Work a Python process group returned (DDP's _broadcast_coalesced and
+# _verify_params_across_processes) calls the C++ base Work::wait, which
+# never returns for a Python subclass; and the Work _create_work_from_future
+# builds (FutureWrappingWork) returns from wait() without raising a failed
+# Future's error, so dist.all_reduce(t) would swallow failures. So:
+#  * a call from torch.distributed's Python API (distributed_c10d) or from
+#    this package (DDP's communication hook in ddp.py) gets a _Work, a
+#    Python subclass of torch's Work: wait() raises the call's own
+#    exception object, wait(timeout) raises when the timeout passes first,
+#    is_completed(), is_success(), exception(), result(), get_future();
+#  * any other caller (C++ through the trampoline, or a program calling the
+#    group's methods itself) waits for its queued call in place and gets a
+#    completed FutureWrappingWork or the exception, as before.
+# Both go through the queue, so the order of calls is the order of calling.
+#
+# Failures: the worker re-raises a libringmaster failure as the same
+# ringmaster error class (elastic code catches MembershipError) with words
+# naming the call, its number, the group, the peer the library names and the
+# status, sets ringmaster.last_exception to it if it is the group's first
+# failure since its last success (elastic finds a failure that DDP's reducer
+# wrapped by its words; DDP raises its first bucket's) and fails the Work's
+# Future with it.
+# A failure is sticky in the C library and closes the links with ABORT
+# frames: the calls queued behind it fail at once too, never hang, and the
+# other ranks fail at once (RM_ERR_ABORTED / RM_ERR_PEER_LOST) or on their
+# own deadline.
 #
 # Timeouts: the timeout of init_process_group / new_group (torch's default,
 # 30 min, when none is given) is the communicator's deadline: a wait that
 # sees no progress from the peer it needs for that long fails with
-# RM_ERR_TIMEOUT; the failure is sticky and closes the links with ABORT
-# frames, so the other ranks of the group fail at once (RM_ERR_ABORTED /
-# RM_ERR_PEER_LOST) or on their own deadline. An option's own timeout (torch
-# passes one in opts.timeout where the caller gave one) bounds that call only.
-# Every call has a sequence number in its group (1, 2, ...: the same on every
-# rank, since all call the same collectives in the same order) and a failure
-# is re-raised as the same ringmaster error class (elastic code catches
-# MembershipError) with words naming the call, its number, the group, the
-# peer the library names and the status.
+# RM_ERR_TIMEOUT. An option's own timeout (torch passes one in opts.timeout
+# where the caller gave one) bounds that call only (set and restored by the
+# worker around it). Every call has a sequence number in its group (1, 2,
+# ...: the same on every rank, since all call the same collectives in the
+# same order). So every wait on a Work ends: the worker's C calls have these
+# deadlines.
+#
+# Stopping: dist.destroy_process_group (patched below; also what
+# elastic.TorchState calls before it re-creates the groups) and the group's
+# __del__ stop its worker: calls queued and not started fail with
+# RM_ERR_ABORTED, the running one is given the group's timeout to end, then
+# the communicator is aborted (rm_comm_abort, which ends its waits) and the
+# thread joined with a deadline; a sub-group's communicator is destroyed
+# after. At interpreter exit the live workers are stopped too (5 s for a
+# running call), before ringmaster's own exit hook closes the communicator
+# (a daemon thread still inside torch's C++ when Python finalizes aborts
+# the process).
+#
+# RINGMASTER_TORCH_SYNC=1 (read when a group is made) keeps the former
+# synchronous path for that group: each call runs in the caller under a
+# lock and returns a completed Work (bench/torch/bench_torch.py compares the
+# two; tests/python show that DDP then does not overlap).
+def _sync_env():
+    return os.environ.get("RINGMASTER_TORCH_SYNC", "").strip() not in ("", "0")
+
+
+# callers whose Work comes back to Python (WHICH WORK)
+_ASYNC_CALLERS = ("torch.distributed.distributed_c10d", "ringmaster.torch.ddp")
+_workers = weakref.WeakSet()  # live workers, stopped at exit
+_fut_lock = threading.Lock()  # a _Work's Future against its completion
+
+
+def _python_caller():
+    """Whether the collective was called from torch.distributed's Python
+    API or this package's DDP hook (WHICH WORK): the first frame outside
+    this module."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__") == __name__:
+        f = f.f_back
+    return f is not None and f.f_globals.get("__name__") in _ASYNC_CALLERS
+
+
+class _Work(_C_Work):
+    """The Work of a queued collective (see THE PROCESS GROUP). Cheap to
+    make, as the caller pays for it: a bare lock, held until the worker
+    finishes the call, is the completion event, and the Future is made when
+    asked for (get_future), completed then if the call is done already."""
+
+    def __init__(self, call, seq, label):
+        super().__init__()
+        self._call, self._seq, self._label = call, seq, label
+        self._fut = None
+        self._done = False
+        self._ran_on = None  # the worker thread's name (tests read it)
+        self._value = self._exc = None
+        self._gate = _thread.allocate_lock()
+        self._gate.acquire()  # released when done
+
+    def _finish(self, value, exc):
+        with _fut_lock:
+            self._value, self._exc, self._done = value, exc, True
+            fut = self._fut
+        try:
+            # the Future first: its callbacks (a DDP hook's then()) run here,
+            # in the worker, before wait() returns and the next call runs
+            if fut is not None:
+                self._complete(fut)
+        finally:
+            self._gate.release()
+
+    def _complete(self, fut):
+        if self._exc is None:
+            fut.set_result(self._value)
+        else:
+            fut.set_exception(self._exc)
+
+    def _wait_done(self, timeout_s=None):
+        """True when done by timeout_s (None: until done, which the worker's
+        own deadlines bound: THE PROCESS GROUP, Timeouts)."""
+        if self._done and not self._gate.locked():
+            return True
+        if not self._gate.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return False
+        self._gate.release()  # for the next waiter
+        return True
+
+    def wait(self, timeout=None):
+        secs = timeout.total_seconds() if timeout is not None else 0
+        if not self._wait_done(secs if secs > 0 else None):
+            raise RuntimeError("ringmaster backend: wait on %s #%d of the %s timed out after "
+                               "%g s; the call is still queued or running"
+                               % (self._call, self._seq, self._label, secs))
+        if self._exc is not None:
+            raise self._exc
+        return True
+
+    def is_completed(self):
+        return self._done
+
+    def is_success(self):
+        return self._done and self._exc is None
+
+    def exception(self):
+        return self._exc
+
+    def result(self):
+        self.wait()
+        return self._value
+
+    def get_future(self):
+        with _fut_lock:
+            fut, fill = self._fut, False
+            if fut is None:
+                fut = self._fut = torch.futures.Future()
+                fill = self._done  # _finish saw no Future: complete it here
+        if fill:
+            self._complete(fut)
+        return fut
+
+    def synchronize(self):
+        pass  # CPU tensors: nothing to order against a stream
+
+
+class _Worker:
+    """One process group's thread and FIFO queue (THE PROCESS GROUP). It
+    holds no reference to the group, so that the group can be collected
+    (its __del__ stops the worker)."""
+
+    def __init__(self, label):
+        self.label = label
+        self._q = collections.deque()
+        self._cv = threading.Condition()
+        self._thread = None
+        self._stopping = False
+
+    def submit(self, work, body):
+        """Queue body (run in the worker; its return value completes work,
+        its exception fails it). Call under the group's lock."""
+        with self._cv:
+            if self._stopping:
+                raise _errors.Aborted("RM_ERR_ABORTED", "this process group was destroyed "
+                                      "(dist.destroy_process_group) and its worker stopped")
+            self._q.append((work, body))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="ringmaster-pg %s" % self.label)
+                self._thread.start()
+                _workers.add(self)
+                _register_exit_stop()
+            self._cv.notify()
+
+    def _loop(self):
+        while True:
+            with self._cv:
+                # idle: woken by submit or stop (a slice, not a deadline:
+                # an idle group waits for its next call as long as it lives)
+                while not self._q and not self._stopping:
+                    self._cv.wait(5.0)
+                if not self._q:
+                    return
+                work, body = self._q.popleft()
+            work._ran_on = threading.current_thread().name
+            try:
+                value, exc = body(), None
+            except BaseException as e:  # the Work carries it to the caller
+                value, exc = None, e
+            work._finish(value, exc)
+            del work, body, value, exc  # the tensors go with the call
+
+    def in_worker(self):
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def stop(self, grace_s, comm=None):
+        """Stop the thread: queued calls fail, the running one gets grace_s,
+        then comm is aborted (its waits end) and the thread joined. True
+        when the thread is gone (or never ran)."""
+        with self._cv:
+            self._stopping = True
+            left, self._q = list(self._q), collections.deque()
+            self._cv.notify()
+        for work, _ in left:
+            work._finish(None, _errors.Aborted(
+                "RM_ERR_ABORTED", "ringmaster backend: %s #%d of the %s was still queued "
+                "when the process group was destroyed" % (work._call, work._seq, self.label)))
+        th = self._thread
+        if th is None or th is threading.current_thread():
+            return True
+        th.join(grace_s)
+        if th.is_alive() and comm is not None:
+            comm.abort()  # the running call fails (sticky) and returns
+            th.join(10.0)
+        return not th.is_alive()
+
+
+_exit_stop_registered = False
+
+
+def _register_exit_stop():
+    global _exit_stop_registered
+    if _exit_stop_registered:
+        return
+    _exit_stop_registered = True
+    import atexit
+
+    def stop_all():
+        for w in list(_workers):
+            w.stop(5.0)
+    # registered at the first worker's start, after ringmaster's exit hook
+    # (installed at init): atexit runs it first
+    atexit.register(stop_all)
+
+
 class ProcessGroupRingmaster(dist.ProcessGroup):
     """torch.distributed process group over one ringmaster Communicator."""
 
@@ -183,15 +436,28 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._mb_seq = 0
         self._epoch = _epoch
         comm.set_timeout(self._timeout_ms)
+        self._worker = _Worker(label)
+        self._failing = None  # the first failure since the last success (_failed)
+        self._sync = _sync_env()
+        self._closed = False
 
     def __del__(self):
-        # a sub-group's communicator goes with its group (the default group's
-        # is the module's, ringmaster.finalize closes it)
-        if getattr(self, "_owned", False) and self._comm.ptr == self._ptr:
-            try:
-                self._comm.destroy()
-            except Exception:
-                pass
+        try:
+            self._shutdown()
+        except Exception:
+            pass
+
+    def _shutdown(self):
+        """Stop the worker (THE PROCESS GROUP, Stopping); a sub-group's
+        communicator goes with its group (the default group's is the
+        module's: the next default group or ringmaster.finalize closes it)."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        live = self._comm.ptr == self._ptr
+        gone = self._worker.stop(self._timeout_ms / 1000.0, self._comm if live else None)
+        if self._owned and live and gone:
+            self._comm.destroy()
 
     # torch 1.13 asks the trampoline for getBackendName
     def getBackendName(self):
@@ -213,24 +479,52 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 "(dist.destroy_process_group) and its communicator closed")
         return c
 
-    def _run(self, call, fn, opts=None):
-        """fn(comm) as this group's next numbered call, under the lock; a
-        ringmaster failure comes back naming the call (THE PROCESS GROUP)."""
-        c = self._c()
-        with self._lock:
-            self._seq += 1
-            seq = self._seq
-            t = getattr(opts, "timeout", None)
-            ms = _timeout_ms(t) if t is not None and t.total_seconds() > 0 else 0
+    def _exec(self, call, seq, fn, ms):
+        """fn(comm) as this group's call #seq, with its own timeout (ms, 0:
+        the group's) set around it; a ringmaster failure re-raised naming
+        the call (THE PROCESS GROUP)."""
+        try:
+            c = self._c()
             if ms and ms != self._timeout_ms:
                 c.set_timeout(ms)
             try:
-                return fn(c)
-            except _errors.RingmasterError as e:
-                raise self._failed(e, call, seq, ms or self._timeout_ms) from None
+                fn(c)
             finally:
                 if ms and ms != self._timeout_ms and c.ptr:
                     c.set_timeout(self._timeout_ms)
+        except _errors.RingmasterError as e:
+            raise self._failed(e, call, seq, ms or self._timeout_ms) from None
+        self._failing = None
+
+    def _submit(self, call, fn, opts, result):
+        """Queue fn(comm) as the group's next numbered call; its Work (WHICH
+        WORK) completes with result. The arguments were checked already."""
+        self._c()
+        t = getattr(opts, "timeout", None)
+        ms = _timeout_ms(t) if t is not None and t.total_seconds() > 0 else 0
+        if self._sync or self._worker.in_worker():
+            # the synchronous path; or a call made by a Future's callback,
+            # which the worker runs: queued, it would wait on itself
+            with self._lock:
+                self._seq += 1
+                self._exec(call, self._seq, fn, ms)
+            return _done(result)
+        py = _python_caller()
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            work = _Work(call, seq, self._label)
+
+            def body():
+                self._exec(call, seq, fn, ms)
+                return result
+            self._worker.submit(work, body)
+        if py:
+            return work
+        work._wait_done()
+        if work._exc is not None:
+            raise work._exc
+        return _done(result)
 
     def _failed(self, e, call, seq, ms):
         words = e.message or "(no words from the library)"
@@ -246,8 +540,14 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         err.operation, err.sequence = call, seq
         # what torch wraps when DDP's reducer (C++) runs the call is this
         # text: ringmaster.torch.elastic finds the failure by the last
-        # exception's words in it
-        _rm.last_exception = err
+        # exception's words in it. The calls queued behind a failure fail
+        # too (sticky), but the one a waiter sees first is the first: DDP
+        # waits for its buckets in order. So the first failure since the
+        # group's last success stays the last exception; its consequences
+        # (which the communicator set as the last one) do not replace it.
+        if self._failing is None:
+            self._failing = err
+        _rm.last_exception = self._failing
         return err
 
     def _reduce_one(self, c, t, op, call, root=None):
@@ -277,12 +577,13 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op, ts = _op_of(opts), _as_list(tensors)
+        for t in ts:
+            _plan(t.dtype, op, "allreduce")  # refused here, before anything is queued
 
         def go(c):
             for t in ts:
                 self._reduce_one(c, t, op, "allreduce")
-        self._run("allreduce", go, opts)
-        return _done(ts)
+        return self._submit("allreduce", go, opts, ts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors = _as_list(tensors)
@@ -290,14 +591,15 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         if len({t.dtype for t in tensors}) > 1:
             raise ValueError("ringmaster backend: allreduce_coalesced: the tensors must "
                              "have one dtype, got %s" % sorted({str(t.dtype) for t in tensors}))
+        if tensors:
+            _plan(tensors[0].dtype, op, "allreduce_coalesced")
 
         def go(c):
             flat = torch._utils._flatten_dense_tensors(tensors)
             self._reduce_one(c, flat, op, "allreduce_coalesced")
             for t, s in zip(tensors, torch._utils._unflatten_dense_tensors(flat, tensors)):
                 t.copy_(s)
-        self._run("allreduce_coalesced", go, opts)
-        return _done(tensors)
+        return self._submit("allreduce_coalesced", go, opts, tensors)
 
     def _root(self, opts, call):
         root = opts if isinstance(opts, int) else (
@@ -316,8 +618,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 c.broadcast(buf, root)
                 if buf is not t:
                     t.copy_(buf)
-        self._run("broadcast", go, opts)
-        return _done(ts)
+        return self._submit("broadcast", go, opts, ts)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         outs = [output_tensors] if isinstance(output_tensors[0], torch.Tensor) \
@@ -329,8 +630,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 buf = _gathered(c, x)
                 for r, o in enumerate(out_list):
                     o.copy_(buf[r].view_as(o) if o.shape != buf[r].shape else buf[r])
-        self._run("allgather", go, opts)
-        return _done(outs)
+        return self._submit("allgather", go, opts, outs)
 
     def _allgather_base(self, output, input, opts=None):
         def go(c):
@@ -340,8 +640,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 tmp = torch.empty_like(output, memory_format=torch.contiguous_format)
                 c.allgather_into(tmp, input.contiguous())
                 output.copy_(tmp)
-        self._run("allgather", go, opts)
-        return _done([output])
+        return self._submit("allgather", go, opts, [output])
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self.allgather(output_lists, input_list, opts)
@@ -367,6 +666,8 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         op = _op_of(opts)
         outs = _as_list(output_tensors)
         lists = [input_lists] if isinstance(input_lists[0], torch.Tensor) else input_lists
+        for out in outs:
+            _plan(out.dtype, op, "reduce_scatter")
 
         def go(c):
             for out, ins in zip(outs, lists):
@@ -374,11 +675,11 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 res = torch.empty(out.numel(), dtype=out.dtype)
                 self._reduce_scatter_flat(c, res, flat, op, "reduce_scatter")
                 out.copy_(res.view_as(out))
-        self._run("reduce_scatter", go, opts)
-        return _done(outs)
+        return self._submit("reduce_scatter", go, opts, outs)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _op_of(opts)
+        _plan(output.dtype, op, "reduce_scatter")
 
         def go(c):
             res = output if output.is_contiguous() else torch.empty_like(
@@ -387,8 +688,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                                       "reduce_scatter")
             if res is not output:
                 output.copy_(res)
-        self._run("reduce_scatter", go, opts)
-        return _done([output])
+        return self._submit("reduce_scatter", go, opts, [output])
 
     # ALL-TO-ALL WITH SPLITS: libringmaster's rm_alltoall moves equal blocks.
     # Uneven splits (rows along dim 0 for all_to_all_single, whole tensors
@@ -501,8 +801,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                                      row_bytes=rb)
             if res is not output:
                 output.copy_(res)
-        self._run("all_to_all_single", go, opts)
-        return _done([output])
+        return self._submit("all_to_all_single", go, opts, [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         w = self.size()
@@ -526,18 +825,18 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
             for o, k in zip(output_tensors, out_b):
                 o.copy_(res[off:off + k].view(o.dtype).view_as(o))
                 off += k
-        self._run("all_to_all", go, opts)
-        return _done(list(output_tensors))
+        return self._submit("all_to_all", go, opts, list(output_tensors))
 
     def reduce(self, tensors, opts=None):
         op, ts = _op_of(opts), _as_list(tensors)
         root = self._root(opts, "reduce")
+        for t in ts:
+            _plan(t.dtype, op, "reduce")
 
         def go(c):
             for t in ts:
                 self._reduce_one(c, t, op, "reduce", root)
-        self._run("reduce", go, opts)
-        return _done(ts)
+        return self._submit("reduce", go, opts, ts)
 
     def gather(self, output_lists, input_tensors, opts=None):
         root = self._root(opts, "gather")
@@ -548,8 +847,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 if c.rank == root:
                     for r, o in enumerate(output_lists[i]):
                         o.copy_(buf[r])
-        self._run("gather", go, opts)
-        return _done(_as_list(input_tensors))
+        return self._submit("gather", go, opts, _as_list(input_tensors))
 
     def scatter(self, output_tensors, input_lists, opts=None):
         root = self._root(opts, "scatter")
@@ -562,8 +860,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                     c.broadcast(piece, root)
                     if r == c.rank:
                         out.copy_(piece)
-        self._run("scatter", go, opts)
-        return _done(_as_list(output_tensors))
+        return self._submit("scatter", go, opts, _as_list(output_tensors))
 
     def barrier(self, opts=None):
         def go(c):
@@ -572,8 +869,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
             st = _rm._c_barrier(c.ptr)
             if st:
                 raise c.error(st, "rm_barrier")
-        self._run("barrier", go, opts)
-        return _done([])
+        return self._submit("barrier", go, opts, [])
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
         t = getattr(opts, "timeout", None) if opts is not None else None
@@ -622,15 +918,33 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     """A barrier whose failure says which ranks did not arrive (see
     MONITORED BARRIER). group: a ringmaster process group, None = the
     default one; timeout: a timedelta (None = torch's default, 30 min)."""
-    import time
     pg = group if group is not None else _rm_default_group()
     if not isinstance(pg, ProcessGroupRingmaster):
         raise ValueError("ringmaster.torch.monitored_barrier: %r is not a ringmaster "
                          "process group (dist.init_process_group(\"ringmaster\"))" % (pg,))
     ms = _timeout_ms(timeout if timeout is not None else dist.default_pg_timeout)
     c = pg._c()
-    pg._mb_seq += 1
-    seq = pg._mb_seq
+    if pg._store is None and not (c.session and c is _rm.default_communicator()):
+        raise ValueError("ringmaster.torch.monitored_barrier: this process group has no "
+                         "store to meet through")
+    with pg._lock:
+        pg._mb_seq += 1
+        seq = pg._mb_seq
+    if pg._sync or pg._worker.in_worker():
+        return _monitored_barrier(pg, c, seq, ms, wait_all_ranks)
+    # in the group's worker, after the calls queued before it (the session's
+    # barrier is a call on the communicator, which one thread at a time
+    # may make); the caller waits for it: a barrier is synchronous
+    with pg._lock:
+        work = _Work("monitored_barrier", seq, pg._label)
+        pg._worker.submit(work, lambda: _monitored_barrier(pg, c, seq, ms, wait_all_ranks))
+    work._wait_done()
+    if work._exc is not None:
+        raise work._exc
+
+
+def _monitored_barrier(pg, c, seq, ms, wait_all_ranks):
+    import time
     if c.session and c is _rm.default_communicator():
         try:
             c.barrier("torch-monitored-barrier-%d" % seq, ms)
@@ -638,9 +952,6 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
             raise pg._failed(e, "monitored_barrier", seq, ms) from None
         return
     store = pg._store
-    if store is None:
-        raise ValueError("ringmaster.torch.monitored_barrier: this process group has no "
-                         "store to meet through")
     key = "ringmaster/e%d/mb/%d" % (pg._epoch, seq)
     # store.add, not check/get: torch 1.13's PrefixStore has no check, and
     # get blocks for the store's whole timeout
@@ -779,6 +1090,28 @@ def _rm_init_process_group(*a, **k):
 _rm_init_process_group.__doc__ = _dist_init.__doc__
 dist.init_process_group = _rm_init_process_group
 dist.distributed_c10d.init_process_group = _rm_init_process_group
+
+# destroy_process_group stops the workers of the groups it destroys (THE
+# PROCESS GROUP, Stopping) before torch forgets them: all of them for the
+# default group (torch destroys every group with it), else that one.
+_dist_destroy = dist.destroy_process_group
+
+
+def _rm_destroy_process_group(group=None):
+    default = _rm_default_group()
+    if group is None or group is default:
+        groups = list(getattr(dist.distributed_c10d, "_pg_map", {}).keys())
+    else:
+        groups = [group]
+    for pg in groups:
+        if isinstance(pg, ProcessGroupRingmaster):
+            pg._shutdown()
+    return _dist_destroy(group)
+
+
+_rm_destroy_process_group.__doc__ = _dist_destroy.__doc__
+dist.destroy_process_group = _rm_destroy_process_group
+dist.distributed_c10d.destroy_process_group = _rm_destroy_process_group
 
 
 # DDP on this backend (ddp.py: steps without code, the job's spec applied to

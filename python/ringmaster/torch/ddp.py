@@ -26,6 +26,17 @@ from .optimizer import _unflatten
 # then only all-reduces. A hook the program registers itself is kept and run
 # in ours (DDP takes one hook only); register_builtin_comm_hook is not.
 #
+# OVERLAP. The plain hook (no aggregation, secure aggregation or straggler
+# policy) queues the bucket's all-reduce on the process group's worker
+# thread (THE PROCESS GROUP in __init__.py) and returns its Future at once:
+# the autograd engine goes on computing the earlier layers' gradients while
+# the bucket is on the wire, and the reducer waits for the Futures in
+# finalize_backward, as with gloo. The step's end at the last bucket is then
+# a then() callback of that bucket's Future: it runs on the worker thread
+# when the last all-reduce is done (the calls before it are done too: the
+# queue is FIFO), while backward waits in finalize_backward, so no other
+# thread calls the session meanwhile.
+#
 # THE STEP'S WHOLE GRADIENT: aggregation, secure aggregation and straggler
 # policies under DDP. In a job whose spec asks for an `aggregation` (any
 # method, with or without clip_norm), for `secure_aggregation` or for a
@@ -58,8 +69,9 @@ from .optimizer import _unflatten
 # session_use.c) are judged on the whole gradient, not on a small bucket.
 # A straggler policy decides per step, so its gate is asked once per step.
 # Cost: one copy of the gradient in and one out per step (into a flat
-# vector kept on the model between steps); nothing overlaps
-# with the backward pass, as nothing does on this synchronous backend. A
+# vector kept on the model between steps); nothing overlaps with the
+# backward pass (the combination waits for the last bucket), where the
+# plain hook's bucket all-reduces do (OVERLAP). A
 # late rank's backward is not interrupted (it arrives late and contributes
 # zeros): the members still wait for it in the step's collective, so under
 # DDP the policies give their semantics (member set, average over members)
@@ -157,6 +169,10 @@ def _rm_step_combine(ddp):
         fut.set_result(buf)
 
 
+def _first(f):
+    return f.value()[0]
+
+
 def _rm_bucket_hook(state, bucket):
     ddp = state
     user = getattr(ddp, "_rm_user_hook", None)
@@ -177,9 +193,10 @@ def _rm_bucket_hook(state, bucket):
     else:
         t = bucket.buffer()
         t.div_(ddp.process_group.size())
-        ddp.process_group.allreduce([t])  # synchronous: the Work is already done
-        fut = torch.futures.Future()
-        fut.set_result(t)
+        # queued on the group's worker thread: the hook returns at once and
+        # backward goes on; the reducer waits for the Future in
+        # finalize_backward (OVERLAP above)
+        fut = ddp.process_group.allreduce([t]).get_future().then(_first)
     ddp._rm_nb = getattr(ddp, "_rm_nb", 0) + 1
     if bucket.is_last():
         # buckets of the last synchronized backward (tests read it)
