@@ -221,7 +221,8 @@ int rm__agg_coord_small_ok(const rm__agg_block_t *b)
 uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f, size_t j0,
                              size_t c, void *out, int64_t *kept, double *sq)
 {
-  uint32_t all = c >= 32 * STRIP ? 0xffffffffu : (1u << ((c + STRIP - 1) / STRIP)) - 1;
+  size_t strips = (c + STRIP - 1) / STRIP; /* at most 32: c <= 32 * STRIP */
+  uint32_t all = strips >= 32 ? 0xffffffffu : (1u << strips) - 1;
 #ifdef CS_HAVE
   cs_fn fn = NULL;
   switch (rm__agg_coord_small_ok(b) ? b->n : 0) {
