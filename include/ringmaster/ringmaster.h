@@ -226,7 +226,83 @@ RM_EXTERN rm_status_t rm_reduce(rm_comm_t *comm, const void *send, void *recv,
  * block i of recv came from rank i. Not in place (send != recv). */
 RM_EXTERN rm_status_t rm_alltoall(rm_comm_t *comm, const void *send,
                                   void *recv, size_t count, rm_dtype_t dt);
+/* Counted all-to-all: send_counts[j] elements at send + send_displs[j] go
+ * to rank j; recv_counts[i] elements from rank i land at recv +
+ * recv_displs[i] (world entries each, in elements). Every pair must agree
+ * (rank i's send_counts[j] == rank j's recv_counts[i]): a disagreeing pair
+ * fails with RM_ERR_PROTOCOL, naming the peer. send_counts[rank] must equal
+ * recv_counts[rank]. Not in place. Counts of 0 are fine; each pair's message
+ * is exactly its bytes (no padding to the largest). */
+RM_EXTERN rm_status_t rm_alltoallv(rm_comm_t *comm, const void *send,
+                                   const size_t *send_counts,
+                                   const size_t *send_displs, void *recv,
+                                   const size_t *recv_counts,
+                                   const size_t *recv_displs, rm_dtype_t dt);
+/* Gather to root: on root, recv holds world * count elements, block r from
+ * rank r (send may be recv's own block: in place); recv is ignored on the
+ * other ranks (may be NULL). Only the root receives. */
+RM_EXTERN rm_status_t rm_gather(rm_comm_t *comm, const void *send, void *recv,
+                                size_t count, rm_dtype_t dt, int root);
+/* Scatter from root: on root, send holds world * count elements, block r
+ * goes to rank r; send is ignored on the other ranks (may be NULL). */
+RM_EXTERN rm_status_t rm_scatter(rm_comm_t *comm, const void *send,
+                                 void *recv, size_t count, rm_dtype_t dt,
+                                 int root);
 RM_EXTERN rm_status_t rm_barrier(rm_comm_t *comm);
+
+/* ---- point-to-point ----
+ * Tagged messages between two ranks, matched as MPI matches them: a
+ * receive takes the first message from its source (or RM_ANY_SOURCE) with
+ * its tag; messages of one (source, tag) arrive in the order sent. They run
+ * on a communicator of their own (rm_comm_dup): once a point-to-point call
+ * was made on a communicator, its collectives return RM_ERR_INVALID_ARG.
+ * The first call starts the communicator's progress thread, which moves
+ * every message while the callers compute; the calls below are safe from
+ * any thread. Host memory only. Sends are eager (the receiver buffers a
+ * message nobody waits for yet), so two ranks that send to each other
+ * before receiving do not deadlock.
+ *
+ * Deadlines: timeout_ms (0 = the communicator's, rm_comm_set_timeout).
+ * A receive that no message matched by then ends with RM_ERR_TIMEOUT and
+ * the communicator stays usable; a send not taken by then, or a message
+ * stopped halfway, fails the communicator (RM_ERR_TIMEOUT naming the
+ * peer). A received message whose size differs from the receive's ends it
+ * with RM_ERR_INVALID_ARG (both sizes in rm_p2p_error). Design and wire
+ * format: worker/comm/p2p.c. */
+typedef struct rm_p2p_req rm_p2p_req_t;
+#define RM_ANY_SOURCE (-1)
+
+/* Collective over comm: a new communicator over the same ranks (new
+ * connections; the same job, generation, transports, key and deadline),
+ * for point-to-point beside comm's collectives. Destroy it separately. */
+RM_EXTERN rm_status_t rm_comm_dup(rm_comm_t *comm, rm_comm_t **out);
+/* Post; *req until rm_p2p_free. buf must stay valid until the request
+ * ended. RM_ERR_INVALID_ARG: bad peer (this rank included), NULL buf with
+ * bytes > 0, device memory, timeout_ms < 0. */
+RM_EXTERN rm_status_t rm_isend(rm_comm_t *comm, const void *buf, size_t bytes,
+                               int peer, uint64_t tag, int timeout_ms,
+                               rm_p2p_req_t **req);
+RM_EXTERN rm_status_t rm_irecv(rm_comm_t *comm, void *buf, size_t bytes,
+                               int peer, uint64_t tag, int timeout_ms,
+                               rm_p2p_req_t **req);
+/* Wait up to timeout_ms (0: just look; < 0: until it ends, which its own
+ * deadline bounds). *done = 1: it ended, and its status is returned;
+ * *done = 0: still open (RM_OK). Any thread, several at once. */
+RM_EXTERN rm_status_t rm_p2p_wait(rm_comm_t *comm, rm_p2p_req_t *req,
+                                  int timeout_ms, int *done);
+/* Of an ended request: the rank whose message a receive got (-1 before),
+ * its bytes, and the words of a failure ("" when none). */
+RM_EXTERN int rm_p2p_source(const rm_p2p_req_t *req);
+RM_EXTERN size_t rm_p2p_bytes(const rm_p2p_req_t *req);
+RM_EXTERN const char *rm_p2p_error(const rm_p2p_req_t *req);
+/* Release the caller's hold; an open request still ends (its buffer must
+ * stay valid until then). rm_comm_destroy frees requests still held. */
+RM_EXTERN void rm_p2p_free(rm_comm_t *comm, rm_p2p_req_t *req);
+/* Blocking forms; *source (may be NULL) gets the sender. */
+RM_EXTERN rm_status_t rm_send(rm_comm_t *comm, const void *buf, size_t bytes,
+                              int peer, uint64_t tag);
+RM_EXTERN rm_status_t rm_recv(rm_comm_t *comm, void *buf, size_t bytes,
+                              int peer, uint64_t tag, int *source);
 
 /* Algorithm auto would choose for this call, and its predicted time. */
 RM_EXTERN rm_algo_t rm_allreduce_choose(const rm_comm_t *comm, size_t bytes,

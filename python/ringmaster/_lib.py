@@ -183,6 +183,24 @@ _SESSION = {
     "rm_comm_set_stream": (c_int, [c_void_p, c_void_p]),
     "rm_comm_set_memory": (c_int, [c_void_p, c_int]),
     "rm_comm_set_timeout": (c_int, [c_void_p, c_int]),
+    # rooted and counted collectives (a library without them: the callers
+    # fall back to the all-gather / broadcast / padded all-to-all forms)
+    "rm_gather": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "rm_scatter": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "rm_alltoallv": (c_int, [c_void_p, c_void_p, ctypes.POINTER(c_size_t),
+                             ctypes.POINTER(c_size_t), c_void_p, ctypes.POINTER(c_size_t),
+                             ctypes.POINTER(c_size_t), c_int]),
+    # tagged point-to-point on a communicator of its own (rm_comm_dup)
+    "rm_comm_dup": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
+    "rm_isend": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_uint64, c_int,
+                         ctypes.POINTER(c_void_p)]),
+    "rm_irecv": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_uint64, c_int,
+                         ctypes.POINTER(c_void_p)]),
+    "rm_p2p_wait": (c_int, [c_void_p, c_void_p, c_int, ctypes.POINTER(c_int)]),
+    "rm_p2p_source": (c_int, [c_void_p]),
+    "rm_p2p_bytes": (c_size_t, [c_void_p]),
+    "rm_p2p_error": (ctypes.c_char_p, [c_void_p]),
+    "rm_p2p_free": (None, [c_void_p, c_void_p]),
     # test machinery of test-hook builds (device buffers for the tests)
     "rm_testhook_gpu_alloc": (c_void_p, [c_size_t]),
     "rm_testhook_gpu_free": (None, [c_void_p]),

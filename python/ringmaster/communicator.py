@@ -203,6 +203,85 @@ class Communicator:
                 raise self.error(st, "rm_alltoall")
         return out
 
+    def has_rooted(self):
+        """The library has rm_gather, rm_scatter and rm_alltoallv."""
+        return _lib.session_fn("rm_alltoallv") is not None
+
+    def gather_into(self, out, x, root=0):
+        """Root's out (world x input bytes) gets every rank's x in rank
+        order; out is ignored elsewhere (may be None). Only root receives."""
+        p, n, _ = self._dbuf(x, writable=False)
+        nb = _nbytes(x)
+        q = None
+        if self.rank == root:
+            q, _, _ = self._dbuf(out)
+            if _nbytes(out) != nb * self.world:
+                raise ValueError("ringmaster: gather: the root's output must hold world x "
+                                 "input bytes")
+        if nb:
+            st = _lib.session_fn("rm_gather")(self.ptr, p, q, nb, U8, root)
+            if st:
+                raise self.error(st, "rm_gather")
+        return out
+
+    def scatter_into(self, out, x, root=0):
+        """Rank r's out gets block r of root's x (world x output bytes); x is
+        ignored elsewhere (may be None)."""
+        q, m, _ = self._dbuf(out)
+        nb = _nbytes(out)
+        p = None
+        if self.rank == root:
+            p, _, _ = self._dbuf(x, writable=False)
+            if _nbytes(x) != nb * self.world:
+                raise ValueError("ringmaster: scatter: the root's input must hold world x "
+                                 "output bytes")
+        if nb:
+            st = _lib.session_fn("rm_scatter")(self.ptr, p, q, nb, U8, root)
+            if st:
+                raise self.error(st, "rm_scatter")
+        return out
+
+    def alltoallv_into(self, out, x, out_bytes, in_bytes):
+        """Counted all-to-all in bytes: in_bytes[j] bytes of x (consecutive,
+        in rank order) go to rank j; out_bytes[i] bytes from rank i land in
+        out, consecutive in rank order. Every pair must agree."""
+        w = self.world
+        if len(out_bytes) != w or len(in_bytes) != w:
+            raise ValueError("ringmaster: alltoallv: %d counts per side expected" % w)
+        if sum(in_bytes) > _nbytes(x) or sum(out_bytes) > _nbytes(out):
+            raise ValueError("ringmaster: alltoallv: the counts exceed the buffers")
+        p, _, _ = self._dbuf(x, writable=False)
+        q, _, _ = self._dbuf(out)
+        arr = ctypes.c_size_t * w
+
+        def displs(c):
+            d, off = [], 0
+            for k in c:
+                d.append(off)
+                off += k
+            return arr(*d)
+        st = _lib.session_fn("rm_alltoallv")(self.ptr, p, arr(*in_bytes), displs(in_bytes), q,
+                                             arr(*out_bytes), displs(out_bytes), U8)
+        if st:
+            raise self.error(st, "rm_alltoallv")
+        return out
+
+    def dup(self):
+        """A new Communicator over the same ranks (rm_comm_dup; collective):
+        the one point-to-point messages run on. Destroy it separately."""
+        self._need()
+        f = _lib.session_fn("rm_comm_dup")
+        if f is None:
+            raise errors.unsupported("%s has no rm_comm_dup" % _lib.path)
+        out = ctypes.c_void_p()
+        st = f(self.ptr, ctypes.byref(out))
+        if st:
+            raise self.error(st, "rm_comm_dup")
+        d = Communicator()
+        d.ptr = out.value
+        d.comm_info()
+        return d
+
     def reduce(self, x, op="sum", root=0):
         p, n, dt = self._dbuf(x)
         if dt is None:

@@ -372,28 +372,6 @@ def mode_job_mbarrier():
     result(late=late, error=err)
 
 
-# ---- point-to-point: refused with a reason -----------------------------------------
-def mode_p2p():
-    dist.init_process_group("ringmaster")
-    try:
-        dist.send(torch.zeros(2), (RANK + 1) % WORLD)
-        check(False, "send did not raise")
-    except RuntimeError as e:
-        check("point-to-point" in str(e), str(e))
-    # the way round the docs give: a gloo group beside the ringmaster one
-    g = dist.new_group(backend="gloo")
-    t = torch.full((5,), float(RANK))
-    if RANK == 0:
-        dist.send(t, 1, group=g)
-    elif RANK == 1:
-        dist.recv(t, 0, group=g)
-        check(torch.all(t == 0).item(), "gloo recv %s" % t)
-    allreduce_check(None, range(WORLD), 2)
-    dist.barrier()  # rank 0 serves the store: no one leaves before the rest
-    dist.destroy_process_group()
-    result(ok=True)
-
-
 # ---- asynchronous collectives ------------------------------------------------------
 def ramp(r, k, n):
     """Rank r's input of call k: exact in float64 sums."""
@@ -593,6 +571,6 @@ if __name__ == "__main__":
      "timeout_set": mode_timeout_set, "timeout_opt": mode_timeout_opt,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
-     "p2p": mode_p2p, "job_mbarrier": mode_job_mbarrier,
+     "job_mbarrier": mode_job_mbarrier,
      "job_reinit": mode_job_reinit, "async": mode_async, "async_fail": mode_async_fail,
      "overlap": mode_overlap}[m]()

@@ -30,8 +30,11 @@ per-rank work is tests/python/c10d_worker.py.
                  rank, and the group goes on
   mbarrier       ringmaster.torch.monitored_barrier names the late rank (the
                  first; all of them with wait_all_ranks)
-  p2p            send is refused with a reason; a gloo group beside the
-                 ringmaster one carries it
+  p2p            point-to-point: send, recv, isend, irecv,
+                 batch_isend_irecv, any source, tags, sub-groups, errors
+                 and timeouts (p2p_worker.py's doc)
+  pipeline       a 3-stage pipeline over isend/irecv trains to the
+                 one-process model's parameters (p2p_worker.py, 3 ranks)
   async          async_op=True: several calls of several kinds in flight
                  at once complete in call order with the references' values
                  (wait, get_future().then, is_completed, exception); an
@@ -72,11 +75,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rmtest  # noqa: E402
 
 WORKER = os.path.join(rmtest.HERE, "c10d_worker.py")
+P2P_WORKER = os.path.join(rmtest.HERE, "p2p_worker.py")  # the point-to-point modes
+P2P_MODES = ("p2p", "pipeline")
 STATUSES = ("RM_ERR_TIMEOUT", "RM_ERR_ABORTED", "RM_ERR_PEER_LOST")
 
 
 def run(mode, n, timeout_s=200, extra_env=None, killed=()):
-    outs = rmtest.run_group("c10d-" + mode, n, lambda r: [rmtest.PY, WORKER, mode],
+    w = P2P_WORKER if mode in P2P_MODES else WORKER
+    outs = rmtest.run_group("c10d-" + mode, n, lambda r: [rmtest.PY, w, mode],
                             timeout_s=timeout_s, extra_env=extra_env,
                             codes_of={r: -9 for r in killed})
     res = [rmtest.results(o) for o in outs]

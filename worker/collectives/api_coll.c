@@ -13,6 +13,25 @@
  * (tag: the element offset of the block at the receiver). Every link is used
  * once, no rank receives from two at a time. Cost (N-1)(alpha + n/N beta).
  *
+ * all-to-all with counts (rm_alltoallv): the same pairwise schedule, each
+ * pair's message as long as the pair's count says (the sender's
+ * send_counts[to], the receiver's recv_counts[from]); a pair whose count is
+ * 0 still exchanges an empty message, so that two ranks that disagree on a
+ * count fail at once with RM_ERR_PROTOCOL (the transport checks each
+ * message's length against the posted receive) instead of one of them
+ * waiting out its deadline for a message that never comes. Tag: the sender's
+ * rank. No padding: each pair moves exactly its bytes.
+ *
+ * gather and scatter, linear at the root: the root posts its N-1 receives
+ * (gather) or sends (scatter) at once, one per rank, each straight into or
+ * out of that rank's block of the root's buffer; every other rank makes one
+ * send or receive. Each block moves once: the root receives (or sends) N-1
+ * blocks and every other rank one, where an all-gather would bring N-1
+ * blocks to every rank. The root's link carries N-1 blocks, which no
+ * schedule avoids (every block must reach it, or leave it); a tree would add
+ * copies through intermediate ranks and save only latency.
+ * Tag: the rank whose block the message carries.
+ *
  * barrier, dissemination: ceil(log2 N) rounds; in round k (distance 2^k)
  * rank r sends a one-byte token to r + 2^k and waits for one from r - 2^k.
  * After the last round every rank has (transitively) heard from all.
@@ -211,4 +230,121 @@ rm_status_t rm_barrier(rm_comm_t *comm)
     RM_CHECK(rm__sendrecv(comm, (r + k) % n, &token, 1, (uint64_t)k,
                           (r - k + n) % n, &got, 1, (uint64_t)k));
   return RM_OK;
+}
+
+/* Check world counts/displacements (elements) against the buffer; *any =
+ * some count is nonzero. */
+static rm_status_t check_v(const void *buf, const size_t *counts, const size_t *displs, int n,
+                           rm_dtype_t dt, int *any)
+{
+  if (counts == NULL || displs == NULL)
+    return RM_ERR_INVALID_ARG;
+  for (int j = 0; j < n; j++) {
+    if (counts[j] > SIZE_MAX - displs[j])
+      return RM_ERR_INVALID_ARG;
+    RM_CHECK(rm__check_buf(buf, displs[j] + counts[j], dt));
+    if (counts[j]) *any = 1;
+  }
+  return RM_OK;
+}
+
+rm_status_t rm_alltoallv(rm_comm_t *comm, const void *send, const size_t *send_counts,
+                         const size_t *send_displs, void *recv, const size_t *recv_counts,
+                         const size_t *recv_displs, rm_dtype_t dt)
+{
+  int n, r, any_s = 0, any_r = 0, device = 0, nccl = 0;
+  size_t esz = rm_dtype_size(dt);
+  rm_status_t st = RM_OK;
+  if (comm == NULL || esz == 0)
+    return RM_ERR_INVALID_ARG;
+  n = rm_comm_world(comm);
+  r = rm_comm_rank(comm);
+  RM_CHECK(check_v(send, send_counts, send_displs, n, dt, &any_s));
+  RM_CHECK(check_v(recv, recv_counts, recv_displs, n, dt, &any_r));
+  if (send_counts[r] != recv_counts[r] || ((any_s || any_r) && send == recv))
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(mem_begin(comm, any_s ? send : NULL, any_r ? recv : NULL, &device, &nccl));
+  (void)nccl; /* NCCL has no counted all-to-all of its own: the pairs below */
+  if (send_counts[r])
+    RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + recv_displs[r] * esz,
+                            (const char *)send + send_displs[r] * esz, send_counts[r] * esz),
+                  st, out);
+  for (int s = 1; s < n; s++) {
+    int to = (r + s) % n, from = (r - s + n) % n;
+    RM_CHECK_GOTO(rm__sendrecv(comm, to, (const char *)send + send_displs[to] * esz,
+                               send_counts[to] * esz, (uint64_t)r, from,
+                               (char *)recv + recv_displs[from] * esz,
+                               recv_counts[from] * esz, (uint64_t)from), st, out);
+  }
+out:
+  return mem_end(comm, device, st);
+}
+
+/* gather (to_root) and scatter (!to_root): see the top of the file. buf is
+ * the root's world-block buffer, mine this rank's block. */
+static rm_status_t rooted(rm_comm_t *c, void *buf, void *mine, size_t count, rm_dtype_t dt,
+                          int root, int to_root)
+{
+  int n = rm_comm_world(c), r = rm_comm_rank(c), device = 0, nccl = 0;
+  size_t blk = count * rm_dtype_size(dt);
+  rm__req_t *reqs = NULL;
+  rm_status_t st = RM_OK;
+  if (count == 0)
+    return rm__coll_begin(c);
+  RM_CHECK(mem_begin(c, r == root ? buf : NULL, mine, &device, &nccl));
+  (void)nccl; /* NCCL's gather is point-to-point too: the same schedule here */
+  if (r != root) {
+    st = to_root ? rm__sendrecv(c, root, mine, blk, (uint64_t)r, -1, NULL, 0, 0)
+                 : rm__sendrecv(c, -1, NULL, 0, 0, root, mine, blk, (uint64_t)r);
+    return mem_end(c, device, st);
+  }
+  char *own = (char *)buf + (size_t)r * blk;
+  if (own != (char *)mine)
+    RM_CHECK_GOTO(to_root ? rm__mcopy(c, own, mine, blk) : rm__mcopy(c, mine, own, blk), st,
+                  out);
+  if (n == 1)
+    goto out;
+  reqs = rm__reqs_new((size_t)n);
+  if (reqs == NULL) {
+    st = RM_ERR_NOMEM;
+    goto out;
+  }
+  for (int j = 0; j < n; j++) {
+    if (j == r) continue;
+    char *b = (char *)buf + (size_t)j * blk;
+    RM_CHECK_GOTO(to_root ? rm__irecv(c, j, b, blk, (uint64_t)j, &reqs[j])
+                          : rm__isend(c, j, b, blk, (uint64_t)j, &reqs[j]), st, out);
+  }
+  for (int j = 0; j < n; j++)
+    if (j != r) RM_CHECK_GOTO(rm__wait(c, &reqs[j]), st, out);
+out:
+  free(reqs);
+  return mem_end(c, device, st);
+}
+
+/* The arguments of gather / scatter: the root's buffer holds world blocks,
+ * the others' may be NULL. */
+static rm_status_t check_rooted(rm_comm_t *c, const void *rootbuf, const void *mine,
+                                size_t count, rm_dtype_t dt, int root)
+{
+  RM_CHECK(check_n(c, mine, count, dt, 1));
+  if (root < 0 || root >= rm_comm_world(c))
+    return RM_ERR_INVALID_ARG;
+  if (rm_comm_rank(c) == root)
+    RM_CHECK(check_n(c, rootbuf, count, dt, (size_t)rm_comm_world(c)));
+  return RM_OK;
+}
+
+rm_status_t rm_gather(rm_comm_t *comm, const void *send, void *recv, size_t count,
+                      rm_dtype_t dt, int root)
+{
+  RM_CHECK(check_rooted(comm, recv, send, count, dt, root));
+  return rooted(comm, recv, (void *)(uintptr_t)send, count, dt, root, 1);
+}
+
+rm_status_t rm_scatter(rm_comm_t *comm, const void *send, void *recv, size_t count,
+                       rm_dtype_t dt, int root)
+{
+  RM_CHECK(check_rooted(comm, send, recv, count, dt, root));
+  return rooted(comm, (void *)(uintptr_t)send, recv, count, dt, root, 0);
 }

@@ -218,11 +218,13 @@ void rm_comm_abort(rm_comm_t *c)
 void rm_comm_destroy(rm_comm_t *c)
 {
   if (c == NULL) return;
+  rm__p2p_stop(c); /* its thread drives the transports: it ends first */
   c->destroying = 1;
   rm__nccl_destroy(c); /* NCCL's kernels end before its streams' state goes */
   rm__dev_destroy(c); /* quiesces device work before staging memory goes */
   rm__mr_free_all(c); /* before the transports free what registered them */
   rm__transport_close(c, rm_comm_status(c));
+  rm__p2p_free(c);
   comm_free(c);
 }
 
@@ -302,6 +304,11 @@ rm_status_t rm__coll_begin(rm_comm_t *c)
   if (st != RM_OK) return st;
   if (__atomic_load_n(&c->aborted, __ATOMIC_ACQUIRE))
     return rm__comm_fail(c, RM_ERR_ABORTED, -1, "communicator aborted");
+  if (c->p2p != NULL) { /* its lanes carry point-to-point (p2p.c) */
+    RM_ERROR("rank %d: a collective on a communicator that carries point-to-point "
+             "messages (make one for them with rm_comm_dup)", c->rank);
+    return RM_ERR_INVALID_ARG;
+  }
   c->coll_seq++;
   return RM_OK;
 }

@@ -124,6 +124,9 @@ struct rm_comm {
    * (session_use.c): the step's Byzantine-suspect evidence for programs
    * that report their steps without naming the excluded ranks */
   uint8_t *use_excluded;
+  /* point-to-point (comm/p2p.c): its engine, started by the first
+   * rm_isend / rm_irecv; from then on collectives are refused */
+  struct rm__p2p *p2p;
 };
 
 /* SPEC USE guard words (session/session_use.c fills use_guard with these). */
@@ -158,6 +161,12 @@ rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,
 /* Start a collective: check the sticky status and abort flag, bump coll_seq.
  * Returns the sticky status if the communicator already failed. */
 rm_status_t rm__coll_begin(rm_comm_t *c);
+
+/* rm_comm_destroy: first stop the point-to-point engine (its open requests
+ * end, the peers are told), then close the transports, then free what the
+ * engine had (the transports held its requests until they closed). */
+void rm__p2p_stop(rm_comm_t *c);
+void rm__p2p_free(rm_comm_t *c);
 
 /* Scratch buffer of at least n bytes (RM_ERR_NOMEM on failure). Valid until
  * the next rm__scratch call or destroy. */

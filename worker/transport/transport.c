@@ -325,6 +325,19 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req)
   }
 }
 
+rm_status_t rm__progress(rm_comm_t *c, int timeout_ms)
+{
+  if (rm_comm_status(c) != RM_OK || progress_all(c, timeout_ms) != RM_OK)
+    return failed(c);
+  return RM_OK;
+}
+
+int rm__peer_left(const rm_comm_t *c, int peer)
+{
+  const rm__transport_ops_t *t = rm__conn_type(c, peer);
+  return t != NULL && t->left != NULL && t->left(c, peer);
+}
+
 rm_status_t rm__waitall(rm_comm_t *c, rm__req_t *const *reqs, int n)
 {
   for (int i = 0; i < n; i++)

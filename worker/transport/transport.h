@@ -121,6 +121,13 @@ rm_status_t rm__wait(rm_comm_t *c, rm__req_t *req);
 rm_status_t rm__waitall(rm_comm_t *c, rm__req_t *const *reqs, int n);
 /* Make progress without blocking; *done = req->complete. */
 rm_status_t rm__test(rm_comm_t *c, rm__req_t *req, int *done);
+/* Progress every posted request, blocking at most timeout_ms for the first
+ * byte to move (or the wake pipe / a transport's wake): the point-to-point
+ * engine's loop (comm/p2p.c), which keeps its own deadlines. A failure
+ * closes the transports and returns the sticky status. */
+rm_status_t rm__progress(rm_comm_t *c, int timeout_ms);
+/* The transport of the pair says peer closed its communicator. */
+int rm__peer_left(const rm_comm_t *c, int peer);
 /* Post both, wait both. Either peer may be -1 (skip that side). */
 rm_status_t rm__sendrecv(rm_comm_t *c, int send_peer, const void *sbuf,
                          size_t slen, uint64_t stag, int recv_peer, void *rbuf,
@@ -180,6 +187,9 @@ typedef struct rm__transport_ops {
    * since_ns (rm__now_ns clock); else -1. *seq = its collective. */
   int (*waits_on)(const rm_comm_t *c, int peer, int64_t since_ns,
                   uint64_t *seq);
+  /* 1 when `peer` closed its communicator (its BYE or ABORT, as far as
+   * this rank has seen); must not block. NULL: never says. */
+  int (*left)(const rm_comm_t *c, int peer);
   /* Any thread, async-signal-safe in spirit (no locks, no allocation):
    * make a progress call blocked in this transport return soon (abort).
    * NULL when the transport blocks only in poll() on c->wake_fd. */

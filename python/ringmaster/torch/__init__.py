@@ -328,6 +328,9 @@ class _Work(_C_Work):
         pass  # CPU tensors: nothing to order against a stream
 
 
+from . import p2p as _p2p  # noqa: E402
+
+
 class _Worker:
     """One process group's thread and FIFO queue (THE PROCESS GROUP). It
     holds no reference to the group, so that the group can be collected
@@ -419,6 +422,7 @@ def _register_exit_stop():
 
 class ProcessGroupRingmaster(dist.ProcessGroup):
     """torch.distributed process group over one ringmaster Communicator."""
+    _P2PWork = _p2p.make_work_class(_Work)
 
     def __init__(self, rank, size, comm, timeout=None, store=None, label="default group",
                  owned=False):
@@ -439,7 +443,14 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._worker = _Worker(label)
         self._failing = None  # the first failure since the last success (_failed)
         self._sync = _sync_env()
+        # point-to-point (p2p.py): its own communicator, requests and waiter
+        self._p2p_seq = 0
+        self._p2p_open = set()
+        self._p2p_waiter = _Worker(label + " p2p")
+        self._p2p = None
+        self._p2p_why = "not made"
         self._closed = False
+        self._p2p, self._p2p_why = _p2p.lane(comm)
 
     def __del__(self):
         try:
@@ -454,6 +465,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        _p2p.close(self)
         live = self._comm.ptr == self._ptr
         gone = self._worker.stop(self._timeout_ms / 1000.0, self._comm if live else None)
         if self._owned and live and gone:
@@ -690,16 +702,15 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 output.copy_(res)
         return self._submit("reduce_scatter", go, opts, [output])
 
-    # ALL-TO-ALL WITH SPLITS: libringmaster's rm_alltoall moves equal blocks.
-    # Uneven splits (rows along dim 0 for all_to_all_single, whole tensors
-    # for all_to_all) go as equal blocks padded to the largest split any rank
-    # sends to any other: first a small all-to-all of the row counts (each
-    # rank learns what every rank will send it and checks that against its
-    # output splits) and one all-reduce (MAX) of [largest split, any
-    # mismatch], so every rank agrees on the block size, or every rank
-    # raises naming the first disagreeing pair; then the padded all-to-all.
-    # The wire carries world x largest split per rank instead of the exact
-    # bytes: honest but not optimal for very skewed routing.
+    # ALL-TO-ALL WITH SPLITS (rows along dim 0 for all_to_all_single, whole
+    # tensors for all_to_all): first a small all-to-all of the row counts
+    # (each rank learns what every rank will send it and checks that against
+    # its output splits) and one all-reduce (MAX) of [largest split, any
+    # mismatch], so that every rank agrees the exchange is consistent, or
+    # every rank raises naming the first disagreeing pair; then the counted
+    # all-to-all (rm_alltoallv), each pair moving exactly its rows. With a
+    # library older than rm_alltoallv, equal blocks padded to the largest
+    # split instead.
     def _alltoallv_rows(self, c, out2d, in2d, out_splits, in_splits, call, local_err=None,
                         row_bytes=0):
         """out2d / in2d: contiguous (rows, row_bytes) uint8; splits in rows.
@@ -737,6 +748,10 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                                          " on another rank"))
         m, rb = int(agree[0]), row_bytes
         if m == 0 or rb == 0:
+            return
+        if c.has_rooted():  # each pair moves exactly its rows (rm_alltoallv)
+            c.alltoallv_into(out2d, in2d, [k * rb for k in out_splits],
+                             [k * rb for k in in_splits])
             return
         send = torch.zeros((w, m, rb), dtype=torch.uint8)
         off = 0
@@ -843,7 +858,12 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
         def go(c):
             for i, x in enumerate(_as_list(input_tensors)):
-                buf = _gathered(c, x)
+                if not c.has_rooted():  # an older library: every rank gets all
+                    buf = _gathered(c, x)
+                else:  # only the root receives (rm_gather)
+                    buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype) \
+                        if c.rank == root else None
+                    c.gather_into(buf, x.contiguous(), root)
                 if c.rank == root:
                     for r, o in enumerate(output_lists[i]):
                         o.copy_(buf[r])
@@ -854,7 +874,16 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
         def go(c):
             for i, out in enumerate(_as_list(output_tensors)):
-                for r in range(c.world):
+                if c.has_rooted():  # only the root sends (rm_scatter)
+                    res = out if out.is_contiguous() else torch.empty_like(
+                        out, memory_format=torch.contiguous_format)
+                    src = torch.stack([t.contiguous() for t in input_lists[i]]) \
+                        if c.rank == root else None
+                    c.scatter_into(res, src, root)
+                    if res is not out:
+                        out.copy_(res)
+                    continue
+                for r in range(c.world):  # an older library: one broadcast per rank
                     piece = (input_lists[i][r].contiguous().clone() if c.rank == root
                              else torch.empty(out.shape, dtype=out.dtype))
                     c.broadcast(piece, root)
@@ -878,21 +907,16 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         monitored_barrier(self, t, wait_all_ranks)
         return _done([])
 
-    # libringmaster's public API has no point-to-point transfer. Its
-    # transports move messages for the collectives only: matched in posting
-    # order per pair of ranks and stamped with the communicator's collective
-    # sequence number (a send and its receive must sit between the same two
-    # collectives), not matched by tag or from any source, and progressing
-    # only while the caller waits. torch's send/recv need all of that
-    # (worker/transport work); emulating them with collectives would need
-    # every rank of the group in each call, which is not what they mean.
-    def _no_p2p(self, *a, **k):
-        raise RuntimeError("ringmaster backend: point-to-point (send, recv, isend, irecv, "
-                           "batch_isend_irecv) is not available: libringmaster has no "
-                           "public tagged point-to-point transfer yet; use a gloo group "
-                           "(dist.new_group(backend=\"gloo\")) for those calls")
+    # point-to-point: p2p.py (its own communicator; no queue behind the
+    # collectives). torch's isend/irecv/batch_isend_irecv come through these.
+    def send(self, tensors, dstRank, tag=0):
+        return _p2p.post(self, "send", tensors, dstRank, tag)
 
-    send = recv = recv_anysource = _no_p2p
+    def recv(self, tensors, srcRank, tag=0):
+        return _p2p.post(self, "recv", tensors, srcRank, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return _p2p.post(self, "recv_anysource", tensors, -1, tag)
 
 
 # The default process group, or None before init_process_group.

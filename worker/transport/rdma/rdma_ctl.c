@@ -151,6 +151,12 @@ void rm__rdma_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
   }
 }
 
+int rm__rdma_left(const rm_comm_t *c, int peer)
+{
+  const struct rm__rdma_state *s = rm__rdma(c);
+  return s != NULL && peer >= 0 && peer < c->world && s->conns[peer].bye;
+}
+
 int rm__rdma_waits_on(const rm_comm_t *c, int peer, int64_t since_ns, uint64_t *seq)
 {
   const struct rm__rdma_state *s = rm__rdma(c);

@@ -281,5 +281,6 @@ static inline int rm__rdma_pending(const rm__rdma_conn_t *k)
 rm_status_t rm__rdma_ctl_poll(rm_comm_t *c, struct rm__rdma_state *s, int64_t us);
 void rm__rdma_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns);
 int rm__rdma_waits_on(const rm_comm_t *c, int peer, int64_t since_ns, uint64_t *seq);
+int rm__rdma_left(const rm_comm_t *c, int peer);
 
 #endif

@@ -462,6 +462,7 @@ const rm__transport_ops_t rm__rdma_transport = {
     .close_all = rdma_close_all,
     .stalled = rm__rdma_stalled,
     .waits_on = rm__rdma_waits_on,
+    .left = rm__rdma_left,
     .wake = NULL,
     .offer = rm__rdma_offer,
     .offer_close = rm__rdma_offer_close,

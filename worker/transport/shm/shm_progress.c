@@ -554,6 +554,14 @@ static void shm_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
   __atomic_add_fetch(&h->waits_lock, 1, __ATOMIC_RELEASE);
 }
 
+static int shm_left(const rm_comm_t *c, int peer)
+{
+  struct rm__shm_state *s = rm__shm(c);
+  if (s == NULL || peer < 0 || peer >= c->world) return 0;
+  const rm__shm_conn_t *k = &s->conns[peer];
+  return k->bye || (k->phdr != NULL && __atomic_load_n(&k->phdr->closed, __ATOMIC_ACQUIRE));
+}
+
 static int shm_waits_on(const rm_comm_t *c, int peer, int64_t since_ns,
                         uint64_t *seq)
 {
@@ -637,6 +645,7 @@ const rm__transport_ops_t rm__shm_transport = {
     .close_all = shm_close_all,
     .stalled = shm_stalled,
     .waits_on = shm_waits_on,
+    .left = shm_left,
     .wake = shm_wake,
     .park = shm_park,
     .unpark = shm_unpark,

@@ -629,6 +629,13 @@ static void tcp_stalled(rm_comm_t *c, int on, uint64_t seq, int64_t since_ns)
 }
 
 /* The rank peer last said (WAIT, at or after since_ns) it is blocked on. */
+static int tcp_left(const rm_comm_t *c, int peer)
+{
+  if (rm__tcp(c) == NULL || peer < 0 || peer >= c->world) return 0;
+  const rm__tcp_conn_t *k = &rm__tcp(c)->conns[peer];
+  return k->bye || k->fd < 0;
+}
+
 static int tcp_waits_on(const rm_comm_t *c, int peer, int64_t since_ns,
                         uint64_t *seq)
 {
@@ -730,4 +737,5 @@ const rm__transport_ops_t rm__tcp_transport = {
     .close_all = tcp_close_all,
     .stalled = tcp_stalled,
     .waits_on = tcp_waits_on,
+    .left = tcp_left,
 };
