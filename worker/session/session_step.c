@@ -173,7 +173,9 @@ static rm_status_t report_metrics_check(rm_session_t *s, const rm_step_report_t 
   return RM_OK;
 }
 
-enum { SENT, RETRY, REFUSED }; /* what one ReportStep call came to */
+/* what one ReportStep call came to; BAD: this report alone refused (its
+ * content: INVALID_ARGUMENT), the queue behind it still good */
+enum { SENT, RETRY, REFUSED, BAD };
 
 /* One ReportStep call for e, with its own deadline; acts on the answer the
  * way every call does (invariant 2). RETRY: a transport status, the report
@@ -231,6 +233,10 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
     rm__session_mark_stale(s, -1, msg);
     return REFUSED;
+  }
+  if (rc == RM__G_INVALID_ARGUMENT) {
+    RM_WARN("ReportStep step %llu refused: %s", (unsigned long long)e->step, msg);
+    return BAD;
   }
   RM_DEBUG("ReportStep step %llu: status %d: %s", (unsigned long long)e->step, rc, msg);
   return rc == RM__G_UNAVAILABLE || rc == RM__G_DEADLINE ? RETRY : REFUSED;
@@ -394,7 +400,8 @@ void rm__session_reports_stop(rm_session_t *s)
  * after the session re-joined, before the new generation's reports (the
  * order holds). Reports the coordinator refuses (FAILED_PRECONDITION: a
  * worker it does not know as a member of that generation) are dropped with
- * one warning line (counted in rbuf_stale). Leave waits (bounded) for the
+ * one warning line (counted in rbuf_stale); one refused for its content
+ * (INVALID_ARGUMENT) is dropped alone, with the coordinator's words. Leave waits (bounded) for the
  * queue to empty first (rm__session_reports_flush). */
 rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 {
