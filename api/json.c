@@ -273,10 +273,13 @@ json_t *rm__json_barrier(const rm_barrier_info_t *b)
 
 json_t *rm__json_step(const rm_step_sample_t *s)
 {
-  return json_pack("{s:i,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:I}", "rank", s->rank, "step",
+  json_t *metrics = json_object();
+  for (uint32_t i = 0; i < s->n_metrics && i < RM_METRICS_MAX; i++)
+    json_object_set_new(metrics, s->metrics[i].name, rm__json_num(s->metrics[i].value));
+  return json_pack("{s:i,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:I,s:o}", "rank", s->rank, "step",
                    (json_int_t)s->step, "generation", (json_int_t)s->generation, "time_ms",
                    (json_int_t)s->time_ms, "compute_ms", rm__json_num(s->compute_ms), "comm_ms",
                    rm__json_num(s->comm_ms), "wait_ms", rm__json_num(s->wait_ms), "loss",
                    rm__json_num(s->loss), "accuracy", rm__json_num(s->accuracy),
-                   "allreduce_bytes", (json_int_t)s->allreduce_bytes);
+                   "allreduce_bytes", (json_int_t)s->allreduce_bytes, "metrics", metrics);
 }

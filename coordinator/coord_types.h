@@ -365,6 +365,11 @@ typedef struct rm_barrier_info {
 } rm_barrier_info_t;
 
 /* ---- step timings ---- */
+typedef struct rm_step_metric {
+  char name[RM_METRIC_NAME_MAX];
+  double value;
+} rm_step_metric_t;
+
 typedef struct rm_step_sample {
   int rank;
   uint64_t step;
@@ -373,6 +378,9 @@ typedef struct rm_step_sample {
   double compute_ms, comm_ms, wait_ms;
   double loss, accuracy;     /* NaN when not meaningful */
   uint64_t allreduce_bytes;
+  /* the named metrics reported with it (ringmaster.h rm_metric_t rules) */
+  uint32_t n_metrics;
+  rm_step_metric_t metrics[RM_METRICS_MAX];
 } rm_step_sample_t;
 
 /* ---- listing jobs ---- */

@@ -78,6 +78,11 @@ typedef struct rm__worker_cold {
   char *result;                 /* heap: the JSON object its Leave carried
                                    (result.c), NULL if none */
   int blamed_by;                /* rank of the first peer that named it */
+  /* the step summary accumulator's named metrics (job.c metrics_merge):
+   * the last value of each reported in the window; made by the first
+   * report that carries one */
+  uint32_t acc_nm;
+  rm_step_metric_t acc_m[RM_METRICS_MAX];
 } rm__worker_cold_t;
 
 /* A worker of a job: 248 bytes, one a worker for the job's life (issue

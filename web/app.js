@@ -235,11 +235,17 @@ function makeCharts() {
     { label: 'accuracy', data: [], yAxisID: 'y1', borderColor: '#059669', pointRadius: 0, borderWidth: 2, tension: 0.15 }] },
     options: { ...common, scales: { ...common.scales, y: { ...common.scales.y, title: { display: true, text: 'loss' } },
       y1: { position: 'right', min: 0, max: 1, title: { display: true, text: 'accuracy' }, grid: { drawOnChartArea: false } } } } });
-  return { stepChart, tputChart, metricsChart };
+  /* One small chart per named metric the program reports (perplexity, lr,
+   * ...): made on the metric's first sample (JobView.drawNamed). */
+  const namedChart = (canvas, name, i) => new Chart(canvas, { type: 'line', data: { datasets: [
+    { label: name, data: [], borderColor: PALETTE[i % PALETTE.length], pointRadius: 0, borderWidth: 2, tension: 0.15 }] },
+    options: { ...common, plugins: { legend: { display: false } },
+      scales: { ...common.scales, y: { grid: { color: '#f1f5f9' }, title: { display: true, text: name } } } } });
+  return { stepChart, tputChart, metricsChart, namedChart };
 }
 
 class JobView {
-  constructor(id) { this.id = id; this.seen = new Set(); this.byStep = new Map(); this.metrics = new Map(); this.stragglers = new Set(); this.barriers = []; this.offset = 0; this.lastEvent = 0; }
+  constructor(id) { this.id = id; this.seen = new Set(); this.byStep = new Map(); this.metrics = new Map(); this.named = new Map(); this.namedCharts = new Map(); this.stragglers = new Set(); this.barriers = []; this.offset = 0; this.lastEvent = 0; }
 
   async start() {
     const app = $('#app');
@@ -501,6 +507,12 @@ class JobView {
         if (typeof s.accuracy === 'number') { m.acc += s.accuracy; m.na += 1; }
         this.metrics.set(s.step, m);
       }
+      for (const [name, v] of Object.entries(s.metrics || {})) { /* step -> sum and count of ranks */
+        if (typeof v !== 'number') continue;
+        if (!this.named.has(name)) this.named.set(name, new Map());
+        const per = this.named.get(name), a = per.get(s.step) || { sum: 0, n: 0 };
+        a.sum += v; a.n += 1; per.set(s.step, a);
+      }
       if (s.comm_ms > 0 && s.allreduce_bytes > 0) {
         const agg = this.byStep.get(s.step) || { sum: 0, n: 0 };
         agg.sum += s.allreduce_bytes / (s.comm_ms / 1000) / 1e9; agg.n += 1;
@@ -520,6 +532,30 @@ class JobView {
     this.styleDatasets();
     tputChart.update('none');
     this.drawMetrics();
+    this.drawNamed();
+  }
+
+  /* Each named metric per step, the mean of the ranks that reported it, in
+   * its own chart of the "Metrics" card (shown once a step carries one). */
+  drawNamed() {
+    if (!this.named.size) return;
+    const names = [...this.named.keys()].sort();
+    for (const name of names) {
+      let chart = this.namedCharts.get(name);
+      if (!chart) {
+        const canvas = el('canvas');
+        $('#named-metrics').append(el('div', { class: 'metric-item', 'data-metric': name },
+          el('h3', { text: name }), el('div', { class: 'chart small' }, canvas)));
+        chart = this.charts.namedChart(canvas, name, this.namedCharts.size);
+        this.namedCharts.set(name, chart);
+      }
+      const per = this.named.get(name);
+      const steps = [...per.keys()].sort((a, b) => a - b).slice(-MAX_POINTS);
+      for (const k of [...per.keys()]) if (k < steps[0]) per.delete(k);
+      chart.data.datasets[0].data = steps.map((k) => ({ x: k, y: per.get(k).sum / per.get(k).n }));
+      chart.update('none');
+    }
+    $('#named-metrics-card').hidden = false;
   }
 
   drawMetrics() {

@@ -538,10 +538,33 @@ void rm__job_step_late(rm_coord_t *c, rm__job_t *j, const rm_step_sample_t *s)
   rm__store_step_late(c->store, j->info.id, s);
 }
 
+/* The sample's named metrics into w's window (the last value of each);
+ * 0, nothing changed, when a name new to the window does not fit. */
+static int metrics_merge(rm__worker_t *w, const rm_step_sample_t *s)
+{
+  uint32_t k, fresh = 0;
+  if (!s->n_metrics) return 1;
+  rm__worker_cold_t *m = rm__worker_cold(w);
+  for (uint32_t i = 0; i < s->n_metrics; i++) {
+    for (k = 0; k < m->acc_nm && strcmp(m->acc_m[k].name, s->metrics[i].name); k++) {}
+    fresh += k == m->acc_nm;
+  }
+  if (m->acc_nm + fresh > RM_METRICS_MAX) return 0;
+  for (uint32_t i = 0; i < s->n_metrics; i++) {
+    for (k = 0; k < m->acc_nm && strcmp(m->acc_m[k].name, s->metrics[i].name); k++) {}
+    m->acc_m[k] = s->metrics[i];
+    if (k == m->acc_nm) m->acc_nm++;
+  }
+  return 1;
+}
+
 void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
                   const rm_step_sample_t *s)
 {
   double ms = s->compute_ms + s->comm_ms + s->wait_ms;
+  /* a window whose metric names would overflow is written first, so no
+   * metric's value is left out of the stored history */
+  if (w->acc_count && !metrics_merge(w, s)) rm__store_step_summary(c->store, j, w);
   w->step = s->step;
   w->steps_done = s->step;
   w->step_ms = ms;
@@ -552,6 +575,8 @@ void rm__job_step(rm_coord_t *c, rm__job_t *j, rm__worker_t *w,
   if (!w->acc_count) {
     w->acc_first = s->step;
     w->acc_max = 0;
+    if (w->cold) w->cold->acc_nm = 0;
+    metrics_merge(w, s); /* fits: at most RM_METRICS_MAX, checked at rpc.c */
   }
   w->acc_last = s->step;
   w->acc_count++;

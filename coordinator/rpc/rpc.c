@@ -58,6 +58,7 @@
 #include "rm_alloc.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_metrics.h"
 #include "rm_token.h"
 #include "rm_transports.h"
 
@@ -430,6 +431,30 @@ static void sample_of(rm_step_sample_t *s, const Ringmaster__V1__ReportStepReque
   s->loss = q->loss;
   s->accuracy = q->accuracy;
   s->allreduce_bytes = q->allreduce_bytes;
+  for (size_t i = 0; i < q->n_metrics && i < RM_METRICS_MAX; i++) { /* checked: bad_metrics */
+    snprintf(s->metrics[i].name, sizeof s->metrics[i].name, "%s", q->metrics[i]->name);
+    s->metrics[i].value = q->metrics[i]->value;
+    s->n_metrics++;
+  }
+}
+
+/* A report whose named metrics break rm_metrics.h's rules is refused
+ * whole (INVALID_ARGUMENT with the rule's words), never stored without
+ * them: 1 if so, and answered. */
+static int bad_metrics(rm_coord_t *c, rm__call_t *call,
+                       const Ringmaster__V1__ReportStepRequest *q)
+{
+  const char *names[RM_METRICS_MAX];
+  double values[RM_METRICS_MAX];
+  char why[160];
+  size_t n = q->n_metrics < RM_METRICS_MAX ? q->n_metrics : RM_METRICS_MAX;
+  for (size_t i = 0; i < n; i++) {
+    names[i] = q->metrics[i]->name;
+    values[i] = q->metrics[i]->value;
+  }
+  if (!rm__metrics_check(names, values, q->n_metrics, why, sizeof why)) return 0;
+  fail(c, call, RM__GRPC_INVALID_ARGUMENT, "step %llu: %s", (unsigned long long)q->step, why);
+  return 1;
 }
 
 /* LATE STEP REPORTS of the header: 1 if q was one and is answered. */
@@ -459,6 +484,7 @@ static void on_report_step(rm_coord_t *c, rm__call_t *call,
   Ringmaster__V1__ReportStepResponse r = RINGMASTER__V1__REPORT_STEP_RESPONSE__INIT;
   if (check_job(c, call, q->job_id, q->token, &j)) return;
   if (!(w = find_worker(c, call, j, q->worker_id))) return;
+  if (bad_metrics(c, call, q)) return;
   if (late_report(c, call, j, w, q)) return;
   if (check_member(c, call, j, w, q->generation)) return;
   rm__spec_use_t u = {q->use_known, q->step, q->use_aggregation, q->use_secure_sums,

@@ -195,16 +195,45 @@ void rm__store_barrier(rm__store_t *c, rm__job_t *j, rm__barrier_t *b)
   free(missing);
 }
 
+/* STEP METRICS. A summary row's named metrics as text, one "name value"
+ * line each (names have no spaces: common/rm_metrics.c), the value as
+ * %.17g so it reads back exactly (migrations/0014_step_metrics.sql). */
+static void metrics_text(const rm_step_metric_t *m, uint32_t n,
+                         char out[RM_METRICS_MAX * (RM_METRIC_NAME_MAX + 32)])
+{
+  size_t at = 0;
+  out[0] = '\0';
+  for (uint32_t i = 0; i < n; i++)
+    at += (size_t)snprintf(out + at, RM_METRICS_MAX * (RM_METRIC_NAME_MAX + 32) - at,
+                           "%s %.17g\n", m[i].name, m[i].value);
+}
+
+_Static_assert(RM_METRIC_NAME_MAX == 32, "metrics_parse reads a name with %31s");
+static uint32_t metrics_parse(const unsigned char *text, rm_step_metric_t *m)
+{
+  const char *p = (const char *)text;
+  uint32_t n = 0;
+  int used;
+  while (p && *p && n < RM_METRICS_MAX &&
+         sscanf(p, "%31s %lf%n", m[n].name, &m[n].value, &used) == 2) {
+    n++;
+    p += used;
+    while (*p == '\n') p++;
+  }
+  return n;
+}
+
 void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 {
+  char mt[RM_METRICS_MAX * (RM_METRIC_NAME_MAX + 32)];
   if (!w->acc_count) return;
   double n = (double)w->acc_count;
   sqlite3_stmt *st = prep(c, "INSERT INTO step_summaries(job_id,rank,"
                           "generation,first_step,last_step,count,mean_step_ms,"
                           "max_step_ms,mean_compute_ms,mean_comm_ms,"
                           "mean_wait_ms,last_loss,last_accuracy,"
-                          "allreduce_bytes,time_ms) VALUES "
-                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+                          "allreduce_bytes,time_ms,last_metrics) VALUES "
+                          "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)j->info.id);
   sqlite3_bind_int(st, 2, w->rank);
   sqlite3_bind_int64(st, 3, (sqlite3_int64)w->generation);
@@ -222,6 +251,9 @@ void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
   else sqlite3_bind_double(st, 13, w->acc_acc);
   sqlite3_bind_int64(st, 14, (sqlite3_int64)w->acc_bytes);
   sqlite3_bind_int64(st, 15, (sqlite3_int64)rm__wall_ms());
+  const rm__worker_cold_t *cold = rm__worker_cold_get(w);
+  metrics_text(cold->acc_m, cold->acc_nm, mt);
+  sqlite3_bind_text(st, 16, mt, -1, SQLITE_TRANSIENT);
   step_done(c, st);
   w->acc_count = w->acc_bytes = 0;
   w->acc_step = w->acc_max = w->acc_compute = w->acc_comm = w->acc_wait = 0;
@@ -232,12 +264,13 @@ void rm__store_step_summary(rm__store_t *c, rm__job_t *j, rm__worker_t *w)
 void rm__store_step_late(rm__store_t *c, uint64_t job_id, const rm_step_sample_t *s)
 {
   double ms = s->compute_ms + s->comm_ms + s->wait_ms;
+  char mt[RM_METRICS_MAX * (RM_METRIC_NAME_MAX + 32)];
   sqlite3_stmt *st = prep(c, "INSERT INTO step_summaries(job_id,rank,"
                           "generation,first_step,last_step,count,mean_step_ms,"
                           "max_step_ms,mean_compute_ms,mean_comm_ms,"
                           "mean_wait_ms,last_loss,last_accuracy,"
-                          "allreduce_bytes,time_ms) VALUES "
-                          "(?1,?2,?3,?4,?4,1,?5,?5,?6,?7,?8,?9,?10,?11,?12)");
+                          "allreduce_bytes,time_ms,last_metrics) VALUES "
+                          "(?1,?2,?3,?4,?4,1,?5,?5,?6,?7,?8,?9,?10,?11,?12,?13)");
   sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int(st, 2, s->rank);
   sqlite3_bind_int64(st, 3, (sqlite3_int64)s->generation);
@@ -252,6 +285,8 @@ void rm__store_step_late(rm__store_t *c, uint64_t job_id, const rm_step_sample_t
   else sqlite3_bind_double(st, 10, s->accuracy);
   sqlite3_bind_int64(st, 11, (sqlite3_int64)s->allreduce_bytes);
   sqlite3_bind_int64(st, 12, s->time_ms);
+  metrics_text(s->metrics, s->n_metrics, mt);
+  sqlite3_bind_text(st, 13, mt, -1, SQLITE_TRANSIENT);
   step_done(c, st);
 }
 
@@ -356,7 +391,7 @@ size_t rm__store_recent_steps(rm__store_t *c, uint64_t job_id, rm_step_sample_t 
 {
   sqlite3_stmt *st = prep(c, "SELECT rank,generation,last_step,time_ms,count,"
                           "mean_compute_ms,mean_comm_ms,mean_wait_ms,last_loss,"
-                          "last_accuracy,allreduce_bytes FROM step_summaries "
+                          "last_accuracy,allreduce_bytes,last_metrics FROM step_summaries "
                           "WHERE job_id=? ORDER BY id DESC LIMIT ?");
   size_t n = 0;
   sqlite3_bind_int64(st, 1, (sqlite3_int64)job_id);
@@ -376,6 +411,7 @@ size_t rm__store_recent_steps(rm__store_t *c, uint64_t job_id, rm_step_sample_t 
                                                            : sqlite3_column_double(st, 9);
     s->allreduce_bytes = count > 0 ? (uint64_t)sqlite3_column_int64(st, 10) / (uint64_t)count
                                    : 0;
+    s->n_metrics = metrics_parse(sqlite3_column_text(st, 11), s->metrics);
   }
   rm__stmt_done(c, st);
   for (size_t i = 0; i < n / 2; i++) { /* oldest first */

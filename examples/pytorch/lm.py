@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Data-parallel training of a small GPT-style transformer language model
 (character level) with ringmaster: an ordinary DDP program that reports its
-loss and next-character accuracy per step, and perplexity in its log and
-result.
+loss, next-character accuracy and perplexity per step (the dashboard plots
+them), and perplexity in its log and result.
 
     # as a ringmaster command job (the agent sets the environment)
     ringmaster run -n 4 -- /usr/bin/python3 examples/pytorch/lm.py
@@ -27,8 +27,9 @@ sees. Loss: mean cross entropy per character (nats); perplexity = e^loss.
 
 Modes:
   ddp      dist.init_process_group("ringmaster") + DistributedDataParallel;
-           each step is reported with ringmaster.step() (loss, and the
-           next-character accuracy), the total with ringmaster.set_total_steps
+           each step is reported with ringmaster.step() (loss, the
+           next-character accuracy and the perplexity as a named metric),
+           the total with ringmaster.set_total_steps
   elastic  the same DDP model held by ringmaster.torch.elastic.TorchState
            (elastic DDP in one line), the steps inside elastic.run: under
            on_failure shrink or replace a lost worker rolls the survivors
@@ -250,6 +251,7 @@ def main():
             opt.step()
             st.loss = loss.item() * args.batch / (world * (hi - lo))  # mean over its windows
             st.accuracy = (out.argmax(-1) == y).double().mean().item()
+            st.metrics["perplexity"] = math.exp(st.loss)  # plotted per step beside the loss
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
         if (s + 1) % args.log_every == 0 or s + 1 == args.steps:

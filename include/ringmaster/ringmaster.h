@@ -483,6 +483,28 @@ RM_EXTERN rm_status_t rm_session_step_begin(rm_session_t *s);
 RM_EXTERN rm_status_t rm_session_step_end(rm_session_t *s, double loss,
                                           double accuracy);
 
+/* Named metrics a step reports beside loss and accuracy (perplexity,
+ * learning rate, tokens/s...): at most RM_METRICS_MAX per step, each name
+ * 1..RM_METRIC_NAME_MAX-1 bytes of [A-Za-z0-9_.:/-] starting with a letter,
+ * no name twice and neither "loss" nor "accuracy" (the step's own fields),
+ * each value finite. The coordinator keeps them with the step (REST
+ * GET /api/v1/jobs/{id}/steps "metrics"; the dashboard plots them). */
+#define RM_METRICS_MAX 8
+#define RM_METRIC_NAME_MAX 32
+typedef struct rm_metric {
+  const char *name;
+  double value;
+} rm_metric_t;
+
+/* rm_session_step_end with metrics[n_metrics] (borrowed for the call; NULL
+ * / 0 for none). RM_ERR_INVALID_ARG, the step not reported and
+ * rm_session_last_error naming the metric and the rule, when one breaks
+ * the rules above. */
+RM_EXTERN rm_status_t rm_session_step_end_metrics(rm_session_t *s, double loss,
+                                                  double accuracy,
+                                                  const rm_metric_t *metrics,
+                                                  size_t n_metrics);
+
 /* The program's own number of steps (0 = unknown, the default), carried
  * by every later step report: a command job's progress is then "step S of
  * total", where without it the job shows the step alone (the spec's
@@ -511,6 +533,11 @@ typedef struct rm_step_report {
    * events; NULL / 0 when none. Borrowed for the call. */
   const uint32_t *excluded_ranks;
   size_t n_excluded;
+  /* Named metrics (rm_session_step_end_metrics' rules), borrowed for the
+   * call; read only when struct_size covers them (a caller built against
+   * an older header passes a smaller struct_size and reports none). */
+  const rm_metric_t *metrics;
+  size_t n_metrics;
 } rm_step_report_t;
 
 /* Report r (r->struct_size must be set). Returns like rm_session_step_end. */

@@ -453,13 +453,19 @@ def _sfn(name):
 
 class Step:
     """Context manager for one training step: rm_session_step_begin on
-    entry, rm_session_step_end(loss, accuracy) on a normal exit. Set
-    ``.loss``/``.accuracy`` inside the block (or pass them). Outside a
+    entry, rm_session_step_end_metrics(loss, accuracy, metrics) on a normal
+    exit. Set ``.loss``/``.accuracy`` inside the block (or pass them), and
+    any named metric in the ``.metrics`` dict (``s.metrics["perplexity"] =
+    p``): the dashboard plots each per step. Names: 1..31 characters of
+    letters, digits and ``_ . : / -``, starting with a letter, not "loss" or
+    "accuracy"; at most 8 a step; values finite (a bad one raises
+    InvalidArgument naming it, and the step is not reported). Outside a
     session it only counts steps. An exception inside skips the report."""
-    __slots__ = ("loss", "accuracy", "number")
+    __slots__ = ("loss", "accuracy", "metrics", "number")
 
-    def __init__(self, loss=None, accuracy=None):
+    def __init__(self, loss=None, accuracy=None, metrics=None):
         self.loss, self.accuracy, self.number = loss, accuracy, 0
+        self.metrics = dict(metrics) if metrics else {}
 
     def __enter__(self):
         global _explicit_steps
@@ -481,9 +487,19 @@ class Step:
         if d.session:
             loss = math.nan if self.loss is None else float(self.loss)
             acc = math.nan if self.accuracy is None else float(self.accuracy)
-            st = _sfn("rm_session_step_end")(d.session, loss, acc)
-            if st:
-                raise d.error(st, "rm_session_step_end")
+            if self.metrics:
+                ms = (_lib.Metric * len(self.metrics))()
+                for i, (k, v) in enumerate(self.metrics.items()):
+                    if not isinstance(k, str):
+                        raise TypeError("metric names are strings, got %r" % (k,))
+                    ms[i].name, ms[i].value = k.encode(), float(v)
+                st = _sfn("rm_session_step_end_metrics")(d.session, loss, acc, ms, len(ms))
+                if st:
+                    raise d.error(st, "rm_session_step_end_metrics")
+            else:
+                st = _sfn("rm_session_step_end")(d.session, loss, acc)
+                if st:
+                    raise d.error(st, "rm_session_step_end")
             d.step = _sfn("rm_session_step")(d.session)
         return False
 
@@ -516,9 +532,10 @@ def _auto_step_end():
     _auto_step_begin()
 
 
-def step(loss=None, accuracy=None):
-    """``with ringmaster.step() as s: ...; s.loss = float(loss)``"""
-    return Step(loss, accuracy)
+def step(loss=None, accuracy=None, metrics=None):
+    """``with ringmaster.step() as s: ...; s.loss = float(loss);
+    s.metrics["lr"] = lr`` (or ``metrics={"lr": lr}`` here): see Step."""
+    return Step(loss, accuracy, metrics)
 
 
 def set_total_steps(total):

@@ -122,6 +122,11 @@ class AggInfo(ctypes.Structure):
     ]
 
 
+class Metric(ctypes.Structure):
+    """Mirror of rm_metric_t (include/ringmaster/ringmaster.h)."""
+    _fields_ = [("name", c_char_p), ("value", c_double)]
+
+
 class SecureInfo(ctypes.Structure):
     """Mirror of rm_secure_info_t (include/ringmaster/secure.h)."""
     _fields_ = [
@@ -233,6 +238,8 @@ _SESSION = {
     "rm_session_reform": (c_int, [c_void_p]),
     "rm_session_step_begin": (c_int, [c_void_p]),
     "rm_session_step_end": (c_int, [c_void_p, c_double, c_double]),
+    "rm_session_step_end_metrics": (c_int, [c_void_p, c_double, c_double,
+                                            ctypes.POINTER(Metric), c_size_t]),
     "rm_session_allreduce_step": (c_int, [c_void_p, c_void_p, c_void_p, c_size_t, c_int,
                                           ctypes.POINTER(c_int)]),
     "rm_session_step_dropped": (c_int, [c_void_p]),

@@ -321,6 +321,24 @@ async function main() {
     if (!reported.length || Math.abs(mean - last.y) > 1e-9 * Math.max(1, Math.abs(mean)))
       throw new Error(`the loss plotted at step ${last.x} is ${last.y}, the steps say ${mean}`);
     if (curve[1].some((p) => p.y < 0 || p.y > 1)) throw new Error('an accuracy outside 0..1 was plotted');
+    // The Metrics card: the train workload reports named metrics (lr,
+    // examples/s) with each step; each gets its own chart, the mean of the
+    // ranks per step, as /steps has them.
+    await page.waitForFunction(() => !document.querySelector('#named-metrics-card').hidden
+      && document.querySelectorAll('#named-metrics .metric-item').length >= 2, null, { timeout: 30000 });
+    const named = await page.$$eval('#named-metrics .metric-item', (items) => items.map((it) => {
+      const c = Chart.getChart(it.querySelector('canvas'));
+      return { name: it.dataset.metric, title: it.querySelector('h3').textContent, data: c ? c.data.datasets[0].data : [] };
+    }));
+    for (const want of ['examples/s', 'lr']) {
+      const m = named.find((x) => x.name === want);
+      if (!m || m.title !== want || m.data.length < 10) throw new Error(`no chart of ${want} with 10 points: ${JSON.stringify(named.map((x) => [x.name, x.data.length]))}`);
+      const p = m.data[m.data.length - 1];
+      const at = steps.steps.filter((x) => x.step === p.x && typeof x.metrics[want] === 'number');
+      const avg = at.reduce((a, x) => a + x.metrics[want], 0) / at.length;
+      if (!at.length || Math.abs(avg - p.y) > 1e-9 * Math.max(1, Math.abs(avg)))
+        throw new Error(`${want} plotted at step ${p.x} is ${p.y}, the steps say ${avg}`);
+    }
     await page.screenshot({ path: path.join(ARTIFACTS, 'job-training.png'), fullPage: true });
 
     // A command job from the form: argv one per line.

@@ -18,7 +18,9 @@ a user types (small sizes, few steps):
   test_models.py lm         the same for the language model (40 steps): the
                             reported loss falls, the held-out loss ends below
                             ln(vocabulary) (what the untrained model scores)
-                            and the result carries perplexity = e^loss
+                            and the result carries perplexity = e^loss; every
+                            step's report carries its perplexity = e^loss as a
+                            named metric (REST /steps "metrics")
   test_models.py lm_shrink  the language model in --mode elastic, 3 workers,
                             on_failure shrink; once rank 0 passed step 15 the
                             PROGRAM of launch index 2 is SIGKILLed (by PID,
@@ -101,7 +103,7 @@ def plain_job(c, name, prog, steps):
     assert last < 0.8 * first, ("the loss did not fall", loss)
     result = job.get("result") or {}
     assert abs(float(result.get("test_loss", -1)) - res[0]["test_loss"]) < 1e-5, job
-    return res[0], result
+    return res[0], result, job["id"]
 
 
 def resnet(c):
@@ -121,16 +123,22 @@ def resnet_folder(c):
             px = np.array(rgb) + rs.randint(-40, 40, (40, 48, 3))
             Image.fromarray(px.clip(0, 255).astype(np.uint8)).save(
                 os.path.join(d, name, "%02d.png" % i))
-    res, _ = plain_job(c, "resnet --data", RESNET + ["--data", d, "--steps", "8",
+    res, _, _ = plain_job(c, "resnet --data", RESNET + ["--data", d, "--steps", "8",
                                                     "--log-every", "2"], 8)
     assert res["accuracy"] >= 0.75, res  # 4 held-out images of an easy task
 
 
 def lm(c):
-    res, result = plain_job(c, "lm", LM + ["--steps", "40"], 40)
+    res, result, job = plain_job(c, "lm", LM + ["--steps", "40"], 40)
     assert res["test_loss"] < math.log(vocabulary()), res
     assert abs(res["perplexity"] - math.exp(res["test_loss"])) < 1e-3 * res["perplexity"], res
     assert abs(float(result.get("perplexity", -1)) - res["perplexity"]) < 1e-3 * res["perplexity"]
+    # every step's report carries its perplexity (a named metric) = e^loss
+    got = c.get("/api/v1/jobs/%d/steps?limit=1000" % job)["steps"]
+    assert len(got) == 2 * 40, len(got)
+    for s in got:
+        ppl = s["metrics"].get("perplexity")
+        assert ppl is not None and abs(ppl - math.exp(s["loss"])) <= 1e-9 * ppl, s
 
 
 def shrink(c, name, prog, steps, kill_after, ceiling):

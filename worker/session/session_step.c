@@ -50,6 +50,7 @@
 #include "comm/comm_int.h"
 #include "rm_clock.h"
 #include "rm_log.h"
+#include "rm_metrics.h"
 #include "session/session_int.h"
 #include "session/step_engine.h"
 
@@ -74,6 +75,12 @@ rm_status_t rm_session_step_begin(rm_session_t *s)
 
 rm_status_t rm_session_step_end(rm_session_t *s, double loss, double accuracy)
 {
+  return rm_session_step_end_metrics(s, loss, accuracy, NULL, 0);
+}
+
+rm_status_t rm_session_step_end_metrics(rm_session_t *s, double loss, double accuracy,
+                                        const rm_metric_t *metrics, size_t n_metrics)
+{
   rm_step_report_t r;
   if (!s) return RM_ERR_INVALID_ARG;
   memset(&r, 0, sizeof r);
@@ -81,6 +88,8 @@ rm_status_t rm_session_step_end(rm_session_t *s, double loss, double accuracy)
   r.step = s->steps_done + 1;
   r.loss = loss;
   r.accuracy = accuracy;
+  r.metrics = metrics;
+  r.n_metrics = n_metrics;
   if (s->in_step) {
     double wall = (double)(rm__now_ns() - s->step_t0_ns) / 1e6;
     r.comm_ms = s->comm ? (double)(s->comm->allreduce_ns - s->comm_ns0) / 1e6 : 0;
@@ -89,8 +98,9 @@ rm_status_t rm_session_step_end(rm_session_t *s, double loss, double accuracy)
     if (r.compute_ms < 0) r.compute_ms = 0;
     r.allreduce_bytes = s->comm ? s->comm->allreduce_bytes - s->bytes0 : 0;
   }
-  s->in_step = 0;
-  return rm_session_step_report(s, &r);
+  rm_status_t st = rm_session_step_report(s, &r);
+  if (st != RM_ERR_INVALID_ARG) s->in_step = 0; /* refused metrics: the step may be ended again */
+  return st;
 }
 
 static void recovered_line(rm_session_t *s, uint64_t step)
@@ -124,9 +134,48 @@ static void report_of(rm_session_t *s, const rm_step_report_t *rep, rm__report_t
                                                               : RM__REPORT_EXCLUDED_MAX;
     memcpy(e->excluded, rep->excluded_ranks, e->n_excluded * sizeof e->excluded[0]);
   }
+  if (rep->struct_size >= sizeof *rep && rep->metrics) { /* checked: report_metrics_check */
+    e->n_metrics = (uint32_t)rep->n_metrics;
+    for (size_t i = 0; i < rep->n_metrics; i++) {
+      snprintf(e->metric_name[i], sizeof e->metric_name[i], "%s", rep->metrics[i].name);
+      e->metric_value[i] = rep->metrics[i].value;
+    }
+  }
 }
 
-enum { SENT, RETRY, REFUSED }; /* what one ReportStep call came to */
+/* The named metrics of rep obey rm_metrics.h's rules; else last_error says
+ * which broke and the report is refused (RM_ERR_INVALID_ARG), so a program
+ * hears of it at its own call rather than from a dropped report later. */
+static rm_status_t report_metrics_check(rm_session_t *s, const rm_step_report_t *rep)
+{
+  const char *names[RM_METRICS_MAX];
+  double values[RM_METRICS_MAX];
+  char why[160];
+  if (rep->struct_size < sizeof *rep || !rep->n_metrics) return RM_OK;
+  if (!rep->metrics) {
+    snprintf(s->last_error, sizeof s->last_error, "RM_ERR_INVALID_ARG: step %llu: "
+             "n_metrics is %zu but metrics is NULL", (unsigned long long)rep->step,
+             rep->n_metrics);
+    return RM_ERR_INVALID_ARG;
+  }
+  size_t n = rep->n_metrics < RM_METRICS_MAX ? rep->n_metrics : RM_METRICS_MAX;
+  for (size_t i = 0; i < n; i++) {
+    names[i] = rep->metrics[i].name;
+    values[i] = rep->metrics[i].value;
+  }
+  /* too many: the count is the rule broken, whatever the first n say */
+  if (rm__metrics_check(names, values, rep->n_metrics > RM_METRICS_MAX ? rep->n_metrics : n,
+                        why, sizeof why)) {
+    snprintf(s->last_error, sizeof s->last_error, "RM_ERR_INVALID_ARG: step %llu: %s",
+             (unsigned long long)rep->step, why);
+    return RM_ERR_INVALID_ARG;
+  }
+  return RM_OK;
+}
+
+/* what one ReportStep call came to; BAD: this report alone refused (its
+ * content: INVALID_ARGUMENT), the queue behind it still good */
+enum { SENT, RETRY, REFUSED, BAD };
 
 /* One ReportStep call for e, with its own deadline; acts on the answer the
  * way every call does (invariant 2). RETRY: a transport status, the report
@@ -159,6 +208,15 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   q.use_gated = e->use_gated;
   q.use_plain_bytes = e->use_plain;
   q.total_steps = e->total_steps;
+  Ringmaster__V1__StepMetric mv[RM_METRICS_MAX], *mp[RM_METRICS_MAX];
+  for (uint32_t i = 0; i < e->n_metrics; i++) {
+    ringmaster__v1__step_metric__init(&mv[i]);
+    mv[i].name = (char *)e->metric_name[i];
+    mv[i].value = e->metric_value[i];
+    mp[i] = &mv[i];
+  }
+  q.n_metrics = e->n_metrics;
+  q.metrics = mp;
   rm__away_begin(s); /* session_live.c COORDINATOR AWAY */
   rc = rm__ctl_call(s->ctl, "/ringmaster.v1.Worker/ReportStep", &q.base,
                     &ringmaster__v1__report_step_response__descriptor,
@@ -175,6 +233,10 @@ static int report_send(rm_session_t *s, const rm__report_t *e)
   if (rc == RM__G_FAILED_PRECONDITION || rc == RM__G_NOT_FOUND) {
     rm__session_mark_stale(s, -1, msg);
     return REFUSED;
+  }
+  if (rc == RM__G_INVALID_ARGUMENT) {
+    RM_WARN("ReportStep step %llu refused: %s", (unsigned long long)e->step, msg);
+    return BAD;
   }
   RM_DEBUG("ReportStep step %llu: status %d: %s", (unsigned long long)e->step, rc, msg);
   return rc == RM__G_UNAVAILABLE || rc == RM__G_DEADLINE ? RETRY : REFUSED;
@@ -338,13 +400,18 @@ void rm__session_reports_stop(rm_session_t *s)
  * after the session re-joined, before the new generation's reports (the
  * order holds). Reports the coordinator refuses (FAILED_PRECONDITION: a
  * worker it does not know as a member of that generation) are dropped with
- * one warning line (counted in rbuf_stale). Leave waits (bounded) for the
+ * one warning line (counted in rbuf_stale); one refused for its content
+ * (INVALID_ARGUMENT) is dropped alone, with the coordinator's words. Leave waits (bounded) for the
  * queue to empty first (rm__session_reports_flush). */
 rm_status_t rm_session_step_report(rm_session_t *s, const rm_step_report_t *rep)
 {
   rm__report_t e;
-  if (!s || !rep || rep->struct_size < sizeof *rep) return RM_ERR_INVALID_ARG;
+  /* a struct without the metrics (an older header's) is taken without them */
+  if (!s || !rep || rep->struct_size < offsetof(rm_step_report_t, metrics))
+    return RM_ERR_INVALID_ARG;
   if (s->ended) return RM_ERR_JOB_ENDED;
+  rm_status_t mst = report_metrics_check(s, rep);
+  if (mst != RM_OK) return mst;
   pthread_mutex_lock(&s->mu);
   s->steps_done = rep->step;
   pthread_mutex_unlock(&s->mu);

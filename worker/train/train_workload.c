@@ -387,6 +387,14 @@ static rm_status_t train_run(void *state, rm_workload_env_t *env)
                  "differ across ranks", (unsigned long long)rep.step);
       if (st != RM_OK) return st;
     }
+    /* named metrics (ringmaster.h rm_metric_t), plotted per step by the
+     * dashboard: the learning rate and the global batch's examples over
+     * this rank's step time */
+    double ms = rep.compute_ms + rep.comm_ms + rep.wait_ms;
+    rm_metric_t met[2] = {{"lr", (double)s->t.cfg.lr},
+                          {"examples/s", ms > 0 ? s->t.cfg.batch * 1000.0 / ms : 0}};
+    rep.metrics = met;
+    rep.n_metrics = ms > 0 ? 2 : 1;
     if (env->report && env->report(env->report_ctx, &rep)) return RM_OK;
   }
   double loss, acc;
