@@ -18,6 +18,10 @@ repeats:
    1 + ((3 s + 5 d) mod 7) (skewed 1..7, some pairs 7x others), R = the
    rows each rank sends in all. Throughput = bytes this rank sends / time.
 2. gather and scatter to / from root 0 of one float32 tensor per rank.
+3. point-to-point between ranks 0 and 1 (the others wait at the barrier):
+   ping-pong (send then recv on rank 0, recv then send on rank 1),
+   one-way time = round trip / 2, at 4 B .. 64 MiB; bandwidth = bytes /
+   one-way time.
 """
 import argparse
 import json
@@ -53,7 +57,7 @@ def worker(args):
     dist.init_process_group("gloo")
     r, n = dist.get_rank(), dist.get_world_size()
     groups = {"gloo": None, "ringmaster": dist.new_group(backend="ringmaster")}
-    out = {"a2av": [], "gather": [], "scatter": []}
+    out = {"a2av": [], "gather": [], "scatter": [], "pingpong": []}
 
     def measure(kind, size, calls, k):
         times = {"gloo": [], "ringmaster": []}
@@ -84,6 +88,21 @@ def worker(args):
         src = [torch.randn(size // 4) for _ in range(n)] if r == 0 else None
         measure("scatter", size, {b: (lambda g=g: dist.scatter(t, src, src=0, group=g))
                                   for b, g in groups.items()}, k)
+    for size in [4, 4 << 10, 1 << 20, 64 << 20]:
+        t = torch.zeros(max(1, size // 4))
+        k = max(1, min(200, (16 << 20) // size))
+
+        def pp(g):
+            if r == 0:
+                dist.send(t, 1, group=g)
+                dist.recv(t, 1, group=g)
+            elif r == 1:
+                dist.recv(t, 0, group=g)
+                dist.send(t, 0, group=g)
+        measure("pingpong", size, {b: (lambda g=g: pp(g)) for b, g in groups.items()}, k)
+        e = out["pingpong"][-1]
+        e["gloo"] /= 2
+        e["ringmaster"] /= 2
     if r == 0:
         print("BENCH " + json.dumps(out))
     dist.destroy_process_group()
@@ -92,7 +111,9 @@ def worker(args):
 def table(n, res):
     for kind, what in [("a2av", "all_to_all_single, uneven splits (1 KiB rows), bytes sent "
                         "per rank"), ("gather", "gather to rank 0, bytes per rank"),
-                       ("scatter", "scatter from rank 0, bytes per rank")]:
+                       ("scatter", "scatter from rank 0, bytes per rank"),
+                       ("pingpong", "send/recv ping-pong between ranks 0 and 1, one-way "
+                        "time")]:
         print("\n# world %d, %s; median of interleaved repeats" % (n, what))
         print("# %10s | %10s %8s | %10s %8s | %7s" % ("size(B)", "gloo(us)", "GB/s",
                                                      "rm(us)", "GB/s", "gloo/rm"))

@@ -421,6 +421,15 @@ RM_EXTERN rm_status_t rm_session_join_env(rm_session_t **out, char *err,
  * rm_session_reform or rm_session_close. Collectives on it are ordinary
  * rm_allreduce ... calls. */
 RM_EXTERN rm_comm_t *rm_session_comm(rm_session_t *s);
+/* Tie a communicator the program made beside the session's (over this
+ * generation's ranks: a framework's sub-group, an rm_comm_dup) to the
+ * session: when the coordinator re-forms the job or it ends, comm is
+ * aborted like the session's own (RM_ERR_RECONFIGURED / RM_ERR_JOB_ENDED,
+ * the same words), so no wait on a member that left outlasts the
+ * re-formation; at once when the session is stale already. Detach before
+ * rm_comm_destroy. At most 64 at a time (RM_ERR_INVALID_ARG beyond). */
+RM_EXTERN rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm);
+RM_EXTERN void rm_session_detach(rm_session_t *s, rm_comm_t *comm);
 RM_EXTERN int rm_session_rank(const rm_session_t *s);
 RM_EXTERN int rm_session_world(const rm_session_t *s);
 RM_EXTERN uint64_t rm_session_generation(const rm_session_t *s);

@@ -139,6 +139,49 @@ def mode_reinit(sub, job=False):
     result(ok=True, rounds=3)
 
 
+def mode_job_subgroup():
+    """A 3-worker job under on_failure shrink (test_c10d.py job_subgroup):
+    rank 2 dies while rank 0 waits in a sub-group all-reduce for rank 1,
+    which waits in a default-group all-reduce for rank 2."""
+    import signal
+    import ringmaster
+    dist.init_process_group("ringmaster")
+    sub = dist.new_group([0, 1], timeout=timedelta(seconds=60))
+    if RANK in (0, 1):
+        allreduce_check(sub, [0, 1], 0)
+    dist.barrier()
+    if RANK == 2:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    err = None
+    try:
+        if RANK == 0:
+            dist.all_reduce(torch.ones(4), group=sub)
+        else:
+            dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        err = e
+    elapsed = time.monotonic() - t0
+    check(err is not None, "rank %d: the all-reduce returned" % RANK)
+    again = None
+    if RANK == 0:  # the sub-group stays failed: Reconfigured at once (rank 1
+        try:       # calls it no more: its call would pair with this one)
+            dist.all_reduce(torch.ones(4), group=sub)
+        except RuntimeError as e:
+            again = str(e)
+        check(again is not None and "RM_ERR_RECONFIGURED" in again, "sub-group after: %s"
+              % again)
+    dist.destroy_process_group()
+    ringmaster.reform()
+    dist.init_process_group("ringmaster")
+    allreduce_check(None, range(dist.get_world_size()), 5)
+    dist.barrier()
+    dist.destroy_process_group()
+    result(ok=True, error=str(err), elapsed=elapsed, again=again,
+           world=ringmaster.size())
+
+
 # ---- dtypes -----------------------------------------------------------------------
 def make(dtype, rank, n):
     """Rank rank's input: deterministic, covers wrap-around and signs."""
@@ -571,6 +614,6 @@ if __name__ == "__main__":
      "timeout_set": mode_timeout_set, "timeout_opt": mode_timeout_opt,
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
-     "job_mbarrier": mode_job_mbarrier,
+     "job_mbarrier": mode_job_mbarrier, "job_subgroup": mode_job_subgroup,
      "job_reinit": mode_job_reinit, "async": mode_async, "async_fail": mode_async_fail,
      "overlap": mode_overlap}[m]()

@@ -61,6 +61,14 @@ per-rank work is tests/python/c10d_worker.py.
                  rank 2 (the late one is answered with the broken outcome),
                  the next barrier and all-reduce work, the job succeeds and
                  has a barrier_broken event
+  test_c10d.py job_subgroup 3 --coordinator BIN --worker BIN
+                 a sub-group in a job across a SIGKILL under shrink: rank
+                 2 dies while rank 0 waits for rank 1 in new_group([0, 1])
+                 (timeout 60 s) and rank 1 waits for rank 2 in the default
+                 group: both raise within seconds (the session aborts the
+                 sub-group's communicator), rank 0's sub-group then raises
+                 RM_ERR_RECONFIGURED at once, and after reform the two
+                 survivors make a new default group and all-reduce on it
   test_c10d.py job_reinit 3 --coordinator BIN --worker BIN
                  reinit_sub's rounds in a command job: the default group
                  is the session's communicator each round (not closed by
@@ -158,16 +166,18 @@ def check_overlap(n):
     print("RINGMASTER_TORCH_SYNC=1: rank 0's events %s" % res[0]["events"])
 
 
-def run_job(mode, n):
+def run_job(mode, n, lost=0, **spec):
     """mode of c10d_worker.py as an n-worker command job through a real
-    coordinator; returns (coordinator, job, RESULT dicts); the caller
-    stops the coordinator."""
+    coordinator (spec: more of the job's fields; lost: workers that die
+    and print no result); returns (coordinator, job, RESULT dicts); the
+    caller stops the coordinator."""
     rm_bin = sys.argv[sys.argv.index("--coordinator") + 1]
     worker = sys.argv[sys.argv.index("--worker") + 1]
     c = rmtest.Coordinator(rm_bin, worker)
     env = {k: os.environ[k] for k in ("PYTHONPATH", "OMP_NUM_THREADS") if os.environ.get(k)}
     body = {"name": "c10d-" + mode, "world_size": n, "workload": "command",
             "launcher": "local", "env": env, "command": [rmtest.PY, WORKER, mode]}
+    body.update(spec)
     st, _, job = c.request("POST", "/api/v1/jobs", body, token=c.token)
     assert st == 201, (st, job)
     deadline = time.monotonic() + 150
@@ -183,7 +193,7 @@ def run_job(mode, n):
             texts.append(fh.read())
     assert j["state"] == "succeeded", (j, [t[-2000:] for t in texts])
     res = [x for t in texts for x in rmtest.results(t)]
-    assert len(res) == n, res
+    assert len(res) == n - lost, (res, [t[-3000:] for t in texts])
     return c, j, res
 
 
@@ -198,6 +208,23 @@ def job_mbarrier(n):
         kinds = [ev.get("kind") for ev in c.events(j["id"])]
         assert "barrier_broken" in kinds, kinds
         print("rank %d: %s" % (res[0]["rank"], res[0]["error"][:400]))
+    finally:
+        c.stop()
+
+
+def job_subgroup(n):
+    c, j, res = run_job("job_subgroup", n, on_failure="shrink", lost=1)
+    try:
+        for x in res:
+            assert x.get("ok") and x["world"] == n - 1, x
+            # rank 0 waited on rank 1 in the sub-group (timeout 60 s): the
+            # session's abort ended it, not the timeout
+            assert x["elapsed"] < 30, x
+            if x["rank"] == 0:
+                assert "RM_ERR_RECONFIGURED" in x["error"], x
+                assert "RM_ERR_RECONFIGURED" in x["again"], x
+        print("job_subgroup: %s" % [(x["rank"], round(x["elapsed"], 2), x["error"][:160])
+                                    for x in res])
     finally:
         c.stop()
 
@@ -218,6 +245,8 @@ def main():
         job_mbarrier(n)
     elif mode == "job_reinit":
         job_reinit(n)
+    elif mode == "job_subgroup":
+        job_subgroup(n)
     elif mode.startswith("timeout"):
         check_timeout(mode, n)
     elif mode == "mbarrier":

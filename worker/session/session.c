@@ -604,6 +604,51 @@ void rm_session_close(rm_session_t *s)
   free(s);
 }
 
+/* ---- attached communicators ----
+ * A program may build communicators beside the session's (a torch
+ * sub-group's, a point-to-point lane); their members are this generation's
+ * ranks. When the coordinator re-forms the job, a member may be gone or
+ * busy recovering, and a wait on it would last until that communicator's
+ * own deadline. So the session aborts every attached communicator with
+ * its own status and words when it goes stale, and one attached while
+ * stale at once. Detach before destroying it. */
+void rm__session_abort_attached_locked(rm_session_t *s, rm_status_t st, const char *words)
+{
+  for (int i = 0; i < s->n_attached; i++) rm__comm_abort_with(s->attached[i], st, words);
+}
+
+rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm)
+{
+  rm_status_t st = RM_OK;
+  if (s == NULL || comm == NULL) return RM_ERR_INVALID_ARG;
+  pthread_mutex_lock(&s->mu);
+  int i = 0;
+  while (i < s->n_attached && s->attached[i] != comm) i++;
+  if (i == s->n_attached) {
+    if (s->n_attached == RM__ATTACH_MAX) st = RM_ERR_INVALID_ARG;
+    else s->attached[s->n_attached++] = comm;
+  }
+  if (st == RM_OK && s->stale)
+    rm__comm_abort_with(comm, s->ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
+                        s->reason[0] ? s->reason : "the coordinator re-formed the job");
+  pthread_mutex_unlock(&s->mu);
+  if (st != RM_OK)
+    RM_WARN("rm_session_attach: %d communicators attached already", RM__ATTACH_MAX);
+  return st;
+}
+
+void rm_session_detach(rm_session_t *s, rm_comm_t *comm)
+{
+  if (s == NULL || comm == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < s->n_attached; i++)
+    if (s->attached[i] == comm) {
+      s->attached[i] = s->attached[--s->n_attached];
+      break;
+    }
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- getters ---- */
 rm_comm_t *rm_session_comm(rm_session_t *s) { return s ? s->comm : NULL; }
 int rm_session_rank(const rm_session_t *s) { return s ? s->rank : -1; }

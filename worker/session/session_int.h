@@ -36,6 +36,7 @@
  * of them the named metrics' room), of
  * which at most RM__REPORT_FLUSH_MAX are delivered per ReportStep call. */
 #define RM__REPORT_BUF_MAX 1024
+#define RM__ATTACH_MAX 64
 #define RM__REPORT_FLUSH_MAX 64
 #define RM__REPORT_EXCLUDED_MAX 8
 
@@ -122,6 +123,10 @@ struct rm_session {
   int64_t aw_since_ns, aw_total_ns;
   int aw_out, aw_waits;
   int stale;                    /* invariant 2, under mu */
+  /* communicators the program tied to the session (rm_session_attach):
+   * aborted with the session's own when it goes stale; under mu */
+  rm_comm_t *attached[RM__ATTACH_MAX];
+  int n_attached;
   int job_state;                /* last known JobState, under mu */
   char reason[512];             /* why it went stale, under mu */
 
@@ -177,6 +182,8 @@ void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why);
 void rm__session_mark_stale_gen(rm_session_t *s, uint64_t gen, int job_state,
                                 const char *why);
 void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *why);
+/* Abort the attached communicators with st and words (mu held). */
+void rm__session_abort_attached_locked(rm_session_t *s, rm_status_t st, const char *words);
 int rm__session_is_stale(rm_session_t *s);
 int rm__session_heartbeat(rm_session_t *s);
 void rm__session_hb_start(rm_session_t *s);

@@ -451,6 +451,16 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._p2p_why = "not made"
         self._closed = False
         self._p2p, self._p2p_why = _p2p.lane(comm)
+        # SUB-GROUPS IN A JOB: a communicator made here beside the session's
+        # (a sub-group's, the point-to-point lane) is tied to the session,
+        # which aborts it when the coordinator re-forms the job: its calls
+        # then fail with Reconfigured at once, where a wait on a member that
+        # left (or is busy recovering) would last the group's whole timeout
+        self._attached = []
+        for c in ([comm] if owned else []) + ([self._p2p] if self._p2p else []):
+            s = _attach(c)
+            if s:
+                self._attached.append((s, c.ptr))
 
     def __del__(self):
         try:
@@ -465,6 +475,10 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        f = _rm._lib.session_fn("rm_session_detach")
+        for s, ptr in self._attached:
+            f(s, ptr)
+        self._attached = []
         _p2p.close(self)
         live = self._comm.ptr == self._ptr
         gone = self._worker.stop(self._timeout_ms / 1000.0, self._comm if live else None)
@@ -917,6 +931,19 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         return _p2p.post(self, "recv_anysource", tensors, -1, tag)
+
+
+def _attach(comm):
+    """Tie comm to this process's session (SUB-GROUPS IN A JOB); the
+    session pointer, or None outside a job."""
+    d = _rm.default_communicator()
+    f = _rm._lib.session_fn("rm_session_attach")
+    if not d.session or f is None or comm.ptr == d.ptr:
+        return None
+    st = f(d.session, comm.ptr)
+    if st:
+        raise comm.error(st, "rm_session_attach")
+    return d.session
 
 
 # The default process group, or None before init_process_group.
