@@ -140,7 +140,7 @@ struct rm__secagg {
   rm_comm_t *comm;            /* borrowed */
   rm__secagg_relay_t relay;   /* copied */
   rm__secagg_params_t p;      /* scale resolved */
-  int world, rank, n_nbr, guard;
+  int world, rank, n_nbr, guard, n_guards;
   int *nbr;                   /* n_nbr, ascending */
   uint8_t (*seed)[32];        /* s_{rank, nbr[j]}: secret */
   uint8_t *guards;            /* world */
@@ -310,6 +310,7 @@ rm_status_t rm__secagg_open(rm_comm_t *comm, const rm__secagg_params_t *p,
   sa->bound = floor(sa->p.clip * sa->p.scale) + 1;
   sa->world = world;
   sa->rank = rm_comm_rank(comm);
+  sa->n_guards = rm__secagg_nguards(world, p->neighbours_log, p->threshold);
   sa->nbr = malloc((size_t)world * sizeof *sa->nbr);
   sa->seed = calloc((size_t)world, sizeof *sa->seed);
   sa->guards = malloc((size_t)world);
@@ -351,11 +352,16 @@ double rm__secagg_scale(const rm__secagg_t *sa) { return sa->p.scale; }
 
 /* ---- per call ---- */
 
+/* Eight partial sums: one chain of dependent adds ran at the adder's
+ * latency, about a ChaCha20 keystream's time for the vector. */
 static double l2_norm(const float *x, size_t n)
 {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-  return sqrt(s);
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += (double)x[i + k] * x[i + k];
+  for (; i < n; i++) s[0] += (double)x[i] * x[i];
+  return sqrt(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
 }
 
 /* MASK: q and every mask into sa->y, one cache-sized block at a time. */
@@ -408,12 +414,14 @@ static rm_status_t do_open(rm__secagg_t *sa, uint64_t seq, char *err, size_t err
   return RM_OK;
 }
 
-/* UNMASK: strip every guard's self-mask, then dequantize, per block. */
-static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq, void *sum_q)
+/* UNMASK of lanes [first, first + n): strip every guard's self-mask, then
+ * dequantize (and copy to sum_q), per block. */
+static void do_unmask(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q, size_t first,
+                      size_t n)
 {
   size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
-  for (size_t i = 0; i < count; i += per) {
-    size_t m = count - i < per ? count - i : per;
+  for (size_t i = first; i < first + n; i += per) {
+    size_t m = first + n - i < per ? first + n - i : per;
     char *lanes = (char *)sa->y + i * w;
     for (int g = 0; g < sa->world; g++)
       if (sa->guards[g])
@@ -422,6 +430,60 @@ static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq,
     if (sum_q) memcpy((char *)sum_q + i * w, lanes, m * w);
     rm__secagg_dequantize(sa->p.bits, lanes, m, sa->p.scale, recv + i);
   }
+}
+
+/* SHARD: lanes per rank of the sharded UNMASK, a multiple of 16 (a ChaCha
+ * block of 32-bit lanes, so every shard starts on a block), or 0: unmask
+ * the whole vector here. Sharding costs g / N + 1 keystreams of the vector
+ * and an all-gather against g keystreams: taken when it saves at least
+ * one keystream, i.e. g (N - 1) >= 2 N (N = 4 with g = 3 or 4: yes; g = 2
+ * or N = 2: never). */
+static size_t shard_lanes(const rm__secagg_t *sa, size_t count)
+{
+  if ((int64_t)sa->n_guards * (sa->world - 1) < 2 * (int64_t)sa->world) return 0;
+  return count / ((size_t)sa->world * 16) * 16;
+}
+
+/* The sharded UNMASK (protocol at the top): own shard unmasked, masked for
+ * the all-gather with PRG(b_first_guard; seq, RM__SA_GATHER), gathered into
+ * sum_q (lanes) or recv (floats), the other shards stripped. A failed
+ * all-gather comes AFTER the commit point: this rank finishes the call
+ * alone from Y, which it holds whole, and the call stands. */
+static void do_unmask_sharded(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q,
+                              size_t c, size_t *bytes_sent)
+{
+  size_t off = (size_t)sa->rank * c, tot = c * (size_t)sa->world;
+  int bits = sum_q ? sa->p.bits : 32;
+  size_t w = (size_t)bits / 8;
+  char *buf = sum_q ? (char *)sum_q : (char *)recv;
+  const uint8_t *key = NULL;
+  for (int g = 0; g < sa->world && key == NULL; g++)
+    if (sa->guards[g]) key = sa->open_all + (size_t)g * OPEN_LEN;
+  do_unmask(sa, recv, seq, sum_q, off, c);
+  rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, 1, buf + off * w, off, c);
+  rm__testhook_secagg_die(sa->rank, "gather", seq);
+  rm_status_t st = rm_allgather(sa->comm, buf + off * w, buf, c,
+                                sum_q ? lane_dt(sa->p.bits) : RM_F32);
+  if (st != RM_OK) {
+    do_unmask(sa, recv, seq, sum_q, 0, off);
+    do_unmask(sa, recv, seq, sum_q, off + c, tot - off - c);
+  } else {
+    /* a ring all-gather: N - 1 shards out of every rank */
+    *bytes_sent += (size_t)(sa->world - 1) * c * w;
+    rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, -1, buf, 0, off);
+    rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, -1, buf + (off + c) * w, off + c,
+                       tot - off - c);
+    if (sum_q) {
+      rm__secagg_dequantize(bits, sum_q, off, sa->p.scale, recv);
+      rm__secagg_dequantize(bits, buf + (off + c) * w, tot - off - c, sa->p.scale,
+                            recv + off + c);
+    }
+  }
+  /* our own shard once more from y (unmasked there): cheaper than its
+   * keystream, and right even where a failed all-gather overwrote it */
+  if (sum_q) memcpy((char *)sum_q + off * w, (char *)sa->y + off * w, c * w);
+  rm__secagg_dequantize(sa->p.bits, (char *)sa->y + off * (size_t)sa->p.bits / 8, c,
+                        sa->p.scale, recv + off);
 }
 
 static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
@@ -490,7 +552,9 @@ rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv,
 
   rm__testhook_secagg_die(sa->rank, "unmask", s.seq);
   t = rm__now_ns();
-  do_unmask(sa, recv, count, s.seq, sum_q);
+  size_t c = shard_lanes(sa, count), tot = c * (size_t)sa->world;
+  if (c > 0) do_unmask_sharded(sa, recv, s.seq, sum_q, c, &s.bytes_sent);
+  do_unmask(sa, recv, s.seq, sum_q, tot, count - tot); /* the tail, or all */
   s.ms_unmask = ms_since(t);
   if (st) *st = s;
 out:

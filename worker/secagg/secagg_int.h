@@ -22,7 +22,8 @@ enum {
   RM__SA_SELF = 1,    /* self-mask PRG(b_u, seq) */
   RM__SA_ROUND = 2,   /* stochastic-rounding coins PRG(round_key, seq) */
   RM__SA_CONFIRM = 3, /* CONFIRM's lanes, seq = UINT64_MAX */
-  RM__SA_PERM = 4     /* the "log" graph's permutation, key = perm seed */
+  RM__SA_PERM = 4,    /* the "log" graph's permutation, key = perm seed */
+  RM__SA_GATHER = 5   /* the sharded UNMASK's all-gather, key = first guard's b */
 };
 
 /* Keystream is made and consumed in blocks of this many bytes: the mask
