@@ -39,8 +39,32 @@
  *   OPEN     u posts the 40-byte OPEN payload (b_u, zeros on non-guards)
  *            under "secagg/open/<seq>", only after its REDUCE completed.
  *   UNMASK   Y - sum_g PRG(b_g; seq, 1) = sum_u q_u, exactly (CAPACITY in
- *            secagg_math.c: no wrap); recv = that / scale.
+ *            secagg_math.c: no wrap); recv = that / scale. Either every
+ *            rank strips every guard from the whole vector (g keystreams
+ *            of it), or, SHARDED, when that saves at least a keystream
+ *            (g (N - 1) >= 2 N, shard_lanes below):
+ *   GATHER   the vector's first N c lanes cut into N shards of c lanes (c a
+ *            multiple of 16: every shard starts on a ChaCha block); rank r
+ *            strips the guards from shard r only, dequantizes it (recv's
+ *            floats, or the lanes themselves when sum_q is asked for),
+ *            adds PRG(b_f; seq, 5) over it (b_f: the first guard in rank
+ *            order; 32-bit lanes for floats), and rm_allgather puts every
+ *            shard at every rank, which subtracts PRG(b_f; seq, 5) from the
+ *            others and takes its own again from its stripped Y. The last
+ *            count - N c lanes (< 16 N) every rank strips itself. Cost:
+ *            g / N + 1 keystreams and an all-gather of (N-1)/N of the vector.
+ *            Why the REDUCE stays a full all-reduce rather than a
+ *            reduce-scatter (which would move fewer bytes): after OPEN every
+ *            member must be able to finish the call alone (DROPOUTS below);
+ *            after a reduce-scatter a member lost past OPEN would take the
+ *            only copy of its shard of Y with it, while the survivors could
+ *            unmask their own shards, and their redo over the survivors
+ *            would hand them x_lost on those shards.
  *
+ * DATA PLANE per call: the REDUCE's messages (lanes of Y's partial sums),
+ * then, when sharded, the GATHER's (shards of the sum, masked with
+ * PRG(b_f; seq, 5); floats, or lanes with sum_q). Every rank takes the
+ * same path: it depends only on N, g and count.
  * WIRE FORMAT of the relay payloads (little-endian):
  *   KEYS  "secagg/keys", 44 bytes         OPEN  "secagg/open/<seq>", 40 bytes
  *     0  32  X25519 public key              0  32  b_u (zeros: not a guard)
@@ -63,14 +87,18 @@
  * INVARIANTS.
  *   1. A (key, nonce) stream is never used twice: keys are fresh per
  *      generation (pairwise, rounding) or per call (b_u); nonces carry seq
- *      and purpose.
+ *      and purpose (b_f masks its self-mask with purpose 1 and the GATHER
+ *      with purpose 5: two streams).
  *   2. Every message of the all-reduce is a sum over a subset S of members
  *      of their y_u (all-reduce algorithms only add); internal edges of S
  *      cancel in it, so it carries sum_{u in S} q_u + the pairwise masks of
  *      the edges leaving S + the self-masks of the guards in S.
  *   3. Before OPEN releases, nobody holds every guard's b_g; the relay
  *      releases only once every member posted, i.e. once every member holds
- *      Y (it posts after its REDUCE).
+ *      Y whole (it posts after its REDUCE, an all-reduce). So after the
+ *      release every member can finish the call alone: a GATHER that fails
+ *      (a member lost) is completed from Y by stripping every guard from
+ *      the other shards here, and the call returns RM_OK.
  *
  * SECURITY ARGUMENT (honest-but-curious parties, coalition C of members).
  * Even once every b_g is public (after OPEN), a message over S (invariant
@@ -84,7 +112,8 @@
  * (k-connectivity); a coalition of fewer than k members learns nothing
  * beyond the total. An outside observer of the data plane holds no seed:
  * every message it sees is uniform (the all-gather phase carries Y, masked
- * by the guards' PRG(b_g)).
+ * by the guards' PRG(b_g); the GATHER's, a sum masked by PRG(b_f; seq, 5),
+ * b_f known to members and the relay only).
  * DROPOUTS: option (a), "survivors redo with fresh masks over the new
  * membership". A member lost during a call fails the communicator (and the
  * relay's barrier); the session re-forms: next generation, rm__secagg_open
@@ -94,7 +123,9 @@
  * releases all or nothing), so the redo reveals only the sum without the
  * lost member w. A loss AFTER: every member already holds Y and every b_g;
  * the call is complete and is not redone (the caller must not redo it: its
- * result stands). So no party ever learns both "sum with w" and "sum
+ * result stands); a sharded UNMASK whose GATHER the loss breaks finishes
+ * alone (invariant 3), so the call returns its result, never an error the
+ * caller would redo. So no party ever learns both "sum with w" and "sum
  * without w" of the same inputs, whose difference is x_w: the classic
  * difference attack on dropout recovery. With g guards, a coalition of
  * fewer than g members always misses an honest guard's b_g before OPEN, so
@@ -115,9 +146,12 @@
  *
  * COST per call, per rank, D = count: the all-reduce on D lanes of bits/8
  * bytes (the same bytes as f32 at 32 bits); keystream (|nbr| + [guard]) *
- * D * bits/8 at MASK and |guards| * D * bits/8 at UNMASK plus 2 D (32-bit lanes) or
- * 4 D (64-bit) bytes of rounding coins ("all": ~2 N D lanes; "log": ~4 log2 N D). Memory: one
- * cached D-lane buffer (never N x D).
+ * D * bits/8 at MASK and g * D * bits/8 at UNMASK, or sharded (g / N) * D
+ * * bits/8 + 4 D (the GATHER's mask) and an all-gather of (N-1)/N * 4 D
+ * bytes; plus 2 D (32-bit lanes) or 4 D (64-bit) bytes of rounding coins
+ * ("all", g = N: ~2 N D lanes whole, ~N + 2 sharded; "log": ~4 log2 N D).
+ * ChaCha20 is most of a call's CPU time (perf: ~60 % at N = 4, 12M lanes).
+ * Memory: one cached D-lane buffer (never N x D).
  */
 #include <math.h>
 #include <stdarg.h>
