@@ -38,6 +38,13 @@ enum {
 /* sodium_init() once per process (thread-safe). RM_OK or RM_ERR_INTERNAL. */
 rm_status_t rm__secagg_sodium(void);
 
+/* out[0..len) = the ChaCha20-IETF keystream (RFC 8439) of key and nonce
+ * from block counter ic: the bytes crypto_stream_chacha20_ietf_xor_ic
+ * writes over zeros (secagg_chacha.c: AVX-512F where the CPU has it).
+ * (ic + len / 64) must not pass 2^32. */
+void rm__secagg_keystream(uint8_t *out, size_t len, const uint8_t nonce[12],
+                          uint32_t ic, const uint8_t key[32]);
+
 /* lanes[i] += sign * PRG(key; seq, purpose)[first + i] (mod 2^bits) for i
  * in [0, n); sign is +1 or -1. The PRG is ChaCha20-IETF keyed by `key`,
  * nonce seq (u64 LE) || purpose (u32 LE); lane j is keystream bytes

@@ -28,7 +28,9 @@
  * u64 LE || purpose u32 LE; lane j of a stream is keystream bytes
  * [j*w, (j+1)*w) little-endian, w = bits/8. Keystream is produced
  * RM__SA_BLOCK bytes at a time at block counter first*w/64 and consumed at
- * once (added or subtracted), so no N x D buffer ever exists.
+ * once (added or subtracted), so no N x D buffer ever exists. The keystream
+ * itself is secagg_chacha.c's (16 blocks wide where AVX-512F is, else
+ * libsodium's; the same bytes either way).
  */
 #include <math.h>
 #include <pthread.h>
@@ -241,10 +243,6 @@ rm_status_t rm__secagg_seed(uint64_t job, uint64_t generation, int self, int oth
 
 /* ---- PRG fused with add/subtract ---- */
 
-/* The plaintext of every keystream: XORed with zeros, libsodium's ChaCha20
- * writes the keystream itself, with no memset of the output first. */
-static const uint8_t zeros[RM__SA_BLOCK];
-
 static void nonce_of(uint8_t nonce[12], uint64_t seq, uint32_t purpose)
 {
   rm__put_le64(nonce, seq);
@@ -277,7 +275,7 @@ void rm__secagg_prg_add(int bits, const uint8_t key[32], uint64_t seq, uint32_t 
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per;
     uint32_t ic = (uint32_t)((first + i) * w / 64);
-    crypto_stream_chacha20_ietf_xor_ic(ks, zeros, m * w, nonce, ic, key);
+    rm__secagg_keystream(ks, m * w, nonce, ic, key);
     if (bits == 32) add32((uint32_t *)lanes + i, ks, m, sign);
     else add64((uint64_t *)lanes + i, ks, m, sign);
   }
@@ -362,14 +360,12 @@ void rm__secagg_quantize(int bits, const float *x, size_t n, double factor, doub
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per;
     if (bits == 32) { /* 2 bytes of keystream per lane, from byte 2 * (first + i) */
-      crypto_stream_chacha20_ietf_xor_ic(ks, zeros, m * 2, nonce, (uint32_t)((first + i) / 32),
-                                         round_key);
+      rm__secagg_keystream(ks, m * 2, nonce, (uint32_t)((first + i) / 32), round_key);
       for (size_t j = 0; j < m; j++) coin16[j] = (uint16_t)(ks[2 * j] | ks[2 * j + 1] << 8);
       q32(x + i, m, fs, bound, coin16, (uint32_t *)lanes + i);
       continue;
     }
-    crypto_stream_chacha20_ietf_xor_ic(ks, zeros, m * 4, nonce, (uint32_t)((first + i) / 16),
-                                       round_key);
+    rm__secagg_keystream(ks, m * 4, nonce, (uint32_t)((first + i) / 16), round_key);
     for (size_t j = 0; j < m; j++) coin[j] = rm__get_le32(ks + 4 * j);
     for (size_t j = 0; j < m; j++) {
       double v = (double)x[i + j] * fs;
