@@ -81,8 +81,8 @@
  * GUARDS: the ranks at the first g positions of the permutation, g =
  * min(N, max(2, min(t, k + 1))) with t the job's threshold (k = N - 1 for
  * "all"): Bonawitz et al.'s bound, fewer than t colluders; each guard costs
- * every member one keystream of the vector at UNMASK, so g = N for every
- * job would cost N of them.
+ * every member one keystream of the vector at UNMASK (1/N of one when
+ * sharded), so g = N for every job would cost N of them (1 + 1 sharded).
  *
  * INVARIANTS.
  *   1. A (key, nonce) stream is never used twice: keys are fresh per
@@ -150,7 +150,9 @@
  * * bits/8 + 4 D (the GATHER's mask) and an all-gather of (N-1)/N * 4 D
  * bytes; plus 2 D (32-bit lanes) or 4 D (64-bit) bytes of rounding coins
  * ("all", g = N: ~2 N D lanes whole, ~N + 2 sharded; "log": ~4 log2 N D).
- * ChaCha20 is most of a call's CPU time (perf: ~60 % at N = 4, 12M lanes).
+ * ChaCha20 is most of a call's CPU time (perf, N = 4, 12M lanes: ~60 % in
+ * libsodium's; secagg_chacha.c's AVX-512F keystream makes the same bytes
+ * about 3x faster). Measured: bench/secagg (rm_bench_secagg).
  * Memory: one cached D-lane buffer (never N x D).
  */
 #include <math.h>
