@@ -282,8 +282,8 @@ int main(int argc, char **argv)
   if (o.iters < 1 || o.iters > 32 || sodium_init() < 0) return 2;
   printf("| N | floats | mode | time ms | algbw GB/s | bytes / plain | time / plain | "
          "cpu ms | cpu / plain | mask ms | reduce ms | open ms | unmask ms | keys ms |\n"
-         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-         "| ---: |\n");
+         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+         "| ---: | ---: |\n");
   fflush(stdout);
   for (int w = 0; w < nworlds; w++)
     if (worlds[w] >= 2 && worlds[w] <= MAXW &&

@@ -597,7 +597,8 @@ static int test_hooks(int world, const rm_test_opts_t *o)
     snprintf(v, sizeof v, "%d:gather:1", world - 1);
     setenv("RINGMASTER_TEST_SECAGG_DIE", v, 1);
     if (rm_test_world_open(&w, world) != 0) return bad + 1;
-    if (rm_test_start(&w, die_gather_rank, &world) == 0) failed = rm_test_wait(&w, 60000, world - 1);
+    if (rm_test_start(&w, die_gather_rank, &world) == 0)
+      failed = rm_test_wait(&w, 60000, world - 1);
     else failed = world;
     unsetenv("RINGMASTER_TEST_SECAGG_DIE");
     if (failed) fprintf(stderr, "die at gather: %d survivor(s) failed\n", failed);
