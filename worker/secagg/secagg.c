@@ -388,8 +388,9 @@ double rm__secagg_scale(const rm__secagg_t *sa) { return sa->p.scale; }
 
 /* ---- per call ---- */
 
-/* Eight partial sums: one chain of dependent adds ran at the adder's
- * latency, about a ChaCha20 keystream's time for the vector. */
+/* Eight partial sums: one chain of dependent double adds ran at the
+ * adder's latency per element, not at its throughput (the same double
+ * accumulation, summed in another order). */
 static double l2_norm(const float *x, size_t n)
 {
   double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
