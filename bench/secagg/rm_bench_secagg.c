@@ -13,7 +13,11 @@
  * sum with neighbours "all" and "log": the median over iterations of the
  * slowest rank's time per call (barrier before each), algbw = bytes / time,
  * the bytes rank 0 sent per call relative to plain, time relative to plain,
- * and the secure sum's phases on rank 0 (mask, reduce, open, unmask). The
+ * the CPU time of every rank's process together per call (median; on a
+ * machine with fewer cores than ranks, or loaded by others, this is the
+ * figure that does not depend on the scheduler) and its ratio to plain's,
+ * and the secure sum's phases on rank 0 (mask, reduce, open, unmask; the
+ * sharded UNMASK's all-gather counts in unmask). The
  * relay of this benchmark is a TEST DOUBLE: an all-gather over the data
  * plane itself in place of the coordinator's barrier (a loopback round trip
  * either way; the coordinator's is in bench/results/2026-12-06-performance-record.md). Its
@@ -58,6 +62,14 @@ static double now_ms(void)
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* this process's CPU time (every thread: the transport's too), ms */
+static double cpu_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
@@ -91,7 +103,7 @@ static int cell(rm_comm_t *c, int mode, size_t count, int iters, float *buf,
                 const float *in, double *plain_ms, size_t *plain_bytes)
 {
   int rank = rm_comm_rank(c), world = rm_comm_world(c);
-  double t[32], ph[4] = {0}, keys = 0;
+  double t[32], cpu[32], ph[4] = {0}, keys = 0;
   size_t bytes = 0;
   rm__secagg_t *sa = NULL;
   char err[256];
@@ -111,7 +123,7 @@ static int cell(rm_comm_t *c, int mode, size_t count, int iters, float *buf,
   for (int k = -1; k < iters; k++) {
     memcpy(buf, in, count * sizeof *buf);
     rm_barrier(c);
-    double t0 = now_ms();
+    double t0 = now_ms(), c0 = cpu_ms();
     rm_status_t st;
     if (!mode) {
       rm_allreduce_info_t ai = {0};
@@ -135,12 +147,19 @@ static int cell(rm_comm_t *c, int mode, size_t count, int iters, float *buf,
       rm__secagg_close(sa);
       return 1;
     }
-    double dt = slowest(c, now_ms() - t0);
-    if (k >= 0) t[k] = dt;
+    double dt = slowest(c, now_ms() - t0), dc = cpu_ms() - c0;
+    rm_allreduce(c, &dc, &dc, 1, RM_F64, RM_SUM); /* every rank's CPU: the machine's cost */
+    if (k >= 0) {
+      t[k] = dt;
+      cpu[k] = dc;
+    }
   }
   rm__secagg_close(sa);
   qsort(t, (size_t)iters, sizeof *t, cmp_d);
-  double med = t[iters / 2];
+  qsort(cpu, (size_t)iters, sizeof *cpu, cmp_d);
+  double med = t[iters / 2], cmed = cpu[iters / 2];
+  static double plain_cpu; /* rank 0's row of the plain cell, for the ratio */
+  if (!mode) plain_cpu = cmed;
   if (!mode) {
     *plain_ms = med;
     *plain_bytes = bytes;
@@ -149,13 +168,14 @@ static int cell(rm_comm_t *c, int mode, size_t count, int iters, float *buf,
     static const char *names[] = {"plain", "secure all", "secure log"};
     double gb = (double)count * 4 / (med / 1e3) / 1e9;
     if (!mode)
-      printf("| %d | %zu | %s | %.2f | %.3f | 1.00 | 1.00 | | | | | |\n", world, count,
-             names[mode], med, gb);
+      printf("| %d | %zu | %s | %.2f | %.3f | 1.00 | 1.00 | %.1f | 1.00 | | | | | |\n", world,
+             count, names[mode], med, gb, cmed);
     else
-      printf("| %d | %zu | %s | %.2f | %.3f | %.2f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+      printf("| %d | %zu | %s | %.2f | %.3f | %.2f | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | "
+             "%.1f | %.1f |\n",
              world, count, names[mode], med, gb,
-             *plain_bytes ? (double)bytes / (double)*plain_bytes : 0, med / *plain_ms,
-             ph[0], ph[1], ph[2], ph[3], keys);
+             *plain_bytes ? (double)bytes / (double)*plain_bytes : 0, med / *plain_ms, cmed,
+             plain_cpu > 0 ? cmed / plain_cpu : 0, ph[0], ph[1], ph[2], ph[3], keys);
     fflush(stdout);
   }
   return 0;
@@ -261,8 +281,9 @@ int main(int argc, char **argv)
   }
   if (o.iters < 1 || o.iters > 32 || sodium_init() < 0) return 2;
   printf("| N | floats | mode | time ms | algbw GB/s | bytes / plain | time / plain | "
-         "mask ms | reduce ms | open ms | unmask ms | keys ms |\n"
-         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+         "cpu ms | cpu / plain | mask ms | reduce ms | open ms | unmask ms | keys ms |\n"
+         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+         "| ---: | ---: |\n");
   fflush(stdout);
   for (int w = 0; w < nworlds; w++)
     if (worlds[w] >= 2 && worlds[w] <= MAXW &&

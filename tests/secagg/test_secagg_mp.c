@@ -15,7 +15,8 @@
  *  (a) exactness: sum_q equals a plain integer rm_allreduce of every rank's
  *      my_q bit for bit, for counts 1, 7, 1000, 1 << 20, two calls each
  *      (seq 0..7), with a clipped rank and a rank whose input holds a NaN
- *      (it contributes zeros); recv is within WORLD / scale (+ the float
+ *      (it contributes zeros; the second call of each count asks for no
+ *      sum_q, the sharded UNMASK's float path); recv is within WORLD / scale (+ the float
  *      output's own rounding, 2^-23 relative) of a plain double all-reduce of
  *      the clipped inputs; in place too. With LOG = 1 the same over the
  *      "log" graph (ctest: WORLD 9, still complete, and 10, the circulant
@@ -40,8 +41,11 @@
  *      that share fewer than 0.1% of their lanes.
  *  (d) RINGMASTER_TEST_SECAGG_TAMPER=1 -> RM_ERR_PROTOCOL (CONFIRM) on
  *      every rank; (g) RINGMASTER_TEST_SECAGG_DIE=WORLD-1:open:1 -> call 1
- *      fails on every survivor (nobody unmasks). Both need a build with
- *      test hooks; otherwise skipped with a message.
+ *      fails on every survivor (nobody unmasks);
+ *      RINGMASTER_TEST_SECAGG_DIE=WORLD-1:gather:1 (threshold WORLD, so the
+ *      UNMASK is sharded) -> past the commit point: call 1 succeeds on every
+ *      survivor with call 0's sum (each finishes alone from Y). Both need a
+ *      build with test hooks; otherwise skipped with a message.
  *  (h) a KEYS slot that fails its check on one rank (the relay double lies
  *      to rank 0 about rank 1's generation): RM_ERR_PROTOCOL naming rank 1
  *      there, and every other rank fails CONFIRM with it (the refusing rank
@@ -179,7 +183,9 @@ static int check_call(rm_comm_t *c, rm__secagg_t *sa, int rank, int world, size_
     memcpy(out, x, count * sizeof *x);
     send = out;
   }
-  rm_status_t rc = rm__secagg_sum_f32(sa, send, out, count, myq, sumq, &st, err, sizeof err);
+  /* call 1 asks for no sum_q: the sharded UNMASK then gathers floats */
+  void *want_sumq = call % 2 == 0 ? sumq : NULL;
+  rm_status_t rc = rm__secagg_sum_f32(sa, send, out, count, myq, want_sumq, &st, err, sizeof err);
   EXPECT(rc == RM_OK, "count %zu call %d: %s: %s", count, call, rm_status_name(rc), err);
   EXPECT(st.seq == want_seq && st.members == world, "seq %llu members %d",
          (unsigned long long)st.seq, st.members);
@@ -189,8 +195,8 @@ static int check_call(rm_comm_t *c, rm__secagg_t *sa, int rank, int world, size_
   /* exact: the unmasked sum is the plain integer sum of the quantized inputs */
   rc = rm_allreduce(c, myq, refq, count, g_bits == 32 ? RM_I32 : RM_I64, RM_SUM);
   EXPECT(rc == RM_OK, "reference all-reduce");
-  EXPECT(!memcmp(refq, sumq, count * w), "count %zu call %d: sum_q differs from the plain sum",
-         count, call);
+  EXPECT(!want_sumq || !memcmp(refq, sumq, count * w),
+         "count %zu call %d: sum_q differs from the plain sum", count, call);
   /* the float result against the clipped inputs in double */
   double factor = !isfinite(st.norm) ? 0 : st.norm > CLIP ? CLIP / st.norm : 1;
   for (size_t i = 0; i < count; i++) ref[i] = factor == 0 ? 0 : (double)x[i] * factor;
@@ -268,7 +274,9 @@ static int priv_rank(rm_comm_t *c, void *arg)
   } else { /* seq 0, seq 1, then a new generation's seq 0, same input */
     for (uint64_t gen = 1; gen <= 2; gen++) {
       rm__secagg_t *sa = NULL;
-      rm_status_t st = open_sa(c, gen, 2, &sa, err, sizeof err);
+      /* threshold = world: every rank a guard, so from 3 ranks on the
+       * sharded UNMASK's all-gather is on the tap too */
+      rm_status_t st = open_sa(c, gen, world, &sa, err, sizeof err);
       EXPECT(st == RM_OK, "open: %s", err);
       for (int call = 0; call < (gen == 1 ? 2 : 1); call++) {
         st = rm__secagg_sum_f32(sa, x, out, PRIV_COUNT, NULL, NULL, NULL, err, sizeof err);
@@ -516,6 +524,51 @@ static int die_rank(rm_test_world_t *w, int rank, void *arg)
   return 0;
 }
 
+/* The double, settled: a second, one-byte all-gather after the payloads.
+ * A member that finished it knows every member holds the payloads (each
+ * sent its byte only then), like the coordinator's answer to all at once;
+ * its failure (a member lost since) does not take back what arrived. */
+static rm_status_t relay_double_settled(void *ctx, const char *name, const void *mine,
+                                        size_t len, void *all, char *err, size_t errlen)
+{
+  uint8_t one = 1, ones[16];
+  rm_status_t st = relay_double(ctx, name, mine, len, all, err, errlen);
+  if (st == RM_OK) (void)rm_allgather(ctx, &one, ones, 1, RM_U8);
+  return st;
+}
+
+/* The victim dies after OPEN of call 1, entering the sharded UNMASK's
+ * all-gather: past the commit point, so every survivor finishes the call
+ * from Y alone and gets the same sum as call 0's (fresh rounding: within
+ * 2 world / scale). threshold = world: every rank a guard, sharded. */
+static int die_gather_rank(rm_test_world_t *w, int rank, void *arg)
+{
+  rm_comm_config_t cfg;
+  rm_comm_t *c = NULL;
+  char err[512] = "";
+  rm__secagg_t *sa = NULL;
+  float x[1000], out0[1000], out1[1000];
+  int world = *(const int *)arg;
+  rm_test_config(w, rank, &cfg);
+  if (rm_comm_init(&cfg, &c) != RM_OK) return 1;
+  for (int i = 0; i < 1000; i++) x[i] = noise(rank, (size_t)i, 0);
+  rm__secagg_params_t p = {.bits = g_bits, .clip = CLIP, .threshold = world,
+                           .neighbours_log = g_log, .job_id = 42, .generation = 1};
+  rm__secagg_relay_t relay = {.ctx = c, .exchange = relay_double_settled};
+  EXPECT(rm__secagg_open(c, &p, &relay, &sa, err, sizeof err) == RM_OK, "open: %s", err);
+  rm_status_t st = rm__secagg_sum_f32(sa, x, out0, 1000, NULL, NULL, NULL, err, sizeof err);
+  EXPECT(st == RM_OK, "call 0: %s", err);
+  st = rm__secagg_sum_f32(sa, x, out1, 1000, NULL, NULL, NULL, err, sizeof err);
+  EXPECT(st == RM_OK, "call 1, a member lost after OPEN: %s", err);
+  double tol = 2 * world / rm__secagg_scale(sa);
+  for (int i = 0; i < 1000; i++)
+    EXPECT(fabs((double)out1[i] - out0[i]) <= tol + fabs(out0[i]) * 0x1p-22,
+           "coordinate %d: %g after the loss, %g before", i, out1[i], out0[i]);
+  rm__secagg_close(sa);
+  rm_test_finish(&w->res[rank], c, RM_OK);
+  return 0;
+}
+
 static int test_hooks(int world, const rm_test_opts_t *o)
 {
   char v[64];
@@ -539,6 +592,16 @@ static int test_hooks(int world, const rm_test_opts_t *o)
     else failed = world;
     unsetenv("RINGMASTER_TEST_SECAGG_DIE");
     if (failed) fprintf(stderr, "die at open: %d survivor(s) failed\n", failed);
+    bad += failed;
+    rm_test_world_close(&w);
+    snprintf(v, sizeof v, "%d:gather:1", world - 1);
+    setenv("RINGMASTER_TEST_SECAGG_DIE", v, 1);
+    if (rm_test_world_open(&w, world) != 0) return bad + 1;
+    if (rm_test_start(&w, die_gather_rank, &world) == 0)
+      failed = rm_test_wait(&w, 60000, world - 1);
+    else failed = world;
+    unsetenv("RINGMASTER_TEST_SECAGG_DIE");
+    if (failed) fprintf(stderr, "die at gather: %d survivor(s) failed\n", failed);
     bad += failed;
     rm_test_world_close(&w);
   }

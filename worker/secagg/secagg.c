@@ -39,8 +39,32 @@
  *   OPEN     u posts the 40-byte OPEN payload (b_u, zeros on non-guards)
  *            under "secagg/open/<seq>", only after its REDUCE completed.
  *   UNMASK   Y - sum_g PRG(b_g; seq, 1) = sum_u q_u, exactly (CAPACITY in
- *            secagg_math.c: no wrap); recv = that / scale.
+ *            secagg_math.c: no wrap); recv = that / scale. Either every
+ *            rank strips every guard from the whole vector (g keystreams
+ *            of it), or, SHARDED, when that saves at least a keystream
+ *            (g (N - 1) >= 2 N, shard_lanes below):
+ *   GATHER   the vector's first N c lanes cut into N shards of c lanes (c a
+ *            multiple of 16: every shard starts on a ChaCha block); rank r
+ *            strips the guards from shard r only, dequantizes it (recv's
+ *            floats, or the lanes themselves when sum_q is asked for),
+ *            adds PRG(b_f; seq, 5) over it (b_f: the first guard in rank
+ *            order; 32-bit lanes for floats), and rm_allgather puts every
+ *            shard at every rank, which subtracts PRG(b_f; seq, 5) from the
+ *            others and takes its own again from its stripped Y. The last
+ *            count - N c lanes (< 16 N) every rank strips itself. Cost:
+ *            g / N + 1 keystreams and an all-gather of (N-1)/N of the vector.
+ *            Why the REDUCE stays a full all-reduce rather than a
+ *            reduce-scatter (which would move fewer bytes): after OPEN every
+ *            member must be able to finish the call alone (DROPOUTS below);
+ *            after a reduce-scatter a member lost past OPEN would take the
+ *            only copy of its shard of Y with it, while the survivors could
+ *            unmask their own shards, and their redo over the survivors
+ *            would hand them x_lost on those shards.
  *
+ * DATA PLANE per call: the REDUCE's messages (lanes of Y's partial sums),
+ * then, when sharded, the GATHER's (shards of the sum, masked with
+ * PRG(b_f; seq, 5); floats, or lanes with sum_q). Every rank takes the
+ * same path: it depends only on N, g and count.
  * WIRE FORMAT of the relay payloads (little-endian):
  *   KEYS  "secagg/keys", 44 bytes         OPEN  "secagg/open/<seq>", 40 bytes
  *     0  32  X25519 public key              0  32  b_u (zeros: not a guard)
@@ -57,20 +81,24 @@
  * GUARDS: the ranks at the first g positions of the permutation, g =
  * min(N, max(2, min(t, k + 1))) with t the job's threshold (k = N - 1 for
  * "all"): Bonawitz et al.'s bound, fewer than t colluders; each guard costs
- * every member one keystream of the vector at UNMASK, so g = N for every
- * job would cost N of them.
+ * every member one keystream of the vector at UNMASK (1/N of one when
+ * sharded), so g = N for every job would cost N of them (1 + 1 sharded).
  *
  * INVARIANTS.
  *   1. A (key, nonce) stream is never used twice: keys are fresh per
  *      generation (pairwise, rounding) or per call (b_u); nonces carry seq
- *      and purpose.
+ *      and purpose (b_f masks its self-mask with purpose 1 and the GATHER
+ *      with purpose 5: two streams).
  *   2. Every message of the all-reduce is a sum over a subset S of members
  *      of their y_u (all-reduce algorithms only add); internal edges of S
  *      cancel in it, so it carries sum_{u in S} q_u + the pairwise masks of
  *      the edges leaving S + the self-masks of the guards in S.
  *   3. Before OPEN releases, nobody holds every guard's b_g; the relay
  *      releases only once every member posted, i.e. once every member holds
- *      Y (it posts after its REDUCE).
+ *      Y whole (it posts after its REDUCE, an all-reduce). So after the
+ *      release every member can finish the call alone: a GATHER that fails
+ *      (a member lost) is completed from Y by stripping every guard from
+ *      the other shards here, and the call returns RM_OK.
  *
  * SECURITY ARGUMENT (honest-but-curious parties, coalition C of members).
  * Even once every b_g is public (after OPEN), a message over S (invariant
@@ -84,7 +112,8 @@
  * (k-connectivity); a coalition of fewer than k members learns nothing
  * beyond the total. An outside observer of the data plane holds no seed:
  * every message it sees is uniform (the all-gather phase carries Y, masked
- * by the guards' PRG(b_g)).
+ * by the guards' PRG(b_g); the GATHER's, a sum masked by PRG(b_f; seq, 5),
+ * b_f known to members and the relay only).
  * DROPOUTS: option (a), "survivors redo with fresh masks over the new
  * membership". A member lost during a call fails the communicator (and the
  * relay's barrier); the session re-forms: next generation, rm__secagg_open
@@ -94,7 +123,9 @@
  * releases all or nothing), so the redo reveals only the sum without the
  * lost member w. A loss AFTER: every member already holds Y and every b_g;
  * the call is complete and is not redone (the caller must not redo it: its
- * result stands). So no party ever learns both "sum with w" and "sum
+ * result stands); a sharded UNMASK whose GATHER the loss breaks finishes
+ * alone (invariant 3), so the call returns its result, never an error the
+ * caller would redo. So no party ever learns both "sum with w" and "sum
  * without w" of the same inputs, whose difference is x_w: the classic
  * difference attack on dropout recovery. With g guards, a coalition of
  * fewer than g members always misses an honest guard's b_g before OPEN, so
@@ -115,9 +146,14 @@
  *
  * COST per call, per rank, D = count: the all-reduce on D lanes of bits/8
  * bytes (the same bytes as f32 at 32 bits); keystream (|nbr| + [guard]) *
- * D * bits/8 at MASK and |guards| * D * bits/8 at UNMASK plus 2 D (32-bit lanes) or
- * 4 D (64-bit) bytes of rounding coins ("all": ~2 N D lanes; "log": ~4 log2 N D). Memory: one
- * cached D-lane buffer (never N x D).
+ * D * bits/8 at MASK and g * D * bits/8 at UNMASK, or sharded (g / N) * D
+ * * bits/8 + 4 D (the GATHER's mask) and an all-gather of (N-1)/N * 4 D
+ * bytes; plus 2 D (32-bit lanes) or 4 D (64-bit) bytes of rounding coins
+ * ("all", g = N: ~2 N D lanes whole, ~N + 2 sharded; "log": ~4 log2 N D).
+ * ChaCha20 is most of a call's CPU time (perf, N = 4, 12M lanes: ~60 % in
+ * libsodium's; secagg_chacha.c's AVX-512F keystream makes the same bytes
+ * about 3x faster). Measured: bench/secagg (rm_bench_secagg).
+ * Memory: one cached D-lane buffer (never N x D).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -140,7 +176,7 @@ struct rm__secagg {
   rm_comm_t *comm;            /* borrowed */
   rm__secagg_relay_t relay;   /* copied */
   rm__secagg_params_t p;      /* scale resolved */
-  int world, rank, n_nbr, guard;
+  int world, rank, n_nbr, guard, n_guards;
   int *nbr;                   /* n_nbr, ascending */
   uint8_t (*seed)[32];        /* s_{rank, nbr[j]}: secret */
   uint8_t *guards;            /* world */
@@ -310,6 +346,7 @@ rm_status_t rm__secagg_open(rm_comm_t *comm, const rm__secagg_params_t *p,
   sa->bound = floor(sa->p.clip * sa->p.scale) + 1;
   sa->world = world;
   sa->rank = rm_comm_rank(comm);
+  sa->n_guards = rm__secagg_nguards(world, p->neighbours_log, p->threshold);
   sa->nbr = malloc((size_t)world * sizeof *sa->nbr);
   sa->seed = calloc((size_t)world, sizeof *sa->seed);
   sa->guards = malloc((size_t)world);
@@ -351,11 +388,17 @@ double rm__secagg_scale(const rm__secagg_t *sa) { return sa->p.scale; }
 
 /* ---- per call ---- */
 
+/* Eight partial sums: one chain of dependent double adds ran at the
+ * adder's latency per element, not at its throughput (the same double
+ * accumulation, summed in another order). */
 static double l2_norm(const float *x, size_t n)
 {
-  double s = 0;
-  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-  return sqrt(s);
+  double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) s[k] += (double)x[i + k] * x[i + k];
+  for (; i < n; i++) s[0] += (double)x[i] * x[i];
+  return sqrt(((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
 }
 
 /* MASK: q and every mask into sa->y, one cache-sized block at a time. */
@@ -408,12 +451,14 @@ static rm_status_t do_open(rm__secagg_t *sa, uint64_t seq, char *err, size_t err
   return RM_OK;
 }
 
-/* UNMASK: strip every guard's self-mask, then dequantize, per block. */
-static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq, void *sum_q)
+/* UNMASK of lanes [first, first + n): strip every guard's self-mask, then
+ * dequantize (and copy to sum_q), per block. */
+static void do_unmask(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q, size_t first,
+                      size_t n)
 {
   size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
-  for (size_t i = 0; i < count; i += per) {
-    size_t m = count - i < per ? count - i : per;
+  for (size_t i = first; i < first + n; i += per) {
+    size_t m = first + n - i < per ? first + n - i : per;
     char *lanes = (char *)sa->y + i * w;
     for (int g = 0; g < sa->world; g++)
       if (sa->guards[g])
@@ -422,6 +467,60 @@ static void do_unmask(rm__secagg_t *sa, float *recv, size_t count, uint64_t seq,
     if (sum_q) memcpy((char *)sum_q + i * w, lanes, m * w);
     rm__secagg_dequantize(sa->p.bits, lanes, m, sa->p.scale, recv + i);
   }
+}
+
+/* SHARD: lanes per rank of the sharded UNMASK, a multiple of 16 (a ChaCha
+ * block of 32-bit lanes, so every shard starts on a block), or 0: unmask
+ * the whole vector here. Sharding costs g / N + 1 keystreams of the vector
+ * and an all-gather against g keystreams: taken when it saves at least
+ * one keystream, i.e. g (N - 1) >= 2 N (N = 4 with g = 3 or 4: yes; g = 2
+ * or N = 2: never). */
+static size_t shard_lanes(const rm__secagg_t *sa, size_t count)
+{
+  if ((int64_t)sa->n_guards * (sa->world - 1) < 2 * (int64_t)sa->world) return 0;
+  return count / ((size_t)sa->world * 16) * 16;
+}
+
+/* The sharded UNMASK (protocol at the top): own shard unmasked, masked for
+ * the all-gather with PRG(b_first_guard; seq, RM__SA_GATHER), gathered into
+ * sum_q (lanes) or recv (floats), the other shards stripped. A failed
+ * all-gather comes AFTER the commit point: this rank finishes the call
+ * alone from Y, which it holds whole, and the call stands. */
+static void do_unmask_sharded(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q,
+                              size_t c, size_t *bytes_sent)
+{
+  size_t off = (size_t)sa->rank * c, tot = c * (size_t)sa->world;
+  int bits = sum_q ? sa->p.bits : 32;
+  size_t w = (size_t)bits / 8;
+  char *buf = sum_q ? (char *)sum_q : (char *)recv;
+  const uint8_t *key = NULL;
+  for (int g = 0; g < sa->world && key == NULL; g++)
+    if (sa->guards[g]) key = sa->open_all + (size_t)g * OPEN_LEN;
+  do_unmask(sa, recv, seq, sum_q, off, c);
+  rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, 1, buf + off * w, off, c);
+  rm__testhook_secagg_die(sa->rank, "gather", seq);
+  rm_status_t st = rm_allgather(sa->comm, buf + off * w, buf, c,
+                                sum_q ? lane_dt(sa->p.bits) : RM_F32);
+  if (st != RM_OK) {
+    do_unmask(sa, recv, seq, sum_q, 0, off);
+    do_unmask(sa, recv, seq, sum_q, off + c, tot - off - c);
+  } else {
+    /* a ring all-gather: N - 1 shards out of every rank */
+    *bytes_sent += (size_t)(sa->world - 1) * c * w;
+    rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, -1, buf, 0, off);
+    rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, -1, buf + (off + c) * w, off + c,
+                       tot - off - c);
+    if (sum_q) {
+      rm__secagg_dequantize(bits, sum_q, off, sa->p.scale, recv);
+      rm__secagg_dequantize(bits, buf + (off + c) * w, tot - off - c, sa->p.scale,
+                            recv + off + c);
+    }
+  }
+  /* our own shard once more from y (unmasked there): cheaper than its
+   * keystream, and right even where a failed all-gather overwrote it */
+  if (sum_q) memcpy((char *)sum_q + off * w, (char *)sa->y + off * w, c * w);
+  rm__secagg_dequantize(sa->p.bits, (char *)sa->y + off * (size_t)sa->p.bits / 8, c,
+                        sa->p.scale, recv + off);
 }
 
 static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
@@ -490,7 +589,9 @@ rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv,
 
   rm__testhook_secagg_die(sa->rank, "unmask", s.seq);
   t = rm__now_ns();
-  do_unmask(sa, recv, count, s.seq, sum_q);
+  size_t c = shard_lanes(sa, count), tot = c * (size_t)sa->world;
+  if (c > 0) do_unmask_sharded(sa, recv, s.seq, sum_q, c, &s.bytes_sent);
+  do_unmask(sa, recv, s.seq, sum_q, tot, count - tot); /* the tail, or all */
   s.ms_unmask = ms_since(t);
   if (st) *st = s;
 out:

@@ -112,7 +112,7 @@ typedef struct rm__secagg_stats {
   int guard;          /* I added a self-mask */
   uint64_t seq;       /* this call's seq */
   size_t bytes_sent;  /* data-plane payload bytes this call, this rank */
-  double ms_mask, ms_reduce, ms_open, ms_unmask; /* phase times */
+  double ms_mask, ms_reduce, ms_open, ms_unmask; /* phase times (unmask: its all-gather too) */
 } rm__secagg_stats_t;
 
 /* MASK .. UNMASK: collective over the generation's comm; every member calls
@@ -121,8 +121,11 @@ typedef struct rm__secagg_stats {
  * divides by members for a mean). send == recv is in place. Optional (NULL =
  * not wanted): my_q (count lanes of bits/8 bytes) = my quantized input
  * before masking; sum_q (same) = the unmasked integer sum; st. A failure of
- * any round returns its status (the communicator's, or the relay's) and the
- * caller re-forms; recv is unspecified then. */
+ * any round up to OPEN returns its status (the communicator's, or the
+ * relay's) and the caller re-forms; recv is unspecified then. Past OPEN
+ * (the commit point) the call does not fail: a sharded UNMASK whose
+ * all-gather breaks finishes from this rank's own copy of the masked sum
+ * (secagg.c), and the next call sees the broken communicator. */
 rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send,
                                float *recv, size_t count, void *my_q,
                                void *sum_q, rm__secagg_stats_t *st,

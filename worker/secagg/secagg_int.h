@@ -22,7 +22,8 @@ enum {
   RM__SA_SELF = 1,    /* self-mask PRG(b_u, seq) */
   RM__SA_ROUND = 2,   /* stochastic-rounding coins PRG(round_key, seq) */
   RM__SA_CONFIRM = 3, /* CONFIRM's lanes, seq = UINT64_MAX */
-  RM__SA_PERM = 4     /* the "log" graph's permutation, key = perm seed */
+  RM__SA_PERM = 4,    /* the "log" graph's permutation, key = perm seed */
+  RM__SA_GATHER = 5   /* the sharded UNMASK's all-gather, key = first guard's b */
 };
 
 /* Keystream is made and consumed in blocks of this many bytes: the mask
@@ -36,6 +37,13 @@ enum {
 
 /* sodium_init() once per process (thread-safe). RM_OK or RM_ERR_INTERNAL. */
 rm_status_t rm__secagg_sodium(void);
+
+/* out[0..len) = the ChaCha20-IETF keystream (RFC 8439) of key and nonce
+ * from block counter ic: the bytes crypto_stream_chacha20_ietf_xor_ic
+ * writes over zeros (secagg_chacha.c: AVX-512F where the CPU has it).
+ * (ic + len / 64) must not pass 2^32. */
+void rm__secagg_keystream(uint8_t *out, size_t len, const uint8_t nonce[12],
+                          uint32_t ic, const uint8_t key[32]);
 
 /* lanes[i] += sign * PRG(key; seq, purpose)[first + i] (mod 2^bits) for i
  * in [0, n); sign is +1 or -1. The PRG is ChaCha20-IETF keyed by `key`,

@@ -28,7 +28,9 @@
  * u64 LE || purpose u32 LE; lane j of a stream is keystream bytes
  * [j*w, (j+1)*w) little-endian, w = bits/8. Keystream is produced
  * RM__SA_BLOCK bytes at a time at block counter first*w/64 and consumed at
- * once (added or subtracted), so no N x D buffer ever exists.
+ * once (added or subtracted), so no N x D buffer ever exists. The keystream
+ * itself is secagg_chacha.c's (16 blocks wide where AVX-512F is, else
+ * libsodium's; the same bytes either way).
  */
 #include <math.h>
 #include <pthread.h>
@@ -273,8 +275,7 @@ void rm__secagg_prg_add(int bits, const uint8_t key[32], uint64_t seq, uint32_t 
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per;
     uint32_t ic = (uint32_t)((first + i) * w / 64);
-    memset(ks, 0, m * w);
-    crypto_stream_chacha20_ietf_xor_ic(ks, ks, m * w, nonce, ic, key);
+    rm__secagg_keystream(ks, m * w, nonce, ic, key);
     if (bits == 32) add32((uint32_t *)lanes + i, ks, m, sign);
     else add64((uint64_t *)lanes + i, ks, m, sign);
   }
@@ -359,16 +360,12 @@ void rm__secagg_quantize(int bits, const float *x, size_t n, double factor, doub
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per;
     if (bits == 32) { /* 2 bytes of keystream per lane, from byte 2 * (first + i) */
-      memset(ks, 0, m * 2);
-      crypto_stream_chacha20_ietf_xor_ic(ks, ks, m * 2, nonce, (uint32_t)((first + i) / 32),
-                                         round_key);
+      rm__secagg_keystream(ks, m * 2, nonce, (uint32_t)((first + i) / 32), round_key);
       for (size_t j = 0; j < m; j++) coin16[j] = (uint16_t)(ks[2 * j] | ks[2 * j + 1] << 8);
       q32(x + i, m, fs, bound, coin16, (uint32_t *)lanes + i);
       continue;
     }
-    memset(ks, 0, m * 4);
-    crypto_stream_chacha20_ietf_xor_ic(ks, ks, m * 4, nonce, (uint32_t)((first + i) / 16),
-                                       round_key);
+    rm__secagg_keystream(ks, m * 4, nonce, (uint32_t)((first + i) / 16), round_key);
     for (size_t j = 0; j < m; j++) coin[j] = rm__get_le32(ks + 4 * j);
     for (size_t j = 0; j < m; j++) {
       double v = (double)x[i + j] * fs;
