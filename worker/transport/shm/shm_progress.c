@@ -478,13 +478,13 @@ static rm_status_t shm_progress(rm_comm_t *c, int timeout_ms)
     if (st != RM_OK || moved) return st;
     if ((st = check_peers(c, s)) != RM_OK) return st;
     if (timeout_ms <= 0 || slept) return RM_OK;
-    if (s->spin_us > 0) {
+    if (s->spin_us > 0 && !c->bg_progress) {
       int64_t end = rm__now_ns() + (int64_t)s->spin_us * 1000;
       while (__atomic_load_n(&s->hdr->bell, __ATOMIC_ACQUIRE) == seq &&
              rm__now_ns() < end && rm_comm_status(c) == RM_OK) {
       }
       if (__atomic_load_n(&s->hdr->bell, __ATOMIC_ACQUIRE) != seq) continue;
-    } else if (s->yield_us > 0) {
+    } else if (s->yield_us > 0 && !c->bg_progress) {
       int64_t end = rm__now_ns() + (int64_t)s->yield_us * 1000;
       while (__atomic_load_n(&s->hdr->bell, __ATOMIC_ACQUIRE) == seq &&
              rm__now_ns() < end && rm_comm_status(c) == RM_OK)

@@ -567,12 +567,12 @@ static rm_status_t tcp_progress(rm_comm_t *c, int timeout_ms)
   if (moved) return rm_comm_status(c);
   n = build_pollset(c);
   r = 0;
-  if (s->spin_us > 0 && timeout_ms > 0) {
+  if (s->spin_us > 0 && timeout_ms > 0 && !c->bg_progress) {
     int64_t end = rm__now_ns() + (int64_t)s->spin_us * 1000;
     while ((r = poll(s->pfds, (nfds_t)n, 0)) == 0 && rm__now_ns() < end &&
            rm_comm_status(c) == RM_OK) {
     }
-  } else if (s->yield_us > 0 && timeout_ms > 0) {
+  } else if (s->yield_us > 0 && timeout_ms > 0 && !c->bg_progress) {
     int64_t end = rm__now_ns() + (int64_t)s->yield_us * 1000;
     while ((r = poll(s->pfds, (nfds_t)n, 0)) == 0 && rm__now_ns() < end &&
            rm_comm_status(c) == RM_OK)
