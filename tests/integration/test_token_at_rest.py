@@ -159,6 +159,7 @@ def part_migration(env):
                 "secure_recovered_steps", "secure_dropouts", "env_salt", "env_sealed", "env_mac"):
         db.execute("ALTER TABLE jobs DROP COLUMN " + col)
     db.execute("ALTER TABLE workers DROP COLUMN transports")  # 0012
+    db.execute("ALTER TABLE step_summaries DROP COLUMN last_metrics")  # 0014
     db.execute("PRAGMA user_version=9")
     db.commit()
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
