@@ -184,15 +184,24 @@ def worker(args):
 def async_worker(args):
     import torch
     import torch.distributed as dist
+    import ringmaster
     import ringmaster.torch  # noqa: F401  (registers the backend)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
-    groups = {"gloo": None, "rm-async": dist.new_group(backend="ringmaster")}
-    os.environ["RINGMASTER_TORCH_SYNC"] = "1"  # read when the group is made
+    groups = {"gloo": None}
+    names = []
+    if ringmaster.torch.active_backend()[0] == "native":
+        groups["rm-native"] = dist.new_group(backend="ringmaster")
+        names.append("rm-native")
+    # RINGMASTER_TORCH_NATIVE=0 / RINGMASTER_TORCH_SYNC=1 are read when a
+    # group is made: the Python backend, asynchronous and synchronous
+    os.environ["RINGMASTER_TORCH_NATIVE"] = "0"
+    groups["rm-async"] = dist.new_group(backend="ringmaster")
+    os.environ["RINGMASTER_TORCH_SYNC"] = "1"
     groups["rm-sync"] = dist.new_group(backend="ringmaster")
-    del os.environ["RINGMASTER_TORCH_SYNC"]
-    names = ["rm-async", "rm-sync", "gloo"]
+    del os.environ["RINGMASTER_TORCH_SYNC"], os.environ["RINGMASTER_TORCH_NATIVE"]
+    names += ["rm-async", "rm-sync", "gloo"]
     out = {"ret": [], "ddp": []}
     reps = 3 if args.quick else args.reps
     for size, k in ((4 << 10, 200), (64 << 20, 3)):
@@ -201,7 +210,7 @@ def async_worker(args):
         cpu = {b: [] for b in names}
         tot = {b: [] for b in names}
         for rep in range(reps + 1):
-            order = names[rep % 3:] + names[:rep % 3]
+            order = names[rep % len(names):] + names[:rep % len(names)]
             for b in order:
                 dist.barrier()
                 for _ in range(k):
@@ -248,7 +257,7 @@ def async_worker(args):
         y = torch.randn(max(1, batch // n), nout)
         times = {b: [] for b in names}
         for rep in range(reps + 1):
-            order = names[rep % 3:] + names[:rep % 3]
+            order = names[rep % len(names):] + names[:rep % len(names)]
             for b in order:
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -270,6 +279,41 @@ def async_worker(args):
 
 
 def async_table(n, res):
+    if "rm-native" in res["ddp"][0]["t"]:
+        return async_table4(n, res)
+    async_table3(n, res)
+
+
+def async_table4(n, res):
+    """The table with the native backend: native, Python async, Python sync,
+    gloo."""
+    bs = ("rm-native", "rm-async", "rm-sync", "gloo")
+    print("\n# world %d: dist.all_reduce(t, async_op=True), float32 sum; median us over "
+          "all calls" % n)
+    print("# ret: wall time until the call returns; cpu: the calling thread's CPU time in "
+          "it (time.thread_time); done: until wait() returns. native: the C++ backend; "
+          "py async / py sync: the Python backend (RINGMASTER_TORCH_NATIVE=0, "
+          "RINGMASTER_TORCH_SYNC=1)")
+    for what in ("ret", "cpu", "total"):
+        print("# %-5s %10s %6s | %10s %10s %10s %10s" % (
+            what if what != "total" else "done", "size(B)", "calls", "native", "py async",
+            "py sync", "gloo"))
+        for r in res["ret"]:
+            v = r[what]
+            print("        %10d %6d | %10.1f %10.1f %10.1f %10.1f" % (
+                r["bytes"], r["calls"], *(v[b] * 1e6 for b in bs)))
+    print("\n# world %d, DDP step time (forward+backward+SGD), median ms" % n)
+    print("# %-12s %10s %6s | %10s %10s %10s %10s | %12s %12s" % (
+        "model", "params", "batch", "native", "py async", "py sync", "gloo",
+        "native/sync", "native/gloo"))
+    for r in res["ddp"]:
+        t = r["t"]
+        print("  %-12s %10d %6d | %10.2f %10.2f %10.2f %10.2f | %11.2fx %11.2fx" % (
+            r["model"], r["params"], r["batch"], *(t[b] * 1e3 for b in bs),
+            t["rm-native"] / t["rm-sync"], t["rm-native"] / t["gloo"]))
+
+
+def async_table3(n, res):
     print("\n# world %d: dist.all_reduce(t, async_op=True), float32 sum; median us over "
           "all calls" % n)
     print("# ret: wall time until the call returns; cpu: the calling thread's CPU time in "
@@ -372,6 +416,8 @@ def main():
     ap.add_argument("--async", dest="async_", action="store_true")
     ap.add_argument("--async-worker", action="store_true")
     ap.add_argument("--reps", type=int, default=7, help="section 4's repeats")
+    ap.add_argument("--table", help="print section 4's tables from a rank 0 output file "
+                    "(netns_ddp.sh)")
     ap.add_argument("--py-loop", action="store_true")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--peers")
@@ -383,6 +429,10 @@ def main():
         return py_loop(args)
     if args.async_worker:
         return async_worker(args)
+    if args.table:
+        with open(args.table) as f:
+            res = json.loads(f.read().split("BENCH ", 1)[1].splitlines()[0])
+        return async_table(int(args.worlds.split(",")[0]), res)
     import ringmaster
     print("# ringmaster bench_torch: library %s, %d CPUs" % (ringmaster.library_path,
                                                             os.cpu_count()))

@@ -6,6 +6,7 @@ Every collective works in place on the caller's buffer (``_buffers``).
 import ctypes
 import sys
 import threading
+import weakref
 
 from . import _lib
 from . import errors
@@ -20,6 +21,9 @@ class Communicator:
     default one that init() builds."""
 
     def __init__(self):
+        # process groups over this communicator, told when ptr changes
+        # (torch/__init__.py: a native group stops using a replaced one)
+        self._watchers = weakref.WeakSet()
         self.ptr = None       # rm_comm_t*
         self.session = None   # rm_session_t* (int) or None
         self.endpoint = None  # rm_endpoint_t* we own
@@ -32,6 +36,17 @@ class Communicator:
         self._barrier_seq = 0
         self._stream = None   # the cudaStream_t last set on ptr
         self.lock = threading.Lock()
+
+    @property
+    def ptr(self):
+        return self._ptr
+
+    @ptr.setter
+    def ptr(self, value):
+        old, self._ptr = getattr(self, "_ptr", None), value
+        if value != old:
+            for g in list(self._watchers):
+                g._comm_changed()
 
     # -- errors
     def error(self, st, call):

@@ -421,6 +421,30 @@ def ramp(r, k, n):
     return torch.arange(n, dtype=torch.float64) * (k + 1) + 1000.0 * r + k
 
 
+def _thread_name():
+    """This thread's name: the kernel's (a C++ thread's pthread name), or
+    Python's where Python named it."""
+    import threading
+    t = threading.current_thread()
+    if not t.name.startswith("Dummy"):
+        return t.name
+    with open("/proc/self/task/%d/comm" % threading.get_native_id()) as f:
+        return f.read().strip()
+
+
+def _thread_names():
+    """The names of this process's threads, Python's and the kernel's."""
+    import threading
+    names = [t.name for t in threading.enumerate()]
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return names
+
+
 def mode_async():
     """Several async_op=True calls in flight at once, of several kinds and
     sizes; results against references computed here; completion order =
@@ -495,14 +519,26 @@ def mode_async():
         store.get("async/go")
         dist.all_reduce(t)
     check(torch.equal(t, sum(ramp(r, 300, 64) for r in range(WORLD))), "after wait(timeout)")
-    # the work ran on the group's own thread
-    w = dist.all_reduce(torch.ones(2), async_op=True)
+    # the work ran on the group's own thread: its Future's callback runs
+    # there (the Python backend's thread is a Python thread named
+    # "ringmaster-pg <group>", the native one's a C++ thread of that name)
+    # (the other ranks call only after rank 0 has registered its callback,
+    # which would otherwise run at once, here, on a Future already done)
+    import threading
+    if RANK == 0:
+        w = dist.all_reduce(torch.ones(2), async_op=True)
+        ran = w.get_future().then(lambda f: (threading.get_ident(), _thread_name()))
+        store.set("async/then", "1")
+    else:
+        store.get("async/then")
+        w = dist.all_reduce(torch.ones(2), async_op=True)
     w.wait()
-    check(getattr(w, "_ran_on", "").startswith("ringmaster-pg"), "ran on %r"
-          % getattr(w, "_ran_on", None))
+    if RANK == 0:
+        ident, name = ran.wait()
+        check(ident != threading.get_ident() and name.startswith("ringmaster-pg"),
+              "ran on %r" % (name,))
     dist.destroy_process_group()
-    alive = [t.name for t in __import__("threading").enumerate()
-             if t.name.startswith("ringmaster-pg")]
+    alive = [n for n in _thread_names() if n.startswith("ringmaster-pg")]
     check(not alive, "worker threads alive after destroy: %s" % alive)
     result(ok=True, calls=len(sizes) + 7)
 
@@ -566,14 +602,29 @@ def mode_overlap():
     model.zero_grad()
     events, lock = [], threading.Lock()
     first_start = threading.Event()
-    orig = pg._comm.allreduce
+    # the all-reduce as it runs: the Python backend's communicator call, or
+    # (native backend: no Python runs it) the completion of the bucket's
+    # Work, which implies its start; either is recorded with its thread
+    native = rmt.active_backend()[0] == "native" and not os.environ.get("RINGMASTER_TORCH_SYNC")
+    owner = pg if native else pg._comm
+    orig = owner.allreduce
+
+    def record(thread):
+        with lock:
+            events.append(("allreduce", thread))
+        first_start.set()
 
     def traced(x, op="sum", algorithm=None):
-        with lock:
-            events.append(("allreduce", threading.current_thread().name))
-        first_start.set()
+        record(threading.current_thread().name)
         return orig(x, op, algorithm)
-    pg._comm.allreduce = traced
+
+    def traced_native(tensors, opts=None):
+        # the Work names the thread that ran it; its callback may run here
+        # (the call done already) or on that thread
+        w = orig(tensors, opts) if opts is not None else orig(tensors)
+        w.get_future().add_done_callback(lambda f: record(w.ran_on))
+        return w
+    owner.allreduce = traced_native if native else traced
 
     def end_of_backward(g):
         first_start.wait(30.0)
@@ -587,7 +638,10 @@ def mode_overlap():
     ddp(x).pow(2).sum().backward()
     with lock:
         ev = list(events)
-    pg._comm.allreduce = orig
+    if native:
+        del pg.allreduce  # the instance's tracer: the class's method again
+    else:
+        pg._comm.allreduce = orig
     # the reference: the mean over the ranks of each rank's own gradient
     ref = [torch.zeros_like(p) for p in ref_model.parameters()]
     for r in range(WORLD):

@@ -42,7 +42,7 @@ from torch._C._distributed_c10d import Work as _C_Work, _create_work_from_future
 import ringmaster as _rm
 from ringmaster import errors as _errors
 
-__all__ = ["ProcessGroupRingmaster", "DistributedOptimizer", "broadcast_parameters",
+__all__ = ["ProcessGroupRingmaster", "active_backend", "DistributedOptimizer", "broadcast_parameters",
            "broadcast_optimizer_state", "broadcast_object", "allreduce_tensors",
            "monitored_barrier"]
 
@@ -155,6 +155,71 @@ def _timeout_ms(td):
     return min(max(ms, 1), 2 ** 31 - 1)
 
 
+# ---- THE NATIVE BACKEND -----------------------------------------------------------
+# Where the C++ extension (native/process_group.cpp: a c10d::ProcessGroup whose
+# collectives run in C++ on its worker thread, no GIL on DDP's path) was built,
+# the "ringmaster" backend's groups are native ones; this file's
+# ProcessGroupRingmaster is then each native group's Python twin (it keeps
+# the calls the native path does not take, point-to-point and the error
+# words: native/module.cpp). Where it was not built (no compiler or no torch
+# headers), or RINGMASTER_TORCH_NATIVE=0, this file's process group is the
+# backend, as before. The extension is looked for at RINGMASTER_TORCH_NATIVE
+# (a path to it), in this package (pip install), then beside the
+# libringmaster the package loaded (a CMake build tree). It takes the C
+# calls' addresses from that library (ctypes), so both use one copy of it.
+# RINGMASTER_TORCH_NATIVE=0 (read at import and when a group is made) and
+# RINGMASTER_TORCH_SYNC=1 give a group the Python backend.
+_native = None
+_native_where = "not looked for"
+_NATIVE_FNS = ("rm_allreduce", "rm_broadcast", "rm_allgather", "rm_reduce_scatter",
+               "rm_barrier", "rm_comm_set_timeout", "rm_comm_abort")
+
+
+def _load_native():
+    global _native, _native_where
+    import glob
+    import importlib.util
+    want = os.environ.get("RINGMASTER_TORCH_NATIVE", "").strip()
+    if want.lower() in ("0", "off", "no", "false"):
+        _native_where = "RINGMASTER_TORCH_NATIVE=%s turns it off" % want
+        return
+    if want and want.lower() not in ("1", "on", "yes", "true"):
+        paths = [want]
+    else:
+        paths = []
+        for d in (os.path.dirname(os.path.abspath(__file__)),
+                  os.path.dirname(os.path.abspath(_rm._lib.path))):
+            paths += sorted(glob.glob(os.path.join(d, "_native.*.so")))
+    if not paths:
+        _native_where = ("no _native extension beside this package or %s (built by CMake "
+                         "where torch's headers exist, or by pip install ./python)"
+                         % _rm._lib.path)
+        return
+    try:
+        spec = importlib.util.spec_from_file_location("ringmaster.torch._native", paths[0])
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except Exception as e:  # built against another torch, say: the Python backend serves
+        _native_where = "%s did not load: %s" % (paths[0], e)
+        return
+    _native, _native_where = mod, paths[0]
+
+
+def _native_fns():
+    import ctypes
+    lib = _rm._lib.lib
+    return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _NATIVE_FNS}
+
+
+def active_backend():
+    """Which "ringmaster" backend new process groups get: ("native", the
+    extension's path) or ("python", why the native one is not used)."""
+    return ("native", _native_where) if _native is not None else ("python", _native_where)
+
+
+_load_native()
+
+
 # ---- THE PROCESS GROUP ----------------------------------------------------------
 # Asynchronous, as gloo's and NCCL's: every group has ONE worker thread
 # (started at its first collective, a daemon named "ringmaster-pg <label>")
@@ -234,6 +299,7 @@ def _sync_env():
 # callers whose Work comes back to Python (WHICH WORK)
 _ASYNC_CALLERS = ("torch.distributed.distributed_c10d", "ringmaster.torch.ddp")
 _workers = weakref.WeakSet()  # live workers, stopped at exit
+_native_twins = weakref.WeakSet()  # the twins of live native groups, likewise
 _fut_lock = threading.Lock()  # a _Work's Future against its completion
 
 
@@ -415,6 +481,10 @@ def _register_exit_stop():
     def stop_all():
         for w in list(_workers):
             w.stop(5.0)
+        for twin in list(_native_twins):  # the native groups' threads likewise
+            n = twin._native_group()
+            if n is not None:
+                n._shutdown(5000, twin._comm.ptr == twin._ptr)
     # registered at the first worker's start, after ringmaster's exit hook
     # (installed at init): atexit runs it first
     atexit.register(stop_all)
@@ -425,8 +495,11 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
     _P2PWork = _p2p.make_work_class(_Work)
 
     def __init__(self, rank, size, comm, timeout=None, store=None, label="default group",
-                 owned=False):
+                 owned=False, native=False):
         super().__init__(rank, size)
+        # native: this object is a native group's twin (THE NATIVE BACKEND);
+        # the native group (a weak reference) runs its queued calls
+        self._native_ref = None
         self._comm = comm
         self._generation = comm.generation
         self._ptr = comm.ptr
@@ -457,6 +530,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         # then fail with Reconfigured at once, where a wait on a member that
         # left (or is busy recovering) would last the group's whole timeout
         self._attached = []
+        comm._watchers.add(self)
         for c in ([comm] if owned else []) + ([self._p2p] if self._p2p else []):
             s = _attach(c)
             if s:
@@ -481,9 +555,42 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._attached = []
         _p2p.close(self)
         live = self._comm.ptr == self._ptr
-        gone = self._worker.stop(self._timeout_ms / 1000.0, self._comm if live else None)
+        n = self._native_group()
+        if n is not None:
+            gone = n._shutdown(int(self._timeout_ms), live)
+        else:
+            gone = self._worker.stop(self._timeout_ms / 1000.0, self._comm if live else None)
         if self._owned and live and gone:
             self._comm.destroy()
+
+    def _native_group(self):
+        r = self._native_ref
+        return r() if r is not None else None
+
+    # what the native group asks of its twin (native/module.cpp)
+    def _comm_changed(self):
+        """The communicator was replaced or closed: the native group stops
+        using it (its calls then come here, and _c raises)."""
+        n = self._native_group()
+        if n is not None and (self._comm.ptr != self._ptr
+                              or self._comm.generation != self._generation):
+            n._invalidate()
+
+    def _native_failed(self, st, call, seq, ms):
+        return self._failed(self._comm.error(st, "rm_" + call.lstrip("_")), call, seq, ms)
+
+    def _native_stale(self, call, seq):
+        try:
+            self._c()
+        except _errors.RingmasterError as e:
+            return e
+        return _errors.Aborted("RM_ERR_ABORTED", "ringmaster backend: %s #%d of the %s: the "
+                               "group's communicator was closed" % (call, seq, self._label))
+
+    def _native_aborted(self, call, seq):
+        return _errors.Aborted("RM_ERR_ABORTED", "ringmaster backend: %s #%d of the %s was "
+                               "still queued when the process group was destroyed"
+                               % (call, seq, self._label))
 
     # torch 1.13 asks the trampoline for getBackendName
     def getBackendName(self):
@@ -528,6 +635,9 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._c()
         t = getattr(opts, "timeout", None)
         ms = _timeout_ms(t) if t is not None and t.total_seconds() > 0 else 0
+        n = self._native_group()
+        if n is not None:  # the native group's queue and numbering
+            return n._enqueue(call, ms, lambda seq: self._exec(call, seq, fn, ms), result)
         if self._sync or self._worker.in_worker():
             # the synchronous path; or a call made by a Future's callback,
             # which the worker runs: queued, it would wait on itself
@@ -946,6 +1056,54 @@ def _attach(comm):
     return d.session
 
 
+def _rm_group(pg):
+    """The ProcessGroupRingmaster of a ringmaster group (a native group's
+    twin), or None for any other object."""
+    if isinstance(pg, ProcessGroupRingmaster):
+        return pg
+    if _native is not None and isinstance(pg, _native.ProcessGroup):
+        return pg._rm_twin
+    return None
+
+
+def _make_group(rank, size, comm, timeout, store, label, owned=False):
+    """A "ringmaster" group: native where the extension loaded (its twin
+    made first), else the Python one (THE NATIVE BACKEND)."""
+    off = os.environ.get("RINGMASTER_TORCH_NATIVE", "").strip().lower() in ("0", "off", "no",
+                                                                            "false")
+    if _native is None or off or _sync_env():  # (the synchronous path is the Python group's)
+        return ProcessGroupRingmaster(rank, size, comm, timeout, store, label, owned=owned)
+    twin = ProcessGroupRingmaster(rank, size, comm, timeout, store, label, owned=owned,
+                                  native=True)
+    n = _native.ProcessGroup(rank, size, label, twin._timeout_ms, comm.ptr, _native_fns(), twin)
+    twin._native_ref = weakref.ref(n)
+    _native_twins.add(twin)
+    _register_exit_stop()
+    return n
+
+
+if _native is not None:
+    # torch calls these from Python only: the twin serves them (point-to-
+    # point posts in the caller's thread; the others queue on the native
+    # group through the twin's _submit). Other attributes a program reads
+    # of a group (_comm, _timeout_ms, ...) are the twin's too.
+    def _forward(name):
+        def f(self, *a, **k):
+            return getattr(self._rm_twin, name)(*a, **k)
+        f.__name__ = name
+        return f
+    for _name in ("send", "recv", "recv_anysource", "alltoall_base", "alltoall", "gather",
+                  "scatter", "reduce", "reduce_scatter", "allgather_coalesced",
+                  "monitored_barrier"):
+        setattr(_native.ProcessGroup, _name, _forward(_name))
+
+    def _twin_attr(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._rm_twin, name)
+    _native.ProcessGroup.__getattr__ = _twin_attr
+
+
 # The default process group, or None before init_process_group.
 def _rm_default_group():
     try:
@@ -969,8 +1127,8 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     """A barrier whose failure says which ranks did not arrive (see
     MONITORED BARRIER). group: a ringmaster process group, None = the
     default one; timeout: a timedelta (None = torch's default, 30 min)."""
-    pg = group if group is not None else _rm_default_group()
-    if not isinstance(pg, ProcessGroupRingmaster):
+    pg = _rm_group(group if group is not None else _rm_default_group())
+    if pg is None:
         raise ValueError("ringmaster.torch.monitored_barrier: %r is not a ringmaster "
                          "process group (dist.init_process_group(\"ringmaster\"))" % (pg,))
     ms = _timeout_ms(timeout if timeout is not None else dist.default_pg_timeout)
@@ -981,6 +1139,11 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     with pg._lock:
         pg._mb_seq += 1
         seq = pg._mb_seq
+    n = pg._native_group()
+    if n is not None:  # in order with the group's calls, on its worker
+        n._enqueue("monitored_barrier", 0,
+                   lambda _: _monitored_barrier(pg, c, seq, ms, wait_all_ranks), []).wait()
+        return
     if pg._sync or pg._worker.in_worker():
         return _monitored_barrier(pg, c, seq, ms, wait_all_ranks)
     # in the group's worker, after the calls queued before it (the session's
@@ -1095,12 +1258,12 @@ def _create(store, rank, size, timeout):
                 "stand (do not pass rank=/world_size= by hand), or call "
                 "dist.init_process_group before changing them"
                 % (rank, size, comm.rank, comm.world))
-        return ProcessGroupRingmaster(rank, size, comm, timeout, store, "default group")
+        return _make_group(rank, size, comm, timeout, store, "default group")
     # a sub-group (dist.new_group): its own communicator
     comm = _rm.comm_from_store(store, rank, size, env.get("MASTER_ADDR", "127.0.0.1"),
                                prefix=prefix, timeout_ms=_timeout_ms(timeout))
-    return ProcessGroupRingmaster(rank, size, comm, timeout, store,
-                                  "sub-group of %d ranks" % size, owned=True)
+    return _make_group(rank, size, comm, timeout, store, "sub-group of %d ranks" % size,
+                       owned=True)
 
 
 if "RINGMASTER" not in dist.Backend._plugins:
@@ -1155,8 +1318,9 @@ def _rm_destroy_process_group(group=None):
     else:
         groups = [group]
     for pg in groups:
-        if isinstance(pg, ProcessGroupRingmaster):
-            pg._shutdown()
+        g = _rm_group(pg)
+        if g is not None:
+            g._shutdown()
     return _dist_destroy(group)
 
 

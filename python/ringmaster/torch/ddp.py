@@ -9,7 +9,7 @@ import torch
 import ringmaster as _rm
 from ringmaster import errors as _errors
 
-from . import ProcessGroupRingmaster, _rm_default_group
+from . import _rm_group, _rm_default_group
 from .optimizer import _unflatten
 
 # ---- STEPS WITHOUT CODE: DDP's steps on the ringmaster backend ----------------
@@ -222,7 +222,7 @@ def _rm_bucket_hook(state, bucket):
 def _rm_ddp_init(self, module, *a, **k):
     _ddp_init(self, module, *a, **k)
     self._rm_ddp_args = (a, dict(k))  # elastic.TorchState builds it again with them
-    if isinstance(getattr(self, "process_group", None), ProcessGroupRingmaster):
+    if _rm_group(getattr(self, "process_group", None)) is not None:
         session = _rm.in_session()
         self._rm_agg = _rm.aggregation_spec() if session else None
         self._rm_secure = session and _rm.secure()

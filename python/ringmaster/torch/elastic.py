@@ -104,7 +104,7 @@ import torch.distributed as dist
 
 import ringmaster as _rm
 from ringmaster import errors as _errors
-from . import broadcast_parameters, broadcast_optimizer_state, ProcessGroupRingmaster
+from . import broadcast_parameters, broadcast_optimizer_state, _rm_group
 
 __all__ = ["TorchState", "State", "run"]
 
@@ -295,8 +295,8 @@ def _default_group():
 
 def _ringmaster_ddp(model):
     """model when it is a DDP model on the ringmaster backend, else None."""
-    if isinstance(model, torch.nn.parallel.DistributedDataParallel) and isinstance(
-            getattr(model, "process_group", None), ProcessGroupRingmaster):
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel) and _rm_group(
+            getattr(model, "process_group", None)) is not None:
         return model
     return None
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# netns_ddp.sh - bench_torch.py's asynchronous section (all-reduce return
+# times and DDP step times: native backend, Python backend async and sync,
+# torch's gloo) with each rank in a network namespace of its own, the
+# namespaces joined by a bridge over tbf-limited veths (RATE, default 1gbit):
+# there the wire, not the CPU, limits the all-reduce, and what overlaps with
+# backward shows in the step time. Root (ip netns). A benchmark, not a test.
+#
+#   bench/torch/netns_ddp.sh        WORLD=2 RATE=1gbit REPS=5 QUICK=
+#     RINGMASTER_LIBRARY=<libringmaster.so> (default: build/worker's)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+WORLD="${WORLD:-2}" RATE="${RATE:-1gbit}" REPS="${REPS:-5}" QUICK="${QUICK:-}"
+lib="${RINGMASTER_LIBRARY:-$repo/build/worker/libringmaster.so.0.1.0}"
+[[ -e "$lib" ]] || { echo "netns_ddp.sh: build libringmaster first ($lib)" >&2; exit 2; }
+tag="rmtd$$"
+br="${tag}br"
+made=()
+out="$(mktemp /tmp/rm-netns-ddp.XXXXXX)"
+cleanup() {
+  for ((i = ${#made[@]} - 1; i >= 0; i--)); do
+    case "${made[$i]}" in
+      ns:*) ip netns del "${made[$i]#ns:}" 2>/dev/null || true ;;
+      link:*) ip link del "${made[$i]#link:}" 2>/dev/null || true ;;
+    esac
+  done
+  rm -f "$out"
+}
+trap cleanup EXIT
+ip link add "$br" type bridge && made+=("link:$br")
+ip link set "$br" up
+for ((h = 0; h < WORLD; h++)); do
+  ns="${tag}h$h"
+  ip netns add "$ns" && made+=("ns:$ns")
+  ip link add "${tag}v$h" type veth peer name eth0 netns "$ns" && made+=("link:${tag}v$h")
+  ip link set "${tag}v$h" master "$br" up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "198.19.8.$((h + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 50ms
+done
+echo "# netns_ddp: $WORLD namespaces, one rank each, $RATE tbf links; $(date -u +%FT%TZ)" \
+     "load $(cut -d' ' -f1-3 /proc/loadavg)"
+port=$((20000 + $$ % 20000))
+args=(--async-worker --reps "$REPS")
+[[ -n "$QUICK" ]] && args+=(--quick)
+pids=()
+run_rank() {
+  ip netns exec "${tag}h$1" env MASTER_ADDR=198.19.8.1 MASTER_PORT="$port" RANK="$1" \
+    WORLD_SIZE="$WORLD" LOCAL_RANK=0 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+    PYTHONPATH="$repo/python" RINGMASTER_LIBRARY="$lib" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 "$repo/bench/torch/bench_torch.py" "${args[@]}"
+}
+for ((r = 1; r < WORLD; r++)); do
+  run_rank "$r" >/dev/null &
+  pids+=($!)
+done
+run_rank 0 >"$out"
+for p in "${pids[@]}"; do wait "$p"; done
+/usr/bin/python3 "$repo/bench/torch/bench_torch.py" --table "$out" --worlds "$WORLD"
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

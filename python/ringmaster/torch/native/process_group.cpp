@@ -1,0 +1,467 @@
+// process_group.cpp - the native "ringmaster" torch.distributed backend.
+//
+// WHAT IT IS. A c10d::ProcessGroup subclass (torch 1.13's C++ API) over one
+// libringmaster communicator. torch and DDP's reducer call it directly from
+// C++: no Python, no GIL on the path of the collectives DDP makes per step.
+// ringmaster/torch/__init__.py makes it (the rendezvous, the communicator,
+// sub-groups, point-to-point and monitored_barrier stay in Python) and keeps
+// the pure-Python process group as the fallback where this extension was not
+// built; module.cpp is the pybind11 part.
+//
+// THREADS AND ORDER. Each group has ONE worker thread (started at its first
+// call, joined at shutdown) that owns the communicator: libringmaster takes
+// one thread at a time per communicator, so every C call on it is made
+// there. A collective, in the caller's thread, checks whether the native
+// path takes it (CPU, strided, contiguous tensors; a dtype and op the C
+// library reduces), takes the group's next sequence number and queues a body
+// under one lock, and returns its Work at once. The worker runs the bodies
+// in call order, so every rank runs the same collectives in the same order,
+// as the C library needs, while the caller (autograd's backward, under DDP)
+// goes on. What the native path does not take (other dtypes and ops, a
+// non-contiguous tensor, a bad argument, the calls torch makes through
+// Python only: all-to-all, gather, scatter, reduce, ...) is the Python
+// backend's: its checks raise in the caller as before and its body is queued
+// HERE, on the same worker and under the same numbering (module.cpp), so
+// native and Python bodies interleave in call order.
+//
+// A call made from the worker itself (a Future's then() callback, which the
+// worker runs when it completes the Future) runs at once, in place: queued,
+// it would wait on itself.
+//
+// TENSOR OWNERSHIP. A queued body holds the caller's tensors (at::Tensor
+// references, and the staging buffers it makes) until it has run; the
+// caller must not touch them before the Work completes (torch's rule for
+// async_op=True), as with gloo.
+//
+// COMPLETION. The worker completes the Work's c10::ivalue::Future first (its
+// value: the output tensors, as gloo's; its callbacks, e.g. a DDP
+// communication hook's then(), run there) and then wakes wait(). wait()
+// without a timeout returns when the call is done: the worker's C calls have
+// the group's deadline (below), so it ends. wait(timeout) throws when the
+// timeout passes first, naming the call; the call itself goes on.
+//
+// ERRORS. A failed C call is turned into the Python backend's own exception
+// (module.cpp's FailHook: the ringmaster error class, words that name the
+// call, its number in the group, the group, the rank, the timeout, the peer
+// the library names and the status; ringmaster.last_exception set as the
+// Python backend sets it) and carried by the Work and its Future: a Python
+// caller's wait() raises that exception object; C++ sees its text. Failures
+// are sticky in the C library: the calls queued behind one fail too, at
+// once, never hang.
+//
+// TIMEOUTS. The group's timeout (init_process_group's / new_group's, torch's
+// 30 min default) is the communicator's deadline; an option's own timeout
+// bounds that call only (set and restored around it by the worker).
+//
+// STOPPING. destroy_process_group (through the Python side) takes the
+// queued calls (they fail with Aborted), gives the running one the group's
+// timeout, aborts the communicator if it still runs (its waits end) and joins
+// the thread. When the communicator is replaced (a re-formation) or closed,
+// the Python side invalidates the group: its calls then go to the Python
+// backend, which raises Reconfigured or Aborted with its words, and no
+// native body touches the old communicator.
+#include "process_group.hpp"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <pthread.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+namespace ringmaster_torch {
+
+namespace {
+
+bool dtype_of(at::ScalarType s, rm_dtype_t* out) {
+  switch (s) {
+    case at::kFloat: *out = RM_F32; return true;
+    case at::kDouble: *out = RM_F64; return true;
+    case at::kHalf: *out = RM_F16; return true;
+    case at::kBFloat16: *out = RM_BF16; return true;
+    case at::kInt: *out = RM_I32; return true;
+    case at::kLong: *out = RM_I64; return true;
+    case at::kByte: *out = RM_U8; return true;
+    default: return false;
+  }
+}
+
+bool op_of(const c10d::ReduceOp& op, rm_op_t* out) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *out = RM_SUM; return true;
+    case c10d::ReduceOp::AVG: *out = RM_AVG; return true;
+    case c10d::ReduceOp::PRODUCT: *out = RM_PROD; return true;
+    case c10d::ReduceOp::MIN: *out = RM_MIN; return true;
+    case c10d::ReduceOp::MAX: *out = RM_MAX; return true;
+    default: return false;  // bitwise ops, PREMUL_SUM: the Python backend's
+  }
+}
+
+// an option's own timeout in ms, 0 when unset (torch: -1)
+int opt_ms(std::chrono::milliseconds t) {
+  auto ms = t.count();
+  if (ms <= 0) return 0;
+  return ms > 0x7fffffff ? 0x7fffffff : static_cast<int>(ms);
+}
+
+c10::TypePtr tensor_list_type() { return c10::ListType::create(c10::TensorType::get()); }
+
+}  // namespace
+
+// ---- Work ----
+Work::Work(std::string call, uint64_t seq, std::string label, c10d::OpType type,
+           c10::TypePtr value_type)
+    : c10d::Work(-1, type),
+      call_(std::move(call)),
+      seq_(seq),
+      label_(std::move(label)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(std::move(value_type))) {}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    TORCH_CHECK(false, "ringmaster backend: wait on ", call_, " #", seq_, " of the ", label_,
+                " timed out after ", timeout.count() / 1000.0,
+                " s; the call is still queued or running");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+std::vector<at::Tensor> Work::result() {
+  wait();
+  return outputs_;
+}
+
+void Work::done(c10::IValue value, std::vector<at::Tensor> outputs, std::exception_ptr e) {
+  outputs_ = std::move(outputs);
+  // the Future first: its callbacks (a DDP hook's then()) run here, in the
+  // worker, before wait() returns and before the next call starts
+  if (e)
+    future_->setError(e);
+  else
+    future_->markCompleted(std::move(value));
+  finish(e);
+}
+
+// ---- the group ----
+ProcessGroupRingmaster::ProcessGroupRingmaster(int rank, int size, std::string label,
+                                               int timeout_ms, rm_comm_t* comm, Lib lib)
+    : c10d::ProcessGroup(rank, size),
+      label_(std::move(label)),
+      timeout_ms_(timeout_ms),
+      comm_(comm),
+      lib_(lib) {}
+
+ProcessGroupRingmaster::~ProcessGroupRingmaster() {
+  auto left = takeQueued();
+  for (auto& w : left) {
+    w->done(c10::IValue(), {},
+            std::make_exception_ptr(std::runtime_error(
+                "ringmaster backend: " + w->call() + " #" + std::to_string(w->seq()) +
+                " of the " + label_ + " was still queued when the process group was freed")));
+  }
+  join(timeout_ms_, valid());
+}
+
+std::vector<c10::intrusive_ptr<Work>> ProcessGroupRingmaster::takeQueued() {
+  std::vector<c10::intrusive_ptr<Work>> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  for (auto& j : q_) out.push_back(j.work);
+  q_.clear();
+  cv_.notify_all();
+  return out;
+}
+
+bool ProcessGroupRingmaster::join(int grace_ms, bool abort_comm) {
+  if (!thread_.joinable()) return true;
+  if (inWorker()) {  // the last reference went in a Future callback
+    thread_.detach();
+    return true;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  bool gone = cv_.wait_for(lock, std::chrono::milliseconds(grace_ms),
+                           [&] { return worker_id_.load() == std::thread::id(); });
+  if (!gone && abort_comm && valid()) {
+    lib_.abort(comm_);  // the running call fails (sticky) and returns
+    gone = cv_.wait_for(lock, std::chrono::seconds(10),
+                        [&] { return worker_id_.load() == std::thread::id(); });
+  }
+  lock.unlock();
+  if (gone)
+    thread_.join();
+  else
+    thread_.detach();  // stuck in a C call past its deadline: never expected
+  return gone;
+}
+
+void ProcessGroupRingmaster::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !q_.empty() || stopping_; });
+      if (q_.empty()) {
+        worker_id_.store(std::thread::id());
+        cv_.notify_all();
+        return;
+      }
+      job = std::move(q_.front());
+      q_.pop_front();
+    }
+    run(job);
+  }
+}
+
+void ProcessGroupRingmaster::run(Job& job) {
+  std::exception_ptr e;
+  char name[16] = "";
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  job.work->setRanOn(name);
+  try {
+    job.body(job.work->seq());
+  } catch (...) {
+    e = std::current_exception();
+  }
+  auto w = std::move(job.work);
+  auto value = std::move(job.value);
+  auto outs = std::move(job.outputs);
+  job.body = nullptr;  // the tensors go with the call
+  w->done(e ? c10::IValue() : std::move(value), e ? std::vector<at::Tensor>() : std::move(outs),
+          e);
+}
+
+c10::intrusive_ptr<Work> ProcessGroupRingmaster::enqueue(const std::string& call,
+                                                         c10d::OpType type,
+                                                         std::vector<at::Tensor> outputs,
+                                                         c10::IValue value,
+                                                         c10::TypePtr value_type,
+                                                         int timeout_ms, Body body) {
+  Job job;
+  job.timeout_ms = timeout_ms;
+  job.body = std::move(body);
+  job.outputs = std::move(outputs);
+  job.value = std::move(value);
+  if (inWorker()) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = ++seq_;
+    }
+    job.work = c10::make_intrusive<Work>(call, seq, label_, type, std::move(value_type));
+    auto w = job.work;
+    run(job);
+    return w;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  TORCH_CHECK(!stopping_, "ringmaster backend: this process group was destroyed "
+                          "(dist.destroy_process_group) and its worker stopped");
+  job.work = c10::make_intrusive<Work>(call, ++seq_, label_, type, std::move(value_type));
+  auto w = job.work;
+  q_.push_back(std::move(job));
+  if (!thread_.joinable()) {
+    thread_ = std::thread([this] {
+      // the name a program sees in top, gdb and /proc/<pid>/task/*/comm
+      pthread_setname_np(pthread_self(), "ringmaster-pg");
+      worker_id_.store(std::this_thread::get_id());
+      loop();
+    });
+  }
+  cv_.notify_all();
+  return w;
+}
+
+// A native body's C call: a failure becomes the Python backend's exception.
+void ProcessGroupRingmaster::check(rm_status_t st, const std::string& call, uint64_t seq,
+                                   int ms) {
+  if (st == RM_OK) return;
+  if (fail) std::rethrow_exception(fail(st, call, seq, ms ? ms : timeout_ms_));
+  TORCH_CHECK(false, "ringmaster backend: ", call, " #", seq, " of the ", label_,
+              " failed with status ", static_cast<int>(st));
+}
+
+bool ProcessGroupRingmaster::fast(const at::Tensor& t) const {
+  return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
+         t.is_contiguous() && !t.is_complex();
+}
+
+namespace {
+// The option's own timeout around one body (TIMEOUTS above).
+struct Deadline {
+  Deadline(const Lib& lib, rm_comm_t* c, int ms, int group_ms)
+      : lib_(lib), c_(c), set_(ms && ms != group_ms), group_ms_(group_ms) {
+    if (set_) lib_.set_timeout(c_, ms);
+  }
+  ~Deadline() {
+    if (set_) lib_.set_timeout(c_, group_ms_);
+  }
+  const Lib& lib_;
+  rm_comm_t* c_;
+  bool set_;
+  int group_ms_;
+};
+}  // namespace
+
+// The group is stale when a body is about to run (the communicator was
+// replaced or closed since the call was queued): the Python side's words.
+#define RM_STALE_CHECK(call, seq)                       \
+  do {                                                  \
+    if (!valid()) check(RM_ERR_ABORTED, call, seq, 0);  \
+  } while (0)
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  rm_op_t op = RM_SUM;
+  rm_dtype_t dt = RM_F32;
+  bool ok = valid() && op_of(opts.reduceOp, &op);
+  for (auto& t : tensors) ok = ok && fast(t) && dtype_of(t.scalar_type(), &dt);
+  if (!ok) return slowAllreduce(tensors, opts);
+  int ms = opt_ms(opts.timeout);
+  std::vector<at::Tensor> ts = tensors;
+  return enqueue("allreduce", c10d::OpType::ALLREDUCE, ts, c10::IValue(ts),
+                 tensor_list_type(), ms, [this, ts, op, ms](uint64_t seq) {
+                   RM_STALE_CHECK("allreduce", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   for (auto& t : ts) {
+                     rm_dtype_t tdt = RM_F32;
+                     dtype_of(t.scalar_type(), &tdt);
+                     check(lib_.allreduce(comm_, t.data_ptr(), t.data_ptr(),
+                                          static_cast<size_t>(t.numel()), tdt, op),
+                           "allreduce", seq, ms);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  rm_op_t op = RM_SUM;
+  rm_dtype_t dt = RM_F32;
+  bool ok = valid() && op_of(opts.reduceOp, &op) && !tensors.empty() &&
+            dtype_of(tensors[0].scalar_type(), &dt);
+  for (auto& t : tensors) ok = ok && fast(t) && t.scalar_type() == tensors[0].scalar_type();
+  if (!ok) return slowAllreduceCoalesced(tensors, opts);
+  int ms = opt_ms(opts.timeout);
+  std::vector<at::Tensor> ts = tensors;
+  return enqueue("allreduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, ts,
+                 c10::IValue(ts), tensor_list_type(), ms, [this, ts, op, dt, ms](uint64_t seq) {
+                   RM_STALE_CHECK("allreduce_coalesced", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   std::vector<at::Tensor> flat_in;
+                   for (auto& t : ts) flat_in.push_back(t.reshape({-1}));
+                   at::Tensor flat = at::cat(flat_in);
+                   check(lib_.allreduce(comm_, flat.data_ptr(), flat.data_ptr(),
+                                        static_cast<size_t>(flat.numel()), dt, op),
+                         "allreduce_coalesced", seq, ms);
+                   int64_t off = 0;
+                   for (auto& t : ts) {
+                     t.view({-1}).copy_(flat.narrow(0, off, t.numel()));
+                     off += t.numel();
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  bool ok = valid() && opts.rootRank >= 0 && opts.rootRank < getSize();
+  for (auto& t : tensors) ok = ok && fast(t);
+  if (!ok) return slowBroadcast(tensors, opts);
+  int ms = opt_ms(opts.timeout);
+  int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> ts = tensors;
+  return enqueue("broadcast", c10d::OpType::BROADCAST, ts, c10::IValue(ts), tensor_list_type(),
+                 ms, [this, ts, root, ms](uint64_t seq) {
+                   RM_STALE_CHECK("broadcast", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   for (auto& t : ts)  // bytes: any dtype
+                     check(lib_.broadcast(comm_, t.data_ptr(), t.nbytes(), RM_U8, root),
+                           "broadcast", seq, ms);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  bool ok = valid() && fast(output) && fast(input) &&
+            output.scalar_type() == input.scalar_type() &&
+            output.numel() == input.numel() * getSize();
+  if (!ok) return slowAllgatherBase(output, input, opts);
+  int ms = opt_ms(opts.timeout);
+  at::Tensor out = output, in = input;
+  return enqueue("_allgather_base", c10d::OpType::_ALLGATHER_BASE, {out},
+                 c10::IValue(std::vector<at::Tensor>{out}), tensor_list_type(), ms,
+                 [this, out, in, ms](uint64_t seq) {
+                   RM_STALE_CHECK("_allgather_base", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   check(lib_.allgather(comm_, in.data_ptr(), out.data_ptr(), in.nbytes(), RM_U8),
+                         "_allgather_base", seq, ms);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  bool ok = valid() && inputs.size() == 1 && outputs.size() == 1 &&
+            static_cast<int>(outputs[0].size()) == getSize() && fast(inputs[0]);
+  if (ok) {
+    for (auto& o : outputs[0])
+      ok = ok && o.defined() && o.device().is_cpu() && !o.is_complex() &&
+           o.scalar_type() == inputs[0].scalar_type() && o.numel() == inputs[0].numel();
+  }
+  if (!ok) return slowAllgather(outputs, inputs, opts);
+  int ms = opt_ms(opts.timeout);
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  c10::List<c10::List<at::Tensor>> value;
+  value.push_back(c10::List<at::Tensor>(outs));
+  return enqueue("allgather", c10d::OpType::ALLGATHER, outs, c10::IValue(value),
+                 c10::ListType::create(tensor_list_type()), ms,
+                 [this, in, outs, ms](uint64_t seq) {
+                   RM_STALE_CHECK("allgather", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   at::Tensor flat = at::empty({getSize(), in.numel()}, in.options());
+                   check(lib_.allgather(comm_, in.data_ptr(), flat.data_ptr(), in.nbytes(), RM_U8),
+                         "allgather", seq, ms);
+                   for (int r = 0; r < getSize(); r++)
+                     outs[r].copy_(flat[r].view(outs[r].sizes()));
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  rm_op_t op = RM_SUM;
+  rm_dtype_t dt = RM_F32;
+  bool ok = valid() && op_of(opts.reduceOp, &op) && fast(output) && fast(input) &&
+            output.scalar_type() == input.scalar_type() &&
+            dtype_of(input.scalar_type(), &dt) && input.numel() == output.numel() * getSize();
+  if (!ok) return slowReduceScatterBase(output, input, opts);
+  int ms = opt_ms(opts.timeout);
+  at::Tensor out = output, in = input;
+  return enqueue("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, {out},
+                 c10::IValue(std::vector<at::Tensor>{out}), tensor_list_type(), ms,
+                 [this, out, in, op, dt, ms](uint64_t seq) {
+                   RM_STALE_CHECK("_reduce_scatter_base", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   check(lib_.reduce_scatter(comm_, in.data_ptr(), out.data_ptr(),
+                                             static_cast<size_t>(out.numel()), dt, op),
+                         "_reduce_scatter_base", seq, ms);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::barrier(const c10d::BarrierOptions& opts) {
+  if (!valid()) return slowBarrier(opts);
+  int ms = opt_ms(opts.timeout);
+  return enqueue("barrier", c10d::OpType::BARRIER, {}, c10::IValue(std::vector<at::Tensor>{}),
+                 tensor_list_type(), ms, [this, ms](uint64_t seq) {
+                   RM_STALE_CHECK("barrier", seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   // the data plane's barrier: torch's barrier is a collective
+                   // of this group, not the coordinator's named barrier
+                   check(lib_.barrier(comm_), "barrier", seq, ms);
+                 });
+}
+
+}  // namespace ringmaster_torch
