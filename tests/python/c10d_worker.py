@@ -297,6 +297,21 @@ def mode_dtypes():
         dist.scatter(out, [xs[r] for r in range(WORLD)] if RANK == 0 else None, 0)
         check(torch.equal(out, xs[RANK]), "scatter %s" % dtype)
         checked += 5
+    # the root stages gather and scatter through one buffer kept between
+    # calls: larger, smaller, then larger blocks again, each result whole
+    for m in (5000, 3, 4099):
+        x = torch.arange(m, dtype=torch.float64) + 1e6 * RANK
+        gl = [torch.full((m,), -1.0, dtype=torch.float64) for _ in range(WORLD)] \
+            if RANK == 0 else None
+        dist.gather(x, gl, 0)
+        if RANK == 0:
+            check(all(torch.equal(gl[r], torch.arange(m, dtype=torch.float64) + 1e6 * r)
+                      for r in range(WORLD)), "gather of %d after other sizes" % m)
+        out = torch.full((m,), -1.0, dtype=torch.float64)
+        pieces = [torch.arange(m, dtype=torch.float64) * (r + 2) for r in range(WORLD)]
+        dist.scatter(out, pieces if RANK == 0 else None, 0)
+        check(torch.equal(out, pieces[RANK]), "scatter of %d after other sizes" % m)
+        checked += 2
     # what torch does not define is refused on every rank before anything moves
     for dtype, op in ((torch.bool, "AVG"), (torch.float32, "BAND"), (torch.float64, "BXOR")):
         try:

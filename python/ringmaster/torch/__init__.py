@@ -523,6 +523,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         self._p2p = None
         self._p2p_why = "not made"
         self._closed = False
+        self._stage = None  # gather / scatter staging at the root (ROOTED STAGING)
         self._p2p, self._p2p_why = _p2p.lane(comm)
         # SUB-GROUPS IN A JOB: a communicator made here beside the session's
         # (a sub-group's, the point-to-point lane) is tied to the session,
@@ -549,6 +550,7 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        self._stage = None
         f = _rm._lib.session_fn("rm_session_detach")
         for s, ptr in self._attached:
             f(s, ptr)
@@ -977,6 +979,23 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 self._reduce_one(c, t, op, "reduce", root)
         return self._submit("reduce", go, opts, ts)
 
+    # ROOTED STAGING. rm_gather and rm_scatter take the root's world blocks
+    # as one buffer, and torch gives the root a list of tensors: the root
+    # stages them through a host buffer of world x block bytes. That buffer
+    # is kept between calls (self._stage, grown on demand, dropped when the
+    # group stops; only the group's calls, one at a time, touch it). A
+    # fresh one per call was a fresh mmap (glibc maps blocks of 32 MiB and
+    # more) whose pages faulted in on every call: 8,193 faults for 2 x 16
+    # MiB, 85-88 ms on the 2-vCPU VM where the C call itself takes 2.4 ms
+    # (bench/results/2026-12-07-gather-scatter.md; gloo's gather, which
+    # allocates its flat buffer per call, pays the same).
+    def _staged(self, nbytes, dtype, shape):
+        """The staging buffer as a (shape) tensor of dtype, nbytes long."""
+        if self._stage is None or self._stage.numel() < nbytes:
+            self._stage = None  # the old one goes before the new one is made
+            self._stage = torch.empty(nbytes, dtype=torch.uint8)
+        return self._stage[:nbytes].view(dtype).view(shape)
+
     def gather(self, output_lists, input_tensors, opts=None):
         root = self._root(opts, "gather")
 
@@ -985,7 +1004,8 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 if not c.has_rooted():  # an older library: every rank gets all
                     buf = _gathered(c, x)
                 else:  # only the root receives (rm_gather)
-                    buf = torch.empty((c.world,) + tuple(x.shape), dtype=x.dtype) \
+                    buf = self._staged(c.world * x.numel() * x.element_size(), x.dtype,
+                                       (c.world,) + tuple(x.shape)) \
                         if c.rank == root else None
                     c.gather_into(buf, x.contiguous(), root)
                 if c.rank == root:
@@ -1001,8 +1021,19 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
                 if c.has_rooted():  # only the root sends (rm_scatter)
                     res = out if out.is_contiguous() else torch.empty_like(
                         out, memory_format=torch.contiguous_format)
-                    src = torch.stack([t.contiguous() for t in input_lists[i]]) \
-                        if c.rank == root else None
+                    src = None
+                    if c.rank == root:
+                        ins = input_lists[i]
+                        if len(ins) == c.world and all(
+                                t.device.type == "cpu" and t.dtype == out.dtype and
+                                t.shape == out.shape for t in ins):
+                            src = self._staged(c.world * out.numel() * out.element_size(),
+                                               out.dtype, (c.world,) + tuple(out.shape))
+                            for r, t in enumerate(ins):
+                                src[r].copy_(t)
+                        else:  # device memory, or pieces unlike out (scatter_into
+                            # refuses those that do not add up): stacked as before
+                            src = torch.stack([t.contiguous() for t in ins])
                     c.scatter_into(res, src, root)
                     if res is not out:
                         out.copy_(res)
