@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_fork.h"
@@ -113,4 +114,17 @@ rm_status_t rm_bench_comm(int rank, int world, const char **peers, rm_endpoint_t
   rm_status_t st = rm_comm_init(&cfg, out);
   if (st != RM_OK) fprintf(stderr, "rank %d: rm_comm_init: %s\n", rank, rm_status_name(st));
   return st;
+}
+
+double rm_bench_now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+int rm_bench_cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
 }

@@ -29,4 +29,9 @@ rm_status_t rm_bench_comm(int rank, int world, const char **peers, rm_endpoint_t
 int rm_bench_rendezvous(const char *dir, int rank, int world, const char *bind_ip,
                         rm_endpoint_t **ep, const char **peers);
 
+/* CLOCK_MONOTONIC in microseconds, and a qsort comparator of doubles (the
+ * medians every bench table prints). */
+double rm_bench_now_us(void);
+int rm_bench_cmp_double(const void *a, const void *b);
+
 #endif

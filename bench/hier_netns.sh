@@ -18,30 +18,14 @@ for d in "${BUILD:-}" "$repo/build-perf" "$repo/build"; do
 done
 [[ -n "$bench" ]] || { echo "hier_netns.sh: build rm_bench first" >&2; exit 2; }
 tag="rmhb$$"
-br="${tag}br"
-made=()
+# shellcheck source=bench/netns_lib.sh
+. "$repo/bench/netns_lib.sh"
 cleanup() {
-  for ((i = ${#made[@]} - 1; i >= 0; i--)); do
-    case "${made[$i]}" in
-      ns:*) ip netns del "${made[$i]#ns:}" 2>/dev/null || true ;;
-      link:*) ip link del "${made[$i]#link:}" 2>/dev/null || true ;;
-    esac
-  done
+  netns_down
   rm -rf "${rdv:-}"
 }
 trap cleanup EXIT
-ip link add "$br" type bridge && made+=("link:$br")
-ip link set "$br" up
-for ((h = 0; h < HOSTS; h++)); do
-  ns="${tag}h$h"
-  ip netns add "$ns" && made+=("ns:$ns")
-  ip link add "${tag}v$h" type veth peer name eth0 netns "$ns" && made+=("link:${tag}v$h")
-  ip link set "${tag}v$h" master "$br" up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "198.19.7.$((h + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 50ms
-done
+netns_up "$tag" "$HOSTS" "$RATE" 198.19.7
 world=$((HOSTS * LOCAL))
 echo "# hier_netns: $HOSTS namespaces x $LOCAL ranks, $RATE tbf links; $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((rep = 1; rep <= REPEATS; rep++)); do

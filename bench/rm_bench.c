@@ -54,18 +54,6 @@ typedef struct opts {
   int device; /* -m device */
 } opts_t;
 
-static double now_us(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static int small_type(rm_dtype_t dt) { return dt == RM_F16 || dt == RM_BF16 || dt == RM_U8; }
 
@@ -128,14 +116,14 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
       memcpy(buf, pristine, count * es);
     }
     if (rm_barrier(c) != RM_OK) goto fail;
-    double t0 = now_us();
+    double t0 = rm_bench_now_us();
     if (algo == ALGO_NCCL_DIRECT) {
       if (rm_bench_nccl_direct(c, work, count, o->dt) != 0) goto fail; /* -m device: main */
       info.algorithm = ALGO_NCCL_DIRECT;
     } else if (rm_allreduce_ex(c, work, work, count, o->dt, RM_SUM, algo, &info) != RM_OK) {
       goto fail;
     }
-    double dt = now_us() - t0;
+    double dt = rm_bench_now_us() - t0;
     if (rm_allreduce(c, &dt, &dt, 1, RM_F64, RM_MAX) != RM_OK) goto fail;
     if (k >= 0) t[k] = dt;
     if (o->device && rm_bench_dev_copy(buf, g_dbuf, count * es) != 0) goto fail;
@@ -144,7 +132,7 @@ static int run_cell(rm_comm_t *c, const opts_t *o, size_t bytes, rm_algo_t algo,
         if (memcmp(buf + i * es, want + i * es, es) != 0) wrong++;
   }
   if (rm_allreduce(c, &wrong, &wrong, 1, RM_F64, RM_SUM) != RM_OK) goto fail;
-  qsort(t, (size_t)it, sizeof t[0], cmp_d);
+  qsort(t, (size_t)it, sizeof t[0], rm_bench_cmp_double);
   if (r == 0) {
     double med = t[it / 2], algbw = (double)(count * es) / med / 1e3;
     char name[32];

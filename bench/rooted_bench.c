@@ -29,18 +29,6 @@ typedef struct opts {
   int nsizes, iters;
 } opts_t;
 
-static double now_us(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static unsigned char val(int from, int to, size_t i)
 {
@@ -80,11 +68,11 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, c
         memset(kind == 2 ? a2r : all, 0xEE, blk * n);
         if (kind == 1) memset(mine, 0xEE, blk);
         if (rm_barrier(c) != RM_OK) return 1;
-        double t0 = now_us();
+        double t0 = rm_bench_now_us();
         if (kind == 0) st = rm_gather(c, mine, all, blk, RM_U8, 0);
         else if (kind == 1) st = rm_scatter(c, src, mine, blk, RM_U8, 0);
         else st = rm_alltoallv(c, a2s, cnt, dsp, a2r, cnt, dsp, RM_U8);
-        double dt = now_us() - t0;
+        double dt = rm_bench_now_us() - t0;
         if (st != RM_OK) {
           fprintf(stderr, "rank %d: %s: %s\n", rank, rm_status_name(st), rm_comm_last_error(c));
           return 1;
@@ -105,7 +93,7 @@ static int run_one(int rank, int world, const char **peers, rm_endpoint_t *ep, c
     if (rank == 0) {
       double med[3], mn[3];
       for (int kind = 0; kind < 3; kind++) {
-        qsort(t[kind], (size_t)o->iters, sizeof(double), cmp_d);
+        qsort(t[kind], (size_t)o->iters, sizeof(double), rm_bench_cmp_double);
         med[kind] = t[kind][o->iters / 2];
         mn[kind] = t[kind][0];
       }

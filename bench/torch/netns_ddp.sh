@@ -14,31 +14,16 @@ WORLD="${WORLD:-2}" RATE="${RATE:-1gbit}" REPS="${REPS:-5}" QUICK="${QUICK:-}"
 lib="${RINGMASTER_LIBRARY:-$repo/build/worker/libringmaster.so.0.1.0}"
 [[ -e "$lib" ]] || { echo "netns_ddp.sh: build libringmaster first ($lib)" >&2; exit 2; }
 tag="rmtd$$"
-br="${tag}br"
-made=()
+# rank 0's output (the BENCH line that --table prints from)
 out="$(mktemp /tmp/rm-netns-ddp.XXXXXX)"
+# shellcheck source=bench/netns_lib.sh
+. "$repo/bench/netns_lib.sh"
 cleanup() {
-  for ((i = ${#made[@]} - 1; i >= 0; i--)); do
-    case "${made[$i]}" in
-      ns:*) ip netns del "${made[$i]#ns:}" 2>/dev/null || true ;;
-      link:*) ip link del "${made[$i]#link:}" 2>/dev/null || true ;;
-    esac
-  done
+  netns_down
   rm -f "$out"
 }
 trap cleanup EXIT
-ip link add "$br" type bridge && made+=("link:$br")
-ip link set "$br" up
-for ((h = 0; h < WORLD; h++)); do
-  ns="${tag}h$h"
-  ip netns add "$ns" && made+=("ns:$ns")
-  ip link add "${tag}v$h" type veth peer name eth0 netns "$ns" && made+=("link:${tag}v$h")
-  ip link set "${tag}v$h" master "$br" up
-  ip -n "$ns" link set lo up
-  ip -n "$ns" addr add "198.19.8.$((h + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst 256kb latency 50ms
-done
+netns_up "$tag" "$WORLD" "$RATE" 198.19.8
 echo "# netns_ddp: $WORLD namespaces, one rank each, $RATE tbf links; $(date -u +%FT%TZ)" \
      "load $(cut -d' ' -f1-3 /proc/loadavg)"
 port=$((20000 + $$ % 20000))
