@@ -175,12 +175,18 @@ _NATIVE_FNS = ("rm_allreduce", "rm_broadcast", "rm_allgather", "rm_reduce_scatte
                "rm_barrier", "rm_comm_set_timeout", "rm_comm_abort")
 
 
+def _native_off():
+    """RINGMASTER_TORCH_NATIVE=0 (off, no, false): the Python backend."""
+    return os.environ.get("RINGMASTER_TORCH_NATIVE", "").strip().lower() in ("0", "off", "no",
+                                                                            "false")
+
+
 def _load_native():
     global _native, _native_where
     import glob
     import importlib.util
     want = os.environ.get("RINGMASTER_TORCH_NATIVE", "").strip()
-    if want.lower() in ("0", "off", "no", "false"):
+    if _native_off():
         _native_where = "RINGMASTER_TORCH_NATIVE=%s turns it off" % want
         return
     if want and want.lower() not in ("1", "on", "yes", "true"):
@@ -1100,9 +1106,7 @@ def _rm_group(pg):
 def _make_group(rank, size, comm, timeout, store, label, owned=False):
     """A "ringmaster" group: native where the extension loaded (its twin
     made first), else the Python one (THE NATIVE BACKEND)."""
-    off = os.environ.get("RINGMASTER_TORCH_NATIVE", "").strip().lower() in ("0", "off", "no",
-                                                                            "false")
-    if _native is None or off or _sync_env():  # (the synchronous path is the Python group's)
+    if _native is None or _native_off() or _sync_env():  # (the synchronous path is the Python group's)
         return ProcessGroupRingmaster(rank, size, comm, timeout, store, label, owned=owned)
     twin = ProcessGroupRingmaster(rank, size, comm, timeout, store, label, owned=owned,
                                   native=True)
