@@ -452,9 +452,11 @@ static rm_status_t do_open(rm__secagg_t *sa, uint64_t seq, char *err, size_t err
 }
 
 /* UNMASK of lanes [first, first + n): strip every guard's self-mask, then
- * dequantize (and copy to sum_q), per block. */
+ * dequantize by `unscale` (the fixed-point scale, times the member count for
+ * a mean: one rounding, and no second pass over recv to divide) and copy to
+ * sum_q, per block. */
 static void do_unmask(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q, size_t first,
-                      size_t n)
+                      size_t n, double unscale)
 {
   size_t w = (size_t)sa->p.bits / 8, per = RM__SA_BLOCK / 4;
   for (size_t i = first; i < first + n; i += per) {
@@ -465,7 +467,7 @@ static void do_unmask(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q, 
         rm__secagg_prg_add(sa->p.bits, sa->open_all + (size_t)g * OPEN_LEN, seq, RM__SA_SELF,
                            -1, lanes, i, m);
     if (sum_q) memcpy((char *)sum_q + i * w, lanes, m * w);
-    rm__secagg_dequantize(sa->p.bits, lanes, m, sa->p.scale, recv + i);
+    rm__secagg_dequantize(sa->p.bits, lanes, m, unscale, recv + i);
   }
 }
 
@@ -487,7 +489,7 @@ static size_t shard_lanes(const rm__secagg_t *sa, size_t count)
  * all-gather comes AFTER the commit point: this rank finishes the call
  * alone from Y, which it holds whole, and the call stands. */
 static void do_unmask_sharded(rm__secagg_t *sa, float *recv, uint64_t seq, void *sum_q,
-                              size_t c, size_t *bytes_sent)
+                              size_t c, size_t *bytes_sent, double unscale)
 {
   size_t off = (size_t)sa->rank * c, tot = c * (size_t)sa->world;
   int bits = sum_q ? sa->p.bits : 32;
@@ -496,14 +498,14 @@ static void do_unmask_sharded(rm__secagg_t *sa, float *recv, uint64_t seq, void 
   const uint8_t *key = NULL;
   for (int g = 0; g < sa->world && key == NULL; g++)
     if (sa->guards[g]) key = sa->open_all + (size_t)g * OPEN_LEN;
-  do_unmask(sa, recv, seq, sum_q, off, c);
+  do_unmask(sa, recv, seq, sum_q, off, c, unscale);
   rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, 1, buf + off * w, off, c);
   rm__testhook_secagg_die(sa->rank, "gather", seq);
   rm_status_t st = rm_allgather(sa->comm, buf + off * w, buf, c,
                                 sum_q ? lane_dt(sa->p.bits) : RM_F32);
   if (st != RM_OK) {
-    do_unmask(sa, recv, seq, sum_q, 0, off);
-    do_unmask(sa, recv, seq, sum_q, off + c, tot - off - c);
+    do_unmask(sa, recv, seq, sum_q, 0, off, unscale);
+    do_unmask(sa, recv, seq, sum_q, off + c, tot - off - c, unscale);
   } else {
     /* a ring all-gather: N - 1 shards out of every rank */
     *bytes_sent += (size_t)(sa->world - 1) * c * w;
@@ -511,16 +513,15 @@ static void do_unmask_sharded(rm__secagg_t *sa, float *recv, uint64_t seq, void 
     rm__secagg_prg_add(bits, key, seq, RM__SA_GATHER, -1, buf + (off + c) * w, off + c,
                        tot - off - c);
     if (sum_q) {
-      rm__secagg_dequantize(bits, sum_q, off, sa->p.scale, recv);
-      rm__secagg_dequantize(bits, buf + (off + c) * w, tot - off - c, sa->p.scale,
-                            recv + off + c);
+      rm__secagg_dequantize(bits, sum_q, off, unscale, recv);
+      rm__secagg_dequantize(bits, buf + (off + c) * w, tot - off - c, unscale, recv + off + c);
     }
   }
   /* our own shard once more from y (unmasked there): cheaper than its
    * keystream, and right even where a failed all-gather overwrote it */
   if (sum_q) memcpy((char *)sum_q + off * w, (char *)sa->y + off * w, c * w);
-  rm__secagg_dequantize(sa->p.bits, (char *)sa->y + off * (size_t)sa->p.bits / 8, c,
-                        sa->p.scale, recv + off);
+  rm__secagg_dequantize(sa->p.bits, (char *)sa->y + off * (size_t)sa->p.bits / 8, c, unscale,
+                        recv + off);
 }
 
 static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
@@ -537,6 +538,13 @@ static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
 rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv, size_t count,
                                void *my_q, void *sum_q, rm__secagg_stats_t *st, char *err,
                                size_t errlen)
+{
+  return rm__secagg_reduce_f32(sa, send, recv, count, 0, my_q, sum_q, st, err, errlen);
+}
+
+rm_status_t rm__secagg_reduce_f32(rm__secagg_t *sa, const float *send, float *recv,
+                                  size_t count, int mean, void *my_q, void *sum_q,
+                                  rm__secagg_stats_t *st, char *err, size_t errlen)
 {
   rm_allreduce_info_t ai;
   rm__secagg_stats_t s;
@@ -590,8 +598,9 @@ rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv,
   rm__testhook_secagg_die(sa->rank, "unmask", s.seq);
   t = rm__now_ns();
   size_t c = shard_lanes(sa, count), tot = c * (size_t)sa->world;
-  if (c > 0) do_unmask_sharded(sa, recv, s.seq, sum_q, c, &s.bytes_sent);
-  do_unmask(sa, recv, s.seq, sum_q, tot, count - tot); /* the tail, or all */
+  double unscale = sa->p.scale * (mean ? (double)sa->world : 1.0);
+  if (c > 0) do_unmask_sharded(sa, recv, s.seq, sum_q, c, &s.bytes_sent, unscale);
+  do_unmask(sa, recv, s.seq, sum_q, tot, count - tot, unscale); /* the tail, or all */
   s.ms_unmask = ms_since(t);
   if (st) *st = s;
 out:

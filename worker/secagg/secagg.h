@@ -130,5 +130,11 @@ rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send,
                                float *recv, size_t count, void *my_q,
                                void *sum_q, rm__secagg_stats_t *st,
                                char *err, size_t errlen);
+/* The same with mean != 0: recv[i] = that sum / members, the division
+ * folded into the dequantization (no second pass over recv). sum_q stays
+ * the integer sum. */
+rm_status_t rm__secagg_reduce_f32(rm__secagg_t *sa, const float *send, float *recv,
+                                  size_t count, int mean, void *my_q, void *sum_q,
+                                  rm__secagg_stats_t *st, char *err, size_t errlen);
 
 #endif

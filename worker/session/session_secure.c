@@ -88,9 +88,11 @@ static rm_status_t failed(rm_session_t *s, rm_status_t st, const char *err)
   return st;
 }
 
-rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
-                                   float *recv, size_t count, void *my_q,
-                                   void *sum_q, rm_secure_info_t *info)
+/* recv = the secure sum, or with mean the mean over the members (divided
+ * in the dequantization: no second pass over recv). */
+static rm_status_t secure_reduce(rm_session_t *s, const float *send, float *recv,
+                                 size_t count, int mean, void *my_q, void *sum_q,
+                                 rm_secure_info_t *info)
 {
   char err[512] = "";
   if (!s || (!send && count) || (!recv && count)) return RM_ERR_INVALID_ARG;
@@ -116,8 +118,8 @@ rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
   }
   rm__secagg_stats_t sst;
   memset(&sst, 0, sizeof sst);
-  st = rm__secagg_sum_f32(s->secagg, send, recv, count, my_q, sum_q, &sst,
-                          err, sizeof err);
+  st = rm__secagg_reduce_f32(s->secagg, send, recv, count, mean, my_q, sum_q, &sst, err,
+                             sizeof err);
   if (st != RM_OK) return failed(s, st, err);
   if (info && info->struct_size >= sizeof *info) {
     info->members = sst.members;
@@ -141,6 +143,13 @@ rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
   return RM_OK;
 }
 
+rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
+                                   float *recv, size_t count, void *my_q,
+                                   void *sum_q, rm_secure_info_t *info)
+{
+  return secure_reduce(s, send, recv, count, 0, my_q, sum_q, info);
+}
+
 rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
                                         float *recv, size_t count, rm_op_t op,
                                         rm_secure_info_t *info)
@@ -156,12 +165,9 @@ rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
   rm_secure_info_t local = {.struct_size = sizeof local};
   rm_comm_t *c = s ? s->comm : NULL;
   if (c) c->use_internal++; /* SPEC USE: the library's own sums */
-  rm_status_t st = rm__session_secure_sum(s, send, recv, count, NULL, NULL,
-                                          info ? info : &local);
+  rm_status_t st = secure_reduce(s, send, recv, count, op == RM_AVG, NULL, NULL,
+                                 info ? info : &local);
   if (c) c->use_internal--;
   if (st == RM_OK) s->use_secure++;
-  if (st != RM_OK || op == RM_SUM) return st;
-  int n = info ? info->members : local.members;
-  for (size_t i = 0; i < count; i++) recv[i] /= (float)n;
-  return RM_OK;
+  return st;
 }
