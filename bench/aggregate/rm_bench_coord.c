@@ -89,7 +89,7 @@ int main(int argc, char **argv)
       s = s * 6364136223846793005ULL + 1442695040888963407ULL;
       rows[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5);
     }
-    rm__agg_block_t b = {rows, len, len, n, RM_F32};
+    rm__agg_block_t b = {rows, len, len, n, RM_F32, NULL, 0};
     for (int k = 0; k < NKERNELS && rc == 0; k++) {
       double best[3] = {1e300, 1e300, 1e300}; /* ref, sse2, avx2 */
       for (int r = 0; r < reps; r++)

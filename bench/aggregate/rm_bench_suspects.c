@@ -96,7 +96,7 @@ static void old_rule(int kind, const double *s, int n, int f, uint8_t *ex)
 static int statistic(rm_agg_method_t m, const float *rows, int n, size_t dim, int f,
                      double *s)
 {
-  rm__agg_block_t b = {rows, dim, dim, n, RM_F32};
+  rm__agg_block_t b = {rows, dim, dim, n, RM_F32, NULL, 0};
   if (m == RM_AGG_MEDIAN || m == RM_AGG_TRIMMED_MEAN) {
     uint32_t tr[NMAX] = {0};
     float *out = malloc(dim * sizeof *out);

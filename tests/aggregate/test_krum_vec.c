@@ -98,7 +98,7 @@ static void check_dist(const char *dn, rm_dtype_t dt, int n, size_t len, int kin
   int sel1[64], sel2[64];
   if (!rows || !d1 || !d2 || !d3) exit(1);
   fill(rows, n, len, stride, dt, kind);
-  rm__agg_block_t b = {rows, stride, len, n, dt};
+  rm__agg_block_t b = {rows, stride, len, n, dt, NULL, 0};
   CHECK(rm__agg_pair_dist(&b, d1) == RM_OK);
   CHECK(rm__agg_pair_dist_ref(&b, d2) == RM_OK);
   /* the SSE2 build: the AVX2 build's bits */
@@ -156,7 +156,7 @@ static void check_bulyan(const char *dn, rm_dtype_t dt, int n, size_t len)
   agg_test_bufs_t bf;
   int sel[80];
   agg_test_bufs_get(&bf, n, len, dt, pick);
-  rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt};
+  rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt, NULL, 0};
   /* k of the n rows in a shuffled order */
   for (int i = 0; i < n; i++) sel[i] = i;
   for (int i = n - 1; i > 0; i--) {
@@ -206,7 +206,7 @@ static void check_mean(const char *dn, rm_dtype_t dt, int n, size_t len)
         for (int i = 1; i < k; i++) sum += load(bf.rows, (size_t)sel[i] * bf.stride + q, dt);
         agg_test_store(bf.o2, q, dt, k > 1 ? sum / (double)k : sum);
       }
-      rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt};
+      rm__agg_block_t b = {bf.rows, bf.stride, len, n, dt, NULL, 0};
       memset(bf.o1, 0x5a, len * bf.esz);
       rm__agg_sse2_only(sse2);
       CHECK(rm__agg_mean_rows(&b, sel, k, bf.o1) == RM_OK);

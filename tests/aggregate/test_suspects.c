@@ -76,7 +76,7 @@ static void run(rm_agg_method_t m, int attack, uint64_t seed, double snr, int *n
         else *x = (float)(mu[k] + 0.2533 * sqrt(fmax(sq[k] - mu[k] * mu[k], 0)));
       }
     }
-    rm__agg_block_t b = {rows, D, D, N, RM_F32};
+    rm__agg_block_t b = {rows, D, D, N, RM_F32, NULL, 0};
     double s[N];
     uint8_t ex[N];
     if (m == RM_AGG_TRIMMED_MEAN) {

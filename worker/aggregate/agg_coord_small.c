@@ -44,6 +44,7 @@
 #endif
 
 #include "aggregate/agg_int.h"
+#include "aggregate/agg_kernels_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -77,15 +78,18 @@ static const unsigned char NET8[][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, 
 #define CS_SEL(m, a, b) ((cs_v8f)(((cs_v8i)(a) & (m)) | ((cs_v8i)(b) & ~(m))))
 
 /*
- * One kernel per (n, build). Arguments: rows (f32) with stride, columns
+ * One kernel per (n, build). Arguments: the n rows (f32 pointers), columns
  * [j0, j0 + c), c <= 32 * STRIP; out (f32) written for the strips taken;
  * kept[i] += columns of row i kept (f > 0); returns a bit per strip that
  * the caller must give to the tile kernel (ties, or a partial last strip).
  */
 #define CS_KERNEL(N, NAME, ATTR)                                                      \
-  ATTR static uint32_t NAME(const float *rows, size_t stride, size_t j0, size_t c,    \
-                            int med, int f, float *out, int64_t *kept, double *sq)    \
+  ATTR static uint32_t NAME(const float *const *rp, size_t j0, size_t c, int med,     \
+                            int f, float *out, int64_t *kept, double *sq)             \
   {                                                                                   \
+    const float *rows[N];                                                             \
+    for (int i = 0; i < N; i++)                                                       \
+      rows[i] = rp[i];                                                                \
     const unsigned char(*net)[2] = NET##N;                                            \
     const int npairs = (int)(sizeof NET##N / sizeof NET##N[0]);                       \
     const int phi = N / 2, plo = N % 2 ? phi : phi - 1;                               \
@@ -111,7 +115,7 @@ static const unsigned char NET8[][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, 
       cs_v8f x[N], y[N];                                                              \
       _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                             \
       {                                                                               \
-        memcpy(&x[i], rows + (size_t)i * stride + j, sizeof x[i]);                    \
+        memcpy(&x[i], rows[i] + j, sizeof x[i]);                                     \
         x[i] = CS_SEL(x[i] == x[i], x[i], inf);                                       \
         y[i] = x[i];                                                                  \
       }                                                                               \
@@ -204,8 +208,8 @@ CS_KERNEL(8, cs8, __attribute__((target("avx2"))))
 #endif
 
 #ifdef CS_HAVE
-typedef uint32_t (*cs_fn)(const float *, size_t, size_t, size_t, int, int, float *,
-                          int64_t *, double *);
+typedef uint32_t (*cs_fn)(const float *const *, size_t, size_t, int, int, float *, int64_t *,
+                          double *);
 #endif
 
 int rm__agg_coord_small_ok(const rm__agg_block_t *b)
@@ -235,8 +239,10 @@ uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f,
   case 8: fn = cs8; break;
   default: return all;
   }
-  return fn((const float *)b->rows, b->stride, j0, c, m == RM_AGG_MEDIAN, f, (float *)out,
-            kept, sq);
+  const float *rp[8];
+  for (int i = 0; i < b->n; i++)
+    rp[i] = (const float *)row_ptr(b, i);
+  return fn(rp, j0, c, m == RM_AGG_MEDIAN, f, (float *)out, kept, sq);
 #else
   (void)m, (void)f, (void)j0, (void)out, (void)kept, (void)b, (void)sq;
   return all;

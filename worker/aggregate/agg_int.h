@@ -13,7 +13,10 @@
  *
  * A block (rm__agg_block_t) is what rank r holds after the all-to-all: n
  * rows, row i = worker i's elements of slice r, `len` elements each, row i
- * at rows + i * stride elements, in the caller's dtype.
+ * at rows + i * stride elements, in the caller's dtype; except, when `own`
+ * is set, row own_row, which is at `own` (the caller's own slice read where
+ * it lies, not copied into the block: rm_aggregate's all-to-all moves only
+ * the other ranks' rows).
  */
 #ifndef RM_WORKER_AGGREGATE_AGG_INT_H
 #define RM_WORKER_AGGREGATE_AGG_INT_H
@@ -51,6 +54,8 @@ typedef struct rm__agg_block {
   size_t len;       /* elements of each row in the slice */
   int n;
   rm_dtype_t dt;
+  const void *own; /* row own_row, when not NULL (borrowed) */
+  int own_row;
 } rm__agg_block_t;
 
 /* ---- vector helpers (dt a float type) ---- */

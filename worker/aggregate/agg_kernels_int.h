@@ -53,6 +53,7 @@ double rm__agg_sumsq_diff(const double *x, const double *y, size_t c);
 /* ---- rows ---- */
 static inline const void *row_ptr(const rm__agg_block_t *b, int i)
 {
+  if (b->own && i == b->own_row) return b->own;
   return (const char *)b->rows + (size_t)i * b->stride * rm_dtype_size(b->dt);
 }
 

@@ -112,6 +112,7 @@
 #include <string.h>
 
 #include "aggregate/agg_int.h"
+#include "collectives/collectives.h"
 #include "comm/comm_int.h"
 #include "device/gpu.h"
 #include "rm_log.h"
@@ -257,9 +258,11 @@ static rm_status_t run_robust(rm_comm_t *c, const void *send, void *recv, size_t
     if (scale) rm__agg_scale(pack, (size_t)n * s.blk, dt, factor);
     src = pack;
   }
-  if ((st = rm_alltoall(c, src, rows, bb, RM_U8)) != RM_OK) goto out;
+  /* the other ranks' rows only: this rank's own row is read where it lies
+   * in src (a copy of 1/n of the vector less) */
+  if ((st = rm__alltoall_peers(c, src, rows, bb)) != RM_OK) goto out;
   o->bytes += (size_t)(n - 1) * bb;
-  rm__agg_block_t b = {rows, s.blk, rm__agg_len(&s, rank), n, dt};
+  rm__agg_block_t b = {rows, s.blk, rm__agg_len(&s, rank), n, dt, src + (size_t)rank * bb, rank};
   memset(mine + rm__agg_len(&s, rank) * esz, 0, bb - rm__agg_len(&s, rank) * esz); /* padding */
   switch (cfg->method) {
   case RM_AGG_MEDIAN:

@@ -217,6 +217,20 @@ out:
   return mem_end(comm, device, st);
 }
 
+rm_status_t rm__alltoall_peers(rm_comm_t *comm, const void *send, void *recv, size_t blk)
+{
+  if (comm == NULL || (blk > 0 && (send == NULL || recv == NULL || send == recv)))
+    return RM_ERR_INVALID_ARG;
+  RM_CHECK(rm__coll_begin(comm));
+  int n = rm_comm_world(comm), r = rm_comm_rank(comm);
+  for (int s = 1; s < n && blk > 0; s++) {
+    int to = (r + s) % n, from = (r - s + n) % n;
+    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk, (uint64_t)r * blk,
+                          from, (char *)recv + (size_t)from * blk, blk, (uint64_t)from * blk));
+  }
+  return RM_OK;
+}
+
 rm_status_t rm_barrier(rm_comm_t *comm)
 {
   int n, r;
