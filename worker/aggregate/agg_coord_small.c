@@ -84,12 +84,9 @@ static const unsigned char NET8[][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, 
  * the caller must give to the tile kernel (ties, or a partial last strip).
  */
 #define CS_KERNEL(N, NAME, ATTR)                                                      \
-  ATTR static uint32_t NAME(const float *const *rp, size_t j0, size_t c, int med,     \
+  ATTR static uint32_t NAME(const float *const *rows, size_t j0, size_t c, int med,   \
                             int f, float *out, int64_t *kept, double *sq)             \
   {                                                                                   \
-    const float *rows[N];                                                             \
-    for (int i = 0; i < N; i++)                                                       \
-      rows[i] = rp[i];                                                                \
     const unsigned char(*net)[2] = NET##N;                                            \
     const int npairs = (int)(sizeof NET##N / sizeof NET##N[0]);                       \
     const int phi = N / 2, plo = N % 2 ? phi : phi - 1;                               \

@@ -183,6 +183,19 @@ out:
   return mem_end(comm, device, st);
 }
 
+/* the N - 1 pairwise exchanges of an all-to-all of blk bytes per rank
+ * (everything but the caller's own block) */
+static rm_status_t alltoall_exchange(rm_comm_t *comm, const void *send, void *recv, size_t blk)
+{
+  int n = rm_comm_world(comm), r = rm_comm_rank(comm);
+  for (int s = 1; s < n; s++) {
+    int to = (r + s) % n, from = (r - s + n) % n;
+    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk, (uint64_t)r * blk,
+                          from, (char *)recv + (size_t)from * blk, blk, (uint64_t)from * blk));
+  }
+  return RM_OK;
+}
+
 rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
                         size_t count, rm_dtype_t dt)
 {
@@ -207,12 +220,7 @@ rm_status_t rm_alltoall(rm_comm_t *comm, const void *send, void *recv,
   }
   RM_CHECK_GOTO(rm__mcopy(comm, (char *)recv + (size_t)r * blk, (const char *)send + (size_t)r * blk,
                           blk), st, out);
-  for (int s = 1; s < n; s++) {
-    int to = (r + s) % n, from = (r - s + n) % n;
-    RM_CHECK_GOTO(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk,
-                               (uint64_t)r * count, from, (char *)recv + (size_t)from * blk,
-                               blk, (uint64_t)from * count), st, out);
-  }
+  st = alltoall_exchange(comm, send, recv, blk);
 out:
   return mem_end(comm, device, st);
 }
@@ -222,13 +230,7 @@ rm_status_t rm__alltoall_peers(rm_comm_t *comm, const void *send, void *recv, si
   if (comm == NULL || (blk > 0 && (send == NULL || recv == NULL || send == recv)))
     return RM_ERR_INVALID_ARG;
   RM_CHECK(rm__coll_begin(comm));
-  int n = rm_comm_world(comm), r = rm_comm_rank(comm);
-  for (int s = 1; s < n && blk > 0; s++) {
-    int to = (r + s) % n, from = (r - s + n) % n;
-    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk, (uint64_t)r * blk,
-                          from, (char *)recv + (size_t)from * blk, blk, (uint64_t)from * blk));
-  }
-  return RM_OK;
+  return blk > 0 ? alltoall_exchange(comm, send, recv, blk) : RM_OK;
 }
 
 rm_status_t rm_barrier(rm_comm_t *comm)

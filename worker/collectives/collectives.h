@@ -33,12 +33,12 @@ rm_status_t rm__allreduce_butterfly(rm_comm_t *c, void *buf, size_t count,
 rm_status_t rm__allreduce_tree(rm_comm_t *c, void *buf, size_t count,
                                rm_dtype_t dt, const rm__reducer_t *red);
 
-/* Cost model (select.c): predicted microseconds of algo for bytes. */
 /* rm_alltoall of host memory in bytes (blk per rank) that leaves the
  * caller's own block of recv untouched: for a caller that reads its own
  * block where it lies in send (rm_aggregate), one copy of 1/N of the
  * vector less. */
 rm_status_t rm__alltoall_peers(rm_comm_t *c, const void *send, void *recv, size_t blk);
+/* Cost model (select.c): predicted microseconds of algo for bytes. */
 double rm__allreduce_predict(const rm_comm_t *c, rm_algo_t algo, size_t bytes);
 /* Calibrate c->cost on the live links (called once by rm_comm_init). */
 rm_status_t rm__cost_calibrate(rm_comm_t *c);
