@@ -81,7 +81,7 @@ rm_status_t rm__ar_secure_step(rm__ar_secure_t *z, rm_workload_env_t *env,
   }
   for (size_t i = 0; i < count; i++) z->x[i] = (float)(mine * pattern(i, step));
   rm_secure_info_t info = {.struct_size = sizeof info};
-  st = rm__session_secure_sum(s, z->x, out, count, verify > 1 ? z->my_q : NULL,
+  st = rm__session_secure_sum(s, z->x, out, count, 0, verify > 1 ? z->my_q : NULL,
                               verify > 1 ? z->sum_q : NULL, &info);
   if (st == RM_ERR_PROTOCOL || st == RM_ERR_INVALID_ARG) {
     /* a key that does not verify, or a membership below the threshold: no

@@ -88,11 +88,9 @@ static rm_status_t failed(rm_session_t *s, rm_status_t st, const char *err)
   return st;
 }
 
-/* recv = the secure sum, or with mean the mean over the members (divided
- * in the dequantization: no second pass over recv). */
-static rm_status_t secure_reduce(rm_session_t *s, const float *send, float *recv,
-                                 size_t count, int mean, void *my_q, void *sum_q,
-                                 rm_secure_info_t *info)
+rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send, float *recv,
+                                   size_t count, int mean, void *my_q, void *sum_q,
+                                   rm_secure_info_t *info)
 {
   char err[512] = "";
   if (!s || (!send && count) || (!recv && count)) return RM_ERR_INVALID_ARG;
@@ -143,13 +141,6 @@ static rm_status_t secure_reduce(rm_session_t *s, const float *send, float *recv
   return RM_OK;
 }
 
-rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send,
-                                   float *recv, size_t count, void *my_q,
-                                   void *sum_q, rm_secure_info_t *info)
-{
-  return secure_reduce(s, send, recv, count, 0, my_q, sum_q, info);
-}
-
 rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
                                         float *recv, size_t count, rm_op_t op,
                                         rm_secure_info_t *info)
@@ -165,8 +156,8 @@ rm_status_t rm_session_secure_allreduce(rm_session_t *s, const float *send,
   rm_secure_info_t local = {.struct_size = sizeof local};
   rm_comm_t *c = s ? s->comm : NULL;
   if (c) c->use_internal++; /* SPEC USE: the library's own sums */
-  rm_status_t st = secure_reduce(s, send, recv, count, op == RM_AVG, NULL, NULL,
-                                 info ? info : &local);
+  rm_status_t st = rm__session_secure_sum(s, send, recv, count, op == RM_AVG, NULL, NULL,
+                                          info ? info : &local);
   if (c) c->use_internal--;
   if (st == RM_OK) s->use_secure++;
   return st;

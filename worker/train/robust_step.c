@@ -221,9 +221,7 @@ rm_status_t rm__robust_reduce(rm__trainer_t *t, rm_comm_t *comm,
     /* the mean of the members' clipped mean gradients, of which nobody
      * sees one (session_secure.c); the clip is secure_aggregation.clip */
     rm_secure_info_t info = {.struct_size = sizeof info};
-    st = rm__session_secure_sum(r->secure, v, r->agg, np, NULL, NULL, &info);
-    if (st == RM_OK)
-      for (size_t i = 0; i < np; i++) r->agg[i] /= (float)info.members;
+    st = rm__session_secure_sum(r->secure, v, r->agg, np, 1, NULL, NULL, &info);
     memset(r->excluded, 0, (size_t)world);
   } else if (r->cfg.method == RM_AGG_MEAN && !(r->cfg.clip_norm > 0)) {
     st = rm_allreduce(comm, v, r->agg, np, RM_F32, RM_AVG);
