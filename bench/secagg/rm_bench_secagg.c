@@ -132,7 +132,7 @@ static int cell(rm_comm_t *c, int mode, size_t count, int iters, float *buf,
     } else {
       rm__secagg_stats_t s;
       memset(&s, 0, sizeof s);
-      st = rm__secagg_sum_f32(sa, buf, buf, count, NULL, NULL, &s, err, sizeof err);
+      st = rm__secagg_sum_f32(sa, buf, buf, count, 0, NULL, NULL, &s, err, sizeof err);
       bytes = s.bytes_sent;
       if (k >= 0) {
         ph[0] += s.ms_mask / iters;

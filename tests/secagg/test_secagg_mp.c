@@ -185,7 +185,8 @@ static int check_call(rm_comm_t *c, rm__secagg_t *sa, int rank, int world, size_
   }
   /* call 1 asks for no sum_q: the sharded UNMASK then gathers floats */
   void *want_sumq = call % 2 == 0 ? sumq : NULL;
-  rm_status_t rc = rm__secagg_sum_f32(sa, send, out, count, myq, want_sumq, &st, err, sizeof err);
+  rm_status_t rc =
+      rm__secagg_sum_f32(sa, send, out, count, 0, myq, want_sumq, &st, err, sizeof err);
   EXPECT(rc == RM_OK, "count %zu call %d: %s: %s", count, call, rm_status_name(rc), err);
   EXPECT(st.seq == want_seq && st.members == world, "seq %llu members %d",
          (unsigned long long)st.seq, st.members);
@@ -234,7 +235,7 @@ static int test_exact(rm_comm_t *c, int rank, int world)
     for (int call = 0; call < 2; call++, seq++)
       if (check_call(c, sa, rank, world, counts[k], call, seq, call == 1 && k == 2)) return 1;
   /* count 0 is a valid, empty call */
-  EXPECT(rm__secagg_sum_f32(sa, NULL, NULL, 0, NULL, NULL, NULL, err, sizeof err) == RM_OK, "%s",
+  EXPECT(rm__secagg_sum_f32(sa, NULL, NULL, 0, 0, NULL, NULL, NULL, err, sizeof err) == RM_OK, "%s",
          err);
   rm__secagg_close(sa);
   return 0;
@@ -279,7 +280,7 @@ static int priv_rank(rm_comm_t *c, void *arg)
       rm_status_t st = open_sa(c, gen, world, &sa, err, sizeof err);
       EXPECT(st == RM_OK, "open: %s", err);
       for (int call = 0; call < (gen == 1 ? 2 : 1); call++) {
-        st = rm__secagg_sum_f32(sa, x, out, PRIV_COUNT, NULL, NULL, NULL, err, sizeof err);
+        st = rm__secagg_sum_f32(sa, x, out, PRIV_COUNT, 0, NULL, NULL, NULL, err, sizeof err);
         EXPECT(st == RM_OK, "sum: %s", err);
       }
       rm__secagg_close(sa);
@@ -513,11 +514,11 @@ static int die_rank(rm_test_world_t *w, int rank, void *arg)
   if (rm_comm_init(&cfg, &c) != RM_OK) return 1;
   for (int i = 0; i < 1000; i++) x[i] = noise(rank, (size_t)i, 0);
   EXPECT(open_sa(c, 1, 2, &sa, err, sizeof err) == RM_OK, "open: %s", err);
-  rm_status_t st = rm__secagg_sum_f32(sa, x, out, 1000, NULL, NULL, NULL, err, sizeof err);
+  rm_status_t st = rm__secagg_sum_f32(sa, x, out, 1000, 0, NULL, NULL, NULL, err, sizeof err);
   EXPECT(st == RM_OK, "call 0: %s", err);
   /* the victim dies entering OPEN of call 1: every member holds the masked
    * sum, nobody gets the guards' seeds */
-  st = rm__secagg_sum_f32(sa, x, out, 1000, NULL, NULL, NULL, err, sizeof err);
+  st = rm__secagg_sum_f32(sa, x, out, 1000, 0, NULL, NULL, NULL, err, sizeof err);
   EXPECT(st != RM_OK, "call 1 completed without the lost member's OPEN");
   rm__secagg_close(sa);
   rm_test_finish(&w->res[rank], c, st);
@@ -556,9 +557,9 @@ static int die_gather_rank(rm_test_world_t *w, int rank, void *arg)
                            .neighbours_log = g_log, .job_id = 42, .generation = 1};
   rm__secagg_relay_t relay = {.ctx = c, .exchange = relay_double_settled};
   EXPECT(rm__secagg_open(c, &p, &relay, &sa, err, sizeof err) == RM_OK, "open: %s", err);
-  rm_status_t st = rm__secagg_sum_f32(sa, x, out0, 1000, NULL, NULL, NULL, err, sizeof err);
+  rm_status_t st = rm__secagg_sum_f32(sa, x, out0, 1000, 0, NULL, NULL, NULL, err, sizeof err);
   EXPECT(st == RM_OK, "call 0: %s", err);
-  st = rm__secagg_sum_f32(sa, x, out1, 1000, NULL, NULL, NULL, err, sizeof err);
+  st = rm__secagg_sum_f32(sa, x, out1, 1000, 0, NULL, NULL, NULL, err, sizeof err);
   EXPECT(st == RM_OK, "call 1, a member lost after OPEN: %s", err);
   double tol = 2 * world / rm__secagg_scale(sa);
   for (int i = 0; i < 1000; i++)

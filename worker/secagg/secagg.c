@@ -536,15 +536,8 @@ static rm_status_t grow_y(rm__secagg_t *sa, size_t bytes)
 }
 
 rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send, float *recv, size_t count,
-                               void *my_q, void *sum_q, rm__secagg_stats_t *st, char *err,
-                               size_t errlen)
-{
-  return rm__secagg_reduce_f32(sa, send, recv, count, 0, my_q, sum_q, st, err, errlen);
-}
-
-rm_status_t rm__secagg_reduce_f32(rm__secagg_t *sa, const float *send, float *recv,
-                                  size_t count, int mean, void *my_q, void *sum_q,
-                                  rm__secagg_stats_t *st, char *err, size_t errlen)
+                               int mean, void *my_q, void *sum_q, rm__secagg_stats_t *st,
+                               char *err, size_t errlen)
 {
   rm_allreduce_info_t ai;
   rm__secagg_stats_t s;

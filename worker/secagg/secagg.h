@@ -117,8 +117,9 @@ typedef struct rm__secagg_stats {
 
 /* MASK .. UNMASK: collective over the generation's comm; every member calls
  * with the same count. recv[i] = (sum over members of q_u[i]) / scale, the
- * SUM of the clipped inputs within world / scale per coordinate (the caller
- * divides by members for a mean). send == recv is in place. Optional (NULL =
+ * SUM of the clipped inputs within world / scale per coordinate; with mean
+ * != 0 that sum / members, the division folded into the dequantization (no
+ * second pass over recv). send == recv is in place. Optional (NULL =
  * not wanted): my_q (count lanes of bits/8 bytes) = my quantized input
  * before masking; sum_q (same) = the unmasked integer sum; st. A failure of
  * any round up to OPEN returns its status (the communicator's, or the
@@ -127,14 +128,8 @@ typedef struct rm__secagg_stats {
  * all-gather breaks finishes from this rank's own copy of the masked sum
  * (secagg.c), and the next call sees the broken communicator. */
 rm_status_t rm__secagg_sum_f32(rm__secagg_t *sa, const float *send,
-                               float *recv, size_t count, void *my_q,
+                               float *recv, size_t count, int mean, void *my_q,
                                void *sum_q, rm__secagg_stats_t *st,
                                char *err, size_t errlen);
-/* The same with mean != 0: recv[i] = that sum / members, the division
- * folded into the dequantization (no second pass over recv). sum_q stays
- * the integer sum. */
-rm_status_t rm__secagg_reduce_f32(rm__secagg_t *sa, const float *send, float *recv,
-                                  size_t count, int mean, void *my_q, void *sum_q,
-                                  rm__secagg_stats_t *st, char *err, size_t errlen);
 
 #endif

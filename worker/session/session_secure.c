@@ -116,8 +116,8 @@ rm_status_t rm__session_secure_sum(rm_session_t *s, const float *send, float *re
   }
   rm__secagg_stats_t sst;
   memset(&sst, 0, sizeof sst);
-  st = rm__secagg_reduce_f32(s->secagg, send, recv, count, mean, my_q, sum_q, &sst, err,
-                             sizeof err);
+  st = rm__secagg_sum_f32(s->secagg, send, recv, count, mean, my_q, sum_q, &sst, err,
+                          sizeof err);
   if (st != RM_OK) return failed(s, st, err);
   if (info && info->struct_size >= sizeof *info) {
     info->members = sst.members;
