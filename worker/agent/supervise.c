@@ -9,7 +9,8 @@
  * launch index as its rank hint.
  *
  *   ATTACH      spec (command, env, workdir), world size; launch index 0
- *               also offers MASTER_PORT (a port free on its host); the
+ *               also offers MASTER_PORT (a port free on its host, below
+ *               the kernel's ephemeral range: free_port); the
  *               others poll until the coordinator knows it (<= connect
  *               timeout; without it they start with no MASTER_* set)
  *   START       fork; child: PR_SET_PDEATHSIG(SIGKILL) so it dies with
@@ -127,10 +128,11 @@ static void our_host(const rm_agent_opts_t *o, char *buf, size_t len)
   else snprintf(buf, len, "127.0.0.1");
 }
 
-/* A TCP port free on our host right now (bind port 0, read it, close). */
-static unsigned free_port(const char *host)
+/* Bind host:port (0: the kernel picks), read the port back, close: the
+ * port was free a moment ago, or 0. */
+static unsigned try_port(const char *host, unsigned want)
 {
-  struct sockaddr_in a = {.sin_family = AF_INET};
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)want)};
   socklen_t n = sizeof a;
   unsigned port = 0;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -141,6 +143,34 @@ static unsigned free_port(const char *host)
     port = ntohs(a.sin_port);
   close(fd);
   return port;
+}
+
+/* MASTER_PORT: a TCP port free on our host now, which the program binds
+ * seconds later (torch's store, after `import torch`). Between the two
+ * the port is nobody's, and a port of the kernel's ephemeral range
+ * (net.ipv4.ip_local_port_range) can be taken by any outgoing connect()
+ * on the host: the program then fails with "address already in use".
+ * So the port is drawn below that range, where only an explicit bind can
+ * take it, and bound once to see it free; after 64 draws that were all
+ * taken, or where no such range exists, the kernel picks one. */
+static unsigned free_port(const char *host)
+{
+  unsigned lo = 32768, hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%u %u", &lo, &hi) != 2) lo = 0;
+    fclose(f);
+  }
+  const unsigned floor_ = 10000; /* above the well-known and most fixed service ports */
+  if (lo > floor_ + 1000) {
+    unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)rm__now_ns();
+    for (int i = 0; i < 64; i++) {
+      x = x * 1103515245u + 12345u;
+      unsigned port = try_port(host, floor_ + (x >> 8) % (lo - floor_));
+      if (port) return port;
+    }
+  }
+  return try_port(host, 0);
 }
 
 int rm__agent_attach_workload(const rm_agent_opts_t *o, char *workload, size_t len)
