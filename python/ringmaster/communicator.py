@@ -22,7 +22,7 @@ class Communicator:
 
     def __init__(self):
         # process groups over this communicator, told when ptr changes
-        # (torch/__init__.py: a native group stops using a replaced one)
+        # (torch/process_group.py: a native group stops using a replaced one)
         self._watchers = weakref.WeakSet()
         self.ptr = None       # rm_comm_t*
         self.session = None   # rm_session_t* (int) or None

@@ -28,7 +28,7 @@ from .optimizer import _unflatten
 #
 # OVERLAP. The plain hook (no aggregation, secure aggregation or straggler
 # policy) queues the bucket's all-reduce on the process group's worker
-# thread (THE PROCESS GROUP in __init__.py) and returns its Future at once:
+# thread (THE PROCESS GROUP in process_group.py) and returns its Future at once:
 # the autograd engine goes on computing the earlier layers' gradients while
 # the bucket is on the wire, and the reducer waits for the Futures in
 # finalize_backward, as with gloo. The step's end at the last bucket is then

@@ -4,13 +4,13 @@
 //
 // THE PYTHON TWIN. Each native group is made with a pure-Python
 // ProcessGroupRingmaster of the same communicator in "native" mode (the
-// twin, ringmaster/torch/__init__.py). The twin gives what stays in Python:
+// twin, ringmaster/torch/process_group.py). The twin gives what stays in Python:
 //  * the calls the native path does not take (slow* below: the twin's checks
 //    raise in the caller; its body is queued on THIS group's worker through
 //    _enqueue, under the same numbering);
 //  * point-to-point, all-to-all, gather, scatter, reduce, reduce_scatter and
 //    monitored_barrier, which torch only calls from Python: the Python side
-//    forwards those methods of this class to the twin (__init__.py);
+//    forwards those methods of this class to the twin (_native_load.py);
 //  * the exception a failed call raises (FailHook): the same class and words
 //    as the Python backend, and ringmaster.last_exception, which elastic
 //    recovery reads.

@@ -3,10 +3,10 @@
 // WHAT IT IS. A c10d::ProcessGroup subclass (torch 1.13's C++ API) over one
 // libringmaster communicator. torch and DDP's reducer call it directly from
 // C++: no Python, no GIL on the path of the collectives DDP makes per step.
-// ringmaster/torch/__init__.py makes it (the rendezvous, the communicator,
+// ringmaster/torch (_groups.py) makes it (the rendezvous, the communicator,
 // sub-groups, point-to-point and monitored_barrier stay in Python) and keeps
-// the pure-Python process group as the fallback where this extension was not
-// built; module.cpp is the pybind11 part.
+// the pure-Python process group (process_group.py) as the fallback where this
+// extension was not built; module.cpp is the pybind11 part.
 //
 // THREADS AND ORDER. Each group has ONE worker thread (started at its first
 // call, joined at shutdown) that owns the communicator: libringmaster takes
