@@ -11,7 +11,11 @@
  * all-to-all, pairwise exchange: N-1 steps; at step s rank r sends block
  * (r+s) mod N to rank r+s and receives block (r-s) mod N from rank r-s
  * (tag: the element offset of the block at the receiver). Every link is used
- * once, no rank receives from two at a time. Cost (N-1)(alpha + n/N beta).
+ * once. Up to 8 steps are in flight at once (posted, then waited for
+ * oldest first): a step whose peer is late (descheduled, a slower link)
+ * no longer holds up the others, and one step's copies overlap the next
+ * one's; with more than 8 peers no rank receives from more than 8 at a
+ * time. Cost (N-1)(alpha + n/N beta), the alphas overlapped.
  *
  * all-to-all with counts (rm_alltoallv): the same pairwise schedule, each
  * pair's message as long as the pair's count says (the sender's
@@ -185,13 +189,28 @@ out:
 
 /* the N - 1 pairwise exchanges of an all-to-all of blk bytes per rank
  * (everything but the caller's own block) */
+/* The N-1 steps of the pairwise exchange, up to A2A_WINDOW of them in
+ * flight (top of the file). */
+#define A2A_WINDOW 8
 static rm_status_t alltoall_exchange(rm_comm_t *comm, const void *send, void *recv, size_t blk)
 {
   int n = rm_comm_world(comm), r = rm_comm_rank(comm);
-  for (int s = 1; s < n; s++) {
-    int to = (r + s) % n, from = (r - s + n) % n;
-    RM_CHECK(rm__sendrecv(comm, to, (const char *)send + (size_t)to * blk, blk, (uint64_t)r * blk,
-                          from, (char *)recv + (size_t)from * blk, blk, (uint64_t)from * blk));
+  rm__req_t sreq[A2A_WINDOW], rreq[A2A_WINDOW];
+  /* A failed post or wait fails the communicator, whose transports then
+   * forget every queued request (transport.h), these on the stack too. */
+  for (int s = 1; s < n + A2A_WINDOW; s++) {
+    int old = s - A2A_WINDOW; /* the step whose slot this one takes */
+    if (old >= 1 && old < n) {
+      RM_CHECK(rm__wait(comm, &rreq[old % A2A_WINDOW]));
+      RM_CHECK(rm__wait(comm, &sreq[old % A2A_WINDOW]));
+    }
+    if (s < n) {
+      int to = (r + s) % n, from = (r - s + n) % n;
+      RM_CHECK(rm__irecv(comm, from, (char *)recv + (size_t)from * blk, blk,
+                         (uint64_t)from * blk, &rreq[s % A2A_WINDOW]));
+      RM_CHECK(rm__isend(comm, to, (const char *)send + (size_t)to * blk, blk,
+                         (uint64_t)r * blk, &sreq[s % A2A_WINDOW]));
+    }
   }
   return RM_OK;
 }
