@@ -200,10 +200,11 @@ def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
     """A barrier whose failure says which ranks did not arrive (see
     MONITORED BARRIER). group: a ringmaster process group, None = the
     default one; timeout: a timedelta (None = torch's default, 30 min)."""
-    pg = _rm_group(group if group is not None else _rm_default_group())
+    given = group if group is not None else _rm_default_group()
+    pg = _rm_group(given)
     if pg is None:
         raise ValueError("ringmaster.torch.monitored_barrier: %r is not a ringmaster "
-                         "process group (dist.init_process_group(\"ringmaster\"))" % (pg,))
+                         "process group (dist.init_process_group(\"ringmaster\"))" % (given,))
     ms = _timeout_ms(timeout if timeout is not None else dist.default_pg_timeout)
     c = pg._c()
     if pg._store is None and not (c.session and c is _rm.default_communicator()):

@@ -104,7 +104,7 @@ import torch.distributed as dist
 
 import ringmaster as _rm
 from ringmaster import errors as _errors
-from . import broadcast_parameters, broadcast_optimizer_state, _rm_group
+from . import broadcast_parameters, broadcast_optimizer_state, _rm_group, _rm_default_group
 
 __all__ = ["TorchState", "State", "run"]
 
@@ -210,7 +210,7 @@ class TorchState(State):
         if optimizer is not None:
             _count_steps(optimizer, self)
         ddp = _ringmaster_ddp(model)
-        if ddp is not None and ddp.process_group is not _default_group():
+        if ddp is not None and ddp.process_group is not _rm_default_group():
             raise ValueError("elastic.TorchState: this DistributedDataParallel model is "
                              "built over a sub-group; after a re-formation only the "
                              "default process group can be made again (build DDP over "
@@ -284,13 +284,6 @@ def _count_steps(optimizer, state):
         return out
     step._rm_counted = inner
     optimizer.step = step
-
-
-def _default_group():
-    try:
-        return dist.distributed_c10d._get_default_group()
-    except RuntimeError:
-        return None
 
 
 def _ringmaster_ddp(model):
