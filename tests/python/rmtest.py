@@ -58,13 +58,34 @@ def env(**extra):
     return e
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(n):
     """n distinct free TCP ports on 127.0.0.1 (held open together, then
-    released: a small race with other programs, acceptable in tests)."""
+    released), drawn below the kernel's ephemeral range: a program binds
+    them seconds later (torch's store, a data plane), and in between any
+    outgoing connect() on the host (the other tests run beside this one)
+    could take a port of that range. Below it only an explicit bind can,
+    as for the agent's MASTER_PORT (worker/agent/supervise.c)."""
+    import random
+    lo = _ephemeral_low()
     socks, ports = [], []
-    for _ in range(n):
+    tries = 0
+    while len(ports) < n:
         s = socket.socket()
-        s.bind(("127.0.0.1", 0))
+        tries += 1
+        want = random.randrange(10000, lo) if lo > 11000 and tries <= 64 * n else 0
+        try:
+            s.bind(("127.0.0.1", want))
+        except OSError:
+            s.close()
+            continue
         socks.append(s)
         ports.append(s.getsockname()[1])
     for s in socks:
