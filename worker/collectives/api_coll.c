@@ -187,30 +187,31 @@ out:
   return mem_end(comm, device, st);
 }
 
-/* the N - 1 pairwise exchanges of an all-to-all of blk bytes per rank
- * (everything but the caller's own block) */
-/* The N-1 steps of the pairwise exchange, up to A2A_WINDOW of them in
- * flight (top of the file). */
+/* The N - 1 pairwise exchanges of an all-to-all of blk bytes per rank
+ * (everything but the caller's own block), up to A2A_WINDOW steps in flight
+ * (top of the file). A failed post or wait fails the communicator, whose
+ * transports then forget every queued request (transport.h), these on the
+ * stack too. */
 #define A2A_WINDOW 8
 static rm_status_t alltoall_exchange(rm_comm_t *comm, const void *send, void *recv, size_t blk)
 {
   int n = rm_comm_world(comm), r = rm_comm_rank(comm);
   rm__req_t sreq[A2A_WINDOW], rreq[A2A_WINDOW];
-  /* A failed post or wait fails the communicator, whose transports then
-   * forget every queued request (transport.h), these on the stack too. */
-  for (int s = 1; s < n + A2A_WINDOW; s++) {
-    int old = s - A2A_WINDOW; /* the step whose slot this one takes */
-    if (old >= 1 && old < n) {
-      RM_CHECK(rm__wait(comm, &rreq[old % A2A_WINDOW]));
-      RM_CHECK(rm__wait(comm, &sreq[old % A2A_WINDOW]));
+  for (int s = 1; s < n; s++) {
+    rm__req_t *rq = &rreq[s % A2A_WINDOW], *sq = &sreq[s % A2A_WINDOW];
+    if (s > A2A_WINDOW) { /* step s - A2A_WINDOW held this slot */
+      RM_CHECK(rm__wait(comm, rq));
+      RM_CHECK(rm__wait(comm, sq));
     }
-    if (s < n) {
-      int to = (r + s) % n, from = (r - s + n) % n;
-      RM_CHECK(rm__irecv(comm, from, (char *)recv + (size_t)from * blk, blk,
-                         (uint64_t)from * blk, &rreq[s % A2A_WINDOW]));
-      RM_CHECK(rm__isend(comm, to, (const char *)send + (size_t)to * blk, blk,
-                         (uint64_t)r * blk, &sreq[s % A2A_WINDOW]));
-    }
+    int to = (r + s) % n, from = (r - s + n) % n;
+    RM_CHECK(rm__irecv(comm, from, (char *)recv + (size_t)from * blk, blk, (uint64_t)from * blk,
+                       rq));
+    RM_CHECK(rm__isend(comm, to, (const char *)send + (size_t)to * blk, blk, (uint64_t)r * blk,
+                       sq));
+  }
+  for (int s = n > A2A_WINDOW ? n - A2A_WINDOW : 1; s < n; s++) { /* the steps still in flight */
+    RM_CHECK(rm__wait(comm, &rreq[s % A2A_WINDOW]));
+    RM_CHECK(rm__wait(comm, &sreq[s % A2A_WINDOW]));
   }
   return RM_OK;
 }
