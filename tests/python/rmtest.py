@@ -5,6 +5,7 @@ under Debian's /usr/bin/python3."""
 import atexit
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -73,7 +74,6 @@ def free_ports(n):
     outgoing connect() on the host (the other tests run beside this one)
     could take a port of that range. Below it only an explicit bind can,
     as for the agent's MASTER_PORT (worker/agent/supervise.c)."""
-    import random
     lo = _ephemeral_low()
     socks, ports = [], []
     tries = 0

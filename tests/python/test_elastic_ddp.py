@@ -90,11 +90,9 @@ def wait_logs(c, job, n, pattern, timeout_s):
             break
         time.sleep(0.05)
     assert len(got) == n, "job %d: %r in %d of %d logs (job %s: %s); logs: %r" % (
-        job, pattern, len(got), n, j["state"], j.get("error") or j.get("message"),
+        job, pattern, len(got), n, j["state"], j.get("reason"),
         {i: log_text(c, job, i)[-800:] for i in range(n)})
     return got
-
-
 
 
 _single = {}

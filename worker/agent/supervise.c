@@ -155,10 +155,10 @@ static unsigned try_port(const char *host, unsigned want)
  * taken, or where no such range exists, the kernel picks one. */
 static unsigned free_port(const char *host)
 {
-  unsigned lo = 32768, hi = 60999;
+  unsigned lo = 32768; /* the range's start; Linux's default when unreadable */
   FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
   if (f) {
-    if (fscanf(f, "%u %u", &lo, &hi) != 2) lo = 0;
+    if (fscanf(f, "%u", &lo) != 1) lo = 0;
     fclose(f);
   }
   const unsigned floor_ = 10000; /* above the well-known and most fixed service ports */
