@@ -430,6 +430,15 @@ RM_EXTERN rm_comm_t *rm_session_comm(rm_session_t *s);
  * rm_comm_destroy. At most 64 at a time (RM_ERR_INVALID_ARG beyond). */
 RM_EXTERN rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm);
 RM_EXTERN void rm_session_detach(rm_session_t *s, rm_comm_t *comm);
+/* The coordinator's verdict on this generation, waited for up to
+ * timeout_ms (0: look once; < 0: the session's own bound after a failure,
+ * 8 heartbeat intervals): RM_OK while the generation stands,
+ * RM_ERR_RECONFIGURED once the coordinator moved on, RM_ERR_JOB_ENDED once
+ * the job ended. After a failure on an attached communicator (a member
+ * closed its links: RM_ERR_PEER_LOST), this says whether the failure was
+ * the re-formation's, which the communicator's status then carries too.
+ * Any thread; it sends nothing. */
+RM_EXTERN rm_status_t rm_session_verdict(rm_session_t *s, int timeout_ms);
 RM_EXTERN int rm_session_rank(const rm_session_t *s);
 RM_EXTERN int rm_session_world(const rm_session_t *s);
 RM_EXTERN uint64_t rm_session_generation(const rm_session_t *s);

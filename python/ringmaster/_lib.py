@@ -198,6 +198,7 @@ _SESSION = {
     # communicators tied to the session (aborted when it re-forms)
     "rm_session_attach": (c_int, [c_void_p, c_void_p]),
     "rm_session_detach": (None, [c_void_p, c_void_p]),
+    "rm_session_verdict": (c_int, [c_void_p, c_int]),
     # tagged point-to-point on a communicator of its own (rm_comm_dup)
     "rm_comm_dup": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
     "rm_isend": (c_int, [c_void_p, c_void_p, c_size_t, c_int, c_uint64, c_int,

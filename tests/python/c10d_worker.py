@@ -182,6 +182,46 @@ def mode_job_subgroup():
            world=ringmaster.size())
 
 
+def mode_job_subgroup_closed():
+    """A 3-worker job under shrink (test_c10d.py job_subgroup_closed): rank
+    1 closes the sub-group [0, 1] while rank 0 waits in it, then dies. Rank 0
+    sees the closed links (PEER_LOST) before the coordinator decides: the
+    order job_subgroup leaves to chance, here made certain."""
+    import signal
+    import ringmaster
+    dist.init_process_group("ringmaster")
+    sub = dist.new_group([0, 1], timeout=timedelta(seconds=60))
+    if RANK in (0, 1):
+        allreduce_check(sub, [0, 1], 0)
+    dist.barrier()
+    if RANK == 1:
+        dist.destroy_process_group(sub)
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    err = again = None
+    try:
+        dist.all_reduce(torch.ones(4), group=sub if RANK == 0 else None)
+    except RuntimeError as e:
+        err = str(e)
+    elapsed = time.monotonic() - t0
+    check(err is not None, "rank %d: the all-reduce returned" % RANK)
+    if RANK == 0:
+        try:
+            dist.all_reduce(torch.ones(4), group=sub)
+        except RuntimeError as e:
+            again = str(e)
+    dist.destroy_process_group()
+    ringmaster.reform()
+    dist.init_process_group("ringmaster")
+    t = torch.full((257,), float(dist.get_rank() + 5))  # the new generation's ranks
+    dist.all_reduce(t)
+    want = sum(r + 5 for r in range(dist.get_world_size()))
+    check(torch.all(t == want).item(), "after reform: %s, want %s" % (t[0].item(), want))
+    dist.destroy_process_group()
+    result(ok=True, error=err, elapsed=elapsed, again=again, world=ringmaster.size())
+
+
 # ---- dtypes -----------------------------------------------------------------------
 def make(dtype, rank, n):
     """Rank rank's input: deterministic, covers wrap-around and signs."""
@@ -684,5 +724,6 @@ if __name__ == "__main__":
      "reinit": lambda: mode_reinit(False), "reinit_sub": lambda: mode_reinit(True),
      "dtypes": mode_dtypes, "alltoall": mode_alltoall, "mbarrier": mode_mbarrier,
      "job_mbarrier": mode_job_mbarrier, "job_subgroup": mode_job_subgroup,
+     "job_subgroup_closed": mode_job_subgroup_closed,
      "job_reinit": mode_job_reinit, "async": mode_async, "async_fail": mode_async_fail,
      "overlap": mode_overlap}[m]()

@@ -69,6 +69,12 @@ per-rank work is tests/python/c10d_worker.py.
                  sub-group's communicator), rank 0's sub-group then raises
                  RM_ERR_RECONFIGURED at once, and after reform the two
                  survivors make a new default group and all-reduce on it
+  test_c10d.py job_subgroup_closed 3 --coordinator BIN --worker BIN
+                 the same with the order job_subgroup leaves to chance
+                 made certain: rank 1 closes the sub-group while rank 0
+                 waits in it, then dies; rank 0 sees the closed links
+                 (PEER_LOST) first and raises RM_ERR_RECONFIGURED once the
+                 coordinator decides, its words keeping the PEER_LOST
   test_c10d.py job_reinit 3 --coordinator BIN --worker BIN
                  reinit_sub's rounds in a command job: the default group
                  is the session's communicator each round (not closed by
@@ -229,6 +235,24 @@ def job_subgroup(n):
         c.stop()
 
 
+def job_subgroup_closed(n):
+    c, j, res = run_job("job_subgroup_closed", n, on_failure="shrink", lost=1)
+    try:
+        for x in res:
+            assert x.get("ok") and x["world"] == n - 1, x
+            if x["rank"] == 0:
+                # the closed links were seen first; the coordinator's verdict
+                # replaced them, and the words keep them
+                assert "RM_ERR_RECONFIGURED" in x["error"], x
+                assert "failed first: RM_ERR_PEER_LOST" in x["error"], x
+                assert "RM_ERR_RECONFIGURED" in x["again"], x
+                assert x["elapsed"] < 30, x
+        print("job_subgroup_closed: %s" % [(x["rank"], round(x["elapsed"], 2), x["error"][:400])
+                                           for x in res])
+    finally:
+        c.stop()
+
+
 def job_reinit(n):
     c, j, res = run_job("job_reinit", n)
     try:
@@ -247,6 +271,8 @@ def main():
         job_reinit(n)
     elif mode == "job_subgroup":
         job_subgroup(n)
+    elif mode == "job_subgroup_closed":
+        job_subgroup_closed(n)
     elif mode.startswith("timeout"):
         check_timeout(mode, n)
     elif mode == "mbarrier":

@@ -210,6 +210,27 @@ void rm__comm_abort_with(rm_comm_t *c, rm_status_t st, const char *why)
   rm__transport_wake(c); /* a transport that sleeps elsewhere (shm: futex) */
 }
 
+void rm__comm_supersede(rm_comm_t *c, rm_status_t st, const char *why)
+{
+  if (c == NULL) return;
+  pthread_mutex_lock(&c->err_lock);
+  rm_status_t cur = __atomic_load_n(&c->status, __ATOMIC_ACQUIRE);
+  if (cur != RM_OK && cur != RM_ERR_RECONFIGURED && cur != RM_ERR_JOB_ENDED) {
+    char was[sizeof c->last_error];
+    memcpy(was, c->last_error, sizeof was);
+    int n = snprintf(c->last_error, sizeof c->last_error, "%s: %s (this communicator "
+                     "had failed first: ", rm_status_name(st), why);
+    if (n > 0 && (size_t)n + 2 < sizeof c->last_error) { /* the first words, cut to fit */
+      size_t k = strnlen(was, sizeof c->last_error - (size_t)n - 2);
+      memcpy(c->last_error + n, was, k);
+      memcpy(c->last_error + n + k, ")", 2);
+    }
+    __atomic_store_n(&c->status, st, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&c->err_lock);
+  rm__comm_abort_with(c, st, why); /* OK before: records st; wakes the waiters */
+}
+
 void rm_comm_abort(rm_comm_t *c)
 {
   rm__comm_abort_with(c, RM_ERR_ABORTED, "communicator aborted by the user");

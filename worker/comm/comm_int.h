@@ -157,6 +157,14 @@ static inline void *rm__conn_priv(const rm_comm_t *c, int peer)
  * RM_ERR_RECONFIGURED (or RM_ERR_JOB_ENDED) and says why. Any thread. */
 void rm__comm_abort_with(rm_comm_t *c, rm_status_t st, const char *why);
 
+/* rm__comm_abort_with for a communicator the session does not own (one
+ * attached to it): the coordinator's verdict (st: RM_ERR_RECONFIGURED or
+ * RM_ERR_JOB_ENDED) replaces a data-plane failure recorded first, which the
+ * words keep. A member that left fails its links with PEER_LOST or
+ * ABORTED before the coordinator has decided; on a communicator beside the
+ * session's, that first status would hide that the generation is over. */
+void rm__comm_supersede(rm_comm_t *c, rm_status_t st, const char *why);
+
 /* Record the first failure (later calls keep the first); returns the sticky
  * status. peer may be -1. fmt describes it in words. */
 rm_status_t rm__comm_fail(rm_comm_t *c, rm_status_t st, int peer,

@@ -611,10 +611,14 @@ void rm_session_close(rm_session_t *s)
  * busy recovering, and a wait on it would last until that communicator's
  * own deadline. So the session aborts every attached communicator with
  * its own status and words when it goes stale, and one attached while
- * stale at once. Detach before destroying it. */
+ * stale at once. Its verdict replaces a data-plane failure the
+ * communicator recorded first (a member that left closed its links while
+ * the coordinator was deciding): the generation is over, and what the
+ * program must do is re-form, whatever the links saw. Detach before
+ * destroying it. */
 void rm__session_abort_attached_locked(rm_session_t *s, rm_status_t st, const char *words)
 {
-  for (int i = 0; i < s->n_attached; i++) rm__comm_abort_with(s->attached[i], st, words);
+  for (int i = 0; i < s->n_attached; i++) rm__comm_supersede(s->attached[i], st, words);
 }
 
 rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm)
@@ -629,11 +633,31 @@ rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm)
     else s->attached[s->n_attached++] = comm;
   }
   if (st == RM_OK && s->stale)
-    rm__comm_abort_with(comm, s->ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
-                        s->reason[0] ? s->reason : "the coordinator re-formed the job");
+    rm__comm_supersede(comm, s->ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
+                       s->reason[0] ? s->reason : "the coordinator re-formed the job");
   pthread_mutex_unlock(&s->mu);
   if (st != RM_OK)
     RM_WARN("rm_session_attach: %d communicators attached already", RM__ATTACH_MAX);
+  return st;
+}
+
+rm_status_t rm_session_verdict(rm_session_t *s, int timeout_ms)
+{
+  if (s == NULL) return RM_ERR_INVALID_ARG;
+  int64_t ms = timeout_ms >= 0 ? timeout_ms : (int64_t)s->hb_interval_ms * 8;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
+  int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + ms * 1000000LL;
+  ts.tv_sec = (time_t)(wake / 1000000000LL);
+  ts.tv_nsec = (long)(wake % 1000000000LL);
+  pthread_mutex_lock(&s->mu);
+  /* the heartbeat thread and the notice stream mark the session stale and
+   * broadcast cv; nothing here sends, so any thread may wait */
+  while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
+  rm_status_t st = !s->stale ? RM_OK
+                   : (s->ended || s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
+                         ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED;
+  pthread_mutex_unlock(&s->mu);
   return st;
 }
 

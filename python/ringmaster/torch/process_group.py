@@ -141,7 +141,10 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         # (a sub-group's, the point-to-point lane) is tied to the session,
         # which aborts it when the coordinator re-forms the job: its calls
         # then fail with Reconfigured at once, where a wait on a member that
-        # left (or is busy recovering) would last the group's whole timeout
+        # left (or is busy recovering) would last the group's whole timeout.
+        # A member that failed first closes its links before the coordinator
+        # decides: that PEER_LOST waits for the verdict (_verdict), which
+        # replaces it on the communicator too
         self._attached = []
         comm._watchers.add(self)
         for c in ([comm] if owned else []) + ([self._p2p] if self._p2p else []):
@@ -276,7 +279,27 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
             raise work._exc
         return _done(result)
 
+    def _verdict(self, e):
+        """A member of a sub-group in a job closed its links (PEER_LOST, or
+        ABORTED by a peer's frame): in a job that is most often the
+        re-formation seen before the coordinator said so. Wait for its
+        verdict (the session's own bound, 8 heartbeat intervals); once it
+        came, the communicator carries RM_ERR_RECONFIGURED / JOB_ENDED with
+        the first failure in its words (SUB-GROUPS IN A JOB), and that is
+        the error. No verdict: the links' own failure stands."""
+        if (e.status not in ("RM_ERR_PEER_LOST", "RM_ERR_ABORTED") or self._closed
+                or not any(p == self._comm.ptr for _, p in self._attached)):
+            return e
+        f = _rm._lib.session_fn("rm_session_verdict")
+        if f is None:
+            return e
+        v = f(self._attached[0][0], -1)
+        if v == 0 or not self._comm.ptr:
+            return e
+        return self._comm.error(v, e.call)
+
     def _failed(self, e, call, seq, ms):
+        e = self._verdict(e)
         words = e.message or "(no words from the library)"
         if words.startswith(e.status + ": "):
             words = words[len(e.status) + 2:]
