@@ -44,7 +44,9 @@ addresses travel through torch's store), then measures, rank 0 reporting:
       random inputs (3x32x32, 10 classes, global batch 32), one DDP copy per
       group (gloo, ringmaster async, ringmaster sync), steps interleaved in
       batches of S, the order of the three rotating; median per-step time.
-   --reps sets the number of repeats (one more warms up).
+   --reps sets the number of repeats (one more warms up); --resnet-batch
+   the ResNet-18's global batch (default 32: a larger one computes longer
+   per step, which is what overlap can hide behind a slow wire).
 """
 import argparse
 import json
@@ -242,7 +244,7 @@ def async_worker(args):
         return torchvision.models.resnet18(num_classes=10)
     models_ = [("digits MLP", lambda: mlp([64, 64, 10]), (64,), 10, 64, 20),
                ("24 MiB MLP", lambda: mlp([1024, 2048, 1536, 512]), (1024,), 512, 32, 3),
-               ("ResNet-18", resnet, (3, 32, 32), 10, 32, 2)]
+               ("ResNet-18", resnet, (3, 32, 32), 10, args.resnet_batch, 2)]
     for name, make, shape, nout, batch, steps in models_:
         torch.manual_seed(0)
         base = make()
@@ -416,6 +418,8 @@ def main():
     ap.add_argument("--async", dest="async_", action="store_true")
     ap.add_argument("--async-worker", action="store_true")
     ap.add_argument("--reps", type=int, default=7, help="section 4's repeats")
+    ap.add_argument("--resnet-batch", type=int, default=32,
+                    help="section 4's ResNet-18 global batch")
     ap.add_argument("--table", help="print section 4's tables from a rank 0 output file "
                     "(netns_ddp.sh)")
     ap.add_argument("--py-loop", action="store_true")

@@ -6,11 +6,13 @@
 # there the wire, not the CPU, limits the all-reduce, and what overlaps with
 # backward shows in the step time. Root (ip netns). A benchmark, not a test.
 #
-#   bench/torch/netns_ddp.sh        WORLD=2 RATE=1gbit REPS=5 QUICK=
+#   bench/torch/netns_ddp.sh        WORLD=2 RATE=1gbit REPS=5 QUICK= BATCH=32
+#     (BATCH: the ResNet-18's global batch)
 #     RINGMASTER_LIBRARY=<libringmaster.so> (default: build/worker's)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 WORLD="${WORLD:-2}" RATE="${RATE:-1gbit}" REPS="${REPS:-5}" QUICK="${QUICK:-}"
+BATCH="${BATCH:-32}"
 lib="${RINGMASTER_LIBRARY:-$repo/build/worker/libringmaster.so.0.1.0}"
 [[ -e "$lib" ]] || { echo "netns_ddp.sh: build libringmaster first ($lib)" >&2; exit 2; }
 tag="rmtd$$"
@@ -27,7 +29,7 @@ netns_up "$tag" "$WORLD" "$RATE" 198.19.8
 echo "# netns_ddp: $WORLD namespaces, one rank each, $RATE tbf links; $(date -u +%FT%TZ)" \
      "load $(cut -d' ' -f1-3 /proc/loadavg)"
 port=$((20000 + $$ % 20000))
-args=(--async-worker --reps "$REPS")
+args=(--async-worker --reps "$REPS" --resnet-batch "$BATCH")
 [[ -n "$QUICK" ]] && args+=(--quick)
 pids=()
 run_rank() {

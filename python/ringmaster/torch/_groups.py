@@ -105,6 +105,7 @@ def _make_group(rank, size, comm, timeout, store, label, owned=False):
     n = native.ProcessGroup(rank, size, label, twin._timeout_ms, comm.ptr,
                             _native_load._native_fns(), twin)
     twin._native_ref = weakref.ref(n)
+    n._set_p2p(twin._p2p.ptr if twin._p2p is not None else 0)
     _native_twins.add(twin)
     _register_exit_stop()
     return n

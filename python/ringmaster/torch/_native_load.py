@@ -6,7 +6,7 @@ module ringmaster.torch._native, and what active_backend() reports of it.
 THE NATIVE BACKEND. Where the extension was built, the "ringmaster"
 backend's groups are native ones; process_group.py's ProcessGroupRingmaster
 is then each native group's Python twin (it keeps the calls the native path
-does not take, point-to-point and the error words: native/module.cpp).
+does not take, the point-to-point lane and the error words: native/module.cpp).
 Where it was not built (no compiler or no torch headers), or
 RINGMASTER_TORCH_NATIVE=0, process_group.py's process group is the backend,
 as before. The extension is looked for at RINGMASTER_TORCH_NATIVE (a path
@@ -31,6 +31,9 @@ _native = None
 _native_where = "not looked for"
 _NATIVE_FNS = ("rm_allreduce", "rm_broadcast", "rm_allgather", "rm_reduce_scatter",
                "rm_barrier", "rm_comm_set_timeout", "rm_comm_abort")
+# point-to-point: where the library lacks them, the twin serves send / recv
+_NATIVE_P2P_FNS = ("rm_isend", "rm_irecv", "rm_p2p_wait", "rm_p2p_source", "rm_p2p_error",
+                   "rm_p2p_free")
 
 
 def _native_off():
@@ -72,7 +75,11 @@ def _load_native():
 def _native_fns():
     import ctypes
     lib = _rm._lib.lib
-    return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _NATIVE_FNS}
+    fns = {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _NATIVE_FNS}
+    if all(hasattr(lib, n) for n in _NATIVE_P2P_FNS):
+        fns.update({n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                    for n in _NATIVE_P2P_FNS})
+    return fns
 
 
 def active_backend():
@@ -85,16 +92,17 @@ _load_native()
 
 
 if _native is not None:
-    # torch calls these from Python only: the twin serves them (point-to-
-    # point posts in the caller's thread; the others queue on the native
-    # group through the twin's _submit). Other attributes a program reads
-    # of a group (_comm, _timeout_ms, ...) are the twin's too.
+    # torch calls these from Python only: the twin serves them (they queue
+    # on the native group through the twin's _submit). send, recv and
+    # recv_anysource are the native group's own (torch's binding calls them
+    # without the GIL). Other attributes a program reads of a group (_comm,
+    # _timeout_ms, ...) are the twin's too.
     def _forward(name):
         def f(self, *a, **k):
             return getattr(self._rm_twin, name)(*a, **k)
         f.__name__ = name
         return f
-    for _name in ("send", "recv", "recv_anysource", "alltoall_base", "alltoall", "gather",
+    for _name in ("alltoall_base", "alltoall", "gather",
                   "scatter", "reduce", "reduce_scatter", "allgather_coalesced",
                   "monitored_barrier"):
         setattr(_native.ProcessGroup, _name, _forward(_name))

@@ -1,6 +1,9 @@
 """p2p.py - point-to-point for the ringmaster torch backend: the process
 group's send, recv and recv_anysource, and through them torch's
-dist.send/recv/isend/irecv and batch_isend_irecv.
+dist.send/recv/isend/irecv and batch_isend_irecv. A native group
+(native/process_group.cpp, POINT-TO-POINT) posts on the same lane in C++,
+with this module's words and numbering; what its fast path does not take
+comes here.
 
 THE LANE. libringmaster runs tagged point-to-point on a communicator of its
 own (worker/comm/p2p.c: its transports match the collectives' messages in
@@ -162,9 +165,13 @@ def post(pg, call, tensors, peer, tag):
     nbytes = buf.numel() * buf.element_size()
     req = ctypes.c_void_p()
     fn = _lib.session_fn("rm_irecv" if recv else "rm_isend")
+    n = pg._native_group()
     with pg._lock:
-        pg._p2p_seq += 1
-        seq = pg._p2p_seq
+        if n is not None:  # the native group's numbering (its own sends count)
+            seq = n._next_p2p_seq()
+        else:
+            pg._p2p_seq += 1
+            seq = pg._p2p_seq
         st = fn(pg._p2p.ptr, buf.data_ptr() if nbytes else None, nbytes, peer, int(tag),
                 pg._timeout_ms, ctypes.byref(req))
         if st:
@@ -181,6 +188,9 @@ def close(pg):
     pc = pg._p2p
     if pc is None or not pc.ptr:
         return
+    n = pg._native_group()
+    if n is not None:  # the native group's open Works end first
+        n._p2p_close(10000)
     if pg._p2p_open:
         pc.abort()
         for w in list(pg._p2p_open):

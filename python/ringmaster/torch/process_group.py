@@ -204,6 +204,15 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         return _errors.Aborted("RM_ERR_ABORTED", "ringmaster backend: %s #%d of the %s: the "
                                "group's communicator was closed" % (call, seq, self._label))
 
+    def _native_p2p_failed(self, st, words, peer, call, what, seq):
+        """A native send / recv that failed (words: the request's; None: its
+        post failed, the lane's last error): p2p.py's exception."""
+        if words is None:
+            e = self._p2p.error(st, "rm_" + call)
+        else:
+            e = _errors.make(st, words, peer if peer >= 0 else None, "rm_" + call)
+        return self._failed(e, "%s (%s)" % (call, what), seq, self._timeout_ms)
+
     def _native_aborted(self, call, seq):
         return _errors.Aborted("RM_ERR_ABORTED", "ringmaster backend: %s #%d of the %s was "
                                "still queued when the process group was destroyed"

@@ -8,9 +8,11 @@
 //  * the calls the native path does not take (slow* below: the twin's checks
 //    raise in the caller; its body is queued on THIS group's worker through
 //    _enqueue, under the same numbering);
-//  * point-to-point, all-to-all, gather, scatter, reduce, reduce_scatter and
+//  * all-to-all, gather, scatter, reduce, reduce_scatter and
 //    monitored_barrier, which torch only calls from Python: the Python side
 //    forwards those methods of this class to the twin (_native_load.py);
+//  * point-to-point's lane (the communicator, made by the twin) and what the
+//    native send / recv do not take (slowP2P);
 //  * the exception a failed call raises (FailHook): the same class and words
 //    as the Python backend, and ringmaster.last_exception, which elastic
 //    recovery reads.
@@ -20,6 +22,8 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <cstring>
 
 #include "process_group.hpp"
 
@@ -37,17 +41,26 @@ class PyBacked : public rt::ProcessGroupRingmaster {
     fail = [this](rm_status_t st, const std::string& call, uint64_t seq, int ms) {
       return error(st, call, seq, ms);
     };
+    lane->fail = [this](rm_status_t st, const char* words, int peer, const std::string& call,
+                        const std::string& what, uint64_t seq) {
+      return p2p_error(st, words, peer, call, what, seq);
+    };
   }
 
   ~PyBacked() override {
-    // the worker may still call into the twin: stop it first, without the
-    // GIL (its Python bodies and error hook take it)
+    // the worker and the open point-to-point Works may still call into the
+    // twin: stop and close them first, without the GIL (its Python bodies
+    // and error hooks take it); the lane before the twin destroys its
+    // communicator
     if (Py_IsInitialized() && PyGILState_Check()) {
       py::gil_scoped_release r;
       stop(nullptr);
+      closeLane(timeoutMs());
     } else {
       stop(nullptr);
+      closeLane(timeoutMs());
     }
+    lane->fail = nullptr;
     if (Py_IsInitialized()) {
       py::gil_scoped_acquire g;
       Py_XDECREF(twin_);
@@ -86,6 +99,21 @@ class PyBacked : public rt::ProcessGroupRingmaster {
   static std::exception_ptr as_exception(py::object exc) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     return std::make_exception_ptr(py::error_already_set());
+  }
+
+  std::exception_ptr p2p_error(rm_status_t st, const char* words, int peer,
+                               const std::string& call, const std::string& what, uint64_t seq) {
+    if (!Py_IsInitialized())
+      return std::make_exception_ptr(std::runtime_error("ringmaster backend: " + call +
+                                                        " failed during interpreter exit"));
+    py::gil_scoped_acquire g;
+    try {
+      py::object w = words ? py::object(py::str(words)) : py::object(py::none());
+      return as_exception(
+          twin().attr("_native_p2p_failed")(static_cast<int>(st), w, peer, call, what, seq));
+    } catch (py::error_already_set& e) {
+      return std::make_exception_ptr(e);
+    }
   }
 
   std::exception_ptr error(rm_status_t st, const std::string& call, uint64_t seq, int ms) {
@@ -137,6 +165,11 @@ class PyBacked : public rt::ProcessGroupRingmaster {
   c10::intrusive_ptr<c10d::Work> slowBarrier(const c10d::BarrierOptions& o) override {
     return to_twin("barrier", o);
   }
+  c10::intrusive_ptr<c10d::Work> slowP2P(const char* call, std::vector<at::Tensor>& t,
+                                         int peer, int tag) override {
+    if (std::strcmp(call, "recv_anysource") == 0) return to_twin(call, t, tag);
+    return to_twin(call, t, peer, tag);
+  }
 
  private:
   PyObject* twin_;
@@ -146,6 +179,12 @@ template <typename F>
 F fn(const py::dict& fns, const char* name) {
   if (!fns.contains(name)) throw std::invalid_argument(std::string("no address for ") + name);
   return reinterpret_cast<F>(fns[name].cast<uintptr_t>());
+}
+
+// An address the library may lack (an older one): null, and the twin serves.
+template <typename F>
+F fn_opt(const py::dict& fns, const char* name) {
+  return fns.contains(name) ? fn<F>(fns, name) : nullptr;
 }
 
 // The Python twin's queued body and its result (a list of tensors, or a
@@ -226,6 +265,12 @@ PYBIND11_MODULE(_native, m) {
              lib.barrier = fn<decltype(lib.barrier)>(fns, "rm_barrier");
              lib.set_timeout = fn<decltype(lib.set_timeout)>(fns, "rm_comm_set_timeout");
              lib.abort = fn<decltype(lib.abort)>(fns, "rm_comm_abort");
+             lib.isend = fn_opt<decltype(lib.isend)>(fns, "rm_isend");
+             lib.irecv = fn_opt<decltype(lib.irecv)>(fns, "rm_irecv");
+             lib.p2p_wait = fn_opt<decltype(lib.p2p_wait)>(fns, "rm_p2p_wait");
+             lib.p2p_source = fn_opt<decltype(lib.p2p_source)>(fns, "rm_p2p_source");
+             lib.p2p_error = fn_opt<decltype(lib.p2p_error)>(fns, "rm_p2p_error");
+             lib.p2p_free = fn_opt<decltype(lib.p2p_free)>(fns, "rm_p2p_free");
              if (comm == 0) throw std::invalid_argument("ringmaster backend: no communicator");
              return c10::make_intrusive<PyBacked>(rank, size, std::move(label), timeout_ms,
                                                   reinterpret_cast<rm_comm_t*>(comm), lib,
@@ -239,6 +284,18 @@ PYBIND11_MODULE(_native, m) {
       .def("_invalidate", &PyBacked::invalidate)
       .def("_valid", &PyBacked::valid)
       .def("_calls", &PyBacked::calls)
+      .def("_set_p2p", [](PyBacked& self, uintptr_t p2p) {
+        self.setLane(reinterpret_cast<rm_comm_t*>(p2p));
+      })
+      .def("_p2p_open", [](PyBacked& self) { return self.lane->openCount(); })
+      .def("_next_p2p_seq", [](PyBacked& self) { return ++self.lane->seq; })
+      .def(
+          "_p2p_close",
+          [](PyBacked& self, int grace_ms) {
+            py::gil_scoped_release r;  // Futures' callbacks and error hooks take it
+            self.closeLane(grace_ms);
+          },
+          py::arg("grace_ms"))
       .def(
           "_shutdown",
           [](PyBacked& self, int grace_ms, bool abort_comm) {

@@ -53,6 +53,25 @@
 // 30 min default) is the communicator's deadline; an option's own timeout
 // bounds that call only (set and restored around it by the worker).
 //
+// POINT-TO-POINT. send, recv and recvAnysource post in the caller's
+// thread on the group's point-to-point lane (the twin's rm_comm_dup, set by
+// _set_p2p; worker/comm/p2p.c moves the messages on its own progress thread)
+// and return a P2PWork at once: nothing queues behind the group's
+// collectives, so a receive posted before an all-reduce and a send after it
+// on the peer still meet, as in the Python backend (p2p.py, whose words and
+// numbering these share: the lane's counter numbers the twin's calls too).
+// No Python and no GIL on this path; a call the fast path does not take (a
+// non-contiguous send, a bad peer or tag, no lane, a stale group) is the
+// twin's, which raises or copies. The lane holds each open Work until its
+// request ends; a Work holds the lane. wait() waits in the library (one
+// thread at a time, the others on the Work's condition); whoever sees the
+// request end frees it and completes the Work. getFuture() hands the wait to
+// the lane's waiter thread, so then() callbacks run with no one in wait().
+// A failure becomes the twin's exception (P2PFailHook). Stopping: the twin's
+// shutdown and this group's destructor close the lane (closeLane: the lane
+// aborted when a Work is open, every open Work ended, the waiter joined)
+// before the lane's communicator is destroyed.
+//
 // STOPPING. destroy_process_group (through the Python side) takes the
 // queued calls (they fail with Aborted), gives the running one the group's
 // timeout, aborts the communicator if it still runs (its waits end) and joins
@@ -161,9 +180,33 @@ ProcessGroupRingmaster::ProcessGroupRingmaster(int rank, int size, std::string l
       label_(std::move(label)),
       timeout_ms_(timeout_ms),
       comm_(comm),
-      lib_(lib) {}
+      lib_(lib) {
+  lane = std::make_shared<P2PLane>();
+  lane->lib = lib;
+  lane->label = label_;
+  lane->timeout_ms = timeout_ms;
+}
+
+void ProcessGroupRingmaster::setLane(rm_comm_t* p2p) {
+  std::lock_guard<std::mutex> g(lane->mu);
+  lane->comm = lane->lib.isend && lane->lib.irecv && lane->lib.p2p_wait &&
+                       lane->lib.p2p_source && lane->lib.p2p_error && lane->lib.p2p_free
+                   ? p2p
+                   : nullptr;
+}
+
+void ProcessGroupRingmaster::closeLane(int grace_ms) {
+  if (!lane) return;
+  {
+    std::lock_guard<std::mutex> g(lane->mu);
+    // an open request would otherwise last its whole deadline
+    if (!lane->open.empty() && lane->comm != nullptr && !lane->closing) lib_.abort(lane->comm);
+  }
+  lane->close(grace_ms);
+}
 
 ProcessGroupRingmaster::~ProcessGroupRingmaster() {
+  closeLane(timeout_ms_);
   auto left = takeQueued();
   for (auto& w : left) {
     w->done(c10::IValue(), {},
@@ -467,6 +510,273 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::barrier(const c10d::Barri
                    // of this group, not the coordinator's named barrier
                    check(lib_.barrier(comm_), "barrier", seq, ms);
                  });
+}
+
+// ---- point-to-point (POINT-TO-POINT above) ----
+P2PWork::P2PWork(std::shared_ptr<P2PLane> lane, std::string call, uint64_t seq, int peer,
+                 at::Tensor tensor, c10d::OpType type)
+    : c10d::Work(-1, type),
+      lane_(std::move(lane)),
+      call_(std::move(call)),
+      seq_(seq),
+      peer_(peer),
+      tensor_(std::move(tensor)) {}
+
+std::string P2PWork::what() const {
+  if (call_ == "send") return "to rank " + std::to_string(peer_);
+  return peer_ < 0 ? std::string("from any rank") : "from rank " + std::to_string(peer_);
+}
+
+bool P2PWork::poll(int ms) {
+  if (req == nullptr) return true;  // settled already
+  int done = 0;
+  rm_status_t st = lane_->lib.p2p_wait(comm, req, ms, &done);
+  if (!done) return false;
+  settle(st);
+  return true;
+}
+
+void P2PWork::settle(rm_status_t st) {
+  const Lib& lib = lane_->lib;
+  rm_p2p_req_t* r = req;
+  req = nullptr;
+  source_.store(lib.p2p_source(r));
+  std::string words;
+  if (const char* w = lib.p2p_error(r)) words = w;
+  c10::intrusive_ptr<P2PWork> held;  // the lane's hold, dropped last
+  {
+    std::lock_guard<std::mutex> g(lane_->mu);
+    lib.p2p_free(comm, r);
+    auto it = lane_->open.find(this);
+    if (it != lane_->open.end()) {
+      held = std::move(it->second);
+      lane_->open.erase(it);
+    }
+  }
+  std::exception_ptr e;
+  if (st != RM_OK) e = error(st, words.c_str());
+  end(e);
+}
+
+std::exception_ptr P2PWork::error(rm_status_t st, const char* words) {
+  if (lane_->fail) return lane_->fail(st, words, peer_, call_, what(), seq_);
+  return std::make_exception_ptr(std::runtime_error(
+      "ringmaster backend: " + call_ + " (" + what() + ") #" + std::to_string(seq_) +
+      " of the " + lane_->label + " failed with status " + std::to_string(st)));
+}
+
+void P2PWork::end(std::exception_ptr e) {
+  finish(e);  // wakes wait()
+  settleFuture();
+}
+
+void P2PWork::settleFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (!future_ || future_done_ || !completed_) return;
+    future_done_ = true;
+    f = future_;
+    e = exception_;
+  }
+  if (e)
+    f->setError(e);
+  else
+    f->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
+}
+
+bool P2PWork::wait(std::chrono::milliseconds timeout) {
+  bool ok;
+  if (token_.try_lock()) {
+    std::lock_guard<std::mutex> t(token_, std::adopt_lock);
+    auto ms = timeout.count();
+    ok = poll(timeout == kNoTimeout ? -1 : ms > 0x7fffffff ? 0x7fffffff : static_cast<int>(ms));
+  } else {  // another thread waits in the library: its settle wakes us
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+      ok = true;
+    } else {
+      ok = cv_.wait_for(lock, timeout, [&] { return completed_; });
+    }
+  }
+  TORCH_CHECK(ok, "ringmaster backend: wait on ", call_, " (", what(), ") #", seq_, " of the ",
+              lane_->label, " timed out after ", timeout.count() / 1000.0, " s; the ", call_,
+              " is still open");
+  std::lock_guard<std::mutex> g(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+bool P2PWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (completed_) return true;
+  }
+  if (!token_.try_lock()) return false;
+  std::lock_guard<std::mutex> t(token_, std::adopt_lock);
+  return poll(0);
+}
+
+std::vector<at::Tensor> P2PWork::result() {
+  wait();
+  return {tensor_};
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> P2PWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> f;
+  bool fresh = false, done = false;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list_type());
+      fresh = true;
+    }
+    f = future_;
+    done = completed_;
+  }
+  if (fresh && done)
+    settleFuture();
+  else if (fresh)
+    lane_->watch(c10::intrusive_ptr<P2PWork>::reclaim_copy(this));
+  return f;
+}
+
+void P2PLane::watch(c10::intrusive_ptr<P2PWork> w) {
+  std::lock_guard<std::mutex> g(mu);
+  if (wstop) return;  // closed: every Work it had has ended and settled its Future
+  watched.push_back(std::move(w));
+  if (!waiter.joinable()) {
+    waiter = std::thread([this] {
+      pthread_setname_np(pthread_self(), "ringmaster-p2p");
+      for (;;) {
+        c10::intrusive_ptr<P2PWork> next;
+        {
+          std::unique_lock<std::mutex> l(mu);
+          wcv.wait(l, [&] { return wstop || !watched.empty(); });
+          if (watched.empty()) return;
+          next = std::move(watched.front());
+          watched.pop_front();
+        }
+        try {
+          next->wait();  // its request's deadline bounds it
+        } catch (...) {
+        }
+        next->settleFuture();
+      }
+    });
+  }
+  wcv.notify_all();
+}
+
+size_t P2PLane::openCount() {
+  std::lock_guard<std::mutex> g(mu);
+  return open.size();
+}
+
+void P2PLane::close(int grace_ms) {
+  std::vector<c10::intrusive_ptr<P2PWork>> left;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    closing = true;
+    for (auto& kv : open) left.push_back(kv.second);
+  }
+  for (auto& w : left) {
+    try {
+      w->wait(std::chrono::milliseconds(grace_ms > 0 ? grace_ms : 1));
+    } catch (...) {  // it failed (aborted): what matters is that it ended
+    }
+  }
+  {
+    std::lock_guard<std::mutex> g(mu);
+    wstop = true;
+  }
+  wcv.notify_all();
+  if (waiter.joinable()) {
+    if (waiter.get_id() == std::this_thread::get_id())
+      waiter.detach();  // the last reference went in the waiter itself
+    else
+      waiter.join();
+  }
+  std::lock_guard<std::mutex> g(mu);
+  if (open.empty()) comm = nullptr;
+  else
+    TORCH_WARN("ringmaster backend: ", open.size(), " point-to-point requests of the ", label,
+               " did not end within ", grace_ms, " ms of the lane's close");
+}
+
+P2PLane::~P2PLane() {
+  {
+    std::lock_guard<std::mutex> g(mu);
+    wstop = true;
+  }
+  wcv.notify_all();
+  if (waiter.joinable()) {
+    if (waiter.get_id() == std::this_thread::get_id())
+      waiter.detach();
+    else
+      waiter.join();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::post(const char* call,
+                                                           std::vector<at::Tensor>& ts,
+                                                           int peer, int tag) {
+  const bool any = std::strcmp(call, "recv_anysource") == 0;
+  const bool recv = std::strcmp(call, "send") != 0;
+  bool ok = valid() && ts.size() == 1 && tag >= 0 &&
+            (any ? peer == -1 : peer >= 0 && peer < getSize() && peer != getRank());
+  if (ok) {
+    const at::Tensor& t = ts[0];
+    ok = t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous();
+  }
+  if (ok) {
+    std::lock_guard<std::mutex> g(lane->mu);
+    ok = lane->comm != nullptr && !lane->closing;
+  }
+  if (!ok) return slowP2P(call, ts, peer, tag);  // the twin raises, copies or says why
+  at::Tensor t = ts[0];
+  auto w = c10::make_intrusive<P2PWork>(
+      lane, call, ++lane->seq, peer, t,
+      !recv ? c10d::OpType::SEND : any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV);
+  rm_status_t st;
+  {
+    std::lock_guard<std::mutex> g(lane->mu);
+    if (lane->comm == nullptr || lane->closing) {
+      st = RM_ERR_ABORTED;
+    } else {
+      size_t n = t.nbytes();
+      void* p = n ? t.data_ptr() : nullptr;
+      rm_p2p_req_t* r = nullptr;
+      st = recv ? lane->lib.irecv(lane->comm, p, n, peer, static_cast<uint64_t>(tag),
+                                  lane->timeout_ms, &r)
+                : lane->lib.isend(lane->comm, p, n, peer, static_cast<uint64_t>(tag),
+                                  lane->timeout_ms, &r);
+      if (st == RM_OK) {
+        w->req = r;
+        w->comm = lane->comm;
+        lane->open[w.get()] = w;
+      }
+    }
+  }
+  if (st != RM_OK) w->end(w->error(st, nullptr));
+  return w;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::send(std::vector<at::Tensor>& tensors,
+                                                           int dst, int tag) {
+  return post("send", tensors, dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::recv(std::vector<at::Tensor>& tensors,
+                                                           int src, int tag) {
+  return post("recv", tensors, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  return post("recv_anysource", tensors, -1, tag);
 }
 
 }  // namespace ringmaster_torch

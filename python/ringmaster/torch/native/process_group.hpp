@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -32,9 +33,88 @@ struct Lib {
   decltype(&rm_barrier) barrier = nullptr;
   decltype(&rm_comm_set_timeout) set_timeout = nullptr;
   decltype(&rm_comm_abort) abort = nullptr;
+  // point-to-point (all null where the library has none: the twin serves)
+  decltype(&rm_isend) isend = nullptr;
+  decltype(&rm_irecv) irecv = nullptr;
+  decltype(&rm_p2p_wait) p2p_wait = nullptr;
+  decltype(&rm_p2p_source) p2p_source = nullptr;
+  decltype(&rm_p2p_error) p2p_error = nullptr;
+  decltype(&rm_p2p_free) p2p_free = nullptr;
 };
 
 class ProcessGroupRingmaster;
+class P2PWork;
+
+// What a failed send or receive makes of its failure (module.cpp: the twin's
+// exception, as the Python backend's). words: the request's own words, or
+// nullptr when the post itself failed (the lane's last error then).
+using P2PFailHook = std::function<std::exception_ptr(
+    rm_status_t st, const char* words, int peer, const std::string& call,
+    const std::string& what, uint64_t seq)>;
+
+// A group's point-to-point lane (POINT-TO-POINT in process_group.cpp):
+// shared by the group and its open Works, so a Work outlives neither.
+struct P2PLane {
+  Lib lib;
+  std::string label;
+  int timeout_ms = 0;
+  P2PFailHook fail;
+  std::atomic<uint64_t> seq{0};  // the group's send/recv numbers (the twin's too)
+  std::mutex mu;                 // the fields below
+  rm_comm_t* comm = nullptr;     // null: none, or closed
+  bool closing = false;
+  std::map<P2PWork*, c10::intrusive_ptr<P2PWork>> open;  // held until they end
+  // the Future waiter: waits for each Work whose Future was asked for
+  std::deque<c10::intrusive_ptr<P2PWork>> watched;
+  std::condition_variable wcv;
+  std::thread waiter;
+  bool wstop = false;
+
+  void watch(c10::intrusive_ptr<P2PWork> w);
+  // No more posts; the open Works end (each waits up to grace_ms, the lane
+  // aborted first by the caller when any is open), the waiter stops, and
+  // the lane forgets the communicator. Then it may be destroyed.
+  void close(int grace_ms);
+  size_t openCount();
+  ~P2PLane();
+};
+
+// A send's or a receive's Work: holds the library's request until it ended.
+// One thread at a time waits in the library (the token); others wait for
+// the Work's completion. Whoever sees it end settles it.
+class P2PWork : public c10d::Work {
+ public:
+  P2PWork(std::shared_ptr<P2PLane> lane, std::string call, uint64_t seq, int peer,
+          at::Tensor tensor, c10d::OpType type);
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  bool isCompleted() override;
+  int sourceRank() const override { return source_.load(); }
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  void synchronize() override {}
+  const std::string& call() const { return call_; }
+  uint64_t seq() const { return seq_; }
+  std::string what() const;
+
+  rm_p2p_req_t* req = nullptr;  // set at post, before anyone waits; the token's after
+  rm_comm_t* comm = nullptr;     // the lane's, for the request's life
+  void settle(rm_status_t st);   // the request ended: free it, end the Work
+  std::exception_ptr error(rm_status_t st, const char* words);
+  void end(std::exception_ptr e);  // complete (e: failed), then the Future
+  void settleFuture();
+
+ private:
+  bool poll(int ms);  // the token's holder
+  std::shared_ptr<P2PLane> lane_;
+  const std::string call_;
+  const uint64_t seq_;
+  const int peer_;
+  at::Tensor tensor_;
+  std::mutex token_;
+  std::atomic<int> source_{-1};
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // under mutex_
+  bool future_done_ = false;                          // under mutex_
+};
 
 // What a call that fails makes of its failure: the hook (module.cpp) builds
 // the same exception the Python backend raises (its class, its words, and
@@ -94,8 +174,15 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
 
   FailHook fail;
+  std::shared_ptr<P2PLane> lane;  // made with the group; its comm set by the twin
 
   // Queue body as the group's next numbered call (the sequence number is
   // taken here, under the lock, so numbers follow the queue). A call made
@@ -117,6 +204,10 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   std::vector<c10::intrusive_ptr<Work>> takeQueued();
   bool join(int grace_ms, bool abort_comm);
   int timeoutMs() const { return timeout_ms_; }
+  // the twin's point-to-point communicator (0: none; the twin serves);
+  // closeLane before it is destroyed (POINT-TO-POINT)
+  void setLane(rm_comm_t* p2p);
+  void closeLane(int grace_ms);
   const std::string& label() const { return label_; }
   uint64_t calls() const { return seq_; }
 
@@ -138,6 +229,9 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   virtual c10::intrusive_ptr<c10d::Work> slowReduceScatterBase(
       at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) = 0;
   virtual c10::intrusive_ptr<c10d::Work> slowBarrier(const c10d::BarrierOptions& o) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> slowP2P(const char* call,
+                                                 std::vector<at::Tensor>& t, int peer,
+                                                 int tag) = 0;
 
  private:
   struct Job {
@@ -151,6 +245,8 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   void run(Job& job);
   void check(rm_status_t st, const std::string& call, uint64_t seq, int ms);
   bool fast(const at::Tensor& t) const;
+  c10::intrusive_ptr<c10d::Work> post(const char* call, std::vector<at::Tensor>& t,
+                                      int peer, int tag);
 
   const std::string label_;
   const int timeout_ms_;
