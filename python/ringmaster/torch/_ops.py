@@ -167,38 +167,39 @@ def _alltoallv_rows(c, out2d, in2d, out_splits, in_splits, call, local_err=None,
                     row_bytes=0):
     """out2d / in2d: contiguous (rows, row_bytes) uint8; splits in rows.
     local_err: this rank's arguments are wrong (a ValueError): it still
-    takes part in the agreement, so that every rank raises."""
+    takes part in the agreement, so that every rank raises.
+
+    The agreement is one all-gather of each rank's [row bytes, bad
+    arguments, input splits, output splits] (2 w + 2 int64): every rank
+    then sees every pair and raises the same error, naming the pair, before
+    a byte of data moves (a disagreement the data plane found would fail
+    the communicator instead)."""
     w = c.world
-    counts = torch.tensor(in_splits, dtype=torch.int64)
-    got = torch.empty(w, dtype=torch.int64)
-    c.alltoall_into(got, counts)
-    bad = [] if local_err else [r for r in range(w) if int(got[r]) != int(out_splits[r])]
-    rb = -1 if local_err else row_bytes
-    # MAX of [largest split, first disagreeing sender + 1, a rank with
-    # bad arguments + 1, row bytes, -row bytes]: equal row sizes on all
-    # ranks <=> max == -max(-row bytes)
-    agree = torch.tensor([max(in_splits) if in_splits else 0, bad[0] + 1 if bad else 0,
-                          c.rank + 1 if local_err else 0, rb, -rb], dtype=torch.int64)
-    c.allreduce(agree, "max")
+    mine = torch.tensor([-1 if local_err else row_bytes, 1 if local_err else 0]
+                        + list(in_splits) + list(out_splits), dtype=torch.int64)
+    every = torch.empty((w, 2 * w + 2), dtype=torch.int64)
+    c.allgather_into(every, mine)
+    rows = every.tolist()
     if local_err is not None:
         raise local_err
-    if int(agree[2]):
+    bad_args = [r for r in range(w) if rows[r][1]]
+    if bad_args:
         raise ValueError("ringmaster backend: %s: rank %d's arguments are invalid (its "
-                         "exception says why); nothing was moved"
-                         % (call, int(agree[2]) - 1))
-    if int(agree[3]) != -int(agree[4]):
+                         "exception says why); nothing was moved" % (call, bad_args[0]))
+    sizes = [rows[r][0] for r in range(w)]
+    if min(sizes) != max(sizes):
         raise ValueError("ringmaster backend: %s: the ranks' rows differ in size (%d to %d "
-                         "bytes; this rank's %d)" % (call, -int(agree[4]), int(agree[3]),
-                                                     row_bytes))
-    if int(agree[1]):
-        raise ValueError(
-            "ringmaster backend: %s: output_split_sizes disagree with the senders' "
-            "input_split_sizes%s" % (call, (" (rank %d expects %d rows from rank %d, "
-                                            "which sends %d)" % (
-                                                c.rank, out_splits[bad[0]], bad[0],
-                                                int(got[bad[0]]))) if bad else
-                                     " on another rank"))
-    m, rb = int(agree[0]), row_bytes
+                         "bytes; this rank's %d)" % (call, min(sizes), max(sizes), row_bytes))
+    for d in range(w):  # rank d's output split from s against s's input split to d
+        for s in range(w):
+            sends, expects = rows[s][2 + d], rows[d][2 + w + s]
+            if sends != expects:
+                raise ValueError(
+                    "ringmaster backend: %s: output_split_sizes disagree with the senders' "
+                    "input_split_sizes (rank %d expects %d rows from rank %d, which sends "
+                    "%d)" % (call, d, expects, s, sends))
+    m = max(max(r[2:2 + w]) for r in rows) if w else 0
+    rb = row_bytes
     if m == 0 or rb == 0:
         return
     if c.has_rooted():  # each pair moves exactly its rows (rm_alltoallv)
