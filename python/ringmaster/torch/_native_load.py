@@ -34,6 +34,7 @@ _NATIVE_FNS = ("rm_allreduce", "rm_broadcast", "rm_allgather", "rm_reduce_scatte
 # point-to-point: where the library lacks them, the twin serves send / recv
 _NATIVE_P2P_FNS = ("rm_isend", "rm_irecv", "rm_p2p_wait", "rm_p2p_source", "rm_p2p_error",
                    "rm_p2p_free")
+_NATIVE_A2A_FNS = ("rm_alltoall", "rm_alltoallv")  # likewise all_to_all_single
 
 
 def _native_off():
@@ -76,9 +77,10 @@ def _native_fns():
     import ctypes
     lib = _rm._lib.lib
     fns = {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _NATIVE_FNS}
-    if all(hasattr(lib, n) for n in _NATIVE_P2P_FNS):
-        fns.update({n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-                    for n in _NATIVE_P2P_FNS})
+    for extra in (_NATIVE_P2P_FNS, _NATIVE_A2A_FNS):
+        if all(hasattr(lib, n) for n in extra):
+            fns.update({n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+                        for n in extra})
     return fns
 
 
@@ -93,16 +95,16 @@ _load_native()
 
 if _native is not None:
     # torch calls these from Python only: the twin serves them (they queue
-    # on the native group through the twin's _submit). send, recv and
-    # recv_anysource are the native group's own (torch's binding calls them
-    # without the GIL). Other attributes a program reads of a group (_comm,
+    # on the native group through the twin's _submit). send, recv,
+    # recv_anysource and alltoall_base (all_to_all_single) are the native
+    # group's own (torch's binding calls them without the GIL). Other attributes a program reads of a group (_comm,
     # _timeout_ms, ...) are the twin's too.
     def _forward(name):
         def f(self, *a, **k):
             return getattr(self._rm_twin, name)(*a, **k)
         f.__name__ = name
         return f
-    for _name in ("alltoall_base", "alltoall", "gather",
+    for _name in ("alltoall", "gather",
                   "scatter", "reduce", "reduce_scatter", "allgather_coalesced",
                   "monitored_barrier"):
         setattr(_native.ProcessGroup, _name, _forward(_name))

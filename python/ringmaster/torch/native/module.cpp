@@ -8,7 +8,7 @@
 //  * the calls the native path does not take (slow* below: the twin's checks
 //    raise in the caller; its body is queued on THIS group's worker through
 //    _enqueue, under the same numbering);
-//  * all-to-all, gather, scatter, reduce, reduce_scatter and
+//  * all_to_all (of lists), gather, scatter, reduce, reduce_scatter and
 //    monitored_barrier, which torch only calls from Python: the Python side
 //    forwards those methods of this class to the twin (_native_load.py);
 //  * point-to-point's lane (the communicator, made by the twin) and what the
@@ -165,6 +165,12 @@ class PyBacked : public rt::ProcessGroupRingmaster {
   c10::intrusive_ptr<c10d::Work> slowBarrier(const c10d::BarrierOptions& o) override {
     return to_twin("barrier", o);
   }
+  c10::intrusive_ptr<c10d::Work> slowAlltoallBase(at::Tensor& out, at::Tensor& in,
+                                                  std::vector<int64_t>& out_splits,
+                                                  std::vector<int64_t>& in_splits,
+                                                  const c10d::AllToAllOptions& o) override {
+    return to_twin("alltoall_base", out, in, out_splits, in_splits, o);
+  }
   c10::intrusive_ptr<c10d::Work> slowP2P(const char* call, std::vector<at::Tensor>& t,
                                          int peer, int tag) override {
     if (std::strcmp(call, "recv_anysource") == 0) return to_twin(call, t, tag);
@@ -265,6 +271,8 @@ PYBIND11_MODULE(_native, m) {
              lib.barrier = fn<decltype(lib.barrier)>(fns, "rm_barrier");
              lib.set_timeout = fn<decltype(lib.set_timeout)>(fns, "rm_comm_set_timeout");
              lib.abort = fn<decltype(lib.abort)>(fns, "rm_comm_abort");
+             lib.alltoall = fn_opt<decltype(lib.alltoall)>(fns, "rm_alltoall");
+             lib.alltoallv = fn_opt<decltype(lib.alltoallv)>(fns, "rm_alltoallv");
              lib.isend = fn_opt<decltype(lib.isend)>(fns, "rm_isend");
              lib.irecv = fn_opt<decltype(lib.irecv)>(fns, "rm_irecv");
              lib.p2p_wait = fn_opt<decltype(lib.p2p_wait)>(fns, "rm_p2p_wait");

@@ -86,8 +86,10 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 #include <sstream>
 
 namespace ringmaster_torch {
@@ -509,6 +511,119 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::barrier(const c10d::Barri
                    // the data plane's barrier: torch's barrier is a collective
                    // of this group, not the coordinator's named barrier
                    check(lib_.barrier(comm_), "barrier", seq, ms);
+                 });
+}
+
+// all_to_all_single. Even (no splits): rm_alltoall of the rows' bytes.
+// With splits: the agreement the Python backend makes (_ops.py
+// _alltoallv_rows, the same bytes on the wire, so a rank on either path
+// meets the others): one all-gather of [row bytes, bad arguments, input
+// splits, output splits] (2 w + 2 int64), the same checks on every rank, then
+// rm_alltoallv of exactly each pair's rows. Arguments this rank alone sees
+// are wrong (splits that do not sum, another dtype, ...) go to the twin,
+// which raises here and still takes part in the agreement.
+c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  const int w = getSize();
+  const bool even = output_split_sizes.empty() && input_split_sizes.empty();
+  auto dense = [](const at::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided &&
+           t.is_contiguous() && t.dim() >= 1;
+  };
+  auto valid_splits = [w](const std::vector<int64_t>& sp, int64_t rows) {
+    if (static_cast<int>(sp.size()) != w) return false;
+    int64_t sum = 0;
+    for (auto k : sp) {
+      if (k < 0) return false;
+      sum += k;
+    }
+    return sum == rows;
+  };
+  bool ok = valid() && lib_.alltoall && lib_.alltoallv && dense(output) && dense(input) &&
+            output.scalar_type() == input.scalar_type() &&
+            output.sizes().slice(1) == input.sizes().slice(1) &&
+            (output.data_ptr() != input.data_ptr() || output.nbytes() == 0);
+  if (ok && even)
+    ok = input.size(0) % w == 0 && output.size(0) == input.size(0);
+  else if (ok)
+    ok = valid_splits(input_split_sizes, input.size(0)) &&
+         valid_splits(output_split_sizes, output.size(0));
+  if (!ok) return slowAlltoallBase(output, input, output_split_sizes, input_split_sizes, opts);
+  int ms = opt_ms(opts.timeout);
+  at::Tensor out = output, in = input;
+  std::vector<int64_t> outs = output_split_sizes, ins = input_split_sizes;
+  const char* call = "all_to_all_single";
+  return enqueue(call, c10d::OpType::ALLTOALL_BASE, {out},
+                 c10::IValue(std::vector<at::Tensor>{out}), tensor_list_type(), ms,
+                 [this, out, in, outs, ins, even, ms, call, w](uint64_t seq) {
+                   RM_STALE_CHECK(call, seq);
+                   Deadline d(lib_, comm_, ms, timeout_ms_);
+                   size_t rb = static_cast<size_t>(in.element_size());  // a row's bytes
+                   for (int64_t k = 1; k < in.dim(); k++) rb *= static_cast<size_t>(in.size(k));
+                   if (even) {
+                     if (in.nbytes())
+                       check(lib_.alltoall(comm_, in.data_ptr(), out.data_ptr(),
+                                           in.nbytes() / static_cast<size_t>(w), RM_U8),
+                             call, seq, ms);
+                     return;
+                   }
+                   const size_t row = 2 * static_cast<size_t>(w) + 2;
+                   std::vector<int64_t> mine(row), every(row * static_cast<size_t>(w));
+                   mine[0] = static_cast<int64_t>(rb);
+                   mine[1] = 0;
+                   for (int r = 0; r < w; r++) {
+                     mine[2 + r] = ins[r];
+                     mine[2 + w + r] = outs[r];
+                   }
+                   check(lib_.allgather(comm_, mine.data(), every.data(), row, RM_I64), call,
+                         seq, ms);
+                   auto at = [&](int r, size_t k) { return every[static_cast<size_t>(r) * row + k]; };
+                   std::ostringstream why;
+                   why << "ringmaster backend: " << call << ": ";
+                   for (int r = 0; r < w; r++)
+                     if (at(r, 1)) {
+                       why << "rank " << r << "'s arguments are invalid (its exception says "
+                           << "why); nothing was moved";
+                       throw std::invalid_argument(why.str());
+                     }
+                   int64_t lo = at(0, 0), hi = at(0, 0), most = 0;
+                   for (int r = 0; r < w; r++) {
+                     lo = std::min(lo, at(r, 0));
+                     hi = std::max(hi, at(r, 0));
+                   }
+                   if (lo != hi) {
+                     why << "the ranks' rows differ in size (" << lo << " to " << hi
+                         << " bytes; this rank's " << rb << ")";
+                     throw std::invalid_argument(why.str());
+                   }
+                   for (int dst = 0; dst < w; dst++)
+                     for (int src = 0; src < w; src++) {
+                       int64_t sends = at(src, 2 + static_cast<size_t>(dst));
+                       int64_t expects = at(dst, 2 + static_cast<size_t>(w + src));
+                       most = std::max(most, sends);
+                       if (sends != expects) {
+                         why << "output_split_sizes disagree with the senders' "
+                             << "input_split_sizes (rank " << dst << " expects " << expects
+                             << " rows from rank " << src << ", which sends " << sends << ")";
+                         throw std::invalid_argument(why.str());
+                       }
+                     }
+                   if (most == 0 || rb == 0) return;
+                   std::vector<size_t> sc(static_cast<size_t>(w)), sd(sc.size()),
+                       rc(sc.size()), rd(sc.size());
+                   size_t so = 0, ro = 0;
+                   for (size_t r = 0; r < sc.size(); r++) {
+                     sc[r] = static_cast<size_t>(ins[r]) * rb;
+                     sd[r] = so;
+                     so += sc[r];
+                     rc[r] = static_cast<size_t>(outs[r]) * rb;
+                     rd[r] = ro;
+                     ro += rc[r];
+                   }
+                   check(lib_.alltoallv(comm_, in.data_ptr(), sc.data(), sd.data(),
+                                        out.data_ptr(), rc.data(), rd.data(), RM_U8),
+                         call, seq, ms);
                  });
 }
 

@@ -30,6 +30,8 @@ struct Lib {
   decltype(&rm_broadcast) broadcast = nullptr;
   decltype(&rm_allgather) allgather = nullptr;
   decltype(&rm_reduce_scatter) reduce_scatter = nullptr;
+  decltype(&rm_alltoall) alltoall = nullptr;    // null: the twin serves all-to-all
+  decltype(&rm_alltoallv) alltoallv = nullptr;
   decltype(&rm_barrier) barrier = nullptr;
   decltype(&rm_comm_set_timeout) set_timeout = nullptr;
   decltype(&rm_comm_abort) abort = nullptr;
@@ -174,6 +176,10 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
@@ -229,6 +235,10 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   virtual c10::intrusive_ptr<c10d::Work> slowReduceScatterBase(
       at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& o) = 0;
   virtual c10::intrusive_ptr<c10d::Work> slowBarrier(const c10d::BarrierOptions& o) = 0;
+  virtual c10::intrusive_ptr<c10d::Work> slowAlltoallBase(at::Tensor& out, at::Tensor& in,
+                                                          std::vector<int64_t>& out_splits,
+                                                          std::vector<int64_t>& in_splits,
+                                                          const c10d::AllToAllOptions& o) = 0;
   virtual c10::intrusive_ptr<c10d::Work> slowP2P(const char* call,
                                                  std::vector<at::Tensor>& t, int peer,
                                                  int tag) = 0;
