@@ -302,7 +302,9 @@ class ProcessGroupRingmaster(dist.ProcessGroup):
         f = _rm._lib.session_fn("rm_session_verdict")
         if f is None:
             return e
-        v = f(self._attached[0][0], -1)
+        # the first failure waits; the calls queued behind it (sticky) only
+        # look, or DDP's buckets would each wait again
+        v = f(self._attached[0][0], -1 if self._failing is None else 0)
         if v == 0 or not self._comm.ptr:
             return e
         return self._comm.error(v, e.call)
