@@ -502,29 +502,36 @@ rm_status_t rm_session_leave(rm_session_t *s, int ok, const char *error,
  * is RPC round trips, segment and socket set-up, and the workload's own
  * work.
  */
-/* After a data-plane failure: give the coordinator 8 heartbeat intervals to
- * decide (job failed, or a new generation). 1 = it moved on. */
+/* After a data-plane failure the coordinator gets this many heartbeat
+ * intervals to decide (job failed, or a new generation). */
+#define DECIDE_INTERVALS 8
+
+/* Sleep up to ns or until the session is marked stale (the cv's broadcast:
+ * the notice, a refused heartbeat or ReportFailure); 1 = stale. */
+static int wait_stale(rm_session_t *s, int64_t ns)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
+  int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + (ns > 0 ? ns : 0);
+  ts.tv_sec = (time_t)(wake / 1000000000LL);
+  ts.tv_nsec = (long)(wake % 1000000000LL);
+  pthread_mutex_lock(&s->mu);
+  while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
+  int stale = s->stale;
+  pthread_mutex_unlock(&s->mu);
+  return stale;
+}
+
+/* 1 = the coordinator moved on within DECIDE_INTERVALS; a heartbeat every
+ * 200 ms meanwhile, awake the moment the session is marked stale */
 static int await_decision(rm_session_t *s)
 {
-  int64_t until = rm__now_ns() + (int64_t)s->hb_interval_ms * 8 * 1000000;
+  int64_t until = rm__now_ns() + (int64_t)s->hb_interval_ms * DECIDE_INTERVALS * 1000000;
   int stale = 0;
   while (!stale && rm__now_ns() < until) {
     rm__session_heartbeat(s);
-    /* a heartbeat every 200 ms, but awake at the moment the session is
-     * marked stale (its broadcast): the notice, a refused heartbeat or
-     * ReportFailure */
     int64_t nap = until - rm__now_ns();
-    if (nap > 200 * 1000000LL) nap = 200 * 1000000LL;
-    if (nap < 0) nap = 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
-    int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + nap;
-    ts.tv_sec = (time_t)(wake / 1000000000LL);
-    ts.tv_nsec = (long)(wake % 1000000000LL);
-    pthread_mutex_lock(&s->mu);
-    while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
-    stale = s->stale;
-    pthread_mutex_unlock(&s->mu);
+    stale = wait_stale(s, nap > 200 * 1000000LL ? 200 * 1000000LL : nap);
   }
   return stale;
 }
@@ -616,8 +623,22 @@ void rm_session_close(rm_session_t *s)
  * the coordinator was deciding): the generation is over, and what the
  * program must do is re-form, whatever the links saw. Detach before
  * destroying it. */
-void rm__session_abort_attached_locked(rm_session_t *s, rm_status_t st, const char *words)
+/* What a stale session's communicators fail with (mu held): the job ended,
+ * or the coordinator re-formed it; words say which and why. */
+static rm_status_t verdict_locked(const rm_session_t *s, char *words, size_t n)
 {
+  int ended = s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
+  if (words)
+    snprintf(words, n, "%s%s%s", ended ? "the job ended" : "the coordinator re-formed the job",
+             s->reason[0] ? ": " : "", s->reason);
+  return ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED;
+}
+
+void rm__session_abort_comms_locked(rm_session_t *s)
+{
+  char words[sizeof s->reason + 64];
+  rm_status_t st = verdict_locked(s, words, sizeof words);
+  if (s->comm) rm__comm_abort_with(s->comm, st, words);
   for (int i = 0; i < s->n_attached; i++) rm__comm_supersede(s->attached[i], st, words);
 }
 
@@ -632,9 +653,10 @@ rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm)
     if (s->n_attached == RM__ATTACH_MAX) st = RM_ERR_INVALID_ARG;
     else s->attached[s->n_attached++] = comm;
   }
-  if (st == RM_OK && s->stale)
-    rm__comm_supersede(comm, s->ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
-                       s->reason[0] ? s->reason : "the coordinator re-formed the job");
+  if (st == RM_OK && s->stale) {
+    char words[sizeof s->reason + 64];
+    rm__comm_supersede(comm, verdict_locked(s, words, sizeof words), words);
+  }
   pthread_mutex_unlock(&s->mu);
   if (st != RM_OK)
     RM_WARN("rm_session_attach: %d communicators attached already", RM__ATTACH_MAX);
@@ -644,19 +666,12 @@ rm_status_t rm_session_attach(rm_session_t *s, rm_comm_t *comm)
 rm_status_t rm_session_verdict(rm_session_t *s, int timeout_ms)
 {
   if (s == NULL) return RM_ERR_INVALID_ARG;
-  int64_t ms = timeout_ms >= 0 ? timeout_ms : (int64_t)s->hb_interval_ms * 8;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts); /* the cv's clock */
-  int64_t wake = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + ms * 1000000LL;
-  ts.tv_sec = (time_t)(wake / 1000000000LL);
-  ts.tv_nsec = (long)(wake % 1000000000LL);
+  /* the heartbeat thread and the notice stream mark the session stale;
+   * nothing here sends, so any thread may wait */
+  int64_t ms = timeout_ms >= 0 ? timeout_ms : (int64_t)s->hb_interval_ms * DECIDE_INTERVALS;
+  if (!wait_stale(s, ms * 1000000LL)) return RM_OK;
   pthread_mutex_lock(&s->mu);
-  /* the heartbeat thread and the notice stream mark the session stale and
-   * broadcast cv; nothing here sends, so any thread may wait */
-  while (!s->stale && pthread_cond_timedwait(&s->cv, &s->mu, &ts) != ETIMEDOUT) {}
-  rm_status_t st = !s->stale ? RM_OK
-                   : (s->ended || s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED)
-                         ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED;
+  rm_status_t st = verdict_locked(s, NULL, 0);
   pthread_mutex_unlock(&s->mu);
   return st;
 }

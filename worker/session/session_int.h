@@ -182,8 +182,10 @@ void rm__session_mark_stale(rm_session_t *s, int job_state, const char *why);
 void rm__session_mark_stale_gen(rm_session_t *s, uint64_t gen, int job_state,
                                 const char *why);
 void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *why);
-/* Abort the attached communicators with st and words (mu held). */
-void rm__session_abort_attached_locked(rm_session_t *s, rm_status_t st, const char *words);
+/* The session went stale (mu held): abort its communicator and supersede
+ * the attached ones (session.c, attached communicators) with
+ * RM_ERR_JOB_ENDED or RM_ERR_RECONFIGURED and words saying why. */
+void rm__session_abort_comms_locked(rm_session_t *s);
 int rm__session_is_stale(rm_session_t *s);
 int rm__session_heartbeat(rm_session_t *s);
 void rm__session_hb_start(rm_session_t *s);

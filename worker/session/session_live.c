@@ -208,23 +208,7 @@ void rm__session_mark_stale_locked(rm_session_t *s, int job_state, const char *w
   pthread_cond_broadcast(&s->cv); /* a re-form waiting for the decision */
   if (job_state >= 0) s->job_state = job_state;
   if (why && !s->reason[0]) snprintf(s->reason, sizeof s->reason, "%s", why);
-  if (s->comm) {
-    int ended = s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
-    char words[sizeof s->reason + 64];
-    snprintf(words, sizeof words, "%s: %s",
-             ended ? "the job ended" : "the coordinator re-formed the job",
-             s->reason);
-    rm__comm_abort_with(s->comm, ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
-                        words);
-  }
-  if (s->n_attached) {
-    int ended = s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
-    char words[sizeof s->reason + 64];
-    snprintf(words, sizeof words, "%s: %s",
-             ended ? "the job ended" : "the coordinator re-formed the job", s->reason);
-    rm__session_abort_attached_locked(s, ended ? RM_ERR_JOB_ENDED : RM_ERR_RECONFIGURED,
-                                      words);
-  }
+  rm__session_abort_comms_locked(s);
 }
 
 int rm__session_is_stale(rm_session_t *s)
