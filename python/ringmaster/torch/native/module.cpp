@@ -24,6 +24,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <optional>
 
 #include "process_group.hpp"
 
@@ -52,11 +53,9 @@ class PyBacked : public rt::ProcessGroupRingmaster {
     // twin: stop and close them first, without the GIL (its Python bodies
     // and error hooks take it); the lane before the twin destroys its
     // communicator
-    if (Py_IsInitialized() && PyGILState_Check()) {
-      py::gil_scoped_release r;
-      stop(nullptr);
-      closeLane(timeoutMs());
-    } else {
+    {
+      std::optional<py::gil_scoped_release> r;
+      if (Py_IsInitialized() && PyGILState_Check()) r.emplace();
       stop(nullptr);
       closeLane(timeoutMs());
     }
@@ -295,7 +294,6 @@ PYBIND11_MODULE(_native, m) {
       .def("_set_p2p", [](PyBacked& self, uintptr_t p2p) {
         self.setLane(reinterpret_cast<rm_comm_t*>(p2p));
       })
-      .def("_p2p_open", [](PyBacked& self) { return self.lane->openCount(); })
       .def("_next_p2p_seq", [](PyBacked& self) { return ++self.lane->seq; })
       .def(
           "_p2p_close",

@@ -208,7 +208,6 @@ void ProcessGroupRingmaster::closeLane(int grace_ms) {
 }
 
 ProcessGroupRingmaster::~ProcessGroupRingmaster() {
-  closeLane(timeout_ms_);
   auto left = takeQueued();
   for (auto& w : left) {
     w->done(c10::IValue(), {},
@@ -785,11 +784,6 @@ void P2PLane::watch(c10::intrusive_ptr<P2PWork> w) {
   wcv.notify_all();
 }
 
-size_t P2PLane::openCount() {
-  std::lock_guard<std::mutex> g(mu);
-  return open.size();
-}
-
 void P2PLane::close(int grace_ms) {
   std::vector<c10::intrusive_ptr<P2PWork>> left;
   {
@@ -803,17 +797,7 @@ void P2PLane::close(int grace_ms) {
     } catch (...) {  // it failed (aborted): what matters is that it ended
     }
   }
-  {
-    std::lock_guard<std::mutex> g(mu);
-    wstop = true;
-  }
-  wcv.notify_all();
-  if (waiter.joinable()) {
-    if (waiter.get_id() == std::this_thread::get_id())
-      waiter.detach();  // the last reference went in the waiter itself
-    else
-      waiter.join();
-  }
+  stopWaiter();
   std::lock_guard<std::mutex> g(mu);
   if (open.empty()) comm = nullptr;
   else
@@ -821,18 +805,17 @@ void P2PLane::close(int grace_ms) {
                " did not end within ", grace_ms, " ms of the lane's close");
 }
 
-P2PLane::~P2PLane() {
+void P2PLane::stopWaiter() {
   {
     std::lock_guard<std::mutex> g(mu);
     wstop = true;
   }
   wcv.notify_all();
-  if (waiter.joinable()) {
-    if (waiter.get_id() == std::this_thread::get_id())
-      waiter.detach();
-    else
-      waiter.join();
-  }
+  if (!waiter.joinable()) return;
+  if (waiter.get_id() == std::this_thread::get_id())
+    waiter.detach();  // the last reference went in the waiter itself
+  else
+    waiter.join();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::post(const char* call,
@@ -846,28 +829,22 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::post(const char* call,
     const at::Tensor& t = ts[0];
     ok = t.defined() && t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous();
   }
-  if (ok) {
-    std::lock_guard<std::mutex> g(lane->mu);
-    ok = lane->comm != nullptr && !lane->closing;
-  }
   if (!ok) return slowP2P(call, ts, peer, tag);  // the twin raises, copies or says why
   at::Tensor t = ts[0];
-  auto w = c10::make_intrusive<P2PWork>(
-      lane, call, ++lane->seq, peer, t,
-      !recv ? c10d::OpType::SEND : any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV);
-  rm_status_t st;
+  size_t n = t.nbytes();
+  c10::intrusive_ptr<P2PWork> w;
+  rm_status_t st = RM_OK;
   {
     std::lock_guard<std::mutex> g(lane->mu);
-    if (lane->comm == nullptr || lane->closing) {
-      st = RM_ERR_ABORTED;
-    } else {
-      size_t n = t.nbytes();
-      void* p = n ? t.data_ptr() : nullptr;
+    if (lane->comm != nullptr && !lane->closing) {
+      w = c10::make_intrusive<P2PWork>(
+          lane, call, ++lane->seq, peer, t,
+          !recv ? c10d::OpType::SEND : any ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV);
       rm_p2p_req_t* r = nullptr;
-      st = recv ? lane->lib.irecv(lane->comm, p, n, peer, static_cast<uint64_t>(tag),
-                                  lane->timeout_ms, &r)
-                : lane->lib.isend(lane->comm, p, n, peer, static_cast<uint64_t>(tag),
-                                  lane->timeout_ms, &r);
+      void* p = n ? t.data_ptr() : nullptr;
+      uint64_t tg = static_cast<uint64_t>(tag);
+      st = recv ? lane->lib.irecv(lane->comm, p, n, peer, tg, lane->timeout_ms, &r)
+                : lane->lib.isend(lane->comm, p, n, peer, tg, lane->timeout_ms, &r);
       if (st == RM_OK) {
         w->req = r;
         w->comm = lane->comm;
@@ -875,7 +852,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRingmaster::post(const char* call,
       }
     }
   }
-  if (st != RM_OK) w->end(w->error(st, nullptr));
+  if (!w) return slowP2P(call, ts, peer, tag);  // no lane, or closed: the twin says so
+  if (st != RM_OK) w->end(w->error(st, nullptr));  // its hook takes the GIL: not under mu
   return w;
 }
 

@@ -77,8 +77,10 @@ struct P2PLane {
   // aborted first by the caller when any is open), the waiter stops, and
   // the lane forgets the communicator. Then it may be destroyed.
   void close(int grace_ms);
-  size_t openCount();
-  ~P2PLane();
+  ~P2PLane() { stopWaiter(); }
+
+ private:
+  void stopWaiter();
 };
 
 // A send's or a receive's Work: holds the library's request until it ended.
@@ -94,8 +96,6 @@ class P2PWork : public c10d::Work {
   std::vector<at::Tensor> result() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   void synchronize() override {}
-  const std::string& call() const { return call_; }
-  uint64_t seq() const { return seq_; }
   std::string what() const;
 
   rm_p2p_req_t* req = nullptr;  // set at post, before anyone waits; the token's after
@@ -211,7 +211,8 @@ class ProcessGroupRingmaster : public c10d::ProcessGroup {
   bool join(int grace_ms, bool abort_comm);
   int timeoutMs() const { return timeout_ms_; }
   // the twin's point-to-point communicator (0: none; the twin serves);
-  // closeLane before it is destroyed (POINT-TO-POINT)
+  // closeLane before it is destroyed (POINT-TO-POINT): the twin's shutdown,
+  // and the subclass's destructor before it lets the twin go
   void setLane(rm_comm_t* p2p);
   void closeLane(int grace_ms);
   const std::string& label() const { return label_; }
