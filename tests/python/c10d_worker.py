@@ -102,8 +102,9 @@ def mode_timeout_opt():
 
 
 # ---- destroy, then init again -------------------------------------------------
-def allreduce_check(group, ranks, k):
-    t = torch.full((257,), float(RANK + k))
+def allreduce_check(group, ranks, k, me=None):
+    """me: this rank in ranks' numbering (default RANK, the launch's)."""
+    t = torch.full((257,), float((RANK if me is None else me) + k))
     dist.all_reduce(t, group=group)
     want = sum(r + k for r in ranks)
     check(torch.all(t == want).item(), "round %d: all_reduce over %s gave %s, want %s"
@@ -139,17 +140,24 @@ def mode_reinit(sub, job=False):
     result(ok=True, rounds=3)
 
 
+def job_with_subgroup():
+    """The default group and a sub-group [0, 1] (timeout 60 s) of a job,
+    both shown working; returns the sub-group."""
+    dist.init_process_group("ringmaster")
+    sub = dist.new_group([0, 1], timeout=timedelta(seconds=60))
+    if RANK in (0, 1):
+        allreduce_check(sub, [0, 1], 0)
+    dist.barrier()
+    return sub
+
+
 def mode_job_subgroup():
     """A 3-worker job under on_failure shrink (test_c10d.py job_subgroup):
     rank 2 dies while rank 0 waits in a sub-group all-reduce for rank 1,
     which waits in a default-group all-reduce for rank 2."""
     import signal
     import ringmaster
-    dist.init_process_group("ringmaster")
-    sub = dist.new_group([0, 1], timeout=timedelta(seconds=60))
-    if RANK in (0, 1):
-        allreduce_check(sub, [0, 1], 0)
-    dist.barrier()
+    sub = job_with_subgroup()
     if RANK == 2:
         time.sleep(1.0)
         os.kill(os.getpid(), signal.SIGKILL)
@@ -189,11 +197,7 @@ def mode_job_subgroup_closed():
     order job_subgroup leaves to chance, here made certain."""
     import signal
     import ringmaster
-    dist.init_process_group("ringmaster")
-    sub = dist.new_group([0, 1], timeout=timedelta(seconds=60))
-    if RANK in (0, 1):
-        allreduce_check(sub, [0, 1], 0)
-    dist.barrier()
+    sub = job_with_subgroup()
     if RANK == 1:
         dist.destroy_process_group(sub)
         time.sleep(0.5)
@@ -214,10 +218,7 @@ def mode_job_subgroup_closed():
     dist.destroy_process_group()
     ringmaster.reform()
     dist.init_process_group("ringmaster")
-    t = torch.full((257,), float(dist.get_rank() + 5))  # the new generation's ranks
-    dist.all_reduce(t)
-    want = sum(r + 5 for r in range(dist.get_world_size()))
-    check(torch.all(t == want).item(), "after reform: %s, want %s" % (t[0].item(), want))
+    allreduce_check(None, range(dist.get_world_size()), 5, me=dist.get_rank())  # new ranks
     dist.destroy_process_group()
     result(ok=True, error=err, elapsed=elapsed, again=again, world=ringmaster.size())
 

@@ -76,12 +76,11 @@ def _load_native():
 def _native_fns():
     import ctypes
     lib = _rm._lib.lib
-    fns = {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in _NATIVE_FNS}
-    for extra in (_NATIVE_P2P_FNS, _NATIVE_A2A_FNS):
+    names = list(_NATIVE_FNS)
+    for extra in (_NATIVE_P2P_FNS, _NATIVE_A2A_FNS):  # all of a set, or the twin serves
         if all(hasattr(lib, n) for n in extra):
-            fns.update({n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-                        for n in extra})
-    return fns
+            names += extra
+    return {n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names}
 
 
 def active_backend():
@@ -97,16 +96,16 @@ if _native is not None:
     # torch calls these from Python only: the twin serves them (they queue
     # on the native group through the twin's _submit). send, recv,
     # recv_anysource and alltoall_base (all_to_all_single) are the native
-    # group's own (torch's binding calls them without the GIL). Other attributes a program reads of a group (_comm,
-    # _timeout_ms, ...) are the twin's too.
+    # group's own (torch's binding calls them without the GIL). Other
+    # attributes a program reads of a group (_comm, _timeout_ms, ...) are
+    # the twin's too.
     def _forward(name):
         def f(self, *a, **k):
             return getattr(self._rm_twin, name)(*a, **k)
         f.__name__ = name
         return f
-    for _name in ("alltoall", "gather",
-                  "scatter", "reduce", "reduce_scatter", "allgather_coalesced",
-                  "monitored_barrier"):
+    for _name in ("alltoall", "gather", "scatter", "reduce", "reduce_scatter",
+                  "allgather_coalesced", "monitored_barrier"):
         setattr(_native.ProcessGroup, _name, _forward(_name))
 
     def _twin_attr(self, name):
