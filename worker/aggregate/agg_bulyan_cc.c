@@ -10,7 +10,8 @@
  *     point; the vectorised kernel sorts a tile with agg_coord.c's sorting
  *     network in double and replays the window's growth branch-free, the
  *     same bits ("Bulyan's second phase, vectorised" below), in an SSE2 and
- *     an AVX2 build;
+ *     an AVX2 build; where f = 0 keeps every value, agg_coord_small.c's
+ *     register kernel takes the full strips of 8 columns (f32, AVX2);
  *   - centered clipping: the start is the coordinate-wise median
  *     (agg_coord.c's tile kernel, or its reference for n > NET_MAX) and
  *     each row's squared distance to it; a step moves v by the weighted
@@ -208,7 +209,8 @@ rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
     return rm__agg_bulyan_coord_ref(b, sel, k, beta, out);
   if (rm__agg_net_get(&w, k, RM_F64) != RM_OK) return RM_ERR_NOMEM;
   bu_tile_fn tile = bu_tile_pick();
-  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+  /* f = 0: the register kernel takes the full strips, the tile the rest */
+  for (size_t j0 = rm__agg_bulyan_small(b, sel, k, beta, out); j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
     double *x = (double *)w.x;
     for (int i = 0; i < k; i++) rm__agg_widen(row_ptr(b, sel[i]), j0, c, b->dt, x + (size_t)i * TILE);

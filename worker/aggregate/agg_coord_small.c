@@ -14,9 +14,9 @@
  *   1. load the n rows' 8 values (f32, read in place), NaN -> +inf;
  *   2. sort a copy with Batcher's merge-exchange network for n (the tables
  *      below, the pairs rm__agg_coord's net_pairs produces), unrolled for
- *      the constant n so that every comparator is a vector min and max on
- *      registers ("lo = u < v ? u : v", written with masks: C has no
- *      vector ?:);
+ *      the constant n so that every comparator is one vector min and one
+ *      max on registers (vminps / vmaxps: "lo = u < v ? u : v", equal
+ *      values included);
  *   3. the tile kernel's fast-path test: no tie across the trimming
  *      boundaries (sorted f-1 / f and n-f-1 / n-f, when f > 0) and, for the
  *      median, no zero at the median's positions (+0 and -0 compare equal
@@ -36,6 +36,13 @@
  * (tests/aggregate/test_coord_vec.c compares on inputs with NaN,
  * infinities, ties and signed zeros; the SSE2 build against the AVX2 one).
  *
+ * The body is compiled once per (n, method, f) that rm_agg_check allows,
+ * so that the positions picked, the tie test and the trimming are
+ * constants; a per-call switch picks the instance.
+ *
+ * Bulyan's second phase where it keeps every value (f = 0) is the same
+ * pass with a sum of the sorted values (rm__agg_bulyan_small, below).
+ *
  * Build: AVX2 only (where rm__agg_avx2() says the CPU has it); elsewhere
  * rm__agg_coord keeps its tile kernel, which gives the same bits.
  */
@@ -47,9 +54,15 @@
 #include "aggregate/agg_kernels_int.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define STRIP 8
+/* read-ahead, in f32 elements (1 KiB) per row: the rows come from the
+ * exchange, mostly out of L2, and the n streams at once outrun the
+ * hardware prefetcher (measured: the n = 4 median 2.1 -> 1.8 ms per 1 M
+ * columns, rm_bench_coord) */
+#define CS_AHEAD 256
 
 typedef float cs_v8f __attribute__((vector_size(32)));
 typedef int32_t cs_v8i __attribute__((vector_size(32)));
@@ -72,136 +85,274 @@ static const unsigned char NET8[][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, 
                                         {4, 5}, {6, 7}, {1, 4}, {3, 6}, {1, 2}, {3, 4},
                                         {5, 6}};
 
-/* the 8 f32 values as two halves widened to double */
-#define CS_LO(v) __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), cs_v4d)
-#define CS_HI(v) __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), cs_v4d)
 #define CS_SEL(m, a, b) ((cs_v8f)(((cs_v8i)(a) & (m)) | ((cs_v8i)(b) & ~(m))))
 
 /*
- * One kernel per (n, build). Arguments: the n rows (f32 pointers), columns
- * [j0, j0 + c), c <= 32 * STRIP; out (f32) written for the strips taken;
- * kept[i] += columns of row i kept (f > 0); returns a bit per strip that
- * the caller must give to the tile kernel (ties, or a partial last strip).
- */
-#define CS_KERNEL(N, NAME, ATTR)                                                      \
-  ATTR static uint32_t NAME(const float *const *rows, size_t j0, size_t c, int med,   \
-                            int f, float *out, int64_t *kept, double *sq)             \
-  {                                                                                   \
-    const unsigned char(*net)[2] = NET##N;                                            \
-    const int npairs = (int)(sizeof NET##N / sizeof NET##N[0]);                       \
-    const int phi = N / 2, plo = N % 2 ? phi : phi - 1;                               \
-    const int trim = !med || f > 0;                                                   \
-    const int kf = trim ? f : 0, kl = trim ? N - f - 1 : N - 1;                       \
-    const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,                       \
-                        INFINITY, INFINITY, INFINITY, INFINITY};                      \
-    const cs_v8f zero = {0};                                                          \
-    const double div = (double)(N - 2 * f);                                           \
-    cs_v8i kc[N];                                                                     \
-    cs_v4d acc[N];                                                                    \
-    uint32_t left = 0;                                                                \
-    for (int i = 0; i < N; i++) {                                                     \
-      kc[i] = (cs_v8i){0};                                                            \
-      acc[i] = (cs_v4d){0};                                                           \
-    }                                                                                 \
-    for (size_t s = 0; s * STRIP < c; s++) {                                          \
-      size_t j = j0 + s * STRIP;                                                      \
-      if (c - s * STRIP < STRIP) {                                                    \
-        left |= 1u << s;                                                              \
-        continue;                                                                     \
-      }                                                                               \
-      cs_v8f x[N], y[N];                                                              \
-      _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                             \
-      {                                                                               \
-        memcpy(&x[i], rows[i] + j, sizeof x[i]);                                     \
-        x[i] = CS_SEL(x[i] == x[i], x[i], inf);                                       \
-        y[i] = x[i];                                                                  \
-      }                                                                               \
-      if (sq) {                                                                       \
-        _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                           \
-        {                                                                             \
-          cs_v4d l = CS_LO(x[i]), h = CS_HI(x[i]);                                    \
-          acc[i] += l * l + h * h;                                                    \
-        }                                                                             \
-      }                                                                               \
-      _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)                       \
-      {                                                                               \
-        cs_v8f u = y[net[q][0]], v = y[net[q][1]];                                    \
-        cs_v8i lt = u < v;                                                            \
-        y[net[q][0]] = CS_SEL(lt, u, v);                                              \
-        y[net[q][1]] = CS_SEL(lt, v, u);                                              \
-      }                                                                               \
-      /* the sorted rows wanted, picked by constant index (y stays in      \
-       * registers; kf and kl are the same for every strip) */               \
-      cs_v8f sf0 = zero, sf = zero, sl = zero, sl1 = zero;                            \
-      _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                             \
-      {                                                                               \
-        if (i == kf - 1) sf0 = y[i];                                                  \
-        if (i == kf) sf = y[i];                                                       \
-        if (i == kl) sl = y[i];                                                       \
-        if (i == kl + 1) sl1 = y[i];                                                  \
-      }                                                                               \
-      cs_v8i tie = {0};                                                               \
-      if (trim && f > 0) tie |= (sf0 == sf) | (sl == sl1);                            \
-      if (med) tie |= (y[plo] == zero) | (y[phi] == zero);                            \
-      if (CS_ANY(tie)) {                                                              \
-        left |= 1u << s;                                                              \
-        continue;                                                                     \
-      }                                                                               \
-      cs_v8f kx[N];                                                                   \
-      if (trim) {                                                                     \
-        _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                           \
-        {                                                                             \
-          cs_v8i keep = (x[i] >= sf) & (x[i] <= sl);                                  \
-          kc[i] -= keep;                                                              \
-          kx[i] = CS_SEL(keep, x[i], zero);                                           \
-        }                                                                             \
-      }                                                                               \
-      cs_v4d rl, rh;                                                                  \
-      if (med) {                                                                      \
-        if (plo == phi) {                                                             \
-          rl = CS_LO(y[plo]);                                                         \
-          rh = CS_HI(y[plo]);                                                         \
-        } else {                                                                      \
-          rl = 0.5 * CS_LO(y[plo]) + 0.5 * CS_LO(y[phi]);                             \
-          rh = 0.5 * CS_HI(y[plo]) + 0.5 * CS_HI(y[phi]);                             \
-        }                                                                             \
-      } else {                                                                        \
-        rl = (cs_v4d){0};                                                             \
-        rh = (cs_v4d){0};                                                             \
-        _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)                           \
-        {                                                                             \
-          rl += CS_LO(kx[i]);                                                         \
-          rh += CS_HI(kx[i]);                                                         \
-        }                                                                             \
-        rl /= div;                                                                    \
-        rh /= div;                                                                    \
-      }                                                                               \
-      cs_v4f ol = __builtin_convertvector(rl, cs_v4f);                                \
-      cs_v4f oh = __builtin_convertvector(rh, cs_v4f);                                \
-      memcpy(out + j, &ol, sizeof ol);                                                \
-      memcpy(out + j + 4, &oh, sizeof oh);                                            \
-    }                                                                                 \
-    if (trim && f > 0)                                                                \
-      for (int i = 0; i < N; i++)                                                     \
-        for (int k = 0; k < STRIP; k++) kept[i] += kc[i][k];                          \
-    if (sq)                                                                           \
-      for (int i = 0; i < N; i++) sq[i] += (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]); \
-    return left;                                                                      \
-  }
-
-/* x86-64 with AVX2 only: the SSE2 baseline would split every 32-byte
+ * The kernel's body, inlined with constant N, MED and F: the sorted rows it
+ * picks, the tie test and the trimming are then fixed per instance (no
+ * branch or select on the method in the loop, y stays in registers), and
+ * each comparator is one vector min and one max (NaN is +inf by then, and
+ * min(u, v) / max(v, u) are "u < v ? u : v" / "u < v ? v : u", equal
+ * values included, so the bits are the masked selects' ones). Arguments:
+ * the n rows (f32 pointers), columns [j0, j0 + c), c <= 32 * STRIP; out
+ * (f32) written for the strips taken; kept[i] += columns of row i kept
+ * (F > 0); returns a bit per strip that the caller must give to the tile
+ * kernel (ties, or a partial last strip).
+ *
+ * x86-64 with AVX2 only: the SSE2 baseline would split every 32-byte
  * vector in two and spill (it measured slower than the tile kernel), so
- * there rm__agg_coord keeps the tile kernel */
+ * there rm__agg_coord keeps the tile kernel.
+ */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define CS_HAVE 1
+#include <immintrin.h>
+/* the 8 f32 values as two halves widened to double, and four doubles
+ * narrowed: the instructions themselves (vcvtps2pd / vcvtpd2ps on 256
+ * bits); GCC's generic conversions of these vector types went through the
+ * stack in two-element pieces */
+#define CS_LO(v) ((cs_v4d)_mm256_cvtps_pd(_mm256_castps256_ps128((__m256)(v))))
+#define CS_HI(v) ((cs_v4d)_mm256_cvtps_pd(_mm256_extractf128_ps((__m256)(v), 1)))
+#define CS_NARROW(d) ((cs_v4f)_mm256_cvtpd_ps((__m256d)(d)))
 #define CS_ANY(t) __builtin_ia32_movmskps256((cs_v8f)(t))
-CS_KERNEL(2, cs2, __attribute__((target("avx2"))))
-CS_KERNEL(3, cs3, __attribute__((target("avx2"))))
-CS_KERNEL(4, cs4, __attribute__((target("avx2"))))
-CS_KERNEL(5, cs5, __attribute__((target("avx2"))))
-CS_KERNEL(6, cs6, __attribute__((target("avx2"))))
-CS_KERNEL(7, cs7, __attribute__((target("avx2"))))
-CS_KERNEL(8, cs8, __attribute__((target("avx2"))))
+#define CS_MIN(a, b) __builtin_ia32_minps256(a, b)
+#define CS_MAX(a, b) __builtin_ia32_maxps256(a, b)
+
+__attribute__((target("avx2"), always_inline)) static inline uint32_t
+cs_body(const int N, const unsigned char (*net)[2], const int npairs, const int MED, const int F,
+        const float *const *rows, size_t j0, size_t c, float *out, int64_t *kept, double *sq)
+{
+  const int phi = N / 2, plo = N % 2 ? phi : phi - 1;
+  const int trim = !MED || F > 0;
+  const int kf = trim ? F : 0, kl = trim ? N - F - 1 : N - 1;
+  const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,
+                      INFINITY, INFINITY, INFINITY, INFINITY};
+  const cs_v8f zero = {0};
+  const double div = (double)(N - 2 * F);
+  const float *rp[8];
+  cs_v8i kc[8];
+  cs_v4d acc[8];
+  uint32_t left = 0;
+  for (int i = 0; i < N; i++) {
+    rp[i] = rows[i];
+    kc[i] = (cs_v8i){0};
+    acc[i] = (cs_v4d){0};
+  }
+  for (size_t s = 0; s * STRIP < c; s++) {
+    size_t j = j0 + s * STRIP;
+    if (c - s * STRIP < STRIP) {
+      left |= 1u << s;
+      continue;
+    }
+    cs_v8f x[8], y[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
+    {
+      memcpy(&x[i], rp[i] + j, sizeof x[i]);
+      __builtin_prefetch(rp[i] + j + CS_AHEAD);
+      x[i] = CS_SEL(x[i] == x[i], x[i], inf);
+      y[i] = x[i];
+    }
+    if (sq) {
+      _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
+      {
+        cs_v4d l = CS_LO(x[i]), h = CS_HI(x[i]);
+        acc[i] += l * l + h * h;
+      }
+    }
+    _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)
+    {
+      cs_v8f u = y[net[q][0]], v = y[net[q][1]];
+      y[net[q][0]] = CS_MIN(u, v);
+      y[net[q][1]] = CS_MAX(v, u);
+    }
+    cs_v8i tie = {0};
+    if (trim && F > 0) tie |= (y[kf - 1] == y[kf]) | (y[kl] == y[kl + 1]);
+    if (MED) tie |= (y[plo] == zero) | (y[phi] == zero);
+    if (CS_ANY(tie)) {
+      left |= 1u << s;
+      continue;
+    }
+    cs_v8f kx[8];
+    if (trim) {
+      _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
+      {
+        cs_v8i keep = (x[i] >= y[kf]) & (x[i] <= y[kl]);
+        kc[i] -= keep;
+        kx[i] = CS_SEL(keep, x[i], zero);
+      }
+    }
+    cs_v4d rl, rh;
+    if (MED) {
+      if (plo == phi) {
+        rl = CS_LO(y[plo]);
+        rh = CS_HI(y[plo]);
+      } else {
+        rl = 0.5 * CS_LO(y[plo]) + 0.5 * CS_LO(y[phi]);
+        rh = 0.5 * CS_HI(y[plo]) + 0.5 * CS_HI(y[phi]);
+      }
+    } else {
+      rl = (cs_v4d){0};
+      rh = (cs_v4d){0};
+      _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
+      {
+        rl += CS_LO(kx[i]);
+        rh += CS_HI(kx[i]);
+      }
+      rl /= div;
+      rh /= div;
+    }
+    cs_v4f ol = CS_NARROW(rl), oh = CS_NARROW(rh);
+    memcpy(out + j, &ol, sizeof ol);
+    memcpy(out + j + 4, &oh, sizeof oh);
+  }
+  if (trim && F > 0)
+    for (int i = 0; i < N; i++)
+      for (int k = 0; k < STRIP; k++) kept[i] += kc[i][k];
+  if (sq)
+    for (int i = 0; i < N; i++) sq[i] += (acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3]);
+  return left;
+}
+
+/* one entry per n: the method and f picked here, once per call, among the
+ * instances rm_agg_check allows (f <= (n - 1) / 2); any other f returns
+ * every strip to the tile kernel */
+#define CS_CASE(N, MED, F)                                                              \
+  case F:                                                                               \
+    if (F <= (N - 1) / 2)                                                               \
+      return cs_body(N, NET##N, (int)(sizeof NET##N / sizeof NET##N[0]), MED, F, rows,  \
+                     j0, c, out, kept, sq);                                             \
+    break
+#define CS_KERNEL(N, NAME)                                                              \
+  __attribute__((target("avx2"))) static uint32_t NAME(                                 \
+      const float *const *rows, size_t j0, size_t c, int med, int f, float *out,        \
+      int64_t *kept, double *sq)                                                        \
+  {                                                                                     \
+    if (med) {                                                                          \
+      switch (f) {                                                                      \
+        CS_CASE(N, 1, 0);                                                               \
+        CS_CASE(N, 1, 1);                                                               \
+        CS_CASE(N, 1, 2);                                                               \
+        CS_CASE(N, 1, 3);                                                               \
+      }                                                                                 \
+    } else {                                                                            \
+      switch (f) {                                                                      \
+        CS_CASE(N, 0, 0);                                                               \
+        CS_CASE(N, 0, 1);                                                               \
+        CS_CASE(N, 0, 2);                                                               \
+        CS_CASE(N, 0, 3);                                                               \
+      }                                                                                 \
+    }                                                                                   \
+    return c >= 32 * STRIP ? 0xffffffffu : (1u << ((c + STRIP - 1) / STRIP)) - 1;       \
+  }
+
+CS_KERNEL(2, cs2)
+CS_KERNEL(3, cs3)
+CS_KERNEL(4, cs4)
+CS_KERNEL(5, cs5)
+CS_KERNEL(6, cs6)
+CS_KERNEL(7, cs7)
+CS_KERNEL(8, cs8)
+
+/*
+ * Bulyan's second phase when it keeps every chosen value (beta == k: f = 0,
+ * so the window nearest the median is the whole column): per column the k
+ * chosen rows' values, NaN as +inf, sorted by the same network, summed in
+ * ascending order in double from +0, divided by k and narrowed. These are
+ * rm__agg_bulyan_coord_ref's operations on the same values, so the same
+ * bits: sorting in f32 orders the values as sorting their exact widenings,
+ * and where +0 and -0 trade places the sum, which starts at +0, is the same.
+ * Full strips only; the caller takes the last partial one.
+ */
+__attribute__((target("avx2"), always_inline)) static inline void
+bs_body(const int K, const unsigned char (*net)[2], const int npairs, const float *const *rows,
+        size_t strips, float *out)
+{
+  const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,
+                      INFINITY, INFINITY, INFINITY, INFINITY};
+  const float *rp[8];
+  for (int i = 0; i < K; i++) rp[i] = rows[i];
+  for (size_t s = 0; s < strips; s++) {
+    size_t j = s * STRIP;
+    cs_v8f y[8];
+    _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
+    {
+      memcpy(&y[i], rp[i] + j, sizeof y[i]);
+      __builtin_prefetch(rp[i] + j + CS_AHEAD);
+      y[i] = CS_SEL(y[i] == y[i], y[i], inf);
+    }
+    _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)
+    {
+      cs_v8f u = y[net[q][0]], v = y[net[q][1]];
+      y[net[q][0]] = CS_MIN(u, v);
+      y[net[q][1]] = CS_MAX(v, u);
+    }
+    cs_v4d rl = {0}, rh = {0};
+    _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
+    {
+      rl += CS_LO(y[i]);
+      rh += CS_HI(y[i]);
+    }
+    rl /= (double)K;
+    rh /= (double)K;
+    cs_v4f ol = CS_NARROW(rl), oh = CS_NARROW(rh);
+    memcpy(out + j, &ol, sizeof ol);
+    memcpy(out + j + 4, &oh, sizeof oh);
+  }
+}
+
+#define BS_KERNEL(K, NAME)                                                              \
+  __attribute__((target("avx2"))) static void NAME(const float *const *rows,            \
+                                                   size_t strips, float *out)           \
+  {                                                                                     \
+    bs_body(K, NET##K, (int)(sizeof NET##K / sizeof NET##K[0]), rows, strips, out);     \
+  }
+BS_KERNEL(2, bs2)
+BS_KERNEL(3, bs3)
+BS_KERNEL(4, bs4)
+BS_KERNEL(5, bs5)
+BS_KERNEL(6, bs6)
+BS_KERNEL(7, bs7)
+BS_KERNEL(8, bs8)
+
+/*
+ * The mean of k chosen f32 rows (the Krum family's result, agg_krum.c's
+ * rm__agg_mean_rows): per column the first row's value widened to double,
+ * the others added in row order, divided by k when k > 1, narrowed. The
+ * tile kernel's operations in its order, so the same bits; here the sums
+ * stay in registers, 16 columns at a time, and each row is read once with
+ * read-ahead. Full 16-column groups only; the caller takes the rest.
+ */
+__attribute__((target("avx2"))) static void ms_avx2(const float *const *rows, int k,
+                                                    size_t groups, float *out)
+{
+  for (size_t g = 0; g < groups; g++) {
+    size_t j = g * 2 * STRIP;
+    cs_v8f a, b;
+    memcpy(&a, rows[0] + j, sizeof a);
+    memcpy(&b, rows[0] + j + STRIP, sizeof b);
+    __builtin_prefetch(rows[0] + j + CS_AHEAD);
+    cs_v4d r0 = CS_LO(a), r1 = CS_HI(a), r2 = CS_LO(b), r3 = CS_HI(b);
+    for (int i = 1; i < k; i++) {
+      memcpy(&a, rows[i] + j, sizeof a);
+      memcpy(&b, rows[i] + j + STRIP, sizeof b);
+      __builtin_prefetch(rows[i] + j + CS_AHEAD);
+      r0 += CS_LO(a);
+      r1 += CS_HI(a);
+      r2 += CS_LO(b);
+      r3 += CS_HI(b);
+    }
+    if (k > 1) {
+      r0 /= (double)k;
+      r1 /= (double)k;
+      r2 /= (double)k;
+      r3 /= (double)k;
+    }
+    cs_v4f o0 = CS_NARROW(r0), o1 = CS_NARROW(r1), o2 = CS_NARROW(r2), o3 = CS_NARROW(r3);
+    memcpy(out + j, &o0, sizeof o0);
+    memcpy(out + j + 4, &o1, sizeof o1);
+    memcpy(out + j + 8, &o2, sizeof o2);
+    memcpy(out + j + 12, &o3, sizeof o3);
+  }
+}
 #endif
 
 #ifdef CS_HAVE
@@ -243,5 +394,49 @@ uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f,
 #else
   (void)m, (void)f, (void)j0, (void)out, (void)kept, (void)b, (void)sq;
   return all;
+#endif
+}
+
+size_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta, void *out)
+{
+#ifdef CS_HAVE
+  void (*fn)(const float *const *, size_t, float *) = NULL;
+  if (b->dt != RM_F32 || beta != k || !rm__agg_avx2()) return 0;
+  switch (k) {
+  case 2: fn = bs2; break;
+  case 3: fn = bs3; break;
+  case 4: fn = bs4; break;
+  case 5: fn = bs5; break;
+  case 6: fn = bs6; break;
+  case 7: fn = bs7; break;
+  case 8: fn = bs8; break;
+  default: return 0;
+  }
+  const float *rp[8];
+  for (int i = 0; i < k; i++)
+    rp[i] = (const float *)row_ptr(b, sel[i]);
+  fn(rp, b->len / STRIP, (float *)out);
+  return b->len / STRIP * STRIP;
+#else
+  (void)b, (void)sel, (void)k, (void)beta, (void)out;
+  return 0;
+#endif
+}
+
+size_t rm__agg_mean_small(const rm__agg_block_t *b, const int *sel, int k, void *out)
+{
+#ifdef CS_HAVE
+  const float *stack[8], **rp = stack;
+  size_t groups = b->len / (2 * STRIP);
+  if (b->dt != RM_F32 || k < 1 || groups == 0 || !rm__agg_avx2()) return 0;
+  if (k > 8 && !(rp = malloc((size_t)k * sizeof *rp))) return 0; /* the tile kernel then */
+  for (int i = 0; i < k; i++)
+    rp[i] = (const float *)row_ptr(b, sel[i]);
+  ms_avx2(rp, k, groups, (float *)out);
+  if (rp != stack) free(rp);
+  return groups * 2 * STRIP;
+#else
+  (void)b, (void)sel, (void)k, (void)out;
+  return 0;
 #endif
 }

@@ -220,6 +220,47 @@ NORM_F32(norm_f32_avx2, AGG_AVX2)
 #endif
 NORM_F32(norm_f32_base, )
 
+/* sq[i] += the sum of squares of f32 row x[i] over c columns, in double:
+ * four chains of four lanes over 16 columns at a time, so that a short run
+ * (one tile, where a caller sums while the rows are in L1) is not one
+ * chain's latency per column; its own order, not rm__agg_norm's bits */
+#define ROWS_SUMSQ_F32(NAME, ATTR)                                                    \
+  ATTR static void NAME(const float *const *x, int n, size_t c, double *sq)          \
+  {                                                                                  \
+    for (int i = 0; i < n; i++) {                                                    \
+      const float *p = x[i];                                                         \
+      agg_v4d a = {0, 0, 0, 0}, b = a, e = a, d = a;                                 \
+      size_t k = 0;                                                                  \
+      for (; k + 16 <= c; k += 16) {                                                 \
+        agg_v4d w = AGG_CVT4(p + k), y = AGG_CVT4(p + k + 4);                        \
+        agg_v4d z = AGG_CVT4(p + k + 8), u = AGG_CVT4(p + k + 12);                   \
+        a += w * w;                                                                  \
+        b += y * y;                                                                  \
+        e += z * z;                                                                  \
+        d += u * u;                                                                  \
+      }                                                                              \
+      a = (a + b) + (e + d);                                                         \
+      double t = (a[0] + a[1]) + (a[2] + a[3]);                                      \
+      for (; k < c; k++) t += (double)p[k] * (double)p[k];                           \
+      sq[i] += t;                                                                    \
+    }                                                                                \
+  }
+#ifdef AGG_HAVE_AVX2
+ROWS_SUMSQ_F32(rows_sumsq_f32_avx2, AGG_AVX2)
+#endif
+ROWS_SUMSQ_F32(rows_sumsq_f32_base, )
+
+void rm__agg_rows_sumsq_f32(const float *const *x, int n, size_t c, double *sq)
+{
+#ifdef AGG_HAVE_AVX2
+  if (rm__agg_avx2()) {
+    rows_sumsq_f32_avx2(x, n, c, sq);
+    return;
+  }
+#endif
+  rows_sumsq_f32_base(x, n, c, sq);
+}
+
 static double sumsq(const double *t, size_t c, double scale)
 {
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -280,14 +321,6 @@ void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor)
   }
 }
 
-/* sum of squares of c f32 values in double (the norm's kernel) */
-double rm__agg_sumsq_f32(const float *p, size_t c)
-{
-#ifdef AGG_HAVE_AVX2
-  if (rm__agg_avx2()) return norm_f32_avx2(p, c);
-#endif
-  return norm_f32_base(p, c);
-}
 
 /* sq[i] += sum of squares of row i, columns [j0, j0 + c), in double */
 void rm__agg_rows_sumsq(const rm__agg_block_t *b, size_t j0, size_t c, double *sq)

@@ -111,7 +111,8 @@ void rm__agg_tile_median(const double *tile, const int64_t *rank, int n, size_t 
 /* ---- sums of squares (agg_kernels.c) ---- */
 /* sq[i] += sum of squares of row i, columns [j0, j0 + c), in double */
 void rm__agg_rows_sumsq(const rm__agg_block_t *b, size_t j0, size_t c, double *sq);
-/* sum of squares of c f32 values in double (the norm's kernel) */
-double rm__agg_sumsq_f32(const float *p, size_t c);
+/* sq[i] += sum of squares of f32 row x[i], c columns, in double (four
+ * chains: not rm__agg_norm's order) */
+void rm__agg_rows_sumsq_f32(const float *const *x, int n, size_t c, double *sq);
 
 #endif

@@ -183,7 +183,7 @@ rm_status_t rm__agg_pair_dist_sq(const rm__agg_block_t *b, double *d, double *sq
     f32_rows(b, NULL, n, j0, c, buf, x);
     tile(x, n, c32, s, z);
     if (sq) /* the rows are in L1 now: the norm's sums for free */
-      for (int i = 0; i < n; i++) sq[i] += rm__agg_sumsq_f32(x[i], c);
+      rm__agg_rows_sumsq_f32(x, n, c, sq);
     for (int i = 0; i < n; i++) { /* non-finite values of the tile: counted when present */
       size_t cnt = 0;
       if (z[i] != 0)
@@ -348,6 +348,10 @@ rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
     rm__agg_scratch_put(&s);
     return RM_OK;
   }
+  /* f32: the register kernel takes the whole groups of 16 columns, the
+   * tile kernel the rest */
+  size_t done = rm__agg_mean_small(b, sel, k, out);
+  if (done == b->len) return RM_OK;
   float *buf = b->dt == RM_F32 ? NULL : malloc((size_t)k * TILE * sizeof *buf);
   const float **x = malloc((size_t)k * sizeof *x);
   if (!x || (b->dt != RM_F32 && !buf)) {
@@ -359,7 +363,7 @@ rm_status_t rm__agg_mean_rows(const rm__agg_block_t *b, const int *sel, int k,
 #ifdef AGG_HAVE_AVX2
   if (rm__agg_avx2()) tile = mean_tile_avx2;
 #endif
-  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
+  for (size_t j0 = done; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
     f32_rows(b, sel, k, j0, c, buf, x);
     tile(x, k, c, res);
