@@ -10,8 +10,8 @@
  *     point; the vectorised kernel sorts a tile with agg_coord.c's sorting
  *     network in double and replays the window's growth branch-free, the
  *     same bits ("Bulyan's second phase, vectorised" below), in an SSE2 and
- *     an AVX2 build; where f = 0 keeps every value, agg_coord_small.c's
- *     register kernel takes the full strips of 8 columns (f32, AVX2);
+ *     an AVX2 build; for k <= 8 f32 rows agg_coord_small.c's register
+ *     kernel takes the strips of 8 columns it can (AVX2);
  *   - centered clipping: the start is the coordinate-wise median
  *     (agg_coord.c's tile kernel, or its reference for n > NET_MAX) and
  *     each row's squared distance to it; a step moves v by the weighted
@@ -209,13 +209,23 @@ rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
     return rm__agg_bulyan_coord_ref(b, sel, k, beta, out);
   if (rm__agg_net_get(&w, k, RM_F64) != RM_OK) return RM_ERR_NOMEM;
   bu_tile_fn tile = bu_tile_pick();
-  /* f = 0: the register kernel takes the full strips, the tile the rest */
-  for (size_t j0 = rm__agg_bulyan_small(b, sel, k, beta, out); j0 < b->len; j0 += TILE) {
+  for (size_t j0 = 0; j0 < b->len; j0 += TILE) {
     size_t c = b->len - j0 < TILE ? b->len - j0 : TILE;
-    double *x = (double *)w.x;
-    for (int i = 0; i < k; i++) rm__agg_widen(row_ptr(b, sel[i]), j0, c, b->dt, x + (size_t)i * TILE);
-    tile(x, k, c, w.pi, w.pj, w.npairs, beta, res);
-    rm__agg_narrow_at(res, c, b->dt, out, j0);
+    /* k <= 8 f32 rows: the register kernel (agg_coord_small.c) takes the
+     * strips of 8 columns it can; the tile kernel the runs it leaves */
+    uint32_t left = rm__agg_bulyan_small(b, sel, k, beta, j0, c, out);
+    for (size_t s0 = 0; s0 * 8 < c; s0++) {
+      if (!(left >> s0 & 1u)) continue;
+      size_t e = s0; /* a run of strips left: s0 .. e */
+      while ((e + 1) * 8 < c && (left >> (e + 1) & 1u)) e++;
+      size_t a = j0 + s0 * 8, cc = ((e + 1) * 8 < c ? (e + 1) * 8 : c) - s0 * 8;
+      double *x = (double *)w.x;
+      for (int i = 0; i < k; i++)
+        rm__agg_widen(row_ptr(b, sel[i]), a, cc, b->dt, x + (size_t)i * TILE);
+      tile(x, k, cc, w.pi, w.pj, w.npairs, beta, res);
+      rm__agg_narrow_at(res, cc, b->dt, out, a);
+      s0 = e;
+    }
   }
   rm__agg_net_put(&w);
   return RM_OK;

@@ -40,8 +40,9 @@
  * so that the positions picked, the tie test and the trimming are
  * constants; a per-call switch picks the instance.
  *
- * Bulyan's second phase where it keeps every value (f = 0) is the same
- * pass with a sum of the sorted values (rm__agg_bulyan_small, below).
+ * Bulyan's second phase for k <= 8 chosen rows is the same pass with the
+ * window of values nearest the median in place of the trimming
+ * (rm__agg_bulyan_small, below).
  *
  * Build: AVX2 only (where rm__agg_avx2() says the CPU has it); elsewhere
  * rm__agg_coord keeps its tile kernel, which gives the same bits.
@@ -68,6 +69,7 @@ typedef float cs_v8f __attribute__((vector_size(32)));
 typedef int32_t cs_v8i __attribute__((vector_size(32)));
 typedef float cs_v4f __attribute__((vector_size(16)));
 typedef double cs_v4d __attribute__((vector_size(32)));
+typedef int64_t cs_v4l __attribute__((vector_size(32)));
 
 /* Batcher's merge exchange (Knuth 5.2.2 M) for n = 2..8: (i, j) pairs */
 static const unsigned char NET2[][2] = {{0, 1}};
@@ -253,25 +255,50 @@ CS_KERNEL(7, cs7)
 CS_KERNEL(8, cs8)
 
 /*
- * Bulyan's second phase when it keeps every chosen value (beta == k: f = 0,
- * so the window nearest the median is the whole column): per column the k
- * chosen rows' values, NaN as +inf, sorted by the same network, summed in
- * ascending order in double from +0, divided by k and narrowed. These are
- * rm__agg_bulyan_coord_ref's operations on the same values, so the same
- * bits: sorting in f32 orders the values as sorting their exact widenings,
- * and where +0 and -0 trade places the sum, which starts at +0, is the same.
- * Full strips only; the caller takes the last partial one.
+ * Bulyan's second phase: per column, the mean of the beta values of the k
+ * chosen rows nearest their median. rm__agg_bulyan_coord_ref sorts the
+ * column (NaN as +inf) and grows a window from the median's insertion
+ * point L = #{v < med}, one value at a time, taking the lower side when
+ * med - v[lo - 1] <= v[hi] - med; the window summed ascending in double
+ * from +0, divided by beta. Here, per strip of 8 columns: the values
+ * sorted by the same network (in f32: the same order as their exact
+ * widenings; where +0 and -0 trade places no result changes, as sums start
+ * at +0 and distances do not see the sign of a zero), then, in double,
+ * 4 lanes at a time:
+ *   - beta == k (f = 0): the window is the whole column; the sum of the
+ *     sorted values;
+ *   - beta < k: the growth is a merge of two ascending lists, the lower
+ *     side's distances dl_i = med - v[L - i] and the upper side's dr_j =
+ *     v[L + j - 1] - med (rounding is monotone, so both stay ascending),
+ *     ties to the lower. The lower side's i-th value is among the first
+ *     beta taken iff i <= beta and fewer than beta - i + 1 upper values are
+ *     strictly nearer, i.e. unless the upper value at sorted position
+ *     p + beta (p = L - i) exists and v[p + beta] - med < med - v[p]. That
+ *     test names fixed positions, so a = the count of lower values taken
+ *     needs no per-lane indexing; the window is [L - a, L - a + beta).
+ *     The replay and the merge agree where the order is total, that is
+ *     where every value of the strip is finite: a strip with an infinity
+ *     (or a NaN) is left to the tile kernel, which replays the growth.
+ * The same operations as the reference on the same doubles (the distances,
+ * the comparisons, the sum in ascending order), so the same bits
+ * (tests/aggregate/test_krum_vec.c).
  */
-__attribute__((target("avx2"), always_inline)) static inline void
+__attribute__((target("avx2"), always_inline)) static inline uint32_t
 bs_body(const int K, const unsigned char (*net)[2], const int npairs, const float *const *rows,
-        size_t strips, float *out)
+        size_t j0, size_t c, int beta, float *out)
 {
   const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,
                       INFINITY, INFINITY, INFINITY, INFINITY};
+  const cs_v8f ninf = -inf;
   const float *rp[8];
+  uint32_t left = 0;
   for (int i = 0; i < K; i++) rp[i] = rows[i];
-  for (size_t s = 0; s < strips; s++) {
-    size_t j = s * STRIP;
+  for (size_t s = 0; s * STRIP < c; s++) {
+    size_t j = j0 + s * STRIP;
+    if (c - s * STRIP < STRIP) {
+      left |= 1u << s;
+      continue;
+    }
     cs_v8f y[8];
     _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
     {
@@ -285,25 +312,66 @@ bs_body(const int K, const unsigned char (*net)[2], const int npairs, const floa
       y[net[q][0]] = CS_MIN(u, v);
       y[net[q][1]] = CS_MAX(v, u);
     }
-    cs_v4d rl = {0}, rh = {0};
-    _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
-    {
-      rl += CS_LO(y[i]);
-      rh += CS_HI(y[i]);
+    cs_v4d r[2];
+    if (beta == K) {
+      r[0] = (cs_v4d){0};
+      r[1] = (cs_v4d){0};
+      _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
+      {
+        r[0] += CS_LO(y[i]);
+        r[1] += CS_HI(y[i]);
+      }
+    } else {
+      if (CS_ANY((y[0] == ninf) | (y[K - 1] == inf))) { /* not all finite */
+        left |= 1u << s;
+        continue;
+      }
+      for (int h = 0; h < 2; h++) {
+        cs_v4d v[8], med;
+        _Pragma("GCC unroll 8") for (int i = 0; i < K; i++) v[i] = h ? CS_HI(y[i]) : CS_LO(y[i]);
+        med = K % 2 ? v[K / 2] : 0.5 * v[K / 2 - 1] + 0.5 * v[K / 2];
+        cs_v4l L = {0}, a = {0}, bl = {beta, beta, beta, beta};
+        _Pragma("GCC unroll 8") for (int i = 0; i < K; i++) L -= (cs_v4l)(v[i] < med);
+        _Pragma("GCC unroll 8") for (int p = 0; p < K; p++)
+        {
+          cs_v4l pl = {p, p, p, p};
+          cs_v4l take = (pl < L) & (L <= pl + bl); /* a lower value, i = L - p <= beta */
+          if (p + beta < K) {
+            cs_v4d up = v[0]; /* v[p + beta]: beta is the call's, so a select */
+            _Pragma("GCC unroll 8") for (int q = 1; q < K; q++) if (q == p + beta) up = v[q];
+            take &= ~(cs_v4l)(up - med < med - v[p]);
+          }
+          a -= take;
+        }
+        cs_v4l lo = L - a, hi = lo + bl;
+        cs_v4d sum = {0};
+        _Pragma("GCC unroll 8") for (int p = 0; p < K; p++)
+        {
+          cs_v4l pl = {p, p, p, p};
+          cs_v4l in = (lo <= pl) & (pl < hi);
+          sum += (cs_v4d)((cs_v4l)v[p] & in);
+        }
+        r[h] = sum;
+      }
     }
-    rl /= (double)K;
-    rh /= (double)K;
-    cs_v4f ol = CS_NARROW(rl), oh = CS_NARROW(rh);
+    r[0] /= (double)beta;
+    r[1] /= (double)beta;
+    cs_v4f ol = CS_NARROW(r[0]), oh = CS_NARROW(r[1]);
     memcpy(out + j, &ol, sizeof ol);
     memcpy(out + j + 4, &oh, sizeof oh);
   }
+  return left;
 }
 
 #define BS_KERNEL(K, NAME)                                                              \
-  __attribute__((target("avx2"))) static void NAME(const float *const *rows,            \
-                                                   size_t strips, float *out)           \
+  __attribute__((target("avx2"))) static uint32_t NAME(const float *const *rows,        \
+                                                       size_t j0, size_t c, int beta,   \
+                                                       float *out)                      \
   {                                                                                     \
-    bs_body(K, NET##K, (int)(sizeof NET##K / sizeof NET##K[0]), rows, strips, out);     \
+    const unsigned char(*net)[2] = NET##K;                                              \
+    const int np = (int)(sizeof NET##K / sizeof NET##K[0]);                             \
+    if (beta == K) return bs_body(K, net, np, rows, j0, c, K, out);                     \
+    return bs_body(K, net, np, rows, j0, c, beta, out);                                 \
   }
 BS_KERNEL(2, bs2)
 BS_KERNEL(3, bs3)
@@ -397,11 +465,14 @@ uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f,
 #endif
 }
 
-size_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta, void *out)
+uint32_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta,
+                              size_t j0, size_t c, void *out)
 {
+  size_t strips = (c + STRIP - 1) / STRIP; /* at most 32: c <= 32 * STRIP */
+  uint32_t all = strips >= 32 ? 0xffffffffu : (1u << strips) - 1;
 #ifdef CS_HAVE
-  void (*fn)(const float *const *, size_t, float *) = NULL;
-  if (b->dt != RM_F32 || beta != k || !rm__agg_avx2()) return 0;
+  uint32_t (*fn)(const float *const *, size_t, size_t, int, float *) = NULL;
+  if (b->dt != RM_F32 || beta < 1 || beta > k || !rm__agg_avx2()) return all;
   switch (k) {
   case 2: fn = bs2; break;
   case 3: fn = bs3; break;
@@ -410,16 +481,15 @@ size_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int
   case 6: fn = bs6; break;
   case 7: fn = bs7; break;
   case 8: fn = bs8; break;
-  default: return 0;
+  default: return all;
   }
   const float *rp[8];
   for (int i = 0; i < k; i++)
     rp[i] = (const float *)row_ptr(b, sel[i]);
-  fn(rp, b->len / STRIP, (float *)out);
-  return b->len / STRIP * STRIP;
+  return fn(rp, j0, c, beta, (float *)out);
 #else
-  (void)b, (void)sel, (void)k, (void)beta, (void)out;
-  return 0;
+  (void)b, (void)sel, (void)k, (void)beta, (void)j0, (void)out;
+  return all;
 #endif
 }
 

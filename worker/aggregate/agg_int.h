@@ -89,10 +89,13 @@ int rm__agg_coord_small_ok(const rm__agg_block_t *b);
 uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f, size_t j0,
                              size_t c, void *out, int64_t *kept, double *sq);
 /* Bulyan's second phase (rm__agg_bulyan_coord) in agg_coord_small.c's
- * registers where it keeps every chosen value (beta == k, 2 <= k <= 8, f32,
- * AVX2): writes out for columns [0, returned) (the full strips of 8) and
- * returns how many; 0 where it does not apply */
-size_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta, void *out);
+ * registers (f32, 2 <= k <= 8, AVX2): columns [j0, j0 + c) (c <= 256),
+ * eight at a time; writes out for the strips it takes and returns a bit
+ * per strip left for the tile kernel (a partial strip; where beta < k, a
+ * strip with a value that is not finite); every bit where it does not
+ * apply */
+uint32_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta,
+                              size_t j0, size_t c, void *out);
 /* rm__agg_mean_rows in agg_coord_small.c's registers (f32, AVX2): writes
  * out for columns [0, returned) (whole groups of 16) and returns how many;
  * 0 where it does not apply */
