@@ -321,7 +321,6 @@ void rm__agg_scale(void *buf, size_t count, rm_dtype_t dt, double factor)
   }
 }
 
-
 /* sq[i] += sum of squares of row i, columns [j0, j0 + c), in double */
 void rm__agg_rows_sumsq(const rm__agg_block_t *b, size_t j0, size_t c, double *sq)
 {
