@@ -214,17 +214,12 @@ rm_status_t rm__agg_bulyan_coord(const rm__agg_block_t *b, const int *sel,
     /* k <= 8 f32 rows: the register kernel (agg_coord_small.c) takes the
      * strips of 8 columns it can; the tile kernel the runs it leaves */
     uint32_t left = rm__agg_bulyan_small(b, sel, k, beta, j0, c, out);
-    for (size_t s0 = 0; s0 * 8 < c; s0++) {
-      if (!(left >> s0 & 1u)) continue;
-      size_t e = s0; /* a run of strips left: s0 .. e */
-      while ((e + 1) * 8 < c && (left >> (e + 1) & 1u)) e++;
-      size_t a = j0 + s0 * 8, cc = ((e + 1) * 8 < c ? (e + 1) * 8 : c) - s0 * 8;
+    for (size_t s = 0, a, z; rm__agg_next_run(left, c, &s, &a, &z);) {
       double *x = (double *)w.x;
       for (int i = 0; i < k; i++)
-        rm__agg_widen(row_ptr(b, sel[i]), a, cc, b->dt, x + (size_t)i * TILE);
-      tile(x, k, cc, w.pi, w.pj, w.npairs, beta, res);
-      rm__agg_narrow_at(res, cc, b->dt, out, a);
-      s0 = e;
+        rm__agg_widen(row_ptr(b, sel[i]), j0 + a, z - a, b->dt, x + (size_t)i * TILE);
+      tile(x, k, z - a, w.pi, w.pj, w.npairs, beta, res);
+      rm__agg_narrow_at(res, z - a, b->dt, out, j0 + a);
     }
   }
   rm__agg_net_put(&w);

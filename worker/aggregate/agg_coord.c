@@ -378,16 +378,11 @@ rm_status_t rm__agg_coord_sq(const rm__agg_block_t *b, rm_agg_method_t m, int f,
     }
     uint32_t left = rm__agg_coord_small(b, m, f, j0, c, out, kept, sq);
     size_t done = c;
-    for (size_t s = 0; s * 8 < c; s++) {
-      if (!(left >> s & 1u)) continue;
-      size_t e = s; /* a run of strips left: s .. e */
-      while ((e + 1) * 8 < c && (left >> (e + 1) & 1u)) e++;
-      size_t a = s * 8, z = (e + 1) * 8 < c ? (e + 1) * 8 : c;
+    for (size_t s = 0, a, z; rm__agg_next_run(left, c, &s, &a, &z);) {
       if (sq) rm__agg_rows_sumsq(b, j0 + a, z - a, sq);
       rm__agg_net_tile(&w, b, j0 + a, z - a, m, f, res, trimmed);
       rm__agg_narrow_at(res, z - a, b->dt, out, j0 + a);
       done -= z - a;
-      s = e;
     }
     taken += done;
   }

@@ -123,6 +123,32 @@ static const unsigned char NET8[][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 2}, 
 #define CS_MIN(a, b) __builtin_ia32_minps256(a, b)
 #define CS_MAX(a, b) __builtin_ia32_maxps256(a, b)
 
+/* the K rows' 8 values at column j, NaN read as +inf, with read-ahead */
+__attribute__((target("avx2"), always_inline)) static inline void
+cs_load(const int K, const float *const *rp, size_t j, cs_v8f *x)
+{
+  const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,
+                      INFINITY, INFINITY, INFINITY, INFINITY};
+  _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
+  {
+    memcpy(&x[i], rp[i] + j, sizeof x[i]);
+    CS_PREFETCH(rp[i] + j);
+    x[i] = CS_SEL(x[i] == x[i], x[i], inf);
+  }
+}
+
+/* y sorted ascending per lane by the network (constant pairs) */
+__attribute__((target("avx2"), always_inline)) static inline void
+cs_sort(const unsigned char (*net)[2], const int npairs, cs_v8f *y)
+{
+  _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)
+  {
+    cs_v8f u = y[net[q][0]], v = y[net[q][1]];
+    y[net[q][0]] = CS_MIN(u, v);
+    y[net[q][1]] = CS_MAX(v, u);
+  }
+}
+
 __attribute__((target("avx2"), always_inline)) static inline uint32_t
 cs_body(const int N, const unsigned char (*net)[2], const int npairs, const int MED, const int F,
         const float *const *rows, size_t j0, size_t c, float *out, int64_t *kept, double *sq)
@@ -130,8 +156,6 @@ cs_body(const int N, const unsigned char (*net)[2], const int npairs, const int 
   const int phi = N / 2, plo = N % 2 ? phi : phi - 1;
   const int trim = !MED || F > 0;
   const int kf = trim ? F : 0, kl = trim ? N - F - 1 : N - 1;
-  const cs_v8f inf = {INFINITY, INFINITY, INFINITY, INFINITY,
-                      INFINITY, INFINITY, INFINITY, INFINITY};
   const cs_v8f zero = {0};
   const double div = (double)(N - 2 * F);
   const float *rp[8];
@@ -150,13 +174,8 @@ cs_body(const int N, const unsigned char (*net)[2], const int npairs, const int 
       continue;
     }
     cs_v8f x[8], y[8];
-    _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
-    {
-      memcpy(&x[i], rp[i] + j, sizeof x[i]);
-      CS_PREFETCH(rp[i] + j);
-      x[i] = CS_SEL(x[i] == x[i], x[i], inf);
-      y[i] = x[i];
-    }
+    cs_load(N, rp, j, x);
+    _Pragma("GCC unroll 8") for (int i = 0; i < N; i++) y[i] = x[i];
     if (sq) {
       _Pragma("GCC unroll 8") for (int i = 0; i < N; i++)
       {
@@ -164,12 +183,7 @@ cs_body(const int N, const unsigned char (*net)[2], const int npairs, const int 
         acc[i] += l * l + h * h;
       }
     }
-    _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)
-    {
-      cs_v8f u = y[net[q][0]], v = y[net[q][1]];
-      y[net[q][0]] = CS_MIN(u, v);
-      y[net[q][1]] = CS_MAX(v, u);
-    }
+    cs_sort(net, npairs, y);
     cs_v8i tie = {0};
     if (trim && F > 0) tie |= (y[kf - 1] == y[kf]) | (y[kl] == y[kl + 1]);
     if (MED) tie |= (y[plo] == zero) | (y[phi] == zero);
@@ -304,18 +318,8 @@ bs_body(const int K, const unsigned char (*net)[2], const int npairs, const floa
       continue;
     }
     cs_v8f y[8];
-    _Pragma("GCC unroll 8") for (int i = 0; i < K; i++)
-    {
-      memcpy(&y[i], rp[i] + j, sizeof y[i]);
-      CS_PREFETCH(rp[i] + j);
-      y[i] = CS_SEL(y[i] == y[i], y[i], inf);
-    }
-    _Pragma("GCC unroll 32") for (int q = 0; q < npairs; q++)
-    {
-      cs_v8f u = y[net[q][0]], v = y[net[q][1]];
-      y[net[q][0]] = CS_MIN(u, v);
-      y[net[q][1]] = CS_MAX(v, u);
-    }
+    cs_load(K, rp, j, y);
+    cs_sort(net, npairs, y);
     cs_v4d r[2];
     if (beta == K) {
       r[0] = (cs_v4d){0};
@@ -428,9 +432,21 @@ __attribute__((target("avx2"))) static void ms_avx2(const float *const *rows, in
 #endif
 
 #ifdef CS_HAVE
+/* the instances by n (k for Bulyan): 2..8 */
 typedef uint32_t (*cs_fn)(const float *const *, size_t, size_t, int, int, float *, int64_t *,
                           double *);
+typedef uint32_t (*bs_fn)(const float *const *, size_t, size_t, int, float *);
+static const cs_fn CS_FN[9] = {NULL, NULL, cs2, cs3, cs4, cs5, cs6, cs7, cs8};
+static const bs_fn BS_FN[9] = {NULL, NULL, bs2, bs3, bs4, bs5, bs6, bs7, bs8};
 #endif
+
+/* a bit for each strip of c <= 32 * STRIP columns: what a kernel that
+ * takes none of them returns */
+static uint32_t all_strips(size_t c)
+{
+  size_t strips = (c + STRIP - 1) / STRIP;
+  return strips >= 32 ? 0xffffffffu : (1u << strips) - 1;
+}
 
 int rm__agg_coord_small_ok(const rm__agg_block_t *b)
 {
@@ -445,55 +461,31 @@ int rm__agg_coord_small_ok(const rm__agg_block_t *b)
 uint32_t rm__agg_coord_small(const rm__agg_block_t *b, rm_agg_method_t m, int f, size_t j0,
                              size_t c, void *out, int64_t *kept, double *sq)
 {
-  size_t strips = (c + STRIP - 1) / STRIP; /* at most 32: c <= 32 * STRIP */
-  uint32_t all = strips >= 32 ? 0xffffffffu : (1u << strips) - 1;
 #ifdef CS_HAVE
-  cs_fn fn = NULL;
-  switch (rm__agg_coord_small_ok(b) ? b->n : 0) {
-  case 2: fn = cs2; break;
-  case 3: fn = cs3; break;
-  case 4: fn = cs4; break;
-  case 5: fn = cs5; break;
-  case 6: fn = cs6; break;
-  case 7: fn = cs7; break;
-  case 8: fn = cs8; break;
-  default: return all;
-  }
+  if (!rm__agg_coord_small_ok(b)) return all_strips(c);
   const float *rp[8];
   for (int i = 0; i < b->n; i++)
     rp[i] = (const float *)row_ptr(b, i);
-  return fn(rp, j0, c, m == RM_AGG_MEDIAN, f, (float *)out, kept, sq);
+  return CS_FN[b->n](rp, j0, c, m == RM_AGG_MEDIAN, f, (float *)out, kept, sq);
 #else
   (void)m, (void)f, (void)j0, (void)out, (void)kept, (void)b, (void)sq;
-  return all;
+  return all_strips(c);
 #endif
 }
 
 uint32_t rm__agg_bulyan_small(const rm__agg_block_t *b, const int *sel, int k, int beta,
                               size_t j0, size_t c, void *out)
 {
-  size_t strips = (c + STRIP - 1) / STRIP; /* at most 32: c <= 32 * STRIP */
-  uint32_t all = strips >= 32 ? 0xffffffffu : (1u << strips) - 1;
 #ifdef CS_HAVE
-  uint32_t (*fn)(const float *const *, size_t, size_t, int, float *) = NULL;
-  if (b->dt != RM_F32 || beta < 1 || beta > k || !rm__agg_avx2()) return all;
-  switch (k) {
-  case 2: fn = bs2; break;
-  case 3: fn = bs3; break;
-  case 4: fn = bs4; break;
-  case 5: fn = bs5; break;
-  case 6: fn = bs6; break;
-  case 7: fn = bs7; break;
-  case 8: fn = bs8; break;
-  default: return all;
-  }
+  if (b->dt != RM_F32 || k < 2 || k > 8 || beta < 1 || beta > k || !rm__agg_avx2())
+    return all_strips(c);
   const float *rp[8];
   for (int i = 0; i < k; i++)
     rp[i] = (const float *)row_ptr(b, sel[i]);
-  return fn(rp, j0, c, beta, (float *)out);
+  return BS_FN[k](rp, j0, c, beta, (float *)out);
 #else
   (void)b, (void)sel, (void)k, (void)beta, (void)j0, (void)out;
-  return all;
+  return all_strips(c);
 #endif
 }
 

@@ -57,6 +57,22 @@ static inline const void *row_ptr(const rm__agg_block_t *b, int i)
   return (const char *)b->rows + (size_t)i * b->stride * rm_dtype_size(b->dt);
 }
 
+/* The register kernels (agg_coord_small.c) hand back a bit per strip of 8
+ * columns they left; the tile kernels take those in runs. The next run at
+ * or after strip *s of a c-column stretch: columns [*a, *z) of it; *s moves
+ * past the run; 0 when none is left. */
+static inline int rm__agg_next_run(uint32_t left, size_t c, size_t *s, size_t *a, size_t *z)
+{
+  while (*s * 8 < c && !(left >> *s & 1u)) (*s)++;
+  if (*s * 8 >= c) return 0;
+  size_t e = *s;
+  while ((e + 1) * 8 < c && (left >> (e + 1) & 1u)) e++;
+  *a = *s * 8;
+  *z = (e + 1) * 8 < c ? (e + 1) * 8 : c;
+  *s = e + 1;
+  return 1;
+}
+
 /* tile[i*TILE + k] = row i, column j0 + k, for the rows listed (or all) */
 static inline void load_tile(const rm__agg_block_t *b, const int *sel, int k, size_t j0,
                       size_t c, double *tile)
