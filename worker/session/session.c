@@ -627,7 +627,7 @@ void rm_session_close(rm_session_t *s)
  * or the coordinator re-formed it; words say which and why. */
 static rm_status_t verdict_locked(const rm_session_t *s, char *words, size_t n)
 {
-  int ended = s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
+  int ended = s->ended || s->job_state >= RINGMASTER__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
   if (words)
     snprintf(words, n, "%s%s%s", ended ? "the job ended" : "the coordinator re-formed the job",
              s->reason[0] ? ": " : "", s->reason);
